@@ -1,0 +1,90 @@
+"""Collective costs: alpha-beta with nccl-tests bus-bandwidth factors (vectorised).
+
+For a collective over ``n`` ranks on a link of bus bandwidth ``bw`` (bytes/s) and per-step
+latency ``alpha`` (s), with ``S`` the full logical buffer in bytes (nccl-tests convention,
+github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md):
+
+* all-reduce:     ``2 (n-1)/n · S / bw + 2 ⌈log2 n⌉ α``
+* all-gather / reduce-scatter: ``(n-1)/n · S / bw + ⌈log2 n⌉ α``
+* all-to-all:     ``(n-1)/n · (S/n) / bw + ⌈log2 n⌉ α``  (each rank exchanges its S/n share)
+* send-recv:      ``S / bw + α``
+
+The logarithmic latency term stands for NCCL's tree/NVLS algorithms at small messages
+(assumption; calibrated in issue 3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..parallel.placement import P, R
+
+# Kind codes for vectorised tables.
+NONE, ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL = 0, 1, 2, 3
+KIND_NAMES = ("none", "all-reduce", "all-gather/reduce-scatter", "all-to-all")
+
+
+def _transition_kinds() -> np.ndarray:
+    """``[4, 4]`` table of collective kind codes for layout src -> dst (see placement.py)."""
+    t = np.zeros((4, 4), dtype=np.int64)
+    for s in range(4):
+        for d in range(4):
+            if s == d or s == R or d == P:
+                t[s, d] = NONE
+            elif s == P:
+                t[s, d] = ALL_REDUCE if d == R else GATHER_OR_SCATTER
+            elif d == R:
+                t[s, d] = GATHER_OR_SCATTER
+            else:
+                t[s, d] = ALL_TO_ALL
+    return t
+
+
+TRANSITION_KIND = _transition_kinds()
+# Which of the two GATHER_OR_SCATTER a pair is, for reports.
+_KIND_LABEL = {
+    (3, 0): "all-reduce", (3, 1): "reduce-scatter", (3, 2): "reduce-scatter",
+    (1, 0): "all-gather", (2, 0): "all-gather", (1, 2): "all-to-all", (2, 1): "all-to-all",
+}
+
+
+def transition_label(src: int, dst: int) -> str | None:
+    """Human name of the collective for layout codes ``src -> dst`` (None if free)."""
+    return _KIND_LABEL.get((int(src), int(dst)))
+
+
+def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
+                      bw_bytes_per_s: np.ndarray, alpha_s: np.ndarray) -> np.ndarray:
+    """Time of one collective per element (vectorised).
+
+    Args:
+        kind: kind codes (NONE, ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL), ``[k]``.
+        n: ranks in the group, ``[k]``.
+        full_bytes: full logical buffer S, bytes, ``[k]``.
+        bw_bytes_per_s: achievable bus bandwidth of the link the group spans, ``[k]``.
+        alpha_s: per-step latency, seconds, ``[k]``.
+
+    Returns:
+        Seconds, ``[k]``; zero where ``kind == NONE`` or ``n == 1``.
+    """
+    n_f = np.maximum(n, 1).astype(np.float64)
+    frac = (n_f - 1.0) / n_f
+    steps = np.ceil(np.log2(n_f))
+    bus = np.select(
+        [kind == ALL_REDUCE, kind == GATHER_OR_SCATTER, kind == ALL_TO_ALL],
+        [2.0 * frac * full_bytes, frac * full_bytes, frac * full_bytes / n_f],
+        0.0,
+    )
+    lat = np.select([kind == ALL_REDUCE, kind != NONE], [2.0 * steps, steps], 0.0) * alpha_s
+    return np.where((kind == NONE) | (n_f <= 1), 0.0, bus / bw_bytes_per_s + lat)
+
+
+def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
+                        bw_bytes_per_s: np.ndarray, alpha_s: np.ndarray) -> np.ndarray:
+    """All-to-all with an explicit per-rank send volume (MoE dispatch/combine).
+
+    ``send / bw + ⌈log2 n⌉ α``; zero for ``n == 1``.
+    """
+    n_f = np.maximum(n, 1).astype(np.float64)
+    t = send_bytes_per_rank / bw_bytes_per_s + np.ceil(np.log2(n_f)) * alpha_s
+    return np.where(n_f <= 1, 0.0, t)

@@ -1,0 +1,880 @@
+"""The analytical cost model: strategy -> latency, throughput, memory, feasibility (DESIGN §3).
+
+One vectorised implementation serves both entry points: :meth:`CostModel.evaluate_many` takes
+``[n, A]`` action vectors and returns arrays; :meth:`CostModel.evaluate` runs the same code on one
+row and adds a readable breakdown. Element-wise NumPy guarantees the two agree exactly.
+
+Model, per pipeline stage and micro-batch (all per device, SI units):
+
+* **Operators** — roofline: ``max(FLOPs / (peak · flops_eff), bytes / (HBM · hbm_eff)) +
+  kernel_overhead``; bytes = local weights + activations in and out; decode attention reads the
+  KV cache (GQA: ``ctx · kv_local · (hd + v_hd)``; MLA absorbed: ``ctx · (kv_lora + rope)``, not
+  divided by a head split). FP8 weights use the FP8 peak where the chip has one.
+* **Layouts** — activations ``[tokens, features]`` carry R / S(0) / S(1) / P along the TP group;
+  each operator's choice fixes the layout it needs (column: R, row: S(1), replicated: R or S(0)
+  as it arrives, P→S(0) by reduce-scatter, S(1)→R by all-gather) and the one it yields; the
+  collective between is :func:`learn_to_shard.parallel.placement.redistribute`. A norm whose
+  input is S(1) (hidden split) adds a statistics all-reduce of 4 bytes per token.
+* **MoE** — the stage group ``g = tp·dp`` runs experts as ``ep × etp``. If tokens arrive
+  replicated over the whole group (``dp == 1``) every rank routes locally and the output is a
+  Partial sum (TRT-LLM's all-reduce MoE; FC-28). Otherwise tokens are dispatched and combined
+  by all-to-all over ``g``: each of the ``N/g`` tokens a rank owns goes to the
+  ``D(ep) = ep·(1 − C(E − E/ep, k)/C(E, k))`` EP ranks expected to host one of its experts,
+  to all ``etp`` ranks of each. Expert weight bytes read = experts touched
+  ``E/ep · (1 − (1 − k/E)^N)``.
+* **Pipeline** — layers split in explicit stage lists (remainder to the first stages; the last
+  stage holds the LM head); ``m = min(pp, batch)`` micro-batches; decode step
+  ``TPOT = max(Σ_s t_s + (pp − 1)·t_p2p, m · max_s t_s)``.
+* **Memory per device and stage** — weights by placement (MoE: ``E/ep`` experts, split by
+  ``etp``), embedding on the first stage, LM head on the last (a tied LM head with ``pp > 1``
+  is a second copy, FC-16), KV cache by attention layout (head split divides GQA KV heads, with
+  replication when ``tp`` exceeds them; MLA's latent cache is replicated under head split and
+  divided under a sequence split; windowed layers hold at most ``window`` tokens), activation
+  workspace for the step's tokens; must fit ``memory_utilization × HBM`` on every stage.
+* **Phases** — decode: ``batch`` sequences at context ``isl``; prefill: ``batch`` prompts of
+  ``isl`` tokens, TTFT = pipeline makespan; serve: steady-state continuous batching with
+  ``batch`` running requests — every step decodes ``batch`` tokens (mean context
+  ``isl + osl/2``) and prefills ``batch · isl / osl`` prompt tokens (each request's prompt once
+  per ``osl`` steps); TTFT = ``⌈isl / chunk⌉`` steps carrying a prefill chunk of
+  ``max_num_batched_tokens − batch`` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..hardware.spec import ClusterSpec
+from ..model.spec import AttentionKind, ModelSpec
+from ..parallel.ops import CHOICE_NAMES, NUM_OPS, OP_NAMES, Op
+from ..parallel.placement import LAYOUTS, S0, S1, P, R
+from ..parallel.space import ACTION_LEN, NUM_COARSE, RULE_BIT, RULES, StrategySpace
+from ..parallel.strategy import Strategy
+from ..workload import DType, Phase, Workload
+from .comm import (
+    TRANSITION_KIND,
+    all_to_all_v_time_s,
+    collective_time_s,
+    transition_label,
+)
+from .config import CostModelConfig
+from .shapes import OpShapes
+
+# Cost-side violation bits (after the structural RULES bits).
+_COST_RULES = (
+    ("memory", "does not fit in device memory"),
+    ("tpot_slo", "TPOT above the SLO"),
+    ("ttft_slo", "TTFT above the SLO"),
+)
+_COST_BIT = {name: 1 << (len(RULES) + i) for i, (name, _) in enumerate(_COST_RULES)}
+INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
+
+
+def _req_linear(choice: np.ndarray, layout: np.ndarray) -> np.ndarray:
+    """Layout a weight-bearing op needs, given its choice and the arriving layout.
+
+    column (1) -> R; row (0) -> S(1); replicated (2) -> the arriving layout if R or S(0),
+    S(0) from P (reduce-scatter beats all-reduce and splits the work), R from S(1).
+    """
+    keep = np.where(layout == P, S0, np.where(layout == S1, R, layout))
+    return np.where(choice == 1, R, np.where(choice == 0, S1, keep))
+
+
+def _out_linear(choice: np.ndarray, req: np.ndarray) -> np.ndarray:
+    """Layout a weight-bearing op yields: column -> S(1), row -> P, replicated -> its input."""
+    return np.where(choice == 1, S1, np.where(choice == 0, P, req))
+
+
+def _resolve(layout: np.ndarray) -> np.ndarray:
+    """Layout after forcing complete values per token: P -> S(0), S(1) -> R, else unchanged."""
+    return np.where(layout == P, S0, np.where(layout == S1, R, layout))
+
+
+@dataclass
+class _Link:
+    """Achievable bus bandwidth (bytes/s) and per-step latency (s) per element."""
+
+    bw: np.ndarray
+    alpha: np.ndarray
+
+
+@dataclass
+class BatchEstimate:
+    """Vectorised result of :meth:`CostModel.evaluate_many` (every array is ``[n]``).
+
+    Attributes:
+        feasible: valid structure, fits in memory, meets the SLOs.
+        objective: the search objective — tokens/s per device (output tokens for decode/serve,
+            prompt tokens for prefill); 0 where infeasible.
+        tokens_per_s_per_device: the same before zeroing infeasible rows.
+        tpot_s: time per output token (decode/serve), seconds; NaN for prefill.
+        ttft_s: time to first token (prefill/serve), seconds; NaN for decode.
+        peak_memory_bytes: worst stage's per-device memory need, bytes.
+        max_batch: largest batch that fits in memory at these degrees (linear extrapolation).
+        violation_bits: bit-set of broken rules (structural RULES, then memory/SLOs).
+    """
+
+    feasible: np.ndarray
+    objective: np.ndarray
+    tokens_per_s_per_device: np.ndarray
+    tpot_s: np.ndarray
+    ttft_s: np.ndarray
+    peak_memory_bytes: np.ndarray
+    max_batch: np.ndarray
+    violation_bits: np.ndarray
+
+
+@dataclass(frozen=True)
+class CollectiveUse:
+    """One collective in the plan: where it sits, what it is, how often and how long.
+
+    Attributes:
+        where: e.g. ``"o_proj -> dense_up"``.
+        kind: ``"all-reduce"``, ``"all-gather"``, ``"reduce-scatter"``, ``"all-to-all"``,
+            ``"send-recv"``.
+        group: group size (ranks).
+        time_s: one occurrence, seconds (for one micro-batch).
+        per_step: occurrences per micro-batch pass through the model (e.g. number of layers).
+    """
+
+    where: str
+    kind: str
+    group: int
+    time_s: float
+    per_step: int
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per-device memory of the worst stage, bytes.
+
+    Attributes:
+        stage: which pipeline stage (0-based) this is.
+        weight_bytes, kv_cache_bytes, workspace_bytes: the three users.
+        usable_bytes: ``memory_utilization × HBM``.
+    """
+
+    stage: int
+    weight_bytes: float
+    kv_cache_bytes: float
+    workspace_bytes: float
+    usable_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        """Weights + KV + workspace."""
+        return self.weight_bytes + self.kv_cache_bytes + self.workspace_bytes
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything the model predicts for one strategy.
+
+    Attributes:
+        strategy: the strategy.
+        feasible: structurally valid, fits, meets SLOs.
+        violations: one line per broken rule (empty when feasible).
+        tokens_per_s_per_device: objective (see :class:`BatchEstimate`).
+        output_tokens_per_s: per instance (decode/serve) or prompt tokens/s (prefill).
+        tpot_s, ttft_s: latencies (NaN where the phase has none).
+        stage_time_s: per-stage time of one micro-batch, seconds.
+        micro_batches: micro-batches in flight.
+        memory: worst stage's memory.
+        stage_memory_bytes: per-stage per-device totals.
+        max_batch: largest batch that fits at these degrees.
+        collectives: the collectives one micro-batch pass issues.
+        op_time_s: compute time per fused operator summed over the layers of one pass, s.
+        instances: model replicas the cluster holds; idle_devices: devices left over.
+    """
+
+    strategy: Strategy
+    feasible: bool
+    violations: tuple[str, ...]
+    tokens_per_s_per_device: float
+    output_tokens_per_s: float
+    tpot_s: float
+    ttft_s: float
+    stage_time_s: tuple[float, ...]
+    micro_batches: int
+    memory: MemoryBreakdown
+    stage_memory_bytes: tuple[float, ...]
+    max_batch: int
+    collectives: tuple[CollectiveUse, ...] = field(default_factory=tuple)
+    op_time_s: dict[str, float] = field(default_factory=dict)
+    instances: int = 1
+    idle_devices: int = 0
+
+
+class CostModel:
+    """Analytical performance model of one (model, cluster, workload) problem.
+
+    Args:
+        model: the model.
+        cluster: the cluster.
+        workload: the workload.
+        config: tunable factors (defaults documented in :class:`CostModelConfig`).
+        space: strategy space (default :meth:`StrategySpace.build`).
+
+    Example:
+        >>> cm = CostModel(model, cluster, workload)          # doctest: +SKIP
+        >>> cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=64)).tpot_s  # doctest: +SKIP
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                 config: CostModelConfig | None = None,
+                 space: StrategySpace | None = None) -> None:
+        self.model = model
+        self.cluster = cluster
+        self.workload = workload
+        self.config = config or CostModelConfig()
+        self.space = space or StrategySpace.build(model, cluster)
+        self.shapes = OpShapes.of(model)
+        dev = cluster.device
+        self._wb = float(workload.weight_dtype.bytes)
+        self._kvb = float(workload.kv_dtype.bytes)
+        self._ab = float(workload.activation_dtype.bytes)
+        fp8 = workload.weight_dtype is DType.FP8 and dev.peak_fp8_flops_per_s
+        c = self.config
+        self._gemm_flops = (dev.peak_fp8_flops_per_s if fp8 else dev.peak_bf16_flops_per_s) \
+            * c.flops_efficiency
+        self._attn_flops = dev.peak_bf16_flops_per_s * c.flops_efficiency
+        self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
+        self._usable = dev.hbm_bytes * c.memory_utilization
+        self._domain = cluster.devices_per_node
+        # Layer types: unique (is_moe, window) in order of appearance.
+        types: list[tuple[bool, int | None]] = []
+        seq: list[int] = []
+        for layer in model.layers:
+            key = (layer.is_moe, layer.window)
+            if key not in types:
+                types.append(key)
+            seq.append(types.index(key))
+        self._types = types
+        self._layer_type = np.asarray(seq, dtype=np.int64)
+        self._build_stage_tables()
+        if model.moe is not None:
+            e, k = model.moe.num_experts, model.moe.top_k
+            self._d_ep = {ep: ep * (1.0 - math.comb(e - e // ep, k) / math.comb(e, k))
+                          for ep in self.space.ep_values}
+        else:
+            self._d_ep = {1: 1.0}
+
+    # ------------------------------------------------------------------ tables
+    def _build_stage_tables(self) -> None:
+        """Per pp candidate: stage layer boundaries ``[n_pp, max_pp + 1]`` and type counts."""
+        n_layers = self.model.num_layers
+        pps = self.space.pp_values
+        max_pp = max(pps)
+        self._max_pp = max_pp
+        bounds = np.full((len(pps), max_pp + 1), n_layers, dtype=np.int64)
+        counts = np.zeros((len(pps), max_pp, len(self._types)), dtype=np.float64)
+        for i, pp in enumerate(pps):
+            stages = self.stage_layers(pp)
+            start = 0
+            for s, n_s in enumerate(stages):
+                bounds[i, s] = start
+                for li in range(start, start + n_s):
+                    counts[i, s, self._layer_type[li]] += 1
+                start += n_s
+            bounds[i, len(stages):] = n_layers
+        self._bounds = bounds
+        self._type_counts = counts
+
+    def stage_layers(self, pp: int) -> list[int]:
+        """Layers per stage for ``pp`` stages: explicit, summing to the layer count (never a
+        floor division that drops layers, FC-15); the remainder goes to the first stages.
+        With ``pp`` above the layer count the extra stages are empty (the strategy is invalid
+        by the ``layers`` rule)."""
+        n = self.model.num_layers
+        base, rem = divmod(n, pp)
+        return [base + (1 if s < rem else 0) for s in range(pp)]
+
+    # ------------------------------------------------------------------ helpers
+    def _link(self, extent: np.ndarray) -> _Link:
+        """Link a group spans: scale-up if its ranks fit one domain, else scale-out."""
+        dev = self.cluster.device
+        c = self.config
+        intra = extent <= self._domain
+        bw = np.where(intra, dev.scale_up_bytes_per_s * c.scale_up_efficiency,
+                      dev.scale_out_bytes_per_s * c.scale_out_efficiency)
+        alpha = np.where(intra, dev.scale_up_latency_s, dev.scale_out_latency_s)
+        return _Link(bw=bw, alpha=alpha)
+
+    def _roofline(self, flops: np.ndarray, bytes_: np.ndarray, peak: float) -> np.ndarray:
+        return np.maximum(flops / peak, bytes_ / self._hbm) + self.config.kernel_overhead_s
+
+    # ------------------------------------------------------------------ public API
+    def evaluate_many(self, actions: np.ndarray) -> BatchEstimate:
+        """Evaluate ``[n, A]`` action vectors (see :mod:`learn_to_shard.parallel.space`).
+
+        Returns:
+            A :class:`BatchEstimate` of ``[n]`` arrays. Never raises for an infeasible
+            strategy: it is reported through ``feasible`` and ``violation_bits``.
+        """
+        a = np.atleast_2d(np.asarray(actions, dtype=np.int64))
+        if a.shape[1] != ACTION_LEN:
+            raise ValueError(f"actions must be [n, {ACTION_LEN}], got {a.shape}")
+        out = self._run(a, detail=False)
+        return out["batch"]
+
+    def evaluate(self, strategy: Strategy | np.ndarray) -> Estimate:
+        """Evaluate one strategy, with a readable breakdown (same numbers as evaluate_many).
+
+        Args:
+            strategy: a :class:`Strategy` within this space, or its action vector.
+
+        Raises:
+            ValueError: if a Strategy's degrees are not candidates of ``self.space``.
+        """
+        if isinstance(strategy, Strategy):
+            action = self.space.encode(strategy)
+        else:
+            action = np.asarray(strategy, dtype=np.int64)
+            strategy = self.space.decode(action)
+        out = self._run(action[None, :], detail=True)
+        b: BatchEstimate = out["batch"]
+        bits = int(b.violation_bits[0])
+        names = tuple(f"{n}: {t}" for n, t in INVALID_BITS_ALL
+                      if bits & (RULE_BIT.get(n) or _COST_BIT.get(n, 0)))
+        violations = self._explain(names, out, strategy)
+        pp = strategy.pp
+        stage_mem = out["stage_mem"][0, :pp]
+        worst = int(np.argmax(stage_mem))
+        mem = MemoryBreakdown(stage=worst, weight_bytes=float(out["stage_w"][0, worst]),
+                              kv_cache_bytes=float(out["stage_kv"][0, worst]),
+                              workspace_bytes=float(out["ws"][0]), usable_bytes=self._usable)
+        inst = self.cluster.num_devices // strategy.devices if strategy.devices else 0
+        return Estimate(
+            strategy=strategy, feasible=bool(b.feasible[0]), violations=violations,
+            tokens_per_s_per_device=float(b.tokens_per_s_per_device[0]),
+            output_tokens_per_s=float(out["instance_tps"][0]),
+            tpot_s=float(b.tpot_s[0]), ttft_s=float(b.ttft_s[0]),
+            stage_time_s=tuple(float(x) for x in out["stage_t"][0, :pp]),
+            micro_batches=int(out["m"][0]), memory=mem,
+            stage_memory_bytes=tuple(float(x) for x in stage_mem),
+            max_batch=int(b.max_batch[0]), collectives=tuple(out["collectives"]),
+            op_time_s=out["op_time"], instances=inst,
+            idle_devices=self.cluster.num_devices - inst * strategy.devices)
+
+    def _explain(self, names: tuple[str, ...], out: dict, s: Strategy) -> tuple[str, ...]:
+        """Turn violation names into one specific line each (numbers where they help)."""
+        lines = []
+        from ..units import to_gib, to_ms
+        for line in names:
+            key = line.split(":")[0]
+            if key == "memory":
+                stage_mem = out["stage_mem"][0, :s.pp]
+                worst = int(np.argmax(stage_mem))
+                w = float(out["stage_w"][0, worst])
+                what = "weights alone exceed" if w > self._usable else "needs"
+                need = w if w > self._usable else stage_mem[worst]
+                line = (f"memory: stage {worst} {what} {to_gib(need):.1f} GiB "
+                        f"per device > {to_gib(self._usable):.1f} GiB usable "
+                        f"(weights {to_gib(w):.1f}, KV {to_gib(out['stage_kv'][0, worst]):.1f}, "
+                        f"workspace {to_gib(out['ws'][0]):.1f} GiB)")
+            elif key == "tpot_slo":
+                line = (f"tpot_slo: TPOT {to_ms(out['batch'].tpot_s[0]):.2f} ms > SLO "
+                        f"{to_ms(self.workload.tpot_slo_s or 0):.2f} ms")
+            elif key == "ttft_slo":
+                line = (f"ttft_slo: TTFT {to_ms(out['batch'].ttft_s[0]):.1f} ms > SLO "
+                        f"{to_ms(self.workload.ttft_slo_s or 0):.1f} ms")
+            lines.append(line)
+        return tuple(lines)
+
+    # ------------------------------------------------------------------ core
+    def _run(self, a: np.ndarray, detail: bool) -> dict:
+        n = len(a)
+        sp = self.space
+        deg = sp.degrees_many(a)
+        tp, _ep, pp, dp, batch = deg["tp"], deg["ep"], deg["pp"], deg["dp"], deg["batch"]
+        dims = a[:, NUM_COARSE:]
+        pp_idx = a[:, 2]
+        bits = sp.rule_bits_many(a)
+        wl = self.workload
+        c = self.config
+
+        m_mb = np.minimum(pp, batch)                      # micro-batches in flight
+        mb = np.ceil(batch / m_mb)                        # sequences per micro-batch
+        seq_dp = np.ceil(mb / dp)                         # per attention-DP rank
+        isl, osl = float(wl.isl), float(wl.osl)
+
+        if wl.phase is Phase.DECODE:
+            dec, pf, pf_seqs, ctx = seq_dp, np.zeros(n), np.zeros(n), float(wl.isl)
+        elif wl.phase is Phase.PREFILL:
+            dec, pf, pf_seqs, ctx = np.zeros(n), seq_dp * isl, seq_dp, 0.0
+        else:
+            pf_seqs = seq_dp / osl
+            dec, pf, ctx = seq_dp, seq_dp * isl / osl, wl.decode_context
+        step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
+        stage_t, p2p = step["stage_t"], step["p2p"]
+        sum_t = (stage_t.sum(axis=1) + (pp - 1) * p2p)
+        max_t = stage_t.max(axis=1)
+        if wl.phase is Phase.PREFILL:
+            makespan = sum_t + (m_mb - 1) * max_t
+            ttft = makespan
+            tpot = np.full(n, np.nan)
+            instance_tps = batch * isl / makespan
+        else:
+            tpot = np.maximum(sum_t, m_mb * max_t)
+            instance_tps = batch / tpot
+            if wl.phase is Phase.SERVE:
+                chunk = np.maximum(c.max_num_batched_tokens - seq_dp, 1.0)
+                chunk = np.minimum(chunk, isl)
+                st2 = self._step(a, deg, dims, dec, ctx, chunk, chunk / isl, False)
+                t2 = st2["stage_t"].sum(axis=1) + (pp - 1) * st2["p2p"]
+                ttft = np.ceil(isl / chunk) * t2
+            else:
+                ttft = np.full(n, np.nan)
+        devices = (tp * dp * pp).astype(np.float64)
+        tps_dev = instance_tps / devices
+
+        # Memory.
+        w_layer, kv_layer_per_seq = step["w_type"], step["kv_type_per_seq"]
+        counts = self._type_counts[pp_idx]                        # [n, max_pp, types]
+        stage_w = np.einsum("nst,nt->ns", counts, w_layer)
+        seqs_rank = step["kv_seqs_rank"]                           # [n]
+        stage_kv = np.einsum("nst,nt->ns", counts, kv_layer_per_seq) * seqs_rank[:, None]
+        stage_ids = np.arange(self._max_pp)[None, :]
+        first = stage_ids == 0
+        last = stage_ids == (pp[:, None] - 1)
+        stage_w = stage_w + first * step["emb_w"][:, None] + last * step["lm_w"][:, None]
+        ws = step["ws"]
+        in_use = stage_ids < pp[:, None]
+        stage_mem = np.where(in_use, stage_w + stage_kv + ws[:, None], 0.0)
+        peak = stage_mem.max(axis=1)
+        fits = peak <= self._usable
+        # Largest batch that fits: KV and workspace scale with batch, weights do not.
+        var = np.where(in_use, stage_kv + ws[:, None], 0.0)
+        room = np.where(in_use, self._usable - stage_w, np.inf)
+        per_b = var / batch[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(per_b > 0, room / per_b, np.inf)
+        max_batch = np.floor(np.clip(ratio.min(axis=1), 0, 2**31 - 1)).astype(np.int64)
+
+        bits = bits | np.where(~fits, _COST_BIT["memory"], 0)
+        if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
+            bits = bits | np.where(tpot > wl.tpot_slo_s, _COST_BIT["tpot_slo"], 0)
+        if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
+            bits = bits | np.where(ttft > wl.ttft_slo_s, _COST_BIT["ttft_slo"], 0)
+        feasible = bits == 0
+        batch_est = BatchEstimate(
+            feasible=feasible, objective=np.where(feasible, tps_dev, 0.0),
+            tokens_per_s_per_device=tps_dev, tpot_s=tpot, ttft_s=ttft,
+            peak_memory_bytes=peak, max_batch=max_batch, violation_bits=bits)
+        out = {"batch": batch_est, "stage_mem": stage_mem, "stage_w": stage_w,
+               "stage_kv": stage_kv, "ws": np.broadcast_to(ws, (n,)), "stage_t": stage_t,
+               "m": m_mb, "instance_tps": instance_tps}
+        if detail:
+            out["collectives"] = step["collectives"]
+            out["op_time"] = step["op_time"]
+        return out
+
+    # ------------------------------------------------------------------ one step
+    def _step(self, a: np.ndarray, deg: dict, dims: np.ndarray, dec: np.ndarray, ctx: float,
+              pf: np.ndarray, pf_seqs: np.ndarray, detail: bool) -> dict:
+        """Per-stage time of one micro-batch step and per-device memory terms.
+
+        Args:
+            dec: decode sequences (1 token each) per attention-DP rank, ``[n]``.
+            ctx: mean KV length those sequences attend over, tokens.
+            pf: prompt tokens prefilled in the step per attention-DP rank, ``[n]``.
+            pf_seqs: prompts completing their prefill in the step per DP rank (LM-head rows).
+        """
+        n = len(a)
+        tp, ep, pp, dp = deg["tp"], deg["ep"], deg["pp"], deg["dp"]
+        _wl, sh, m, c = self.workload, self.shapes, self.model, self.config
+        ab, wb = self._ab, self._wb
+        t_f = tp.astype(np.float64)
+        rows = dec + pf                                       # tokens per DP rank
+        link_tp = self._link(tp)
+        g = tp * dp
+        link_g = self._link(g)
+        etp = np.maximum(g // np.maximum(ep, 1), 1)
+        link_etp = self._link(etp)
+        vpad = self._padded_vocab(tp)
+        recs: list[tuple[str, str, int, float, int]] = []     # detail records
+        op_time: dict[str, float] = {}
+
+        # 4 incoming layouts stacked: index k*n + i is row i with incoming layout k.
+        rep = lambda x: np.tile(x, 4) if np.ndim(x) else x  # noqa: E731
+        L0 = np.repeat(np.arange(4), n)
+        D4 = np.tile(dims, (4, 1))
+        env4 = dict(t=rep(t_f), tp=rep(tp), dp=rep(dp), ep=rep(ep), etp=rep(etp),
+                    g=rep(g), rows=rep(rows), dec=rep(dec), pf=rep(pf),
+                    link_tp=_Link(rep(link_tp.bw), rep(link_tp.alpha)),
+                    link_g=_Link(rep(link_g.bw), rep(link_g.alpha)),
+                    link_etp=_Link(rep(link_etp.bw), rep(link_etp.alpha)))
+        type_t, type_out = [], []
+        for is_moe, window in self._types:
+            t_layer, l_out, _ = self._layer(env4, D4, L0, is_moe, window, ctx, None)
+            type_t.append(t_layer.reshape(4, n))
+            type_out.append(l_out.reshape(4, n))
+
+        # Embedding (stage 0) and its output layout.
+        c_emb = dims[:, Op.EMBEDDING]
+        l_emb = np.where(c_emb == 0, P, np.where(c_emb == 1, S1, R))
+        emb_t = c.kernel_overhead_s + rows * sh.hidden * ab / self._hbm
+        # Walk the layer sequence (layouts chain from layer to layer).
+        idx = np.arange(n)
+        layer_t = np.empty((n, self.model.num_layers))
+        lay = l_emb
+        first_in: dict[int, np.ndarray] = {}
+        for li, ti in enumerate(self._layer_type):
+            if ti not in first_in:
+                first_in[int(ti)] = lay.copy()
+            layer_t[:, li] = type_t[ti][lay, idx]
+            lay = type_out[ti][lay, idx]
+        # LM head on the last stage.
+        c_lm = dims[:, Op.LM_HEAD]
+        lm_rows = np.maximum(dec + pf_seqs, 1e-9)
+        req = _req_linear(c_lm, lay)
+        t_conv = self._conv(lay, req, lm_rows * sh.hidden * ab, tp, link_tp)
+        t_norm = self._norm_stats(req, lm_rows, tp, link_tp)
+        rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
+        lm_w_local = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
+        lm_flops = 2 * rows_lm * lm_w_local
+        lm_bytes = lm_w_local * wb + rows_lm * (sh.hidden + vpad) * ab
+        t_lm = self._roofline(lm_flops, lm_bytes, self._gemm_flops)
+        out_lm = _out_linear(c_lm, req)
+        t_logits = self._conv(out_lm, np.full(n, R), lm_rows * vpad * c.logits_bytes, tp,
+                              link_tp)
+        lm_total = t_conv + t_norm + t_lm + t_logits
+
+        # Stage sums.
+        cum = np.concatenate([np.zeros((n, 1)), np.cumsum(layer_t, axis=1)], axis=1)
+        bnd = self._bounds[a[:, 2]]                                   # [n, max_pp+1]
+        stage_t = np.take_along_axis(cum, bnd[:, 1:], 1) - np.take_along_axis(cum, bnd[:, :-1], 1)
+        stage_ids = np.arange(self._max_pp)[None, :]
+        stage_t = np.where(stage_ids < pp[:, None], stage_t, 0.0)
+        stage_t[:, 0] += emb_t
+        stage_t[idx, pp - 1] += lm_total
+        p2p_link = self._link(g * pp)
+        p2p_bytes = rows * sh.hidden * ab / t_f
+        p2p = np.where(pp > 1, p2p_bytes / p2p_link.bw + p2p_link.alpha, 0.0)
+
+        # Memory terms per layer type (weights, KV per sequence per rank).
+        w_type = np.stack([self._layer_weights(dims, tp, ep, etp, is_moe)
+                           for is_moe, _ in self._types], axis=1)
+        kv_type = np.stack([self._kv_per_seq(dims, tp, window, self._kv_tokens())
+                            for _, window in self._types], axis=1)
+        c_att = dims[:, Op.ATTENTION]
+        seqs_total = np.ceil(deg["batch"] / dp)
+        kv_seqs_rank = np.where(c_att == 0, np.ceil(seqs_total / t_f), seqs_total)
+        emb_w = np.where(c_emb == 2, vpad * sh.hidden, vpad * sh.hidden / t_f) * wb
+        lm_w = lm_w_local * wb
+        if m.tie_word_embeddings:
+            lm_w = np.where(pp > 1, lm_w, 0.0)   # shared with the embedding on one stage
+        ws = self._workspace(rows, lm_rows, tp, etp, vpad)
+        out = {"stage_t": stage_t, "p2p": p2p, "w_type": w_type, "kv_type_per_seq": kv_type,
+               "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws}
+        if detail:
+            self._detail(out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, first_in,
+                         link_tp, link_g, link_etp, emb_t, (t_conv, t_norm, t_lm, t_logits),
+                         lay, req, out_lm, p2p, pp, recs, op_time)
+            out["collectives"] = [r for r in recs]
+            out["op_time"] = op_time
+        return out
+
+    def _padded_vocab(self, tp: np.ndarray) -> np.ndarray:
+        """Vocabulary padded to a multiple of ``vocab_padding × tp`` (vLLM's rule)."""
+        q = self.config.vocab_padding * tp
+        return (np.ceil(self.shapes.vocab / q) * q).astype(np.float64)
+
+    def _kv_tokens(self) -> float:
+        """Tokens of KV held per sequence: decode ``isl``; serve ``isl + osl/2`` (paged cache,
+        mean occupancy); prefill ``isl``."""
+        return float(self.workload.decode_context) if self.workload.phase is Phase.SERVE \
+            else float(self.workload.isl)
+
+    def _conv(self, src: np.ndarray, dst: np.ndarray, full_bytes: np.ndarray, n: np.ndarray,
+              link: _Link) -> np.ndarray:
+        kind = TRANSITION_KIND[src, dst]
+        return collective_time_s(kind, n, full_bytes, link.bw, link.alpha)
+
+    def _norm_stats(self, layout: np.ndarray, rows: np.ndarray, n: np.ndarray,
+                    link: _Link) -> np.ndarray:
+        """RMSNorm over a hidden-split activation: all-reduce of one fp32 per token."""
+        from .comm import ALL_REDUCE
+        kind = np.where(layout == S1, ALL_REDUCE, 0)
+        return collective_time_s(kind, n, rows * 4.0, link.bw, link.alpha)
+
+    # ------------------------------------------------------------------ one layer
+    def _layer(self, env: dict, dims: np.ndarray, lin: np.ndarray, is_moe: bool,
+               window: int | None, ctx: float, rec: list | None
+               ) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Time of one layer for each row and incoming layout; returns (time, out layout,
+        per-op compute times). ``rec`` collects (where, kind, group, time) when given."""
+        sh, m, c = self.shapes, self.model, self.config
+        ab, wb = self._ab, self._wb
+        t, rows = env["t"], env["rows"]
+        link = env["link_tp"]
+        H = sh.hidden
+        ops: dict[str, np.ndarray] = {}
+
+        def conv(where: str, src, dst, full_bytes, n, lk) -> np.ndarray:
+            tt = self._conv(src, dst, full_bytes, n, lk)
+            if rec is not None:
+                label = transition_label(int(src[0]), int(dst[0]))
+                if label:
+                    rec.append((where, label, int(n[0]), float(tt[0])))
+            return tt
+
+        def local_rows(layout):
+            return np.where(layout == S0, np.ceil(rows / t), rows)
+
+        def linear(name, choice, src, k_dim, n_dim, params, n_grp, lk, rws=None,
+                   peak=None, where=None):
+            """conv + compute of one weight-bearing op on the tp (or etp) axis."""
+            req = _req_linear(choice, src)
+            r_all = rows if rws is None else rws
+            tt = conv(where or f"-> {name}", src, req, r_all * k_dim * ab, n_grp, lk)
+            r_loc = np.where(req == S0, np.ceil(r_all / n_grp), r_all)
+            w_loc = np.where(choice == 2, params, params / n_grp)
+            k_loc = np.where(choice == 0, k_dim / n_grp, k_dim)
+            n_loc = np.where(choice == 1, n_dim / n_grp, n_dim)
+            fl = 2 * r_loc * w_loc
+            by = w_loc * wb + r_loc * (k_loc + n_loc) * ab
+            comp = self._roofline(fl, by, peak or self._gemm_flops)
+            ops[name] = comp
+            return tt + comp, req, _out_linear(choice, req)
+
+        total = np.zeros_like(rows)
+        # ---- attention block
+        c_qkv, c_att, c_o = dims[:, Op.QKV_PROJ], dims[:, Op.ATTENTION], dims[:, Op.O_PROJ]
+        att = m.attention
+        qkv_n = sh.qkv_params / H
+        if att.kind is AttentionKind.GQA:
+            kv_loc = np.where(att.num_kv_heads % env["tp"] == 0, att.num_kv_heads / t, 1.0)
+            split_params = H * (sh.q_out / t + kv_loc * sh.kv_out_per_head) * t
+            qkv_params = np.where(c_qkv == 1, split_params, sh.qkv_params)
+        else:
+            kv_loc = np.ones_like(t)
+            qkv_params = np.where(c_qkv == 1, sh.qkv_replicated_params * t
+                                  + (sh.qkv_params - sh.qkv_replicated_params),
+                                  float(sh.qkv_params))
+        req_q = _req_linear(c_qkv, lin)
+        total += self._norm_stats(req_q, rows, env["tp"], link)
+        tq, _, out_q = linear("qkv_proj", c_qkv, lin, H, qkv_n, qkv_params, t, link,
+                              where="layer input -> qkv_proj")
+        total += tq
+        # attention core
+        req_a = np.where(c_att == 1, S1, np.where(c_att == 0, S0, R))
+        total += conv("qkv_proj -> attention", out_q, req_a, rows * qkv_n * ab, t, link)
+        heads_loc = np.where(c_att == 1, att.num_heads / t, float(att.num_heads))
+        kv_heads = np.where(c_att == 1, kv_loc, float(att.num_kv_heads))
+        split_seq = c_att == 0
+        dec_loc = np.where(split_seq, np.ceil(env["dec"] / t), env["dec"])
+        pf_loc = np.where(split_seq, np.ceil(env["pf"] / t), env["pf"])
+        span_dec = ctx if window is None else min(ctx, window)
+        isl = float(self.workload.isl)
+        span_pf = isl / 2 if window is None else min(isl / 2, float(window))
+        if att.kind is AttentionKind.MLA:
+            lat = float(sh.kv_elems_per_token)
+            kv_lora = float(att.kv_lora_rank or 0)
+            fl = 2 * heads_loc * (dec_loc * span_dec * (2 * kv_lora + att.qk_rope_head_dim)
+                                  + pf_loc * span_pf * (att.head_dim + att.v_head_dim))
+            by = (dec_loc * span_dec + pf_loc) * lat * self._kvb
+        else:
+            fl = 2 * heads_loc * (att.head_dim + att.v_head_dim) * (dec_loc * span_dec
+                                                                    + pf_loc * span_pf)
+            by = (dec_loc * span_dec + pf_loc) * kv_heads * sh.kv_out_per_head * self._kvb
+        by = by + (dec_loc + pf_loc) * (heads_loc * (att.head_dim + att.v_head_dim)) * ab
+        ops["attention"] = self._roofline(fl, by, self._attn_flops)
+        total += ops["attention"]
+        to, _, out_o = linear("o_proj", c_o, req_a, sh.attn_out, H, sh.o_params, t, link,
+                              where="attention -> o_proj")
+        total += to
+        # ---- FFN block
+        if not is_moe:
+            c_up, c_dn = dims[:, Op.DENSE_UP], dims[:, Op.DENSE_DOWN]
+            req_u = _req_linear(c_up, out_o)
+            tu, _, out_u = linear("dense_up", c_up, out_o, H, sh.dense_up_params / H,
+                                  sh.dense_up_params, t, link, where="o_proj -> dense_up")
+            total += tu + self._norm_stats(req_u, rows, env["tp"], link)
+            td, _, out_d = linear("dense_down", c_dn, out_u, sh.dense_width, H,
+                                  sh.dense_down_params, t, link, where="dense_up -> dense_down")
+            total += td
+            return total, out_d, ops
+        # ---- MoE block
+        moe = m.moe
+        assert moe is not None
+        dp, g, ep, etp = env["dp"], env["g"], env["ep"], env["etp"]
+        x = np.where(out_o == P, np.where(dp == 1, R, S0), _resolve(out_o))
+        total += conv("o_proj -> moe", out_o, x, rows * H * ab, t, link)
+        # router
+        c_r = dims[:, Op.ROUTER]
+        tr, _, out_r = linear("router", c_r, x, H, float(moe.num_experts), sh.router_params,
+                              t, link, where="moe input -> router")
+        total += tr + conv("router -> top-k", out_r, x, rows * moe.num_experts * ab, t, link)
+        # routed experts
+        local = (x == R) & (dp == 1)
+        g_f = g.astype(np.float64)
+        rows_g = rows * dp                                    # tokens of the stage group
+        d_ep = np.vectorize(self._d_ep.get, otypes=[np.float64])(ep) if len(self._d_ep) > 1 \
+            else np.ones_like(rows)
+        send = rows_g / g_f * d_ep * etp * H * ab * (1 - 1 / g_f)
+        t_a2a = all_to_all_v_time_s(send, g, env["link_g"].bw, env["link_g"].alpha)
+        t_disp = np.where(local, 0.0, t_a2a)
+        if rec is not None and not bool(local[0]) and g[0] > 1:
+            rec.append(("moe dispatch", "all-to-all", int(g[0]), float(t_a2a[0])))
+            rec.append(("moe combine", "all-to-all", int(g[0]), float(t_a2a[0])))
+        total += 2 * t_disp
+        assign = rows_g * moe.top_k / ep * c.moe_imbalance       # token-expert pairs per EP rank
+        c_eu, c_ed = dims[:, Op.EXPERT_UP], dims[:, Op.EXPERT_DOWN]
+        e_loc = moe.num_experts / ep
+        touched = e_loc * (1 - (1 - moe.top_k / moe.num_experts) ** rows_g)
+        etp_f = etp.astype(np.float64)
+        lin_e = np.where(c_eu == 2, S0, R)
+        link_e = env["link_etp"]
+
+        def expert(name, choice, src, k_dim, n_dim, params, where):
+            req = _req_linear(choice, src)
+            tt = conv(where, src, req, assign * k_dim * ab, etp, link_e)
+            r_loc = np.where(req == S0, np.ceil(assign / etp_f), assign)
+            w_loc = np.where(choice == 2, params, params / etp_f)
+            k_loc = np.where(choice == 0, k_dim / etp_f, k_dim)
+            n_loc = np.where(choice == 1, n_dim / etp_f, n_dim)
+            fl = 2 * r_loc * w_loc
+            by = touched * w_loc * wb + r_loc * (k_loc + n_loc) * ab
+            comp = self._roofline(fl, by, self._gemm_flops)
+            ops[name] = comp
+            return tt + comp, _out_linear(choice, req)
+
+        tu, out_eu = expert("expert_up", c_eu, lin_e, H, sh.expert_up_params / H,
+                            sh.expert_up_params, "dispatch -> expert_up")
+        td, out_ed = expert("expert_down", c_ed, out_eu, sh.expert_width, H,
+                            sh.expert_down_params, "expert_up -> expert_down")
+        total += tu + td
+        out_e = np.where(out_ed == S1, R, out_ed)
+        total += conv("expert_down -> combine", out_ed, out_e, assign * H * ab, etp, link_e)
+        l_moe = np.where(local, np.where(ep == 1, out_e, P), S0)
+        # shared experts: a dense FFN branch from x, summed into l_moe
+        if moe.num_shared_experts:
+            c_su, c_sd = dims[:, Op.SHARED_EXPERT_UP], dims[:, Op.SHARED_EXPERT_DOWN]
+            tsu, _, out_su = linear("shared_expert_up", c_su, x, H, sh.shared_up_params / H,
+                                    sh.shared_up_params, t, link,
+                                    where="moe input -> shared_expert_up")
+            tsd, _, out_sd = linear("shared_expert_down", c_sd, out_su, sh.shared_width, H,
+                                    sh.shared_down_params, t, link,
+                                    where="shared_expert_up -> shared_expert_down")
+            total += tsu + tsd + conv("shared_expert -> moe output", out_sd, l_moe,
+                                      rows * H * ab, t, link)
+        return total, l_moe, ops
+
+    # ------------------------------------------------------------------ memory terms
+    def _layer_weights(self, dims: np.ndarray, tp: np.ndarray, ep: np.ndarray,
+                       etp: np.ndarray, is_moe: bool) -> np.ndarray:
+        """Weight bytes per device of one layer of this kind, ``[n]``."""
+        sh, m, wb = self.shapes, self.model, self._wb
+        t = tp.astype(np.float64)
+
+        def split(choice, params, n=t):
+            return np.where(choice == 2, params, params / n)
+
+        att = m.attention
+        c_qkv = dims[:, Op.QKV_PROJ]
+        if att.kind is AttentionKind.GQA:
+            kv_loc = np.where(att.num_kv_heads % tp == 0, att.num_kv_heads / t, 1.0)
+            qkv_col = sh.hidden * (sh.q_out / t + kv_loc * sh.kv_out_per_head)
+        else:
+            qkv_col = sh.qkv_replicated_params + (sh.qkv_params - sh.qkv_replicated_params) / t
+        qkv = np.where(c_qkv == 1, qkv_col, split(c_qkv, sh.qkv_params))
+        w = qkv + split(dims[:, Op.O_PROJ], sh.o_params)
+        if not is_moe:
+            w = w + split(dims[:, Op.DENSE_UP], sh.dense_up_params) \
+                + split(dims[:, Op.DENSE_DOWN], sh.dense_down_params)
+            return w * wb
+        moe = m.moe
+        assert moe is not None
+        etp_f = etp.astype(np.float64)
+        e_loc = moe.num_experts / ep
+        w = w + split(dims[:, Op.ROUTER], sh.router_params)
+        w = w + e_loc * (split(dims[:, Op.EXPERT_UP], sh.expert_up_params, etp_f)
+                         + split(dims[:, Op.EXPERT_DOWN], sh.expert_down_params, etp_f))
+        if moe.num_shared_experts:
+            w = w + split(dims[:, Op.SHARED_EXPERT_UP], sh.shared_up_params) \
+                + split(dims[:, Op.SHARED_EXPERT_DOWN], sh.shared_down_params)
+        return w * wb
+
+    def _kv_per_seq(self, dims: np.ndarray, tp: np.ndarray, window: int | None,
+                    tokens: float) -> np.ndarray:
+        """KV bytes per device per resident sequence for one layer, ``[n]``.
+
+        GQA head split: ``kv/tp`` heads, or 1 head replicated when ``tp > kv``; MLA head
+        split: the whole latent (replicated, FC-23); sequence split / replicated: all heads
+        (the per-rank sequence count is divided separately for a sequence split).
+        """
+        att = self.model.attention
+        t = tp.astype(np.float64)
+        held = tokens if window is None else min(tokens, float(window))
+        per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
+        c_att = dims[:, Op.ATTENTION]
+        if att.kind is AttentionKind.GQA:
+            kv_loc = np.where(att.num_kv_heads % tp == 0, att.num_kv_heads / t, 1.0)
+            head_split = kv_loc * self.shapes.kv_out_per_head * self._kvb
+            per_tok_arr = np.where(c_att == 1, head_split, per_tok)
+        else:
+            per_tok_arr = np.full(len(dims), per_tok)
+        return per_tok_arr * held
+
+    def _workspace(self, rows: np.ndarray, lm_rows: np.ndarray, tp: np.ndarray,
+                   etp: np.ndarray, vpad: np.ndarray) -> np.ndarray:
+        """Activation workspace per device, bytes: the step's tokens times the widest local
+        activation times ``workspace_width_factor``, plus the logits buffer (FC-20/FC-21)."""
+        sh, c = self.shapes, self.config
+        t = tp.astype(np.float64)
+        widest = np.maximum.reduce([
+            np.full_like(t, float(sh.hidden)), (sh.qkv_params / sh.hidden) / t,
+            2.0 * sh.dense_width / t,
+            2.0 * max(sh.expert_width, sh.shared_width) / etp.astype(np.float64)
+            * (self.model.moe.top_k if self.model.moe else 1)])
+        act = rows * widest * self._ab * c.workspace_width_factor
+        logits = lm_rows * vpad / t * c.logits_bytes
+        return act + logits
+
+    # ------------------------------------------------------------------ breakdown
+    def _detail(self, out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, first_in, link_tp,
+                link_g, link_etp, emb_t, lm_parts, lay, req_lm, out_lm, p2p, pp, recs,
+                op_time) -> None:
+        """Fill the breakdown of row 0: collectives per micro-batch pass and op times."""
+        counts: dict[int, int] = {}
+        for ti in self._layer_type:
+            counts[int(ti)] = counts.get(int(ti), 0) + 1
+        env1 = dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g, rows=rows,
+                    dec=dec, pf=pf, link_tp=link_tp, link_g=link_g, link_etp=link_etp)
+        agg: dict[tuple[str, str, int], list] = {}
+        for ti, (is_moe, window) in enumerate(self._types):
+            rec: list = []
+            _, _, ops = self._layer(env1, dims, first_in[ti], is_moe, window, ctx, rec)
+            for where, kind, grp, tt in rec:
+                key = (where, kind, grp)
+                agg.setdefault(key, [0.0, 0])
+                agg[key][0] = tt
+                agg[key][1] += counts[ti]
+            for name, arr in ops.items():
+                op_time[name] = op_time.get(name, 0.0) + float(arr[0]) * counts[ti]
+        for (where, kind, grp), (tt, k) in agg.items():
+            recs.append(CollectiveUse(where, kind, grp, tt, k))
+        t_conv, t_norm, t_lm, t_logits = (float(x[0]) for x in lm_parts)
+        lab = transition_label(int(lay[0]), int(req_lm[0]))
+        if lab:
+            recs.append(CollectiveUse("last layer -> lm_head", lab, int(tp[0]), t_conv, 1))
+        lab = transition_label(int(out_lm[0]), R)
+        if lab:
+            recs.append(CollectiveUse("lm_head -> logits", lab, int(tp[0]), t_logits, 1))
+        if pp[0] > 1:
+            recs.append(CollectiveUse("stage -> stage", "send-recv", 2, float(p2p[0]),
+                                      int(pp[0]) - 1))
+        op_time["embedding"] = float(emb_t[0])
+        op_time["lm_head"] = t_lm
+
+
+def placement_summary(strategy: Strategy) -> list[tuple[str, str]]:
+    """(operator, placement) pairs for reports, e.g. ``("o_proj", "Shard(0)")``."""
+    return [(OP_NAMES[i], CHOICE_NAMES[d]) for i, d in enumerate(strategy.dims)]
+
+
+__all__ = ["BatchEstimate", "CollectiveUse", "CostModel", "Estimate", "MemoryBreakdown",
+           "INVALID_BITS_ALL", "LAYOUTS", "NUM_OPS", "placement_summary"]

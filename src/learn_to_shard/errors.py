@@ -1,0 +1,29 @@
+"""The error hierarchy.
+
+Bad input raises a :class:`PlannerError` subclass whose message is one line that names the
+file or field and what would be valid; the CLI prints it and exits with code 2. An infeasible
+*strategy* is never an exception: it is an :class:`~learn_to_shard.cost.Estimate` with
+``feasible=False`` and named violations.
+"""
+
+from __future__ import annotations
+
+
+class PlannerError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(PlannerError):
+    """A malformed input (config.json, cluster file, CLI value); the message names the field."""
+
+
+class UnsupportedModelError(PlannerError):
+    """A well-formed model config whose architecture the planner cannot model."""
+
+
+class NoFeasiblePlanError(PlannerError):
+    """No strategy satisfies memory and SLO limits; carries the reasons (an expected outcome)."""
+
+    def __init__(self, message: str, reasons: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.reasons = reasons

@@ -1,0 +1,60 @@
+"""Accelerator and cluster descriptions (SI units: FLOP/s, bytes, bytes/s, seconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """One accelerator type and the links of the system it usually sits in.
+
+    Attributes:
+        name: preset key, e.g. ``"h100-sxm"``.
+        display_name: human name, e.g. ``"NVIDIA H100 SXM5 80GB"``.
+        peak_bf16_flops_per_s: dense (no 2:4 sparsity) BF16 tensor-core peak, FLOP/s.
+        peak_fp8_flops_per_s: dense FP8 peak, FLOP/s; ``None`` if the chip has no FP8 math.
+        hbm_bytes: device memory capacity, bytes.
+        hbm_bytes_per_s: peak memory bandwidth, bytes/s.
+        scale_up_domain: devices in one scale-up (NVLink / xGMI / NeuronLink) domain, i.e. a node.
+        scale_up_bytes_per_s: per-device unidirectional scale-up bandwidth, bytes/s
+            (datasheets quote bidirectional totals; this is half of that).
+        scale_out_bytes_per_s: per-device scale-out (InfiniBand / EFA) bandwidth, bytes/s.
+        scale_up_latency_s: per-collective-step latency inside the domain, seconds.
+        scale_out_latency_s: per-collective-step latency across domains, seconds.
+        sources: where each number comes from (field -> citation).
+    """
+
+    name: str
+    display_name: str
+    peak_bf16_flops_per_s: float
+    peak_fp8_flops_per_s: float | None
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    scale_up_domain: int
+    scale_up_bytes_per_s: float
+    scale_out_bytes_per_s: float
+    scale_up_latency_s: float
+    scale_out_latency_s: float
+    sources: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """A homogeneous cluster: ``num_devices`` devices of one type in domains of
+    ``device.scale_up_domain``.
+
+    Attributes:
+        device: the accelerator type.
+        num_devices: total devices available to the plan.
+        name: label for reports, e.g. ``"h100-sxm:64"``.
+    """
+
+    device: DeviceSpec
+    num_devices: int
+    name: str = ""
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices in one scale-up domain (never more than the cluster holds)."""
+        return min(self.device.scale_up_domain, self.num_devices)

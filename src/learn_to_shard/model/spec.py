@@ -1,0 +1,146 @@
+"""Typed description of a decoder-only transformer, as the cost model needs it.
+
+A :class:`ModelSpec` is built from a HuggingFace ``config.json`` by
+:func:`learn_to_shard.model.load_model`. Shapes follow the HF module layout; weights are counted
+in parameters (multiply by the weight dtype's bytes for memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class AttentionKind(str, Enum):
+    """Attention variant. ``GQA`` covers MHA (kv == heads) and MQA (kv == 1); ``MLA`` is
+    DeepSeek's multi-head latent attention (one shared latent KV "head")."""
+
+    GQA = "gqa"
+    MLA = "mla"
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionSpec:
+    """Attention block shape (identical in every layer; per-layer windows live in LayerSpec).
+
+    Attributes:
+        kind: GQA (incl. MHA/MQA) or MLA.
+        num_heads: query heads.
+        num_kv_heads: KV heads for GQA; 1 for MLA (the latent cache is shared by all heads).
+        head_dim: query/key head dimension (for MLA: qk_nope_head_dim + qk_rope_head_dim).
+        v_head_dim: value head dimension (== head_dim for GQA).
+        q_lora_rank: MLA query low-rank dimension, ``None`` when q is projected directly.
+        kv_lora_rank: MLA latent KV dimension (``None`` for GQA).
+        qk_rope_head_dim: MLA decoupled RoPE key dimension (0 for GQA).
+        qkv_bias: whether q/k/v projections carry a bias.
+        o_bias: whether the output projection carries a bias.
+        qk_norm: per-head RMSNorm on q and k (Qwen3, Llama-4 with use_qk_norm).
+        sinks: per-head learned attention sinks (gpt-oss).
+    """
+
+    kind: AttentionKind
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int = 0
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    sinks: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MoESpec:
+    """Mixture-of-experts block shape (used by the layers with ``LayerSpec.is_moe``).
+
+    Attributes:
+        num_experts: routed experts per MoE layer.
+        top_k: routed experts per token.
+        expert_intermediate_size: FFN width of one routed expert (gated: 3 matrices).
+        num_shared_experts: always-active shared experts (0 if none); they are fused into one
+            shared FFN of width ``num_shared_experts * shared_intermediate_size``.
+        shared_intermediate_size: FFN width of one shared expert.
+        router_bias: router (gate) linear carries a bias (gpt-oss) or a correction bias
+            vector (DeepSeek-V3 ``e_score_correction_bias``).
+        expert_bias: expert linears carry biases (gpt-oss).
+    """
+
+    num_experts: int
+    top_k: int
+    expert_intermediate_size: int
+    num_shared_experts: int = 0
+    shared_intermediate_size: int = 0
+    router_bias: bool = False
+    expert_bias: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSpec:
+    """One decoder layer's kind.
+
+    Attributes:
+        is_moe: MoE FFN (routed + optional shared experts) rather than a dense FFN.
+        window: attention span limit in tokens (sliding window or chunked attention), ``None``
+            for full attention. The KV cache of such a layer holds at most ``window`` tokens.
+    """
+
+    is_moe: bool
+    window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only LLM as the planner sees it.
+
+    Attributes:
+        name: short name (shipped config name or file stem).
+        architecture: HF ``architectures[0]`` (or ``model_type``), for messages.
+        hidden_size: model width H.
+        vocab_size: vocabulary V (unpadded).
+        attention: the attention block.
+        dense_intermediate_size: FFN width of the dense (non-MoE) layers; 0 if there are none.
+        gated_mlp: FFNs have gate+up+down (SwiGLU, 3 matrices) rather than up+down.
+        mlp_bias: dense FFN linears carry biases.
+        moe: the MoE block, ``None`` for dense models.
+        layers: one :class:`LayerSpec` per decoder layer, in order.
+        tie_word_embeddings: LM head shares the embedding matrix.
+        weight_block_size: quantisation block (rows, cols) of block-quantised checkpoints
+            (DeepSeek FP8: (128, 128)); every sharded weight dim must be a multiple of it.
+        native_dtype: ``torch_dtype`` of the checkpoint (informational).
+        max_position_embeddings: longest context the model supports (tokens).
+        source: path of the config file read.
+    """
+
+    name: str
+    architecture: str
+    hidden_size: int
+    vocab_size: int
+    attention: AttentionSpec
+    dense_intermediate_size: int
+    gated_mlp: bool
+    moe: MoESpec | None
+    layers: tuple[LayerSpec, ...]
+    tie_word_embeddings: bool = False
+    mlp_bias: bool = False
+    weight_block_size: tuple[int, int] | None = None
+    native_dtype: str = "bfloat16"
+    max_position_embeddings: int = 0
+    source: str = ""
+
+    @property
+    def num_layers(self) -> int:
+        """Number of decoder layers."""
+        return len(self.layers)
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Number of MoE layers."""
+        return sum(1 for layer in self.layers if layer.is_moe)
+
+    @property
+    def is_moe(self) -> bool:
+        """True if any layer is an MoE layer."""
+        return self.moe is not None and self.num_moe_layers > 0

@@ -1,0 +1,255 @@
+"""The strategy space: candidate values of each head, the integer action vector, validity rules.
+
+Action vector (``A = 5 + 12`` integers, gymnasium ``MultiDiscrete``):
+``[tp_idx, ep_idx, pp_idx, dp_idx, batch_idx, dim_0, ..., dim_11]`` — the paper's four coarse
+heads (TP, EP, PP, batch; arXiv 2509.00217 §3) plus attention-DP, then one ``{0, 1, ∅}`` head per
+fused operator. Candidate degrees are powers of two and divisors of the device count (so 6-GPU
+boxes get TP=2 × PP=3), capped by the model (heads, experts, layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware.spec import ClusterSpec
+from ..model.spec import AttentionKind, ModelSpec
+from .ops import NUM_OPS, Op
+from .strategy import Strategy
+
+NUM_COARSE = 5
+TP_HEAD, EP_HEAD, PP_HEAD, DP_HEAD, BATCH_HEAD = range(NUM_COARSE)
+ACTION_LEN = NUM_COARSE + NUM_OPS
+
+#: Largest TP degree considered: beyond one NVL72-class scale-up domain TP is never useful.
+MAX_TP = 64
+#: Largest batch (sequences per instance) considered: 2**16.
+MAX_BATCH_LOG2 = 16
+
+# Validity rules: (bit, name, explanation). Names are what users see.
+RULES: tuple[tuple[str, str], ...] = (
+    ("devices", "pp × tp × dp exceeds the cluster's device count"),
+    ("heads", "a head-split operator needs num_attention_heads divisible by tp"),
+    ("kv_heads", "head split needs num_key_value_heads divisible by tp, or tp a multiple of it "
+     "(KV-head replication)"),
+    ("hidden", "an operator split on the hidden dim needs hidden_size divisible by its group"),
+    ("ffn", "an FFN split on its intermediate dim needs intermediate_size divisible by its group"),
+    ("experts", "ep must divide the number of routed experts (and be 1 for dense models)"),
+    ("ep_group", "ep must divide the stage group tp × dp (moe_tp × moe_ep = tp × attention_dp)"),
+    ("layers", "pp cannot exceed the number of layers"),
+    ("batch", "batch must be a multiple of dp"),
+    ("router", "a router split on its expert dim needs num_experts divisible by tp"),
+    ("quant_block",
+     "every sharded dim of a block-quantised weight must be a multiple of its block"),
+)
+RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
+
+
+def _candidates(limit: int, n_devices: int) -> tuple[int, ...]:
+    """Powers of two and divisors of ``n_devices``, all ``<= limit`` (at least ``(1,)``)."""
+    vals = {1 << i for i in range(0, 31) if (1 << i) <= limit}
+    vals |= {d for d in range(1, min(limit, n_devices) + 1) if n_devices % d == 0}
+    return tuple(sorted(v for v in vals if v <= limit))
+
+
+@dataclass(frozen=True)
+class StrategySpace:
+    """Candidate values per head for one (model, cluster) pair, and the validity rules.
+
+    Attributes:
+        model: the model.
+        cluster: the cluster.
+        tp_values, ep_values, pp_values, dp_values, batch_values: candidate values per head.
+    """
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    tp_values: tuple[int, ...]
+    ep_values: tuple[int, ...]
+    pp_values: tuple[int, ...]
+    dp_values: tuple[int, ...]
+    batch_values: tuple[int, ...]
+
+    @classmethod
+    def build(cls, model: ModelSpec, cluster: ClusterSpec,
+              batch_values: tuple[int, ...] | None = None) -> StrategySpace:
+        """Candidate lists for ``model`` on ``cluster``.
+
+        Args:
+            model: the model.
+            cluster: the cluster (its device count bounds every degree).
+            batch_values: override the batch candidates (default powers of two 1..2**16).
+        """
+        n = cluster.num_devices
+        tp = _candidates(min(MAX_TP, n), n)
+        if model.is_moe and model.moe is not None:
+            e = model.moe.num_experts
+            ep = tuple(v for v in _candidates(min(e, n), n) if e % v == 0)
+        else:
+            ep = (1,)
+        pp = _candidates(min(model.num_layers, n), n)
+        dp = _candidates(n, n)
+        batch = batch_values or tuple(1 << i for i in range(MAX_BATCH_LOG2 + 1))
+        return cls(model, cluster, tp, ep, pp, dp, tuple(batch))
+
+    # ---------------------------------------------------------------- encoding
+    @property
+    def nvec(self) -> np.ndarray:
+        """Number of choices per action component, shape ``[ACTION_LEN]`` (MultiDiscrete)."""
+        coarse = [len(self.tp_values), len(self.ep_values), len(self.pp_values),
+                  len(self.dp_values), len(self.batch_values)]
+        return np.array(coarse + [3] * NUM_OPS, dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        """Number of distinct action vectors (product of ``nvec``)."""
+        return int(np.prod(self.nvec.astype(object)))
+
+    def encode(self, s: Strategy) -> np.ndarray:
+        """Strategy -> action vector ``[ACTION_LEN]`` of indices.
+
+        Raises:
+            ValueError: if a degree or the batch is not among this space's candidates.
+        """
+        try:
+            coarse = [self.tp_values.index(s.tp), self.ep_values.index(s.ep),
+                      self.pp_values.index(s.pp), self.dp_values.index(s.dp),
+                      self.batch_values.index(s.batch)]
+        except ValueError as exc:
+            raise ValueError(f"{s.short()} is outside this strategy space: {exc}") from None
+        return np.array(coarse + list(s.dims), dtype=np.int64)
+
+    def decode(self, action: np.ndarray) -> Strategy:
+        """Action vector -> Strategy (indices are clipped to the head sizes)."""
+        a = np.asarray(action, dtype=np.int64)
+        return Strategy(tp=self.tp_values[int(a[TP_HEAD])], ep=self.ep_values[int(a[EP_HEAD])],
+                        pp=self.pp_values[int(a[PP_HEAD])], dp=self.dp_values[int(a[DP_HEAD])],
+                        batch=self.batch_values[int(a[BATCH_HEAD])],
+                        dims=tuple(int(d) for d in a[NUM_COARSE:]))
+
+    def degrees_many(self, actions: np.ndarray) -> dict[str, np.ndarray]:
+        """Vectorised decode of the coarse heads: arrays ``tp, ep, pp, dp, batch``, ``[n]``."""
+        a = np.asarray(actions, dtype=np.int64)
+        return {
+            "tp": np.asarray(self.tp_values, dtype=np.int64)[a[:, TP_HEAD]],
+            "ep": np.asarray(self.ep_values, dtype=np.int64)[a[:, EP_HEAD]],
+            "pp": np.asarray(self.pp_values, dtype=np.int64)[a[:, PP_HEAD]],
+            "dp": np.asarray(self.dp_values, dtype=np.int64)[a[:, DP_HEAD]],
+            "batch": np.asarray(self.batch_values, dtype=np.int64)[a[:, BATCH_HEAD]],
+        }
+
+    # ---------------------------------------------------------------- validity
+    def rule_bits_many(self, actions: np.ndarray) -> np.ndarray:
+        """Structural validity of many action vectors.
+
+        Args:
+            actions: ``[n, ACTION_LEN]`` integer array.
+
+        Returns:
+            ``[n]`` int64 bit-set of broken rules (``RULE_BIT``); 0 means structurally valid.
+            Memory and SLOs are the cost model's business, not this.
+        """
+        a = np.asarray(actions, dtype=np.int64)
+        d = self.degrees_many(a)
+        tp, ep, pp, dp, batch = d["tp"], d["ep"], d["pp"], d["dp"], d["batch"]
+        dims = a[:, NUM_COARSE:]
+        m = self.model
+        att = m.attention
+        g = tp * dp
+        etp = np.maximum(g // np.maximum(ep, 1), 1)
+        bits = np.zeros(len(a), dtype=np.int64)
+
+        def flag(name: str, broken: np.ndarray) -> None:
+            nonlocal bits
+            bits = bits | np.where(broken, RULE_BIT[name], 0)
+
+        def div(x: int, t: np.ndarray) -> np.ndarray:
+            return (x % t) == 0
+
+        op = lambda o: dims[:, int(o)]  # noqa: E731
+        has_dense = any(not layer.is_moe for layer in m.layers)
+        has_moe = m.is_moe
+        has_shared = has_moe and m.moe is not None and m.moe.num_shared_experts > 0
+        split = tp > 1
+
+        flag("devices", tp * dp * pp > self.cluster.num_devices)
+        head_split = (op(Op.QKV_PROJ) == 1) | (op(Op.ATTENTION) == 1) | (op(Op.O_PROJ) == 0)
+        flag("heads", split & head_split & ~div(att.num_heads, tp))
+        if att.kind is AttentionKind.GQA:
+            kv_ok = div(att.num_kv_heads, tp) | ((tp % att.num_kv_heads) == 0)
+            flag("kv_heads", split & ((op(Op.QKV_PROJ) == 1) | (op(Op.ATTENTION) == 1)) & ~kv_ok)
+        h = m.hidden_size
+        hidden_split = ((op(Op.EMBEDDING) == 1) | (op(Op.QKV_PROJ) == 0) | (op(Op.O_PROJ) == 1)
+                        | (op(Op.LM_HEAD) == 0))
+        if has_dense:
+            hidden_split |= (op(Op.DENSE_UP) == 0) | (op(Op.DENSE_DOWN) == 1)
+        if has_moe:
+            hidden_split |= op(Op.ROUTER) == 0
+        if has_shared:
+            hidden_split |= (op(Op.SHARED_EXPERT_UP) == 0) | (op(Op.SHARED_EXPERT_DOWN) == 1)
+        bad_hidden = split & hidden_split & ~div(h, tp)
+        ffn_bad = np.zeros(len(a), dtype=bool)
+        if has_dense:
+            ffn_split = (op(Op.DENSE_UP) == 1) | (op(Op.DENSE_DOWN) == 0)
+            ffn_bad |= split & ffn_split & ~div(m.dense_intermediate_size, tp)
+        if has_moe and m.moe is not None:
+            moe = m.moe
+            esplit = etp > 1
+            e_ffn = (op(Op.EXPERT_UP) == 1) | (op(Op.EXPERT_DOWN) == 0)
+            e_hid = (op(Op.EXPERT_UP) == 0) | (op(Op.EXPERT_DOWN) == 1)
+            ffn_bad |= esplit & e_ffn & ~div(moe.expert_intermediate_size, etp)
+            bad_hidden |= esplit & e_hid & ~div(h, etp)
+            if has_shared:
+                s_ffn = (op(Op.SHARED_EXPERT_UP) == 1) | (op(Op.SHARED_EXPERT_DOWN) == 0)
+                width = moe.num_shared_experts * moe.shared_intermediate_size
+                ffn_bad |= split & s_ffn & ~div(width, tp)
+            flag("experts", ~div(moe.num_experts, ep))
+            flag("ep_group", (g % ep) != 0)
+            flag("router", split & (op(Op.ROUTER) == 1) & ~div(moe.num_experts, tp))
+        else:
+            flag("experts", ep != 1)
+        flag("hidden", bad_hidden)
+        flag("ffn", ffn_bad)
+        flag("layers", pp > m.num_layers)
+        flag("batch", (batch % dp) != 0)
+        if m.weight_block_size is not None:
+            flag("quant_block", self._quant_block_bad(dims, tp, etp))
+        return bits
+
+    def _quant_block_bad(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray) -> np.ndarray:
+        """Block-quantised checkpoints (e.g. DeepSeek FP8, 128×128): each sharded weight dim
+        divided by its group must stay a multiple of the block (SGLang issue 3345, FC-09)."""
+        m = self.model
+        assert m.weight_block_size is not None
+        blk = max(m.weight_block_size)
+        h = m.hidden_size
+
+        def bad(size: int, t: np.ndarray) -> np.ndarray:
+            return (t > 1) & (((size % t) != 0) | (((size // np.maximum(t, 1)) % blk) != 0))
+
+        out = np.zeros(len(dims), dtype=bool)
+        d = lambda o: dims[:, int(o)]  # noqa: E731
+        if any(not layer.is_moe for layer in m.layers):
+            ffn = m.dense_intermediate_size
+            out |= ((d(Op.DENSE_UP) == 1) | (d(Op.DENSE_DOWN) == 0)) & bad(ffn, tp)
+            out |= ((d(Op.DENSE_UP) == 0) | (d(Op.DENSE_DOWN) == 1)) & bad(h, tp)
+        if m.is_moe and m.moe is not None:
+            ffn = m.moe.expert_intermediate_size
+            out |= ((d(Op.EXPERT_UP) == 1) | (d(Op.EXPERT_DOWN) == 0)) & bad(ffn, etp)
+            out |= ((d(Op.EXPERT_UP) == 0) | (d(Op.EXPERT_DOWN) == 1)) & bad(h, etp)
+            if m.moe.num_shared_experts:
+                width = m.moe.num_shared_experts * m.moe.shared_intermediate_size
+                s_up, s_down = d(Op.SHARED_EXPERT_UP), d(Op.SHARED_EXPERT_DOWN)
+                out |= ((s_up == 1) | (s_down == 0)) & bad(width, tp)
+        return out
+
+    def violations(self, s: Strategy | np.ndarray) -> tuple[str, ...]:
+        """Names and explanations of the structural rules ``s`` breaks (empty if valid)."""
+        a = self.encode(s) if isinstance(s, Strategy) else np.asarray(s, dtype=np.int64)
+        bits = int(self.rule_bits_many(a[None, :])[0])
+        return tuple(f"{name}: {text}" for name, text in RULES if bits & RULE_BIT[name])
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` uniform action vectors, ``[n, ACTION_LEN]`` (the paper's random walk draws)."""
+        return rng.integers(0, self.nvec, size=(n, ACTION_LEN), dtype=np.int64)

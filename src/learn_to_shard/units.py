@@ -1,0 +1,58 @@
+"""Unit constants and converters: the only place where scale factors such as 1e-3 or 2**30 appear.
+
+Inside the package every quantity is in SI base units (seconds, bytes, FLOPs, FLOP/s, bytes/s);
+conversion happens only at the edges (CLI parsing, tables, data files) through this module.
+GB means 1e9 bytes and GiB means 2**30 bytes; names always say which.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+
+KIB = 2**10
+MIB = 2**20
+GIB = 2**30
+KB = 1e3
+MB = 1e6
+GB = 1e9
+TB = 1e12
+TERA = 1e12
+MS = 1e-3
+US = 1e-6
+
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$")
+_DURATION_SCALE_S = {"s": 1.0, None: 1.0, "ms": MS, "us": US, "µs": US, "ns": 1e-9}
+
+
+def parse_duration_s(text: str, *, field: str) -> float:
+    """Parse a duration such as ``"50ms"``, ``"1.5s"``, ``"200us"`` or ``"0.05"`` into seconds.
+
+    Args:
+        text: the value as typed; a bare number means seconds.
+        field: the option or field name, used in the error message.
+
+    Returns:
+        The duration in seconds (> 0).
+
+    Raises:
+        ConfigError: if the text is not a positive number with an optional unit s/ms/us/ns.
+    """
+    m = _DURATION_RE.match(str(text))
+    if not m:
+        raise ConfigError(f"{field}: cannot read duration {text!r}; write e.g. 50ms, 1.5s or 200us")
+    value = float(m.group(1)) * _DURATION_SCALE_S[m.group(2)]
+    if value <= 0:
+        raise ConfigError(f"{field}: duration must be positive, got {text!r}")
+    return value
+
+
+def to_ms(seconds: float) -> float:
+    """Seconds to milliseconds, for display."""
+    return seconds / MS
+
+
+def to_gib(n_bytes: float) -> float:
+    """Bytes to GiB (2**30 bytes), for display."""
+    return n_bytes / GIB

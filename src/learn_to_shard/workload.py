@@ -1,0 +1,89 @@
+"""The serving workload: phase, sequence lengths, dtypes and latency SLOs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .errors import ConfigError
+
+
+class Phase(str, Enum):
+    """What is being optimised.
+
+    * ``decode``: steady decoding at a fixed context length (the paper's setting); objective is
+      output tokens/s per device; TPOT SLO applies.
+    * ``prefill``: processing prompts of ``isl`` tokens; objective is prompt tokens/s per device;
+      TTFT SLO applies.
+    * ``serve``: steady-state continuous batching (prefill of new requests interleaved with the
+      decode of running ones, see :mod:`learn_to_shard.cost.model`); objective is output
+      tokens/s per device; TTFT and TPOT SLOs apply.
+    """
+
+    DECODE = "decode"
+    PREFILL = "prefill"
+    SERVE = "serve"
+
+
+class DType(str, Enum):
+    """Storage / math precision of weights or KV cache."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+    @property
+    def bytes(self) -> int:
+        """Bytes per element (bf16: 2, fp8: 1)."""
+        return 2 if self is DType.BF16 else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A serving workload.
+
+    Attributes:
+        phase: decode, prefill or serve.
+        isl: input (prompt) length in tokens.
+        osl: output length in tokens (decode: 0 means "context is isl, steady state").
+        weight_dtype: weight precision; FP8 also selects FP8 GEMM math.
+        kv_dtype: KV-cache precision.
+        ttft_slo_s: time-to-first-token limit in seconds, ``None`` for none.
+        tpot_slo_s: time-per-output-token limit in seconds, ``None`` for none.
+        activation_dtype: activations and communication precision (bf16; DESIGN §3).
+
+    Raises:
+        ConfigError: (from :meth:`validate`) on non-positive lengths.
+    """
+
+    phase: Phase
+    isl: int
+    osl: int = 0
+    weight_dtype: DType = DType.BF16
+    kv_dtype: DType = DType.BF16
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    activation_dtype: DType = DType.BF16
+
+    def __post_init__(self) -> None:
+        if self.isl <= 0:
+            raise ConfigError(f"--isl/--context: must be a positive token count, got {self.isl}")
+        if self.osl < 0:
+            raise ConfigError(f"--osl: must be >= 0, got {self.osl}")
+        if self.phase is Phase.SERVE and self.osl <= 0:
+            raise ConfigError("--osl: the serve phase needs a positive output length")
+
+    @property
+    def decode_context(self) -> float:
+        """Mean KV length (tokens) a decode step attends over.
+
+        decode: ``isl`` (the context is fixed, as in the paper's 16k/32k/64k settings);
+        serve: ``isl + osl / 2`` (a running request is on average half-way through its output).
+        """
+        if self.phase is Phase.SERVE:
+            return self.isl + self.osl / 2
+        return float(self.isl)
+
+    @property
+    def max_context(self) -> int:
+        """Longest sequence (tokens) one request reaches: ``isl + osl``."""
+        return self.isl + self.osl

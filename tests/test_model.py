@@ -1,0 +1,294 @@
+"""Tests of config loading (``load_model``) and parameter counting (``count_params``).
+
+Expected figures are the "Params, computed" column of ``data/models/SOURCES.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from learn_to_shard.errors import ConfigError, UnsupportedModelError
+from learn_to_shard.model import (
+    AttentionKind,
+    count_params,
+    load_model,
+    shipped_model_names,
+)
+from learn_to_shard.model.params import (
+    attention_params,
+    dense_mlp_params,
+    expert_params,
+    router_params,
+    shared_expert_params,
+)
+
+B = 1e9
+
+# name -> (total, active) from SOURCES.md; active None where SOURCES.md gives none (dense models:
+# active == total there). SOURCES.md quotes active *with* the input embedding, except gpt-oss
+# ("active counts the unembedding but not the embedding"), which matches ParamCount.active;
+# see ACTIVE_EXCLUDES_EMBEDDING.
+SOURCES: dict[str, tuple[float, float | None]] = {
+    "llama-3.1-8b": (8.03 * B, None),
+    "llama-3.1-70b": (70.55 * B, None),
+    "llama-3.1-405b": (405.85 * B, None),
+    "qwen3-32b": (32.76 * B, None),
+    "qwen3-30b-a3b": (30.53 * B, 3.35 * B),
+    "qwen3-235b-a22b": (235.09 * B, 22.19 * B),
+    "mixtral-8x7b": (46.70 * B, 12.88 * B),
+    "mixtral-8x22b": (140.62 * B, 39.15 * B),
+    "deepseek-v2-lite": (15.71 * B, 2.66 * B),
+    "deepseek-v3": (671.0 * B, 37.5 * B),  # main model; MTP layer excluded
+    "kimi-k2": (1026.4 * B, 32.9 * B),
+    "gpt-oss-20b": (20.91 * B, 3.61 * B),
+    "gpt-oss-120b": (116.83 * B, 5.13 * B),
+    "llama-4-scout": (107.8 * B, 17.2 * B),  # text-only
+    "llama-4-maverick": (400.7 * B, 17.2 * B),  # text-only
+    "gpt-moe-1.2t": (1182.0 * B, None),
+    "gpt-moe-1.6t": (1575.0 * B, None),
+}
+ACTIVE_EXCLUDES_EMBEDDING = {"gpt-oss-20b", "gpt-oss-120b"}
+
+
+def _shipped_json(name: str) -> dict[str, Any]:
+    text = (resources.files("learn_to_shard") / "data" / "models" / f"{name}.json").read_text()
+    return json.loads(text)
+
+
+def _write(tmp_path: Path, data: Any, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_shipped_names_are_exactly_the_supported_models() -> None:
+    assert shipped_model_names() == sorted(SOURCES)
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_total_and_active_params_match_sources(name: str) -> None:
+    spec = load_model(name)
+    counts = count_params(spec)
+    total, active = SOURCES[name]
+    assert counts.total == pytest.approx(total, rel=0.01)
+    components = (
+        counts.embedding,
+        counts.lm_head,
+        counts.attention,
+        counts.dense_mlp,
+        counts.router,
+        counts.routed_experts,
+        counts.shared_experts,
+        counts.norms,
+    )
+    assert sum(components) == counts.total
+    if active is None:
+        assert spec.moe is None or spec.num_moe_layers == spec.num_layers
+        if spec.moe is None:
+            assert counts.active_with_embedding == counts.total
+        return
+    measured = counts.active if name in ACTIVE_EXCLUDES_EMBEDDING else counts.active_with_embedding
+    assert measured == pytest.approx(active, rel=0.01)
+
+
+def test_per_layer_helpers_llama_8b() -> None:
+    spec = load_model("llama-3.1-8b")
+    h, kv = 4096, 8 * 128
+    assert attention_params(spec) == h * h + 2 * h * kv + h * h
+    assert dense_mlp_params(spec) == 3 * h * 14336
+    assert expert_params(spec) == shared_expert_params(spec) == router_params(spec) == 0
+
+
+def test_per_layer_helpers_moe() -> None:
+    v3 = load_model("deepseek-v3")
+    assert expert_params(v3) == 3 * 7168 * 2048
+    assert shared_expert_params(v3) == 3 * 7168 * 2048
+    assert router_params(v3) == 7168 * 256 + 256  # e_score_correction_bias (noaux_tc)
+    oss = load_model("gpt-oss-20b")
+    assert expert_params(oss) == 3 * 2880 * 2880 + 2 * 2880 + 2880
+    assert router_params(oss) == 2880 * 32 + 32
+    # q/k/v/o weights + biases + 64 sinks
+    assert attention_params(oss) == 2880 * (4096 + 1024) + 4096 * 2880 + (4096 + 1024) + 2880 + 64
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer structure
+# ---------------------------------------------------------------------------------------------
+
+
+def test_deepseek_v3_structure() -> None:
+    spec = load_model("deepseek-v3")
+    assert [layer.is_moe for layer in spec.layers] == [False] * 3 + [True] * 58
+    a = spec.attention
+    assert a.kind is AttentionKind.MLA
+    assert (a.q_lora_rank, a.kv_lora_rank, a.head_dim, a.v_head_dim) == (1536, 512, 192, 128)
+    assert spec.moe is not None and spec.moe.num_shared_experts == 1
+    assert spec.weight_block_size == (128, 128)
+    assert spec.dense_intermediate_size == 18432
+
+
+def test_deepseek_v2_lite_has_no_q_lora() -> None:
+    spec = load_model("deepseek-v2-lite")
+    assert spec.attention.q_lora_rank is None
+    assert spec.num_moe_layers == 26 and not spec.layers[0].is_moe
+    assert spec.moe is not None and spec.moe.router_bias is False  # topk_method greedy
+
+
+def test_llama4_maverick_alternates_dense_and_moe() -> None:
+    spec = load_model("llama-4-maverick")
+    assert [layer.is_moe for layer in spec.layers] == [False, True] * 24
+    assert spec.dense_intermediate_size == 16384
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.num_shared_experts) == (128, 1, 1)
+    # chunked attention on RoPE layers, every 4th (NoPE) layer global
+    assert [layer.window for layer in spec.layers[:8]] == [8192, 8192, 8192, None] * 2
+
+
+def test_llama4_scout_all_moe() -> None:
+    spec = load_model("llama-4-scout")
+    assert spec.num_moe_layers == 48 and spec.dense_intermediate_size == 0
+    assert sum(layer.window is None for layer in spec.layers) == 12
+
+
+def test_gpt_oss_20b_alternating_windows() -> None:
+    spec = load_model("gpt-oss-20b")
+    assert [layer.window for layer in spec.layers] == [128, None] * 12
+    assert spec.attention.sinks and spec.attention.qkv_bias and spec.attention.o_bias
+    assert spec.moe is not None and spec.moe.top_k == 4 and spec.moe.expert_bias
+
+
+def test_qwen3_30b_a3b_all_moe() -> None:
+    spec = load_model("qwen3-30b-a3b")
+    assert spec.num_moe_layers == spec.num_layers == 48
+    assert spec.attention.qk_norm and spec.attention.head_dim == 128
+    assert spec.dense_intermediate_size == 0
+
+
+def test_qwen3_moe_sparse_step_and_mlp_only_layers(tmp_path: Path) -> None:
+    data = _shipped_json("qwen3-30b-a3b")
+    data.update(num_hidden_layers=6, decoder_sparse_step=2, mlp_only_layers=[3])
+    spec = load_model(str(_write(tmp_path, data)))
+    assert [layer.is_moe for layer in spec.layers] == [False, True, False, False, False, True]
+    assert spec.dense_intermediate_size == 6144
+
+
+def test_mixtral_sliding_window_int(tmp_path: Path) -> None:
+    data = _shipped_json("mixtral-8x7b")
+    data["sliding_window"] = 4096
+    spec = load_model(str(_write(tmp_path, data)))
+    assert all(layer.window == 4096 for layer in spec.layers)
+    assert load_model("mixtral-8x7b").layers[0].window is None
+
+
+def test_head_dim_defaults_to_hidden_over_heads() -> None:
+    assert load_model("llama-3.1-70b").attention.head_dim == 8192 // 64
+
+
+def test_path_and_directory_loading(tmp_path: Path) -> None:
+    model_dir = tmp_path / "my-llama"
+    model_dir.mkdir()
+    path = _write(model_dir, _shipped_json("llama-3.1-8b"))
+    by_dir, by_file = load_model(str(model_dir)), load_model(str(path))
+    assert by_dir == by_file
+    assert by_file.name == "my-llama" and by_file.source == str(path)
+    assert count_params(by_file) == count_params(load_model("llama-3.1-8b"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+def test_switch_c_is_rejected_as_encoder_decoder() -> None:
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model("switch-c-2048")
+    msg = _one_line(exc)
+    assert "encoder-decoder" in msg and "switch-c-2048.json" in msg and "llama" in msg
+
+
+def test_deepseek_v4_is_rejected_naming_its_attention() -> None:
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model("deepseek-v4-pro")
+    msg = _one_line(exc)
+    assert "DeepSeek-V4" in msg and "compress_ratios" in msg and "deepseek_v3" in msg
+
+
+def test_unknown_model_type(tmp_path: Path) -> None:
+    data = _shipped_json("llama-3.1-8b") | {"model_type": "mamba"}
+    path = _write(tmp_path, data)
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model(str(path))
+    msg = _one_line(exc)
+    assert str(path) in msg and "'mamba'" in msg and "qwen3_moe" in msg
+
+
+def test_encoder_decoder_flag(tmp_path: Path) -> None:
+    path = _write(tmp_path, _shipped_json("llama-3.1-8b") | {"is_encoder_decoder": True})
+    with pytest.raises(UnsupportedModelError, match="encoder-decoder"):
+        load_model(str(path))
+
+
+def test_malformed_json(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{"model_type": "llama",', name="bad.json")
+    with pytest.raises(ConfigError) as exc:
+        load_model(str(path))
+    msg = _one_line(exc)
+    assert str(path) in msg and "invalid JSON" in msg
+
+
+def test_missing_hidden_size(tmp_path: Path) -> None:
+    data = _shipped_json("llama-3.1-8b")
+    del data["hidden_size"]
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError) as exc:
+        load_model(str(path))
+    msg = _one_line(exc)
+    assert str(path) in msg and "'hidden_size'" in msg and "integer" in msg
+
+
+def test_wrong_type_field(tmp_path: Path) -> None:
+    data = _shipped_json("qwen3-30b-a3b") | {"num_experts": "128"}
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError) as exc:
+        load_model(str(path))
+    msg = _one_line(exc)
+    assert str(path) in msg and "'num_experts'" in msg and "'128'" in msg
+
+
+def test_nested_field_is_named(tmp_path: Path) -> None:
+    data = _shipped_json("llama-4-scout")
+    del data["text_config"]["num_local_experts"]
+    with pytest.raises(ConfigError, match=r"'text_config\.num_local_experts'"):
+        load_model(str(_write(tmp_path, data)))
+
+
+def test_bad_layer_types_length(tmp_path: Path) -> None:
+    data = _shipped_json("gpt-oss-20b")
+    data["layer_types"] = data["layer_types"][:-1]
+    with pytest.raises(ConfigError, match="'layer_types'.*list of 24"):
+        load_model(str(_write(tmp_path, data)))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.json"
+    with pytest.raises(ConfigError) as exc:
+        load_model(str(path))
+    assert str(path) in _one_line(exc)
+
+
+def test_unknown_shipped_name_lists_names() -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_model("llama-9")
+    msg = _one_line(exc)
+    assert "'llama-9'" in msg and "llama-3.1-70b" in msg and "switch-c-2048" not in msg
