@@ -617,7 +617,7 @@ class CostModel:
             tt = self._conv(src, dst, full_bytes, n, lk)
             if rec is not None:
                 label = transition_label(int(src[0]), int(dst[0]))
-                if label:
+                if label and int(n[0]) > 1:
                     rec.append((where, label, int(n[0]), float(tt[0])))
             return tt
 
@@ -859,10 +859,10 @@ class CostModel:
             recs.append(CollectiveUse(where, kind, grp, tt, k))
         t_conv, t_norm, t_lm, t_logits = (float(x[0]) for x in lm_parts)
         lab = transition_label(int(lay[0]), int(req_lm[0]))
-        if lab:
+        if lab and int(tp[0]) > 1:
             recs.append(CollectiveUse("last layer -> lm_head", lab, int(tp[0]), t_conv, 1))
         lab = transition_label(int(out_lm[0]), R)
-        if lab:
+        if lab and int(tp[0]) > 1:
             recs.append(CollectiveUse("lm_head -> logits", lab, int(tp[0]), t_logits, 1))
         if pp[0] > 1:
             recs.append(CollectiveUse("stage -> stage", "send-recv", 2, float(p2p[0]),

@@ -1,0 +1,151 @@
+"""The main job as one Python call: :func:`plan`."""
+
+from __future__ import annotations
+
+from .cost.config import CostModelConfig
+from .cost.model import CostModel
+from .errors import ConfigError
+from .hardware.presets import parse_cluster
+from .hardware.spec import ClusterSpec
+from .model.hf_config import load_model
+from .model.spec import ModelSpec
+from .report.plan import Plan
+from .search import get_searcher, searcher_names
+from .search.base import ProgressFn
+from .workload import DType, Phase, Workload
+
+#: Default evaluation budget (the paper's 4000 simulator calls per search).
+DEFAULT_BUDGET = 4000
+
+
+def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None = None,
+                  context: int | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
+                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> Workload:
+    """Build and check a :class:`Workload` from user-level options.
+
+    Args:
+        phase: ``decode``, ``prefill`` or ``serve``.
+        isl: prompt tokens (prefill/serve; for decode the same as ``context``).
+        osl: output tokens (serve).
+        context: decode context length (tokens); exclusive with ``isl``.
+        dtype: weight (and default KV) precision, ``bf16`` or ``fp8``.
+        kv_dtype: KV-cache precision (default: ``dtype``).
+        ttft_slo_s, tpot_slo_s: latency limits, seconds.
+
+    Raises:
+        ConfigError: on unknown values or contradictory options.
+    """
+    try:
+        ph = Phase(phase)
+    except ValueError:
+        raise ConfigError(f"--phase: {phase!r} is not one of decode, prefill, serve") from None
+    try:
+        wd = DType(dtype)
+        kd = DType(kv_dtype) if kv_dtype else wd
+    except ValueError:
+        raise ConfigError(f"--dtype/--kv-dtype: use bf16 or fp8, got {dtype!r}/{kv_dtype!r}") \
+            from None
+    if context is not None and isl is not None:
+        raise ConfigError("--context and --isl both given: use --context for decode, --isl "
+                          "for prefill/serve")
+    if ph is Phase.DECODE:
+        length = context if context is not None else isl
+        if length is None:
+            raise ConfigError("--context: the decode phase needs a context length, e.g. "
+                              "--context 16384")
+        if osl:
+            raise ConfigError("--osl has no meaning for --phase decode (steady decoding at "
+                              "--context); use --phase serve for isl/osl workloads")
+        if ttft_slo_s is not None:
+            raise ConfigError("--ttft-slo has no meaning for --phase decode; use --phase serve")
+        return Workload(ph, isl=length, osl=0, weight_dtype=wd, kv_dtype=kd,
+                        tpot_slo_s=tpot_slo_s)
+    if context is not None:
+        raise ConfigError(f"--context is for --phase decode; use --isl with --phase {ph.value}")
+    if isl is None:
+        raise ConfigError(f"--isl: the {ph.value} phase needs a prompt length, e.g. --isl 1024")
+    if ph is Phase.PREFILL:
+        if tpot_slo_s is not None:
+            raise ConfigError("--tpot-slo has no meaning for --phase prefill; use --ttft-slo")
+        return Workload(ph, isl=isl, osl=osl or 0, weight_dtype=wd, kv_dtype=kd,
+                        ttft_slo_s=ttft_slo_s)
+    if not osl:
+        raise ConfigError("--osl: the serve phase needs an output length, e.g. --osl 1024")
+    return Workload(ph, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd,
+                    ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+
+
+def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload: Workload,
+                    config: CostModelConfig | None = None) -> CostModel:
+    """Load model and cluster (names, paths or specs) and build the cost model.
+
+    Raises:
+        ConfigError, UnsupportedModelError: on bad model or cluster input.
+    """
+    m = model if isinstance(model, ModelSpec) else load_model(model)
+    c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
+    return CostModel(m, c, workload, config=config)
+
+
+def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decode", *,
+         isl: int | None = None, osl: int | None = None, context: int | None = None,
+         dtype: str = "bf16", kv_dtype: str | None = None, ttft_slo_s: float | None = None,
+         tpot_slo_s: float | None = None, method: str = "megatron",
+         budget: int = DEFAULT_BUDGET, seed: int = 0, config: CostModelConfig | None = None,
+         progress: ProgressFn | None = None) -> Plan:
+    """Find the best parallel strategy for serving ``model`` on ``cluster``.
+
+    Args:
+        model: shipped model name (e.g. ``"llama-3.1-70b"``), path to a ``config.json``, or a
+            :class:`ModelSpec`.
+        cluster: ``"<device>:<count>"`` (e.g. ``"h100-sxm:8"``), a cluster JSON file, or a
+            :class:`ClusterSpec`.
+        phase, isl, osl, context, dtype, kv_dtype, ttft_slo_s, tpot_slo_s: the workload
+            (see :func:`make_workload`); SLOs in seconds.
+        method: searcher name (``megatron``, ``random``, …; see ``searcher_names()``).
+        budget: evaluation budget for budgeted searchers.
+        seed: RNG seed.
+        config: cost-model factors.
+        progress: optional callback receiving evaluation counts.
+
+    Returns:
+        A :class:`Plan`; ``plan.feasible`` is False (with ``plan.reasons``) when nothing fits.
+
+    Raises:
+        ConfigError, UnsupportedModelError: on bad input.
+    """
+    wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
+                       kv_dtype=kv_dtype, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    cm = make_cost_model(model, cluster, wl, config)
+    return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress)
+
+
+def search_plan(cm: CostModel, method: str = "megatron", budget: int = DEFAULT_BUDGET,
+                seed: int = 0, progress: ProgressFn | None = None) -> Plan:
+    """Run searcher ``method`` on an already built cost model and assemble the :class:`Plan`.
+
+    Raises:
+        ConfigError: unknown method or non-positive budget.
+    """
+    try:
+        searcher = get_searcher(method)
+    except KeyError:
+        raise ConfigError(f"--method: {method!r} is not one of {', '.join(searcher_names())}") \
+            from None
+    if budget <= 0:
+        raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
+    result = searcher.search(cm, budget, seed, progress)
+    return Plan.from_search(cm, result, method)
+
+
+def expected_evaluations(cm: CostModel, method: str, budget: int) -> int | None:
+    """How many evaluations ``method`` will spend (for progress bars); None if unknown."""
+    import numpy as np
+
+    from .parallel.space import NUM_COARSE
+
+    if method == "megatron":
+        return int(np.prod(cm.space.nvec[:NUM_COARSE]))
+    if method == "megatron-rule":
+        return None
+    return budget

@@ -1,0 +1,112 @@
+"""Command line: argument parsing only; the work is in :mod:`learn_to_shard.api`.
+
+Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (one line).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .api import DEFAULT_BUDGET, expected_evaluations, make_cost_model, make_workload, search_plan
+from .errors import PlannerError
+from .units import parse_duration_s
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Plan distributed LLM inference: parallelism degrees and per-operator "
+                       "sharding (Learning to Shard, arXiv 2509.00217).")
+err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    msg = str(exc).replace("\n", " ")
+    err.print(f"error: {msg}", markup=False, highlight=False)
+    return typer.Exit(code=2)
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
+                    disable=quiet)
+
+
+@app.command("plan")
+def plan_cmd(
+    model: str = typer.Option(..., "--model", "-m",
+                              help="Shipped model name (e.g. llama-3.1-70b) or config.json path."),
+    cluster: str = typer.Option(..., "--cluster", "-c",
+                                help="DEVICE:COUNT (e.g. h100-sxm:8) or a cluster JSON file."),
+    phase: str = typer.Option("decode", help="decode | prefill | serve."),
+    isl: int | None = typer.Option(None, help="Prompt length in tokens (prefill/serve)."),
+    osl: int | None = typer.Option(None, help="Output length in tokens (serve)."),
+    context: int | None = typer.Option(None, help="Context length in tokens (decode)."),
+    ttft_slo: str | None = typer.Option(None, "--ttft-slo", help="TTFT limit, e.g. 2s, 500ms."),
+    tpot_slo: str | None = typer.Option(None, "--tpot-slo", help="TPOT limit, e.g. 50ms."),
+    dtype: str = typer.Option("bf16", help="Weight precision: bf16 | fp8."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache precision "
+                                        "(default: --dtype)."),
+    method: str = typer.Option("megatron", help="Searcher: megatron, megatron-rule, random, …"),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
+    seed: int = typer.Option(0, help="Random seed."),
+    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Find the strategy with the most tokens/s per device within memory and SLOs."""
+    try:
+        wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
+                           kv_dtype=kv_dtype,
+                           ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
+                           if ttft_slo else None,
+                           tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
+                           if tpot_slo else None)
+        cm = make_cost_model(model, cluster, wl)
+        total = expected_evaluations(cm, method, budget)
+        with _progress(quiet or json_out) as prog:
+            task = prog.add_task(f"{method} search", total=total)
+            result = search_plan(cm, method=method, budget=budget, seed=seed,
+                                 progress=lambda k: prog.advance(task, k))
+    except PlannerError as exc:
+        raise _fail(exc) from None
+    data = result.to_dict()
+    if output is not None:
+        output.write_text(json.dumps(data, indent=2))
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        from .report.render import render_plan
+
+        render_plan(result, Console())
+    raise typer.Exit(code=0 if result.feasible else 1)
+
+
+@app.command("models")
+def models_cmd() -> None:
+    """List the shipped model configs."""
+    from .model.hf_config import shipped_model_names
+
+    for name in shipped_model_names():
+        typer.echo(name)
+
+
+@app.command("devices")
+def devices_cmd() -> None:
+    """List the device presets."""
+    from .hardware.presets import device_names
+
+    for name in device_names():
+        typer.echo(name)
+
+
+def main() -> None:
+    """Console entry point (``l2s``)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Human-readable rendering of a :class:`Plan` with rich tables (units converted here only)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..cost.model import Estimate
+from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
+from ..units import to_gib, to_ms
+from ..workload import Phase
+from .plan import Plan
+
+_MOE_OPS = {Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
+            Op.SHARED_EXPERT_DOWN}
+
+
+def _ms(x: float) -> str:
+    return "—" if x is None or math.isnan(x) else f"{to_ms(x):.2f} ms"
+
+
+def _unit(plan: Plan) -> str:
+    return "prompt tok/s/device" if plan.workload.phase is Phase.PREFILL else "tok/s/device"
+
+
+def render_plan(plan: Plan, console: Console | None = None) -> None:
+    """Print the plan: headline, degrees, placements with collectives, latency, memory, SLO
+    margins, alternatives and the best rejected strategies with reasons."""
+    con = console or Console()
+    wl = plan.workload
+    head = (f"[bold]{plan.model}[/] on [bold]{plan.cluster}[/] · {wl.phase.value} "
+            f"isl={wl.isl} osl={wl.osl} · weights {wl.weight_dtype.value}, "
+            f"KV {wl.kv_dtype.value} · method {plan.method_used}"
+            + (f" (asked: {plan.method})" if plan.method != plan.method_used else ""))
+    con.print(head)
+    s = plan.search
+    con.print(f"searched {s.get('evaluations')} strategies in {float(s.get('wall_s', 0)):.2f} s "
+              f"(space {s.get('space_size'):.3g})")
+    if not plan.feasible or plan.best is None:
+        con.print("[bold red]No feasible plan.[/]")
+        for r in plan.reasons:
+            con.print(f"  • {r}")
+        return
+    e = plan.best
+    _render_estimate(con, plan, e, title="Best strategy")
+    if plan.alternatives:
+        t = Table(title="Top alternatives", show_lines=False)
+        for col in ("strategy", _unit(plan), "TPOT", "TTFT", "mem/device"):
+            t.add_column(col)
+        for a in plan.alternatives:
+            t.add_row(a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}", _ms(a.tpot_s),
+                      _ms(a.ttft_s), f"{to_gib(a.memory.total_bytes):.1f} GiB")
+        con.print(t)
+    if plan.rejected:
+        t = Table(title="Best rejected strategies and why")
+        t.add_column("strategy")
+        t.add_column(f"would give ({_unit(plan)})")
+        t.add_column("why rejected")
+        for r in plan.rejected:
+            t.add_row(r.strategy.short(), f"{r.tokens_per_s_per_device:,.1f}",
+                      "\n".join(r.violations))
+        con.print(t)
+
+
+def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
+    s = e.strategy
+    wl = plan.workload
+    model_moe = any(c.where.startswith("moe") for c in e.collectives) or s.ep > 1
+    summary = Table(title=title, show_header=False)
+    summary.add_column("k", style="bold")
+    summary.add_column("v")
+    summary.add_row("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
+                    f"attention-DP={s.dp}  batch={s.batch}")
+    summary.add_row("devices", f"{s.devices} per instance × {e.instances} instances"
+                    + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
+    summary.add_row("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit(plan)}  "
+                    f"({e.output_tokens_per_s:,.0f} per instance)")
+    if not math.isnan(e.tpot_s):
+        margin = f"  (SLO {_ms(wl.tpot_slo_s)}, margin {_ms(wl.tpot_slo_s - e.tpot_s)})" \
+            if wl.tpot_slo_s else ""
+        summary.add_row("TPOT", _ms(e.tpot_s) + margin)
+    if not math.isnan(e.ttft_s):
+        margin = f"  (SLO {_ms(wl.ttft_slo_s)}, margin {_ms(wl.ttft_slo_s - e.ttft_s)})" \
+            if wl.ttft_slo_s else ""
+        summary.add_row("TTFT", _ms(e.ttft_s) + margin)
+    summary.add_row("pipeline", f"{s.pp} stage(s), {e.micro_batches} micro-batch(es), "
+                    f"stage times " + ", ".join(_ms(x) for x in e.stage_time_s[:8])
+                    + (" …" if len(e.stage_time_s) > 8 else ""))
+    m = e.memory
+    summary.add_row("memory/device", f"{to_gib(m.total_bytes):.1f} of {to_gib(m.usable_bytes):.1f}"
+                    f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
+                    f"KV cache {to_gib(m.kv_cache_bytes):.1f}, workspace "
+                    f"{to_gib(m.workspace_bytes):.2f} GiB")
+    summary.add_row("max batch", f"{e.max_batch} sequences fit at these degrees")
+    con.print(summary)
+    ops = Table(title="Per-operator placement (along TP; experts along ETP)")
+    ops.add_column("operator")
+    ops.add_column("placement")
+    ops.add_column("compute / pass")
+    for i, name in enumerate(OP_NAMES):
+        if Op(i) in _MOE_OPS and not model_moe and name not in e.op_time_s:
+            continue
+        ops.add_row(name, CHOICE_NAMES[s.dims[i]], _ms(e.op_time_s.get(name, float("nan"))))
+    coll = Table(title="Collectives per micro-batch pass")
+    for col in ("where", "collective", "group", "each", "× per pass"):
+        coll.add_column(col)
+    for c in e.collectives:
+        coll.add_row(c.where, c.kind, str(c.group), _ms(c.time_s), str(c.per_step))
+    if not e.collectives:
+        coll.add_row("—", "none", "", "", "")
+    con.print(Group(ops, coll))
+    if e.violations:
+        con.print(Text("violations: " + "; ".join(e.violations), style="red"))

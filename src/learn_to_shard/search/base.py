@@ -1,0 +1,194 @@
+"""The one interface every searcher implements, and the budgeted evaluator they all use.
+
+Every searcher receives a :class:`~learn_to_shard.cost.CostModel` (the problem), an evaluation
+budget and a seed, and returns a :class:`SearchResult`: the best feasible strategy seen, the
+best-so-far curve and the number of evaluations spent. Invalid evaluations count toward the
+budget, as in the paper (arXiv 2509.00217 §4: "4000 agent-forward + simulator calls").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from ..cost.model import BatchEstimate, CostModel
+from ..parallel.space import RULES
+
+#: Called with the number of evaluations just spent (drives progress bars).
+ProgressFn = Callable[[int], None]
+
+
+@dataclass
+class SearchResult:
+    """Outcome of one search.
+
+    Attributes:
+        method: searcher name.
+        seed: RNG seed used.
+        budget: evaluations allowed (``None`` for exhaustive searchers).
+        evaluations: evaluations spent (invalid ones included).
+        wall_s: wall-clock seconds.
+        best_action: action vector of the best feasible strategy, ``None`` if none was found.
+        best_objective: its objective (tokens/s per device), 0 if none.
+        curve: best feasible objective after each evaluation, ``[evaluations]``.
+        top: up to ``keep`` best distinct feasible actions with objectives, best first.
+        rejected: up to ``keep`` infeasible actions with the highest raw throughput, with their
+            violation bits — "why the best rejected ones failed".
+        violation_counts: how many evaluations broke each rule bit (bit -> count).
+        notes: free-form facts a searcher wants reported (e.g. restarts, certificate).
+        closest: the rejected strategy that came closest to feasible (fewest broken rules,
+            then least memory), with its violation bits — the answer to "why nothing fits".
+    """
+
+    method: str
+    seed: int
+    budget: int | None
+    evaluations: int
+    wall_s: float
+    best_action: np.ndarray | None
+    best_objective: float
+    curve: np.ndarray
+    top: list[tuple[np.ndarray, float]] = field(default_factory=list)
+    rejected: list[tuple[np.ndarray, float, int]] = field(default_factory=list)
+    violation_counts: dict[int, int] = field(default_factory=dict)
+    notes: dict[str, object] = field(default_factory=dict)
+    closest: tuple[np.ndarray, int] | None = None
+
+
+class Searcher(Protocol):
+    """A search method. ``search`` must not exceed ``budget`` evaluations when one is given."""
+
+    name: str
+
+    def search(self, cost_model: CostModel, budget: int | None, seed: int,
+               progress: ProgressFn | None = None) -> SearchResult:
+        """Search ``cost_model.space`` and return the best feasible strategy found."""
+        ...
+
+
+class BudgetedEvaluator:
+    """Wraps a cost model: counts evaluations, enforces the budget, tracks the best.
+
+    Args:
+        cost_model: the problem.
+        budget: maximum evaluations (``None`` = unlimited).
+        keep: how many top feasible / best rejected strategies to remember.
+        progress: optional callback receiving evaluation counts.
+    """
+
+    def __init__(self, cost_model: CostModel, budget: int | None, keep: int = 5,
+                 progress: ProgressFn | None = None) -> None:
+        self.cost_model = cost_model
+        self.budget = budget
+        self.keep = keep
+        self.progress = progress
+        self.evaluations = 0
+        self.best_objective = 0.0
+        self.best_action: np.ndarray | None = None
+        self._curve: list[np.ndarray] = []
+        self._top: dict[bytes, tuple[np.ndarray, float]] = {}
+        self._rej: dict[int, tuple[np.ndarray, float, int]] = {}
+        self.violation_counts: dict[int, int] = {}
+        self._closest: tuple[tuple[int, float], np.ndarray, int] | None = None
+        self._t0 = time.perf_counter()
+
+    @property
+    def remaining(self) -> int | None:
+        """Evaluations left, ``None`` if unlimited."""
+        return None if self.budget is None else self.budget - self.evaluations
+
+    @property
+    def exhausted(self) -> bool:
+        """True once the budget is spent."""
+        return self.budget is not None and self.evaluations >= self.budget
+
+    def evaluate_many(self, actions: np.ndarray) -> BatchEstimate:
+        """Evaluate up to the remaining budget of ``actions`` (``[n, A]``); rows past the
+        budget are dropped, so the result may be shorter than the input."""
+        a = np.atleast_2d(np.asarray(actions, dtype=np.int64))
+        if self.remaining is not None:
+            a = a[: max(self.remaining, 0)]
+        est = self.cost_model.evaluate_many(a)
+        self._record(a, est)
+        return est
+
+    def evaluate_one(self, action: np.ndarray) -> tuple[float, bool, float]:
+        """Evaluate one action: (objective, feasible, raw tokens/s per device).
+
+        Raises:
+            RuntimeError: if the budget is already spent.
+        """
+        if self.exhausted:
+            raise RuntimeError("evaluation budget exhausted")
+        est = self.evaluate_many(np.asarray(action)[None, :])
+        return float(est.objective[0]), bool(est.feasible[0]), \
+            float(est.tokens_per_s_per_device[0])
+
+    def _record(self, a: np.ndarray, est: BatchEstimate) -> None:
+        n = len(a)
+        if n == 0:
+            return
+        self.evaluations += n
+        obj = est.objective
+        running = np.maximum.accumulate(np.concatenate([[self.best_objective], obj]))[1:]
+        self._curve.append(running)
+        i = int(np.argmax(obj))
+        if obj[i] > self.best_objective:
+            self.best_objective = float(obj[i])
+            self.best_action = a[i].copy()
+        # Top feasible (distinct).
+        feas = np.flatnonzero(est.feasible)
+        if len(feas):
+            order = feas[np.argsort(-obj[feas], kind="stable")][: self.keep * 4]
+            for j in order:
+                self._top.setdefault(a[j].tobytes(), (a[j].copy(), float(obj[j])))
+            if len(self._top) > self.keep * 4:
+                best = sorted(self._top.items(), key=lambda kv: -kv[1][1])[: self.keep * 4]
+                self._top = dict(best)
+        bits = est.violation_bits
+        infeas = np.flatnonzero(~est.feasible)
+        if len(infeas):
+            # Keep, per distinct set of broken rules, the rejected strategy with the highest
+            # raw throughput: a varied answer to "why not something faster?".
+            raw = np.nan_to_num(est.tokens_per_s_per_device[infeas], nan=0.0)
+            order = infeas[np.argsort(-raw, kind="stable")]
+            ub, first = np.unique(bits[order], return_index=True)
+            for b, j in zip(ub.tolist(), order[first].tolist(), strict=True):
+                r = float(np.nan_to_num(est.tokens_per_s_per_device[j]))
+                if b not in self._rej or r > self._rej[b][1]:
+                    self._rej[b] = (a[j].copy(), r, int(b))
+            nbits = np.array([bin(int(b)).count("1") for b in bits[infeas]])
+            key = nbits * 1e30 + est.peak_memory_bytes[infeas]
+            j = int(infeas[np.argmin(key)])
+            k = (int(nbits.min()), float(est.peak_memory_bytes[j]))
+            if self._closest is None or k < self._closest[0]:
+                self._closest = (k, a[j].copy(), int(bits[j]))
+            ub, cnt = np.unique(bits[infeas], return_counts=True)
+            for b, k in zip(ub.tolist(), cnt.tolist(), strict=True):
+                bit = 1
+                while bit <= b:
+                    if b & bit:
+                        self.violation_counts[bit] = self.violation_counts.get(bit, 0) + k
+                    bit <<= 1
+        if self.progress is not None:
+            self.progress(n)
+
+    def result(self, method: str, seed: int, notes: dict | None = None) -> SearchResult:
+        """Freeze what was seen into a :class:`SearchResult`."""
+        curve = np.concatenate(self._curve) if self._curve else np.zeros(0)
+        top = sorted(self._top.values(), key=lambda t: -t[1])[: self.keep]
+        structural = (1 << len(RULES)) - 1   # strategies that break no structural rule first
+        rej = sorted(self._rej.values(),
+                     key=lambda t: (bool(t[2] & structural), -t[1]))[: self.keep]
+        return SearchResult(method=method, seed=seed, budget=self.budget,
+                            evaluations=self.evaluations,
+                            wall_s=time.perf_counter() - self._t0,
+                            best_action=self.best_action, best_objective=self.best_objective,
+                            curve=curve, top=top, rejected=rej,
+                            violation_counts=dict(self.violation_counts), notes=notes or {},
+                            closest=None if self._closest is None
+                            else (self._closest[1], self._closest[2]))
