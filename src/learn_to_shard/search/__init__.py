@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import BudgetedEvaluator, SearchResult, Searcher
+from .base import BudgetedEvaluator, Searcher, SearchResult
 from .megatron import MegatronRuleSearcher, MegatronSearcher
 from .random_search import RandomSearcher
 

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from ..cost.model import CostModel
@@ -74,7 +72,7 @@ class MegatronRuleSearcher:
                 break
         if chosen_tp is None:
             return ev.result(self.name, seed, notes={"rule": "no valid TP inside one node"})
-        for pp_i, b_i in itertools.product(range(len(sp.pp_values)), [None]):
+        for pp_i in range(len(sp.pp_values)):
             rows = np.array([np.concatenate([[chosen_tp, ep_i, pp_i, dp_i, b], dims])
                              for b in range(len(sp.batch_values))])
             est = ev.evaluate_many(rows)
