@@ -520,10 +520,11 @@ class CostModel:
         idx = np.arange(n)
         layer_t = np.empty((n, self.model.num_layers))
         lay = l_emb
-        first_in: dict[int, np.ndarray] = {}
+        walk: dict[tuple[int, int], int] = {}     # (layer type, incoming layout) -> layers
         for li, ti in enumerate(self._layer_type):
-            if ti not in first_in:
-                first_in[int(ti)] = lay.copy()
+            if detail:
+                key = (int(ti), int(lay[0]))
+                walk[key] = walk.get(key, 0) + 1
             layer_t[:, li] = type_t[ti][lay, idx]
             lay = type_out[ti][lay, idx]
         # LM head on the last stage.
@@ -570,7 +571,7 @@ class CostModel:
         out = {"stage_t": stage_t, "p2p": p2p, "w_type": w_type, "kv_type_per_seq": kv_type,
                "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws}
         if detail:
-            self._detail(out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, first_in,
+            self._detail(out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, walk,
                          link_tp, link_g, link_etp, emb_t, (t_conv, t_norm, t_lm, t_logits),
                          lay, req, out_lm, p2p, pp, recs, op_time)
             out["collectives"] = [r for r in recs]
@@ -835,28 +836,26 @@ class CostModel:
         return act + logits
 
     # ------------------------------------------------------------------ breakdown
-    def _detail(self, out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, first_in, link_tp,
+    def _detail(self, out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, walk, link_tp,
                 link_g, link_etp, emb_t, lm_parts, lay, req_lm, out_lm, p2p, pp, recs,
                 op_time) -> None:
         """Fill the breakdown of row 0: collectives per micro-batch pass and op times."""
-        counts: dict[int, int] = {}
-        for ti in self._layer_type:
-            counts[int(ti)] = counts.get(int(ti), 0) + 1
         env1 = dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g, rows=rows,
                     dec=dec, pf=pf, link_tp=link_tp, link_g=link_g, link_etp=link_etp)
         agg: dict[tuple[str, str, int], list] = {}
-        for ti, (is_moe, window) in enumerate(self._types):
+        for (ti, lay_in), count in walk.items():
+            is_moe, window = self._types[ti]
             rec: list = []
-            _, _, ops = self._layer(env1, dims, first_in[ti], is_moe, window, ctx, rec)
+            _, _, ops = self._layer(env1, dims, np.array([lay_in]), is_moe, window, ctx, rec)
             for where, kind, grp, tt in rec:
                 key = (where, kind, grp)
                 agg.setdefault(key, [0.0, 0])
-                agg[key][0] = tt
-                agg[key][1] += counts[ti]
+                agg[key][0] += tt * count          # total, averaged below
+                agg[key][1] += count
             for name, arr in ops.items():
-                op_time[name] = op_time.get(name, 0.0) + float(arr[0]) * counts[ti]
+                op_time[name] = op_time.get(name, 0.0) + float(arr[0]) * count
         for (where, kind, grp), (tt, k) in agg.items():
-            recs.append(CollectiveUse(where, kind, grp, tt, k))
+            recs.append(CollectiveUse(where, kind, grp, tt / k, k))
         t_conv, t_norm, t_lm, t_logits = (float(x[0]) for x in lm_parts)
         lab = transition_label(int(lay[0]), int(req_lm[0]))
         if lab and int(tp[0]) > 1:

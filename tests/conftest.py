@@ -1,0 +1,45 @@
+"""Shared fixtures: tiny synthetic models whose numbers can be worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from learn_to_shard.model.spec import (
+    AttentionKind,
+    AttentionSpec,
+    LayerSpec,
+    ModelSpec,
+    MoESpec,
+)
+
+
+def tiny_dense(layers: int = 2, heads: int = 8, kv: int = 8, hidden: int = 1024,
+               ffn: int = 4096, vocab: int = 32000) -> ModelSpec:
+    """A 2-layer Llama-shaped model (GQA, gated FFN)."""
+    return ModelSpec(
+        name="tiny-dense", architecture="LlamaForCausalLM", hidden_size=hidden, vocab_size=vocab,
+        attention=AttentionSpec(AttentionKind.GQA, heads, kv, hidden // heads, hidden // heads),
+        dense_intermediate_size=ffn, gated_mlp=True, moe=None,
+        layers=tuple(LayerSpec(is_moe=False) for _ in range(layers)))
+
+
+def tiny_moe(layers: int = 2, experts: int = 4, top_k: int = 2, hidden: int = 1024,
+             expert_ffn: int = 512, shared: int = 0) -> ModelSpec:
+    """A 2-layer Mixtral-shaped MoE model."""
+    return ModelSpec(
+        name="tiny-moe", architecture="MixtralForCausalLM", hidden_size=hidden, vocab_size=32000,
+        attention=AttentionSpec(AttentionKind.GQA, 8, 8, hidden // 8, hidden // 8),
+        dense_intermediate_size=0, gated_mlp=True,
+        moe=MoESpec(num_experts=experts, top_k=top_k, expert_intermediate_size=expert_ffn,
+                    num_shared_experts=shared, shared_intermediate_size=expert_ffn),
+        layers=tuple(LayerSpec(is_moe=True) for _ in range(layers)))
+
+
+@pytest.fixture
+def dense_model() -> ModelSpec:
+    return tiny_dense()
+
+
+@pytest.fixture
+def moe_model() -> ModelSpec:
+    return tiny_moe()

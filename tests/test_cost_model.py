@@ -1,0 +1,250 @@
+"""Cost model: hand-computed golden estimates, redistribution, memory, batched == scalar."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import tiny_dense, tiny_moe
+
+from learn_to_shard.cost import CostModel, CostModelConfig
+from learn_to_shard.cost.shapes import kv_cache_bytes_per_token
+from learn_to_shard.hardware import parse_cluster
+from learn_to_shard.model import load_model
+from learn_to_shard.parallel import MEGATRON_DIMS, Strategy, StrategySpace
+from learn_to_shard.parallel.ops import Op
+from learn_to_shard.workload import DType, Phase, Workload
+
+# Explicit factors so the golden numbers pin the formulas, not a calibration.
+CFG = CostModelConfig(flops_efficiency=0.7, hbm_efficiency=0.8, scale_up_efficiency=0.8,
+                      scale_out_efficiency=0.8, kernel_overhead_s=2e-6)
+REL = 1e-9  # the hand computation follows the documented formulas exactly
+
+
+def _roof(dev, flops, n_bytes, fp8=False):
+    peak = (dev.peak_fp8_flops_per_s if fp8 else dev.peak_bf16_flops_per_s) * CFG.flops_efficiency
+    return max(flops / peak, n_bytes / (dev.hbm_bytes_per_s * CFG.hbm_efficiency)) \
+        + CFG.kernel_overhead_s
+
+
+def _linear(dev, rows, k, n, params):
+    return _roof(dev, 2 * rows * params, params * 2 + rows * (k + n) * 2)
+
+
+def _allreduce(dev, n, nbytes):
+    bw = dev.scale_up_bytes_per_s * CFG.scale_up_efficiency
+    return 2 * (n - 1) / n * nbytes / bw + 2 * math.ceil(math.log2(n)) * dev.scale_up_latency_s
+
+
+def test_golden_dense_tp1_decode():
+    """2-layer dense model, one H100, batch 1, context 1000, Megatron dims: every term by hand."""
+    m = tiny_dense()
+    cl = parse_cluster("h100-sxm:1")
+    dev = cl.device
+    wl = Workload(Phase.DECODE, isl=1000)
+    cm = CostModel(m, cl, wl, config=CFG)
+    e = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=1))
+    H, qkv_n = 1024, 8 * 128 + 8 * 256
+    layer = (_linear(dev, 1, H, qkv_n, H * qkv_n)
+             + _roof(dev, 2 * 8 * 256 * 1000, 1000 * 8 * 256 * 2 + 8 * 256 * 2)  # attention
+             + _linear(dev, 1, H, H, H * H)                                         # o_proj
+             + _linear(dev, 1, H, 2 * 4096, 2 * H * 4096)                           # gate+up
+             + _linear(dev, 1, 4096, H, 4096 * H))                                  # down
+    emb = CFG.kernel_overhead_s + H * 2 / (dev.hbm_bytes_per_s * CFG.hbm_efficiency)
+    lm = _linear(dev, 1, H, 32000, H * 32000)
+    expected = 2 * layer + emb + lm
+    assert e.feasible
+    assert e.tpot_s == pytest.approx(expected, rel=REL)
+    assert e.tokens_per_s_per_device == pytest.approx(1 / expected, rel=REL)
+    assert e.collectives == ()                         # nothing to communicate at tp=1
+    # Memory: all weights + 1 sequence × 1000 tokens × 2 layers × 8 KV heads × 256 × 2 B.
+    weights = (2 * (H * qkv_n + H * H + 3 * H * 4096) + 2 * 32000 * H) * 2
+    assert e.memory.weight_bytes == pytest.approx(weights, rel=REL)
+    assert e.memory.kv_cache_bytes == pytest.approx(1000 * 2 * 8 * 256 * 2, rel=REL)
+
+
+def test_golden_dense_tp2_adds_two_allreduces_per_layer():
+    """Megatron at tp=2: compute halves per rank, plus one all-reduce before each norm."""
+    m = tiny_dense()
+    cl = parse_cluster("h100-sxm:2")
+    dev = cl.device
+    cm = CostModel(m, cl, Workload(Phase.DECODE, isl=1000), config=CFG)
+    e = cm.evaluate(Strategy(tp=2, ep=1, pp=1, dp=1, batch=1))
+    H, qkv_n = 1024, 8 * 128 + 8 * 256
+    ar = _allreduce(dev, 2, 1 * H * 2)
+    layer = (ar + _roof(dev, 2 * H * qkv_n / 2, H * qkv_n + (H + qkv_n / 2) * 2)
+             + _roof(dev, 2 * 4 * 256 * 1000, 1000 * 4 * 256 * 2 + 4 * 256 * 2)
+             + _roof(dev, 2 * H * H / 2, H * H + (H / 2 + H) * 2)
+             + ar + _roof(dev, 2 * 2 * H * 4096 / 2, 2 * H * 4096 + (H + 4096) * 2)
+             + _roof(dev, 2 * 4096 * H / 2, 4096 * H + (2048 + H) * 2))
+    emb = CFG.kernel_overhead_s + H * 2 / (dev.hbm_bytes_per_s * CFG.hbm_efficiency)
+    vpad = 32000  # already a multiple of 64 × 2
+    lm = (ar + _roof(dev, 2 * H * vpad / 2, H * vpad + (H + vpad) * 2)
+          + (1 / 2 * 1 * vpad * 4 / (dev.scale_up_bytes_per_s * 0.8)
+             + 1 * dev.scale_up_latency_s))                 # logits all-gather (fp32)
+    assert e.tpot_s == pytest.approx(2 * layer + emb + lm, rel=REL)
+    kinds = {(c.where, c.kind): c.per_step for c in e.collectives}
+    assert kinds[("layer input -> qkv_proj", "all-reduce")] == 2
+    assert kinds[("o_proj -> dense_up", "all-reduce")] == 2
+
+
+def test_golden_moe_local_routing_and_all_to_all():
+    """MoE: tp=1 routes locally (no collective); ep=2, dp=2 dispatches by all-to-all whose
+    volume is N/g · D(ep) · etp · H · bytes · (1 − 1/g), D(2) = 2·(1 − C(2,2)/C(4,2)) = 5/3."""
+    m = tiny_moe()
+    cl = parse_cluster("h100-sxm:2")
+    dev = cl.device
+    wl = Workload(Phase.DECODE, isl=1000)
+    cm = CostModel(m, cl, wl, config=CFG)
+    e1 = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=1))
+    assert e1.collectives == ()
+    # Expert compute at batch 1: 2 token-expert pairs, 2 of 4 experts touched.
+    H, I = 1024, 512
+    up = _roof(dev, 2 * 2 * 2 * H * I, 2 * 2 * H * I * 2 + 2 * (H + 2 * I) * 2)
+    assert e1.op_time_s["expert_up"] == pytest.approx(2 * up, rel=REL)
+    e2 = cm.evaluate(Strategy(tp=1, ep=2, pp=1, dp=2, batch=2))
+    a2a = [c for c in e2.collectives if c.where == "moe dispatch"]
+    assert len(a2a) == 1 and a2a[0].kind == "all-to-all" and a2a[0].per_step == 2
+    send = 2 / 2 * (5 / 3) * 1 * H * 2 * (1 - 1 / 2)
+    bw = dev.scale_up_bytes_per_s * CFG.scale_up_efficiency
+    assert a2a[0].time_s == pytest.approx(send / bw + dev.scale_up_latency_s, rel=REL)
+
+
+def _layer_collectives(e):
+    return {(c.where, c.kind) for c in e.collectives if c.per_step >= 2}
+
+
+def test_megatron_mlp_is_one_allreduce_and_hidden_split_down_uses_allgathers():
+    """DESIGN §2 / paper Fig. 4: column→row costs one all-reduce of the MLP output; putting the
+    down projection on the hidden dim (Shard(1)) replaces it with all-gathers."""
+    m = load_model("llama-3.1-8b")
+    cl = parse_cluster("h100-sxm:8")
+    cm = CostModel(m, cl, Workload(Phase.DECODE, isl=4096), config=CFG)
+    meg = cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=8))
+    mlp_in, mlp_out = ("o_proj -> dense_up", "all-reduce"), ("layer input -> qkv_proj",
+                                                            "all-reduce")
+    assert _layer_collectives(meg) == {mlp_in, mlp_out}
+    dims = list(MEGATRON_DIMS)
+    dims[Op.DENSE_DOWN] = 1
+    paper = cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=8, dims=tuple(dims)))
+    got = _layer_collectives(paper)
+    assert ("dense_up -> dense_down", "all-gather") in got
+    assert ("layer input -> qkv_proj", "all-gather") in got
+    assert not any(kind == "all-reduce" and "qkv" in where for where, kind in got)
+
+
+def test_llama70b_kv_is_320_kib_per_token_and_tp_divides_it():
+    m = load_model("llama-3.1-70b")
+    assert kv_cache_bytes_per_token(m, 2) == 320 * 1024
+    cl = parse_cluster("h100-sxm:8")
+    cm = CostModel(m, cl, Workload(Phase.DECODE, isl=4096))
+    for tp in (1, 2, 4, 8):
+        e = cm.evaluate(Strategy(tp=tp, ep=1, pp=1, dp=1, batch=1))
+        assert e.memory.kv_cache_bytes == 320 * 1024 * 4096 / tp
+
+
+def test_kv_head_replication_and_mla_latent_replication():
+    """GQA with tp > kv heads holds one (replicated) head per rank; MLA's latent cache is not
+    divided by a head split but is by a sequence split (FC-23)."""
+    m = tiny_dense(heads=8, kv=2)
+    cl = parse_cluster("h100-sxm:8")
+    cm = CostModel(m, cl, Workload(Phase.DECODE, isl=1000))
+    e = cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=8))
+    assert e.memory.kv_cache_bytes == 8 * 1000 * 2 * 1 * 256 * 2   # 1 head per rank
+    ds = load_model("deepseek-v2-lite")
+    cm = CostModel(ds, cl, Workload(Phase.DECODE, isl=1000))
+    per_tok = kv_cache_bytes_per_token(ds, 2)
+    heads = cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=8))
+    assert heads.memory.kv_cache_bytes == pytest.approx(8 * 1000 * per_tok)
+    dims = list(MEGATRON_DIMS)
+    dims[Op.ATTENTION] = 0
+    seqs = cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=8, dims=tuple(dims)))
+    assert seqs.memory.kv_cache_bytes == pytest.approx(1 * 1000 * per_tok)
+
+
+def test_sliding_window_layers_hold_at_most_the_window():
+    m = load_model("gpt-oss-20b")          # 12 sliding (128) + 12 full layers
+    per_layer = 8 * 64 * 2 * 2
+    assert kv_cache_bytes_per_token(m, 2) == 24 * per_layer   # 48 KiB/token (FC-22)
+    cm = CostModel(m, parse_cluster("h100-sxm:1"), Workload(Phase.DECODE, isl=8192))
+    e = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=1))
+    assert e.memory.kv_cache_bytes == (12 * 8192 + 12 * 128) * per_layer
+
+
+def test_weights_per_device_shrink_with_tp_and_pp():
+    m = load_model("llama-3.1-70b")
+    cm = CostModel(m, parse_cluster("h100-sxm:8"), Workload(Phase.DECODE, isl=1024))
+    w = [cm.evaluate(Strategy(tp=t, ep=1, pp=1, dp=1, batch=1)).memory.weight_bytes
+         for t in (1, 2, 4, 8)]
+    assert all(a > b for a, b in zip(w, w[1:]))
+    w_pp = [max(cm.evaluate(Strategy(tp=1, ep=1, pp=p, dp=1, batch=1)).stage_memory_bytes)
+            for p in (1, 2, 4, 8)]
+    assert all(a > b for a, b in zip(w_pp, w_pp[1:]))
+
+
+def test_405b_on_one_gpu_is_infeasible_with_a_memory_reason():
+    m = load_model("llama-3.1-405b")
+    cm = CostModel(m, parse_cluster("h100-sxm:1"), Workload(Phase.DECODE, isl=4096))
+    e = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=1))
+    assert not e.feasible
+    assert any(v.startswith("memory: stage 0 weights alone exceed") for v in e.violations)
+
+
+def test_tied_embeddings_charge_the_last_stage_under_pp():
+    """FC-16: with tied embeddings and PP > 1 the last stage holds its own vocab × hidden."""
+    import dataclasses
+
+    m = dataclasses.replace(tiny_dense(layers=4), tie_word_embeddings=True)
+    cm = CostModel(m, parse_cluster("h100-sxm:2"), Workload(Phase.DECODE, isl=100))
+    one = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=1))
+    two = cm.evaluate(Strategy(tp=1, ep=1, pp=2, dp=1, batch=1))
+    emb = 32000 * 1024 * 2
+    layers = one.memory.weight_bytes - emb                  # tied: stored once at pp=1
+    stage_w = [two.stage_memory_bytes[i] - (one.memory.kv_cache_bytes / 2)
+               - two.memory.workspace_bytes for i in (0, 1)]
+    assert stage_w[0] == pytest.approx(layers / 2 + emb)
+    assert stage_w[1] == pytest.approx(layers / 2 + emb)
+
+
+def test_slo_violation_is_a_named_reason_not_an_exception():
+    m = load_model("llama-3.1-70b")
+    cm = CostModel(m, parse_cluster("h100-sxm:8"),
+                   Workload(Phase.DECODE, isl=4096, tpot_slo_s=1e-4))
+    e = cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=1))
+    assert not e.feasible and any(v.startswith("tpot_slo") for v in e.violations)
+
+
+@pytest.mark.parametrize("name,cluster,phase", [
+    ("llama-3.1-70b", "h100-sxm:16", Phase.SERVE),
+    ("deepseek-v3", "h200:32", Phase.DECODE),
+    ("gpt-oss-20b", "b200:8", Phase.PREFILL),
+    ("llama-4-maverick", "h100-sxm:16", Phase.SERVE),
+])
+def test_evaluate_many_equals_evaluate_exactly(name, cluster, phase):
+    m = load_model(name)
+    wl = Workload(phase, isl=2048, osl=256 if phase is Phase.SERVE else 0,
+                  weight_dtype=DType.FP8, kv_dtype=DType.BF16, tpot_slo_s=0.1, ttft_slo_s=5.0
+                  ) if phase is not Phase.DECODE else Workload(phase, isl=2048, tpot_slo_s=0.1)
+    if phase is Phase.PREFILL:
+        wl = Workload(phase, isl=2048, ttft_slo_s=5.0)
+    cm = CostModel(m, parse_cluster(cluster), wl)
+    rng = np.random.default_rng(7)
+    acts = cm.space.sample(rng, 64)
+    batch = cm.evaluate_many(acts)
+    for i, a in enumerate(acts):
+        e = cm.evaluate(a)
+        assert e.feasible == bool(batch.feasible[i])
+        assert e.tokens_per_s_per_device == float(batch.tokens_per_s_per_device[i])
+        assert (e.tpot_s == float(batch.tpot_s[i])) or (math.isnan(e.tpot_s)
+                                                       and math.isnan(batch.tpot_s[i]))
+        assert e.max_batch == int(batch.max_batch[i])
+
+
+def test_space_encode_decode_roundtrip():
+    m = load_model("qwen3-30b-a3b")
+    sp = StrategySpace.build(m, parse_cluster("h100-sxm:64"))
+    rng = np.random.default_rng(0)
+    for a in sp.sample(rng, 200):
+        assert np.array_equal(sp.encode(sp.decode(a)), a)
+    assert sp.size == int(np.prod(sp.nvec.astype(object)))
