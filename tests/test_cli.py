@@ -1,0 +1,93 @@
+"""The command line: exit codes, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from learn_to_shard.cli import app
+
+runner = CliRunner()
+
+
+def _run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_plan_serve_llama70b_is_feasible_and_json_matches():
+    r = _run("plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+             "--isl", "1024", "--osl", "1024", "--tpot-slo", "50ms", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["feasible"] and data["best"]["tpot_s"] <= 0.050
+    best = data["best"]
+    assert best["strategy"]["devices"] <= 8
+    assert set(best["memory_per_device"]) >= {"weight_bytes", "kv_cache_bytes",
+                                              "workspace_bytes", "usable_bytes"}
+    assert len(best["strategy"]["placements"]) == 12
+    assert best["tpot_slo_margin_s"] == pytest.approx(0.050 - best["tpot_s"])
+
+
+def test_plan_prints_table():
+    r = _run("plan", "--model", "deepseek-v3", "--cluster", "h100-sxm:32", "--phase", "decode",
+             "--context", "4096", "--dtype", "fp8", "--quiet")
+    assert r.exit_code == 0, r.output
+    for word in ("Best strategy", "TPOT", "memory/device", "Per-operator placement",
+                 "Collectives", "moe dispatch"):
+        assert word in r.stdout
+
+
+def test_no_feasible_plan_exits_1_with_reason():
+    r = _run("plan", "--model", "llama-3.1-405b", "--cluster", "h100-sxm:1", "--phase",
+             "decode", "--context", "4096", "--quiet")
+    assert r.exit_code == 1
+    assert "No feasible plan" in r.stdout and "weights alone exceed" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--model", "switch-c-2048", "--cluster", "h100-sxm:8", "--context", "10"),
+     "encoder-decoder"),
+    (("--model", "deepseek-v4-pro", "--cluster", "h100-sxm:8", "--context", "10"),
+     "deepseek-v4-pro"),
+    (("--model", "no-such-model", "--cluster", "h100-sxm:8", "--context", "10"), "no-such"),
+    (("--model", "llama-3.1-8b", "--cluster", "h999:8", "--context", "10"), "h999"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:0", "--context", "10"), "count"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10", "--isl", "5"),
+     "--context"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "serve", "--isl", "5"),
+     "--osl"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--tpot-slo", "fast"), "--tpot-slo"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--dtype", "int3"), "--dtype"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--method", "magic"), "--method"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle):
+    r = _run("plan", *args, "--quiet")
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.count("\n") == 0 and err.startswith("error:")
+    assert needle.lower() in err.lower()
+    assert "Traceback" not in r.output
+
+
+def test_malformed_config_file(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": "big"}')
+    r = _run("plan", "--model", str(bad), "--cluster", "h100-sxm:8", "--context", "10", "-q")
+    assert r.exit_code == 2 and "hidden_size" in r.stderr and str(bad) in r.stderr
+
+
+def test_python_api_matches_cli():
+    import learn_to_shard
+
+    p = learn_to_shard.plan("llama-3.1-70b", "h100-sxm:8", "serve", isl=1024, osl=1024,
+                            tpot_slo_s=0.05)
+    r = _run("plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+             "--isl", "1024", "--osl", "1024", "--tpot-slo", "50ms", "--json")
+    assert p.feasible and p.best is not None
+    assert json.loads(r.stdout)["best"]["tokens_per_s_per_device"] == \
+        p.best.tokens_per_s_per_device
