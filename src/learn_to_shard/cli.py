@@ -85,6 +85,122 @@ def plan_cmd(
     raise typer.Exit(code=0 if result.feasible else 1)
 
 
+@app.command("validate")
+def validate_cmd(
+    table: Path | None = typer.Option(None, "--table", help="Measurement CSV in the documented "
+                                      "format (default: the shipped data/measurements.csv)."),
+    plot: Path = typer.Option(Path("validation.png"), "--plot",
+                              help="Where to save the predicted-vs-measured log-log plot."),
+    report: Path = typer.Option(Path("validation.json"), "--report",
+                                help="Where to save the JSON report."),
+    rows: bool = typer.Option(True, "--rows/--summary-only", help="Print every row."),
+    fit: bool = typer.Option(False, "--fit", help="Also re-run the declared calibration fits "
+                             "on the calibration rows and print the fitted factors (slow)."),
+) -> None:
+    """Predict each published measurement with its stated configuration; print the errors."""
+    from .report.validate import (
+        calibrate,
+        load_table,
+        render_validation,
+        save_json,
+        save_plot,
+        validate,
+    )
+
+    try:
+        measurements = load_table(table)
+        result = validate(measurements, table=table)
+    except PlannerError as exc:
+        raise _fail(exc) from None
+    # Piped output gets a wide console so the row ids stay whole.
+    con = Console() if sys.stdout.isatty() else Console(width=160)
+    render_validation(result, con, rows=rows)
+    save_plot(result, plot)
+    save_json(result, report)
+    con.print(f"plot: {plot}  report: {report}", highlight=False)
+    if fit:
+        for spec, values, loss, n in calibrate(measurements):
+            con.print(f"fit {spec.name} on {n} calibration rows: mean |ln error| {loss:.3f}; "
+                      f"{values}", highlight=False)
+
+
+@app.command("compare")
+def compare_cmd(
+    model: str = typer.Option(..., "--model", "-m",
+                              help="Shipped model name (e.g. gpt-moe-1.6t) or config.json path."),
+    cluster: str = typer.Option(..., "--cluster", "-c",
+                                help="DEVICE:COUNT (e.g. h100-sxm:24576) or a cluster JSON file."),
+    phase: str = typer.Option("decode", help="decode | prefill | serve."),
+    isl: int | None = typer.Option(None, help="Prompt length in tokens (prefill/serve)."),
+    osl: int | None = typer.Option(None, help="Output length in tokens (serve)."),
+    context: int | None = typer.Option(None, help="Context length in tokens (decode)."),
+    ttft_slo: str | None = typer.Option(None, "--ttft-slo", help="TTFT limit, e.g. 2s, 500ms."),
+    tpot_slo: str | None = typer.Option(None, "--tpot-slo", help="TPOT limit, e.g. 50ms."),
+    dtype: str = typer.Option("bf16", help="Weight precision: bf16 | fp8."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache precision "
+                                        "(default: --dtype)."),
+    methods: str = typer.Option("rl,sa,mcmc,random,megatron",
+                                help="Comma-separated searchers to compare."),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluations per run (invalid included)."),
+    seeds: int = typer.Option(3, help="Runs per method, seeds --seed .. --seed+N-1."),
+    seed: int = typer.Option(0, help="First seed."),
+    out: Path = typer.Option(Path("l2s-compare"), "--out", "-o",
+                             help="Directory for convergence.png and compare.json."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Run several searchers for N seeds on one problem; print mean/best and ratios."""
+    from .report.compare import (
+        comparison_to_dict,
+        is_seed_independent,
+        plot_convergence,
+        render_comparison,
+        run_comparison,
+    )
+    from .search import searcher_names
+
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in names if m not in searcher_names()]
+    try:
+        if not names or unknown:
+            raise PlannerError(f"--methods: {', '.join(unknown) or 'none given'} not among "
+                               f"{', '.join(searcher_names())}")
+        if seeds < 1 or budget < 1:
+            raise PlannerError("--seeds and --budget must be positive")
+        wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
+                           kv_dtype=kv_dtype,
+                           ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
+                           if ttft_slo else None,
+                           tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
+                           if tpot_slo else None)
+        cm = make_cost_model(model, cluster, wl)
+        with _progress(quiet or json_out) as prog:
+            tasks: dict[str, object] = {}
+
+            def factory(method: str, _seed: int):
+                if method not in tasks:
+                    runs = 1 if is_seed_independent(method) else seeds
+                    per = expected_evaluations(cm, method, budget)
+                    tasks[method] = prog.add_task(method, total=None if per is None
+                                                  else per * runs)
+                task = tasks[method]
+                return lambda k: prog.advance(task, k)  # type: ignore[arg-type]
+
+            cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)), factory)
+    except PlannerError as exc:
+        raise _fail(exc) from None
+    out.mkdir(parents=True, exist_ok=True)
+    data = comparison_to_dict(cmp, cm)
+    (out / "compare.json").write_text(json.dumps(data, indent=2))
+    plot = plot_convergence(cmp, out / "convergence.png")
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        render_comparison(cmp, Console())
+    err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
+    raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
+
+
 @app.command("models")
 def models_cmd() -> None:
     """List the shipped model configs."""

@@ -9,7 +9,10 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
 * **Operators** — roofline: ``max(FLOPs / (peak · flops_eff), bytes / (HBM · hbm_eff)) +
   kernel_overhead``; bytes = local weights + activations in and out; decode attention reads the
   KV cache (GQA: ``ctx · kv_local · (hd + v_hd)``; MLA absorbed: ``ctx · (kv_lora + rope)``, not
-  divided by a head split). FP8 weights use the FP8 peak where the chip has one.
+  divided by a head split) at ``attention_hbm_efficiency`` and does its math at
+  ``attention_flops_efficiency``. FP8 weights use the FP8 peak where the chip has one (at
+  ``fp8_flops_efficiency``); the embedding and LM head of an FP8 checkpoint stay 16-bit.
+  Optional GEMM shape factor ``Π d / (d + gemm_shape_half)`` over the local ``[M, K, N]``.
 * **Layouts** — activations ``[tokens, features]`` carry R / S(0) / S(1) / P along the TP group;
   each operator's choice fixes the layout it needs (column: R, row: S(1), replicated: R or S(0)
   as it arrives, P→S(0) by reduce-scatter, S(1)→R by all-gather) and the one it yields; the
@@ -24,19 +27,25 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   ``E/ep · (1 − (1 − k/E)^N)``.
 * **Pipeline** — layers split in explicit stage lists (remainder to the first stages; the last
   stage holds the LM head); ``m = min(pp, batch)`` micro-batches; decode step
-  ``TPOT = max(Σ_s t_s + (pp − 1)·t_p2p, m · max_s t_s)``.
+  ``TPOT = max(Σ_s t_s + (pp − 1)·t_p2p, m · max_s t_s)``. Each stage's step also pays the
+  engine's host time ``host_step + host_seq · sequences + host_prefill · prompts admitted``
+  (0 by default; engine profiles in :mod:`learn_to_shard.cost.config`).
 * **Memory per device and stage** — weights by placement (MoE: ``E/ep`` experts, split by
   ``etp``), embedding on the first stage, LM head on the last (a tied LM head with ``pp > 1``
   is a second copy, FC-16), KV cache by attention layout (head split divides GQA KV heads, with
   replication when ``tp`` exceeds them; MLA's latent cache is replicated under head split and
-  divided under a sequence split; windowed layers hold at most ``window`` tokens), activation
-  workspace for the step's tokens; must fit ``memory_utilization × HBM`` on every stage.
+  divided under a sequence split; windowed layers hold at most ``window`` tokens, or the full
+  context when ``window_kv_capped`` is off), activation workspace for the step's tokens (serve:
+  for the scheduler's token budget ``max_num_batched_tokens``); weights + workspace +
+  KV / ``kv_cache_free_fraction`` must fit ``memory_utilization × HBM`` on every stage. Reported
+  too: the largest batch, the KV-cache capacity in tokens and the longest context per sequence.
 * **Phases** — decode: ``batch`` sequences at context ``isl``; prefill: ``batch`` prompts of
   ``isl`` tokens, TTFT = pipeline makespan; serve: steady-state continuous batching with
   ``batch`` running requests — every step decodes ``batch`` tokens (mean context
   ``isl + osl/2``) and prefills ``batch · isl / osl`` prompt tokens (each request's prompt once
-  per ``osl`` steps); TTFT = ``⌈isl / chunk⌉`` steps carrying a prefill chunk of
-  ``max_num_batched_tokens − batch`` tokens.
+  per ``osl`` steps); each request holds KV for ``isl + osl`` tokens (reserved on admission,
+  ``kv_reserve_full_request``) or ``isl + osl/2``; TTFT = ``⌈isl / chunk⌉`` steps carrying a
+  prefill chunk of ``max_num_batched_tokens − batch`` tokens.
 """
 
 from __future__ import annotations
@@ -70,6 +79,9 @@ _COST_RULES = (
 )
 _COST_BIT = {name: 1 << (len(RULES) + i) for i, (name, _) in enumerate(_COST_RULES)}
 INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
+#: Cap on reported token capacities (models without full-attention layers hold unbounded
+#: context at a fixed KV size).
+_TOKENS_CAP = 2**62
 
 
 def _req_linear(choice: np.ndarray, layout: np.ndarray) -> np.ndarray:
@@ -114,6 +126,11 @@ class BatchEstimate:
         peak_memory_bytes: worst stage's per-device memory need, bytes.
         max_batch: largest batch that fits in memory at these degrees (linear extrapolation).
         violation_bits: bit-set of broken rules (structural RULES, then memory/SLOs).
+        kv_capacity_tokens: tokens of KV cache one instance holds at this batch's workspace
+            (windowed layers counted per the engine's page rule, see
+            ``CostModelConfig.window_kv_capped``).
+        max_context_tokens: longest context each of ``batch`` sequences can reach
+            (``kv_capacity_tokens / batch``, at most the model's max positions).
     """
 
     feasible: np.ndarray
@@ -124,6 +141,8 @@ class BatchEstimate:
     peak_memory_bytes: np.ndarray
     max_batch: np.ndarray
     violation_bits: np.ndarray
+    kv_capacity_tokens: np.ndarray | None = None
+    max_context_tokens: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +206,8 @@ class Estimate:
         collectives: the collectives one micro-batch pass issues.
         op_time_s: compute time per fused operator summed over the layers of one pass, s.
         instances: model replicas the cluster holds; idle_devices: devices left over.
+        kv_capacity_tokens: KV-cache tokens one instance holds (see :class:`BatchEstimate`).
+        max_context_tokens: longest context each of ``batch`` sequences can reach.
     """
 
     strategy: Strategy
@@ -205,6 +226,8 @@ class Estimate:
     op_time_s: dict[str, float] = field(default_factory=dict)
     instances: int = 1
     idle_devices: int = 0
+    kv_capacity_tokens: int = 0
+    max_context_tokens: int = 0
 
 
 class CostModel:
@@ -237,9 +260,21 @@ class CostModel:
         self._ab = float(workload.activation_dtype.bytes)
         fp8 = workload.weight_dtype is DType.FP8 and dev.peak_fp8_flops_per_s
         c = self.config
-        self._gemm_flops = (dev.peak_fp8_flops_per_s if fp8 else dev.peak_bf16_flops_per_s) \
-            * c.flops_efficiency
-        self._attn_flops = dev.peak_bf16_flops_per_s * c.flops_efficiency
+        fp8_eff = c.fp8_flops_efficiency if c.fp8_flops_efficiency is not None \
+            else c.flops_efficiency
+        self._gemm_flops = (dev.peak_fp8_flops_per_s * fp8_eff if fp8
+                            else dev.peak_bf16_flops_per_s * c.flops_efficiency)
+        self._attn_flops = dev.peak_bf16_flops_per_s * (
+            c.attention_flops_efficiency if c.attention_flops_efficiency is not None
+            else c.flops_efficiency)
+        self._attn_hbm = dev.hbm_bytes_per_s * (
+            c.attention_hbm_efficiency if c.attention_hbm_efficiency is not None
+            else c.hbm_efficiency)
+        # FP8 checkpoints keep the embedding and LM head in 16 bits (DeepSeek-V3 FP8, ModelOpt
+        # FP8 exclude lm_head); those two use 16-bit bytes and the 16-bit GEMM rate.
+        self._eb = max(self._wb, float(DType.BF16.bytes))
+        self._lm_flops = dev.peak_bf16_flops_per_s * c.flops_efficiency if fp8 \
+            else self._gemm_flops
         self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
         self._usable = dev.hbm_bytes * c.memory_utilization
         self._domain = cluster.devices_per_node
@@ -299,11 +334,63 @@ class CostModel:
         intra = extent <= self._domain
         bw = np.where(intra, dev.scale_up_bytes_per_s * c.scale_up_efficiency,
                       dev.scale_out_bytes_per_s * c.scale_out_efficiency)
-        alpha = np.where(intra, dev.scale_up_latency_s, dev.scale_out_latency_s)
+        up_a = c.scale_up_latency_s if c.scale_up_latency_s is not None \
+            else dev.scale_up_latency_s
+        out_a = c.scale_out_latency_s if c.scale_out_latency_s is not None \
+            else dev.scale_out_latency_s
+        alpha = np.where(intra, up_a, out_a)
         return _Link(bw=bw, alpha=alpha)
 
-    def _roofline(self, flops: np.ndarray, bytes_: np.ndarray, peak: float) -> np.ndarray:
-        return np.maximum(flops / peak, bytes_ / self._hbm) + self.config.kernel_overhead_s
+    def gemm_time_s(self, m: int, n: int, k: int) -> float:
+        """One GEMM ``[m, k] · [k, n]`` priced exactly as the model prices a weight-bearing
+        operator (weights in the workload's dtype, 16-bit activations, shape factor included):
+        ``max(2mnk / FLOP/s, (kn·w + m(k+n)·a) / HBM) + kernel_overhead``; seconds."""
+        fl = np.array([2.0 * m * n * k])
+        by = np.array([k * n * self._wb + m * (k + n) * self._ab])
+        peak = self._gemm_flops * self._shape_eff(np.array([float(m)]), np.array([float(k)]),
+                                                  np.array([float(n)]))
+        return float(self._roofline(fl, by, peak)[0])
+
+    def attention_time_s(self, batch: int, q_tokens: int, kv_len: float, heads: int,
+                         kv_heads: int, head_dim: int) -> float:
+        """One GQA attention call priced as in the layer model: decode ``q_tokens = 1`` over
+        ``kv_len`` cached tokens (reads the KV cache), prefill ``q_tokens = isl`` with causal
+        span ``kv_len = isl / 2`` (writes the new KV); seconds."""
+        dec = q_tokens == 1
+        fl = 2.0 * heads * 2 * head_dim * batch * q_tokens * kv_len
+        kv_tok = batch * (kv_len if dec else q_tokens)
+        by = kv_tok * kv_heads * 2 * head_dim * self._kvb \
+            + batch * q_tokens * heads * 2 * head_dim * self._ab
+        return float(self._roofline(np.array([fl]), np.array([by]), self._attn_flops,
+                                    self._attn_hbm)[0])
+
+    def link(self, group: int) -> tuple[float, float]:
+        """The link a collective over ``group`` consecutive ranks is priced on.
+
+        Returns:
+            (achievable bus bandwidth in bytes/s, per-step latency in s) — the values every
+            collective of the model uses for that group (scale-up inside one domain, else
+            scale-out).
+        """
+        lk = self._link(np.array([group]))
+        return float(lk.bw[0]), float(lk.alpha[0])
+
+    def _shape_eff(self, *dims: np.ndarray) -> np.ndarray | float:
+        """GEMM efficiency relative to ``flops_efficiency`` for a local shape ``[M, K, N]``:
+        ``Π d / (d + gemm_shape_half)`` (tile and wave quantisation make small dimensions run
+        below the large-GEMM rate); 1 when ``gemm_shape_half`` is 0."""
+        x0 = self.config.gemm_shape_half
+        if not x0:
+            return 1.0
+        eff: np.ndarray | float = 1.0
+        for d in dims:
+            eff = eff * d / (d + x0)
+        return eff
+
+    def _roofline(self, flops: np.ndarray, bytes_: np.ndarray, peak: float,
+                  hbm: float | None = None) -> np.ndarray:
+        return np.maximum(flops / peak, bytes_ / (hbm or self._hbm)) \
+            + self.config.kernel_overhead_s
 
     # ------------------------------------------------------------------ public API
     def evaluate_many(self, actions: np.ndarray) -> BatchEstimate:
@@ -356,7 +443,9 @@ class CostModel:
             stage_memory_bytes=tuple(float(x) for x in stage_mem),
             max_batch=int(b.max_batch[0]), collectives=tuple(out["collectives"]),
             op_time_s=out["op_time"], instances=inst,
-            idle_devices=self.cluster.num_devices - inst * strategy.devices)
+            idle_devices=self.cluster.num_devices - inst * strategy.devices,
+            kv_capacity_tokens=int(b.kv_capacity_tokens[0]),
+            max_context_tokens=int(b.max_context_tokens[0]))
 
     def _explain(self, names: tuple[str, ...], out: dict, s: Strategy) -> tuple[str, ...]:
         """Turn violation names into one specific line each (numbers where they help)."""
@@ -442,16 +531,35 @@ class CostModel:
         stage_w = stage_w + first * step["emb_w"][:, None] + last * step["lm_w"][:, None]
         ws = step["ws"]
         in_use = stage_ids < pp[:, None]
-        stage_mem = np.where(in_use, stage_w + stage_kv + ws[:, None], 0.0)
+        # The KV pool may only take a fraction f of what weights and workspace leave
+        # (TRT-LLM's kv_cache_free_gpu_mem_fraction); f = 1 is vLLM's accounting.
+        f = c.kv_cache_free_fraction
+        stage_mem = np.where(in_use, stage_w + stage_kv / f + ws[:, None], 0.0)
         peak = stage_mem.max(axis=1)
         fits = peak <= self._usable
         # Largest batch that fits: KV and workspace scale with batch, weights do not.
-        var = np.where(in_use, stage_kv + ws[:, None], 0.0)
-        room = np.where(in_use, self._usable - stage_w, np.inf)
+        ws_fixed = wl.phase is Phase.SERVE           # budget-sized, does not grow with batch
+        var = np.where(in_use, stage_kv / f + (0.0 if ws_fixed else ws[:, None]), 0.0)
+        room = np.where(in_use, self._usable - stage_w - (ws[:, None] if ws_fixed else 0.0),
+                        np.inf)
         per_b = var / batch[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(per_b > 0, room / per_b, np.inf)
         max_batch = np.floor(np.clip(ratio.min(axis=1), 0, 2**31 - 1)).astype(np.int64)
+        # KV capacity in tokens at this batch's workspace (FC-17/FC-20): the worst stage's room
+        # for KV over the bytes one token costs a rank (full-attention layers, and windowed
+        # layers too when the engine does not cap them), times the ranks that hold disjoint
+        # sequences (attention-DP, and a sequence split inside tp).
+        tok_stage = np.einsum("nst,nt->ns", counts, step["kv_tok_type"])
+        fixed_stage = np.einsum("nst,nt->ns", counts, step["kv_fixed_type"]) * seqs_rank[:, None]
+        room_kv = np.maximum(f * (self._usable - stage_w - ws[:, None]) - fixed_stage, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cap_rank = np.where(in_use & (tok_stage > 0), room_kv / tok_stage, np.inf).min(axis=1)
+        holders = dp * np.where(dims[:, Op.ATTENTION] == 0, tp, 1)
+        kv_capacity = np.floor(np.minimum(cap_rank * holders, float(_TOKENS_CAP)))
+        max_context = np.floor(kv_capacity / batch)
+        if self.model.max_position_embeddings:
+            max_context = np.minimum(max_context, float(self.model.max_position_embeddings))
 
         bits = bits | np.where(~fits, _COST_BIT["memory"], 0)
         if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
@@ -462,7 +570,9 @@ class CostModel:
         batch_est = BatchEstimate(
             feasible=feasible, objective=np.where(feasible, tps_dev, 0.0),
             tokens_per_s_per_device=tps_dev, tpot_s=tpot, ttft_s=ttft,
-            peak_memory_bytes=peak, max_batch=max_batch, violation_bits=bits)
+            peak_memory_bytes=peak, max_batch=max_batch, violation_bits=bits,
+            kv_capacity_tokens=kv_capacity.astype(np.int64),
+            max_context_tokens=max_context.astype(np.int64))
         out = {"batch": batch_est, "stage_mem": stage_mem, "stage_w": stage_w,
                "stage_kv": stage_kv, "ws": np.broadcast_to(ws, (n,)), "stage_t": stage_t,
                "m": m_mb, "instance_tps": instance_tps}
@@ -485,7 +595,7 @@ class CostModel:
         n = len(a)
         tp, ep, pp, dp = deg["tp"], deg["ep"], deg["pp"], deg["dp"]
         _wl, sh, m, c = self.workload, self.shapes, self.model, self.config
-        ab, wb = self._ab, self._wb
+        ab = self._ab
         t_f = tp.astype(np.float64)
         rows = dec + pf                                       # tokens per DP rank
         link_tp = self._link(tp)
@@ -536,8 +646,8 @@ class CostModel:
         rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
         lm_w_local = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
         lm_flops = 2 * rows_lm * lm_w_local
-        lm_bytes = lm_w_local * wb + rows_lm * (sh.hidden + vpad) * ab
-        t_lm = self._roofline(lm_flops, lm_bytes, self._gemm_flops)
+        lm_bytes = lm_w_local * self._eb + rows_lm * (sh.hidden + vpad) * ab
+        t_lm = self._roofline(lm_flops, lm_bytes, self._lm_flops)
         out_lm = _out_linear(c_lm, req)
         t_logits = self._conv(out_lm, np.full(n, R), lm_rows * vpad * c.logits_bytes, tp,
                               link_tp)
@@ -551,6 +661,11 @@ class CostModel:
         stage_t = np.where(stage_ids < pp[:, None], stage_t, 0.0)
         stage_t[:, 0] += emb_t
         stage_t[idx, pp - 1] += lm_total
+        # Engine host time not hidden behind the GPU: per step, and per sequence in the step.
+        if c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s:
+            host = (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
+                    + c.host_prefill_overhead_s * pf_seqs)
+            stage_t = np.where(stage_ids < pp[:, None], stage_t + host[:, None], 0.0)
         p2p_link = self._link(g * pp)
         p2p_bytes = rows * sh.hidden * ab / t_f
         p2p = np.where(pp > 1, p2p_bytes / p2p_link.bw + p2p_link.alpha, 0.0)
@@ -560,16 +675,25 @@ class CostModel:
                            for is_moe, _ in self._types], axis=1)
         kv_type = np.stack([self._kv_per_seq(dims, tp, window, self._kv_tokens())
                             for _, window in self._types], axis=1)
+        capped = [w is not None and c.window_kv_capped for _, w in self._types]
+        kv_tok_type = np.stack([np.zeros(n) if cap else self._kv_per_seq(dims, tp, None, 1.0)
+                                for cap in capped], axis=1)
+        kv_fixed_type = np.where(np.asarray(capped)[None, :], kv_type, 0.0)
         c_att = dims[:, Op.ATTENTION]
         seqs_total = np.ceil(deg["batch"] / dp)
         kv_seqs_rank = np.where(c_att == 0, np.ceil(seqs_total / t_f), seqs_total)
-        emb_w = np.where(c_emb == 2, vpad * sh.hidden, vpad * sh.hidden / t_f) * wb
-        lm_w = lm_w_local * wb
+        emb_w = np.where(c_emb == 2, vpad * sh.hidden, vpad * sh.hidden / t_f) * self._eb
+        lm_w = lm_w_local * self._eb
         if m.tie_word_embeddings:
             lm_w = np.where(pp > 1, lm_w, 0.0)   # shared with the embedding on one stage
-        ws = self._workspace(rows, lm_rows, tp, etp, vpad)
+        # Serve: the engine sizes its activation workspace for the scheduler's token budget
+        # (vLLM profiles the peak at max_num_batched_tokens, FC-20), whatever the batch.
+        ws_rows = np.full(n, float(c.max_num_batched_tokens)) \
+            if self.workload.phase is Phase.SERVE else rows
+        ws = self._workspace(ws_rows, lm_rows, tp, etp, vpad)
         out = {"stage_t": stage_t, "p2p": p2p, "w_type": w_type, "kv_type_per_seq": kv_type,
-               "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws}
+               "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws,
+               "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type}
         if detail:
             self._detail(out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, walk,
                          link_tp, link_g, link_etp, emb_t, (t_conv, t_norm, t_lm, t_logits),
@@ -584,10 +708,15 @@ class CostModel:
         return (np.ceil(self.shapes.vocab / q) * q).astype(np.float64)
 
     def _kv_tokens(self) -> float:
-        """Tokens of KV held per sequence: decode ``isl``; serve ``isl + osl/2`` (paged cache,
-        mean occupancy); prefill ``isl``."""
-        return float(self.workload.decode_context) if self.workload.phase is Phase.SERVE \
-            else float(self.workload.isl)
+        """Tokens of KV held per sequence: decode ``isl``; prefill ``isl``; serve ``isl + osl``
+        when the scheduler reserves a request's whole KV on admission
+        (``config.kv_reserve_full_request``, TRT-LLM's GUARANTEED_NO_EVICT), else the mean
+        occupancy ``isl + osl/2`` of an on-demand paged cache."""
+        wl = self.workload
+        if wl.phase is not Phase.SERVE:
+            return float(wl.isl)
+        return float(wl.max_context) if self.config.kv_reserve_full_request \
+            else float(wl.decode_context)
 
     def _conv(self, src: np.ndarray, dst: np.ndarray, full_bytes: np.ndarray, n: np.ndarray,
               link: _Link) -> np.ndarray:
@@ -637,7 +766,8 @@ class CostModel:
             n_loc = np.where(choice == 1, n_dim / n_grp, n_dim)
             fl = 2 * r_loc * w_loc
             by = w_loc * wb + r_loc * (k_loc + n_loc) * ab
-            comp = self._roofline(fl, by, peak or self._gemm_flops)
+            comp = self._roofline(fl, by, (peak or self._gemm_flops)
+                                  * self._shape_eff(r_loc, k_loc, n_loc))
             ops[name] = comp
             return tt + comp, req, _out_linear(choice, req)
 
@@ -682,7 +812,7 @@ class CostModel:
                                                                     + pf_loc * span_pf)
             by = (dec_loc * span_dec + pf_loc) * kv_heads * sh.kv_out_per_head * self._kvb
         by = by + (dec_loc + pf_loc) * (heads_loc * (att.head_dim + att.v_head_dim)) * ab
-        ops["attention"] = self._roofline(fl, by, self._attn_flops)
+        ops["attention"] = self._roofline(fl, by, self._attn_flops, self._attn_hbm)
         total += ops["attention"]
         to, _, out_o = linear("o_proj", c_o, req_a, sh.attn_out, H, sh.o_params, t, link,
                               where="attention -> o_proj")
@@ -722,7 +852,9 @@ class CostModel:
             rec.append(("moe dispatch", "all-to-all", int(g[0]), float(t_a2a[0])))
             rec.append(("moe combine", "all-to-all", int(g[0]), float(t_a2a[0])))
         total += 2 * t_disp
-        assign = rows_g * moe.top_k / ep * c.moe_imbalance       # token-expert pairs per EP rank
+        # Token-expert pairs on the busiest EP rank; routing skew only unbalances ranks when
+        # experts are spread over several (ep > 1): with ep = 1 every rank holds every expert.
+        assign = rows_g * moe.top_k / ep * np.where(ep > 1, c.moe_imbalance, 1.0)
         c_eu, c_ed = dims[:, Op.EXPERT_UP], dims[:, Op.EXPERT_DOWN]
         e_loc = moe.num_experts / ep
         touched = e_loc * (1 - (1 - moe.top_k / moe.num_experts) ** rows_g)
@@ -739,7 +871,8 @@ class CostModel:
             n_loc = np.where(choice == 1, n_dim / etp_f, n_dim)
             fl = 2 * r_loc * w_loc
             by = touched * w_loc * wb + r_loc * (k_loc + n_loc) * ab
-            comp = self._roofline(fl, by, self._gemm_flops)
+            m_exp = r_loc / np.maximum(touched, 1.0)          # tokens per local expert
+            comp = self._roofline(fl, by, self._gemm_flops * self._shape_eff(m_exp, k_loc, n_loc))
             ops[name] = comp
             return tt + comp, _out_linear(choice, req)
 
@@ -809,7 +942,8 @@ class CostModel:
         """
         att = self.model.attention
         t = tp.astype(np.float64)
-        held = tokens if window is None else min(tokens, float(window))
+        capped = window is not None and self.config.window_kv_capped
+        held = min(tokens, float(window)) if capped else tokens
         per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
         c_att = dims[:, Op.ATTENTION]
         if att.kind is AttentionKind.GQA:

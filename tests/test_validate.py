@@ -1,0 +1,184 @@
+"""`l2s validate`: the measurement table, per-row predictions, error targets, CLI outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from learn_to_shard.cli import app
+from learn_to_shard.cost import CostModel, CostModelConfig
+from learn_to_shard.cost.config import ENGINE_PROFILES
+from learn_to_shard.hardware import parse_cluster
+from learn_to_shard.model import load_model
+from learn_to_shard.report.validate import (
+    CALIBRATIONS,
+    METRIC_KIND,
+    calibrate,
+    load_table,
+    predict_row,
+    validate,
+)
+from learn_to_shard.workload import DType, Phase, Workload
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def report():
+    t0 = time.perf_counter()
+    rep = validate()
+    rep.wall_s = time.perf_counter() - t0  # type: ignore[attr-defined]
+    return rep
+
+
+def test_table_holds_every_measurement_of_the_reference():
+    rows = load_table()
+    ids = [r.id for r in rows]
+    assert len(ids) == len(set(ids))
+    by_source = Counter(r.source for r in rows)
+    # measurements.md: 71 TRT-LLM throughputs (§1.1), 38 Splitwise latencies (§2, incl.
+    # BLOOM), 12 DeepEP low-latency times and 8 normal-mode bandwidths (§3).
+    assert by_source == {"trtllm-v0.14": 71, "splitwise": 38, "deepep-v1": 20}
+    assert all(r.metric in METRIC_KIND and r.value > 0 for r in rows)
+    assert sum(r.calibration for r in rows) == 28
+
+
+def test_held_out_errors_meet_the_targets(report):
+    """Issue targets: held-out median |error| ≤ 15% on throughput, ≤ 20% on latency."""
+    assert report.stat("throughput", "held-out").median_abs <= 0.15
+    assert report.stat("ttft", "held-out").median_abs <= 0.20
+    assert report.stat("tpot", "held-out").median_abs <= 0.20
+    assert report.wall_s < 60  # type: ignore[attr-defined]
+
+
+def test_every_tp_sweep_is_predicted_in_the_measured_order(report):
+    assert len(report.sweeps) == 12
+    assert all(s.in_order for s in report.sweeps), [s.sweep for s in report.sweeps
+                                                    if not s.in_order]
+
+
+def test_inexpressible_rows_say_why(report):
+    bloom = [r for r in report.results if r.row.model == "bloom-176b"]
+    assert len(bloom) == 8
+    assert all(r.predicted is None and r.status == "not expressible" and "bloom" in r.reason
+               for r in bloom)
+    assert sum(1 for r in report.results if r.predicted is not None) == 121
+
+
+def test_serve_rows_use_the_concurrency_the_kv_cache_allows(report):
+    """TRT-LLM max-throughput rows: batch = KV capacity / (isl + osl), capped at 4096."""
+    r = next(x for x in report.results if x.row.id == "trt-llama70b-h100fp8-1000-1000-tp8")
+    assert 1000 < r.batch_used < 4096
+    short = next(x for x in report.results if x.row.id == "trt-llama70b-h200fp8-128-128-tp8")
+    assert short.batch_used == 4096
+
+
+def test_cli_prints_table_and_writes_plot_and_json(tmp_path):
+    plot, rep = tmp_path / "v.png", tmp_path / "v.json"
+    res = runner.invoke(app, ["validate", "--plot", str(plot), "--report", str(rep)])
+    assert res.exit_code == 0, res.output
+    assert "trt-llama70b-h200fp8-1000-1000-tp8" in res.output
+    assert "held-out median |error|" in res.output
+    assert plot.stat().st_size > 10_000
+    data = json.loads(rep.read_text())
+    assert data["summary"].startswith("held-out median |error|")
+    assert len(data["rows"]) == 129
+
+
+def test_cli_takes_another_table_in_the_same_format(tmp_path):
+    table = tmp_path / "mine.csv"
+    table.write_text(
+        "id,engine,model,hardware,devices,weight_dtype,tp,batch,max_batch,isl,osl,metric,"
+        "value,calibration,source\n"
+        "a,trtllm,llama-3.1-8b,h100-sxm,1,bf16,1,max,512,1000,1000,output_tokens_per_s,"
+        "5000,0,mine\n"
+        "b,,llama-3.1-8b,h100-sxm,1,bf16,1,8,,2048,,decode_step_s,0.008,0,mine\n")
+    rep = tmp_path / "r.json"
+    res = runner.invoke(app, ["validate", "--table", str(table), "--plot",
+                              str(tmp_path / "p.png"), "--report", str(rep)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(rep.read_text())["rows"]
+    assert [r["id"] for r in rows] == ["a", "b"]
+    assert all(r["predicted"] and r["status"] == "ok" for r in rows)
+
+
+def test_bad_table_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,model,metric\nx,llama-3.1-8b,tpot_s\n")
+    res = runner.invoke(app, ["validate", "--table", str(bad)])
+    assert res.exit_code == 2
+    assert "missing column" in res.output and "value" in res.output
+
+
+def test_collective_rows_use_the_link_the_group_spans():
+    rows = {r.id: r for r in load_table()}
+    intra = predict_row(rows["deepep-normal-dispatch-ep8"]).predicted
+    inter = predict_row(rows["deepep-normal-dispatch-ep16"]).predicted
+    assert intra == pytest.approx(160e9 * 0.8) and inter == pytest.approx(50e9 * 0.8)
+
+
+CASES = [
+    ("llama-3.1-70b", "h100-sxm:16", Phase.SERVE, "trtllm"),
+    ("llama-3.1-70b", "a100-80gb:8", Phase.PREFILL, "splitwise-dgx-a100"),
+    ("qwen3-30b-a3b", "h100-sxm:8", Phase.DECODE, "splitwise-dgx-h100"),
+    ("gpt-oss-20b", "h200:8", Phase.SERVE, None),
+]
+
+
+@pytest.mark.parametrize("name,cluster,phase,engine", CASES)
+def test_new_factors_keep_evaluate_and_evaluate_many_identical(name, cluster, phase, engine):
+    cfg = CostModelConfig.for_engine(engine, window_kv_capped=engine is not None,
+                                     moe_imbalance=1.3)
+    wl = Workload(phase, isl=2048, osl=256 if phase is Phase.SERVE else 0,
+                  weight_dtype=DType.FP8)
+    cm = CostModel(load_model(name), parse_cluster(cluster), wl, config=cfg)
+    acts = cm.space.sample(np.random.default_rng(3), 48)
+    b = cm.evaluate_many(acts)
+    for i, a in enumerate(acts):
+        e = cm.evaluate(a)
+        assert e.feasible == bool(b.feasible[i])
+        assert e.tokens_per_s_per_device == float(b.tokens_per_s_per_device[i])
+        for x, y in ((e.tpot_s, b.tpot_s[i]), (e.ttft_s, b.ttft_s[i])):
+            assert x == float(y) or (math.isnan(x) and math.isnan(y))
+        assert e.max_batch == int(b.max_batch[i])
+        assert e.kv_capacity_tokens == int(b.kv_capacity_tokens[i])
+
+
+def test_engine_profiles_name_their_source():
+    for name, prof in ENGINE_PROFILES.items():
+        assert prof.get("_source"), name
+        CostModelConfig.for_engine(name)
+    with pytest.raises(KeyError, match="known"):
+        CostModelConfig.for_engine("nope")
+
+
+@pytest.mark.slow
+def test_declared_calibration_reproduces_the_shipped_factors():
+    """Re-running the declared fits on the calibration rows lands on the shipped values."""
+    shipped = {"defaults": CostModelConfig()}
+    shipped |= {n: CostModelConfig.for_engine(n) for n in ENGINE_PROFILES}
+    for spec, values, _loss, n in calibrate(specs=CALIBRATIONS):
+        assert n in (16, 6)
+        for field, v in values.items():
+            assert getattr(shipped[spec.name], field) == pytest.approx(v), (spec.name, field)
+
+
+def test_kernel_tables_are_small_and_every_operator_is_compared(report):
+    from learn_to_shard.report.validate import silicon_dir
+
+    files = sorted(p.name for p in silicon_dir().glob("*.csv"))
+    assert files == ["context_attention.csv", "gemm.csv", "generation_attention.csv",
+                     "nccl.csv"]
+    assert sum(p.stat().st_size for p in silicon_dir().glob("*.csv")) < 200_000
+    ops = {(s.op, s.preset) for s in report.operators}
+    for preset in ("h100-sxm", "h200", "a100-80gb", "b200"):
+        for op in ("gemm", "decode_attention", "prefill_attention", "all_reduce",
+                   "all_gather", "reduce_scatter", "alltoall"):
+            assert (op, preset) in ops
+    assert sum(s.n for s in report.operators) == 768 + 480 + 133 + 24
