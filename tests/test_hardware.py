@@ -29,7 +29,7 @@ EXPECTED = {
     "h100-sxm": dict(
         peak_bf16_flops_per_s=989.4e12,
         peak_fp8_flops_per_s=1978.9e12,
-        hbm_bytes=80e9,
+        hbm_bytes=81559 * 2**20,
         hbm_bytes_per_s=3.35e12,
         scale_up_domain=8,
         scale_up_bytes_per_s=450e9,
@@ -38,7 +38,7 @@ EXPECTED = {
     "h200": dict(
         peak_bf16_flops_per_s=989e12,
         peak_fp8_flops_per_s=1979e12,
-        hbm_bytes=141e9,
+        hbm_bytes=143771 * 2**20,
         hbm_bytes_per_s=4.8e12,
         scale_up_domain=8,
         scale_up_bytes_per_s=450e9,
@@ -47,7 +47,7 @@ EXPECTED = {
     "b200": dict(
         peak_bf16_flops_per_s=2250e12,
         peak_fp8_flops_per_s=4500e12,
-        hbm_bytes=180e9,
+        hbm_bytes=183359 * 2**20,
         hbm_bytes_per_s=8e12,
         scale_up_domain=8,
         scale_up_bytes_per_s=900e9,
@@ -56,7 +56,7 @@ EXPECTED = {
     "a100-80gb": dict(
         peak_bf16_flops_per_s=312e12,
         peak_fp8_flops_per_s=None,
-        hbm_bytes=80e9,
+        hbm_bytes=80 * 2**30,
         hbm_bytes_per_s=2.039e12,
         scale_up_domain=8,
         scale_up_bytes_per_s=300e9,
@@ -65,7 +65,7 @@ EXPECTED = {
     "mi300x": dict(
         peak_bf16_flops_per_s=1307.4e12,
         peak_fp8_flops_per_s=2614.9e12,
-        hbm_bytes=192e9,
+        hbm_bytes=192 * 2**30,
         hbm_bytes_per_s=5.3e12,
         scale_up_domain=8,
         scale_up_bytes_per_s=448e9,
