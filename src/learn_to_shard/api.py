@@ -11,11 +11,13 @@ from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
-from .search.base import ProgressFn
+from .search.base import ProgressFn, SearchResult
 from .workload import DType, Phase, Workload
 
 #: Default evaluation budget (the paper's 4000 simulator calls per search).
 DEFAULT_BUDGET = 4000
+#: Seconds ``method="auto"`` gives the exact search before it falls back to the RL search.
+AUTO_EXACT_TIME_LIMIT_S = 30.0
 
 
 def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None = None,
@@ -90,7 +92,7 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
 def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decode", *,
          isl: int | None = None, osl: int | None = None, context: int | None = None,
          dtype: str = "bf16", kv_dtype: str | None = None, ttft_slo_s: float | None = None,
-         tpot_slo_s: float | None = None, method: str = "megatron",
+         tpot_slo_s: float | None = None, method: str = "auto",
          budget: int = DEFAULT_BUDGET, seed: int = 0, config: CostModelConfig | None = None,
          progress: ProgressFn | None = None) -> Plan:
     """Find the best parallel strategy for serving ``model`` on ``cluster``.
@@ -102,7 +104,10 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
             :class:`ClusterSpec`.
         phase, isl, osl, context, dtype, kv_dtype, ttft_slo_s, tpot_slo_s: the workload
             (see :func:`make_workload`); SLOs in seconds.
-        method: searcher name (``megatron``, ``random``, …; see ``searcher_names()``).
+        method: searcher name (``exact``, ``rl``, ``megatron``, …; see ``searcher_names()``),
+            or ``auto`` (default): the exact optimum when it is found within
+            :data:`AUTO_EXACT_TIME_LIMIT_S`, else the RL search (``megatron`` where ``rl`` is
+            not available); ``Plan.method_used`` says which ran.
         budget: evaluation budget for budgeted searchers.
         seed: RNG seed.
         config: cost-model factors.
@@ -120,22 +125,63 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress)
 
 
-def search_plan(cm: CostModel, method: str = "megatron", budget: int = DEFAULT_BUDGET,
-                seed: int = 0, progress: ProgressFn | None = None) -> Plan:
+def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGET,
+                seed: int = 0, progress: ProgressFn | None = None,
+                auto_time_limit_s: float = AUTO_EXACT_TIME_LIMIT_S) -> Plan:
     """Run searcher ``method`` on an already built cost model and assemble the :class:`Plan`.
+
+    Args:
+        cm: the problem.
+        method: searcher name, or ``auto`` (see :func:`plan`).
+        budget: evaluation budget for budgeted searchers.
+        seed: RNG seed.
+        progress: optional callback receiving evaluation counts.
+        auto_time_limit_s: for ``auto``, seconds the exact search may take.
 
     Raises:
         ConfigError: unknown method or non-positive budget.
     """
+    if method == "auto":
+        if budget <= 0:
+            raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
+        return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_time_limit_s),
+                                "auto")
     try:
         searcher = get_searcher(method)
     except KeyError:
-        raise ConfigError(f"--method: {method!r} is not one of {', '.join(searcher_names())}") \
-            from None
+        raise ConfigError(f"--method: {method!r} is not one of "
+                          f"{', '.join(['auto', *searcher_names()])}") from None
     if budget <= 0:
         raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
     result = searcher.search(cm, budget, seed, progress)
     return Plan.from_search(cm, result, method)
+
+
+def _auto_search(cm: CostModel, budget: int, seed: int, progress: ProgressFn | None,
+                 time_limit_s: float) -> SearchResult:
+    """``auto``: the exact optimum if it is found within ``time_limit_s``, else ``rl`` (else
+    ``megatron``); ``notes["auto"]`` says what happened."""
+    from .cost.decompose import DecompositionError
+    from .search.exact import ExactSearcher, ExactTimeout
+
+    try:
+        result = ExactSearcher(time_limit_s=time_limit_s).search(cm, None, seed, progress)
+        result.notes["auto"] = (f"exact optimum found in {result.wall_s:.1f} s "
+                                f"(limit {time_limit_s:g} s)")
+        return result
+    except (ExactTimeout, DecompositionError) as exc:
+        why = str(exc)
+    for fallback in ("rl", "megatron"):
+        if fallback not in searcher_names():
+            continue
+        try:
+            result = get_searcher(fallback).search(cm, budget, seed, progress)
+        except ImportError as exc:           # rl without its optional dependencies
+            why += f"; {fallback} unavailable ({exc})"
+            continue
+        result.notes["auto"] = f"exact not used ({why}); ran {fallback}"
+        return result
+    raise ConfigError(f"--method auto: no searcher could run ({why})")
 
 
 def expected_evaluations(cm: CostModel, method: str, budget: int) -> int | None:
@@ -146,6 +192,6 @@ def expected_evaluations(cm: CostModel, method: str, budget: int) -> int | None:
 
     if method == "megatron":
         return int(np.prod(cm.space.nvec[:NUM_COARSE]))
-    if method == "megatron-rule":
+    if method in ("megatron-rule", "exact", "auto"):
         return None
     return budget

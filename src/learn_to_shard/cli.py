@@ -50,7 +50,8 @@ def plan_cmd(
     dtype: str = typer.Option("bf16", help="Weight precision: bf16 | fp8."),
     kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache precision "
                                         "(default: --dtype)."),
-    method: str = typer.Option("megatron", help="Searcher: megatron, megatron-rule, random, …"),
+    method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
+                               "else rl), exact, rl, megatron, megatron-rule, sa, mcmc, random."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
     seed: int = typer.Option(0, help="Random seed."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
@@ -196,7 +197,8 @@ def compare_cmd(
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        render_comparison(cmp, Console())
+        # Piped output gets a wide console so the table's columns stay whole.
+        render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=140))
     err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
 

@@ -1,0 +1,1062 @@
+"""The cost model at fixed degrees, decomposed into per-operator tables (for the exact solver).
+
+For one choice of degrees and batch, :class:`~learn_to_shard.cost.model.CostModel` prices the
+12 per-operator choices as a chain of layouts (module docstring there). This module turns that
+chain into small tables, **evaluating the cost model's own per-layer code**
+(:meth:`CostModel._layer`, ``_layer_weights``, ``_kv_per_seq``, ``_workspace``, ``_conv``,
+``_norm_stats``, ``_roofline``, ``_link``) on structured rows, so that the exact solver
+(:mod:`learn_to_shard.search.exact`) sees the same numbers as ``evaluate_many``:
+
+* **Layer time.** For layer type ``t`` (MoE or dense, window) with incoming layout ``L`` and the
+  hub ``h = (qkv_proj, attention, o_proj)``, the time is
+  ``T_t(L, h, φ) = A_t[L, h] + F_t[(attention, o_proj), φ]`` where ``φ`` is the layer's FFN
+  choice — for dense layers ``d = (dense_up, dense_down)``; for MoE layers the router ``r`` and
+  the expert group ``g = (expert_up, expert_down, shared_up, shared_down)``, additively
+  (``F = R[(a,o), r] + G[(a,o), g]``). It holds because the attention core requires a layout
+  fixed by its own choice, so o_proj's input, and hence the FFN input, depend on
+  ``(attention, o_proj)`` only. The tables are obtained by differencing ``_layer`` rows against a
+  reference (all-replicated) FFN; the hub table itself is built as ``X(L, q, a) + Y(a, o)``
+  (45 rows instead of 108) for the same reason. The layer's output layout is
+  ``out_t[(a,o), φ]``. These separations are facts of ``_layer``'s code, checked by
+  :func:`verify`.
+* **Chain across layers.** Layer ``i``'s incoming layout is the embedding's layout for the first
+  layer and layer ``i−1``'s output otherwise, so each layer is a *pair* ``(type, previous
+  type)``; a pipeline stage holds counts of pairs.
+* **Boundary terms.** Embedding time and the pipeline send are choice-independent; the LM head's
+  time depends on (last layer's output layout, lm_head choice).
+* **Restated, not called.** A few lines of ``CostModel._run``/``_step`` have no method of their
+  own and are restated here: the environment ``_layer`` reads (:func:`_env`), the embedding's
+  time and output layout, the LM-head block (``_lm_table``), host time and the stage-to-stage
+  send (:func:`coarse_terms`), micro-batching and the phase split (:func:`coarse_terms`),
+  embedding/LM weight bytes, resident sequences per rank, the serve workspace's token budget
+  (:func:`mem_tables`), and the pipeline, memory (``kv_cache_free_fraction``) and SLO formulas
+  (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole decomposition with
+  ``evaluate_many`` on random strategies — the exact searcher runs it on every problem and
+  raises :class:`DecompositionError` on a mismatch — and ``tests/test_exact.py`` does so across
+  random models, configurations and phases, so a cost-model change that this module does not
+  follow fails loudly instead of silently.
+* **Memory.** Per-layer weights are additive over operators (``_layer_weights``: one term per
+  operator choice); KV per sequence depends on the attention choice only (``_kv_per_seq``);
+  workspace is choice-independent (``_workspace``); embedding and LM head weights depend on their
+  own choice.
+
+What breaks a pure chain (and how :mod:`~learn_to_shard.search.exact` handles it, exactly):
+see :data:`CHAIN_BREAKS`.
+
+Every candidate strategy becomes a *feature vector* ``z`` (per-pair layer times, LM time,
+per-type layer weights, embedding/LM weights, KV per sequence), and :func:`evaluate_z` computes
+TPOT/TTFT, peak memory, feasibility and the objective from ``z`` for any degrees. Every
+coefficient that ``z`` enters with is non-negative and the objective/feasibility are monotone,
+so a candidate whose ``z`` is component-wise no smaller than another's can never be better:
+this is what makes Pareto pruning of the per-operator choices exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..parallel.ops import NUM_OPS, Op
+from ..parallel.placement import S0, S1, P, R
+from ..parallel.space import NUM_COARSE
+from ..workload import Phase
+from .model import CostModel, _Link, _out_linear, _req_linear
+
+#: Terms of the cost model that break a pure per-operator chain, and how the exact solver
+#: treats each one (all exactly; none is bounded or approximated).
+CHAIN_BREAKS: tuple[str, ...] = (
+    "layer loop: every layer reuses the same 12 choices and feeds its output layout to the "
+    "next layer's qkv_proj (a cycle, not a chain) -> the hub (qkv_proj, attention, o_proj) is "
+    "enumerated (27 values); given the hub every other operator group is independent",
+    "layer kinds: dense and MoE layers share the attention operators and chain in model order "
+    "-> each layer is priced as a (type, previous type) pair; an FFN choice carries the cost "
+    "its output layout causes in the layers that follow it",
+    "pipeline: TPOT = max(sum of stage times + sends, micro-batches x slowest stage) and peak "
+    "memory = max over stages are not sums -> each candidate keeps a per-pair/per-type feature "
+    "vector; Pareto pruning on that vector is exact because every stage time and memory is a "
+    "non-negative combination of it",
+    "memory and SLO limits -> constraints checked on the exact per-stage totals of every "
+    "surviving candidate; KV depends on the attention choice, which is part of the hub",
+    "LM head depends on the last layer's output layout -> priced jointly with the FFN group of "
+    "the last layer's kind",
+    "serve TTFT (second step with a prefill chunk) -> a second set of time features, pruned "
+    "jointly with the first",
+)
+
+#: Incoming layout of the first layer for each embedding choice (as ``CostModel._step``).
+EMB_LAYOUT = np.array([P, S1, R], dtype=np.int64)
+
+# Hub index h = q*9 + a*3 + o; ao = a*3 + o = h % 9.
+HUB_Q = np.arange(27) // 9
+HUB_A = (np.arange(27) // 3) % 3
+HUB_O = np.arange(27) % 3
+
+
+def _combos(n: int) -> np.ndarray:
+    """All ``3**n`` choice tuples, ``[3**n, n]``, last column fastest."""
+    if n == 0:
+        return np.zeros((1, 0), dtype=np.int64)
+    g = np.meshgrid(*[np.arange(3)] * n, indexing="ij")
+    return np.stack([x.ravel() for x in g], axis=1).astype(np.int64)
+
+
+@dataclass
+class Structure:
+    """Static structure of one cost model: layer types, pairs, stage classes, option sets.
+
+    Attributes:
+        types: ``(is_moe, window)`` per layer type (the cost model's ``_types``).
+        pairs: ``(type, previous type)`` per distinct pair, previous ``-1`` for the first layer.
+        first_pair: index of the first layer's pair.
+        last_type: type of the last layer.
+        has_dense, has_moe, has_shared: which operator groups are relevant for this model.
+        d_opts: dense FFN options ``[nD, 2]`` (dense_up, dense_down); ``[[2, 2]]`` if irrelevant.
+        r_opts: router options ``[nR]``.
+        g_opts: expert-group options ``[nG, 4]`` (expert_up, expert_down, shared_up,
+            shared_down); irrelevant members fixed to 2.
+        classes: per pp index, ``(cnt [S, P], ntyp [S, T], first [S], last [S], mult [S])``:
+            distinct stages and how many stages share each; ``None`` for pp > layers.
+    """
+
+    types: list[tuple[bool, int | None]]
+    pairs: list[tuple[int, int]]
+    first_pair: int
+    last_type: int
+    has_dense: bool
+    has_moe: bool
+    has_shared: bool
+    d_opts: np.ndarray
+    r_opts: np.ndarray
+    g_opts: np.ndarray
+    classes: list[tuple[np.ndarray, ...] | None] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, cm: CostModel) -> Structure:
+        """Read the structure of ``cm`` (its layer types and stage partition).
+
+        Args:
+            cm: the cost model.
+
+        Returns:
+            The :class:`Structure`.
+        """
+        types = list(cm._types)
+        lt = [int(x) for x in cm._layer_type]
+        pair_of_layer, pairs = [], []
+        for i, t in enumerate(lt):
+            key = (t, lt[i - 1] if i else -1)
+            if key not in pairs:
+                pairs.append(key)
+            pair_of_layer.append(pairs.index(key))
+        m = cm.model
+        has_dense = any(not is_moe for is_moe, _ in types)
+        has_moe = any(is_moe for is_moe, _ in types) and m.moe is not None
+        has_shared = has_moe and m.moe is not None and m.moe.num_shared_experts > 0
+        d_opts = _combos(2) if has_dense else np.array([[2, 2]], dtype=np.int64)
+        r_opts = np.arange(3, dtype=np.int64) if has_moe else np.array([2], dtype=np.int64)
+        if has_moe:
+            eg = _combos(2)
+            sg = _combos(2) if has_shared else np.array([[2, 2]], dtype=np.int64)
+            g_opts = np.array([[*x, *y] for x in eg for y in sg], dtype=np.int64)
+        else:
+            g_opts = np.array([[2, 2, 2, 2]], dtype=np.int64)
+        n_pairs, n_types = len(pairs), len(types)
+        classes: list[tuple[np.ndarray, ...] | None] = []
+        for pp in cm.space.pp_values:
+            if pp > m.num_layers:
+                classes.append(None)
+                continue
+            rows = []
+            start = 0
+            for s, n_s in enumerate(cm.stage_layers(pp)):
+                cnt = np.zeros(n_pairs)
+                nt = np.zeros(n_types)
+                for li in range(start, start + n_s):
+                    cnt[pair_of_layer[li]] += 1
+                    nt[lt[li]] += 1
+                start += n_s
+                rows.append(np.concatenate([cnt, nt, [s == 0, s == pp - 1]]))
+            uniq, mult = np.unique(np.array(rows), axis=0, return_counts=True)
+            classes.append((uniq[:, :n_pairs], uniq[:, n_pairs:n_pairs + n_types],
+                            uniq[:, -2], uniq[:, -1], mult.astype(np.float64)))
+        return cls(types=types, pairs=pairs, first_pair=pair_of_layer[0], last_type=lt[-1],
+                   has_dense=has_dense, has_moe=has_moe, has_shared=has_shared, d_opts=d_opts,
+                   r_opts=r_opts, g_opts=g_opts, classes=classes)
+
+    @property
+    def n_pairs(self) -> int:
+        """Number of distinct (type, previous type) pairs."""
+        return len(self.pairs)
+
+    @property
+    def n_types(self) -> int:
+        """Number of layer types."""
+        return len(self.types)
+
+
+@dataclass(frozen=True)
+class ZLayout:
+    """Column layout of a feature vector ``z``.
+
+    Attributes:
+        n_pairs, n_types: sizes.
+        step2: whether the serve phase's second (TTFT) step is priced.
+    """
+
+    n_pairs: int
+    n_types: int
+    step2: bool
+
+    @property
+    def tx(self) -> slice:
+        """Per-pair layer time of the main step, seconds."""
+        return slice(0, self.n_pairs)
+
+    @property
+    def lm(self) -> int:
+        """LM-head time of the main step, seconds."""
+        return self.n_pairs
+
+    @property
+    def tx2(self) -> slice:
+        """Per-pair layer time of the TTFT step (serve), seconds."""
+        o = self.n_pairs + 1
+        return slice(o, o + (self.n_pairs if self.step2 else 0))
+
+    @property
+    def lm2(self) -> int:
+        """LM-head time of the TTFT step (serve); only when ``step2``."""
+        return 2 * self.n_pairs + 1
+
+    @property
+    def w(self) -> slice:
+        """Per-layer weight bytes per device, per type."""
+        o = self.n_pairs + 1 + ((self.n_pairs + 1) if self.step2 else 0)
+        return slice(o, o + self.n_types)
+
+    @property
+    def ew(self) -> int:
+        """Embedding weight bytes per device (first stage)."""
+        return self.w.stop
+
+    @property
+    def lw(self) -> int:
+        """LM-head weight bytes per device (last stage; zero with tied embeddings, pp = 1)."""
+        return self.w.stop + 1
+
+    @property
+    def kv(self) -> slice:
+        """KV bytes per resident sequence per layer, per type, when attention is not
+        sequence-split (scaled by all resident sequences of the rank)."""
+        return slice(self.w.stop + 2, self.w.stop + 2 + self.n_types)
+
+    @property
+    def kv_seq(self) -> slice:
+        """The same when attention is sequence-split (scaled by the rank's share)."""
+        return slice(self.kv.stop, self.kv.stop + self.n_types)
+
+    @property
+    def size(self) -> int:
+        """Length of ``z``."""
+        return self.kv_seq.stop
+
+
+@dataclass
+class Keys:
+    """Distinct (tp, ep, dp, per-rank tokens) settings: what the per-operator tables depend on.
+
+    Attributes:
+        tp_idx, ep_idx, dp_idx: indices into the space's candidate lists, ``[K]``.
+        tp, ep, dp: degrees, ``[K]``.
+        dec, pf, pf_seqs: decode sequences, prefill tokens and completing prompts per attention
+            DP rank in one main step (as ``CostModel._run``), ``[K]``.
+        pf2, pf_seqs2: the serve TTFT step's prefill chunk and completing prompts, ``[K]``.
+    """
+
+    tp_idx: np.ndarray
+    ep_idx: np.ndarray
+    dp_idx: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    dp: np.ndarray
+    dec: np.ndarray
+    pf: np.ndarray
+    pf_seqs: np.ndarray
+    pf2: np.ndarray
+    pf_seqs2: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def take(self, idx: np.ndarray) -> Keys:
+        """The keys at ``idx``."""
+        return Keys(**{k: getattr(self, k)[idx] for k in self.__dataclass_fields__})
+
+
+@dataclass
+class Coarse:
+    """Per-row quantities of degree/batch combinations that do not depend on the choices.
+
+    Attributes:
+        actions: ``[M, 5]`` coarse indices (tp, ep, pp, dp, batch).
+        pp_idx, pp, batch, devices, m_mb: pipeline index and degree, batch, devices per
+            instance, micro-batches in flight, ``[M]``.
+        key: index into the :class:`Keys` built alongside, ``[M]``.
+        p2p, p2p2: stage-to-stage send time of the main / TTFT step, seconds, ``[M]``.
+        s_all, s_seq: resident sequences per rank without / with a sequence split of attention.
+        chunk_steps: serve TTFT steps ``ceil(isl / chunk)``.
+        lw_factor: 0 where a tied LM head shares the embedding (pp = 1), else 1.
+        host, host2: host time added to every stage of the main / TTFT step, seconds.
+    """
+
+    actions: np.ndarray
+    pp_idx: np.ndarray
+    pp: np.ndarray
+    batch: np.ndarray
+    devices: np.ndarray
+    m_mb: np.ndarray
+    key: np.ndarray
+    p2p: np.ndarray
+    p2p2: np.ndarray
+    s_all: np.ndarray
+    s_seq: np.ndarray
+    chunk_steps: np.ndarray
+    lw_factor: np.ndarray
+    host: np.ndarray
+    host2: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.pp)
+
+    def take(self, idx: np.ndarray) -> Coarse:
+        """The rows at ``idx``."""
+        return Coarse(**{k: getattr(self, k)[idx] for k in self.__dataclass_fields__})
+
+
+def _host_time(cm: CostModel, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray:
+    """Host time added to every stage's step (``CostModel._step``: ``host_step + host_seq ·
+    (dec + pf_seqs) + host_prefill · pf_seqs``; zero when the engine profile has none)."""
+    c = cm.config
+    hs = float(getattr(c, "host_step_overhead_s", 0.0) or 0.0)
+    hq = float(getattr(c, "host_seq_overhead_s", 0.0) or 0.0)
+    hp = float(getattr(c, "host_prefill_overhead_s", 0.0) or 0.0)
+    if not (hs or hq or hp):
+        return np.zeros(np.shape(dec))
+    return hs + hq * (dec + pf_seqs) + hp * pf_seqs
+
+
+def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
+    """Choice-independent quantities of coarse index rows, and their distinct table keys.
+
+    Restates ``CostModel._run``'s micro-batching and phase split and ``_step``'s send time.
+
+    Args:
+        cm: the cost model.
+        coarse: ``[M, 5]`` coarse indices (tp, ep, pp, dp, batch), structurally valid.
+
+    Returns:
+        ``(Coarse, Keys)``; ``Coarse.key`` indexes the keys.
+    """
+    sp, wl, c = cm.space, cm.workload, cm.config
+    a = np.asarray(coarse, dtype=np.int64)
+    tp = np.asarray(sp.tp_values, dtype=np.int64)[a[:, 0]]
+    ep = np.asarray(sp.ep_values, dtype=np.int64)[a[:, 1]]
+    pp = np.asarray(sp.pp_values, dtype=np.int64)[a[:, 2]]
+    dp = np.asarray(sp.dp_values, dtype=np.int64)[a[:, 3]]
+    batch = np.asarray(sp.batch_values, dtype=np.int64)[a[:, 4]]
+    n = len(a)
+    m_mb = np.minimum(pp, batch)
+    mb = np.ceil(batch / m_mb)
+    seq_dp = np.ceil(mb / dp)
+    isl, osl = float(wl.isl), float(wl.osl)
+    if wl.phase is Phase.DECODE:
+        dec, pf, pf_seqs = seq_dp, np.zeros(n), np.zeros(n)
+    elif wl.phase is Phase.PREFILL:
+        dec, pf, pf_seqs = np.zeros(n), seq_dp * isl, seq_dp
+    else:
+        pf_seqs = seq_dp / osl
+        dec, pf = seq_dp, seq_dp * isl / osl
+    if wl.phase is Phase.SERVE:
+        chunk = np.minimum(np.maximum(c.max_num_batched_tokens - seq_dp, 1.0), isl)
+        pf2, pf_seqs2 = chunk, chunk / isl
+        chunk_steps = np.ceil(isl / chunk)
+    else:
+        pf2, pf_seqs2, chunk_steps = np.zeros(n), np.zeros(n), np.zeros(n)
+    t_f = tp.astype(np.float64)
+    h, ab = cm.shapes.hidden, cm._ab
+    lk = cm._link(tp * dp * pp)
+
+    def p2p_of(rows: np.ndarray) -> np.ndarray:
+        return np.where(pp > 1, rows * h * ab / t_f / lk.bw + lk.alpha, 0.0)
+
+    s_all = np.ceil(batch / dp)
+    key_cols = np.stack([a[:, 0], a[:, 1], a[:, 3], dec, pf, pf_seqs], axis=1)
+    _, first, inv = np.unique(key_cols, axis=0, return_index=True, return_inverse=True)
+    keys = Keys(tp_idx=a[first, 0], ep_idx=a[first, 1], dp_idx=a[first, 3], tp=tp[first],
+                ep=ep[first], dp=dp[first], dec=dec[first], pf=pf[first],
+                pf_seqs=pf_seqs[first], pf2=pf2[first], pf_seqs2=pf_seqs2[first])
+    tie = cm.model.tie_word_embeddings
+    co = Coarse(actions=a, pp_idx=a[:, 2], pp=pp, batch=batch,
+                devices=(tp * dp * pp).astype(np.float64), m_mb=m_mb.astype(np.float64),
+                key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
+                s_all=s_all, s_seq=np.ceil(s_all / t_f), chunk_steps=chunk_steps,
+                lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
+                host=_host_time(cm, dec, pf_seqs), host2=_host_time(cm, dec, pf_seqs2))
+    return co, keys
+
+
+# ---------------------------------------------------------------------------------- tables
+def _env(cm: CostModel, keys: Keys, pf: np.ndarray) -> dict:
+    """The per-row environment ``CostModel._layer`` reads (as ``_step`` builds it)."""
+    tp, ep, dp = keys.tp, keys.ep, keys.dp
+    g = tp * dp
+    etp = np.maximum(g // np.maximum(ep, 1), 1)
+    return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g,
+                rows=keys.dec + pf, dec=keys.dec, pf=pf, link_tp=cm._link(tp),
+                link_g=cm._link(g), link_etp=cm._link(etp))
+
+
+def _repeat_env(env: dict, reps: int) -> dict:
+    out = {}
+    for k, v in env.items():
+        if isinstance(v, _Link):
+            out[k] = _Link(np.repeat(v.bw, reps), np.repeat(v.alpha, reps))
+        else:
+            out[k] = np.repeat(v, reps)
+    return out
+
+
+def _layer_rows(cm: CostModel, env: dict, dims: np.ndarray, lin: np.ndarray, is_moe: bool,
+                window: int | None, ctx: float) -> tuple[np.ndarray, np.ndarray]:
+    """``CostModel._layer`` on every (key, row) pair: times and output layouts ``[K, R]``."""
+    k = len(env["tp"])
+    r = len(dims)
+    t_out = np.empty((k, r))
+    l_out = np.empty((k, r), dtype=np.int64)
+    step = max(1, 200_000 // max(r, 1))
+    for s in range(0, k, step):
+        e = {kk: (_Link(v.bw[s:s + step], v.alpha[s:s + step]) if isinstance(v, _Link)
+                  else v[s:s + step]) for kk, v in env.items()}
+        kc = len(e["tp"])
+        er = _repeat_env(e, r)
+        tt, lo, _ = cm._layer(er, np.tile(dims, (kc, 1)), np.tile(lin, kc), is_moe, window,
+                              ctx, None)
+        t_out[s:s + kc] = tt.reshape(kc, r)
+        l_out[s:s + kc] = lo.reshape(kc, r)
+    return t_out, l_out
+
+
+@dataclass
+class StepTables:
+    """Per-key time tables of one step (main or serve TTFT).
+
+    Attributes:
+        A: per type, ``[K, 4, 27]``: layer time with incoming layout L and hub h, reference FFN.
+        FR: per MoE type, ``[K, 9, nR]``: router term by (attention, o_proj) and router choice.
+        FG: per MoE type, ``[K, 9, nG]``: expert-group term.
+        FD: per dense type, ``[K, 9, nD]``: dense FFN term.
+        out: per type, ``[K, 9, nφ]``: the layer's output layout by (a, o) and FFN option
+            (``nG`` options for MoE types, ``nD`` for dense types).
+        LM: ``[K, 4, 3]``: LM-head time by incoming layout and lm_head choice.
+        emb_t: ``[K]``: embedding time.
+        rows: number of table rows evaluated through ``CostModel._layer``.
+    """
+
+    A: list[np.ndarray]
+    FR: list[np.ndarray | None]
+    FG: list[np.ndarray | None]
+    FD: list[np.ndarray | None]
+    out: list[np.ndarray]
+    LM: np.ndarray
+    emb_t: np.ndarray
+    rows: int
+
+
+def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (restates ``_step``)."""
+    sh, c = cm.shapes, cm.config
+    ab = cm._ab
+    eb = float(getattr(cm, "_eb", cm._wb))
+    peak = float(getattr(cm, "_lm_flops", cm._gemm_flops))
+    tp = keys.tp
+    t_f = tp.astype(np.float64)
+    k = len(tp)
+    vpad = cm._padded_vocab(tp)
+    link = cm._link(tp)
+    lm_rows = np.maximum(dec + pf_seqs, 1e-9)
+    out = np.empty((k, 4, 3))
+    lw = np.empty((k, 3))
+    for lay_code in range(4):
+        for ch in range(3):
+            lay = np.full(k, lay_code, dtype=np.int64)
+            c_lm = np.full(k, ch, dtype=np.int64)
+            req = _req_linear(c_lm, lay)
+            t_conv = cm._conv(lay, req, lm_rows * sh.hidden * ab, tp, link)
+            t_norm = cm._norm_stats(req, lm_rows, tp, link)
+            rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
+            w_loc = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
+            t_lm = cm._roofline(2 * rows_lm * w_loc,
+                                w_loc * eb + rows_lm * (sh.hidden + vpad) * ab, peak)
+            out_lm = _out_linear(c_lm, req)
+            t_log = cm._conv(out_lm, np.full(k, R), lm_rows * vpad * c.logits_bytes, tp, link)
+            out[:, lay_code, ch] = t_conv + t_norm + t_lm + t_log
+            lw[:, ch] = w_loc * eb
+    return out, lw
+
+
+def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) -> StepTables:
+    """Time tables of the main step (or, ``second=True``, the serve TTFT step) per key.
+
+    Args:
+        cm: the cost model.
+        st: its structure.
+        keys: the distinct settings.
+        second: price the serve TTFT step (prefill chunk ``keys.pf2``) instead of the main one.
+
+    Returns:
+        The :class:`StepTables`.
+    """
+    wl = cm.workload
+    pf = keys.pf2 if second else keys.pf
+    pf_seqs = keys.pf_seqs2 if second else keys.pf_seqs
+    ctx = float(wl.isl) if wl.phase is Phase.DECODE else \
+        (0.0 if wl.phase is Phase.PREFILL else float(wl.decode_context))
+    env = _env(cm, keys, pf)
+    k = len(keys)
+    base = np.full(NUM_OPS, 2, dtype=np.int64)
+    # Hub rows with the reference (replicated) FFN. The attention block is
+    # X(L, qkv, attention) + Y(attention, o_proj) (the attention core requires a layout fixed by
+    # its own choice), so 36 rows (L, q, a; o = 2) and 9 rows (a, o; L = R, q = 2) give all
+    # 4 x 27: A[L, q, a, o] = X[L, q, a] + Y[a, o] - Y[a, 2].
+    lqa = np.stack(np.meshgrid(np.arange(4), np.arange(3), np.arange(3), indexing="ij"),
+                   axis=-1).reshape(36, 3)
+    hub = np.tile(base, (45, 1))
+    hub[:36, Op.QKV_PROJ], hub[:36, Op.ATTENTION] = lqa[:, 1], lqa[:, 2]
+    hub[36:, Op.ATTENTION], hub[36:, Op.O_PROJ] = np.arange(9) // 3, np.arange(9) % 3
+    lin_hub = np.concatenate([lqa[:, 0], np.full(9, R)])
+    n_hub = len(hub)
+    A, FR, FG, FD, outs = [], [], [], [], []
+    rows = 0
+    for is_moe, window in st.types:
+        if is_moe:
+            nr, ng = len(st.r_opts), len(st.g_opts)
+            ffn = np.tile(base, (9 * (nr + ng), 1))
+            ao = np.concatenate([np.repeat(np.arange(9), nr), np.repeat(np.arange(9), ng)])
+            ffn[:9 * nr, Op.ROUTER] = np.tile(st.r_opts, 9)
+            gcols = (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN)
+            for j, col in enumerate(gcols):
+                ffn[9 * nr:, col] = np.tile(st.g_opts[:, j], 9)
+        else:
+            nd = len(st.d_opts)
+            ffn = np.tile(base, (9 * nd, 1))
+            ao = np.repeat(np.arange(9), nd)
+            ffn[:, Op.DENSE_UP] = np.tile(st.d_opts[:, 0], 9)
+            ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], 9)
+        ffn[:, Op.ATTENTION] = ao // 3
+        ffn[:, Op.O_PROJ] = ao % 3
+        dims = np.concatenate([hub, ffn])
+        lin = np.concatenate([lin_hub, np.full(len(ffn), R)])
+        tt, lo = _layer_rows(cm, env, dims, lin, is_moe, window, ctx)
+        rows += k * len(dims)
+        x = tt[:, :36].reshape(k, 4, 3, 3)                   # [K, L, q, a]
+        y = tt[:, 36:45].reshape(k, 3, 3)                     # [K, a, o]
+        a_full = x[:, :, :, :, None] + (y - y[:, :, 2:3])[:, None, None, :, :]
+        A.append(a_full.reshape(k, 4, 27))
+        f_t, f_o = tt[:, n_hub:], lo[:, n_hub:]
+        if is_moe:
+            r_ref = int(np.flatnonzero(st.r_opts == 2)[0])
+            g_ref = int(np.flatnonzero((st.g_opts == 2).all(axis=1))[0])
+            tr = f_t[:, :9 * nr].reshape(k, 9, nr)
+            tg = f_t[:, 9 * nr:].reshape(k, 9, ng)
+            FR.append(tr - tr[:, :, r_ref:r_ref + 1])
+            FG.append(tg - tg[:, :, g_ref:g_ref + 1])
+            FD.append(None)
+            outs.append(f_o[:, 9 * nr:].reshape(k, 9, ng))
+        else:
+            d_ref = int(np.flatnonzero((st.d_opts == 2).all(axis=1))[0])
+            td = f_t.reshape(k, 9, nd)
+            FD.append(td - td[:, :, d_ref:d_ref + 1])
+            FR.append(None)
+            FG.append(None)
+            outs.append(f_o.reshape(k, 9, nd))
+    lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
+    emb_t = cm.config.kernel_overhead_s + (keys.dec + pf) * cm.shapes.hidden * cm._ab / cm._hbm
+    return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
+
+
+@dataclass
+class MemTables:
+    """Per-key memory tables and structural validity of each operator choice.
+
+    Attributes:
+        W0: per type, ``[K]``: per-layer weight bytes with every operator replicated.
+        dW: per type, ``[K, 12, 3]``: change of the per-layer weight bytes when one operator
+            takes a choice (additive across operators).
+        KV: per type, ``[K, 3]``: KV bytes per resident sequence per layer by attention choice.
+        EW: ``[K, 3]``: embedding weight bytes by embedding choice.
+        LW: ``[K, 3]``: LM-head weight bytes by lm_head choice (before tying).
+        ws: ``[K]``: workspace bytes.
+        allowed: ``[K, 12, 3]``: the choice breaks no structural rule at these degrees.
+    """
+
+    W0: list[np.ndarray]
+    dW: list[np.ndarray]
+    KV: list[np.ndarray]
+    EW: np.ndarray
+    LW: np.ndarray
+    ws: np.ndarray
+    allowed: np.ndarray
+
+
+def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
+    """Memory tables and per-choice validity for each key (via the cost model's own terms).
+
+    Args:
+        cm: the cost model.
+        st: its structure.
+        keys: the distinct settings.
+
+    Returns:
+        The :class:`MemTables`.
+    """
+    k = len(keys)
+    tp, ep, dp = keys.tp, keys.ep, keys.dp
+    g = tp * dp
+    etp = np.maximum(g // np.maximum(ep, 1), 1)
+    # Choice-dependent terms depend on the degrees only: build them per distinct (tp, ep, dp).
+    deg = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx], axis=1)
+    _, first, inv = np.unique(deg, axis=0, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    u = len(first)
+    # Row 0: all replicated; row 1 + 3*op + c: operator op takes choice c.
+    var = np.full((1 + 3 * NUM_OPS, NUM_OPS), 2, dtype=np.int64)
+    for op in range(NUM_OPS):
+        var[1 + 3 * op:4 + 3 * op, op] = np.arange(3)
+    nv = len(var)
+
+    def rep(x: np.ndarray) -> np.ndarray:
+        return np.repeat(x[first], nv)
+
+    dims = np.tile(var, (u, 1))
+    W0, dW, KV = [], [], []
+    tokens = cm._kv_tokens()
+    a0 = 1 + 3 * int(Op.ATTENTION)
+    for is_moe, window in st.types:
+        w = cm._layer_weights(dims, rep(tp), rep(ep), rep(etp), is_moe).reshape(u, nv)[inv]
+        W0.append(w[:, 0])
+        dW.append((w[:, 1:] - w[:, :1]).reshape(k, NUM_OPS, 3))
+        kv = cm._kv_per_seq(dims, rep(tp), window, tokens).reshape(u, nv)[inv]
+        KV.append(kv[:, a0:a0 + 3])
+    # Structural validity per choice: rule bits of the variant minus those of all-replicated
+    # (every choice-dependent rule is a disjunction over operators, and replicated breaks none).
+    act = np.zeros((u * nv, NUM_COARSE + NUM_OPS), dtype=np.int64)
+    act[:, 0], act[:, 1], act[:, 3] = rep(keys.tp_idx), rep(keys.ep_idx), rep(keys.dp_idx)
+    act[:, NUM_COARSE:] = dims
+    bits = cm.space.rule_bits_many(act).reshape(u, nv)[inv]
+    allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, 3)
+    eb = float(getattr(cm, "_eb", cm._wb))
+    vpad = cm._padded_vocab(tp)
+    t_f = tp.astype(np.float64)
+    hid = cm.shapes.hidden
+    ew = np.stack([vpad * hid / t_f, vpad * hid / t_f, vpad * hid], axis=1) * eb
+    _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
+    lm_rows = np.maximum(keys.dec + keys.pf_seqs, 1e-9)
+    # Serve: the engine sizes its workspace for the scheduler's token budget (``_step``).
+    ws_rows = np.full(k, float(cm.config.max_num_batched_tokens)) \
+        if cm.workload.phase is Phase.SERVE else keys.dec + keys.pf
+    ws = cm._workspace(ws_rows, lm_rows, tp, etp, vpad)
+    return MemTables(W0=W0, dW=dW, KV=KV, EW=ew, LW=lw, ws=np.broadcast_to(ws, (k,)).copy(),
+                     allowed=allowed)
+
+
+# ---------------------------------------------------------------------------------- features
+@dataclass
+class Parts:
+    """Feature contributions of each operator group, per key and hub (see module docstring).
+
+    Shapes: ``K`` keys, 27 hubs, ``F = layout.size`` features.
+
+    Attributes:
+        layout: the feature layout.
+        hub: ``[K, 27, F]`` hub (qkv_proj, attention, o_proj) part, incl. KV per sequence.
+        hub_ok: ``[K, 27]`` the hub's choices are structurally allowed.
+        emb: ``[K, 27, 3, F]``; emb_ok ``[K, 3]``.
+        dense: ``[K, 27, nD, F]``; dense_ok ``[K, nD]``.
+        router: ``[K, 27, nR, F]``; router_ok ``[K, nR]``.
+        group: ``[K, 27, nG, F]``; group_ok ``[K, nG]``.
+        lm: ``[K, 4, 3, F]`` by the last layer's output layout; lm_ok ``[K, 3]``.
+        last_out: ``[K, 9, nφ]`` output layout of the last layer by (a, o) and the FFN option
+            of its kind (dense options if the last layer is dense, else expert-group options).
+        last_dense: whether the last layer is dense.
+    """
+
+    layout: ZLayout
+    hub: np.ndarray
+    hub_ok: np.ndarray
+    emb: np.ndarray
+    emb_ok: np.ndarray
+    dense: np.ndarray
+    dense_ok: np.ndarray
+    router: np.ndarray
+    router_ok: np.ndarray
+    group: np.ndarray
+    group_ok: np.ndarray
+    lm: np.ndarray
+    lm_ok: np.ndarray
+    last_out: np.ndarray
+    last_dense: bool
+
+
+def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
+    """Assemble the per-group feature contributions from the tables.
+
+    Args:
+        st: structure.
+        mt: memory tables (validity included).
+        tabs: ``[main]`` or ``[main, ttft]`` step tables for the same keys.
+
+    Returns:
+        The :class:`Parts`.
+    """
+    lay = ZLayout(st.n_pairs, st.n_types, len(tabs) > 1)
+    k = len(mt.ws)
+    f = lay.size
+    nd, nr, ng = len(st.d_opts), len(st.r_opts), len(st.g_opts)
+    hub = np.zeros((k, 27, f))
+    emb = np.zeros((k, 27, 3, f))
+    dense = np.zeros((k, 27, nd, f))
+    router = np.zeros((k, 27, nr, f))
+    group = np.zeros((k, 27, ng, f))
+    lm = np.zeros((k, 4, 3, f))
+    ao = np.arange(27) % 9
+    hi = np.arange(27)
+    for t, (is_moe, _) in enumerate(st.types):
+        wcol = lay.w.start + t
+        dw = mt.dW[t]
+        hub[:, :, wcol] = (mt.W0[t][:, None] + dw[:, Op.QKV_PROJ][:, HUB_Q]
+                           + dw[:, Op.ATTENTION][:, HUB_A] + dw[:, Op.O_PROJ][:, HUB_O])
+        kv = mt.KV[t][:, HUB_A]
+        hub[:, :, lay.kv.start + t] = np.where(HUB_A == 0, 0.0, kv)
+        hub[:, :, lay.kv_seq.start + t] = np.where(HUB_A == 0, kv, 0.0)
+        if is_moe:
+            router[:, :, :, wcol] = dw[:, Op.ROUTER][:, st.r_opts][:, None, :]
+            group[:, :, :, wcol] = sum(dw[:, op][:, st.g_opts[:, j]] for j, op in enumerate(
+                (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
+                 Op.SHARED_EXPERT_DOWN)))[:, None, :]
+        else:
+            dense[:, :, :, wcol] = (dw[:, Op.DENSE_UP][:, st.d_opts[:, 0]]
+                                    + dw[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]])[:, None, :]
+    emb[:, :, :, lay.ew] = mt.EW[:, None, :]
+    lm[:, :, :, lay.lw] = mt.LW[:, None, :]
+    for si, tb in enumerate(tabs):
+        tx0 = lay.tx.start if si == 0 else lay.tx2.start
+        lmc = lay.lm if si == 0 else lay.lm2
+        lm[:, :, :, lmc] = tb.LM
+        for p, (t, pt) in enumerate(st.pairs):
+            col = tx0 + p
+            is_moe = st.types[t][0]
+            a_t = tb.A[t]                                     # [K, 4, 27]
+            if is_moe:
+                router[:, :, :, col] += tb.FR[t][:, ao, :]
+                group[:, :, :, col] += tb.FG[t][:, ao, :]
+            else:
+                dense[:, :, :, col] += tb.FD[t][:, ao, :]
+            if pt < 0:
+                emb[:, :, :, col] += np.transpose(a_t[:, EMB_LAYOUT, :], (0, 2, 1))
+                continue
+            o = tb.out[pt][:, ao, :]                          # [K, 27, nφ] layouts
+            # a_t[k, o[k, h, j], h]: the next layer's hub time given this output layout.
+            val = a_t[np.arange(k)[:, None, None], o, hi[None, :, None]]
+            if st.types[pt][0]:
+                group[:, :, :, col] += val
+            else:
+                dense[:, :, :, col] += val
+    ok = mt.allowed
+    hub_ok = ok[:, Op.QKV_PROJ][:, HUB_Q] & ok[:, Op.ATTENTION][:, HUB_A] \
+        & ok[:, Op.O_PROJ][:, HUB_O]
+    dense_ok = ok[:, Op.DENSE_UP][:, st.d_opts[:, 0]] & ok[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]]
+    group_ok = np.ones((k, ng), dtype=bool)
+    for j, op in enumerate((Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
+                            Op.SHARED_EXPERT_DOWN)):
+        group_ok &= ok[:, op][:, st.g_opts[:, j]]
+    last_dense = not st.types[st.last_type][0]
+    return Parts(layout=lay, hub=hub, hub_ok=hub_ok, emb=emb, emb_ok=ok[:, Op.EMBEDDING],
+                 dense=dense, dense_ok=dense_ok, router=router,
+                 router_ok=ok[:, Op.ROUTER][:, st.r_opts], group=group, group_ok=group_ok,
+                 lm=lm, lm_ok=ok[:, Op.LM_HEAD], last_out=tabs[0].out[st.last_type],
+                 last_dense=last_dense)
+
+
+# ---------------------------------------------------------------------------------- evaluation
+def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coarse,
+               z: np.ndarray, emb_t: np.ndarray, ws: np.ndarray,
+               emb_t2: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Objective, latencies, peak memory and feasibility of feature vectors at one pp.
+
+    Restates ``CostModel._run``'s pipeline, memory and SLO formulas on stage classes.
+
+    Args:
+        cm: the cost model.
+        st: structure.
+        lay: feature layout of ``z``.
+        pp_idx: pipeline-degree index shared by every row.
+        co: coarse rows; each array must broadcast against ``z.shape[:-1]``.
+        z: ``[..., F]`` feature vectors.
+        emb_t, ws: embedding time and workspace bytes (from the keys), broadcastable.
+        emb_t2: embedding time of the serve TTFT step, if ``lay.step2``.
+
+    Returns:
+        Dict of arrays shaped ``z.shape[:-1]``: ``objective`` (0 if infeasible), ``raw``
+        (tokens/s per device), ``tpot``, ``ttft``, ``peak``, ``feasible``.
+    """
+    wl = cm.workload
+    cls = st.classes[pp_idx]
+    assert cls is not None
+    cnt, ntyp, first, last, mult = cls
+
+    def stage_times(tx: np.ndarray, lm_t: np.ndarray, e_t: np.ndarray, host: np.ndarray,
+                    p2p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t = tx @ cnt.T + first * e_t[..., None] + last * lm_t[..., None] + host[..., None]
+        return t @ mult + (co.pp - 1) * p2p, t.max(axis=-1)
+
+    sum_t, max_t = stage_times(z[..., lay.tx], z[..., lay.lm], emb_t, co.host, co.p2p)
+    nan = np.full(np.broadcast_shapes(sum_t.shape, np.shape(co.batch)), np.nan)
+    if wl.phase is Phase.PREFILL:
+        makespan = sum_t + (co.m_mb - 1) * max_t
+        ttft, tpot = makespan, nan
+        raw = co.batch * float(wl.isl) / makespan / co.devices
+    else:
+        tpot = np.maximum(sum_t, co.m_mb * max_t)
+        raw = co.batch / tpot / co.devices
+        ttft = nan
+        if lay.step2:
+            assert emb_t2 is not None
+            s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
+            ttft = co.chunk_steps * s2
+    peak = peak_z(st, lay, pp_idx, co, z, ws, kv_free(cm))
+    feas = peak <= cm._usable
+    if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
+        feas = feas & (tpot <= wl.tpot_slo_s)
+    if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
+        feas = feas & (ttft <= wl.ttft_slo_s)
+    return {"objective": np.where(feas, raw, 0.0), "raw": raw, "tpot": tpot, "ttft": ttft,
+            "peak": peak, "feasible": feas}
+
+
+def kv_free(cm: CostModel) -> float:
+    """``CostModelConfig.kv_cache_free_fraction`` (1 where the config has none)."""
+    return float(getattr(cm.config, "kv_cache_free_fraction", 1.0) or 1.0)
+
+
+def peak_z(st: Structure, lay: ZLayout, pp_idx: int, co: Coarse, z: np.ndarray,
+           ws: np.ndarray, kv_free: float = 1.0) -> np.ndarray:
+    """Worst stage's per-device memory of feature vectors at one pp (``CostModel._run``).
+
+    Args:
+        st: structure.
+        lay: feature layout.
+        pp_idx: pipeline-degree index shared by every row.
+        co: coarse rows (arrays broadcastable against ``z.shape[:-1]``).
+        z: ``[..., F]`` feature vectors (only the memory columns are read).
+        ws: workspace bytes, broadcastable.
+        kv_free: the fraction of free memory the KV pool may take
+            (``CostModelConfig.kv_cache_free_fraction``); KV bytes are divided by it.
+
+    Returns:
+        Bytes, shaped ``z.shape[:-1]``.
+    """
+    cls = st.classes[pp_idx]
+    assert cls is not None
+    _, ntyp, first, last, _ = cls
+    w = z[..., lay.w] @ ntyp.T + first * z[..., lay.ew][..., None] \
+        + last * (z[..., lay.lw] * co.lw_factor)[..., None]
+    kv = (z[..., lay.kv] @ ntyp.T) * co.s_all[..., None] \
+        + (z[..., lay.kv_seq] @ ntyp.T) * co.s_seq[..., None]
+    return (w + kv / kv_free + ws[..., None]).max(axis=-1)
+
+
+# ---------------------------------------------------------------------------------- checking
+def part_indices(st: Structure, dims: np.ndarray) -> dict[str, np.ndarray]:
+    """Map per-operator choices ``[n, 12]`` to the option indices of each group.
+
+    Operators irrelevant to the model (e.g. expert operators of a dense model) map to the
+    group's only option; they change neither time, memory nor validity.
+
+    Args:
+        st: structure.
+        dims: ``[n, 12]`` choices.
+
+    Returns:
+        Dict with ``hub, emb, dense, router, group, lm`` index arrays ``[n]``.
+    """
+    d = np.asarray(dims, dtype=np.int64)
+    n = len(d)
+    hub = d[:, Op.QKV_PROJ] * 9 + d[:, Op.ATTENTION] * 3 + d[:, Op.O_PROJ]
+    dense = d[:, Op.DENSE_UP] * 3 + d[:, Op.DENSE_DOWN] if st.has_dense else np.zeros(n, int)
+    router = d[:, Op.ROUTER] if st.has_moe else np.zeros(n, int)
+    if st.has_moe:
+        group = d[:, Op.EXPERT_UP] * 3 + d[:, Op.EXPERT_DOWN]
+        if st.has_shared:
+            group = group * 9 + d[:, Op.SHARED_EXPERT_UP] * 3 + d[:, Op.SHARED_EXPERT_DOWN]
+    else:
+        group = np.zeros(n, int)
+    return {"hub": hub, "emb": d[:, Op.EMBEDDING], "dense": dense, "router": router,
+            "group": group, "lm": d[:, Op.LM_HEAD]}
+
+
+def assemble_z(pa: Parts, k: np.ndarray, ix: dict[str, np.ndarray]) -> np.ndarray:
+    """Feature vectors ``[n, F]`` of the candidates (key ``k``, group option indices ``ix``).
+
+    Args:
+        pa: the parts of the keys.
+        k: key index per candidate, ``[n]``.
+        ix: option indices as returned by :func:`part_indices`.
+
+    Returns:
+        ``z`` as the sum of the group contributions.
+    """
+    h = ix["hub"]
+    phi = ix["dense"] if pa.last_dense else ix["group"]
+    ell = pa.last_out[k, h % 9, phi]
+    return (pa.hub[k, h] + pa.emb[k, h, ix["emb"]] + pa.dense[k, h, ix["dense"]]
+            + pa.router[k, h, ix["router"]] + pa.group[k, h, ix["group"]]
+            + pa.lm[k, ell, ix["lm"]])
+
+
+def candidate_ok(pa: Parts, k: np.ndarray, ix: dict[str, np.ndarray]) -> np.ndarray:
+    """Whether each candidate's choices break no structural rule at its key's degrees."""
+    return (pa.hub_ok[k, ix["hub"]] & pa.emb_ok[k, ix["emb"]] & pa.dense_ok[k, ix["dense"]]
+            & pa.router_ok[k, ix["router"]] & pa.group_ok[k, ix["group"]]
+            & pa.lm_ok[k, ix["lm"]])
+
+
+def needs_step2(cm: CostModel) -> bool:
+    """Whether the serve TTFT step must be priced (serve phase with a TTFT SLO)."""
+    return cm.workload.phase is Phase.SERVE and cm.workload.ttft_slo_s is not None
+
+
+def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None,
+                 step2: bool | None = None) -> dict[str, np.ndarray]:
+    """What the decomposition predicts for full action vectors (for checking it).
+
+    Uses exactly the solver's path: tables, :func:`build_parts`, :func:`assemble_z`,
+    :func:`evaluate_z`.
+
+    Args:
+        cm: the cost model.
+        actions: ``[n, 17]`` action vectors.
+        st: structure (built if omitted).
+        step2: price the serve TTFT step (default: always in the serve phase).
+
+    Returns:
+        Dict of ``[n]`` arrays: ``valid`` (structure), ``objective`` (0 unless valid and
+        feasible), ``raw``, ``tpot``, ``ttft``, ``peak``, ``feasible``.
+    """
+    st = st or Structure.of(cm)
+    a = np.atleast_2d(np.asarray(actions, dtype=np.int64))
+    n = len(a)
+    if step2 is None:
+        step2 = cm.workload.phase is Phase.SERVE
+    neutral = a.copy()
+    neutral[:, NUM_COARSE:] = 2
+    coarse_ok = cm.space.rule_bits_many(neutral) == 0
+    out = {"valid": np.zeros(n, bool), "objective": np.zeros(n), "raw": np.full(n, np.nan),
+           "tpot": np.full(n, np.nan), "ttft": np.full(n, np.nan),
+           "peak": np.full(n, np.nan), "feasible": np.zeros(n, bool)}
+    rows = np.flatnonzero(coarse_ok)
+    if not len(rows):
+        return out
+    co, keys = coarse_terms(cm, a[rows, :NUM_COARSE])
+    mt = mem_tables(cm, st, keys)
+    tabs = [step_tables(cm, st, keys)]
+    if step2:
+        tabs.append(step_tables(cm, st, keys, second=True))
+    pa = build_parts(st, mt, tabs)
+    ix = part_indices(st, a[rows, NUM_COARSE:])
+    z = assemble_z(pa, co.key, ix)
+    ok = candidate_ok(pa, co.key, ix)
+    for p in np.unique(co.pp_idx):
+        sel = np.flatnonzero(co.pp_idx == p)
+        c = co.take(sel)
+        kk = c.key
+        r = evaluate_z(cm, st, pa.layout, int(p), c, z[sel], tabs[0].emb_t[kk], mt.ws[kk],
+                       tabs[1].emb_t[kk] if step2 else None)
+        tgt = rows[sel]
+        for name in ("raw", "tpot", "ttft", "peak"):
+            out[name][tgt] = r[name]
+        out["valid"][tgt] = ok[sel]
+        out["feasible"][tgt] = r["feasible"] & ok[sel]
+        out["objective"][tgt] = np.where(out["feasible"][tgt], r["raw"], 0.0)
+    return out
+
+
+class DecompositionError(RuntimeError):
+    """The decomposition disagrees with ``CostModel.evaluate_many`` (the cost model changed in
+    a way :mod:`learn_to_shard.cost.decompose` does not follow)."""
+
+
+def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
+           st: Structure | None = None) -> int:
+    """Check the decomposition against ``evaluate_many`` on random structurally valid degrees.
+
+    Args:
+        cm: the cost model.
+        n: strategies to sample (coarse part uniform over structurally valid combinations,
+            choices uniform).
+        seed: RNG seed.
+        rel: relative tolerance on TPOT/TTFT, peak memory and objective.
+        st: structure (built if omitted).
+
+    Returns:
+        The number of strategies compared.
+
+    Raises:
+        DecompositionError: on any disagreement (the message names the strategy and values).
+    """
+    rng = np.random.default_rng(seed)
+    sp = cm.space
+    nvec = sp.nvec
+    cand = rng.integers(0, nvec, size=(8 * n, len(nvec)))
+    neutral = cand.copy()
+    neutral[:, NUM_COARSE:] = 2
+    cand = cand[sp.rule_bits_many(neutral) == 0][:n]
+    if not len(cand):
+        return 0
+    pred = predict_many(cm, cand, st)
+    ref = cm.evaluate_many(cand)
+    valid_ref = (ref.violation_bits & ((1 << len(_rules())) - 1)) == 0
+
+    def close(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        both_nan = np.isnan(x) & np.isnan(y)
+        return both_nan | (np.abs(x - y) <= rel * np.maximum(np.abs(y), 1e-300))
+
+    usable = cm._usable
+    near = np.abs(ref.peak_memory_bytes - usable) <= rel * usable
+    checks = {
+        "structure": pred["valid"] == valid_ref,
+        "tpot_s": close(pred["tpot"], ref.tpot_s),
+        "peak_memory": close(pred["peak"], ref.peak_memory_bytes),
+        "objective": close(pred["objective"], ref.objective) | near,
+        "feasible": (pred["feasible"] == ref.feasible) | near,
+    }
+    if needs_step2(cm) or cm.workload.phase is Phase.PREFILL:
+        checks["ttft_s"] = close(pred["ttft"], ref.ttft_s)
+    for name, good in checks.items():
+        if not good.all():
+            i = int(np.flatnonzero(~good)[0])
+            s = sp.decode(cand[i]).short()
+            vals = {k: (pred[k][i] if k in pred else None) for k in ("tpot", "ttft", "peak",
+                                                                      "objective")}
+            raise DecompositionError(
+                f"exact decomposition disagrees with evaluate_many on {name} for {s}: "
+                f"predicted {vals}, cost model tpot={ref.tpot_s[i]!r} ttft={ref.ttft_s[i]!r} "
+                f"peak={ref.peak_memory_bytes[i]!r} objective={ref.objective[i]!r}")
+    return len(cand)
+
+
+def _rules() -> tuple:
+    from ..parallel.space import RULES
+
+    return RULES

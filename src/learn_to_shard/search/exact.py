@@ -1,0 +1,613 @@
+"""Exact search: the true optimum of the strategy space under the cost model, with a certificate.
+
+For fixed degrees and batch the per-operator choices form a chain of layouts (DESIGN §2, §4):
+each operator's time depends on its own choice and the layout it receives, each layout change on
+its two neighbours. :mod:`learn_to_shard.cost.decompose` turns the cost model into per-operator
+tables by evaluating the model's own per-layer code; this module solves the problem exactly.
+
+Algorithm (every pruning step is admissible, so the result is the optimum of
+``CostModel.evaluate_many`` over every action vector of the space):
+
+1. **Degrees.** Enumerate every (tp, ep, pp, dp, batch) index combination; drop those that break a
+   structural rule whatever the choices (``StrategySpace.rule_bits_many`` with every operator
+   replicated, which breaks no choice-dependent rule).
+2. **Memory bound.** Per combination, a lower bound on the worst stage's memory: every
+   operator's smallest allowed weight share, the attention choice's KV. Drop combinations where
+   no attention choice fits.
+3. **Per-operator Pareto sets.** Per distinct (tp, ep, dp, tokens) setting and per hub
+   (qkv_proj, attention, o_proj) — the operators every layer shares and whose layout closes the
+   layer loop — the remaining groups (embedding; dense FFN; router; expert group; LM head) are
+   independent. Each group's options are reduced to those not dominated on the feature vector
+   ``z`` (per-(layer type, previous type) time, LM time, per-type weights, embedding/LM weights,
+   KV), which is exact because stage times, memory, TPOT/TTFT and the objective are monotone in
+   ``z``. Options that change a later layout are only compared within the same layout.
+4. **Bound and solve.** For each combination an upper bound on its objective comes from the
+   component-wise minimum of its candidates' ``z`` (per attention choice). Combinations are
+   solved in decreasing bound order — every candidate of its setting evaluated exactly, with
+   pipeline stage classes, memory and SLOs — until the bound falls below the best found.
+5. **Check.** The decomposition is compared with ``evaluate_many`` on random strategies before
+   the search, and the optimum is re-evaluated with ``evaluate_many`` after it; a disagreement
+   raises :class:`~learn_to_shard.cost.decompose.DecompositionError`.
+
+What breaks a pure chain and how each is handled: :data:`~learn_to_shard.cost.decompose.
+CHAIN_BREAKS` (all exactly; nothing is approximated).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..cost.decompose import (
+    CHAIN_BREAKS,
+    Coarse,
+    DecompositionError,
+    Parts,
+    Structure,
+    ZLayout,
+    assemble_z,
+    build_parts,
+    coarse_terms,
+    evaluate_z,
+    kv_free,
+    mem_tables,
+    needs_step2,
+    peak_z,
+    step_tables,
+    verify,
+)
+from ..cost.model import CostModel
+from ..parallel.ops import NUM_OPS, Op
+from ..parallel.space import ACTION_LEN, NUM_COARSE
+from . import register
+from .base import BudgetedEvaluator, ProgressFn, SearchResult
+
+#: Keys per table/candidate chunk (bounds peak memory of the vectorised tables).
+KEY_CHUNK_CELLS = 3_000_000
+#: (degree combination, candidate) pairs per vectorised evaluation chunk.
+PAIR_CHUNK = 400_000
+#: Relative slack when comparing bounds with the incumbent (float rounding only).
+_SLACK = 1e-12
+
+
+class ExactTimeout(RuntimeError):
+    """The exact search exceeded its time limit (``ExactSearcher(time_limit_s=...)``)."""
+
+
+@dataclass
+class Certificate:
+    """What the exact search did, so a reader can check the claim of optimality.
+
+    Attributes:
+        degree_combos: (tp, ep, pp, dp, batch) combinations enumerated.
+        pruned_structure: combinations that break a structural rule for every choice.
+        pruned_memory: combinations whose memory lower bound exceeds usable memory.
+        pruned_bound: combinations whose objective upper bound is below the optimum found (or
+            whose latency lower bound breaks an SLO).
+        solved: combinations solved exactly (every non-dominated candidate evaluated).
+        settings: distinct (tp, ep, dp, tokens) settings whose tables were built.
+        table_rows: per-operator rows evaluated through the cost model's layer code.
+        candidates: non-dominated per-operator candidates over all settings.
+        pairs_evaluated: (combination, candidate) pairs evaluated exactly.
+        choices_per_combo: per-operator choice vectors each combination stands for (3**12).
+        verified: random strategies on which the decomposition matched ``evaluate_many``.
+        optimum_rel_err: relative difference between the optimum as solved and as
+            re-evaluated by ``evaluate_many``.
+        wall_s: seconds.
+    """
+
+    degree_combos: int = 0
+    pruned_structure: int = 0
+    pruned_memory: int = 0
+    pruned_bound: int = 0
+    solved: int = 0
+    settings: int = 0
+    table_rows: int = 0
+    candidates: int = 0
+    pairs_evaluated: int = 0
+    choices_per_combo: int = 3 ** NUM_OPS
+    verified: int = 0
+    optimum_rel_err: float = 0.0
+    wall_s: float = 0.0
+
+    def notes(self) -> dict[str, object]:
+        """Flat ``exact_*`` notes for :class:`~learn_to_shard.search.base.SearchResult`."""
+        out: dict[str, object] = {f"exact_{k}": v for k, v in asdict(self).items()}
+        out["exact_chain_breaks"] = "; ".join(b.split(" ->")[0] for b in CHAIN_BREAKS)
+        return out
+
+
+@dataclass
+class ExactSolution:
+    """Result of :func:`solve`.
+
+    Attributes:
+        best_action: the optimum's action vector (``None`` if nothing is feasible).
+        best_objective: its objective as solved (tokens/s per device).
+        top: up to ``keep`` best feasible action vectors (distinct degrees), best first.
+        rejected: action vectors of the fastest infeasible candidates seen.
+        closest: action vectors to explain infeasibility when nothing fits.
+        certificate: the counts.
+        curve: best feasible objective after each complete strategy evaluated, in order.
+    """
+
+    best_action: np.ndarray | None
+    best_objective: float
+    top: list[np.ndarray]
+    rejected: list[np.ndarray]
+    closest: list[np.ndarray]
+    certificate: Certificate
+    curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+# ---------------------------------------------------------------------------------- Pareto
+def pareto_mask(z: np.ndarray, ok: np.ndarray, cls: np.ndarray | None = None) -> np.ndarray:
+    """Non-dominated options within each batch row (minimisation of every feature).
+
+    Option ``j`` dominates ``i`` when it is allowed, in the same class, no larger in every
+    feature and smaller in one (or equal everywhere and listed first).
+
+    Args:
+        z: ``[B, n, F]`` features.
+        ok: ``[B, n]`` allowed options.
+        cls: optional ``[B, n]`` class labels; options are compared only within a class.
+
+    Returns:
+        ``[B, n]`` mask of kept options (allowed and not dominated).
+    """
+    b, n, f = z.shape
+    keep = ok.copy()
+    if n <= 1:
+        return keep
+    step = max(1, 4_000_000 // (n * n))
+    tri = np.tri(n, k=-1, dtype=bool).T          # [j, i]: j < i
+    for s in range(0, b, step):
+        zz = z[s:s + step]
+        le = np.ones((len(zz), n, n), dtype=bool)  # [b, j, i]: z_j <= z_i everywhere
+        lt = np.zeros((len(zz), n, n), dtype=bool)  # z_j < z_i somewhere
+        for c in range(f):
+            col = zz[:, :, c]
+            le &= col[:, :, None] <= col[:, None, :]
+            lt |= col[:, :, None] < col[:, None, :]
+        dom = le & (lt | tri[None]) & ok[s:s + step, :, None]
+        if cls is not None:
+            cc = cls[s:s + step]
+            dom &= cc[:, :, None] == cc[:, None, :]
+        keep[s:s + step] &= ~dom.any(axis=1)
+    return keep
+
+
+@dataclass
+class _Cands:
+    """Candidates of a set of settings, sorted by setting."""
+
+    key: np.ndarray          # [C] global setting index
+    z: np.ndarray            # [C, F]
+    dims: np.ndarray         # [C, 12]
+
+
+def _expand(state: dict[str, np.ndarray], mask: np.ndarray, name: str) -> dict[str, np.ndarray]:
+    """Cross every partial candidate with the options ``mask[k, h, :]`` allows."""
+    sel = mask[state["k"], state["hub"]]
+    i, o = np.nonzero(sel)
+    out = {kk: v[i] for kk, v in state.items()}
+    out[name] = o
+    return out
+
+
+def _candidates(st: Structure, pa: Parts, key_offset: int) -> _Cands:
+    """Products of the per-group Pareto sets, per setting and hub (step 3 of the algorithm)."""
+    k = pa.hub.shape[0]
+    h9 = np.arange(27) % 9
+
+    def bcast(ok: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(ok[:, None, :], (k, 27, ok.shape[1])).reshape(k * 27, -1)
+
+    def prune(part: np.ndarray, ok: np.ndarray, cls: np.ndarray | None = None) -> np.ndarray:
+        n = part.shape[2]
+        # Features equal across a group's options cannot decide dominance: compare the rest.
+        cols = np.flatnonzero((part.max(axis=2) != part.min(axis=2)).any(axis=(0, 1)))
+        return pareto_mask(part[..., cols].reshape(k * 27, n, len(cols)), bcast(ok),
+                           None if cls is None else cls.reshape(k * 27, n)).reshape(k, 27, n)
+
+    last_cls = pa.last_out[:, h9, :]                        # [K, 27, nφ]
+    m_emb = prune(pa.emb, pa.emb_ok)
+    m_dense = prune(pa.dense, pa.dense_ok, last_cls if pa.last_dense else None)
+    m_router = prune(pa.router, pa.router_ok)
+    m_group = prune(pa.group, pa.group_ok, None if pa.last_dense else last_cls)
+    m_lm = pareto_mask(pa.lm.reshape(k * 4, 3, -1),
+                       np.repeat(pa.lm_ok, 4, axis=0)).reshape(k, 4, 3)
+    kk, hh = np.nonzero(pa.hub_ok)
+    state = {"k": kk, "hub": hh}
+    for name, mask in (("emb", m_emb), ("dense", m_dense), ("router", m_router),
+                       ("group", m_group)):
+        state = _expand(state, mask, name)
+    phi = state["dense"] if pa.last_dense else state["group"]
+    ell = pa.last_out[state["k"], state["hub"] % 9, phi]
+    i, o = np.nonzero(m_lm[state["k"], ell])
+    state = {kk_: v[i] for kk_, v in state.items()}
+    state["lm"] = o
+    z = assemble_z(pa, state["k"], state)
+    dims = np.full((len(z), NUM_OPS), 2, dtype=np.int64)
+    h = state["hub"]
+    dims[:, Op.EMBEDDING] = state["emb"]
+    dims[:, Op.QKV_PROJ], dims[:, Op.ATTENTION], dims[:, Op.O_PROJ] = h // 9, (h // 3) % 3, h % 3
+    dims[:, Op.DENSE_UP] = st.d_opts[state["dense"], 0]
+    dims[:, Op.DENSE_DOWN] = st.d_opts[state["dense"], 1]
+    dims[:, Op.ROUTER] = st.r_opts[state["router"]]
+    for j, op in enumerate((Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
+                            Op.SHARED_EXPERT_DOWN)):
+        dims[:, op] = st.g_opts[state["group"], j]
+    dims[:, Op.LM_HEAD] = state["lm"]
+    order = np.argsort(state["k"], kind="stable")
+    return _Cands(key=state["k"][order] + key_offset, z=z[order], dims=dims[order])
+
+
+# ---------------------------------------------------------------------------------- bounds
+def _memory_floor(st: Structure, lay: ZLayout, mt, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Memory-only feature vectors ``[K, 3, F]`` (per attention choice: the smallest allowed
+    weights of every operator and that choice's KV) and ``[K, 3]`` whether the attention
+    choice is allowed at all. Features stay finite (an infinite one times a zero stage count
+    would be NaN): disallowed choices are masked by the caller."""
+    z = np.zeros((k, 3, lay.size))
+    ok = mt.allowed
+    big = np.where(ok, 0.0, np.inf)
+    for t, (is_moe, _) in enumerate(st.types):
+        ops = [Op.QKV_PROJ, Op.O_PROJ]
+        ops += [Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN] if is_moe else \
+            [Op.DENSE_UP, Op.DENSE_DOWN]
+        if is_moe and st.has_shared:
+            ops += [Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN]
+        # Replicated (2) is always allowed, so every minimum is finite.
+        w = mt.W0[t] + sum((mt.dW[t][:, op] + big[:, op]).min(axis=1) for op in ops)
+        z[:, :, lay.w.start + t] = w[:, None]
+        z[:, 0, lay.kv_seq.start + t] = mt.KV[t][:, 0]
+        z[:, 1:, lay.kv.start + t] = mt.KV[t][:, 1:]
+    z[:, :, lay.ew] = (mt.EW + big[:, Op.EMBEDDING]).min(axis=1)[:, None]
+    z[:, :, lay.lw] = (mt.LW + big[:, Op.LM_HEAD]).min(axis=1)[:, None]
+    return z, ok[:, Op.ATTENTION]
+
+
+def _feature_floor(pa: Parts) -> np.ndarray:
+    """``[K, 3, F]``: per attention choice, a component-wise lower bound on the features of
+    every allowed candidate (hub plus each group's smallest allowed contribution)."""
+    def floor(part: np.ndarray, ok: np.ndarray) -> np.ndarray:      # [K, 27, n, F] -> [K, 27, F]
+        return np.where(ok[:, None, :, None], part, np.inf).min(axis=2)
+
+    z = (np.where(pa.hub_ok[:, :, None], pa.hub, np.inf) + floor(pa.emb, pa.emb_ok)
+         + floor(pa.dense, pa.dense_ok) + floor(pa.router, pa.router_ok)
+         + floor(pa.group, pa.group_ok))
+    lm = np.where(pa.lm_ok[:, None, :, None], pa.lm, np.inf).min(axis=(1, 2))   # [K, F]
+    z = z + lm[:, None, :]
+    att = (np.arange(27) // 3) % 3
+    return np.stack([z[:, att == a].min(axis=1) for a in range(3)], axis=1)
+
+
+def _by_pp(co: Coarse):
+    """Yield (pp index, row indices) groups."""
+    for p in np.unique(co.pp_idx):
+        yield int(p), np.flatnonzero(co.pp_idx == p)
+
+
+# ---------------------------------------------------------------------------------- solver
+def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
+          verify_samples: int = 64, progress: ProgressFn | None = None) -> ExactSolution:
+    """The optimum of ``cm`` over its whole strategy space, with a certificate.
+
+    Args:
+        cm: the problem.
+        time_limit_s: give up (raise :class:`ExactTimeout`) past this many seconds.
+        keep: how many best distinct-degree strategies to return besides the optimum.
+        verify_samples: random strategies on which to check the decomposition first (0: skip).
+        progress: optional callback receiving the number of degree combinations finished.
+
+    Returns:
+        An :class:`ExactSolution`.
+
+    Raises:
+        ExactTimeout: past ``time_limit_s``.
+        DecompositionError: the decomposition disagrees with ``evaluate_many``.
+    """
+    t0 = time.perf_counter()
+    cert = Certificate()
+
+    def check_time() -> None:
+        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            raise ExactTimeout(f"exact search exceeded {time_limit_s:g} s")
+
+    st = Structure.of(cm)
+    if verify_samples:
+        cert.verified = verify(cm, n=verify_samples, st=st)
+    check_time()
+    sp = cm.space
+    # 1. Degrees.
+    nvec = sp.nvec[:NUM_COARSE]
+    grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
+    coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    cert.degree_combos = len(coarse)
+    full = np.full((len(coarse), ACTION_LEN), 2, dtype=np.int64)
+    full[:, :NUM_COARSE] = coarse
+    valid = sp.rule_bits_many(full) == 0
+    cert.pruned_structure = int((~valid).sum())
+    coarse = coarse[valid]
+    step2 = needs_step2(cm)
+    empty = ExactSolution(None, 0.0, [], [], [], cert)
+    if not len(coarse):
+        cert.wall_s = time.perf_counter() - t0
+        return empty
+    co, keys = coarse_terms(cm, coarse)
+    # 2. Memory bound (memory tables are cheap; time tables come only after this).
+    mt_all = mem_tables(cm, st, keys)
+    lay = ZLayout(st.n_pairs, st.n_types, step2)
+    zmem, att_ok = _memory_floor(st, lay, mt_all, len(keys))
+    mem_lb = np.empty(len(co))
+    for p, rows in _by_pp(co):
+        c = co.take(rows)
+        kk = c.key
+        pk = peak_z(st, lay, p, _bcast(c), zmem[kk], mt_all.ws[kk][:, None], kv_free(cm))
+        mem_lb[rows] = np.where(att_ok[kk], pk, np.inf).min(axis=1)
+    if np.isnan(mem_lb).any():
+        raise DecompositionError("memory lower bound is NaN; refusing to prune on it")
+    fits = mem_lb <= cm._usable * (1 + _SLACK)
+    cert.pruned_memory = int((~fits).sum())
+    # Smallest-memory strategies of the combinations nearest to fitting: what is reported when
+    # nothing is feasible (the evaluator then names the limits they break).
+    closest = _closest_actions(st, co, mt_all, np.argsort(mem_lb, kind="stable")[:32])
+    check_time()
+    if not fits.any():
+        cert.wall_s = time.perf_counter() - t0
+        return ExactSolution(None, 0.0, [], [], closest, cert)
+    co = co.take(np.flatnonzero(fits))
+    used_keys, co_key = np.unique(co.key, return_inverse=True)
+    co.key = co_key.reshape(-1)
+    keys = keys.take(used_keys)
+    cert.settings = len(keys)
+    # 3a. Tables per setting (in chunks) and, from per-group minima, a lower bound on every
+    #     candidate's features per attention choice; candidates themselves are built lazily.
+    n_opt = max(len(st.g_opts), len(st.d_opts), 3)
+    per_key = 27 * n_opt * (lay.size + 1) + 108 * st.n_types
+    kstep = max(1, KEY_CHUNK_CELLS // per_key)
+    emb_t = np.empty(len(keys))
+    emb_t2 = np.empty(len(keys)) if step2 else None
+    ws = np.empty(len(keys))
+    zlb = np.full((len(keys), 3, lay.size), np.inf)
+
+    def parts_of(idx: np.ndarray) -> Parts:
+        ks = keys.take(idx)
+        mt = mem_tables(cm, st, ks)
+        tabs = [step_tables(cm, st, ks)]
+        if step2:
+            tabs.append(step_tables(cm, st, ks, second=True))
+        cert.table_rows += sum(t.rows for t in tabs)
+        emb_t[idx] = tabs[0].emb_t
+        if emb_t2 is not None:
+            emb_t2[idx] = tabs[1].emb_t
+        ws[idx] = mt.ws
+        return build_parts(st, mt, tabs)
+
+    for s in range(0, len(keys), kstep):
+        idx = np.arange(s, min(s + kstep, len(keys)))
+        zlb[idx] = _feature_floor(parts_of(idx))
+        check_time()
+    # 4a. Upper bound per combination: the floor's objective, best attention choice.
+    ub = np.zeros(len(co))
+    for p, rows in _by_pp(co):
+        c = co.take(rows)
+        kk = c.key
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            r = evaluate_z(cm, st, lay, p, _bcast(c), np.where(np.isinf(zlb[kk]), 1e300,
+                                                              zlb[kk]),
+                           emb_t[kk][:, None], ws[kk][:, None],
+                           None if emb_t2 is None else emb_t2[kk][:, None])
+        ub[rows] = np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
+    if np.isnan(ub).any():
+        raise DecompositionError("objective upper bound is NaN; refusing to prune on it")
+    check_time()
+    # 4b. Solve in decreasing bound order; candidates of a setting are built on first use.
+    order = np.argsort(-ub, kind="stable")
+    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    best = 0.0
+    curve: list[np.ndarray] = []
+    top: list[tuple[float, int, np.ndarray]] = []          # (objective, row, dims)
+    rej: list[tuple[float, int, np.ndarray]] = []
+    i = 0
+    n_rows = len(order)
+    grow = 64
+    while i < n_rows:
+        if ub[order[i]] <= 0.0 or ub[order[i]] * (1 + _SLACK) < best:
+            break
+        chunk = order[i:i + grow]
+        i += len(chunk)
+        grow = min(grow * 2, 4096)
+        rows = chunk[(ub[chunk] > 0.0) & (ub[chunk] * (1 + _SLACK) >= best)]
+        new = np.unique(co.key[rows])
+        new = new[[int(k_) not in cache for k_ in new]]
+        for s in range(0, len(new), kstep):
+            idx = new[s:s + kstep]
+            cand = _candidates(st, parts_of(idx), 0)
+            cert.candidates += len(cand.z)
+            bounds = np.searchsorted(cand.key, np.arange(len(idx) + 1))
+            for j, k_ in enumerate(idx):
+                cache[int(k_)] = (cand.z[bounds[j]:bounds[j + 1]],
+                                  cand.dims[bounds[j]:bounds[j + 1]])
+            check_time()
+        for p in np.unique(co.pp_idx[rows]):
+            rr = rows[co.pp_idx[rows] == p]
+            start = 0
+            while start < len(rr):
+                stop, pairs = start, 0
+                while stop < len(rr) and (stop == start or pairs + len(
+                        cache[int(co.key[rr[stop]])][0]) <= PAIR_CHUNK):
+                    pairs += len(cache[int(co.key[rr[stop]])][0])
+                    stop += 1
+                sub = rr[start:stop]
+                start = stop
+                zs = [cache[int(k_)][0] for k_ in co.key[sub]]
+                rep = np.array([len(z_) for z_ in zs])
+                row_of = np.repeat(sub, rep)
+                z = np.concatenate(zs)
+                c = co.take(row_of)
+                kr = c.key
+                r = evaluate_z(cm, st, lay, int(p), c, z, emb_t[kr], ws[kr],
+                               None if emb_t2 is None else emb_t2[kr])
+                cert.pairs_evaluated += len(z)
+                obj = r["objective"]
+                if not len(obj):
+                    continue
+                curve.append(np.maximum.accumulate(np.maximum(obj, best)))
+                dims = np.concatenate([cache[int(k_)][1] for k_ in co.key[sub]])
+                best = max(best, float(obj.max()))
+                for q in np.argsort(-obj, kind="stable")[:keep * 4]:
+                    if obj[q] > 0:
+                        top.append((float(obj[q]), int(row_of[q]), dims[q]))
+                raw = np.where(r["feasible"], -np.inf, np.nan_to_num(r["raw"], nan=-np.inf))
+                for q in np.argsort(-raw, kind="stable")[:keep]:
+                    if np.isfinite(raw[q]):
+                        rej.append((float(raw[q]), int(row_of[q]), dims[q]))
+                if len(top) > 64 * keep:
+                    top = sorted(top, key=lambda t: -t[0])[:keep * 4]
+                if len(rej) > 64 * keep:
+                    rej = sorted(rej, key=lambda t: -t[0])[:keep]
+        cert.solved += len(rows)
+        if progress is not None:
+            progress(len(rows))
+        check_time()
+    cert.pruned_bound = n_rows - cert.solved
+
+    def action(row: int, dims: np.ndarray) -> np.ndarray:
+        a = np.empty(ACTION_LEN, dtype=np.int64)
+        a[:NUM_COARSE] = co.actions[row]
+        a[NUM_COARSE:] = dims
+        return a
+
+    top.sort(key=lambda t: -t[0])
+    seen: set[int] = set()
+    top_actions = []
+    for _, row, dims in top:
+        if row not in seen:                    # one per degree combination
+            seen.add(row)
+            top_actions.append(action(row, dims))
+        if len(top_actions) >= keep:
+            break
+    rej.sort(key=lambda t: -t[0])
+    rej_actions = [action(r_, d_) for _, r_, d_ in rej[:keep]]
+    cert.wall_s = time.perf_counter() - t0
+    curve_all = np.concatenate(curve) if curve else np.zeros(0)
+    if best <= 0.0:
+        return ExactSolution(None, 0.0, [], rej_actions, closest, cert, curve_all)
+    return ExactSolution(top_actions[0], best, top_actions, rej_actions, [], cert, curve_all)
+
+
+def _bcast(c: Coarse) -> Coarse:
+    """Coarse rows as ``[M, 1]`` arrays (to broadcast against ``[M, C, F]`` features)."""
+    return Coarse(**{k: (v[:, None] if k != "actions" else v)
+                     for k, v in c.__dict__.items()})
+
+
+def _closest_actions(st: Structure, co: Coarse, mt, rows: np.ndarray) -> list[np.ndarray]:
+    """Smallest-memory choices at the given combinations (to explain infeasibility)."""
+    out = []
+    for row in rows:
+        k = int(co.key[row])
+        dims = np.full(NUM_OPS, 2, dtype=np.int64)
+        for op in range(NUM_OPS):
+            cost = sum(mt.dW[t][k, op] for t in range(st.n_types))
+            if op == Op.ATTENTION:
+                cost = sum(mt.KV[t][k] for t in range(st.n_types))
+            elif op == Op.EMBEDDING:
+                cost = mt.EW[k]
+            elif op == Op.LM_HEAD:
+                cost = mt.LW[k]
+            cost = np.where(mt.allowed[k, op], cost, np.inf)
+            dims[op] = int(np.argmin(cost))
+        out.append(np.concatenate([co.actions[row], dims]))
+    return out
+
+
+class ExactSearcher:
+    """The exact optimum (``method="exact"``): see the module docstring.
+
+    Args:
+        time_limit_s: raise :class:`ExactTimeout` past this many seconds (``None``: no limit).
+        verify_samples: random strategies on which the decomposition is checked against
+            ``evaluate_many`` before searching.
+    """
+
+    name = "exact"
+    #: The result does not depend on the seed (``l2s compare`` runs it once).
+    deterministic = True
+
+    def __init__(self, time_limit_s: float | None = None, verify_samples: int = 64) -> None:
+        self.time_limit_s = time_limit_s
+        self.verify_samples = verify_samples
+
+    def search(self, cost_model: CostModel, budget: int | None, seed: int,
+               progress: ProgressFn | None = None) -> SearchResult:
+        """Solve exactly (``budget`` and ``seed`` do not apply: the search is deterministic
+        and not limited by evaluations). ``SearchResult.evaluations`` counts the complete
+        strategies evaluated — by the decomposition (each equal to an ``evaluate_many`` row) and
+        by ``evaluate_many`` to confirm and report the result — and ``curve`` is the best
+        feasible objective after each, in that order; the certificate in ``notes`` breaks the
+        work down (table rows, degree combinations pruned and solved).
+
+        Returns:
+            A :class:`SearchResult` whose best is the optimum; ``notes`` carry the
+            :class:`Certificate` as ``exact_*`` keys.
+
+        Raises:
+            ExactTimeout: past the time limit.
+            DecompositionError: the decomposition disagrees with the cost model.
+        """
+        t0 = time.perf_counter()
+        sol = solve(cost_model, time_limit_s=self.time_limit_s,
+                    verify_samples=self.verify_samples, progress=progress)
+        ev = BudgetedEvaluator(cost_model, None)
+        rows = list(sol.top) + list(sol.rejected) + list(sol.closest)
+        if rows:
+            ev.evaluate_many(np.array(rows))
+        cert = sol.certificate
+        if sol.best_action is not None:
+            got = float(cost_model.evaluate_many(sol.best_action[None, :]).objective[0])
+            cert.optimum_rel_err = abs(got - sol.best_objective) / sol.best_objective
+            if cert.optimum_rel_err > 1e-9:
+                raise DecompositionError(
+                    f"exact optimum {cost_model.space.decode(sol.best_action).short()} solved "
+                    f"at {sol.best_objective!r} tokens/s/device but evaluate_many gives {got!r}")
+        res = ev.result(self.name, seed, notes=cert.notes())
+        res.evaluations += len(sol.curve)
+        best = float(sol.curve[-1]) if len(sol.curve) else 0.0
+        res.curve = np.concatenate([sol.curve, np.maximum(res.curve, best)])
+        res.wall_s = time.perf_counter() - t0
+        return res
+
+
+def try_exact(cost_model: CostModel, time_limit_s: float | None = 30.0) -> SearchResult | None:
+    """The exact optimum if it is found within ``time_limit_s``, else ``None``.
+
+    For reports that measure other searchers against the optimum ("fraction of optimum"):
+    ``result.best_objective`` is the optimum (0 when nothing is feasible) and
+    ``result.notes`` carry the certificate.
+
+    Args:
+        cost_model: the problem.
+        time_limit_s: seconds allowed (``None``: no limit).
+
+    Returns:
+        The exact :class:`SearchResult`, or ``None`` when the time limit was hit.
+
+    Raises:
+        DecompositionError: the decomposition disagrees with the cost model (a bug to report,
+            not an intractable problem).
+    """
+    try:
+        return ExactSearcher(time_limit_s=time_limit_s).search(cost_model, None, 0)
+    except ExactTimeout:
+        return None
+
+
+register("exact", ExactSearcher)
+
+__all__ = ["Certificate", "ExactSearcher", "ExactSolution", "ExactTimeout", "pareto_mask",
+           "solve", "try_exact"]
