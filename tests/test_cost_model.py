@@ -101,8 +101,8 @@ def test_golden_moe_local_routing_and_all_to_all():
     e1 = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=1))
     assert e1.collectives == ()
     # Expert compute at batch 1: 2 token-expert pairs, 2 of 4 experts touched.
-    H, I = 1024, 512
-    up = _roof(dev, 2 * 2 * 2 * H * I, 2 * 2 * H * I * 2 + 2 * (H + 2 * I) * 2)
+    H, FFN = 1024, 512
+    up = _roof(dev, 2 * 2 * 2 * H * FFN, 2 * 2 * H * FFN * 2 + 2 * (H + 2 * FFN) * 2)
     assert e1.op_time_s["expert_up"] == pytest.approx(2 * up, rel=REL)
     e2 = cm.evaluate(Strategy(tp=1, ep=2, pp=1, dp=2, batch=2))
     a2a = [c for c in e2.collectives if c.where == "moe dispatch"]
@@ -178,10 +178,10 @@ def test_weights_per_device_shrink_with_tp_and_pp():
     cm = CostModel(m, parse_cluster("h100-sxm:8"), Workload(Phase.DECODE, isl=1024))
     w = [cm.evaluate(Strategy(tp=t, ep=1, pp=1, dp=1, batch=1)).memory.weight_bytes
          for t in (1, 2, 4, 8)]
-    assert all(a > b for a, b in zip(w, w[1:]))
+    assert all(a > b for a, b in zip(w, w[1:], strict=False))
     w_pp = [max(cm.evaluate(Strategy(tp=1, ep=1, pp=p, dp=1, batch=1)).stage_memory_bytes)
             for p in (1, 2, 4, 8)]
-    assert all(a > b for a, b in zip(w_pp, w_pp[1:]))
+    assert all(a > b for a, b in zip(w_pp, w_pp[1:], strict=False))
 
 
 def test_405b_on_one_gpu_is_infeasible_with_a_memory_reason():

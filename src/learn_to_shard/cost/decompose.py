@@ -24,17 +24,17 @@ chain into small tables, **evaluating the cost model's own per-layer code**
   type)``; a pipeline stage holds counts of pairs.
 * **Boundary terms.** Embedding time and the pipeline send are choice-independent; the LM head's
   time depends on (last layer's output layout, lm_head choice).
-* **Restated, not called.** A few lines of ``CostModel._run``/``_step`` have no method of their
-  own and are restated here: the environment ``_layer`` reads (:func:`_env`), the embedding's
-  time and output layout, the LM-head block (``_lm_table``), host time and the stage-to-stage
-  send (:func:`coarse_terms`), micro-batching and the phase split (:func:`coarse_terms`),
-  embedding/LM weight bytes, resident sequences per rank, the serve workspace's token budget
-  (:func:`mem_tables`), and the pipeline, memory (``kv_cache_free_fraction``) and SLO formulas
-  (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole decomposition with
-  ``evaluate_many`` on random strategies — the exact searcher runs it on every problem and
-  raises :class:`DecompositionError` on a mismatch — and ``tests/test_exact.py`` does so across
-  random models, configurations and phases, so a cost-model change that this module does not
-  follow fails loudly instead of silently.
+* **Called, or restated.** The layer (``_layer``), its environment (``_layer_env``), the LM-head
+  block (``_lm_head``), host time (``_host_time``), the stage-to-stage send (``_p2p``) and the
+  micro-batching / phase split (``_phase_rows``) are the cost model's own methods, called here.
+  A few lines still have no method of their own and are restated: the embedding's time and
+  output layout, embedding/LM weight bytes, resident sequences per rank, the serve workspace's
+  token budget (:func:`mem_tables`), and the pipeline, memory (``kv_cache_free_fraction``) and
+  SLO formulas (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole
+  decomposition with ``evaluate_many`` on random strategies — the exact searcher runs it on
+  every problem and raises :class:`DecompositionError` on a mismatch — and
+  ``tests/test_exact.py`` does so across random models, configurations and phases, so a
+  cost-model change that this module does not follow fails loudly instead of silently.
 * **Memory.** Per-layer weights are additive over operators (``_layer_weights``: one term per
   operator choice); KV per sequence depends on the attention choice only (``_kv_per_seq``);
   workspace is choice-independent (``_workspace``); embedding and LM head weights depend on their
@@ -58,10 +58,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..parallel.ops import NUM_OPS, Op
-from ..parallel.placement import S0, S1, P, R
+from ..parallel.placement import S1, P, R
 from ..parallel.space import NUM_COARSE
 from ..workload import Phase
-from .model import CostModel, _Link, _out_linear, _req_linear
+from .model import CostModel, _Link
 
 #: Terms of the cost model that break a pure per-operator chain, and how the exact solver
 #: treats each one (all exactly; none is bounded or approximated).
@@ -335,21 +335,15 @@ class Coarse:
 
 
 def _host_time(cm: CostModel, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray:
-    """Host time added to every stage's step (``CostModel._step``: ``host_step + host_seq ·
-    (dec + pf_seqs) + host_prefill · pf_seqs``; zero when the engine profile has none)."""
-    c = cm.config
-    hs = float(getattr(c, "host_step_overhead_s", 0.0) or 0.0)
-    hq = float(getattr(c, "host_seq_overhead_s", 0.0) or 0.0)
-    hp = float(getattr(c, "host_prefill_overhead_s", 0.0) or 0.0)
-    if not (hs or hq or hp):
-        return np.zeros(np.shape(dec))
-    return hs + hq * (dec + pf_seqs) + hp * pf_seqs
+    """Host time added to every stage's step (``CostModel._host_time``; zeros when none)."""
+    host = cm._host_time(dec, pf_seqs)
+    return np.zeros(np.shape(dec)) if host is None else host
 
 
 def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     """Choice-independent quantities of coarse index rows, and their distinct table keys.
 
-    Restates ``CostModel._run``'s micro-batching and phase split and ``_step``'s send time.
+    Uses ``CostModel._phase_rows`` (micro-batching, phase split) and ``CostModel._p2p``.
 
     Args:
         cm: the cost model.
@@ -358,37 +352,20 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     Returns:
         ``(Coarse, Keys)``; ``Coarse.key`` indexes the keys.
     """
-    sp, wl, c = cm.space, cm.workload, cm.config
+    sp = cm.space
     a = np.asarray(coarse, dtype=np.int64)
     tp = np.asarray(sp.tp_values, dtype=np.int64)[a[:, 0]]
     ep = np.asarray(sp.ep_values, dtype=np.int64)[a[:, 1]]
     pp = np.asarray(sp.pp_values, dtype=np.int64)[a[:, 2]]
     dp = np.asarray(sp.dp_values, dtype=np.int64)[a[:, 3]]
     batch = np.asarray(sp.batch_values, dtype=np.int64)[a[:, 4]]
-    n = len(a)
-    m_mb = np.minimum(pp, batch)
-    mb = np.ceil(batch / m_mb)
-    seq_dp = np.ceil(mb / dp)
-    isl, osl = float(wl.isl), float(wl.osl)
-    if wl.phase is Phase.DECODE:
-        dec, pf, pf_seqs = seq_dp, np.zeros(n), np.zeros(n)
-    elif wl.phase is Phase.PREFILL:
-        dec, pf, pf_seqs = np.zeros(n), seq_dp * isl, seq_dp
-    else:
-        pf_seqs = seq_dp / osl
-        dec, pf = seq_dp, seq_dp * isl / osl
-    if wl.phase is Phase.SERVE:
-        chunk = np.minimum(np.maximum(c.max_num_batched_tokens - seq_dp, 1.0), isl)
-        pf2, pf_seqs2 = chunk, chunk / isl
-        chunk_steps = np.ceil(isl / chunk)
-    else:
-        pf2, pf_seqs2, chunk_steps = np.zeros(n), np.zeros(n), np.zeros(n)
+    ph = cm._phase_rows(pp, dp, batch)
+    m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
+    pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
     t_f = tp.astype(np.float64)
-    h, ab = cm.shapes.hidden, cm._ab
-    lk = cm._link(tp * dp * pp)
 
     def p2p_of(rows: np.ndarray) -> np.ndarray:
-        return np.where(pp > 1, rows * h * ab / t_f / lk.bw + lk.alpha, 0.0)
+        return cm._p2p(rows, tp, dp, pp)
 
     s_all = np.ceil(batch / dp)
     key_cols = np.stack([a[:, 0], a[:, 1], a[:, 3], dec, pf, pf_seqs], axis=1)
@@ -408,13 +385,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
 
 # ---------------------------------------------------------------------------------- tables
 def _env(cm: CostModel, keys: Keys, pf: np.ndarray) -> dict:
-    """The per-row environment ``CostModel._layer`` reads (as ``_step`` builds it)."""
-    tp, ep, dp = keys.tp, keys.ep, keys.dp
-    g = tp * dp
-    etp = np.maximum(g // np.maximum(ep, 1), 1)
-    return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g,
-                rows=keys.dec + pf, dec=keys.dec, pf=pf, link_tp=cm._link(tp),
-                link_g=cm._link(g), link_etp=cm._link(etp))
+    """The per-row environment ``CostModel._layer`` reads (``CostModel._layer_env``)."""
+    return cm._layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf)
 
 
 def _repeat_env(env: dict, reps: int) -> dict:
@@ -475,34 +447,18 @@ class StepTables:
 
 def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-    """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (restates ``_step``)."""
-    sh, c = cm.shapes, cm.config
-    ab = cm._ab
-    eb = float(getattr(cm, "_eb", cm._wb))
-    peak = float(getattr(cm, "_lm_flops", cm._gemm_flops))
-    tp = keys.tp
-    t_f = tp.astype(np.float64)
-    k = len(tp)
-    vpad = cm._padded_vocab(tp)
-    link = cm._link(tp)
+    """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (``CostModel._lm_head``
+    for every incoming layout and choice)."""
+    k = len(keys.tp)
     lm_rows = np.maximum(dec + pf_seqs, 1e-9)
     out = np.empty((k, 4, 3))
     lw = np.empty((k, 3))
     for lay_code in range(4):
         for ch in range(3):
-            lay = np.full(k, lay_code, dtype=np.int64)
-            c_lm = np.full(k, ch, dtype=np.int64)
-            req = _req_linear(c_lm, lay)
-            t_conv = cm._conv(lay, req, lm_rows * sh.hidden * ab, tp, link)
-            t_norm = cm._norm_stats(req, lm_rows, tp, link)
-            rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
-            w_loc = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
-            t_lm = cm._roofline(2 * rows_lm * w_loc,
-                                w_loc * eb + rows_lm * (sh.hidden + vpad) * ab, peak)
-            out_lm = _out_linear(c_lm, req)
-            t_log = cm._conv(out_lm, np.full(k, R), lm_rows * vpad * c.logits_bytes, tp, link)
-            out[:, lay_code, ch] = t_conv + t_norm + t_lm + t_log
-            lw[:, ch] = w_loc * eb
+            lm = cm._lm_head(np.full(k, lay_code, dtype=np.int64),
+                             np.full(k, ch, dtype=np.int64), keys.tp, lm_rows)
+            out[:, lay_code, ch] = lm["t_conv"] + lm["t_norm"] + lm["t_lm"] + lm["t_logits"]
+            lw[:, ch] = lm["w_local"] * cm._eb
     return out, lw
 
 

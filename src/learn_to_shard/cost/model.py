@@ -484,18 +484,10 @@ class CostModel:
         wl = self.workload
         c = self.config
 
-        m_mb = np.minimum(pp, batch)                      # micro-batches in flight
-        mb = np.ceil(batch / m_mb)                        # sequences per micro-batch
-        seq_dp = np.ceil(mb / dp)                         # per attention-DP rank
-        isl, osl = float(wl.isl), float(wl.osl)
-
-        if wl.phase is Phase.DECODE:
-            dec, pf, pf_seqs, ctx = seq_dp, np.zeros(n), np.zeros(n), float(wl.isl)
-        elif wl.phase is Phase.PREFILL:
-            dec, pf, pf_seqs, ctx = np.zeros(n), seq_dp * isl, seq_dp, 0.0
-        else:
-            pf_seqs = seq_dp / osl
-            dec, pf, ctx = seq_dp, seq_dp * isl / osl, wl.decode_context
+        ph = self._phase_rows(pp, dp, batch)
+        m_mb = ph["m"]
+        dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
+        isl = float(wl.isl)
         step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
         stage_t, p2p = step["stage_t"], step["p2p"]
         sum_t = (stage_t.sum(axis=1) + (pp - 1) * p2p)
@@ -509,11 +501,9 @@ class CostModel:
             tpot = np.maximum(sum_t, m_mb * max_t)
             instance_tps = batch / tpot
             if wl.phase is Phase.SERVE:
-                chunk = np.maximum(c.max_num_batched_tokens - seq_dp, 1.0)
-                chunk = np.minimum(chunk, isl)
-                st2 = self._step(a, deg, dims, dec, ctx, chunk, chunk / isl, False)
+                st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
                 t2 = st2["stage_t"].sum(axis=1) + (pp - 1) * st2["p2p"]
-                ttft = np.ceil(isl / chunk) * t2
+                ttft = ph["chunk_steps"] * t2
             else:
                 ttft = np.full(n, np.nan)
         devices = (tp * dp * pp).astype(np.float64)
@@ -581,6 +571,94 @@ class CostModel:
             out["op_time"] = step["op_time"]
         return out
 
+    # ------------------------------------------------------------------ shared pieces
+    # These small blocks are also called by cost/decompose.py (the exact solver's tables), so
+    # that the two cannot drift apart.
+    def _phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
+        """Micro-batching and the phase split, per row (module docstring, "Pipeline" and
+        "Phases").
+
+        Returns:
+            ``m`` micro-batches; ``seq_dp`` sequences per micro-batch per DP rank; ``dec``
+            decode sequences, ``pf`` prompt tokens and ``pf_seqs`` prompts completing, per step
+            and DP rank; ``ctx`` mean decode KV length (tokens); for serve the TTFT step's
+            ``pf2``/``pf_seqs2`` (one chunk) and ``chunk_steps`` (zeros otherwise).
+        """
+        wl, c = self.workload, self.config
+        n = len(pp)
+        m_mb = np.minimum(pp, batch)                      # micro-batches in flight
+        mb = np.ceil(batch / m_mb)                        # sequences per micro-batch
+        seq_dp = np.ceil(mb / dp)                         # per attention-DP rank
+        isl, osl = float(wl.isl), float(wl.osl)
+        zeros = np.zeros(n)
+        if wl.phase is Phase.DECODE:
+            dec, pf, pf_seqs, ctx = seq_dp, zeros, zeros, float(wl.isl)
+        elif wl.phase is Phase.PREFILL:
+            dec, pf, pf_seqs, ctx = zeros, seq_dp * isl, seq_dp, 0.0
+        else:
+            pf_seqs = seq_dp / osl
+            dec, pf, ctx = seq_dp, seq_dp * isl / osl, wl.decode_context
+        if wl.phase is Phase.SERVE:
+            chunk = np.minimum(np.maximum(c.max_num_batched_tokens - seq_dp, 1.0), isl)
+            pf2, pf_seqs2, chunk_steps = chunk, chunk / isl, np.ceil(isl / chunk)
+        else:
+            pf2, pf_seqs2, chunk_steps = zeros, zeros, zeros
+        return {"m": m_mb, "seq_dp": seq_dp, "dec": dec, "pf": pf, "pf_seqs": pf_seqs,
+                "ctx": ctx, "pf2": pf2, "pf_seqs2": pf_seqs2, "chunk_steps": chunk_steps}
+
+    def _host_time(self, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray | None:
+        """Engine host time per stage step not hidden behind the GPU:
+        ``host_step + host_seq · (dec + pf_seqs) + host_prefill · pf_seqs``; None when 0."""
+        c = self.config
+        if not (c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s):
+            return None
+        return (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
+                + c.host_prefill_overhead_s * pf_seqs)
+
+    def _layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
+                   pf: np.ndarray) -> dict:
+        """The per-row environment :meth:`_layer` reads: degrees, token counts and links."""
+        g = tp * dp
+        etp = np.maximum(g // np.maximum(ep, 1), 1)
+        return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g,
+                    rows=dec + pf, dec=dec, pf=pf, link_tp=self._link(tp),
+                    link_g=self._link(g), link_etp=self._link(etp))
+
+    def _lm_head(self, lay: np.ndarray, c_lm: np.ndarray, tp: np.ndarray,
+                 lm_rows: np.ndarray) -> dict:
+        """The LM head on the last stage: input conversion from the last layer's layout
+        ``lay``, final-norm statistics, the GEMM and the logits gather, for ``lm_rows`` rows.
+
+        Returns:
+            ``t_conv, t_norm, t_lm, t_logits`` (seconds), ``req`` / ``out`` layouts, ``w_local``
+            (parameters per device).
+        """
+        sh, c, ab = self.shapes, self.config, self._ab
+        t_f = tp.astype(np.float64)
+        link = self._link(tp)
+        vpad = self._padded_vocab(tp)
+        req = _req_linear(c_lm, lay)
+        t_conv = self._conv(lay, req, lm_rows * sh.hidden * ab, tp, link)
+        t_norm = self._norm_stats(req, lm_rows, tp, link)
+        rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
+        w_local = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
+        t_lm = self._roofline(2 * rows_lm * w_local,
+                              w_local * self._eb + rows_lm * (sh.hidden + vpad) * ab,
+                              self._lm_flops)
+        out = _out_linear(c_lm, req)
+        t_logits = self._conv(out, np.full(len(lay), R), lm_rows * vpad * c.logits_bytes, tp,
+                              link)
+        return {"t_conv": t_conv, "t_norm": t_norm, "t_lm": t_lm, "t_logits": t_logits,
+                "req": req, "out": out, "w_local": w_local}
+
+    def _p2p(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
+             pp: np.ndarray) -> np.ndarray:
+        """Stage-to-stage send of one micro-batch's activations (each TP rank sends its
+        ``1/tp`` slice), seconds; 0 without pipelining."""
+        lk = self._link(tp * dp * pp)
+        return np.where(pp > 1, rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
+                        / lk.bw + lk.alpha, 0.0)
+
     # ------------------------------------------------------------------ one step
     def _step(self, a: np.ndarray, deg: dict, dims: np.ndarray, dec: np.ndarray, ctx: float,
               pf: np.ndarray, pf_seqs: np.ndarray, detail: bool) -> dict:
@@ -597,12 +675,9 @@ class CostModel:
         _wl, sh, m, c = self.workload, self.shapes, self.model, self.config
         ab = self._ab
         t_f = tp.astype(np.float64)
-        rows = dec + pf                                       # tokens per DP rank
-        link_tp = self._link(tp)
-        g = tp * dp
-        link_g = self._link(g)
-        etp = np.maximum(g // np.maximum(ep, 1), 1)
-        link_etp = self._link(etp)
+        env = self._layer_env(tp, ep, dp, dec, pf)
+        rows, g, etp = env["rows"], env["g"], env["etp"]          # rows: tokens per DP rank
+        link_tp, link_g, link_etp = env["link_tp"], env["link_g"], env["link_etp"]
         vpad = self._padded_vocab(tp)
         recs: list[tuple[str, str, int, float, int]] = []     # detail records
         op_time: dict[str, float] = {}
@@ -611,11 +686,8 @@ class CostModel:
         rep = lambda x: np.tile(x, 4) if np.ndim(x) else x  # noqa: E731
         L0 = np.repeat(np.arange(4), n)
         D4 = np.tile(dims, (4, 1))
-        env4 = dict(t=rep(t_f), tp=rep(tp), dp=rep(dp), ep=rep(ep), etp=rep(etp),
-                    g=rep(g), rows=rep(rows), dec=rep(dec), pf=rep(pf),
-                    link_tp=_Link(rep(link_tp.bw), rep(link_tp.alpha)),
-                    link_g=_Link(rep(link_g.bw), rep(link_g.alpha)),
-                    link_etp=_Link(rep(link_etp.bw), rep(link_etp.alpha)))
+        env4 = {k: _Link(rep(v.bw), rep(v.alpha)) if isinstance(v, _Link) else rep(v)
+                for k, v in env.items()}
         type_t, type_out = [], []
         for is_moe, window in self._types:
             t_layer, l_out, _ = self._layer(env4, D4, L0, is_moe, window, ctx, None)
@@ -640,17 +712,9 @@ class CostModel:
         # LM head on the last stage.
         c_lm = dims[:, Op.LM_HEAD]
         lm_rows = np.maximum(dec + pf_seqs, 1e-9)
-        req = _req_linear(c_lm, lay)
-        t_conv = self._conv(lay, req, lm_rows * sh.hidden * ab, tp, link_tp)
-        t_norm = self._norm_stats(req, lm_rows, tp, link_tp)
-        rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
-        lm_w_local = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
-        lm_flops = 2 * rows_lm * lm_w_local
-        lm_bytes = lm_w_local * self._eb + rows_lm * (sh.hidden + vpad) * ab
-        t_lm = self._roofline(lm_flops, lm_bytes, self._lm_flops)
-        out_lm = _out_linear(c_lm, req)
-        t_logits = self._conv(out_lm, np.full(n, R), lm_rows * vpad * c.logits_bytes, tp,
-                              link_tp)
+        lm = self._lm_head(lay, c_lm, tp, lm_rows)
+        t_conv, t_norm, t_lm, t_logits = lm["t_conv"], lm["t_norm"], lm["t_lm"], lm["t_logits"]
+        req, out_lm, lm_w_local = lm["req"], lm["out"], lm["w_local"]
         lm_total = t_conv + t_norm + t_lm + t_logits
 
         # Stage sums.
@@ -662,13 +726,10 @@ class CostModel:
         stage_t[:, 0] += emb_t
         stage_t[idx, pp - 1] += lm_total
         # Engine host time not hidden behind the GPU: per step, and per sequence in the step.
-        if c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s:
-            host = (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
-                    + c.host_prefill_overhead_s * pf_seqs)
+        host = self._host_time(dec, pf_seqs)
+        if host is not None:
             stage_t = np.where(stage_ids < pp[:, None], stage_t + host[:, None], 0.0)
-        p2p_link = self._link(g * pp)
-        p2p_bytes = rows * sh.hidden * ab / t_f
-        p2p = np.where(pp > 1, p2p_bytes / p2p_link.bw + p2p_link.alpha, 0.0)
+        p2p = self._p2p(rows, tp, dp, pp)
 
         # Memory terms per layer type (weights, KV per sequence per rank).
         w_type = np.stack([self._layer_weights(dims, tp, ep, etp, is_moe)
@@ -974,8 +1035,7 @@ class CostModel:
                 link_g, link_etp, emb_t, lm_parts, lay, req_lm, out_lm, p2p, pp, recs,
                 op_time) -> None:
         """Fill the breakdown of row 0: collectives per micro-batch pass and op times."""
-        env1 = dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g, rows=rows,
-                    dec=dec, pf=pf, link_tp=link_tp, link_g=link_g, link_etp=link_etp)
+        env1 = self._layer_env(tp, ep, dp, dec, pf)
         agg: dict[tuple[str, str, int], list] = {}
         for (ti, lay_in), count in walk.items():
             is_moe, window = self._types[ti]
