@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from .api import DEFAULT_BUDGET, expected_evaluations, make_cost_model, make_workload, search_plan
 from .errors import PlannerError
@@ -176,16 +184,16 @@ def compare_cmd(
                            if tpot_slo else None)
         cm = make_cost_model(model, cluster, wl)
         with _progress(quiet or json_out) as prog:
-            tasks: dict[str, object] = {}
+            tasks: dict[str, TaskID] = {}
 
-            def factory(method: str, _seed: int):
-                if method not in tasks:
+            def factory(method: str, _seed: int) -> Callable[[int], None]:
+                if method not in tasks:     # one bar per method, over all its runs
                     runs = 1 if is_seed_independent(method) else seeds
                     per = expected_evaluations(cm, method, budget)
                     tasks[method] = prog.add_task(method, total=None if per is None
                                                   else per * runs)
                 task = tasks[method]
-                return lambda k: prog.advance(task, k)  # type: ignore[arg-type]
+                return lambda k: prog.advance(task, k)
 
             cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)), factory)
     except PlannerError as exc:

@@ -1,0 +1,311 @@
+"""Compare searchers on one problem over several seeds: table, convergence plot, JSON.
+
+``l2s compare`` parses its arguments and calls :func:`run_comparison`, then
+:func:`render_comparison`, :func:`plot_convergence` and :func:`comparison_to_dict`.
+
+Per method the summary holds the mean and the best (best-of-N) of each run's best feasible
+throughput (tokens/s per device; a run that found nothing feasible counts as 0), the ratios of
+the mean to ``random``'s mean (the paper's Table 1) and of the best to ``megatron``'s best (the
+paper's Fig. 3), the mean evaluations spent (invalid ones included) and the mean wall time.
+
+Seed-independent searchers (``megatron``, ``megatron-rule``, and any searcher whose class sets
+``deterministic = True``) run once; that run stands for every seed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from .. import __version__
+from ..cost.model import CostModel
+from ..search import get_searcher
+from ..search.base import ProgressFn, SearchResult
+
+#: Searchers whose result does not depend on the seed (run once per comparison).
+SEED_INDEPENDENT = frozenset({"megatron", "megatron-rule"})
+#: Points kept per convergence curve in the JSON (evenly spaced over the budget).
+CURVE_POINTS = 200
+
+#: ``factory(method, seed)`` → progress callback for that run (or None).
+ProgressFactory = Callable[[str, int], ProgressFn | None]
+
+
+def is_seed_independent(method: str) -> bool:
+    """True if ``method`` gives the same result for every seed (it is run once)."""
+    if method in SEED_INDEPENDENT:
+        return True
+    return bool(getattr(get_searcher(method), "deterministic", False))
+
+
+@dataclass
+class MethodSummary:
+    """One row of the comparison table.
+
+    Attributes:
+        method: searcher name.
+        runs: one result per seed (a seed-independent method repeats its single result).
+        mean: mean over seeds of the best feasible throughput, tokens/s per device.
+        best: best over seeds (best-of-N), tokens/s per device.
+        evaluations: mean evaluations spent per run (invalid ones included).
+        wall_s: mean wall-clock seconds per run.
+        found: runs that found a feasible strategy.
+    """
+
+    method: str
+    runs: list[SearchResult]
+    mean: float
+    best: float
+    evaluations: float
+    wall_s: float
+    found: int
+    ratios: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    """Result of :func:`run_comparison`.
+
+    Attributes:
+        problem: model, cluster, workload and space size (for reports).
+        budget: evaluation budget per run.
+        seeds: seeds used.
+        summaries: one per method, in the order asked.
+        wall_s: total wall time.
+    """
+
+    problem: dict[str, object]
+    budget: int
+    seeds: list[int]
+    summaries: list[MethodSummary]
+    wall_s: float
+
+    def summary(self, method: str) -> MethodSummary | None:
+        """The summary of ``method``, if it was run."""
+        return next((s for s in self.summaries if s.method == method), None)
+
+
+def _problem(cm: CostModel) -> dict[str, object]:
+    wl = cm.workload
+    return {"model": cm.model.name, "cluster": cm.cluster.name,
+            "devices": cm.cluster.num_devices, "phase": wl.phase.value, "isl": wl.isl,
+            "osl": wl.osl, "weight_dtype": wl.weight_dtype.value,
+            "kv_dtype": wl.kv_dtype.value, "tpot_slo_s": wl.tpot_slo_s,
+            "ttft_slo_s": wl.ttft_slo_s, "space_size": float(cm.space.size)}
+
+
+def _ratio(a: float, b: float | None) -> float | None:
+    return None if b is None or not b > 0 else a / b
+
+
+def summarise(method: str, runs: list[SearchResult]) -> MethodSummary:
+    """Mean/best/evaluations/wall of one method's runs (ratios are filled by the caller)."""
+    best = np.array([r.best_objective for r in runs], dtype=np.float64)
+    return MethodSummary(method=method, runs=runs, mean=float(best.mean()),
+                         best=float(best.max()),
+                         evaluations=float(np.mean([r.evaluations for r in runs])),
+                         wall_s=float(np.mean([r.wall_s for r in runs])),
+                         found=int(sum(r.best_action is not None for r in runs)))
+
+
+def add_ratios(summaries: list[MethodSummary]) -> None:
+    """Fill ``ratios``: ``mean/random``, ``best/random``, ``mean/megatron``, ``best/megatron``."""
+    ref = {s.method: s for s in summaries}
+    rnd, meg = ref.get("random"), ref.get("megatron")
+    for s in summaries:
+        s.ratios = {
+            "mean/random": _ratio(s.mean, rnd.mean if rnd else None),
+            "best/random": _ratio(s.best, rnd.best if rnd else None),
+            "mean/megatron": _ratio(s.mean, meg.best if meg else None),
+            "best/megatron": _ratio(s.best, meg.best if meg else None),
+        }
+
+
+def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Sequence[int],
+                   progress: ProgressFactory | None = None) -> Comparison:
+    """Run every method for every seed on ``cm``.
+
+    Args:
+        cm: the problem.
+        methods: searcher names (see :func:`learn_to_shard.search.searcher_names`).
+        budget: evaluations per run (exhaustive searchers ignore it and report their count).
+        seeds: seeds; seed-independent methods run once.
+        progress: optional factory of per-run progress callbacks.
+
+    Raises:
+        KeyError: for an unknown method (the message lists the valid ones).
+        ValueError: for an empty method or seed list or a non-positive budget.
+    """
+    if not methods:
+        raise ValueError("no methods to compare")
+    if not seeds:
+        raise ValueError("no seeds")
+    if budget <= 0:
+        raise ValueError(f"budget must be positive, got {budget}")
+    for m in methods:
+        get_searcher(m)          # fail fast on a typo, before any run
+    t0 = time.perf_counter()
+    summaries = []
+    for m in methods:
+        runs: list[SearchResult] = []
+        if is_seed_independent(m):
+            cb = progress(m, seeds[0]) if progress else None
+            r = get_searcher(m).search(cm, budget, seeds[0], cb)
+            runs = [r] * len(seeds)
+        else:
+            for s in seeds:
+                cb = progress(m, s) if progress else None
+                runs.append(get_searcher(m).search(cm, budget, s, cb))
+        summaries.append(summarise(m, runs))
+    add_ratios(summaries)
+    return Comparison(problem=_problem(cm), budget=budget, seeds=list(seeds),
+                      summaries=summaries, wall_s=time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------- table
+def _fmt_ratio(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def comparison_table(cmp: Comparison) -> Table:
+    """A rich table, one row per method."""
+    p = cmp.problem
+    n = len(cmp.seeds)
+    title = (f"{p['model']} on {p['cluster']}, {p['phase']} isl={p['isl']}"
+             f"{' osl=' + str(p['osl']) if p['osl'] else ''}: budget {cmp.budget}, {n} seeds")
+    t = Table(title=title, title_justify="left")
+    t.add_column("method")
+    t.add_column("mean tok/s/dev", justify="right")
+    t.add_column(f"best of {n}", justify="right")
+    t.add_column("mean ÷ random", justify="right")
+    t.add_column("best ÷ megatron", justify="right")
+    t.add_column("evaluations", justify="right")
+    t.add_column("wall s/run", justify="right")
+    for s in cmp.summaries:
+        once = " (once)" if len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs) else ""
+        t.add_row(s.method + once, f"{s.mean:,.2f}", f"{s.best:,.2f}",
+                  _fmt_ratio(s.ratios.get("mean/random")),
+                  _fmt_ratio(s.ratios.get("best/megatron")),
+                  f"{s.evaluations:,.0f}", f"{s.wall_s:,.1f}")
+    return t
+
+
+def render_comparison(cmp: Comparison, console: Console) -> None:
+    """Print the comparison table and a line on runs that found nothing feasible."""
+    console.print(comparison_table(cmp))
+    for s in cmp.summaries:
+        if s.found < len(s.runs):
+            console.print(f"{s.method}: {len(s.runs) - s.found} of {len(s.runs)} runs found no "
+                          "feasible strategy (counted as 0)")
+
+
+# ---------------------------------------------------------------------------- plot
+def _padded_curves(s: MethodSummary, budget: int) -> np.ndarray:
+    """Best-so-far curves ``[runs, budget]`` (short curves extended with their last value)."""
+    out = np.zeros((len(s.runs), budget))
+    for i, r in enumerate(s.runs):
+        c = np.asarray(r.curve, dtype=np.float64)[:budget]
+        if len(c):
+            out[i, :len(c)] = c
+            out[i, len(c):] = c[-1]
+    return out
+
+
+def plot_convergence(cmp: Comparison, path: str | Path) -> Path:
+    """Save best-so-far vs evaluations (median line, min–max band over seeds) as an image.
+
+    Searchers that spend more than the budget (exhaustive ``megatron``) are drawn as a dashed
+    horizontal line at their result, labelled with their evaluation count.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    x = np.arange(1, cmp.budget + 1)
+    for s in cmp.summaries:
+        if s.evaluations > cmp.budget:
+            ax.axhline(s.best, linestyle="--", linewidth=1.2, color="black",
+                       label=f"{s.method} (exhaustive, {s.evaluations:,.0f} evals)")
+            continue
+        c = _padded_curves(s, cmp.budget)
+        (line,) = ax.plot(x, np.median(c, axis=0), linewidth=1.5, label=f"{s.method} (median)")
+        if len(c) > 1:
+            ax.fill_between(x, c.min(axis=0), c.max(axis=0), alpha=0.2,
+                            color=line.get_color(), linewidth=0)
+    p = cmp.problem
+    ax.set_title(f"{p['model']}, {p['cluster']}, {p['phase']} isl={p['isl']} "
+                 f"({len(cmp.seeds)} seeds; band = min–max)", fontsize=10)
+    ax.set_xlabel("evaluations (invalid included)")
+    ax.set_ylabel("best feasible tokens/s per device")
+    ax.set_xlim(1, cmp.budget)
+    top = max((s.best for s in cmp.summaries), default=0.0)
+    ax.set_ylim(0, top * 1.08 if top > 0 else 1.0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------- JSON
+def _jsonable(v: object) -> object:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return _jsonable(v.tolist())
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    return v
+
+
+def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None) -> dict[str, object]:
+    """JSON-ready dictionary: problem, summaries with ratios, per-run results, curves.
+
+    Curves are sampled at :data:`CURVE_POINTS` evenly spaced evaluation counts (``curve_at``).
+    With ``cm``, each run's best strategy is also given in the short readable form.
+    """
+    step = max(1, cmp.budget // CURVE_POINTS)
+    at = list(range(step, cmp.budget + 1, step))
+    if not at or at[-1] != cmp.budget:
+        at.append(cmp.budget)
+    idx = np.asarray(at) - 1
+    methods = {}
+    for s in cmp.summaries:
+        curves = _padded_curves(s, cmp.budget)
+        runs = []
+        for r, c in zip(s.runs, curves, strict=True):
+            runs.append({
+                "seed": r.seed, "best_tokens_per_s_per_device": r.best_objective,
+                "best_action": None if r.best_action is None else r.best_action.tolist(),
+                "best_strategy": None if r.best_action is None or cm is None
+                else cm.space.decode(r.best_action).short(),
+                "evaluations": r.evaluations, "wall_s": r.wall_s,
+                "curve": c[idx].tolist(), "notes": r.notes})
+        methods[s.method] = {
+            "mean_tokens_per_s_per_device": s.mean, "best_tokens_per_s_per_device": s.best,
+            "ratios": s.ratios, "evaluations_mean": s.evaluations, "wall_s_mean": s.wall_s,
+            "runs_with_feasible": s.found,
+            "seed_independent": len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs),
+            "runs": runs}
+    return _jsonable({"version": __version__, "problem": cmp.problem, "budget": cmp.budget,
+                      "seeds": cmp.seeds, "wall_s": cmp.wall_s, "curve_at": at,
+                      "methods": methods})  # type: ignore[return-value]
