@@ -148,6 +148,22 @@ def _tables(comparisons: list[tuple[str, Comparison]], methods: tuple[str, ...],
             s = c.summary(m)
             cells.append("–" if s is None else f"{s.wall_s:.1f} ({s.evaluations:,.0f})")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
+    # Fraction of the exact optimum (issue 5).
+    out += ["", f"**Fraction of the exact optimum** — mean / best of {seeds} (the optimum comes "
+            "from the `exact` searcher, certified against the cost model; megatron: its one "
+            "exhaustive result):", ""]
+    out.append("| Workload (context) | optimum tok/s/dev | exact wall s | " + " | ".join(methods)
+               + " |")
+    out.append("|---|---|---|" + "---|" * len(methods))
+    for label, c in comparisons:
+        cells = []
+        for m in methods:
+            sm = c.summary(m)
+            mo, bo = (sm.ratios.get("mean/optimum"), sm.ratios.get("best/optimum")) if sm \
+                else (None, None)
+            cells.append("–" if mo is None else f"{mo:.3f} / {bo:.3f}")
+        opt = "–" if c.optimum is None else f"{c.optimum:.2f}"
+        out.append(f"| {label} | {opt} | {c.optimum_note} | " + " | ".join(cells) + " |")
     # Who wins.
     out += ["", "Checks (issue 4's criteria, computed, not edited):", ""]
     for label, c in comparisons:
@@ -166,6 +182,35 @@ def _tables(comparisons: list[tuple[str, Comparison]], methods: tuple[str, ...],
     out += ["", "Convergence plots: `docs/results/paper_table1-<model>-<context>.png`; every "
             "run: `docs/results/paper_table1.json`.", "", END]
     return "\n".join(out)
+
+
+def _optimum(cm) -> tuple[float | None, str]:
+    """The exact optimum (no time limit) and its wall time, for the fraction-of-optimum table."""
+    from learn_to_shard.search.exact import try_exact
+
+    t0 = time.perf_counter()
+    res = try_exact(cm, None)
+    return (None, "–") if res is None else (res.best_objective,
+                                            f"{time.perf_counter() - t0:.1f}")
+
+
+def _load_runs(saved: dict, budget: int) -> dict[tuple[str, int, str, int], SearchResult]:
+    """Search results back from ``paper_table1.json`` (curves as saved, sampled)."""
+    out: dict[tuple[str, int, str, int], SearchResult] = {}
+    for key, data in saved.items():
+        if key.startswith("_"):
+            continue
+        model, ctx = key.rsplit("-", 1)
+        for method, md in data["methods"].items():
+            for run in md["runs"]:
+                act = run["best_action"]
+                out[(model, int(ctx), method, run["seed"])] = SearchResult(
+                    method=method, seed=run["seed"], budget=budget,
+                    evaluations=run["evaluations"], wall_s=run["wall_s"],
+                    best_action=None if act is None else np.asarray(act, dtype=np.int64),
+                    best_objective=run["best_tokens_per_s_per_device"],
+                    curve=np.asarray(run["curve"], dtype=np.float64), notes=run["notes"])
+    return out
 
 
 def write_results(block: str, path: Path) -> None:
@@ -190,6 +235,9 @@ def main() -> None:
     ap.add_argument("--contexts", default=",".join(str(c) for c in CONTEXTS))
     ap.add_argument("--results", type=Path, default=ROOT / "docs" / "results.md")
     ap.add_argument("--outdir", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--rerender", action="store_true",
+                    help="Do not search again: rebuild the tables from the saved "
+                         "paper_table1.json (and recompute the exact optimum per setting).")
     args = ap.parse_args()
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
@@ -207,7 +255,15 @@ def main() -> None:
     tasks.sort(key=lambda t: (t[2] != "rl", t[2] not in ("sa", "mcmc")))
     results: dict[tuple[str, int, str, int], SearchResult] = {}
     t0 = time.perf_counter()
-    print(f"{len(tasks)} searches on {args.jobs} processes", flush=True)
+    if args.rerender:
+        saved = json.loads((args.outdir / "paper_table1.json").read_text())
+        results = _load_runs(saved, args.budget)
+        tasks = []
+        stamp = saved.get("_meta", {})
+        command = stamp.get("command", "unknown") + f"`, tables re-rendered by `{command}"
+        code = stamp.get("code", "unknown") + f"; re-rendered at {code}"
+    else:
+        print(f"{len(tasks)} searches on {args.jobs} processes", flush=True)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futs = [pool.submit(_run, t) for t in tasks]
         for i, f in enumerate(as_completed(futs), 1):
@@ -217,8 +273,10 @@ def main() -> None:
                   f"{r.best_objective:.2f} tok/s/dev, {r.evaluations} evals, {r.wall_s:.1f} s",
                   flush=True)
     wall = time.perf_counter() - t0
+    if args.rerender:
+        wall = float(saved.get("_meta", {}).get("wall_s", wall))
     comparisons: list[tuple[str, Comparison]] = []
-    dump = {}
+    dump: dict[str, object] = {"_meta": {"command": command, "code": code, "wall_s": wall}}
     args.outdir.mkdir(parents=True, exist_ok=True)
     for model in models:
         for ctx in contexts:
@@ -228,16 +286,19 @@ def main() -> None:
                 runs = [results[(model, ctx, m, seeds[0])]] * len(seeds) \
                     if is_seed_independent(m) else [results[(model, ctx, m, s)] for s in seeds]
                 sums.append(summarise(m, runs))
-            add_ratios(sums)
+            optimum, note = _optimum(cm)
+            add_ratios(sums, optimum)
             wl = cm.workload
             cmp = Comparison(problem={"model": model, "cluster": CLUSTER, "phase": "decode",
                                       "isl": wl.isl, "osl": 0,
                                       "space_size": float(cm.space.size)},
                              budget=args.budget, seeds=seeds, summaries=sums,
-                             wall_s=sum(r.wall_s for s in sums for r in s.runs))
+                             wall_s=sum(r.wall_s for s in sums for r in s.runs),
+                             optimum=optimum, optimum_note=note)
             label = _label(model, ctx)
             comparisons.append((label, cmp))
-            plot_convergence(cmp, args.outdir / f"paper_table1-{model}-{ctx}.png")
+            if not args.rerender:
+                plot_convergence(cmp, args.outdir / f"paper_table1-{model}-{ctx}.png")
             dump[f"{model}-{ctx}"] = comparison_to_dict(cmp, cm)
     (args.outdir / "paper_table1.json").write_text(json.dumps(dump, separators=(",", ":")))
     block = _tables(comparisons, methods, len(seeds), args.budget, command, wall, args.jobs,

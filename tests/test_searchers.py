@@ -177,10 +177,18 @@ def test_cli_compare(tmp_path):
         "--context", "4096", "--methods", "random,sa,mcmc,megatron", "--budget", "120",
         "--seeds", "2", "--out", str(tmp_path), "--quiet"])
     assert r.exit_code == 0, r.output
-    for word in ("random", "sa", "mcmc", "megatron", "mean ÷ random", "best ÷ megatron"):
+    for word in ("random", "sa", "mcmc", "megatron", "mean ÷ random", "best ÷ megatron",
+                 "mean ÷ optimum", "best ÷ optimum", "optimum:"):
         assert word in r.stdout
     data = json.loads((tmp_path / "compare.json").read_text())
     assert set(data["methods"]) == {"random", "sa", "mcmc", "megatron"}
+    # Fraction of the exact optimum (issue 5): every method at or below 1, Megatron's exact.
+    opt = data["optimum_tokens_per_s_per_device"]
+    assert opt > 0
+    for m in data["methods"].values():
+        assert m["ratios"]["best/optimum"] <= 1 + 1e-9
+        assert m["ratios"]["best/optimum"] == pytest.approx(m["best_tokens_per_s_per_device"]
+                                                            / opt)
     assert (tmp_path / "convergence.png").exists()
 
 

@@ -206,7 +206,7 @@ def compare_cmd(
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         # Piped output gets a wide console so the table's columns stay whole.
-        render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=140))
+        render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=200))
     err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
 

@@ -86,6 +86,8 @@ class Comparison:
     seeds: list[int]
     summaries: list[MethodSummary]
     wall_s: float
+    optimum: float | None = None
+    optimum_note: str = ""
 
     def summary(self, method: str) -> MethodSummary | None:
         """The summary of ``method``, if it was run."""
@@ -115,8 +117,10 @@ def summarise(method: str, runs: list[SearchResult]) -> MethodSummary:
                          found=int(sum(r.best_action is not None for r in runs)))
 
 
-def add_ratios(summaries: list[MethodSummary]) -> None:
-    """Fill ``ratios``: ``mean/random``, ``best/random``, ``mean/megatron``, ``best/megatron``."""
+def add_ratios(summaries: list[MethodSummary], optimum: float | None = None) -> None:
+    """Fill ``ratios``: ``mean/random``, ``best/random``, ``mean/megatron``, ``best/megatron``
+    and, when the exact optimum is known, ``mean/optimum`` and ``best/optimum`` (the fraction
+    of the optimum each searcher reaches)."""
     ref = {s.method: s for s in summaries}
     rnd, meg = ref.get("random"), ref.get("megatron")
     for s in summaries:
@@ -125,11 +129,30 @@ def add_ratios(summaries: list[MethodSummary]) -> None:
             "best/random": _ratio(s.best, rnd.best if rnd else None),
             "mean/megatron": _ratio(s.mean, meg.best if meg else None),
             "best/megatron": _ratio(s.best, meg.best if meg else None),
+            "mean/optimum": _ratio(s.mean, optimum),
+            "best/optimum": _ratio(s.best, optimum),
         }
 
 
+def exact_optimum(cm: CostModel, time_limit_s: float | None,
+                  summaries: list[MethodSummary] | None = None) -> tuple[float | None, str]:
+    """The exact optimum of ``cm`` (reusing an ``exact`` run among ``summaries``), or None with
+    the reason when it is not tractable within ``time_limit_s``."""
+    for s in summaries or []:
+        if s.method == "exact":
+            return s.best, "from the exact run"
+    from ..search.exact import try_exact
+
+    t0 = time.perf_counter()
+    res = try_exact(cm, time_limit_s)
+    if res is None:
+        return None, f"exact not tractable within {time_limit_s:g} s"
+    return res.best_objective, f"exact optimum in {time.perf_counter() - t0:.1f} s"
+
+
 def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Sequence[int],
-                   progress: ProgressFactory | None = None) -> Comparison:
+                   progress: ProgressFactory | None = None,
+                   optimum_time_limit_s: float | None = 30.0) -> Comparison:
     """Run every method for every seed on ``cm``.
 
     Args:
@@ -138,6 +161,8 @@ def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Se
         budget: evaluations per run (exhaustive searchers ignore it and report their count).
         seeds: seeds; seed-independent methods run once.
         progress: optional factory of per-run progress callbacks.
+        optimum_time_limit_s: time allowed for the exact optimum that every method is measured
+            against ("fraction of optimum"); 0 skips it.
 
     Raises:
         KeyError: for an unknown method (the message lists the valid ones).
@@ -164,14 +189,21 @@ def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Se
                 cb = progress(m, s) if progress else None
                 runs.append(get_searcher(m).search(cm, budget, s, cb))
         summaries.append(summarise(m, runs))
-    add_ratios(summaries)
+    optimum, note = (None, "not computed") if optimum_time_limit_s == 0 \
+        else exact_optimum(cm, optimum_time_limit_s, summaries)
+    add_ratios(summaries, optimum)
     return Comparison(problem=_problem(cm), budget=budget, seeds=list(seeds),
-                      summaries=summaries, wall_s=time.perf_counter() - t0)
+                      summaries=summaries, wall_s=time.perf_counter() - t0, optimum=optimum,
+                      optimum_note=note)
 
 
 # ---------------------------------------------------------------------------- table
 def _fmt_ratio(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}×"
+
+
+def _fmt_frac(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4f}"
 
 
 def comparison_table(cmp: Comparison) -> Table:
@@ -186,6 +218,8 @@ def comparison_table(cmp: Comparison) -> Table:
     t.add_column(f"best of {n}", justify="right")
     t.add_column("mean ÷ random", justify="right")
     t.add_column("best ÷ megatron", justify="right")
+    t.add_column("mean ÷ optimum", justify="right")
+    t.add_column("best ÷ optimum", justify="right")
     t.add_column("evaluations", justify="right")
     t.add_column("wall s/run", justify="right")
     for s in cmp.summaries:
@@ -193,6 +227,8 @@ def comparison_table(cmp: Comparison) -> Table:
         t.add_row(s.method + once, f"{s.mean:,.2f}", f"{s.best:,.2f}",
                   _fmt_ratio(s.ratios.get("mean/random")),
                   _fmt_ratio(s.ratios.get("best/megatron")),
+                  _fmt_frac(s.ratios.get("mean/optimum")),
+                  _fmt_frac(s.ratios.get("best/optimum")),
                   f"{s.evaluations:,.0f}", f"{s.wall_s:,.1f}")
     return t
 
@@ -200,6 +236,8 @@ def comparison_table(cmp: Comparison) -> Table:
 def render_comparison(cmp: Comparison, console: Console) -> None:
     """Print the comparison table and a line on runs that found nothing feasible."""
     console.print(comparison_table(cmp))
+    opt = f"{cmp.optimum:,.4f} tok/s/dev" if cmp.optimum is not None else "unknown"
+    console.print(f"optimum: {opt} ({cmp.optimum_note})", highlight=False)
     for s in cmp.summaries:
         if s.found < len(s.runs):
             console.print(f"{s.method}: {len(s.runs) - s.found} of {len(s.runs)} runs found no "
@@ -308,4 +346,6 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None) -> dict[str
             "runs": runs}
     return _jsonable({"version": __version__, "problem": cmp.problem, "budget": cmp.budget,
                       "seeds": cmp.seeds, "wall_s": cmp.wall_s, "curve_at": at,
+                      "optimum_tokens_per_s_per_device": cmp.optimum,
+                      "optimum_note": cmp.optimum_note,
                       "methods": methods})  # type: ignore[return-value]
