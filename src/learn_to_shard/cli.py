@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -37,6 +38,33 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+# Problem options shared by `plan` and `compare`.
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Shipped model name (e.g. "
+                                       "llama-3.1-70b) or config.json path.")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="DEVICE:COUNT (e.g. "
+                                         "h100-sxm:8) or a cluster JSON file.")]
+PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.")]
+IslOpt = Annotated[int | None, typer.Option(help="Prompt length in tokens (prefill/serve).")]
+OslOpt = Annotated[int | None, typer.Option(help="Output length in tokens (serve).")]
+ContextOpt = Annotated[int | None, typer.Option(help="Context length in tokens (decode).")]
+TtftOpt = Annotated[str | None, typer.Option("--ttft-slo", help="TTFT limit, e.g. 2s, 500ms.")]
+TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g. 50ms.")]
+DtypeOpt = Annotated[str, typer.Option(help="Weight precision: bf16 | fp8.")]
+KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
+                                                "(default: --dtype).")]
+
+
+def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
+              ttft_slo: str | None, tpot_slo: str | None, dtype: str, kv_dtype: str | None):
+    """Parse the SLO strings and build the workload (raises ConfigError on bad input)."""
+    return make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
+                         kv_dtype=kv_dtype,
+                         ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
+                         if ttft_slo else None,
+                         tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
+                         if tpot_slo else None)
+
+
 def _progress(quiet: bool) -> Progress:
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
@@ -45,19 +73,9 @@ def _progress(quiet: bool) -> Progress:
 
 @app.command("plan")
 def plan_cmd(
-    model: str = typer.Option(..., "--model", "-m",
-                              help="Shipped model name (e.g. llama-3.1-70b) or config.json path."),
-    cluster: str = typer.Option(..., "--cluster", "-c",
-                                help="DEVICE:COUNT (e.g. h100-sxm:8) or a cluster JSON file."),
-    phase: str = typer.Option("decode", help="decode | prefill | serve."),
-    isl: int | None = typer.Option(None, help="Prompt length in tokens (prefill/serve)."),
-    osl: int | None = typer.Option(None, help="Output length in tokens (serve)."),
-    context: int | None = typer.Option(None, help="Context length in tokens (decode)."),
-    ttft_slo: str | None = typer.Option(None, "--ttft-slo", help="TTFT limit, e.g. 2s, 500ms."),
-    tpot_slo: str | None = typer.Option(None, "--tpot-slo", help="TPOT limit, e.g. 50ms."),
-    dtype: str = typer.Option("bf16", help="Weight precision: bf16 | fp8."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache precision "
-                                        "(default: --dtype)."),
+    model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
+    osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
     method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
                                "else rl), exact, rl, megatron, megatron-rule, sa, mcmc, random."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
@@ -68,12 +86,7 @@ def plan_cmd(
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs."""
     try:
-        wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
-                           kv_dtype=kv_dtype,
-                           ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
-                           if ttft_slo else None,
-                           tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
-                           if tpot_slo else None)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
         cm = make_cost_model(model, cluster, wl)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
@@ -135,19 +148,9 @@ def validate_cmd(
 
 @app.command("compare")
 def compare_cmd(
-    model: str = typer.Option(..., "--model", "-m",
-                              help="Shipped model name (e.g. gpt-moe-1.6t) or config.json path."),
-    cluster: str = typer.Option(..., "--cluster", "-c",
-                                help="DEVICE:COUNT (e.g. h100-sxm:24576) or a cluster JSON file."),
-    phase: str = typer.Option("decode", help="decode | prefill | serve."),
-    isl: int | None = typer.Option(None, help="Prompt length in tokens (prefill/serve)."),
-    osl: int | None = typer.Option(None, help="Output length in tokens (serve)."),
-    context: int | None = typer.Option(None, help="Context length in tokens (decode)."),
-    ttft_slo: str | None = typer.Option(None, "--ttft-slo", help="TTFT limit, e.g. 2s, 500ms."),
-    tpot_slo: str | None = typer.Option(None, "--tpot-slo", help="TPOT limit, e.g. 50ms."),
-    dtype: str = typer.Option("bf16", help="Weight precision: bf16 | fp8."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache precision "
-                                        "(default: --dtype)."),
+    model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
+    osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
     methods: str = typer.Option("rl,sa,mcmc,random,megatron",
                                 help="Comma-separated searchers to compare."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluations per run (invalid included)."),
@@ -176,12 +179,7 @@ def compare_cmd(
                                f"{', '.join(searcher_names())}")
         if seeds < 1 or budget < 1:
             raise PlannerError("--seeds and --budget must be positive")
-        wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
-                           kv_dtype=kv_dtype,
-                           ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
-                           if ttft_slo else None,
-                           tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
-                           if tpot_slo else None)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
         cm = make_cost_model(model, cluster, wl)
         with _progress(quiet or json_out) as prog:
             tasks: dict[str, TaskID] = {}
