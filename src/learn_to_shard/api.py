@@ -141,9 +141,9 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
     Raises:
         ConfigError: unknown method or non-positive budget.
     """
+    if budget <= 0:
+        raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
     if method == "auto":
-        if budget <= 0:
-            raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
         return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_time_limit_s),
                                 "auto")
     try:
@@ -151,8 +151,6 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
     except KeyError:
         raise ConfigError(f"--method: {method!r} is not one of "
                           f"{', '.join(['auto', *searcher_names()])}") from None
-    if budget <= 0:
-        raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
     result = searcher.search(cm, budget, seed, progress)
     return Plan.from_search(cm, result, method)
 
