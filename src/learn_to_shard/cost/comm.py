@@ -17,40 +17,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..parallel.placement import P, R
+from ..parallel.placement import LAYOUTS, Collective, redistribute
 
 # Kind codes for vectorised tables.
 NONE, ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL = 0, 1, 2, 3
 KIND_NAMES = ("none", "all-reduce", "all-gather/reduce-scatter", "all-to-all")
 
 
-def _transition_kinds() -> np.ndarray:
-    """``[4, 4]`` table of collective kind codes for layout src -> dst (see placement.py)."""
-    t = np.zeros((4, 4), dtype=np.int64)
-    for s in range(4):
-        for d in range(4):
-            if s == d or s == R or d == P:
-                t[s, d] = NONE
-            elif s == P:
-                t[s, d] = ALL_REDUCE if d == R else GATHER_OR_SCATTER
-            elif d == R:
-                t[s, d] = GATHER_OR_SCATTER
-            else:
-                t[s, d] = ALL_TO_ALL
-    return t
+_KIND_CODE = {None: NONE, Collective.ALL_REDUCE: ALL_REDUCE,
+              Collective.ALL_GATHER: GATHER_OR_SCATTER,
+              Collective.REDUCE_SCATTER: GATHER_OR_SCATTER, Collective.ALL_TO_ALL: ALL_TO_ALL}
 
-
-TRANSITION_KIND = _transition_kinds()
-# Which of the two GATHER_OR_SCATTER a pair is, for reports.
-_KIND_LABEL = {
-    (3, 0): "all-reduce", (3, 1): "reduce-scatter", (3, 2): "reduce-scatter",
-    (1, 0): "all-gather", (2, 0): "all-gather", (1, 2): "all-to-all", (2, 1): "all-to-all",
-}
+#: ``[4, 4]`` collective kind codes for layout src -> dst, derived from
+#: :func:`learn_to_shard.parallel.placement.redistribute` (the one place the rules live).
+TRANSITION_KIND = np.array([[_KIND_CODE[redistribute(s, d)] for d in range(len(LAYOUTS))]
+                            for s in range(len(LAYOUTS))], dtype=np.int64)
 
 
 def transition_label(src: int, dst: int) -> str | None:
     """Human name of the collective for layout codes ``src -> dst`` (None if free)."""
-    return _KIND_LABEL.get((int(src), int(dst)))
+    coll = redistribute(int(src), int(dst))
+    return None if coll is None else coll.value
 
 
 def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
