@@ -10,9 +10,8 @@ from conftest import tiny_dense, tiny_moe
 
 from learn_to_shard.cost.model import CostModel
 from learn_to_shard.hardware import parse_cluster
-from learn_to_shard.parallel.space import StrategySpace
+from learn_to_shard.parallel.space import StrategySpace, active_heads, canonical
 from learn_to_shard.search import get_searcher
-from learn_to_shard.search.annealing import active_heads, canonical
 from learn_to_shard.search.base import BudgetedEvaluator
 from learn_to_shard.search.rl import RewardConfig, RLConfig, RLSearcher
 from learn_to_shard.search.rl.env import EMPTY_SLOT, EliteBuffer, ShardingEnv

@@ -14,14 +14,9 @@ from learn_to_shard.cli import app
 from learn_to_shard.cost.model import CostModel
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.parallel.ops import REPLICATED, Op
-from learn_to_shard.parallel.space import NUM_COARSE, StrategySpace
+from learn_to_shard.parallel.space import NUM_COARSE, StrategySpace, active_heads, canonical
 from learn_to_shard.search import get_searcher, searcher_names
-from learn_to_shard.search.annealing import (
-    active_heads,
-    canonical,
-    cosine_temperature,
-    neighbour,
-)
+from learn_to_shard.search.annealing import cosine_temperature, neighbour
 from learn_to_shard.search.mcmc import reset_span, token_cost_ms
 from learn_to_shard.workload import Phase, Workload
 

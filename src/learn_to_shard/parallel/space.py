@@ -15,7 +15,7 @@ import numpy as np
 
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
-from .ops import NUM_OPS, Op
+from .ops import NUM_OPS, REPLICATED, Op
 from .strategy import Strategy
 
 NUM_COARSE = 5
@@ -253,3 +253,37 @@ class StrategySpace:
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` uniform action vectors, ``[n, ACTION_LEN]`` (the paper's random walk draws)."""
         return rng.integers(0, self.nvec, size=(n, ACTION_LEN), dtype=np.int64)
+
+
+def active_heads(space: StrategySpace) -> np.ndarray:
+    """Heads that can change an estimate, ``[ACTION_LEN]`` bool.
+
+    A head is inactive if it has one choice, or if it is the per-operator dimension of an
+    operator the model does not have: ``dense_up``/``dense_down`` when every layer is MoE,
+    ``router``/``expert_*`` for a dense model, ``shared_expert_*`` without shared experts
+    (the validity rules and the cost model skip exactly these; a test checks it).
+    """
+    nvec = space.nvec
+    active = nvec > 1
+    m = space.model
+    has_moe = m.is_moe and m.moe is not None
+    off: list[Op] = []
+    if all(layer.is_moe for layer in m.layers):
+        off += [Op.DENSE_UP, Op.DENSE_DOWN]
+    if not has_moe:
+        off += [Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN]
+    if not (has_moe and m.moe is not None and m.moe.num_shared_experts > 0):
+        off += [Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN]
+    for op in off:
+        active[NUM_COARSE + int(op)] = False
+    return active
+
+
+def canonical(actions: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """``actions`` (``[n, A]`` or ``[A]``) with inactive operator heads set to ``∅`` and
+    inactive coarse heads to 0, so equivalent strategies have one encoding."""
+    out = np.array(actions, dtype=np.int64, copy=True)
+    fill = np.zeros(len(active), dtype=np.int64)
+    fill[NUM_COARSE:] = REPLICATED
+    out[..., ~active] = fill[~active]
+    return out

@@ -28,8 +28,7 @@ import math
 import numpy as np
 
 from ..cost.model import CostModel
-from ..parallel.ops import REPLICATED, Op
-from ..parallel.space import NUM_COARSE, StrategySpace
+from ..parallel.space import active_heads, canonical
 from . import register
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
 
@@ -43,40 +42,6 @@ def cosine_temperature(i: int, n: int, t0: float = INITIAL_TEMPERATURE) -> float
     """Temperature at move ``i`` of ``n``: ``t0 · ½ (1 + cos(π i / n))``, at least 1e-9."""
     frac = min(max(i / max(n, 1), 0.0), 1.0)
     return max(t0 * 0.5 * (1.0 + math.cos(math.pi * frac)), MIN_TEMPERATURE)
-
-
-def active_heads(space: StrategySpace) -> np.ndarray:
-    """Heads that can change an estimate, ``[ACTION_LEN]`` bool.
-
-    A head is inactive if it has one choice, or if it is the per-operator dimension of an
-    operator the model does not have: ``dense_up``/``dense_down`` when every layer is MoE,
-    ``router``/``expert_*`` for a dense model, ``shared_expert_*`` without shared experts
-    (the validity rules and the cost model skip exactly these; a test checks it).
-    """
-    nvec = space.nvec
-    active = nvec > 1
-    m = space.model
-    has_moe = m.is_moe and m.moe is not None
-    off: list[Op] = []
-    if all(layer.is_moe for layer in m.layers):
-        off += [Op.DENSE_UP, Op.DENSE_DOWN]
-    if not has_moe:
-        off += [Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN]
-    if not (has_moe and m.moe is not None and m.moe.num_shared_experts > 0):
-        off += [Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN]
-    for op in off:
-        active[NUM_COARSE + int(op)] = False
-    return active
-
-
-def canonical(actions: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """``actions`` (``[n, A]`` or ``[A]``) with inactive operator heads set to ``∅`` and
-    inactive coarse heads to 0, so equivalent strategies have one encoding."""
-    out = np.array(actions, dtype=np.int64, copy=True)
-    fill = np.zeros(len(active), dtype=np.int64)
-    fill[NUM_COARSE:] = REPLICATED
-    out[..., ~active] = fill[~active]
-    return out
 
 
 def neighbour(action: np.ndarray, nvec: np.ndarray, rng: np.random.Generator,

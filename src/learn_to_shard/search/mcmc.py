@@ -33,8 +33,9 @@ import math
 import numpy as np
 
 from ..cost.model import CostModel
+from ..parallel.space import active_heads, canonical
 from . import register
-from .annealing import active_heads, canonical, neighbour
+from .annealing import neighbour
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
 
 #: FlexFlow's default MCMC β ("alpha" in its docs), per millisecond of cost.

@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..annealing import active_heads, canonical
+from ...parallel.space import active_heads, canonical
 from ..base import BudgetedEvaluator
 from .config import RewardConfig
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ...cost.model import CostModel
-from ..annealing import active_heads, canonical
+from ...parallel.space import active_heads, canonical
 from ..base import BudgetedEvaluator, ProgressFn, SearchResult
 from .config import RLConfig
 
