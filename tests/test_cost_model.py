@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -33,6 +34,11 @@ def _linear(dev, rows, k, n, params):
     return _roof(dev, 2 * rows * params, params * 2 + rows * (k + n) * 2)
 
 
+def _act(dev, up_elems):
+    """Gated activation pass: read the gate+up outputs, write half (SiluAndMul), 2 B each."""
+    return up_elems * 1.5 * 2 / (dev.hbm_bytes_per_s * CFG.hbm_efficiency) + CFG.kernel_overhead_s
+
+
 def _allreduce(dev, n, nbytes):
     bw = dev.scale_up_bytes_per_s * CFG.scale_up_efficiency
     return 2 * (n - 1) / n * nbytes / bw + 2 * math.ceil(math.log2(n)) * dev.scale_up_latency_s
@@ -51,6 +57,7 @@ def test_golden_dense_tp1_decode():
              + _roof(dev, 2 * 8 * 256 * 1000, 1000 * 8 * 256 * 2 + 8 * 256 * 2)  # attention
              + _linear(dev, 1, H, H, H * H)                                         # o_proj
              + _linear(dev, 1, H, 2 * 4096, 2 * H * 4096)                           # gate+up
+             + _act(dev, 2 * 4096)                                                  # SiluAndMul
              + _linear(dev, 1, 4096, H, 4096 * H))                                  # down
     emb = CFG.kernel_overhead_s + H * 2 / (dev.hbm_bytes_per_s * CFG.hbm_efficiency)
     lm = _linear(dev, 1, H, 32000, H * 32000)
@@ -78,6 +85,7 @@ def test_golden_dense_tp2_adds_two_allreduces_per_layer():
              + _roof(dev, 2 * 4 * 256 * 1000, 1000 * 4 * 256 * 2 + 4 * 256 * 2)
              + _roof(dev, 2 * H * H / 2, H * H + (H / 2 + H) * 2)
              + ar + _roof(dev, 2 * 2 * H * 4096 / 2, 2 * H * 4096 + (H + 4096) * 2)
+             + _act(dev, 4096)
              + _roof(dev, 2 * 4096 * H / 2, 4096 * H + (2048 + H) * 2))
     emb = CFG.kernel_overhead_s + H * 2 / (dev.hbm_bytes_per_s * CFG.hbm_efficiency)
     vpad = 32000  # already a multiple of 64 × 2
@@ -102,7 +110,8 @@ def test_golden_moe_local_routing_and_all_to_all():
     assert e1.collectives == ()
     # Expert compute at batch 1: 2 token-expert pairs, 2 of 4 experts touched.
     H, FFN = 1024, 512
-    up = _roof(dev, 2 * 2 * 2 * H * FFN, 2 * 2 * H * FFN * 2 + 2 * (H + 2 * FFN) * 2)
+    up = (_roof(dev, 2 * 2 * 2 * H * FFN, 2 * 2 * H * FFN * 2 + 2 * (H + 2 * FFN) * 2)
+          + _act(dev, 2 * 2 * FFN))
     assert e1.op_time_s["expert_up"] == pytest.approx(2 * up, rel=REL)
     e2 = cm.evaluate(Strategy(tp=1, ep=2, pp=1, dp=2, batch=2))
     a2a = [c for c in e2.collectives if c.where == "moe dispatch"]
@@ -110,6 +119,52 @@ def test_golden_moe_local_routing_and_all_to_all():
     send = 2 / 2 * (5 / 3) * 1 * H * 2 * (1 - 1 / 2)
     bw = dev.scale_up_bytes_per_s * CFG.scale_up_efficiency
     assert a2a[0].time_s == pytest.approx(send / bw + dev.scale_up_latency_s, rel=REL)
+
+
+def test_golden_busiest_ep_rank_and_dense_local_outputs():
+    """ep=2 with tokens replicated (tp=2, dp=1): the busiest rank carries
+    m/n + sqrt(2 (m/n) ln n) pairs (balls into bins), and vLLM's fused MoE writes (and
+    activates) the output rows of all pairs, its own and the other rank's (zeros)."""
+    m = tiny_moe()
+    cl = parse_cluster("h100-sxm:2")
+    dev = cl.device
+    cm = CostModel(m, cl, Workload(Phase.DECODE, isl=1000), config=CFG)
+    e = cm.evaluate(Strategy(tp=2, ep=2, pp=1, dp=1, batch=8))
+    H, FFN = 1024, 512
+    pairs = 8 * 2                                   # 8 tokens, top-2
+    mean = pairs / 2
+    busiest = mean + math.sqrt(2 * mean * math.log(2))
+    touched = 2 * (1 - (1 - 2 / 4) ** 8)            # of the rank's 2 experts
+    up = (_roof(dev, 2 * busiest * 2 * H * FFN,
+                touched * 2 * H * FFN * 2 + (busiest * H + pairs * 2 * FFN) * 2)
+          + _act(dev, pairs * 2 * FFN))
+    assert e.op_time_s["expert_up"] == pytest.approx(2 * up, rel=REL)
+    own = CostModel(m, cl, Workload(Phase.DECODE, isl=1000),
+                    config=dataclasses.replace(CFG, moe_dense_local_outputs=False))
+    e_own = own.evaluate(Strategy(tp=2, ep=2, pp=1, dp=1, batch=8))
+    up_own = (_roof(dev, 2 * busiest * 2 * H * FFN,
+                    touched * 2 * H * FFN * 2 + busiest * (H + 2 * FFN) * 2)
+              + _act(dev, busiest * 2 * FFN))
+    assert e_own.op_time_s["expert_up"] == pytest.approx(2 * up_own, rel=REL)
+
+
+def test_cross_node_all_to_all_splits_nvlink_and_nic_traffic():
+    """EP16 over two 8-GPU nodes: 7 of 15 peers are on NVLink, 8 behind the NIC; the two
+    shares move in parallel and the NIC share sets the time (DeepEP's layout)."""
+    m = tiny_moe()
+    cl = parse_cluster("h100-sxm:16")
+    dev = cl.device
+    cm = CostModel(m, cl, Workload(Phase.DECODE, isl=1000), config=CFG)
+    send = 1e7
+    nic = send * 8 / 15 / (dev.scale_out_bytes_per_s * CFG.scale_out_efficiency)
+    nvl = send * 7 / 15 / (dev.scale_up_bytes_per_s * CFG.scale_up_efficiency)
+    assert nic > nvl
+    assert cm.all_to_all_time_s(send, 16) == pytest.approx(
+        nic + 4 * dev.scale_out_latency_s, rel=REL)
+    # Inside one node every byte rides NVLink.
+    assert cm.all_to_all_time_s(send, 8) == pytest.approx(
+        send / (dev.scale_up_bytes_per_s * CFG.scale_up_efficiency)
+        + 3 * dev.scale_up_latency_s, rel=REL)
 
 
 def _layer_collectives(e):

@@ -8,6 +8,10 @@ github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md):
 * all-gather / reduce-scatter: ``(n-1)/n · S / bw + ⌈log2 n⌉ α``
 * all-to-all:     ``(n-1)/n · (S/n) / bw + ⌈log2 n⌉ α``  (each rank exchanges its S/n share)
 * send-recv:      ``S / bw + α``
+* all-to-all-v over nodes (MoE dispatch/combine, :func:`all_to_all_v_time_s`): the traffic to
+  peers in the same scale-up domain rides NVLink while the rest crosses the NIC, in parallel;
+  the slower share sets the time (hierarchical pricing, the layout of DeepEP's kernels:
+  ``deepseek-ai/DeepEP`` README / docs/legacy.md).
 
 The logarithmic latency term stands for NCCL's tree/NVLS algorithms at small messages
 (assumption; calibrated in issue 3).
@@ -67,11 +71,39 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
 
 
 def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
-                        bw_bytes_per_s: np.ndarray, alpha_s: np.ndarray) -> np.ndarray:
+                        bw_bytes_per_s: np.ndarray, alpha_s: np.ndarray,
+                        domain: int | None = None,
+                        scale_up_bw_bytes_per_s: np.ndarray | float | None = None
+                        ) -> np.ndarray:
     """All-to-all with an explicit per-rank send volume (MoE dispatch/combine).
 
-    ``send / bw + ⌈log2 n⌉ α``; zero for ``n == 1``.
+    Args:
+        send_bytes_per_rank: bytes each rank sends to its ``n - 1`` peers (own share
+            excluded), spread evenly over them, ``[k]``.
+        n: ranks in the group, ``[k]``.
+        bw_bytes_per_s: bandwidth of the link the group spans (:meth:`CostModel.link`),
+            ``[k]``.
+        alpha_s: per-step latency of that link, seconds, ``[k]``.
+        domain: ranks per scale-up domain. When given and ``n > domain`` (the group spans
+            nodes, ``bw`` then being the scale-out link), the ``domain - 1`` same-node peers'
+            share ``(domain-1)/(n-1)`` goes over ``scale_up_bw_bytes_per_s`` in parallel with the
+            ``(n-domain)/(n-1)`` that crosses the NIC; the slower of the two sets the time.
+            Without it every byte is priced on ``bw`` (a flat group).
+        scale_up_bw_bytes_per_s: the scale-up link's bandwidth (needed with ``domain``).
+
+    Returns:
+        Seconds, ``[k]``: ``max(intra / bw_up, inter / bw) + ⌈log2 n⌉ α``; zero for ``n == 1``.
+        Checked against DeepEP's low-latency kernels on H800 (EP16-EP256, ``l2s validate``).
     """
     n_f = np.maximum(n, 1).astype(np.float64)
-    t = send_bytes_per_rank / bw_bytes_per_s + np.ceil(np.log2(n_f)) * alpha_s
+    send = np.asarray(send_bytes_per_rank, dtype=np.float64)
+    t_bw = send / bw_bytes_per_s
+    if domain is not None and scale_up_bw_bytes_per_s is not None:
+        d = float(domain)
+        spans = n_f > d
+        peers = np.maximum(n_f - 1.0, 1.0)
+        t_split = np.maximum(send * (d - 1.0) / peers / scale_up_bw_bytes_per_s,
+                             send * (n_f - d) / peers / bw_bytes_per_s)
+        t_bw = np.where(spans, t_split, t_bw)
+    t = t_bw + np.ceil(np.log2(n_f)) * alpha_s
     return np.where(n_f <= 1, 0.0, t)

@@ -22,9 +22,10 @@ class CostModelConfig:
 
     Attributes:
         flops_efficiency: achievable fraction of dense peak FLOP/s for GEMMs and attention.
-            0.65, *calibrated*: fitted (with ``attention_hbm_efficiency``) on the 16
+            0.70, *calibrated*: fitted (with ``attention_hbm_efficiency``) on the 16
             TensorRT-LLM v0.14 rows of Llama-3.1-70B at TP8 (H200/H100 FP8, H100/A100 FP16);
             the prior was 0.70 (large cuBLAS/CUTLASS GEMMs reach 70–80% of H100 dense peak).
+            The fit gave 0.65 before the FFN activation pass was priced, 0.70 since.
         hbm_efficiency: achievable fraction of peak HBM bandwidth for weight/KV streaming.
             0.80: STREAM-like copies reach ~80–90% of HBM3 peak (H100 whitepaper). Assumption.
         scale_up_efficiency: nccl-tests bus bandwidth / link bandwidth inside a domain. 0.80:
@@ -90,9 +91,17 @@ class CostModelConfig:
             calibration rows raised the held-out error (16% vs 13% median on throughput:
             the dense rows cannot separate it from ``flops_efficiency`` and it then penalises
             the Mixtral expert GEMMs), so it stays 0.
+        moe_dense_local_outputs: when tokens reach the MoE replicated on every rank (``dp == 1``)
+            and are routed locally, each rank writes the expert outputs of *every* token-expert
+            pair, zeros for experts it does not hold, and reduces all ``top_k`` rows per token:
+            vLLM's Triton fused MoE with an ``expert_map`` (``fused_moe_kernel``: ``if
+            off_experts == -1: write_zeros_to_output``; ``moe_sum`` over ``[tokens, top_k,
+            hidden]``, vllm-project/vllm vllm/model_executor/layers/fused_moe/fused_moe.py).
+            So EP there saves FLOPs but not output traffic (FC-26). False: a rank writes only
+            its own pairs.
     """
 
-    flops_efficiency: float = 0.65
+    flops_efficiency: float = 0.70
     hbm_efficiency: float = 0.80
     scale_up_efficiency: float = 0.80
     scale_out_efficiency: float = 0.80
@@ -115,6 +124,7 @@ class CostModelConfig:
     scale_up_latency_s: float | None = None
     scale_out_latency_s: float | None = None
     gemm_shape_half: float = 0.0
+    moe_dense_local_outputs: bool = True
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:
@@ -159,7 +169,7 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "_source": "fitted on Splitwise DGX-H100 calibration rows (Llama-2-70B FP16): GEMMs "
                    "near the default rate, attention far below it (no fused attention), "
                    "15 us per collective step, host time per step/sequence/prompt",
-        "flops_efficiency": 0.75,
+        "flops_efficiency": 0.80,
         "attention_flops_efficiency": 0.02,
         "scale_up_latency_s": 1.5e-5,
         "host_step_overhead_s": 8e-3,
@@ -171,7 +181,7 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "flops_efficiency": 0.70,
         "attention_flops_efficiency": 0.05,
         "scale_up_latency_s": 3e-5,
-        "host_step_overhead_s": 2e-3,
+        "host_step_overhead_s": 1e-3,
         "host_seq_overhead_s": 4e-4,
         "host_prefill_overhead_s": 1e-2,
     },

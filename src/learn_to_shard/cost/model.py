@@ -341,6 +341,49 @@ class CostModel:
         alpha = np.where(intra, up_a, out_a)
         return _Link(bw=bw, alpha=alpha)
 
+    def _act_pass(self, up_elems: np.ndarray) -> np.ndarray:
+        """The FFN activation between the up and down GEMMs as its own memory-bound pass over
+        the ``up_elems`` up-projection outputs a rank holds: reads them, writes half (gated:
+        ``act(gate) · up``, SiluAndMul) or all (ungated); seconds. A separate kernel in vLLM
+        (``SiluAndMul``; ``fused_experts`` runs it over the whole ``[tokens · top_k, N]`` cache,
+        rows of other ranks' experts included)."""
+        out = 0.5 if self.model.gated_mlp else 1.0
+        return up_elems * (1.0 + out) * self._ab / self._hbm + self.config.kernel_overhead_s
+
+    def _busiest_rank_factor(self, tokens: np.ndarray, ep: np.ndarray) -> np.ndarray:
+        """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean, for
+        ``tokens`` tokens routed uniformly at random to ``top_k`` experts each (no skew).
+
+        Balls into bins (Raab & Steger, "Balls into Bins — A Simple and Tight Analysis",
+        RANDOM 1998): ``m`` balls in ``n`` bins, ``m ≥ n log n``, give a maximum of
+        ``m/n + sqrt(2 (m/n) ln n)``. Here ``m = tokens · top_k`` pairs, ``n = ep``; the
+        maximum is capped at every token sending ``min(top_k, E/ep)`` pairs to the rank.
+        1 for ``ep == 1``; ``[k]``. Real routing is skewed beyond this (FC-28):
+        ``moe_imbalance`` multiplies on top.
+        """
+        moe = self.model.moe
+        assert moe is not None
+        ep_f = np.maximum(ep, 1).astype(np.float64)
+        mean = np.maximum(tokens * moe.top_k / ep_f, 1e-12)
+        cap = tokens * np.minimum(float(moe.top_k), moe.num_experts / ep_f)
+        busiest = np.minimum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.maximum(cap, mean))
+        return np.where(ep_f > 1, busiest / mean, 1.0)
+
+    def _all_to_all(self, send: np.ndarray, group: np.ndarray, link: _Link) -> np.ndarray:
+        """MoE dispatch / combine over ``group`` ranks, hierarchical across nodes
+        (:func:`~learn_to_shard.cost.comm.all_to_all_v_time_s` with this cluster's domain)."""
+        up = self.cluster.device.scale_up_bytes_per_s * self.config.scale_up_efficiency
+        return all_to_all_v_time_s(send, group, link.bw, link.alpha, domain=self._domain,
+                                   scale_up_bw_bytes_per_s=up)
+
+    def all_to_all_time_s(self, send_bytes_per_rank: float, group: int) -> float:
+        """One all-to-all over ``group`` consecutive ranks where each rank sends
+        ``send_bytes_per_rank`` to its peers (own share excluded), priced exactly as the model
+        prices MoE dispatch and combine; seconds."""
+        g = np.array([group])
+        return float(self._all_to_all(np.array([float(send_bytes_per_rank)]), g,
+                                      self._link(g))[0])
+
     def gemm_time_s(self, m: int, n: int, k: int) -> float:
         """One GEMM ``[m, k] · [k, n]`` priced exactly as the model prices a weight-bearing
         operator (weights in the workload's dtype, 16-bit activations, shape factor included):
@@ -816,8 +859,9 @@ class CostModel:
             return np.where(layout == S0, np.ceil(rows / t), rows)
 
         def linear(name, choice, src, k_dim, n_dim, params, n_grp, lk, rws=None,
-                   peak=None, where=None):
-            """conv + compute of one weight-bearing op on the tp (or etp) axis."""
+                   peak=None, where=None, act=False):
+            """conv + compute of one weight-bearing op on the tp (or etp) axis; ``act`` adds
+            the FFN activation pass over its output."""
             req = _req_linear(choice, src)
             r_all = rows if rws is None else rws
             tt = conv(where or f"-> {name}", src, req, r_all * k_dim * ab, n_grp, lk)
@@ -829,6 +873,8 @@ class CostModel:
             by = w_loc * wb + r_loc * (k_loc + n_loc) * ab
             comp = self._roofline(fl, by, (peak or self._gemm_flops)
                                   * self._shape_eff(r_loc, k_loc, n_loc))
+            if act:
+                comp = comp + self._act_pass(r_loc * n_loc)
             ops[name] = comp
             return tt + comp, req, _out_linear(choice, req)
 
@@ -883,7 +929,8 @@ class CostModel:
             c_up, c_dn = dims[:, Op.DENSE_UP], dims[:, Op.DENSE_DOWN]
             req_u = _req_linear(c_up, out_o)
             tu, _, out_u = linear("dense_up", c_up, out_o, H, sh.dense_up_params / H,
-                                  sh.dense_up_params, t, link, where="o_proj -> dense_up")
+                                  sh.dense_up_params, t, link, where="o_proj -> dense_up",
+                                  act=True)
             total += tu + self._norm_stats(req_u, rows, env["tp"], link)
             td, _, out_d = linear("dense_down", c_dn, out_u, sh.dense_width, H,
                                   sh.dense_down_params, t, link, where="dense_up -> dense_down")
@@ -907,7 +954,7 @@ class CostModel:
         d_ep = np.vectorize(self._d_ep.get, otypes=[np.float64])(ep) if len(self._d_ep) > 1 \
             else np.ones_like(rows)
         send = rows_g / g_f * d_ep * etp * H * ab * (1 - 1 / g_f)
-        t_a2a = all_to_all_v_time_s(send, g, env["link_g"].bw, env["link_g"].alpha)
+        t_a2a = self._all_to_all(send, g, env["link_g"])
         t_disp = np.where(local, 0.0, t_a2a)
         if rec is not None and not bool(local[0]) and g[0] > 1:
             rec.append(("moe dispatch", "all-to-all", int(g[0]), float(t_a2a[0])))
@@ -915,7 +962,12 @@ class CostModel:
         total += 2 * t_disp
         # Token-expert pairs on the busiest EP rank; routing skew only unbalances ranks when
         # experts are spread over several (ep > 1): with ep = 1 every rank holds every expert.
-        assign = rows_g * moe.top_k / ep * np.where(ep > 1, c.moe_imbalance, 1.0)
+        assign = rows_g * moe.top_k / ep * np.where(ep > 1, c.moe_imbalance, 1.0) \
+            * self._busiest_rank_factor(rows_g, ep)
+        # Pairs whose output rows a rank writes: with tokens routed locally and
+        # ``moe_dense_local_outputs`` (vLLM's Triton fused MoE), every pair of the step, the
+        # ones of other ranks' experts as zeros; otherwise only its own.
+        pairs_out = np.where(local & c.moe_dense_local_outputs, rows_g * moe.top_k, assign)
         c_eu, c_ed = dims[:, Op.EXPERT_UP], dims[:, Op.EXPERT_DOWN]
         e_loc = moe.num_experts / ep
         touched = e_loc * (1 - (1 - moe.top_k / moe.num_experts) ** rows_g)
@@ -923,7 +975,7 @@ class CostModel:
         lin_e = np.where(c_eu == 2, S0, R)
         link_e = env["link_etp"]
 
-        def expert(name, choice, src, k_dim, n_dim, params, where):
+        def expert(name, choice, src, k_dim, n_dim, params, where, act=False):
             req = _req_linear(choice, src)
             tt = conv(where, src, req, assign * k_dim * ab, etp, link_e)
             r_loc = np.where(req == S0, np.ceil(assign / etp_f), assign)
@@ -931,14 +983,17 @@ class CostModel:
             k_loc = np.where(choice == 0, k_dim / etp_f, k_dim)
             n_loc = np.where(choice == 1, n_dim / etp_f, n_dim)
             fl = 2 * r_loc * w_loc
-            by = touched * w_loc * wb + r_loc * (k_loc + n_loc) * ab
+            r_out = np.where(req == S0, np.ceil(pairs_out / etp_f), pairs_out)
+            by = touched * w_loc * wb + (r_loc * k_loc + r_out * n_loc) * ab
             m_exp = r_loc / np.maximum(touched, 1.0)          # tokens per local expert
             comp = self._roofline(fl, by, self._gemm_flops * self._shape_eff(m_exp, k_loc, n_loc))
+            if act:
+                comp = comp + self._act_pass(r_out * n_loc)
             ops[name] = comp
             return tt + comp, _out_linear(choice, req)
 
         tu, out_eu = expert("expert_up", c_eu, lin_e, H, sh.expert_up_params / H,
-                            sh.expert_up_params, "dispatch -> expert_up")
+                            sh.expert_up_params, "dispatch -> expert_up", act=True)
         td, out_ed = expert("expert_down", c_ed, out_eu, sh.expert_width, H,
                             sh.expert_down_params, "expert_up -> expert_down")
         total += tu + td

@@ -306,10 +306,7 @@ def _predict_collective(r: Measurement, m: ModelSpec, cluster: ClusterSpec,
     kind = _COLLECTIVES[r.collective or "all_to_all"]
     if kind == ALL_TO_ALL:
         # message_bytes = what each rank sends, own share included; the remote part travels.
-        from ..cost.comm import all_to_all_v_time_s
-        send = np.array([r.message_bytes * (n - 1) / n])
-        return float(all_to_all_v_time_s(send, np.array([n]), np.array([bw]),
-                                          np.array([alpha]))[0])
+        return cm.all_to_all_time_s(r.message_bytes * (n - 1) / n, n)
     return float(collective_time_s(np.array([kind]), np.array([n]), np.array([r.message_bytes]),
                                    np.array([bw]), np.array([alpha]))[0])
 
@@ -758,8 +755,6 @@ def silicon_report(config: CostModelConfig | None = None,
     formulas (:meth:`CostModel.gemm_time_s`, :meth:`CostModel.attention_time_s`, the
     collective formulas on :meth:`CostModel.link`) and summarise the errors per operator,
     device and variant. Empty when the tables are absent."""
-    from ..cost.comm import all_to_all_v_time_s
-
     cfg = config or CostModelConfig()
     root = Path(folder) if folder is not None else silicon_dir()
     if not (root / "gemm.csv").is_file():
@@ -808,8 +803,7 @@ def silicon_report(config: CostModelConfig | None = None,
         n, size = int(r["num_gpus"]), float(r["message_bytes"])
         bw, alpha = cm(r["preset"], n=8).link(n)
         if r["op"] == "alltoall":      # nccl-tests size: what each rank sends
-            pred = float(all_to_all_v_time_s(np.array([size * (n - 1) / n]), np.array([n]),
-                                              np.array([bw]), np.array([alpha]))[0])
+            pred = cm(r["preset"], n=8).all_to_all_time_s(size * (n - 1) / n, n)
         else:
             pred = float(collective_time_s(np.array([kinds[r["op"]]]), np.array([n]),
                                            np.array([size]), np.array([bw]),
