@@ -191,3 +191,56 @@ def test_kernel_tables_are_small_and_every_operator_is_compared(report):
                    "all_gather", "reduce_scatter", "alltoall"):
             assert (op, preset) in ops
     assert sum(s.n for s in report.operators) == 768 + 480 + 133 + 24
+
+
+# ------------------------------------------------------------------------------ kernel fits
+def _synthetic_silicon(tmp_path, truth: CostModelConfig):
+    """Kernel tables whose latencies are the model's own at ``truth``: a fit must recover it."""
+    gemm = ["system,preset,source,dtype,m,n,k,latency_s"]
+    for dt in ("bfloat16", "fp8"):
+        for m in (1, 16, 64, 256, 1024, 4096):
+            for n, k in ((1024, 4096), (8192, 8192), (28672, 8192)):
+                gemm.append(f"h100,h100-sxm,syn,{dt},{m},{n},{k},1")
+    gen = ["system,preset,source,kv_dtype,batch,kv_len,heads,kv_heads,head_dim,latency_s"]
+    ctx = ["system,preset,source,kv_dtype,batch,isl,heads,kv_heads,head_dim,latency_s"]
+    for b in (1, 8, 64):
+        for length in (1024, 8192):
+            gen.append(f"h100,h100-sxm,syn,bfloat16,{b},{length},64,8,128,1")
+            ctx.append(f"h100,h100-sxm,syn,bfloat16,{b},{length},64,8,128,1")
+    nccl = ["system,preset,source,op,num_gpus,message_bytes,latency_s"]
+    for op in ("all_reduce", "all_gather", "alltoall"):
+        for n in (2, 4, 8):
+            for size in (4096, 1 << 20, 1 << 26):
+                nccl.append(f"h100,h100-sxm,syn,{op},{n},{size},1")
+    files = {"gemm.csv": gemm, "generation_attention.csv": gen,
+             "context_attention.csv": ctx, "nccl.csv": nccl}
+    for name, lines in files.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    from learn_to_shard.report.validate import _silicon_kernels
+    truth_lat = iter(k[3] for k in _silicon_kernels(truth, tmp_path))
+    for name in ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv"):
+        lines = files[name]
+        out = [lines[0]] + [line.rsplit(",", 1)[0] + f",{next(truth_lat)!r}" for line in lines[1:]]
+        (tmp_path / name).write_text("\n".join(out) + "\n")
+    return tmp_path
+
+
+def test_kernel_fits_recover_the_factors_the_kernels_were_made_with(tmp_path):
+    truth = CostModelConfig(flops_efficiency=0.55, hbm_efficiency=0.65, gemm_shape_half=32.0,
+                            fp8_flops_efficiency=0.45, attention_hbm_efficiency=0.5,
+                            attention_flops_efficiency=0.4, scale_up_efficiency=0.6,
+                            scale_up_latency_s=4e-6)
+    from learn_to_shard.report.validate import fit_silicon
+    fits = {f.spec.name: f for f in fit_silicon(folder=_synthetic_silicon(tmp_path, truth))}
+    assert set(fits) == {"gemm bf16", "gemm fp8", "decode attention", "prefill attention",
+                         "collectives (one node)"}
+    for f in fits.values():
+        assert f.preset == "h100-sxm"
+        assert f.median_abs_after < 1e-9 < f.median_abs_before
+    assert fits["gemm bf16"].values == {"flops_efficiency": 0.55, "hbm_efficiency": 0.65,
+                                        "gemm_shape_half": 32.0}
+    assert fits["gemm fp8"].values["fp8_flops_efficiency"] == 0.45
+    assert fits["decode attention"].values == {"attention_hbm_efficiency": 0.5}
+    assert fits["prefill attention"].values == {"attention_flops_efficiency": 0.4}
+    assert fits["collectives (one node)"].values == {"scale_up_efficiency": 0.6,
+                                                     "scale_up_latency_s": 4e-6}

@@ -118,6 +118,9 @@ def validate_cmd(
     rows: bool = typer.Option(True, "--rows/--summary-only", help="Print every row."),
     fit: bool = typer.Option(False, "--fit", help="Also re-run the declared calibration fits "
                              "on the calibration rows and print the fitted factors (slow)."),
+    fit_silicon: bool = typer.Option(False, "--fit-silicon", help="Also fit the operator "
+                                     "factors on the measured kernel tables, per device, and "
+                                     "print them beside the shipped ones (~10 s)."),
 ) -> None:
     """Predict each published measurement with its stated configuration; print the errors."""
     from .report.validate import (
@@ -140,6 +143,11 @@ def validate_cmd(
     save_plot(result, plot)
     save_json(result, report)
     con.print(f"plot: {plot}  report: {report}", highlight=False)
+    if fit_silicon:
+        from .report.validate import fit_silicon as run_kernel_fits
+        from .report.validate import render_kernel_fits
+
+        render_kernel_fits(run_kernel_fits(), con)
     if fit:
         for spec, values, loss, n in calibrate(measurements):
             con.print(f"fit {spec.name} on {n} calibration rows: mean |ln error| {loss:.3f}; "

@@ -55,6 +55,7 @@ __all__ = [
     "predict_row", "validate", "save_plot", "save_json", "default_table_path",
     "calibration_loss", "fit_factors", "calibrate", "row_config", "CALIBRATIONS",
     "render_validation", "silicon_report", "render_silicon", "OperatorStats",
+    "KERNEL_FITS", "KernelFitSpec", "KernelFit", "fit_silicon", "render_kernel_fits",
 ]
 
 #: Columns of the measurement CSV, in order (see data/README.md).
@@ -749,73 +750,246 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
 
 
-def silicon_report(config: CostModelConfig | None = None,
-                   folder: str | Path | None = None) -> list[OperatorStats]:
-    """Predict every kernel of the aiconfigurator-derived tables with the model's own operator
-    formulas (:meth:`CostModel.gemm_time_s`, :meth:`CostModel.attention_time_s`, the
-    collective formulas on :meth:`CostModel.link`) and summarise the errors per operator,
-    device and variant. Empty when the tables are absent."""
-    cfg = config or CostModelConfig()
-    root = Path(folder) if folder is not None else silicon_dir()
+_Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
+
+
+def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None = None,
+                     preset: str | None = None) -> list[_Kernel]:
+    """Every kernel of the tables under ``root`` (optionally only operators ``ops`` on
+    ``preset``) priced with the model's own operator formulas at ``cfg``."""
     if not (root / "gemm.csv").is_file():
         return []
     stub = load_model("llama-3.1-8b")
     cms: dict[tuple[str, str, str, int], CostModel] = {}
 
-    def cm(preset: str, wdt: str = "bf16", kvdt: str = "bf16", n: int = 1) -> CostModel:
-        key = (preset, wdt, kvdt, n)
+    def cm(dev: str, wdt: str = "bf16", kvdt: str = "bf16", n: int = 1) -> CostModel:
+        key = (dev, wdt, kvdt, n)
         if key not in cms:
             wl = Workload(Phase.DECODE, isl=1, weight_dtype=DType(wdt), kv_dtype=DType(kvdt))
-            cms[key] = CostModel(stub, ClusterSpec(load_device(preset), n), wl, config=cfg,
-                                 space=StrategySpace.build(stub, ClusterSpec(load_device(preset),
-                                                                             n), (1,)))
+            cl = ClusterSpec(load_device(dev), n)
+            cms[key] = CostModel(stub, cl, wl, config=cfg,
+                                 space=StrategySpace.build(stub, cl, (1,)))
         return cms[key]
 
-    groups: dict[tuple[str, str, str], list[float]] = {}
+    def want(op: str, dev: str) -> bool:
+        return (ops is None or op in ops) and (preset is None or dev == preset)
 
-    def add(op: str, preset: str, variant: str, pred: float, meas: float) -> None:
-        groups.setdefault((op, preset, variant), []).append(pred / meas - 1.0)
-
-    for r in _read_csv(root / "gemm.csv"):
-        dt = "fp8" if r["dtype"] == "fp8" else "bf16"
-        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-        pred = cm(r["preset"], wdt=dt).gemm_time_s(m, n, k)
-        add("gemm", r["preset"], f"{dt} m<=64" if m <= 64 else f"{dt} m>64", pred,
-            float(r["latency_s"]))
-    for name, q_of in (("generation_attention.csv", None), ("context_attention.csv", "isl")):
+    out: list[_Kernel] = []
+    if want("gemm", preset or ""):
+        for r in _read_csv(root / "gemm.csv"):
+            if preset is not None and r["preset"] != preset:
+                continue
+            dt = "fp8" if r["dtype"] == "fp8" else "bf16"
+            m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+            out.append(("gemm", r["preset"], f"{dt} m<=64" if m <= 64 else f"{dt} m>64",
+                        cm(r["preset"], wdt=dt).gemm_time_s(m, n, k), float(r["latency_s"])))
+    for name, op in (("generation_attention.csv", "decode_attention"),
+                     ("context_attention.csv", "prefill_attention")):
         path = root / name
-        if not path.is_file():
+        if not path.is_file() or not want(op, preset or ""):
             continue
         for r in _read_csv(path):
+            if preset is not None and r["preset"] != preset:
+                continue
             kvdt = "fp8" if r["kv_dtype"] == "fp8" else "bf16"
             model = cm(r["preset"], kvdt=kvdt)
             args = (int(r["heads"]), int(r["kv_heads"]), int(r["head_dim"]))
-            if q_of is None:
+            if op == "decode_attention":
                 pred = model.attention_time_s(int(r["batch"]), 1, float(r["kv_len"]), *args)
-                add("decode_attention", r["preset"], f"kv {kvdt}", pred, float(r["latency_s"]))
+                out.append((op, r["preset"], f"kv {kvdt}", pred, float(r["latency_s"])))
             else:
                 isl = int(r["isl"])
                 pred = model.attention_time_s(int(r["batch"]), isl, isl / 2, *args)
-                add("prefill_attention", r["preset"], "bf16", pred, float(r["latency_s"]))
+                out.append((op, r["preset"], "bf16", pred, float(r["latency_s"])))
     kinds = {"all_reduce": ALL_REDUCE, "all_gather": GATHER_OR_SCATTER,
              "reduce_scatter": GATHER_OR_SCATTER}
     for r in _read_csv(root / "nccl.csv"):
+        if not want(r["op"], r["preset"]):
+            continue
         n, size = int(r["num_gpus"]), float(r["message_bytes"])
-        bw, alpha = cm(r["preset"], n=8).link(n)
+        model = cm(r["preset"], n=8)
         if r["op"] == "alltoall":      # nccl-tests size: what each rank sends
-            pred = cm(r["preset"], n=8).all_to_all_time_s(size * (n - 1) / n, n)
+            pred = model.all_to_all_time_s(size * (n - 1) / n, n)
         else:
+            bw, alpha = model.link(n)
             pred = float(collective_time_s(np.array([kinds[r["op"]]]), np.array([n]),
                                            np.array([size]), np.array([bw]),
                                            np.array([alpha]))[0])
-        add(r["op"], r["preset"], "<1MB" if size < 1e6 else ">=1MB", pred,
-            float(r["latency_s"]))
+        out.append((r["op"], r["preset"], "<1MB" if size < 1e6 else ">=1MB", pred,
+                    float(r["latency_s"])))
+    return out
+
+
+def silicon_report(config: CostModelConfig | None = None,
+                   folder: str | Path | None = None) -> list[OperatorStats]:
+    """Predict every kernel of the aiconfigurator-derived tables with the model's own operator
+    formulas (:meth:`CostModel.gemm_time_s`, :meth:`CostModel.attention_time_s`,
+    :meth:`CostModel.all_to_all_time_s`, the collective formulas on :meth:`CostModel.link`)
+    and summarise the errors per operator, device and variant. Empty when the tables are
+    absent."""
+    root = Path(folder) if folder is not None else silicon_dir()
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for op, preset, variant, pred, meas in _silicon_kernels(config or CostModelConfig(), root):
+        groups.setdefault((op, preset, variant), []).append(pred / meas - 1.0)
     out = []
     for (op, preset, variant), errs in sorted(groups.items()):
         a = [abs(e) for e in errs]
         out.append(OperatorStats(op, preset, variant, len(errs), statistics.median(errs),
                                  statistics.median(a), max(a)))
     return out
+
+
+@dataclass(frozen=True)
+class KernelFitSpec:
+    """One kernel-level fit: which operators of the silicon tables, which factors, which grids.
+
+    Attributes:
+        name: label of the operator group.
+        ops: operator names in the tables (``gemm``, ``decode_attention``, ...).
+        variant_prefix: keep only kernels whose variant starts with this (``bf16``, ``fp8``).
+        grid: factor -> candidate values (coordinate descent, as :func:`fit_factors`).
+    """
+
+    name: str
+    ops: tuple[str, ...]
+    variant_prefix: str
+    grid: dict[str, tuple[float, ...]]
+
+
+_EFF = tuple(round(0.05 * i, 2) for i in range(2, 21))         # 0.10 .. 1.00
+#: The kernel-level fits ``l2s validate --fit-silicon`` runs, per device. The GEMM shape curve
+#: ``Π d / (d + gemm_shape_half)`` is fitted together with the GEMM rates.
+KERNEL_FITS: tuple[KernelFitSpec, ...] = (
+    KernelFitSpec("gemm bf16", ("gemm",), "bf16", {
+        "flops_efficiency": _EFF, "hbm_efficiency": _EFF,
+        "gemm_shape_half": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)}),
+    KernelFitSpec("gemm fp8", ("gemm",), "fp8", {
+        "fp8_flops_efficiency": _EFF, "hbm_efficiency": _EFF,
+        "gemm_shape_half": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)}),
+    KernelFitSpec("decode attention", ("decode_attention",), "", {
+        "attention_hbm_efficiency": _EFF}),
+    KernelFitSpec("prefill attention", ("prefill_attention",), "", {
+        "attention_flops_efficiency": _EFF}),
+    KernelFitSpec("collectives (one node)", ("all_reduce", "all_gather", "reduce_scatter",
+                                             "alltoall"), "", {
+        "scale_up_efficiency": _EFF,
+        "scale_up_latency_s": (1e-6, 2e-6, 3e-6, 4e-6, 5e-6, 6e-6, 8e-6, 1e-5, 1.5e-5)}),
+)
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """Result of one :class:`KernelFitSpec` on one device.
+
+    Attributes:
+        spec: the fit.
+        preset: device preset.
+        n: kernels fitted.
+        values: fitted factor values; ``shipped``: the values in effect in the shipped model
+            (a ``None`` factor resolved to what it falls back to).
+        median_abs_before, median_abs_after: median |predicted / measured − 1| at the shipped
+            and at the fitted values.
+    """
+
+    spec: KernelFitSpec
+    preset: str
+    n: int
+    values: dict[str, float]
+    shipped: dict[str, float | None]
+    median_abs_before: float
+    median_abs_after: float
+
+
+def _effective(cfg: CostModelConfig, name: str, preset: str) -> float:
+    """The value a factor has in effect: ``None`` means "as another factor" or "the device
+    preset's" (see :class:`CostModelConfig`)."""
+    v = getattr(cfg, name)
+    if v is not None:
+        return float(v)
+    fallback = {"fp8_flops_efficiency": "flops_efficiency",
+                "attention_flops_efficiency": "flops_efficiency",
+                "attention_hbm_efficiency": "hbm_efficiency"}
+    if name in fallback:
+        return float(getattr(cfg, fallback[name]))
+    return float(getattr(load_device(preset), name))
+
+
+def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None = None,
+                specs: Sequence[KernelFitSpec] = KERNEL_FITS) -> list[KernelFit]:
+    """Fit the operator factors on the measured kernels, per device (item 5 of issue 3).
+
+    For each spec (in order) and device, coordinate descent over the spec's grids (loss: mean
+    ``|ln(predicted / measured)|`` over the kernels), starting from the shipped factors with
+    the earlier specs' fits for that device applied (prefill attention reads the KV-stream
+    efficiency the decode-attention fit found). What it reports
+    is a check of the shipped end-to-end factors against kernels, not a replacement for them:
+    the end-to-end calibration (:data:`CALIBRATIONS`) decides what ships. Empty when the
+    tables are absent.
+    """
+    base = config or CostModelConfig()
+    root = Path(folder) if folder is not None else silicon_dir()
+    if not (root / "gemm.csv").is_file():
+        return []
+    presets = sorted({r["preset"] for r in _read_csv(root / "gemm.csv")}
+                     | {r["preset"] for r in _read_csv(root / "nccl.csv")})
+    out: list[KernelFit] = []
+    carried = {dev: base for dev in presets}   # later fits start from earlier ones' values
+    for spec in specs:
+        for dev in presets:
+            def kernels(cfg: CostModelConfig, spec: KernelFitSpec = spec,
+                        dev: str = dev) -> list[_Kernel]:
+                return [k for k in _silicon_kernels(cfg, root, spec.ops, dev)
+                        if k[2].startswith(spec.variant_prefix)]
+
+            def loss(cfg: CostModelConfig) -> float:
+                ks = kernels(cfg)
+                return sum(abs(math.log(p / m)) for _, _, _, p, m in ks) / max(1, len(ks))
+
+            first = kernels(base)
+            if not first:
+                continue
+            cfg = carried[dev]
+            best = loss(cfg)
+            for _ in range(3):
+                changed = False
+                for name, values in spec.grid.items():
+                    for v in values:
+                        trial = dataclasses.replace(cfg, **{name: v})
+                        tl = loss(trial)
+                        if tl < best - 1e-12:
+                            cfg, best, changed = trial, tl, True
+                if not changed:
+                    break
+            carried[dev] = cfg
+
+            def med(ks: list[_Kernel]) -> float:
+                return statistics.median(abs(p / m - 1.0) for _, _, _, p, m in ks)
+
+            out.append(KernelFit(spec, dev, len(first),
+                                 {k: getattr(cfg, k) for k in spec.grid},
+                                 {k: _effective(base, k, dev) for k in spec.grid},
+                                 med(first), med(kernels(cfg))))
+    return out
+
+
+def render_kernel_fits(fits: Sequence[KernelFit], console: Any = None) -> None:
+    """Print the kernel-level fits: fitted vs shipped factors and the error before/after."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    t = Table(title="operator factors fitted on measured kernels (per device; a check of "
+                    "the shipped end-to-end factors, not adopted)")
+    for col in ("operators", "device", "kernels", "factor", "shipped", "fitted",
+                "median |error|"):
+        t.add_column(col)
+    for f in fits:
+        for i, (name, value) in enumerate(f.values.items()):
+            t.add_row(f.spec.name if i == 0 else "", f.preset if i == 0 else "",
+                      str(f.n) if i == 0 else "", name, f"{f.shipped[name]:g}", f"{value:g}",
+                      f"{100 * f.median_abs_before:.0f}% -> {100 * f.median_abs_after:.0f}%"
+                      if i == 0 else "")
+    con.print(t)
 
 
 def render_silicon(stats: Sequence[OperatorStats], console: Any = None) -> None:
