@@ -110,9 +110,13 @@ def models(draw, max_layers: int = 4, kinds: tuple[str, ...] = KINDS) -> ModelSp
 
 
 def device(hbm: float, domain: int) -> DeviceSpec:
-    """An H100-like device with a chosen memory size and scale-up domain."""
+    """An H100-like device with a chosen memory size and scale-up domain. The engine's
+    runtime reservation comes on top, so ``memory_utilization × hbm`` is what the model may
+    use (the problems size ``hbm`` from the model's own peaks)."""
     h = parse_cluster("h100-sxm:1").device
-    return dataclasses.replace(h, name="test", hbm_bytes=hbm, scale_up_domain=domain)
+    c = CostModelConfig()
+    extra = c.runtime_reserved_bytes / c.memory_utilization
+    return dataclasses.replace(h, name="test", hbm_bytes=hbm + extra, scale_up_domain=domain)
 
 
 def valid_coarse(sp: StrategySpace) -> int:

@@ -36,8 +36,15 @@ class CostModelConfig:
         kernel_overhead_s: fixed cost per fused-operator kernel, seconds. 2 µs: kernel launch
             with CUDA graphs is ~1–3 µs (CUDA programming guide, "CUDA Graphs"). Assumption.
         memory_utilization: fraction of HBM an engine may use (vLLM's
-            ``gpu_memory_utilization`` default 0.9); the rest covers the CUDA context and
-            fragmentation.
+            ``gpu_memory_utilization`` default 0.9).
+        runtime_reserved_bytes: memory per device the engine's tensor allocator never sees
+            (CUDA context, cuBLAS/NCCL workspaces), taken from the usable budget before
+            weights, workspace and KV — vLLM subtracts it as "non-torch memory" inside
+            ``gpu_memory_utilization`` (vllm/v1/worker/gpu_worker.py
+            ``determine_available_memory``). 0.73 GiB: FC-20's two profiles (RTX 3090,
+            utilisation 0.9 of 24 GiB = 21.6 GiB; torch peak 17.06 / 17.98 GiB; KV 3.81 / 2.89
+            GiB) both leave 21.6 − peak − KV = 0.73 GiB. One GPU, so no NCCL buffers: a lower
+            bound for TP groups.
         max_num_batched_tokens: tokens per engine step under chunked prefill (vLLM V1 default
             for online serving: 8192); bounds the serve-phase prefill chunk.
         logits_bytes: bytes per logit gathered for sampling (fp32, as vLLM/TRT-LLM gather).
@@ -107,6 +114,7 @@ class CostModelConfig:
     scale_out_efficiency: float = 0.80
     kernel_overhead_s: float = 2e-6
     memory_utilization: float = 0.90
+    runtime_reserved_bytes: float = 0.73 * 2**30
     max_num_batched_tokens: int = 8192
     logits_bytes: int = 4
     vocab_padding: int = 64

@@ -42,7 +42,8 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   divided under a sequence split; windowed layers hold at most ``window`` tokens, or the full
   context when ``window_kv_capped`` is off), activation workspace for the step's tokens (serve:
   for the scheduler's token budget ``max_num_batched_tokens``); weights + workspace +
-  KV / ``kv_cache_free_fraction`` must fit ``memory_utilization × HBM`` on every stage. Reported
+  KV / ``kv_cache_free_fraction`` must fit ``memory_utilization × HBM − runtime_reserved`` on
+  every stage. Reported
   too: the largest batch, the KV-cache capacity in tokens and the longest context per sequence.
 * **Phases** — decode: ``batch`` sequences at context ``isl``; prefill: ``batch`` prompts of
   ``isl`` tokens, TTFT = pipeline makespan; serve: steady-state continuous batching with
@@ -177,7 +178,7 @@ class MemoryBreakdown:
     Attributes:
         stage: which pipeline stage (0-based) this is.
         weight_bytes, kv_cache_bytes, workspace_bytes: the three users.
-        usable_bytes: ``memory_utilization × HBM``.
+        usable_bytes: ``memory_utilization × HBM − runtime_reserved_bytes``.
     """
 
     stage: int
@@ -281,7 +282,7 @@ class CostModel:
         self._lm_flops = dev.peak_bf16_flops_per_s * c.flops_efficiency if fp8 \
             else self._gemm_flops
         self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
-        self._usable = dev.hbm_bytes * c.memory_utilization
+        self._usable = dev.hbm_bytes * c.memory_utilization - c.runtime_reserved_bytes
         self._domain = cluster.devices_per_node
         # Layer types: unique (is_moe, window) in order of appearance.
         types: list[tuple[bool, int | None]] = []
