@@ -592,16 +592,22 @@ def fit_factors(rows: Sequence[Measurement], base: CostModelConfig,
     Returns:
         (fitted config, its :func:`calibration_loss`).
     """
-    cfg = base
-    best = calibration_loss(rows, cfg)
+    return _coordinate_descent(lambda cfg: calibration_loss(rows, cfg), base, grid, rounds)
+
+
+def _coordinate_descent(loss: Any, start: CostModelConfig, grid: dict[str, Sequence[float]],
+                        rounds: int = 3) -> tuple[CostModelConfig, float]:
+    """Minimise ``loss(config)`` one factor at a time over its grid values, ``rounds`` passes
+    (stops early when a pass changes nothing). Returns (best config, its loss)."""
+    cfg, best = start, loss(start)
     for _ in range(rounds):
         changed = False
         for name, values in grid.items():
             for v in values:
                 trial = dataclasses.replace(cfg, **{name: v})
-                loss = calibration_loss(rows, trial)
-                if loss < best - 1e-12:
-                    cfg, best, changed = trial, loss, True
+                trial_loss = loss(trial)
+                if trial_loss < best - 1e-12:
+                    cfg, best, changed = trial, trial_loss, True
         if not changed:
             break
     return cfg, best
@@ -948,18 +954,7 @@ def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None
             first = kernels(base)
             if not first:
                 continue
-            cfg = carried[dev]
-            best = loss(cfg)
-            for _ in range(3):
-                changed = False
-                for name, values in spec.grid.items():
-                    for v in values:
-                        trial = dataclasses.replace(cfg, **{name: v})
-                        tl = loss(trial)
-                        if tl < best - 1e-12:
-                            cfg, best, changed = trial, tl, True
-                if not changed:
-                    break
+            cfg, _ = _coordinate_descent(loss, carried[dev], spec.grid)
             carried[dev] = cfg
 
             def med(ks: list[_Kernel]) -> float:
@@ -972,17 +967,25 @@ def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None
     return out
 
 
+def _table(title: str, columns: Sequence[str]) -> Any:
+    """A rich table with these column headers."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col)
+    return t
+
+
 def render_kernel_fits(fits: Sequence[KernelFit], console: Any = None) -> None:
     """Print the kernel-level fits: fitted vs shipped factors and the error before/after."""
     from rich.console import Console
-    from rich.table import Table
 
     con = console or Console()
-    t = Table(title="operator factors fitted on measured kernels (per device; a check of "
-                    "the shipped end-to-end factors, not adopted)")
-    for col in ("operators", "device", "kernels", "factor", "shipped", "fitted",
-                "median |error|"):
-        t.add_column(col)
+    t = _table("operator factors fitted on measured kernels (per device; a check of the "
+               "shipped end-to-end factors, not adopted)",
+               ("operators", "device", "kernels", "factor", "shipped", "fitted",
+                "median |error|"))
     for f in fits:
         for i, (name, value) in enumerate(f.values.items()):
             t.add_row(f.spec.name if i == 0 else "", f.preset if i == 0 else "",
@@ -995,14 +998,11 @@ def render_kernel_fits(fits: Sequence[KernelFit], console: Any = None) -> None:
 def render_silicon(stats: Sequence[OperatorStats], console: Any = None) -> None:
     """Print the per-operator error table."""
     from rich.console import Console
-    from rich.table import Table
 
     con = console or Console()
-    t = Table(title="per-operator error vs measured kernels (aiconfigurator-core "
-                    "tables, data/silicon)")
-    for col in ("operator", "device", "variant", "kernels", "median error", "median |error|",
-                "worst |error|"):
-        t.add_column(col)
+    t = _table("per-operator error vs measured kernels (aiconfigurator-core tables, "
+               "data/silicon)", ("operator", "device", "variant", "kernels", "median error",
+                                 "median |error|", "worst |error|"))
     for s in stats:
         t.add_row(s.op, s.preset, s.variant, str(s.n), f"{100 * s.median_error:+.0f}%",
                   f"{100 * s.median_abs:.0f}%", f"{100 * s.worst_abs:.0f}%")
