@@ -146,6 +146,33 @@ def test_golden_busiest_ep_rank_and_dense_local_outputs():
                     touched * 2 * H * FFN * 2 + busiest * (H + 2 * FFN) * 2)
               + _act(dev, busiest * 2 * FFN))
     assert e_own.op_time_s["expert_up"] == pytest.approx(2 * up_own, rel=REL)
+    # expert_down writes the same rows (H wide), then the top-k sum reads them all and writes
+    # one row per token.
+    down = (_roof(dev, 2 * busiest * FFN * H,
+                  touched * FFN * H * 2 + (busiest * FFN + pairs * H) * 2)
+            + _stream(dev, pairs * H * (1 + 1 / 2)))
+    assert e.op_time_s["expert_down"] == pytest.approx(2 * down, rel=REL)
+
+
+def _stream(dev, elems):
+    return elems * 2 / (dev.hbm_bytes_per_s * CFG.hbm_efficiency) + CFG.kernel_overhead_s
+
+
+def test_busiest_rank_bounds():
+    """At least one pair when there is one; never more than every token can send; skew
+    (moe_imbalance) scales the load but not past that bound."""
+    m = tiny_moe()                                   # 4 experts, top-2
+    cl = parse_cluster("h100-sxm:4")
+    wl = Workload(Phase.DECODE, isl=100)
+    cm = CostModel(m, cl, wl, config=CFG)
+    one, four = np.array([1.0]), np.array([4])
+    # 1 token, 2 pairs over 4 ranks: mean 0.5 -> the busiest carries 1, twice the mean.
+    assert cm._busiest_rank_factor(one, four)[0] == pytest.approx(2.0, rel=REL)
+    skew = CostModel(m, cl, wl, config=dataclasses.replace(CFG, moe_imbalance=1.5))
+    two = np.array([2])
+    # ep=2: mean 1, uniform max 1 + sqrt(2 ln 2) = 2.18, ×1.5 = 3.3 > 2 pairs of the token.
+    assert skew._busiest_rank_factor(one, two)[0] == pytest.approx(2.0, rel=REL)
+    assert cm._busiest_rank_factor(np.array([0.0]), two)[0] == 1.0
 
 
 def test_cross_node_all_to_all_splits_nvlink_and_nic_traffic():
@@ -161,6 +188,13 @@ def test_cross_node_all_to_all_splits_nvlink_and_nic_traffic():
     assert nic > nvl
     assert cm.all_to_all_time_s(send, 16) == pytest.approx(
         nic + 4 * dev.scale_out_latency_s, rel=REL)
+    # 12 ranks over nodes of 8: the worst-placed rank (on the 4-rank node) has 3 NVLink peers
+    # and sends 8 of its 11 shares over the NIC.
+    cl12 = parse_cluster("h100-sxm:16")
+    cm12 = CostModel(m, cl12, Workload(Phase.DECODE, isl=1000), config=CFG)
+    assert cm12.all_to_all_time_s(send, 12) == pytest.approx(
+        send * 8 / 11 / (dev.scale_out_bytes_per_s * CFG.scale_out_efficiency)
+        + 4 * dev.scale_out_latency_s, rel=REL)
     # Inside one node every byte rides NVLink.
     assert cm.all_to_all_time_s(send, 8) == pytest.approx(
         send / (dev.scale_up_bytes_per_s * CFG.scale_up_efficiency)

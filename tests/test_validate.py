@@ -57,10 +57,6 @@ def test_held_out_latency_errors_meet_the_targets(report):
     assert report.wall_s < 60  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(strict=True, reason="held-out throughput median is 15.2% (target 15%): the "
-                   "FFN activation pass and the refit it forced (flops_efficiency 0.65 -> 0.70) "
-                   "moved it from 14.6%; the misses are Mixtral-8x7B rows predicted 15-36% slow "
-                   "(docs/validation.md)")
 def test_held_out_throughput_error_meets_the_target(report):
     """Issue target: held-out median |error| ≤ 15% on throughput rows."""
     assert report.stat("throughput", "held-out").median_abs <= 0.15

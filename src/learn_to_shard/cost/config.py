@@ -50,8 +50,10 @@ class CostModelConfig:
         logits_bytes: bytes per logit gathered for sampling (fp32, as vLLM/TRT-LLM gather).
         vocab_padding: vocabulary padded to a multiple of ``vocab_padding × tp`` when split
             (vLLM ``DEFAULT_VOCAB_PADDING_SIZE = 64``).
-        moe_imbalance: busiest EP rank's token load / mean load. 1.0 = perfectly balanced
-            routing (assumption; FC-28 shows skew matters — raise it to study skew).
+        moe_imbalance: routing skew: multiplies the busiest EP rank's load, which is already
+            the expected maximum under uniform random routing (balls into bins,
+            ``CostModel._busiest_rank_factor``). 1.0 = uniform routing (assumption; FC-28 shows
+            skew matters — raise it to study skew).
         workspace_width_factor: live activation tensors per token in a layer, in units of the
             widest local activation (hidden, QKV, FFN). 2, derived from FC-20: vLLM profiled
             Llama-3.1-8B's activation peak at 2.07 GiB for a 20,000-token budget and 2.99 GiB

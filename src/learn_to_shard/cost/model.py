@@ -29,7 +29,8 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   computes ``m/ep + sqrt(2 (m/ep) ln ep)`` of the ``m = N·k`` pairs (balls into bins) times
   ``moe_imbalance``; with local routing and ``moe_dense_local_outputs`` (vLLM) it writes the
   output rows of all ``m`` pairs. The FFN activation is a memory-bound pass over the
-  up-projection outputs (:meth:`CostModel._act_pass`).
+  up-projection outputs (:meth:`CostModel._act_pass`), and the top-k weighted sum a pass that
+  reads every expert output row the rank wrote and writes one row per token.
 * **Pipeline** — layers split in explicit stage lists (remainder to the first stages; the last
   stage holds the LM head); ``m = min(pp, batch)`` micro-batches; decode step
   ``TPOT = max(Σ_s t_s + (pp − 1)·t_p2p, m · max_s t_s)``. Each stage's step also pays the
@@ -282,7 +283,7 @@ class CostModel:
         self._lm_flops = dev.peak_bf16_flops_per_s * c.flops_efficiency if fp8 \
             else self._gemm_flops
         self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
-        self._usable = dev.hbm_bytes * c.memory_utilization - c.runtime_reserved_bytes
+        self._usable = max(dev.hbm_bytes * c.memory_utilization - c.runtime_reserved_bytes, 0.0)
         self._domain = cluster.devices_per_node
         # Layer types: unique (is_moe, window) in order of appearance.
         types: list[tuple[bool, int | None]] = []
@@ -354,7 +355,12 @@ class CostModel:
         (``SiluAndMul``; ``fused_experts`` runs it over the whole ``[tokens · top_k, N]`` cache,
         rows of other ranks' experts included)."""
         out = 0.5 if self.model.gated_mlp else 1.0
-        return up_elems * (1.0 + out) * self._ab / self._hbm + self.config.kernel_overhead_s
+        return self._stream_pass(up_elems * (1.0 + out))
+
+    def _stream_pass(self, elems: np.ndarray) -> np.ndarray:
+        """An element-wise kernel moving ``elems`` 16-bit activations through HBM (reads plus
+        writes): ``elems · bytes / (HBM · hbm_efficiency) + kernel_overhead``; seconds."""
+        return elems * self._ab / self._hbm + self.config.kernel_overhead_s
 
     def _busiest_rank_factor(self, tokens: np.ndarray, ep: np.ndarray) -> np.ndarray:
         """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean, for
@@ -362,17 +368,20 @@ class CostModel:
 
         Balls into bins (Raab & Steger, "Balls into Bins — A Simple and Tight Analysis",
         RANDOM 1998): ``m`` balls in ``n`` bins, ``m ≥ n log n``, give a maximum of
-        ``m/n + sqrt(2 (m/n) ln n)``. Here ``m = tokens · top_k`` pairs, ``n = ep``; the
-        maximum is capped at every token sending ``min(top_k, E/ep)`` pairs to the rank.
-        1 for ``ep == 1``; ``[k]``. Real routing is skewed beyond this (FC-28):
-        ``moe_imbalance`` multiplies on top.
+        ``m/n + sqrt(2 (m/n) ln n)``. Here ``m = tokens · top_k`` pairs, ``n = ep``. Outside
+        that regime the formula is a rough guide, so two hard bounds hold: the busiest rank
+        carries at least one pair when there is one (``min(m, 1)``), and at most every token
+        sending ``min(top_k, E/ep)`` pairs to it. Real routing is skewed beyond uniform (FC-28):
+        ``moe_imbalance`` multiplies the load before the upper bound. 1 for ``ep == 1``; ``[k]``.
         """
         moe = self.model.moe
         assert moe is not None
         ep_f = np.maximum(ep, 1).astype(np.float64)
-        mean = np.maximum(tokens * moe.top_k / ep_f, 1e-12)
-        cap = tokens * np.minimum(float(moe.top_k), moe.num_experts / ep_f)
-        busiest = np.minimum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.maximum(cap, mean))
+        pairs = tokens * moe.top_k
+        mean = np.maximum(pairs / ep_f, 1e-12)
+        cap = np.maximum(tokens * np.minimum(float(moe.top_k), moe.num_experts / ep_f), mean)
+        busiest = np.maximum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.minimum(pairs, 1.0))
+        busiest = np.minimum(busiest * self.config.moe_imbalance, cap)
         return np.where(ep_f > 1, busiest / mean, 1.0)
 
     def _all_to_all(self, send: np.ndarray, group: np.ndarray, link: _Link) -> np.ndarray:
@@ -968,8 +977,7 @@ class CostModel:
         total += 2 * t_disp
         # Token-expert pairs on the busiest EP rank; routing skew only unbalances ranks when
         # experts are spread over several (ep > 1): with ep = 1 every rank holds every expert.
-        assign = rows_g * moe.top_k / ep * np.where(ep > 1, c.moe_imbalance, 1.0) \
-            * self._busiest_rank_factor(rows_g, ep)
+        assign = rows_g * moe.top_k / ep * self._busiest_rank_factor(rows_g, ep)
         # Pairs whose output rows a rank writes: with tokens routed locally and
         # ``moe_dense_local_outputs`` (vLLM's Triton fused MoE), every pair of the step, the
         # ones of other ranks' experts as zeros; otherwise only its own.
@@ -981,7 +989,7 @@ class CostModel:
         lin_e = np.where(c_eu == 2, S0, R)
         link_e = env["link_etp"]
 
-        def expert(name, choice, src, k_dim, n_dim, params, where, act=False):
+        def expert(name, choice, src, k_dim, n_dim, params, where, act=False, reduce=False):
             req = _req_linear(choice, src)
             tt = conv(where, src, req, assign * k_dim * ab, etp, link_e)
             r_loc = np.where(req == S0, np.ceil(assign / etp_f), assign)
@@ -995,13 +1003,15 @@ class CostModel:
             comp = self._roofline(fl, by, self._gemm_flops * self._shape_eff(m_exp, k_loc, n_loc))
             if act:
                 comp = comp + self._act_pass(r_out * n_loc)
+            if reduce:      # the top-k weighted sum: read every output row, write one per token
+                comp = comp + self._stream_pass(r_out * n_loc * (1.0 + 1.0 / moe.top_k))
             ops[name] = comp
             return tt + comp, _out_linear(choice, req)
 
         tu, out_eu = expert("expert_up", c_eu, lin_e, H, sh.expert_up_params / H,
                             sh.expert_up_params, "dispatch -> expert_up", act=True)
         td, out_ed = expert("expert_down", c_ed, out_eu, sh.expert_width, H,
-                            sh.expert_down_params, "expert_up -> expert_down")
+                            sh.expert_down_params, "expert_up -> expert_down", reduce=True)
         total += tu + td
         out_e = np.where(out_ed == S1, R, out_ed)
         total += conv("expert_down -> combine", out_ed, out_e, assign * H * ab, etp, link_e)
@@ -1011,7 +1021,7 @@ class CostModel:
             c_su, c_sd = dims[:, Op.SHARED_EXPERT_UP], dims[:, Op.SHARED_EXPERT_DOWN]
             tsu, _, out_su = linear("shared_expert_up", c_su, x, H, sh.shared_up_params / H,
                                     sh.shared_up_params, t, link,
-                                    where="moe input -> shared_expert_up")
+                                    where="moe input -> shared_expert_up", act=True)
             tsd, _, out_sd = linear("shared_expert_down", c_sd, out_su, sh.shared_width, H,
                                     sh.shared_down_params, t, link,
                                     where="shared_expert_up -> shared_expert_down")

@@ -763,7 +763,7 @@ def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None
                      preset: str | None = None) -> list[_Kernel]:
     """Every kernel of the tables under ``root`` (optionally only operators ``ops`` on
     ``preset``) priced with the model's own operator formulas at ``cfg``."""
-    if not (root / "gemm.csv").is_file():
+    if not root.is_dir():
         return []
     stub = load_model("llama-3.1-8b")
     cms: dict[tuple[str, str, str, int], CostModel] = {}
@@ -781,7 +781,7 @@ def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None
         return (ops is None or op in ops) and (preset is None or dev == preset)
 
     out: list[_Kernel] = []
-    if want("gemm", preset or ""):
+    if want("gemm", preset or "") and (root / "gemm.csv").is_file():
         for r in _read_csv(root / "gemm.csv"):
             if preset is not None and r["preset"] != preset:
                 continue
@@ -809,7 +809,8 @@ def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None
                 out.append((op, r["preset"], "bf16", pred, float(r["latency_s"])))
     kinds = {"all_reduce": ALL_REDUCE, "all_gather": GATHER_OR_SCATTER,
              "reduce_scatter": GATHER_OR_SCATTER}
-    for r in _read_csv(root / "nccl.csv"):
+    nccl = _read_csv(root / "nccl.csv") if (root / "nccl.csv").is_file() else []
+    for r in nccl:
         if not want(r["op"], r["preset"]):
             continue
         n, size = int(r["num_gpus"]), float(r["message_bytes"])
@@ -823,7 +824,8 @@ def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None
                                            np.array([alpha]))[0])
         out.append((r["op"], r["preset"], "<1MB" if size < 1e6 else ">=1MB", pred,
                     float(r["latency_s"])))
-    return out
+    # A kernel without a positive time on both sides says nothing about a rate.
+    return [k for k in out if k[3] > 0 and k[4] > 0]
 
 
 def silicon_report(config: CostModelConfig | None = None,
@@ -934,10 +936,7 @@ def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None
     """
     base = config or CostModelConfig()
     root = Path(folder) if folder is not None else silicon_dir()
-    if not (root / "gemm.csv").is_file():
-        return []
-    presets = sorted({r["preset"] for r in _read_csv(root / "gemm.csv")}
-                     | {r["preset"] for r in _read_csv(root / "nccl.csv")})
+    presets = sorted({k[1] for k in _silicon_kernels(base, root)})
     out: list[KernelFit] = []
     carried = {dev: base for dev in presets}   # later fits start from earlier ones' values
     for spec in specs:
@@ -961,7 +960,7 @@ def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None
                 return statistics.median(abs(p / m - 1.0) for _, _, _, p, m in ks)
 
             out.append(KernelFit(spec, dev, len(first),
-                                 {k: getattr(cfg, k) for k in spec.grid},
+                                 {k: _effective(cfg, k, dev) for k in spec.grid},
                                  {k: _effective(base, k, dev) for k in spec.grid},
                                  med(first), med(kernels(cfg))))
     return out
