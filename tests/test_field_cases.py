@@ -306,6 +306,11 @@ def test_fc26_ep_not_faster_than_tp_on_one_h200_node(concurrency):
     assert ep.tokens_per_s_per_device < tp.tokens_per_s_per_device
 
 
+def test_fc26_trtllm_moe_writes_only_its_own_pairs():
+    assert not CostModelConfig.for_engine("trtllm").moe_dense_local_outputs
+    assert CostModelConfig.for_engine("vllm").moe_dense_local_outputs
+
+
 def test_fc26_ep_gain_needs_a_backend_that_skips_other_ranks_pairs():
     """The same comparison with a MoE backend that writes only its own pairs: EP then saves
     the TP-sliced experts' per-pair traffic and wins, which is why the result is a property of

@@ -174,6 +174,10 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "memory_utilization": 1.0,
         "kv_cache_free_fraction": 0.9,
         "kv_reserve_full_request": True,
+        # CUTLASS MoE (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu): expand,
+        # gated activation and finalize loop only to expert_first_token_offset[experts per
+        # node], the rows of this rank's experts.
+        "moe_dense_local_outputs": False,
     },
     "splitwise-dgx-h100": {
         "_source": "fitted on Splitwise DGX-H100 calibration rows (Llama-2-70B FP16): GEMMs "
