@@ -538,7 +538,7 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             FG.append(None)
             outs.append(f_o.reshape(k, 9, nd))
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
-    emb_t = cm.config.kernel_overhead_s + (keys.dec + pf) * cm.shapes.hidden * cm._ab / cm._hbm
+    emb_t = cm._stream_pass((keys.dec + pf) * cm.shapes.hidden)
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
 
 

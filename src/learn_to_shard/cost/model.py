@@ -731,7 +731,6 @@ class CostModel:
         n = len(a)
         tp, ep, pp, dp = deg["tp"], deg["ep"], deg["pp"], deg["dp"]
         _wl, sh, m, c = self.workload, self.shapes, self.model, self.config
-        ab = self._ab
         t_f = tp.astype(np.float64)
         env = self._layer_env(tp, ep, dp, dec, pf)
         rows, g, etp = env["rows"], env["g"], env["etp"]          # rows: tokens per DP rank
@@ -755,7 +754,7 @@ class CostModel:
         # Embedding (stage 0) and its output layout.
         c_emb = dims[:, Op.EMBEDDING]
         l_emb = np.where(c_emb == 0, P, np.where(c_emb == 1, S1, R))
-        emb_t = c.kernel_overhead_s + rows * sh.hidden * ab / self._hbm
+        emb_t = self._stream_pass(rows * sh.hidden)          # the lookup writes H per token
         # Walk the layer sequence (layouts chain from layer to layer).
         idx = np.arange(n)
         layer_t = np.empty((n, self.model.num_layers))
