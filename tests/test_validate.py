@@ -212,8 +212,8 @@ def _synthetic_silicon(tmp_path, truth: CostModelConfig):
              "context_attention.csv": ctx, "nccl.csv": nccl}
     for name, lines in files.items():
         (tmp_path / name).write_text("\n".join(lines) + "\n")
-    from learn_to_shard.report.validate import _silicon_kernels
-    truth_lat = iter(k[3] for k in _silicon_kernels(truth, tmp_path))
+    from learn_to_shard.report.validate import _silicon_kernels, _silicon_tables
+    truth_lat = iter(k[3] for k in _silicon_kernels(truth, _silicon_tables(tmp_path)))
     for name in ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv"):
         lines = files[name]
         out = [lines[0]] + [line.rsplit(",", 1)[0] + f",{next(truth_lat)!r}" for line in lines[1:]]

@@ -120,7 +120,7 @@ def validate_cmd(
                              "on the calibration rows and print the fitted factors (slow)."),
     fit_silicon: bool = typer.Option(False, "--fit-silicon", help="Also fit the operator "
                                      "factors on the measured kernel tables, per device, and "
-                                     "print them beside the shipped ones (~10 s)."),
+                                     "print them beside the shipped ones (~5 s)."),
 ) -> None:
     """Predict each published measurement with its stated configuration; print the errors."""
     from .report.validate import (

@@ -30,7 +30,7 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -595,7 +595,8 @@ def fit_factors(rows: Sequence[Measurement], base: CostModelConfig,
     return _coordinate_descent(lambda cfg: calibration_loss(rows, cfg), base, grid, rounds)
 
 
-def _coordinate_descent(loss: Any, start: CostModelConfig, grid: dict[str, Sequence[float]],
+def _coordinate_descent(loss: Callable[[CostModelConfig], float], start: CostModelConfig,
+                        grid: dict[str, Sequence[float]],
                         rounds: int = 3) -> tuple[CostModelConfig, float]:
     """Minimise ``loss(config)`` one factor at a time over its grid values, ``rounds`` passes
     (stops early when a pass changes nothing). Returns (best config, its loss)."""
@@ -757,14 +758,21 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 
 _Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
+_SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv")
 
 
-def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None = None,
+def _silicon_tables(root: Path) -> dict[str, list[dict[str, str]]]:
+    """The kernel tables under ``root`` that exist, by file name (read once per report/fit)."""
+    return {name: _read_csv(root / name) for name in _SILICON_FILES
+            if (root / name).is_file()}
+
+
+def _silicon_kernels(cfg: CostModelConfig, tables: dict[str, list[dict[str, str]]],
+                     ops: Sequence[str] | None = None,
                      preset: str | None = None) -> list[_Kernel]:
-    """Every kernel of the tables under ``root`` (optionally only operators ``ops`` on
-    ``preset``) priced with the model's own operator formulas at ``cfg``."""
-    if not root.is_dir():
-        return []
+    """Every kernel of ``tables`` (optionally only operators ``ops`` on ``preset``) priced
+    with the model's own operator formulas at ``cfg``; kernels without a positive time on both
+    sides are left out (they say nothing about a rate)."""
     stub = load_model("llama-3.1-8b")
     cms: dict[tuple[str, str, str, int], CostModel] = {}
 
@@ -777,42 +785,31 @@ def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None
                                  space=StrategySpace.build(stub, cl, (1,)))
         return cms[key]
 
-    def want(op: str, dev: str) -> bool:
-        return (ops is None or op in ops) and (preset is None or dev == preset)
+    def rows(name: str, op: str | None = None) -> list[dict[str, str]]:
+        return [r for r in tables.get(name, [])
+                if (ops is None or (op or r["op"]) in ops)
+                and (preset is None or r["preset"] == preset)]
 
     out: list[_Kernel] = []
-    if want("gemm", preset or "") and (root / "gemm.csv").is_file():
-        for r in _read_csv(root / "gemm.csv"):
-            if preset is not None and r["preset"] != preset:
-                continue
-            dt = "fp8" if r["dtype"] == "fp8" else "bf16"
-            m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-            out.append(("gemm", r["preset"], f"{dt} m<=64" if m <= 64 else f"{dt} m>64",
-                        cm(r["preset"], wdt=dt).gemm_time_s(m, n, k), float(r["latency_s"])))
-    for name, op in (("generation_attention.csv", "decode_attention"),
-                     ("context_attention.csv", "prefill_attention")):
-        path = root / name
-        if not path.is_file() or not want(op, preset or ""):
-            continue
-        for r in _read_csv(path):
-            if preset is not None and r["preset"] != preset:
-                continue
-            kvdt = "fp8" if r["kv_dtype"] == "fp8" else "bf16"
-            model = cm(r["preset"], kvdt=kvdt)
-            args = (int(r["heads"]), int(r["kv_heads"]), int(r["head_dim"]))
-            if op == "decode_attention":
-                pred = model.attention_time_s(int(r["batch"]), 1, float(r["kv_len"]), *args)
-                out.append((op, r["preset"], f"kv {kvdt}", pred, float(r["latency_s"])))
-            else:
-                isl = int(r["isl"])
-                pred = model.attention_time_s(int(r["batch"]), isl, isl / 2, *args)
-                out.append((op, r["preset"], "bf16", pred, float(r["latency_s"])))
+    for r in rows("gemm.csv", "gemm"):
+        dt = "fp8" if r["dtype"] == "fp8" else "bf16"
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        out.append(("gemm", r["preset"], f"{dt} m<=64" if m <= 64 else f"{dt} m>64",
+                    cm(r["preset"], wdt=dt).gemm_time_s(m, n, k), float(r["latency_s"])))
+    for r in rows("generation_attention.csv", "decode_attention"):
+        kvdt = "fp8" if r["kv_dtype"] == "fp8" else "bf16"
+        pred = cm(r["preset"], kvdt=kvdt).attention_time_s(
+            int(r["batch"]), 1, float(r["kv_len"]), int(r["heads"]), int(r["kv_heads"]),
+            int(r["head_dim"]))
+        out.append(("decode_attention", r["preset"], f"kv {kvdt}", pred, float(r["latency_s"])))
+    for r in rows("context_attention.csv", "prefill_attention"):
+        isl = int(r["isl"])
+        pred = cm(r["preset"]).attention_time_s(int(r["batch"]), isl, isl / 2, int(r["heads"]),
+                                                int(r["kv_heads"]), int(r["head_dim"]))
+        out.append(("prefill_attention", r["preset"], "bf16", pred, float(r["latency_s"])))
     kinds = {"all_reduce": ALL_REDUCE, "all_gather": GATHER_OR_SCATTER,
              "reduce_scatter": GATHER_OR_SCATTER}
-    nccl = _read_csv(root / "nccl.csv") if (root / "nccl.csv").is_file() else []
-    for r in nccl:
-        if not want(r["op"], r["preset"]):
-            continue
+    for r in rows("nccl.csv"):
         n, size = int(r["num_gpus"]), float(r["message_bytes"])
         model = cm(r["preset"], n=8)
         if r["op"] == "alltoall":      # nccl-tests size: what each rank sends
@@ -824,7 +821,6 @@ def _silicon_kernels(cfg: CostModelConfig, root: Path, ops: Sequence[str] | None
                                            np.array([alpha]))[0])
         out.append((r["op"], r["preset"], "<1MB" if size < 1e6 else ">=1MB", pred,
                     float(r["latency_s"])))
-    # A kernel without a positive time on both sides says nothing about a rate.
     return [k for k in out if k[3] > 0 and k[4] > 0]
 
 
@@ -835,9 +831,9 @@ def silicon_report(config: CostModelConfig | None = None,
     :meth:`CostModel.all_to_all_time_s`, the collective formulas on :meth:`CostModel.link`)
     and summarise the errors per operator, device and variant. Empty when the tables are
     absent."""
-    root = Path(folder) if folder is not None else silicon_dir()
+    tables = _silicon_tables(Path(folder) if folder is not None else silicon_dir())
     groups: dict[tuple[str, str, str], list[float]] = {}
-    for op, preset, variant, pred, meas in _silicon_kernels(config or CostModelConfig(), root):
+    for op, preset, variant, pred, meas in _silicon_kernels(config or CostModelConfig(), tables):
         groups.setdefault((op, preset, variant), []).append(pred / meas - 1.0)
     out = []
     for (op, preset, variant), errs in sorted(groups.items()):
@@ -903,7 +899,7 @@ class KernelFit:
     preset: str
     n: int
     values: dict[str, float]
-    shipped: dict[str, float | None]
+    shipped: dict[str, float]
     median_abs_before: float
     median_abs_after: float
 
@@ -935,15 +931,15 @@ def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None
     tables are absent.
     """
     base = config or CostModelConfig()
-    root = Path(folder) if folder is not None else silicon_dir()
-    presets = sorted({k[1] for k in _silicon_kernels(base, root)})
+    tables = _silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    presets = sorted({r["preset"] for rows in tables.values() for r in rows})
     out: list[KernelFit] = []
     carried = {dev: base for dev in presets}   # later fits start from earlier ones' values
     for spec in specs:
         for dev in presets:
             def kernels(cfg: CostModelConfig, spec: KernelFitSpec = spec,
                         dev: str = dev) -> list[_Kernel]:
-                return [k for k in _silicon_kernels(cfg, root, spec.ops, dev)
+                return [k for k in _silicon_kernels(cfg, tables, spec.ops, dev)
                         if k[2].startswith(spec.variant_prefix)]
 
             def loss(cfg: CostModelConfig) -> float:
