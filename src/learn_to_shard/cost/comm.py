@@ -71,10 +71,8 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
 
 
 def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
-                        bw_bytes_per_s: np.ndarray, alpha_s: np.ndarray,
-                        domain: int | None = None,
-                        scale_up_bw_bytes_per_s: np.ndarray | float | None = None
-                        ) -> np.ndarray:
+                        bw_bytes_per_s: np.ndarray, alpha_s: np.ndarray, domain: int,
+                        scale_up_bw_bytes_per_s: np.ndarray | float) -> np.ndarray:
     """All-to-all with an explicit per-rank send volume (MoE dispatch/combine).
 
     Args:
@@ -84,15 +82,15 @@ def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
         bw_bytes_per_s: bandwidth of the link the group spans (:meth:`CostModel.link`),
             ``[k]``.
         alpha_s: per-step latency of that link, seconds, ``[k]``.
-        domain: ranks per scale-up domain. When given and ``n > domain`` (the group spans
-            nodes, ``bw`` then being the scale-out link), a rank's share for its same-node
+        domain: ranks per scale-up domain. When ``n > domain`` (the group spans nodes,
+            ``bw`` then being the scale-out link), a rank's share for its same-node
             peers goes over ``scale_up_bw_bytes_per_s`` in parallel with the share that
             crosses the NIC; the slower of the two sets the time. The group is taken as
             consecutive ranks from a node boundary, and the worst-placed rank is priced: with
             ``local = n mod domain`` ranks on the last node (``domain`` if it divides ``n``),
             it has ``local - 1`` same-node peers and sends ``(n - local)/(n - 1)`` of its bytes
-            over the NIC. Without ``domain`` every byte is priced on ``bw`` (a flat group).
-        scale_up_bw_bytes_per_s: the scale-up link's bandwidth (needed with ``domain``).
+            over the NIC. Inside one domain every byte is priced on ``bw``.
+        scale_up_bw_bytes_per_s: the scale-up link's bandwidth.
 
     Returns:
         Seconds, ``[k]``: ``max(intra / bw_up, inter / bw) + ⌈log2 n⌉ α``; zero for ``n == 1``.
@@ -102,15 +100,12 @@ def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
     """
     n_f = np.maximum(n, 1).astype(np.float64)
     send = np.asarray(send_bytes_per_rank, dtype=np.float64)
-    t_bw = send / bw_bytes_per_s
-    if domain is not None and scale_up_bw_bytes_per_s is not None:
-        d = float(domain)
-        spans = n_f > d
-        peers = np.maximum(n_f - 1.0, 1.0)
-        rem = np.mod(n_f, d)
-        local = np.where(rem == 0, d, rem)          # ranks on the worst-placed rank's node
-        t_split = np.maximum(send * (local - 1.0) / peers / scale_up_bw_bytes_per_s,
-                             send * (n_f - local) / peers / bw_bytes_per_s)
-        t_bw = np.where(spans, t_split, t_bw)
+    d = float(domain)
+    peers = np.maximum(n_f - 1.0, 1.0)
+    rem = np.mod(n_f, d)
+    local = np.where(rem == 0, d, rem)              # ranks on the worst-placed rank's node
+    t_split = np.maximum(send * (local - 1.0) / peers / scale_up_bw_bytes_per_s,
+                         send * (n_f - local) / peers / bw_bytes_per_s)
+    t_bw = np.where(n_f > d, t_split, send / bw_bytes_per_s)
     t = t_bw + np.ceil(np.log2(n_f)) * alpha_s
     return np.where(n_f <= 1, 0.0, t)

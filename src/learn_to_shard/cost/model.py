@@ -388,8 +388,7 @@ class CostModel:
         """MoE dispatch / combine over ``group`` ranks, hierarchical across nodes
         (:func:`~learn_to_shard.cost.comm.all_to_all_v_time_s` with this cluster's domain)."""
         up = self.cluster.device.scale_up_bytes_per_s * self.config.scale_up_efficiency
-        return all_to_all_v_time_s(send, group, link.bw, link.alpha, domain=self._domain,
-                                   scale_up_bw_bytes_per_s=up)
+        return all_to_all_v_time_s(send, group, link.bw, link.alpha, self._domain, up)
 
     def all_to_all_time_s(self, send_bytes_per_rank: float, group: int) -> float:
         """One all-to-all over ``group`` consecutive ranks where each rank sends
