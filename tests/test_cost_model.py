@@ -11,6 +11,7 @@ from conftest import tiny_dense, tiny_moe
 
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.shapes import kv_cache_bytes_per_token
+from learn_to_shard.errors import ConfigError
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.model import load_model
 from learn_to_shard.parallel import MEGATRON_DIMS, Strategy, StrategySpace
@@ -338,3 +339,15 @@ def test_space_encode_decode_roundtrip():
     for a in sp.sample(rng, 200):
         assert np.array_equal(sp.encode(sp.decode(a)), a)
     assert sp.size == int(np.prod(sp.nvec.astype(object)))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("runtime_reserved_bytes", -1.0), ("memory_utilization", 0.0), ("memory_utilization", 1.2),
+    ("flops_efficiency", 1.5), ("attention_hbm_efficiency", 0.0), ("kernel_overhead_s", -1e-6),
+    ("max_num_batched_tokens", 0), ("moe_imbalance", 0.5), ("workspace_width_factor", 0.0),
+    ("kv_cache_free_fraction", float("nan")),
+])
+def test_config_rejects_impossible_factors(field, value):
+    with pytest.raises(ConfigError, match=field):
+        CostModelConfig(**{field: value})
+

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from learn_to_shard.cli import app
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.config import ENGINE_PROFILES
+from learn_to_shard.errors import ConfigError
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.model import load_model
 from learn_to_shard.report.validate import (
@@ -159,7 +160,7 @@ def test_engine_profiles_name_their_source():
     for name, prof in ENGINE_PROFILES.items():
         assert prof.get("_source"), name
         CostModelConfig.for_engine(name)
-    with pytest.raises(KeyError, match="known"):
+    with pytest.raises(ConfigError, match="known"):
         CostModelConfig.for_engine("nope")
 
 

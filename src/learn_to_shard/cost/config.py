@@ -15,6 +15,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
+
+#: Fields that are fractions of a peak or of memory: each must lie in (0, 1].
+_FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
+              "scale_out_efficiency", "memory_utilization", "kv_cache_free_fraction",
+              "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency")
+#: Fields that are times, sizes or shape constants: each must be >= 0.
+_NON_NEGATIVE = ("kernel_overhead_s", "runtime_reserved_bytes", "host_step_overhead_s",
+                 "host_seq_overhead_s", "host_prefill_overhead_s", "scale_up_latency_s",
+                 "scale_out_latency_s", "gemm_shape_half")
+#: Fields that must be >= 1 (counts, multipliers of an expected maximum).
+_AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance")
+
 
 @dataclass(frozen=True, slots=True)
 class CostModelConfig:
@@ -136,6 +149,32 @@ class CostModelConfig:
     gemm_shape_half: float = 0.0
     moe_dense_local_outputs: bool = True
 
+    def __post_init__(self) -> None:
+        """Reject values no engine or device can have.
+
+        Raises:
+            ConfigError: a fraction outside (0, 1], a negative time or size, a count or
+                multiplier below 1, or a non-positive ``workspace_width_factor`` (the message
+                names the field and the valid range).
+        """
+        def bad(name: str, valid: str) -> ConfigError:
+            return ConfigError(f"cost-model factor {name} = {getattr(self, name)!r}: "
+                               f"must be {valid}")
+
+        for name in _FRACTIONS:
+            v = getattr(self, name)
+            if v is not None and not 0.0 < v <= 1.0:
+                raise bad(name, "in (0, 1]")
+        for name in _NON_NEGATIVE:
+            v = getattr(self, name)
+            if v is not None and not v >= 0.0:
+                raise bad(name, ">= 0")
+        for name in _AT_LEAST_ONE:
+            if not getattr(self, name) >= 1:
+                raise bad(name, ">= 1")
+        if not self.workspace_width_factor > 0.0:
+            raise bad("workspace_width_factor", "> 0")
+
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:
         """The default factors with an engine profile (and then ``overrides``) applied.
@@ -145,12 +184,13 @@ class CostModelConfig:
             overrides: further field values.
 
         Raises:
-            KeyError: unknown engine (the message lists the known ones).
+            ConfigError: unknown engine (the message lists the known ones), or an override
+                out of range (see ``__post_init__``).
         """
         values: dict[str, Any] = {}
         if engine:
             if engine not in ENGINE_PROFILES:
-                raise KeyError(f"unknown engine profile {engine!r}; known: "
+                raise ConfigError(f"unknown engine profile {engine!r}; known: "
                                f"{', '.join(sorted(ENGINE_PROFILES))}")
             values.update({k: v for k, v in ENGINE_PROFILES[engine].items()
                            if not k.startswith("_")})
