@@ -64,6 +64,12 @@ def test_no_feasible_plan_exits_1_with_reason():
       "--dtype", "int3"), "--dtype"),
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
       "--method", "magic"), "--method"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--engine", "tgi"), "--engine"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--max-num-batched-tokens", "0"), "--max-num-batched-tokens"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     r = _run("plan", *args, "--quiet")
@@ -91,3 +97,23 @@ def test_python_api_matches_cli():
     assert p.feasible and p.best is not None
     assert json.loads(r.stdout)["best"]["tokens_per_s_per_device"] == \
         p.best.tokens_per_s_per_device
+
+
+def test_engine_memory_settings_reach_the_plan():
+    """--gpu-memory-utilization sets the usable memory per device; --engine is recorded."""
+    from learn_to_shard.hardware import parse_cluster
+
+    hbm = parse_cluster("a100:4").device.hbm_bytes
+    common = ("plan", "--model", "llama-3.1-70b", "--cluster", "a100:4", "--phase", "serve",
+              "--isl", "1024", "--osl", "512", "--method", "megatron", "--json")
+    full = json.loads(_run(*common, "--engine", "vllm").stdout)
+    half = json.loads(_run(*common, "--engine", "vllm", "--gpu-memory-utilization",
+                           "0.6").stdout)
+    assert full["engine"] == "vllm" and full["cost_model"]["memory_utilization"] == 0.9
+    assert half["cost_model"]["memory_utilization"] == 0.6
+    for plan, util in ((full, 0.9), (half, 0.6)):
+        usable = plan["best"]["memory_per_device"]["usable_bytes"]
+        reserved = plan["cost_model"]["runtime_reserved_bytes"]
+        assert usable == pytest.approx(util * hbm - reserved)
+    # Less memory for the same weights: fewer sequences fit.
+    assert half["best"]["max_batch"] < full["best"]["max_batch"]

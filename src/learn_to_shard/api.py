@@ -77,6 +77,40 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
                     ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
 
 
+def cost_config(engine: str | None = None, gpu_memory_utilization: float | None = None,
+                max_num_batched_tokens: int | None = None) -> CostModelConfig:
+    """The cost-model factors for a serving engine, with the engine's two most used memory
+    settings overridden.
+
+    Args:
+        engine: a key of :data:`~learn_to_shard.cost.config.ENGINE_PROFILES` (``vllm``,
+            ``trtllm``, …) or ``None`` for the defaults (vLLM's memory accounting with the KV
+            of a whole request reserved on admission; :class:`CostModelConfig`).
+        gpu_memory_utilization: fraction of each device's HBM the engine may use (vLLM
+            ``--gpu-memory-utilization``; for ``trtllm`` the profile's 1.0 × its KV fraction).
+        max_num_batched_tokens: tokens per engine step (vLLM ``--max-num-batched-tokens``,
+            TRT-LLM ``max_num_tokens``); bounds the prefill chunk and the activation workspace.
+
+    Raises:
+        ConfigError: unknown engine, or a value out of range (the message names the option).
+    """
+    overrides: dict[str, float | int] = {}
+    if gpu_memory_utilization is not None:
+        if not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"--gpu-memory-utilization: must be in (0, 1], got "
+                              f"{gpu_memory_utilization}")
+        overrides["memory_utilization"] = gpu_memory_utilization
+    if max_num_batched_tokens is not None:
+        if max_num_batched_tokens < 1:
+            raise ConfigError(f"--max-num-batched-tokens: must be a positive number of tokens, "
+                              f"got {max_num_batched_tokens}")
+        overrides["max_num_batched_tokens"] = max_num_batched_tokens
+    try:
+        return CostModelConfig.for_engine(engine, **overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"--engine: {exc}") from None
+
+
 def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload: Workload,
                     config: CostModelConfig | None = None) -> CostModel:
     """Load model and cluster (names, paths or specs) and build the cost model.
@@ -93,8 +127,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
          isl: int | None = None, osl: int | None = None, context: int | None = None,
          dtype: str = "bf16", kv_dtype: str | None = None, ttft_slo_s: float | None = None,
          tpot_slo_s: float | None = None, method: str = "auto",
-         budget: int = DEFAULT_BUDGET, seed: int = 0, config: CostModelConfig | None = None,
-         progress: ProgressFn | None = None) -> Plan:
+         budget: int = DEFAULT_BUDGET, seed: int = 0, engine: str | None = None,
+         config: CostModelConfig | None = None, progress: ProgressFn | None = None) -> Plan:
     """Find the best parallel strategy for serving ``model`` on ``cluster``.
 
     Args:
@@ -110,24 +144,32 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
             not available); ``Plan.method_used`` says which ran.
         budget: evaluation budget for budgeted searchers.
         seed: RNG seed.
-        config: cost-model factors.
+        engine: serving engine whose memory policy and overheads to assume (see
+            :func:`cost_config`); exclusive with ``config``.
+        config: cost-model factors (default: :func:`cost_config` of ``engine``).
         progress: optional callback receiving evaluation counts.
 
     Returns:
         A :class:`Plan`; ``plan.feasible`` is False (with ``plan.reasons``) when nothing fits.
 
     Raises:
-        ConfigError, UnsupportedModelError: on bad input.
+        ConfigError, UnsupportedModelError: on bad input (also: both ``engine`` and
+            ``config`` given).
     """
+    if engine is not None and config is not None:
+        raise ConfigError("engine and config both given: apply the engine with "
+                          "cost_config(engine, ...) and pass the result as config")
     wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
                        kv_dtype=kv_dtype, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
-    cm = make_cost_model(model, cluster, wl, config)
-    return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress)
+    cm = make_cost_model(model, cluster, wl, config or cost_config(engine))
+    return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
+                       engine=engine)
 
 
 def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGET,
                 seed: int = 0, progress: ProgressFn | None = None,
-                auto_time_limit_s: float = AUTO_EXACT_TIME_LIMIT_S) -> Plan:
+                auto_time_limit_s: float = AUTO_EXACT_TIME_LIMIT_S,
+                engine: str | None = None) -> Plan:
     """Run searcher ``method`` on an already built cost model and assemble the :class:`Plan`.
 
     Args:
@@ -137,6 +179,7 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
         seed: RNG seed.
         progress: optional callback receiving evaluation counts.
         auto_time_limit_s: for ``auto``, seconds the exact search may take.
+        engine: the engine profile ``cm.config`` was built with (recorded in the plan).
 
     Raises:
         ConfigError: unknown method or non-positive budget.
@@ -145,14 +188,14 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
         raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
     if method == "auto":
         return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_time_limit_s),
-                                "auto")
+                                "auto", engine=engine)
     try:
         searcher = get_searcher(method)
     except KeyError:
         raise ConfigError(f"--method: {method!r} is not one of "
                           f"{', '.join(['auto', *searcher_names()])}") from None
     result = searcher.search(cm, budget, seed, progress)
-    return Plan.from_search(cm, result, method)
+    return Plan.from_search(cm, result, method, engine=engine)
 
 
 def _auto_search(cm: CostModel, budget: int, seed: int, progress: ProgressFn | None,

@@ -22,7 +22,15 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from .api import DEFAULT_BUDGET, expected_evaluations, make_cost_model, make_workload, search_plan
+from .api import (
+    DEFAULT_BUDGET,
+    cost_config,
+    expected_evaluations,
+    make_cost_model,
+    make_workload,
+    search_plan,
+)
+from .cost.config import ENGINE_PROFILES
 from .errors import PlannerError
 from .units import parse_duration_s
 
@@ -52,6 +60,16 @@ TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g
 DtypeOpt = Annotated[str, typer.Option(help="Weight precision: bf16 | fp8.")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
                                                 "(default: --dtype).")]
+EngineOpt = Annotated[str | None, typer.Option(
+    "--engine", help="Serving engine whose memory policy to assume: "
+    f"{', '.join(ENGINE_PROFILES)} (default: vLLM memory accounting, KV reserved per whole "
+    "request).")]
+MemUtilOpt = Annotated[float | None, typer.Option(
+    "--gpu-memory-utilization", help="Fraction of each device's memory the engine may use "
+    "(vLLM's flag; default 0.9, trtllm 1.0).")]
+BatchedTokensOpt = Annotated[int | None, typer.Option(
+    "--max-num-batched-tokens", help="Tokens per engine step (vLLM's flag; default 8192): "
+    "bounds the prefill chunk and the activation workspace.")]
 
 
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
@@ -76,6 +94,8 @@ def plan_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
     tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
     method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
                                "else rl), exact, rl, megatron, megatron-rule, sa, mcmc, random."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
@@ -87,12 +107,13 @@ def plan_cmd(
     """Find the strategy with the most tokens/s per device within memory and SLOs."""
     try:
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
-        cm = make_cost_model(model, cluster, wl)
+        cfg = cost_config(engine, gpu_memory_utilization, max_num_batched_tokens)
+        cm = make_cost_model(model, cluster, wl, cfg)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
             result = search_plan(cm, method=method, budget=budget, seed=seed,
-                                 progress=lambda k: prog.advance(task, k))
+                                 progress=lambda k: prog.advance(task, k), engine=engine)
     except PlannerError as exc:
         raise _fail(exc) from None
     data = result.to_dict()
@@ -159,6 +180,8 @@ def compare_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
     tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
     methods: str = typer.Option("rl,sa,mcmc,random,megatron",
                                 help="Comma-separated searchers to compare."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluations per run (invalid included)."),
@@ -188,7 +211,8 @@ def compare_cmd(
         if seeds < 1 or budget < 1:
             raise PlannerError("--seeds and --budget must be positive")
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
-        cm = make_cost_model(model, cluster, wl)
+        cm = make_cost_model(model, cluster, wl,
+                             cost_config(engine, gpu_memory_utilization, max_num_batched_tokens))
         with _progress(quiet or json_out) as prog:
             tasks: dict[str, TaskID] = {}
 

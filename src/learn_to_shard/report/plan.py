@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -36,6 +37,8 @@ class Plan:
         reasons: when infeasible, why (the closest candidate's violations and rule counts).
         violation_counts: rule name -> evaluations that broke it.
         search: evaluations, wall time, seed, budget and searcher notes.
+        engine: the engine profile the cost model assumed (``None``: the defaults).
+        cost_model: every cost-model factor the estimates used (field -> value).
     """
 
     model: str
@@ -50,10 +53,14 @@ class Plan:
     reasons: list[str] = field(default_factory=list)
     violation_counts: dict[str, int] = field(default_factory=dict)
     search: dict[str, object] = field(default_factory=dict)
+    engine: str | None = None
+    cost_model: dict[str, object] = field(default_factory=dict)
 
     @classmethod
-    def from_search(cls, cm: CostModel, result: SearchResult, method: str) -> Plan:
-        """Assemble a plan from a search result (re-evaluating the kept strategies in detail)."""
+    def from_search(cls, cm: CostModel, result: SearchResult, method: str,
+                    engine: str | None = None) -> Plan:
+        """Assemble a plan from a search result (re-evaluating the kept strategies in detail);
+        ``engine`` names the profile ``cm.config`` was built with."""
         best = cm.evaluate(result.best_action) if result.best_action is not None else None
         alts: list[Estimate] = []
         seen = set() if best is None else {_signature(best)}
@@ -81,7 +88,8 @@ class Plan:
                            "seed": result.seed, "budget": result.budget,
                            "space_size": cm.space.size,
                            **{k: v for k, v in result.notes.items()
-                              if isinstance(v, (int, float, str, bool))}})
+                              if isinstance(v, (int, float, str, bool))}},
+                   engine=engine, cost_model=dataclasses.asdict(cm.config))
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dictionary (SI units; keys carry units)."""
@@ -102,6 +110,8 @@ class Plan:
             "reasons": self.reasons,
             "violation_counts": self.violation_counts,
             "search": self.search,
+            "engine": self.engine,
+            "cost_model": self.cost_model,
         }
 
 

@@ -36,6 +36,13 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
             f"KV {wl.kv_dtype.value} · method {plan.method_used}"
             + (f" (asked: {plan.method})" if plan.method != plan.method_used else ""))
     con.print(head)
+    if plan.cost_model:
+        cfg = plan.cost_model
+        con.print(f"engine {plan.engine or 'defaults'}: memory utilisation "
+                  f"{cfg['memory_utilization']:g}, KV fraction {cfg['kv_cache_free_fraction']:g}, "
+                  f"max {cfg['max_num_batched_tokens']} batched tokens, KV reserved "
+                  f"{'per whole request' if cfg['kv_reserve_full_request'] else 'on demand'}",
+                  highlight=False)
     s = plan.search
     con.print(f"searched {s.get('evaluations')} strategies in {float(s.get('wall_s', 0)):.2f} s "
               f"(space {s.get('space_size'):.3g})")
