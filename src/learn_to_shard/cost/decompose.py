@@ -150,9 +150,7 @@ class Structure:
                 pairs.append(key)
             pair_of_layer.append(pairs.index(key))
         m = cm.model
-        has_dense = any(not is_moe for is_moe, _ in types)
-        has_moe = any(is_moe for is_moe, _ in types) and m.moe is not None
-        has_shared = has_moe and m.moe is not None and m.moe.num_shared_experts > 0
+        has_dense, has_moe, has_shared = m.has_dense_ffn, m.is_moe, m.has_shared_experts
         d_opts = _combos(2) if has_dense else np.array([[2, 2]], dtype=np.int64)
         r_opts = np.arange(3, dtype=np.int64) if has_moe else np.array([2], dtype=np.int64)
         if has_moe:

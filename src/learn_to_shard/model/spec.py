@@ -144,3 +144,14 @@ class ModelSpec:
     def is_moe(self) -> bool:
         """True if any layer is an MoE layer."""
         return self.moe is not None and self.num_moe_layers > 0
+
+    @property
+    def has_dense_ffn(self) -> bool:
+        """True if any layer has a dense FFN (``dense_up``/``dense_down`` exist)."""
+        return any(not layer.is_moe for layer in self.layers)
+
+    @property
+    def has_shared_experts(self) -> bool:
+        """True if the MoE layers have always-active shared experts
+        (``shared_expert_up``/``shared_expert_down`` exist)."""
+        return self.is_moe and self.moe is not None and self.moe.num_shared_experts > 0

@@ -168,9 +168,7 @@ class StrategySpace:
             return (x % t) == 0
 
         op = lambda o: dims[:, int(o)]  # noqa: E731
-        has_dense = any(not layer.is_moe for layer in m.layers)
-        has_moe = m.is_moe
-        has_shared = has_moe and m.moe is not None and m.moe.num_shared_experts > 0
+        has_dense, has_moe, has_shared = m.has_dense_ffn, m.is_moe, m.has_shared_experts
         split = tp > 1
 
         flag("devices", tp * dp * pp > self.cluster.num_devices)
@@ -266,13 +264,12 @@ def active_heads(space: StrategySpace) -> np.ndarray:
     nvec = space.nvec
     active = nvec > 1
     m = space.model
-    has_moe = m.is_moe and m.moe is not None
     off: list[Op] = []
-    if all(layer.is_moe for layer in m.layers):
+    if not m.has_dense_ffn:
         off += [Op.DENSE_UP, Op.DENSE_DOWN]
-    if not has_moe:
+    if not m.is_moe:
         off += [Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN]
-    if not (has_moe and m.moe is not None and m.moe.num_shared_experts > 0):
+    if not m.has_shared_experts:
         off += [Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN]
     for op in off:
         active[NUM_COARSE + int(op)] = False
