@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -257,11 +258,27 @@ def test_fc21_single_pass_prefill_workspace_grows_chunked_does_not():
                    Strategy(tp=4, ep=1, pp=1, dp=1, batch=1)).memory.workspace_bytes
           for isl in (65_536, 131_072)}
     assert ws[131_072] == pytest.approx(2 * ws[65_536], rel=0.01)
+    # Serve requests stay within the 131,072 positions: isl + osl <= max_position_embeddings.
     serve = {isl: _ev(m, "h100-sxm:4", Workload(Phase.SERVE, isl=isl, osl=256),
                       Strategy(tp=4, ep=1, pp=1, dp=1, batch=1)).memory.workspace_bytes
-             for isl in (65_536, 131_072)}
-    assert serve[131_072] == pytest.approx(serve[65_536], rel=0.01)
-    assert serve[131_072] < ws[131_072] / 10
+             for isl in (65_536, 130_816)}
+    assert serve[130_816] == pytest.approx(serve[65_536], rel=0.01)
+    assert serve[130_816] < ws[131_072] / 10
+
+
+def test_request_longer_than_the_model_allows_is_refused():
+    """A context beyond max_position_embeddings is not a plan of any strategy: it is refused
+    with the flag and the limit named (vLLM refuses such a max_model_len at start-up)."""
+    from learn_to_shard.errors import ConfigError
+
+    m = load_model("llama-3.1-70b")
+    cl = parse_cluster("h100-sxm:8")
+    for wl, flag in ((Workload(Phase.DECODE, isl=131_073), "--context"),
+                     (Workload(Phase.PREFILL, isl=200_000), "--isl"),
+                     (Workload(Phase.SERVE, isl=131_000, osl=100), "--isl + --osl")):
+        with pytest.raises(ConfigError, match=re.escape(flag) + ".*131072"):
+            CostModel(m, cl, wl)
+    CostModel(m, cl, Workload(Phase.SERVE, isl=130_000, osl=1_072))     # exactly the limit
 
 
 # ------------------------------------------------------------------------------ FC-22

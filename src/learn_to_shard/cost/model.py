@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.ops import CHOICE_NAMES, NUM_OPS, OP_NAMES, Op
@@ -247,6 +248,10 @@ class CostModel:
         config: tunable factors (defaults documented in :class:`CostModelConfig`).
         space: strategy space (default :meth:`StrategySpace.build`).
 
+    Raises:
+        ConfigError: a request (``isl + osl``) longer than the model's
+            ``max_position_embeddings`` (no strategy can serve it; the engines refuse it).
+
     Example:
         >>> cm = CostModel(model, cluster, workload)          # doctest: +SKIP
         >>> cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=64)).tpot_s  # doctest: +SKIP
@@ -255,6 +260,15 @@ class CostModel:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
                  config: CostModelConfig | None = None,
                  space: StrategySpace | None = None) -> None:
+        limit = model.max_position_embeddings
+        if limit and workload.max_context > limit:
+            flag = {Phase.DECODE: "--context", Phase.PREFILL: "--isl"}.get(
+                workload.phase, "--isl + --osl")
+            raise ConfigError(
+                f"{flag}: a request of {workload.max_context} tokens exceeds {model.name}'s "
+                f"max_position_embeddings {limit} ({model.source or 'config.json'}); use at "
+                f"most {limit} tokens, or a config.json whose max_position_embeddings allows "
+                f"more (RoPE scaling)")
         self.model = model
         self.cluster = cluster
         self.workload = workload

@@ -280,6 +280,11 @@ def _strategy(r: Measurement, batch: int) -> Strategy:
 
 def _cost_model(m: ModelSpec, cluster: ClusterSpec, wl: Workload, batch: int,
                 config: CostModelConfig) -> CostModel:
+    """The cost model of one row. A measured request may run past the model's
+    ``max_position_embeddings`` (Splitwise prefilled 8,192 tokens on Llama-2-70B's 4,096): a
+    planner refuses that, but the row measured it, so the limit is lifted for the row."""
+    if m.max_position_embeddings and wl.max_context > m.max_position_embeddings:
+        m = dataclasses.replace(m, max_position_embeddings=0)
     space = StrategySpace.build(m, cluster, batch_values=(batch,))
     return CostModel(m, cluster, wl, config=config, space=space)
 
