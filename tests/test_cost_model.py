@@ -351,3 +351,28 @@ def test_config_rejects_impossible_factors(field, value):
     with pytest.raises(ConfigError, match=field):
         CostModelConfig(**{field: value})
 
+
+
+def test_serve_batch_beyond_the_token_budget_is_infeasible_with_its_reason():
+    """A serve step carries batch × (1 + isl/osl) tokens; above max_num_batched_tokens the
+    engine cannot keep that batch running. 2048/128: 17 tokens a request, so 481 fit 8,192."""
+    m = load_model("llama-3.1-8b")
+    cl = parse_cluster("h100-sxm:1")
+    wl = Workload(Phase.SERVE, isl=2048, osl=128)
+
+    def ev(batch, budget=8192):
+        space = StrategySpace.build(m, cl, batch_values=(batch,))
+        cfg = CostModelConfig(max_num_batched_tokens=budget)
+        return CostModel(m, cl, wl, config=cfg, space=space).evaluate(
+            Strategy(tp=1, ep=1, pp=1, dp=1, batch=batch))
+
+    assert not any(v.startswith("token_budget") for v in ev(481).violations)
+    over = ev(482)
+    assert not over.feasible and any(v.startswith("token_budget") for v in over.violations)
+    assert not any(v.startswith("token_budget") for v in ev(482, budget=17 * 482).violations)
+    # Decode and prefill phases have no serve step: the rule does not apply.
+    for phase_wl in (Workload(Phase.DECODE, isl=2048), Workload(Phase.PREFILL, isl=2048)):
+        space = StrategySpace.build(m, cl, batch_values=(4096,))
+        e = CostModel(m, cl, phase_wl, space=space).evaluate(
+            Strategy(tp=1, ep=1, pp=1, dp=1, batch=4096))
+        assert not any(v.startswith("token_budget") for v in e.violations)

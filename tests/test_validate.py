@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -83,6 +84,27 @@ def test_serve_rows_use_the_concurrency_the_kv_cache_allows(report):
     assert 1000 < r.batch_used < 4096
     short = next(x for x in report.results if x.row.id == "trt-llama70b-h200fp8-128-128-tp8")
     assert short.batch_used == 4096
+
+
+def test_serve_rows_keep_the_step_within_the_bench_token_budget(report):
+    """trtllm-bench builds max_num_tokens = batch × (1 + isl/osl), capped at 32,768: a
+    2048/128 row whose KV would hold ~2,800 requests runs at most 32,768 / 17 = 1,927."""
+    r = next(x for x in report.results if x.row.id == "trt-llama70b-h200fp8-2048-128-tp8")
+    assert r.row.max_num_tokens == 32_768
+    assert r.batch_used == 32_768 // 17
+    kv_only = predict_row(dataclasses.replace(r.row, max_num_tokens=None))
+    assert kv_only.batch_used < r.batch_used       # the default 8,192-token budget binds
+
+
+def test_bench_token_budget_follows_trtllm_bench_rounding():
+    from learn_to_shard.report.validate import _bench_tokens
+
+    row = next(r for r in load_table() if r.id == "trt-llama70b-h200fp8-1000-1000-tp8")
+    assert _bench_tokens(row, 100) == 2048            # 200 tokens: the 2,048 floor
+    assert _bench_tokens(row, 1500) == 3072           # 3,000: next multiple of 256
+    assert _bench_tokens(row, 3000) == 6144           # 6,000: next multiple of 512
+    assert _bench_tokens(row, 4100) == 8192 + 1024    # 8,200: next multiple of 1,024
+    assert _bench_tokens(row, 20_000) == 32_768       # the cap
 
 
 def test_cli_prints_table_and_writes_plot_and_json(tmp_path):

@@ -306,6 +306,8 @@ class Coarse:
         chunk_steps: serve TTFT steps ``ceil(isl / chunk)``.
         lw_factor: 0 where a tied LM head shares the embedding (pp = 1), else 1.
         host, host2: host time added to every stage of the main / TTFT step, seconds.
+        over_budget: the serve step exceeds the token budget
+            (``CostModel._over_token_budget``), ``[M]`` bool.
     """
 
     actions: np.ndarray
@@ -323,6 +325,7 @@ class Coarse:
     lw_factor: np.ndarray
     host: np.ndarray
     host2: np.ndarray
+    over_budget: np.ndarray
 
     def __len__(self) -> int:
         return len(self.pp)
@@ -377,7 +380,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
                 s_all=s_all, s_seq=np.ceil(s_all / t_f), chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
-                host=_host_time(cm, dec, pf_seqs), host2=_host_time(cm, dec, pf_seqs2))
+                host=_host_time(cm, dec, pf_seqs), host2=_host_time(cm, dec, pf_seqs2),
+                over_budget=cm._over_token_budget(dec, pf))
     return co, keys
 
 
@@ -790,7 +794,7 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
             s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
             ttft = co.chunk_steps * s2
     peak = peak_z(st, lay, pp_idx, co, z, ws, kv_free(cm))
-    feas = peak <= cm._usable
+    feas = (peak <= cm._usable) & ~co.over_budget
     if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
         feas = feas & (tpot <= wl.tpot_slo_s)
     if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:

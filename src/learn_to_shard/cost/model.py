@@ -52,7 +52,10 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   ``isl + osl/2``) and prefills ``batch · isl / osl`` prompt tokens (each request's prompt once
   per ``osl`` steps); each request holds KV for ``isl + osl`` tokens (reserved on admission,
   ``kv_reserve_full_request``) or ``isl + osl/2``; TTFT = ``⌈isl / chunk⌉`` steps carrying a
-  prefill chunk of ``max_num_batched_tokens − batch`` tokens.
+  prefill chunk of ``max_num_batched_tokens − batch`` tokens. A step may carry at most
+  ``max_num_batched_tokens`` tokens, so a batch with ``batch · (1 + isl/osl)`` above it per
+  micro-batch and DP rank is infeasible (``token_budget``): the engine could not keep it
+  running.
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ from .shapes import OpShapes
 # Cost-side violation bits (after the structural RULES bits).
 _COST_RULES = (
     ("memory", "does not fit in device memory"),
+    ("token_budget", "a serve step would carry batch × (1 + isl/osl) tokens per micro-batch, "
+     "more than the engine's max_num_batched_tokens: the batch cannot be sustained (lower it "
+     "or raise --max-num-batched-tokens)"),
     ("tpot_slo", "TPOT above the SLO"),
     ("ttft_slo", "TTFT above the SLO"),
 )
@@ -623,6 +629,7 @@ class CostModel:
             max_context = np.minimum(max_context, float(self.model.max_position_embeddings))
 
         bits = bits | np.where(~fits, _COST_BIT["memory"], 0)
+        bits = bits | np.where(self._over_token_budget(dec, pf), _COST_BIT["token_budget"], 0)
         if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
             bits = bits | np.where(tpot > wl.tpot_slo_s, _COST_BIT["tpot_slo"], 0)
         if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
@@ -676,6 +683,21 @@ class CostModel:
             pf2, pf_seqs2, chunk_steps = zeros, zeros, zeros
         return {"m": m_mb, "seq_dp": seq_dp, "dec": dec, "pf": pf, "pf_seqs": pf_seqs,
                 "ctx": ctx, "pf2": pf2, "pf_seqs2": pf_seqs2, "chunk_steps": chunk_steps}
+
+    def _over_token_budget(self, dec: np.ndarray, pf: np.ndarray) -> np.ndarray:
+        """Serve phase: whether a step exceeds the engine's token budget, ``[n]`` bool.
+
+        A steady-state serve step carries ``dec`` decode tokens and ``pf = dec · isl / osl``
+        prompt tokens per micro-batch and DP rank (module docstring, "Phases"); the scheduler
+        caps a step at ``max_num_batched_tokens`` (vLLM ``--max-num-batched-tokens``,
+        TensorRT-LLM ``max_num_tokens``), so a batch needing more cannot be kept running:
+        requests would queue for their prefill. trtllm-bench sizes ``max_num_tokens`` with the
+        same ``batch × (1 + isl/osl)`` (tensorrt_llm/bench/build/tuning.py
+        ``finetune_setting``). Always False outside the serve phase.
+        """
+        if self.workload.phase is not Phase.SERVE:
+            return np.zeros(np.shape(dec), dtype=bool)
+        return dec + pf > self.config.max_num_batched_tokens
 
     def _host_time(self, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray | None:
         """Engine host time per stage step not hidden behind the GPU:

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..cost.comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, collective_time_s
 from ..cost.config import ENGINE_PROFILES, CostModelConfig
-from ..cost.model import CostModel
+from ..cost.model import CostModel, Estimate
 from ..errors import ConfigError, PlannerError
 from ..hardware.presets import load_device, load_device_file
 from ..hardware.spec import ClusterSpec, DeviceSpec
@@ -61,8 +61,8 @@ __all__ = [
 #: Columns of the measurement CSV, in order (see data/README.md).
 COLUMNS: tuple[str, ...] = (
     "id", "engine", "model", "hardware", "devices", "weight_dtype", "kv_dtype", "tp", "pp",
-    "ep", "dp", "batch", "max_batch", "isl", "osl", "metric", "value", "collective",
-    "message_bytes", "sweep", "calibration", "source", "notes",
+    "ep", "dp", "batch", "max_batch", "max_num_tokens", "isl", "osl", "metric", "value",
+    "collective", "message_bytes", "sweep", "calibration", "source", "notes",
 )
 _REQUIRED = ("id", "model", "hardware", "metric", "value")
 
@@ -113,6 +113,7 @@ class Measurement:
     dp: int
     batch: int | None          # None = as many as the KV cache holds ("max")
     max_batch: int | None      # engine cap for batch = max
+    max_num_tokens: int | None  # engine cap on tokens per step (None: the profile's budget)
     isl: int
     osl: int
     metric: str
@@ -206,6 +207,7 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             kv_dtype=(row.get("kv_dtype") or "").strip().lower(),
             tp=tp, pp=pp, ep=ep, dp=dp, batch=batch,
             max_batch=_int(row, "max_batch", None, where),
+            max_num_tokens=_int(row, "max_num_tokens", None, where) or None,
             isl=_int(row, "isl", 0, where) or 0, osl=_int(row, "osl", 0, where) or 0,
             metric=metric, value=value, collective=coll,
             message_bytes=float(mb) if mb else 0.0,
@@ -326,6 +328,56 @@ def row_config(r: Measurement, base: CostModelConfig | None = None) -> CostModel
     return dataclasses.replace(cfg, **{k: v for k, v in profile.items() if not k.startswith("_")})
 
 
+def _budget_batch(r: Measurement, budget: int) -> int:
+    """Largest batch whose serve step fits ``budget`` tokens: ``ceil(ceil(b / m) / dp) ·
+    (1 + isl/osl) <= budget`` with ``m = min(pp, b)`` micro-batches
+    (``CostModel._over_token_budget``)."""
+    per = max(1, int(budget // (1.0 + r.isl / r.osl)))
+    return per * r.dp * max(r.pp, 1)
+
+
+def _bench_tokens(r: Measurement, batch: int) -> int:
+    """The step budget trtllm-bench builds for ``batch`` requests: ``batch / pp · (1 +
+    isl/osl)`` rounded up (to 256 below 4,096, 512 below 8,192, else 1,024; at least 2,048)
+    and capped by the row's ``max_num_tokens`` (tensorrt_llm/bench/build/tuning.py
+    ``finetune_setting``, whose cap is 32,768)."""
+    raw = batch / max(r.pp, 1) * (1.0 + r.isl / r.osl)
+    step = 256 if raw < 4096 else 512 if raw < 8192 else 1024
+    tokens = max(2048, step * math.ceil(raw / step))
+    return min(tokens, r.max_num_tokens or tokens)
+
+
+def _max_batch(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload,
+               cfg: CostModelConfig) -> tuple[int, Estimate]:
+    """``batch = max``: as many running requests as the KV cache holds, within the engine cap
+    ``max_batch`` and, when the row states ``max_num_tokens``, within the token budget the
+    engine builds for that batch (trtllm-bench, :func:`_bench_tokens`; the activation
+    workspace is sized for it). Returns the batch and its estimate."""
+    if r.max_num_tokens:
+        cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
+    batch = 1
+    for _ in range(3):             # the budget sizes the workspace, which sizes the KV room
+        probe = _cost_model(m, cluster, wl, 1, cfg).evaluate(_strategy(r, 1))
+        batch = max(1, probe.max_batch)
+        if r.max_batch:
+            batch = min(batch, r.max_batch)
+        if not r.max_num_tokens:
+            break
+        tokens = _bench_tokens(r, batch)
+        if tokens == cfg.max_num_batched_tokens:
+            break
+        cfg = dataclasses.replace(cfg, max_num_batched_tokens=tokens)
+    batch = max(1, min(batch, _budget_batch(r, cfg.max_num_batched_tokens)))
+    # The linear extrapolation can overshoot by a request; step down until it fits.
+    for _ in range(4):
+        e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
+        if batch == 1 or not any(v.startswith(("memory", "token_budget"))
+                                 for v in e.violations):
+            break
+        batch = max(1, min(batch - 1, e.max_batch))
+    return batch, e
+
+
 def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
                 apply_profile: bool = True) -> RowResult:
     """Predict one row with its stated configuration.
@@ -354,19 +406,13 @@ def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
         return RowResult(r, None, "not expressible", f"{why} ({r.notes})" if r.notes else why)
     batch = r.batch if r.batch is not None else 1
     if r.batch is None:
-        probe = _cost_model(m, cluster, wl, 1, cfg).evaluate(_strategy(r, 1))
-        batch = max(1, probe.max_batch)
-        if r.max_batch:
-            batch = min(batch, r.max_batch)
-        # The linear extrapolation can overshoot by a request; step down until it fits.
-        for _ in range(4):
-            e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
-            if batch == 1 or not any(v.startswith("memory") for v in e.violations):
-                break
-            batch = max(1, min(batch - 1, e.max_batch))
+        batch, e = _max_batch(r, m, cluster, wl, cfg)
     else:
+        if r.max_num_tokens:
+            cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
         e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
-    structural = [v for v in e.violations if not v.startswith(("memory", "tpot_slo", "ttft_slo"))]
+    structural = [v for v in e.violations
+                  if not v.startswith(("memory", "token_budget", "tpot_slo", "ttft_slo"))]
     if structural:
         return RowResult(r, None, "not expressible", "; ".join(structural), batch)
     if r.kind == "throughput":
