@@ -122,6 +122,39 @@ def test_fc06_tp_above_kv_heads_replicates_one_kv_head_per_rank(tmp_path):
     assert dp.tokens_per_s_per_device > 2 * tp8.tokens_per_s_per_device
 
 
+# ------------------------------------------------------------------------------ FC-07
+def _glm_vocab_model():
+    """A Llama-shaped stand-in with GLM-4.5's vocabulary (151,552 = 37 × 4,096) and head
+    counts that divide by 6, so only the vocabulary can refuse TP=6 (as in the case)."""
+    from conftest import tiny_dense
+
+    return dataclasses.replace(tiny_dense(layers=24, heads=48, kv=2, hidden=6144, ffn=16128,
+                                          vocab=151_552), name="glm-vocab-stand-in")
+
+
+def test_fc07_vocab_not_divisible_by_six_refuses_tp6_under_vllm_rules():
+    m = _glm_vocab_model()
+    wl = Workload(Phase.DECODE, isl=4096)
+    tp6 = Strategy(tp=6, ep=1, pp=1, dp=1, batch=8, dims=MEGATRON_DIMS)
+    vllm = _ev(m, "h100-sxm:6", wl, tp6)
+    assert "vocab" in _names(vllm.violations) and not vllm.feasible
+    # An engine that pads the vocabulary per rank (TensorRT-LLM) accepts it.
+    trt = _ev(m, "h100-sxm:6", wl, tp6, CostModelConfig.for_engine("trtllm"))
+    assert "vocab" not in _names(trt.violations)
+    # Splitting embedding and LM head along hidden instead is not a vocabulary split.
+    d = list(MEGATRON_DIMS)
+    d[Op.EMBEDDING], d[Op.LM_HEAD] = 1, 0
+    assert "vocab" not in _names(_ev(m, "h100-sxm:6", wl,
+                                     dataclasses.replace(tp6, dims=tuple(d))).violations)
+    # The planner, with the engines' own (Megatron) sharding, proposes no TP of 3 or 6.
+    from learn_to_shard.search import get_searcher
+
+    cl = parse_cluster("h100-sxm:6")
+    cm = CostModel(m, cl, wl)
+    best = cm.evaluate(get_searcher("megatron").search(cm, 4000, 0).best_action)
+    assert best.feasible and best.strategy.tp in (1, 2)
+
+
 # ------------------------------------------------------------------------------ FC-09
 def test_fc09_fp8_blocks_reject_tp32_accept_tp16():
     m = load_model("deepseek-v3")                     # DeepSeek-R1's architecture and blocks

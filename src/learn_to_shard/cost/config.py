@@ -61,8 +61,15 @@ class CostModelConfig:
         max_num_batched_tokens: tokens per engine step under chunked prefill (vLLM V1 default
             for online serving: 8192); bounds the serve-phase prefill chunk.
         logits_bytes: bytes per logit gathered for sampling (fp32, as vLLM/TRT-LLM gather).
-        vocab_padding: vocabulary padded to a multiple of ``vocab_padding × tp`` when split
-            (vLLM ``DEFAULT_VOCAB_PADDING_SIZE = 64``).
+        vocab_padding: the vocabulary is padded to a multiple of ``vocab_padding`` (vLLM
+            ``DEFAULT_VOCAB_PADDING_SIZE = 64``); with ``vocab_split_divisible`` off, to a
+            multiple of ``vocab_padding × tp``.
+        vocab_split_divisible: a vocabulary split needs the padded vocabulary divisible by
+            ``tp``: vLLM and SGLang pad with ``pad_vocab_size(vocab, 64)`` and then
+            ``divide(padded, tp)`` asserts (``VocabParallelEmbedding``), which is FC-07's
+            "151552 cannot be divided by 6". False: the engine pads per rank, no rule
+            (TensorRT-LLM's checkpoint conversion pads the vocabulary to a multiple of
+            ``tp_size``).
         moe_imbalance: routing skew: multiplies the busiest EP rank's load, which is already
             the expected maximum under uniform random routing (balls into bins,
             ``CostModel._busiest_rank_factor``). 1.0 = uniform routing (assumption; FC-28 shows
@@ -133,6 +140,7 @@ class CostModelConfig:
     max_num_batched_tokens: int = 8192
     logits_bytes: int = 4
     vocab_padding: int = 64
+    vocab_split_divisible: bool = True
     moe_imbalance: float = 1.0
     workspace_width_factor: float = 2.0
     fp8_flops_efficiency: float | None = None
@@ -214,6 +222,9 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "memory_utilization": 1.0,
         "kv_cache_free_fraction": 0.9,
         "kv_reserve_full_request": True,
+        # Checkpoint conversion pads the vocabulary to a multiple of tp_size
+        # (tensorrt_llm/models/convert_utils.py pad_vocab_size), so any TP splits it.
+        "vocab_split_divisible": False,
         # CUTLASS MoE (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu): expand,
         # gated activation and finalize loop only to expert_first_token_offset[experts per
         # node], the rows of this rank's experts.

@@ -60,6 +60,7 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -279,7 +280,10 @@ class CostModel:
         self.cluster = cluster
         self.workload = workload
         self.config = config or CostModelConfig()
+        vocab_multiple = self.config.vocab_padding if self.config.vocab_split_divisible else 0
         self.space = space or StrategySpace.build(model, cluster)
+        if self.space.vocab_multiple != vocab_multiple:     # the engine's rule, not the space's
+            self.space = dataclasses.replace(self.space, vocab_multiple=vocab_multiple)
         self.shapes = OpShapes.of(model)
         dev = cluster.device
         self._wb = float(workload.weight_dtype.bytes)
@@ -856,8 +860,11 @@ class CostModel:
         return out
 
     def _padded_vocab(self, tp: np.ndarray) -> np.ndarray:
-        """Vocabulary padded to a multiple of ``vocab_padding × tp`` (vLLM's rule)."""
-        q = self.config.vocab_padding * tp
+        """Vocabulary as the engine pads it, ``[n]``: to a multiple of ``vocab_padding``
+        (vLLM/SGLang; a split then needs it divisible by ``tp``, the ``vocab`` rule), or of
+        ``vocab_padding × tp`` when the engine pads per rank (``vocab_split_divisible`` off)."""
+        c = self.config
+        q = c.vocab_padding * (np.ones_like(tp) if c.vocab_split_divisible else tp)
         return (np.ceil(self.shapes.vocab / q) * q).astype(np.float64)
 
     def _kv_tokens(self) -> float:

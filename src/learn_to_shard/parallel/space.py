@@ -42,6 +42,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("router", "a router split on its expert dim needs num_experts divisible by tp"),
     ("quant_block",
      "every sharded dim of a block-quantised weight must be a multiple of its block"),
+    ("vocab", "a vocabulary split (embedding Shard(0), lm_head Shard(1)) needs the vocabulary, "
+     "padded to the engine's multiple (vLLM/SGLang: 64), divisible by tp"),
 )
 RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
 
@@ -61,6 +63,11 @@ class StrategySpace:
         model: the model.
         cluster: the cluster.
         tp_values, ep_values, pp_values, dp_values, batch_values: candidate values per head.
+        vocab_multiple: the engine pads the vocabulary to a multiple of this and then splits
+            it evenly, so a vocabulary split needs the padded size divisible by ``tp`` (vLLM
+            and SGLang ``VocabParallelEmbedding``: ``pad_vocab_size(vocab, 64)`` then
+            ``divide(padded, tp)`` asserts; FC-07). 0: the engine pads to a multiple of the
+            group itself (TensorRT-LLM ``pad_vocab_size(vocab, tp_size)``), no rule.
     """
 
     model: ModelSpec
@@ -70,16 +77,19 @@ class StrategySpace:
     pp_values: tuple[int, ...]
     dp_values: tuple[int, ...]
     batch_values: tuple[int, ...]
+    vocab_multiple: int = 64
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec,
-              batch_values: tuple[int, ...] | None = None) -> StrategySpace:
+              batch_values: tuple[int, ...] | None = None,
+              vocab_multiple: int = 64) -> StrategySpace:
         """Candidate lists for ``model`` on ``cluster``.
 
         Args:
             model: the model.
             cluster: the cluster (its device count bounds every degree).
             batch_values: override the batch candidates (default powers of two 1..2**16).
+            vocab_multiple: the engine's vocabulary padding rule (see the attribute).
         """
         n = cluster.num_devices
         tp = _candidates(min(MAX_TP, n), n)
@@ -91,7 +101,7 @@ class StrategySpace:
         pp = _candidates(min(model.num_layers, n), n)
         dp = _candidates(n, n)
         batch = batch_values or tuple(1 << i for i in range(MAX_BATCH_LOG2 + 1))
-        return cls(model, cluster, tp, ep, pp, dp, tuple(batch))
+        return cls(model, cluster, tp, ep, pp, dp, tuple(batch), vocab_multiple)
 
     # ---------------------------------------------------------------- encoding
     @property
@@ -211,6 +221,11 @@ class StrategySpace:
         flag("ffn", ffn_bad)
         flag("layers", pp > m.num_layers)
         flag("batch", (batch % dp) != 0)
+        if self.vocab_multiple:
+            q = self.vocab_multiple
+            padded = -(-m.vocab_size // q) * q
+            vocab_split = (op(Op.EMBEDDING) == 0) | (op(Op.LM_HEAD) == 1)
+            flag("vocab", split & vocab_split & ~div(padded, tp))
         if m.weight_block_size is not None:
             flag("quant_block", self._quant_block_bad(dims, tp, etp))
         return bits
