@@ -376,3 +376,23 @@ def test_serve_batch_beyond_the_token_budget_is_infeasible_with_its_reason():
         e = CostModel(m, cl, phase_wl, space=space).evaluate(
             Strategy(tp=1, ep=1, pp=1, dp=1, batch=4096))
         assert not any(v.startswith("token_budget") for v in e.violations)
+
+
+def test_tp_group_that_straddles_nodes_is_priced_on_the_network():
+    """With 8-GPU nodes, TP6 groups laid out back to back put ranks 6–11 across two nodes: on
+    12 GPUs their all-reduces run at the scale-out rate; on one 6-GPU node they stay on
+    NVLink. TP4 tiles the node and stays on NVLink on any cluster."""
+    m = tiny_dense(heads=24, kv=24, hidden=1536, ffn=6144)
+    wl = Workload(Phase.DECODE, isl=1024)
+
+    def allreduce_s(cluster, tp, dp):
+        cl = parse_cluster(cluster)
+        space = StrategySpace.build(m, cl, batch_values=(12,))
+        e = CostModel(m, cl, wl, space=space).evaluate(
+            Strategy(tp=tp, ep=1, pp=1, dp=dp, batch=12))
+        return max(c.time_s for c in e.collectives if c.kind == "all-reduce")
+
+    one_node = allreduce_s("h100-sxm:6", 6, 1)
+    straddling = allreduce_s("h100-sxm:12", 6, 2)
+    assert straddling > 2 * one_node
+    assert allreduce_s("h100-sxm:16", 4, 4) == pytest.approx(allreduce_s("h100-sxm:4", 4, 1))

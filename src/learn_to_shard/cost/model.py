@@ -359,10 +359,18 @@ class CostModel:
 
     # ------------------------------------------------------------------ helpers
     def _link(self, extent: np.ndarray) -> _Link:
-        """Link a group spans: scale-up if its ranks fit one domain, else scale-out."""
+        """Link a group of ``extent`` consecutive ranks spans, ``[n]``: scale-up if every such
+        group stays inside one domain, else scale-out (the slowest group sets the step).
+
+        Groups are laid out back to back from rank 0 (TP innermost), so they all stay inside
+        a domain only if ``extent`` divides the domain size (or the cluster is one domain):
+        with 8-GPU nodes, TP6's second group holds ranks 6–11 and crosses a node.
+        """
         dev = self.cluster.device
         c = self.config
-        intra = extent <= self._domain
+        d = self._domain
+        intra = (extent <= d) & ((d % np.maximum(extent, 1) == 0)
+                                 | (self.cluster.num_devices <= d))
         bw = np.where(intra, dev.scale_up_bytes_per_s * c.scale_up_efficiency,
                       dev.scale_out_bytes_per_s * c.scale_out_efficiency)
         up_a = c.scale_up_latency_s if c.scale_up_latency_s is not None \
