@@ -385,11 +385,11 @@ def test_tp_group_that_straddles_nodes_is_priced_on_the_network():
     m = tiny_dense(heads=24, kv=24, hidden=1536, ffn=6144)
     wl = Workload(Phase.DECODE, isl=1024)
 
-    def allreduce_s(cluster, tp, dp):
+    def allreduce_s(cluster, tp, dp):          # 6 sequences per DP rank in every case
         cl = parse_cluster(cluster)
-        space = StrategySpace.build(m, cl, batch_values=(12,))
+        space = StrategySpace.build(m, cl, batch_values=(6 * dp,))
         e = CostModel(m, cl, wl, space=space).evaluate(
-            Strategy(tp=tp, ep=1, pp=1, dp=dp, batch=12))
+            Strategy(tp=tp, ep=1, pp=1, dp=dp, batch=6 * dp))
         return max(c.time_s for c in e.collectives if c.kind == "all-reduce")
 
     one_node = allreduce_s("h100-sxm:6", 6, 1)
