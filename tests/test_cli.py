@@ -70,6 +70,19 @@ def test_no_feasible_plan_exits_1_with_reason():
       "--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization"),
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
       "--max-num-batched-tokens", "0"), "--max-num-batched-tokens"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--tpot-slo", "50"), "no unit"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--tpot-slo", "1e400s"), "finite"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "200000"),
+     "max_position_embeddings"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:99999999999999999999", "--context",
+      "10"), "at most"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "--method", "rl", "--budget", "2"), "--budget"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+      "-o", "/nonexistent-dir/x.json"), "--output"),
+    (("--model", "", "--cluster", "h100-sxm:8", "--context", "10"), "--model"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     r = _run("plan", *args, "--quiet")
@@ -117,3 +130,35 @@ def test_engine_memory_settings_reach_the_plan():
         assert usable == pytest.approx(util * hbm - reserved)
     # Less memory for the same weights: fewer sequences fit.
     assert half["best"]["max_batch"] < full["best"]["max_batch"]
+
+
+@pytest.mark.parametrize("cfg,needle", [
+    ('{"model_type": "llama", "hidden_size": 4096, "hidden_size": 8192}', "appears twice"),
+    ('{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, '
+     '"num_hidden_layers": 2, "intermediate_size": 100000000000000000000, '
+     '"vocab_size": 32000}', "intermediate_size"),
+    ('{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, '
+     '"num_hidden_layers": 1000000000, "intermediate_size": 11008, "vocab_size": 32000}',
+     "num_hidden_layers"),
+])
+def test_config_json_out_of_range_or_duplicated_is_one_line(tmp_path, cfg, needle):
+    path = tmp_path / "config.json"
+    path.write_text(cfg)
+    r = _run("plan", "--model", str(path), "--cluster", "h100-sxm:8", "--context", "10", "-q")
+    assert r.exit_code == 2, r.output
+    assert needle in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_unwritable_outputs_are_refused_before_any_work(tmp_path):
+    r = runner.invoke(app, ["validate", "--plot", str(tmp_path / "p.xyz")])
+    assert r.exit_code == 2 and "--plot" in r.stderr
+    r = runner.invoke(app, ["validate", "--report", str(tmp_path)])
+    assert r.exit_code == 2 and "directory" in r.stderr
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
+             "10", "--methods", "random", "--out", str(f), "-q")
+    assert r.exit_code == 2 and "not a directory" in r.stderr
+    r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
+             "10", "--methods", "random,random", "-q")
+    assert r.exit_code == 2 and "more than once" in r.stderr

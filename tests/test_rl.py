@@ -9,6 +9,7 @@ import pytest
 from conftest import tiny_dense, tiny_moe
 
 from learn_to_shard.cost.model import CostModel
+from learn_to_shard.errors import ConfigError
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.parallel.space import StrategySpace, active_heads, canonical
 from learn_to_shard.search import get_searcher
@@ -170,7 +171,7 @@ def test_cosine_schedule_and_agent_seed():
 # ------------------------------------------------------------------ searcher
 def test_registered_and_needs_budget():
     assert isinstance(get_searcher("rl"), RLSearcher)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="--budget"):
         RLSearcher().search(_cm(), None, 0)
 
 

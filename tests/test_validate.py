@@ -144,6 +144,26 @@ def test_bad_table_is_a_one_line_error(tmp_path):
     assert "missing column" in res.output and "value" in res.output
 
 
+HEADER = "id,model,hardware,tp,devices,batch,isl,osl,metric,value,collective,message_bytes\n"
+
+
+@pytest.mark.parametrize("row,needle", [
+    ("x,llama-3.1-8b,h100-sxm,1,,0,1024,128,output_tokens_per_s,100,,", "'batch'"),
+    ("x,llama-3.1-8b,h100-sxm,0,,1,1024,128,output_tokens_per_s,100,,", "'tp'"),
+    ("x,llama-3.1-8b,h100-sxm,8,2,1,1024,128,output_tokens_per_s,100,,", "'devices'"),
+    ("x,llama-3.1-8b,h100-sxm,8,,1,,,collective_s,1e-5,all_reduce,", "message_bytes"),
+    ("x,llama-3.1-8b,h100-sxm,8,,1,,,collective_s,1e-5,,1024", "'collective'"),
+    ("x,llama-3.1-8b,h100-sxm,8,,1,,,link_bytes_per_s,1e9,all_to_all,-5", "message_bytes"),
+    ("", "no measurement rows"),
+])
+def test_bad_table_values_are_one_line_errors(tmp_path, row, needle):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + row + ("\n" if row else ""))
+    res = runner.invoke(app, ["validate", "--table", str(bad)])
+    assert res.exit_code == 2, res.output
+    assert needle in res.stderr and res.stderr.count("\n") == 1
+
+
 def test_collective_rows_use_the_link_the_group_spans():
     rows = {r.id: r for r in load_table()}
     intra = predict_row(rows["deepep-normal-dispatch-ep8"]).predicted

@@ -182,10 +182,12 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
         engine: the engine profile ``cm.config`` was built with (recorded in the plan).
 
     Raises:
-        ConfigError: unknown method or non-positive budget.
+        ConfigError: unknown method, non-positive budget or negative seed.
     """
     if budget <= 0:
         raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
+    if seed < 0:
+        raise ConfigError(f"--seed: must be >= 0, got {seed}")
     if method == "auto":
         return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_time_limit_s),
                                 "auto", engine=engine)

@@ -78,9 +78,47 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
     return make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
                          kv_dtype=kv_dtype,
                          ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
-                         if ttft_slo else None,
+                         if ttft_slo is not None else None,
                          tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
-                         if tpot_slo else None)
+                         if tpot_slo is not None else None)
+
+
+def _check_output(path: Path | None, flag: str, *, directory: bool = False,
+                  plot: bool = False) -> None:
+    """Refuse an output path that cannot be written, before any work is done.
+
+    Raises:
+        PlannerError: the path is empty, is a directory where a file is wanted (or a file
+            where a directory is wanted), its folder does not exist, or (``plot``) its suffix
+            is not an image format matplotlib writes.
+    """
+    if path is None:
+        return
+    if not str(path).strip():
+        raise PlannerError(f"{flag}: empty path")
+    if directory:
+        if path.exists() and not path.is_dir():
+            raise PlannerError(f"{flag}: {path} exists and is not a directory")
+        return
+    if path.is_dir():
+        raise PlannerError(f"{flag}: {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise PlannerError(f"{flag}: folder {path.parent} does not exist")
+    if plot:
+        from matplotlib.figure import Figure
+
+        kinds = Figure().canvas.get_supported_filetypes()
+        if path.suffix.lstrip(".").lower() not in kinds:
+            raise PlannerError(f"{flag}: cannot write a {path.suffix or 'suffix-less'} image; "
+                               f"use one of {', '.join('.' + k for k in sorted(kinds))}")
+
+
+def _write(path: Path, text: str, flag: str) -> None:
+    """Write ``text`` to ``path``; an OS error becomes one line and exit 2."""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise _fail(PlannerError(f"{flag}: cannot write {path}: {exc.strerror}")) from None
 
 
 def _progress(quiet: bool) -> Progress:
@@ -99,13 +137,14 @@ def plan_cmd(
     method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
                                "else rl), exact, rl, megatron, megatron-rule, sa, mcmc, random."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
-    seed: int = typer.Option(0, help="Random seed."),
+    seed: int = typer.Option(0, min=0, help="Random seed (>= 0)."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs."""
     try:
+        _check_output(output, "--output")
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
         cfg = cost_config(engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(model, cluster, wl, cfg)
@@ -118,13 +157,14 @@ def plan_cmd(
         raise _fail(exc) from None
     data = result.to_dict()
     if output is not None:
-        output.write_text(json.dumps(data, indent=2))
+        _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         from .report.render import render_plan
 
-        render_plan(result, Console())
+        # Piped output gets a wide console so the header and tables stay whole.
+        render_plan(result, Console() if sys.stdout.isatty() else Console(width=160))
     raise typer.Exit(code=0 if result.feasible else 1)
 
 
@@ -136,7 +176,8 @@ def validate_cmd(
                               help="Where to save the predicted-vs-measured log-log plot."),
     report: Path = typer.Option(Path("validation.json"), "--report",
                                 help="Where to save the JSON report."),
-    rows: bool = typer.Option(True, "--rows/--summary-only", help="Print every row."),
+    rows: bool = typer.Option(True, "--rows/--summary-only",
+                              help="Print every row and the per-operator kernel table."),
     fit: bool = typer.Option(False, "--fit", help="Also re-run the declared calibration fits "
                              "on the calibration rows and print the fitted factors (slow)."),
     fit_silicon: bool = typer.Option(False, "--fit-silicon", help="Also fit the operator "
@@ -154,6 +195,8 @@ def validate_cmd(
     )
 
     try:
+        _check_output(plot, "--plot", plot=True)
+        _check_output(report, "--report")
         measurements = load_table(table)
         result = validate(measurements, table=table)
     except PlannerError as exc:
@@ -161,8 +204,12 @@ def validate_cmd(
     # Piped output gets a wide console so the row ids stay whole.
     con = Console() if sys.stdout.isatty() else Console(width=160)
     render_validation(result, con, rows=rows)
-    save_plot(result, plot)
-    save_json(result, report)
+    try:
+        save_plot(result, plot)
+        save_json(result, report)
+    except OSError as exc:
+        raise _fail(PlannerError(f"--plot/--report: cannot write {exc.filename}: "
+                                 f"{exc.strerror}")) from None
     con.print(f"plot: {plot}  report: {report}", highlight=False)
     if fit_silicon:
         from .report.validate import fit_silicon as run_kernel_fits
@@ -186,7 +233,7 @@ def compare_cmd(
                                 help="Comma-separated searchers to compare."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluations per run (invalid included)."),
     seeds: int = typer.Option(3, help="Runs per method, seeds --seed .. --seed+N-1."),
-    seed: int = typer.Option(0, help="First seed."),
+    seed: int = typer.Option(0, min=0, help="First seed (>= 0)."),
     out: Path = typer.Option(Path("l2s-compare"), "--out", "-o",
                              help="Directory for convergence.png and compare.json."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
@@ -202,12 +249,16 @@ def compare_cmd(
     )
     from .search import searcher_names
 
-    names = [m.strip() for m in methods.split(",") if m.strip()]
+    names = [m.strip() for m in methods.split(",")]
     unknown = [m for m in names if m not in searcher_names()]
     try:
+        _check_output(out, "--out", directory=True)
         if not names or unknown:
-            raise PlannerError(f"--methods: {', '.join(unknown) or 'none given'} not among "
+            raise PlannerError(f"--methods: {', '.join(repr(u) for u in unknown)} not among "
                                f"{', '.join(searcher_names())}")
+        twice = sorted({m for m in names if names.count(m) > 1})
+        if twice:
+            raise PlannerError(f"--methods: {', '.join(twice)} given more than once")
         if seeds < 1 or budget < 1:
             raise PlannerError("--seeds and --budget must be positive")
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
@@ -228,9 +279,12 @@ def compare_cmd(
             cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)), factory)
     except PlannerError as exc:
         raise _fail(exc) from None
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
     data = comparison_to_dict(cmp, cm)
-    (out / "compare.json").write_text(json.dumps(data, indent=2))
+    _write(out / "compare.json", json.dumps(data, indent=2), "--out")
     plot = plot_convergence(cmp, out / "convergence.png")
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")

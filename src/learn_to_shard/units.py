@@ -23,28 +23,34 @@ MS = 1e-3
 US = 1e-6
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$")
-_DURATION_SCALE_S = {"s": 1.0, None: 1.0, "ms": MS, "us": US, "µs": US, "ns": 1e-9}
+_DURATION_SCALE_S = {"s": 1.0, "ms": MS, "us": US, "µs": US, "ns": 1e-9}
 
 
 def parse_duration_s(text: str, *, field: str) -> float:
-    """Parse a duration such as ``"50ms"``, ``"1.5s"``, ``"200us"`` or ``"0.05"`` into seconds.
+    """Parse a duration such as ``"50ms"``, ``"1.5s"`` or ``"200us"`` into seconds.
+
+    A unit is required: a bare ``50`` is ambiguous (50 ms is the usual TPOT, 50 s a TTFT
+    nobody sets), so it is refused rather than read as seconds.
 
     Args:
-        text: the value as typed; a bare number means seconds.
+        text: the value as typed.
         field: the option or field name, used in the error message.
 
     Returns:
-        The duration in seconds (> 0).
+        The duration in seconds, finite and > 0.
 
     Raises:
-        ConfigError: if the text is not a positive number with an optional unit s/ms/us/ns.
+        ConfigError: if the text is not a positive finite number with a unit s/ms/us/ns.
     """
     m = _DURATION_RE.match(str(text))
     if not m:
         raise ConfigError(f"{field}: cannot read duration {text!r}; write e.g. 50ms, 1.5s or 200us")
+    if m.group(2) is None:
+        raise ConfigError(f"{field}: {text!r} has no unit; write {m.group(1)}ms or "
+                          f"{m.group(1)}s")
     value = float(m.group(1)) * _DURATION_SCALE_S[m.group(2)]
-    if value <= 0:
-        raise ConfigError(f"{field}: duration must be positive, got {text!r}")
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{field}: duration must be positive and finite, got {text!r}")
     return value
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
+
+import numpy as np
 
 from .errors import ConfigError
 
@@ -52,7 +55,8 @@ class Workload:
         activation_dtype: activations and communication precision (bf16; DESIGN §3).
 
     Raises:
-        ConfigError: (from :meth:`validate`) on non-positive lengths.
+        ConfigError: on non-integer or non-positive lengths, or an SLO that is not a positive
+            finite number of seconds.
     """
 
     phase: Phase
@@ -65,6 +69,18 @@ class Workload:
     activation_dtype: DType = DType.BF16
 
     def __post_init__(self) -> None:
+        for name in ("isl", "osl"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ConfigError(f"--{name}: must be a whole number of tokens, got {v!r}")
+        for name, flag in (("ttft_slo_s", "--ttft-slo"), ("tpot_slo_s", "--tpot-slo")):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
+                    or not 0 < v < math.inf:
+                raise ConfigError(f"{flag}: {name} must be a positive finite number of "
+                                  f"seconds, got {v!r}")
         if self.isl <= 0:
             raise ConfigError(f"--isl/--context: must be a positive token count, got {self.isl}")
         if self.osl < 0:

@@ -342,10 +342,18 @@ def load_device_file(path: str | os.PathLike[str]) -> DeviceSpec:
     return _device_from_mapping(_read_json_file(p, "device file"), str(p))
 
 
+#: Most devices a cluster may have (2**20): 40× the paper's largest setting (24,576), and the
+#: strategy space stays small enough to enumerate its degrees.
+MAX_DEVICES = 2**20
+
+
 def _parse_count(text: str, where: str) -> int:
     text = text.strip()
     if not _COUNT_RE.match(text) or int(text) < 1:
         raise ConfigError(f"{where}: device count must be a positive integer, got {_show(text)}")
+    if int(text) > MAX_DEVICES:
+        raise ConfigError(f"{where}: device count must be at most {MAX_DEVICES:,}, "
+                          f"got {_show(text)}")
     return int(text)
 
 
@@ -387,9 +395,10 @@ def _load_cluster_file(path: Path) -> ClusterSpec:
         )
 
     num = data["num_devices"]
-    if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+    if not isinstance(num, int) or isinstance(num, bool) or not 1 <= num <= MAX_DEVICES:
         raise ConfigError(
-            f"{where}: field 'num_devices' must be a positive integer, got {_show(num)}"
+            f"{where}: field 'num_devices' must be a positive integer of at most "
+            f"{MAX_DEVICES:,}, got {_show(num)}"
         )
 
     overrides = data.get("overrides", {})

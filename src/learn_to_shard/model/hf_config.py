@@ -54,6 +54,24 @@ _GIN_ENCODER_DECODER_KEYS = ("NUM_ENCODER_LAYERS", "NUM_DECODER_LAYERS", "EXPERT
 _DEEPSEEK_V4_KEYS = ("compress_ratios", "o_lora_rank", "hc_mult", "o_groups", "index_topk")
 
 
+#: Largest integer a config field may hold (2**40): real sizes are below 2**31.
+_MAX_INT = 2**40
+#: Most decoder layers a config may declare (the largest real models have ~130).
+MAX_LAYERS = 10_000
+
+
+def _no_duplicate_keys(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """``json.loads`` hook refusing a key that appears twice in one object."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise ConfigError(f"{source}: key '{k}' appears twice")
+            out[k] = v
+        return out
+    return hook
+
+
 def _supported_list() -> str:
     return ", ".join(SUPPORTED_MODEL_TYPES)
 
@@ -83,9 +101,13 @@ class _Fields:
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
-        """Integer >= ``minimum``; absent or null -> ``default`` (an error if none given)."""
-        expected = f"an integer >= {minimum}"
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1,
+                maximum: int = _MAX_INT) -> int:
+        """Integer in ``[minimum, maximum]``; absent or null -> ``default`` (an error if none
+        given). The default ``maximum`` (2**40) is far above any real size and keeps NumPy's
+        64-bit arithmetic exact."""
+        expected = f"an integer in [{minimum}, {maximum}]" if maximum < _MAX_INT \
+            else f"an integer >= {minimum}"
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
@@ -93,6 +115,8 @@ class _Fields:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(key, expected, value)
+        if value > maximum:
+            raise self.error(key, f"an integer <= {maximum}", value)
         return value
 
     def opt_integer(self, key: str, *, minimum: int = 1) -> int | None:
@@ -185,6 +209,8 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str, str]:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{source}: cannot read shipped config: {exc}") from exc
     else:
+        if not name_or_path.strip():
+            raise ConfigError("--model: empty; give a shipped model name or a config.json path")
         path = Path(name_or_path)
         looks_like_path = path.suffix == ".json" or "/" in name_or_path or "\\" in name_or_path
         if path.is_dir():
@@ -197,13 +223,14 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str, str]:
         source = str(path)
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
         if not path.is_file():
-            raise ConfigError(f"{source}: config file not found (expected an HF config.json)")
+            what = "not a regular file" if path.exists() else "config file not found"
+            raise ConfigError(f"{source}: {what} (expected an HF config.json)")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{source}: cannot read config file: {exc}") from exc
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys(source))
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
@@ -338,7 +365,7 @@ def _dense(f: _Fields, data: dict[str, Any], *, qk_norm: bool) -> dict[str, Any]
     """Llama / Qwen3. Windows: ``layer_types`` if present, else Qwen's ``use_sliding_window``
     rule (HF Qwen3Config: layer i slides iff i >= ``max_window_layers``)."""
     common = _common(f, data)
-    num_layers = f.integer("num_hidden_layers")
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     window = f.opt_integer("sliding_window")
     windows = _windows_from_layer_types(
         f, num_layers, {"full_attention": None, "sliding_attention": window}
@@ -360,7 +387,7 @@ def _dense(f: _Fields, data: dict[str, Any], *, qk_norm: bool) -> dict[str, Any]
 def _mixtral(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     """Mixtral: every layer is MoE; ``sliding_window`` (null or int) applies to all layers."""
     common = _common(f, data)
-    num_layers = f.integer("num_hidden_layers")
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     num_experts = f.integer("num_local_experts")
     top_k = f.integer("num_experts_per_tok")
     _moe_check(f, num_experts, top_k, "num_experts_per_tok")
@@ -409,7 +436,7 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     ``num_nextn_predict_layers`` are ignored (they are not used for ordinary decoding).
     """
     common = _common(f, data)
-    num_layers = f.integer("num_hidden_layers")
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     heads = f.integer("num_attention_heads")
     rope = f.integer("qk_rope_head_dim", minimum=0)
     bias = f.flag("attention_bias", False)
@@ -461,7 +488,7 @@ def _gpt_oss(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     per-head sinks; ``layer_types`` ``sliding_attention`` -> ``window = sliding_window``
     (HF GptOssConfig default when absent: even layers slide)."""
     common = _common(f, data)
-    num_layers = f.integer("num_hidden_layers")
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     window = f.integer("sliding_window")
     windows = _windows_from_layer_types(
         f, num_layers, {"full_attention": None, "sliding_attention": window}
@@ -496,7 +523,7 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     ``layer_types`` (``chunked_attention`` / ``full_attention``), when present, wins.
     """
     common = _common(f, data)
-    num_layers = f.integer("num_hidden_layers")
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     step = f.integer("interleave_moe_layer_step", 1)
     if f.has("moe_layers"):
         moe_idx = f.data["moe_layers"]

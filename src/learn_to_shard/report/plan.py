@@ -33,7 +33,8 @@ class Plan:
         feasible: a strategy met memory and SLOs.
         best: the chosen strategy's estimate (``None`` when infeasible).
         alternatives: the next best feasible strategies.
-        rejected: the highest-throughput strategies that were rejected, with their reasons.
+        rejected: up to three rejected strategies that would have beaten ``best``, with their
+            reasons (the best rejected ones when nothing is feasible).
         reasons: when infeasible, why (the closest candidate's violations and rule counts).
         violation_counts: rule name -> evaluations that broke it.
         search: evaluations, wall time, seed, budget and searcher notes.
@@ -70,7 +71,10 @@ class Plan:
                 seen.add(_signature(e))
                 alts.append(e)
         alts = alts[:4]
-        rejected = [cm.evaluate(a) for a, _, _ in result.rejected][:3]
+        # Only rejected strategies that would have been faster than the answer explain it.
+        rejected = [e for e in (cm.evaluate(a) for a, _, _ in result.rejected)
+                    if best is None or e.tokens_per_s_per_device
+                    > best.tokens_per_s_per_device][:3]
         counts = {_bit_name(b): k for b, k in sorted(result.violation_counts.items())}
         reasons: list[str] = []
         if best is None:

@@ -131,16 +131,18 @@ class Measurement:
         return METRIC_KIND[self.metric]
 
 
-def _int(row: dict[str, str], key: str, default: int | None, where: str) -> int | None:
+def _int(row: dict[str, str], key: str, default: int | None, where: str,
+         minimum: int = 0) -> int | None:
     text = (row.get(key) or "").strip()
     if not text:
         return default
     try:
         value = int(float(text))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ConfigError(f"{where}: column '{key}' must be an integer, got {text!r}") from None
-    if value < 0 or value != float(text):
-        raise ConfigError(f"{where}: column '{key}' must be a non-negative integer, got {text!r}")
+    if value < minimum or value != float(text):
+        raise ConfigError(f"{where}: column '{key}' must be an integer >= {minimum}, "
+                          f"got {text!r}")
     return value
 
 
@@ -189,20 +191,43 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"{where}: column 'value' must be positive and finite")
         batch_text = (row.get("batch") or "").strip().lower()
-        batch = None if batch_text == "max" else _int(row, "batch", 1, where)
-        tp = _int(row, "tp", 1, where) or 1
-        pp = _int(row, "pp", 1, where) or 1
-        ep = _int(row, "ep", 1, where) or 1
-        dp = _int(row, "dp", 1, where) or 1
+        batch = None if batch_text == "max" else _int(row, "batch", 1, where, 1)
+        tp = _int(row, "tp", 1, where, 1) or 1
+        pp = _int(row, "pp", 1, where, 1) or 1
+        ep = _int(row, "ep", 1, where, 1) or 1
+        dp = _int(row, "dp", 1, where, 1) or 1
+        devices = _int(row, "devices", tp * pp * dp, where, 1) or 1
+        if devices < tp * pp * dp:
+            raise ConfigError(f"{where}: column 'devices' = {devices} is fewer than tp × pp × "
+                              f"dp = {tp * pp * dp}")
         coll = (row.get("collective") or "").strip()
         if coll and coll not in _COLLECTIVES:
             raise ConfigError(f"{where}: collective {coll!r} is not one of "
                               f"{', '.join(_COLLECTIVES)}")
         mb = (row.get("message_bytes") or "").strip()
+        if metric == "collective_s":
+            if not coll:
+                raise ConfigError(f"{where}: a collective_s row needs column 'collective' "
+                                  f"({', '.join(_COLLECTIVES)})")
+            try:
+                ok = float(mb) > 0 and math.isfinite(float(mb))
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"{where}: a collective_s row needs a positive "
+                                  f"'message_bytes', got {mb!r}")
+        elif mb:
+            try:
+                ok = float(mb) >= 0 and math.isfinite(float(mb))
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"{where}: column 'message_bytes' must be a non-negative "
+                                  f"number, got {mb!r}")
         rows.append(Measurement(
             id=rid, engine=(row.get("engine") or "").strip(), model=row["model"].strip(),
             hardware=row["hardware"].strip(),
-            devices=_int(row, "devices", tp * pp * dp, where) or 1,
+            devices=devices,
             weight_dtype=(row.get("weight_dtype") or "bf16").strip().lower(),
             kv_dtype=(row.get("kv_dtype") or "").strip().lower(),
             tp=tp, pp=pp, ep=ep, dp=dp, batch=batch,
@@ -214,6 +239,8 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             sweep=(row.get("sweep") or "").strip(),
             calibration=(row.get("calibration") or "0").strip() in ("1", "true", "yes"),
             source=(row.get("source") or "").strip(), notes=(row.get("notes") or "").strip()))
+    if not rows:
+        raise ConfigError(f"{p}: no measurement rows under the header")
     return rows
 
 
@@ -737,7 +764,8 @@ def _fmt(value: float | None, metric: str) -> str:
 
 
 def render_validation(report: ValidationReport, console: Any = None, rows: bool = True) -> None:
-    """Print the per-row table (optional), the per-kind error summary and the sweep checks."""
+    """Print the per-row and per-operator tables (when ``rows``), the per-kind error summary
+    and the sweep checks."""
     from rich.console import Console
     from rich.table import Table
 
@@ -770,7 +798,7 @@ def render_validation(report: ValidationReport, console: Any = None, rows: bool 
         mark = "in order" if sw.in_order else "OUT OF ORDER"
         tie = f" (ties within {100 * TIE_TOLERANCE:.0f}%: {sw.ties})" if sw.ties else ""
         con.print(f"TP sweep {sw.sweep}: tp {list(sw.tps)} {mark}{tie}", highlight=False)
-    if report.operators:
+    if report.operators and rows:
         render_silicon(report.operators, con)
     con.print(report.summary_line(), highlight=False)
 

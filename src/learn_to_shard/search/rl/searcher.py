@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ...cost.model import CostModel
+from ...errors import ConfigError
 from ...parallel.space import active_heads, canonical
 from ..base import BudgetedEvaluator, ProgressFn, SearchResult
 from .config import RLConfig
@@ -118,11 +119,11 @@ class RLSearcher:
         """Run the search with ``budget`` evaluations.
 
         Raises:
-            ValueError: if ``budget`` is None or smaller than 4 (one initial sample and one
+            ConfigError: if ``budget`` is None or smaller than 4 (one initial sample and one
                 PPO rollout need at least that).
         """
         if budget is None or budget < 4:
-            raise ValueError(f"the rl searcher needs a budget of at least 4 evaluations, "
+            raise ConfigError(f"--budget: the rl searcher needs at least 4 evaluations, "
                              f"got {budget}")
         import torch
 
