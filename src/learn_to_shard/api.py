@@ -41,12 +41,13 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
         ph = Phase(phase)
     except ValueError:
         raise ConfigError(f"--phase: {phase!r} is not one of decode, prefill, serve") from None
-    try:
-        wd = DType(dtype)
-        kd = DType(kv_dtype) if kv_dtype else wd
-    except ValueError:
-        raise ConfigError(f"--dtype/--kv-dtype: use bf16 or fp8, got {dtype!r}/{kv_dtype!r}") \
-            from None
+    valid = ", ".join(d.value for d in DType)
+    for flag, text in (("--dtype", dtype), ("--kv-dtype", kv_dtype)):
+        if text is not None and text not in {d.value for d in DType}:
+            hint = " (fp16 runs like bf16: use bf16)" if text == "fp16" else ""
+            raise ConfigError(f"{flag}: {text!r} is not one of {valid}{hint}")
+    wd = DType(dtype)
+    kd = DType(kv_dtype) if kv_dtype else wd
     if context is not None and isl is not None:
         raise ConfigError("--context and --isl both given: use --context for decode, --isl "
                           "for prefill/serve")
