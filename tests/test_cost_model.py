@@ -396,3 +396,22 @@ def test_tp_group_that_straddles_nodes_is_priced_on_the_network():
     straddling = allreduce_s("h100-sxm:12", 6, 2)
     assert straddling > 2 * one_node
     assert allreduce_s("h100-sxm:16", 4, 4) == pytest.approx(allreduce_s("h100-sxm:4", 4, 1))
+
+
+def test_mxfp4_experts_make_gpt_oss_120b_fit_one_h100():
+    """gpt-oss-120b is served on one 80 GB GPU: 36 × 128 × 3 × 2880² = 114.66 B expert
+    weights at 4.25 bits (60.9 GB) plus the other weights at 2 B (4.3 GB) ≈ 60.7 GiB, under
+    the 71 GiB usable. (The cost model leaves out the 40 M expert biases, 0.07 GiB, and the
+    0.5 M norm weights, 1 MB: hence the 1e-4.)"""
+    from learn_to_shard.model import count_params
+
+    m = load_model("gpt-oss-120b")
+    cl = parse_cluster("h100-sxm:1")
+    space = StrategySpace.build(m, cl, batch_values=(8,))
+    e = CostModel(m, cl, Workload(Phase.SERVE, isl=1024, osl=1024), space=space).evaluate(
+        Strategy(tp=1, ep=1, pp=1, dp=1, batch=8))
+    assert e.feasible
+    matrices = 36 * 128 * 3 * 2880 * 2880
+    biases = 36 * 128 * (2 * 2880 + 2880)
+    expected = matrices * 4.25 / 8 + (count_params(m).total - matrices - biases) * 2
+    assert e.memory.weight_bytes == pytest.approx(expected, rel=1e-4)

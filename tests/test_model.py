@@ -168,6 +168,22 @@ def test_gpt_oss_20b_alternating_windows() -> None:
     assert spec.moe is not None and spec.moe.top_k == 4 and spec.moe.expert_bias
 
 
+def test_gpt_oss_mxfp4_experts_are_4_25_bits() -> None:
+    """gpt-oss ships its experts in MXFP4 (4-bit values + an 8-bit scale per 32)."""
+    assert load_model("gpt-oss-120b").expert_weight_bits == 4.25
+    assert load_model("llama-3.1-70b").expert_weight_bits is None
+    assert load_model("deepseek-v3").expert_weight_bits is None      # fp8: --dtype fp8
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq", "bitsandbytes", "compressed-tensors"])
+def test_unpriced_quantisation_is_refused(tmp_path: Path, method: str) -> None:
+    data = _shipped_json("llama-3.1-8b")
+    data["quantization_config"] = {"quant_method": method, "bits": 4}
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model(str(_write(tmp_path, data)))
+    assert method in _one_line(exc) and "quant_method" in _one_line(exc)
+
+
 def test_qwen3_30b_a3b_all_moe() -> None:
     spec = load_model("qwen3-30b-a3b")
     assert spec.num_moe_layers == spec.num_layers == 48

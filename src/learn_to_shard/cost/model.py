@@ -304,6 +304,11 @@ class CostModel:
         # FP8 checkpoints keep the embedding and LM head in 16 bits (DeepSeek-V3 FP8, ModelOpt
         # FP8 exclude lm_head); those two use 16-bit bytes and the 16-bit GEMM rate.
         self._eb = max(self._wb, float(DType.BF16.bytes))
+        # Routed experts stored below the workload dtype (MXFP4 checkpoints: 4.25 bits) keep
+        # that size in memory and in HBM traffic; their math runs at the workload's rate
+        # (Hopper has no FP4 tensor cores: vLLM's Marlin / Triton MXFP4 kernels dequantise).
+        bits = model.expert_weight_bits
+        self._ewb = min(self._wb, bits / 8.0) if bits else self._wb
         self._lm_flops = dev.peak_bf16_flops_per_s * c.flops_efficiency if fp8 \
             else self._gemm_flops
         self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
@@ -1047,7 +1052,7 @@ class CostModel:
             n_loc = np.where(choice == 1, n_dim / etp_f, n_dim)
             fl = 2 * r_loc * w_loc
             r_out = np.where(req == S0, np.ceil(pairs_out / etp_f), pairs_out)
-            by = touched * w_loc * wb + (r_loc * k_loc + r_out * n_loc) * ab
+            by = touched * w_loc * self._ewb + (r_loc * k_loc + r_out * n_loc) * ab
             m_exp = r_loc / np.maximum(touched, 1.0)          # tokens per local expert
             comp = self._roofline(fl, by, self._gemm_flops * self._shape_eff(m_exp, k_loc, n_loc))
             if act:
@@ -1106,12 +1111,12 @@ class CostModel:
         etp_f = etp.astype(np.float64)
         e_loc = moe.num_experts / ep
         w = w + split(dims[:, Op.ROUTER], sh.router_params)
-        w = w + e_loc * (split(dims[:, Op.EXPERT_UP], sh.expert_up_params, etp_f)
-                         + split(dims[:, Op.EXPERT_DOWN], sh.expert_down_params, etp_f))
         if moe.num_shared_experts:
             w = w + split(dims[:, Op.SHARED_EXPERT_UP], sh.shared_up_params) \
                 + split(dims[:, Op.SHARED_EXPERT_DOWN], sh.shared_down_params)
-        return w * wb
+        experts = e_loc * (split(dims[:, Op.EXPERT_UP], sh.expert_up_params, etp_f)
+                           + split(dims[:, Op.EXPERT_DOWN], sh.expert_down_params, etp_f))
+        return w * wb + experts * self._ewb
 
     def _kv_per_seq(self, dims: np.ndarray, tp: np.ndarray, window: int | None,
                     tokens: float) -> np.ndarray:

@@ -338,7 +338,38 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         "tie_word_embeddings": f.flag("tie_word_embeddings", False),
         "native_dtype": dtype if isinstance(dtype, str) else "bfloat16",
         "max_position_embeddings": f.integer("max_position_embeddings", 0, minimum=0),
+        "expert_weight_bits": _expert_weight_bits(f),
     }
+
+
+#: Bits per routed-expert weight of checkpoints whose experts are quantised below 8 bits:
+#: MXFP4 is 4-bit E2M1 values with one 8-bit E8M0 scale per 32 (OCP Microscaling Formats
+#: spec v1.0), 4 + 8/32 = 4.25 bits; gpt-oss quantises only its experts (its
+#: ``modules_to_not_convert`` lists attention, router, embedding and LM head).
+_EXPERT_BITS = {"mxfp4": 4.25}
+#: Quantisation methods whose weights the workload's ``--dtype`` describes (FP8 checkpoints).
+_DTYPE_QUANT = ("fp8",)
+
+
+def _expert_weight_bits(f: _Fields) -> float | None:
+    """``quantization_config.quant_method`` -> bits per expert weight (None: the dtype's).
+
+    Raises:
+        UnsupportedModelError: a method the cost model cannot price (AWQ, GPTQ, bitsandbytes,
+            …): planning it at 16 or 8 bits would misstate what fits.
+    """
+    if not f.has("quantization_config"):
+        return None
+    q = f.obj("quantization_config")
+    method = q.data.get("quant_method")
+    if method in _EXPERT_BITS:
+        return _EXPERT_BITS[method]
+    if method is None or method in _DTYPE_QUANT:
+        return None
+    raise UnsupportedModelError(
+        f"{f.source}: quantization_config.quant_method {method!r} is not modelled; supported: "
+        f"fp8 (plan with --dtype fp8), mxfp4 (expert weights at 4.25 bits), or no "
+        f"quantization_config (16-bit weights)")
 
 
 def _weight_block_size(f: _Fields) -> tuple[int, int] | None:

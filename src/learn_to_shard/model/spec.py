@@ -111,6 +111,9 @@ class ModelSpec:
             (DeepSeek FP8: (128, 128)); every sharded weight dim must be a multiple of it.
         native_dtype: ``torch_dtype`` of the checkpoint (informational).
         max_position_embeddings: longest context the model supports (tokens).
+        expert_weight_bits: bits per routed-expert weight, scales included, when the
+            checkpoint stores its experts below the workload's dtype (MXFP4: 4.25); ``None``:
+            experts are stored like the other weights.
         source: path of the config file read.
     """
 
@@ -128,6 +131,7 @@ class ModelSpec:
     weight_block_size: tuple[int, int] | None = None
     native_dtype: str = "bfloat16"
     max_position_embeddings: int = 0
+    expert_weight_bits: float | None = None
     source: str = ""
 
     @property

@@ -40,6 +40,8 @@ class Plan:
         search: evaluations, wall time, seed, budget and searcher notes.
         engine: the engine profile the cost model assumed (``None``: the defaults).
         cost_model: every cost-model factor the estimates used (field -> value).
+        expert_weight_bits: bits per routed-expert weight when the checkpoint stores its
+            experts below the workload dtype (MXFP4: 4.25), else ``None``.
     """
 
     model: str
@@ -56,6 +58,7 @@ class Plan:
     search: dict[str, object] = field(default_factory=dict)
     engine: str | None = None
     cost_model: dict[str, object] = field(default_factory=dict)
+    expert_weight_bits: float | None = None
 
     @classmethod
     def from_search(cls, cm: CostModel, result: SearchResult, method: str,
@@ -93,7 +96,8 @@ class Plan:
                            "space_size": cm.space.size,
                            **{k: v for k, v in result.notes.items()
                               if isinstance(v, (int, float, str, bool))}},
-                   engine=engine, cost_model=dataclasses.asdict(cm.config))
+                   engine=engine, cost_model=dataclasses.asdict(cm.config),
+                   expert_weight_bits=cm.model.expert_weight_bits)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dictionary (SI units; keys carry units)."""
@@ -115,6 +119,7 @@ class Plan:
             "violation_counts": self.violation_counts,
             "search": self.search,
             "engine": self.engine,
+            "expert_weight_bits": self.expert_weight_bits,
             "cost_model": self.cost_model,
         }
 

@@ -32,8 +32,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     con = console or Console()
     wl = plan.workload
     head = (f"[bold]{plan.model}[/] on [bold]{plan.cluster}[/] · {wl.phase.value} "
-            f"isl={wl.isl} osl={wl.osl} · weights {wl.weight_dtype.value}, "
-            f"KV {wl.kv_dtype.value} · method {plan.method_used}"
+            f"isl={wl.isl} osl={wl.osl} · weights {wl.weight_dtype.value}"
+            + (f" (experts {plan.expert_weight_bits:g}-bit)" if plan.expert_weight_bits else "")
+            + f", KV {wl.kv_dtype.value} · method {plan.method_used}"
             + (f" (asked: {plan.method})" if plan.method != plan.method_used else ""))
     con.print(head)
     if plan.cost_model:
