@@ -415,3 +415,23 @@ def test_mxfp4_experts_make_gpt_oss_120b_fit_one_h100():
     biases = 36 * 128 * (2 * 2880 + 2880)
     expected = matrices * 4.25 / 8 + (count_params(m).total - matrices - biases) * 2
     assert e.memory.weight_bytes == pytest.approx(expected, rel=1e-4)
+
+
+def test_chunked_and_sliding_attention_spans():
+    """Mean keys per query: chunked attention (Llama-4, 8,192-token chunks) sees on average
+    half a chunk; a sliding window the last w tokens (causal mean w − w²/2·isl in prefill)."""
+    scout = load_model("llama-4-scout")
+    assert {la.window for la in scout.layers if la.chunked} == {8192}
+    cl = parse_cluster("h100-sxm:8")
+    cm = CostModel(scout, cl, Workload(Phase.PREFILL, isl=32768))
+    dec, pf = cm._spans(8192, 32768.0)
+    assert dec == 4096 and pf == pytest.approx(4096)          # 4 whole chunks: c/2
+    assert cm._spans(8192, 100.0)[0] == 100                    # inside the first chunk
+    assert cm._spans(None, 32768.0) == (32768.0, 16384.0)      # the NoPE (global) layers
+    oss = load_model("gpt-oss-20b")
+    cm2 = CostModel(oss, cl, Workload(Phase.PREFILL, isl=32768))
+    assert not any(la.chunked for la in oss.layers)
+    dec2, pf2 = cm2._spans(128, 32768.0)
+    assert dec2 == 128 and pf2 == pytest.approx(128 - 128 * 128 / (2 * 32768))
+    cm3 = CostModel(oss, cl, Workload(Phase.PREFILL, isl=100))
+    assert cm3._spans(128, 100.0)[1] == 50                     # prompt shorter than the window

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedModelError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.ops import CHOICE_NAMES, NUM_OPS, OP_NAMES, Op
@@ -324,6 +324,12 @@ class CostModel:
             seq.append(types.index(key))
         self._types = types
         self._layer_type = np.asarray(seq, dtype=np.int64)
+        # Window sizes used by chunked (not sliding) attention; a layer type is identified by
+        # (is_moe, window), so one size cannot be both.
+        self._chunked = frozenset(layer.window for layer in model.layers if layer.chunked)
+        if any(layer.window in self._chunked and not layer.chunked for layer in model.layers):
+            raise UnsupportedModelError(f"{model.name}: a window of the same size is used "
+                                        f"both as sliding and as chunked attention")
         self._build_stage_tables()
         if model.moe is not None:
             e, k = model.moe.num_experts, model.moe.top_k
@@ -974,9 +980,7 @@ class CostModel:
         split_seq = c_att == 0
         dec_loc = np.where(split_seq, np.ceil(env["dec"] / t), env["dec"])
         pf_loc = np.where(split_seq, np.ceil(env["pf"] / t), env["pf"])
-        span_dec = ctx if window is None else min(ctx, window)
-        isl = float(self.workload.isl)
-        span_pf = isl / 2 if window is None else min(isl / 2, float(window))
+        span_dec, span_pf = self._spans(window, ctx)
         if att.kind is AttentionKind.MLA:
             lat = float(sh.kv_elems_per_token)
             kv_lora = float(att.kv_lora_rank or 0)
@@ -1117,6 +1121,24 @@ class CostModel:
         experts = e_loc * (split(dims[:, Op.EXPERT_UP], sh.expert_up_params, etp_f)
                            + split(dims[:, Op.EXPERT_DOWN], sh.expert_down_params, etp_f))
         return w * wb + experts * self._ewb
+
+    def _spans(self, window: int | None, ctx: float) -> tuple[float, float]:
+        """Mean keys a query attends to, tokens: ``(decode at context ctx, prefill of isl)``.
+
+        Full attention: ``ctx`` and ``isl / 2`` (causal). Sliding window ``w``: ``min(ctx, w)``
+        and the causal mean ``isl/2`` if ``isl <= w``, else ``w − w² / (2·isl)``. Chunked
+        attention ``c`` (a token sees its own chunk's earlier tokens): decode ``ctx`` inside the
+        first chunk, else ``c / 2`` (a sequence is on average half-way through its current
+        chunk); prefill ``(q·c² + r²) / (2·isl)`` for ``isl = q·c + r``.
+        """
+        isl = float(self.workload.isl)
+        if window is None:
+            return ctx, isl / 2
+        w = float(window)
+        if window in self._chunked:
+            q, r = divmod(isl, w)
+            return (ctx if ctx < w else w / 2), (q * w * w + r * r) / (2 * isl)
+        return min(ctx, w), (isl / 2 if isl <= w else w - w * w / (2 * isl))
 
     def _kv_per_seq(self, dims: np.ndarray, tp: np.ndarray, window: int | None,
                     tokens: float) -> np.ndarray:

@@ -548,8 +548,8 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     MoE layers: ``moe_layers`` if given, else layer i is MoE iff
     ``(i + 1) % interleave_moe_layer_step == 0``. MoE layers hold ``num_local_experts`` routed
     experts and one shared expert, both of width ``intermediate_size``; dense layers use
-    ``intermediate_size_mlp``. Attention: RoPE layers use chunked attention (modelled as
-    ``window = attention_chunk_size``); NoPE layers are global. ``no_rope_layers[i] == 1`` means
+    ``intermediate_size_mlp``. Attention: RoPE layers use chunked attention (``window =
+    attention_chunk_size``, ``chunked``); NoPE layers are global. ``no_rope_layers[i] == 1`` means
     layer i uses RoPE; its default makes every 4th layer (``(i + 1) % 4 == 0``) NoPE.
     ``layer_types`` (``chunked_attention`` / ``full_attention``), when present, wins.
     """
@@ -584,7 +584,8 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         "gated_mlp": True,
         "moe": MoESpec(num_experts, top_k, width, 1, width),
         "layers": tuple(
-            LayerSpec(is_moe=m, window=w) for m, w in zip(is_moe, windows, strict=True)
+            LayerSpec(is_moe=m, window=w, chunked=w is not None)
+            for m, w in zip(is_moe, windows, strict=True)
         ),
     }
 

@@ -85,10 +85,14 @@ class LayerSpec:
         is_moe: MoE FFN (routed + optional shared experts) rather than a dense FFN.
         window: attention span limit in tokens (sliding window or chunked attention), ``None``
             for full attention. The KV cache of such a layer holds at most ``window`` tokens.
+        chunked: the window is chunked attention (Llama-4 ``attention_chunk_size``: a token
+            attends to the earlier tokens of its own ``window``-token chunk, on average half a
+            chunk) rather than a sliding window (the last ``window`` tokens).
     """
 
     is_moe: bool
     window: int | None = None
+    chunked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
