@@ -26,3 +26,13 @@ def test_operator_weights_sum_to_the_parameter_count(name):
             total += sh.dense_up_params + sh.dense_down_params
     total += sh.vocab * sh.hidden * (1 if m.tie_word_embeddings else 2)
     assert total == pytest.approx(count_params(m).total, rel=1e-3)
+
+
+def test_qkv_output_width_is_what_attention_receives():
+    """GQA: q + k + v heads; MLA: the queries (heads × qk_head_dim) and the 576-wide latent
+    (DeepSeek-V3: 128 × 192 + 512 + 64 = 25,152), not the projection parameters over H."""
+    from learn_to_shard.cost.shapes import OpShapes
+    from learn_to_shard.model import load_model
+
+    assert OpShapes.of(load_model("llama-3.1-70b")).qkv_out == 64 * 128 + 8 * 256
+    assert OpShapes.of(load_model("deepseek-v3")).qkv_out == 128 * 192 + 576

@@ -957,7 +957,7 @@ class CostModel:
         # ---- attention block
         c_qkv, c_att, c_o = dims[:, Op.QKV_PROJ], dims[:, Op.ATTENTION], dims[:, Op.O_PROJ]
         att = m.attention
-        qkv_n = sh.qkv_params / H
+        qkv_n = float(sh.qkv_out)
         if att.kind is AttentionKind.GQA:
             kv_loc = np.where(att.num_kv_heads % env["tp"] == 0, att.num_kv_heads / t, 1.0)
             split_params = H * (sh.q_out / t + kv_loc * sh.kv_out_per_head) * t
@@ -1169,7 +1169,7 @@ class CostModel:
         sh, c = self.shapes, self.config
         t = tp.astype(np.float64)
         widest = np.maximum.reduce([
-            np.full_like(t, float(sh.hidden)), (sh.qkv_params / sh.hidden) / t,
+            np.full_like(t, float(sh.hidden)), sh.qkv_out / t,
             2.0 * sh.dense_width / t,
             2.0 * max(sh.expert_width, sh.shared_width) / etp.astype(np.float64)
             * (self.model.moe.top_k if self.model.moe else 1)])

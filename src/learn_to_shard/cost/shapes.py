@@ -22,6 +22,9 @@ class OpShapes:
         kv_out_per_head: K+V projection output width per KV head (GQA: head_dim + v_head_dim).
         qkv_params: all attention input projections of one layer (GQA: H·(q_out + 2·kv·hd);
             MLA: q_a + q_b (or q) + kv_a + kv_b).
+        qkv_out: width of what the input projections hand to attention, per token (GQA:
+            ``q_out + kv·(hd + v_hd)``; MLA: the queries ``heads × qk_head_dim`` plus the
+            latent ``kv_lora_rank + qk_rope_head_dim``: 25,152 for DeepSeek-V3).
         qkv_replicated_params: the part of ``qkv_params`` that a head split cannot divide
             (MLA's q_a and kv_a down-projections; 0 for GQA, whose K/V replication is handled
             per degree).
@@ -40,6 +43,7 @@ class OpShapes:
     q_out: int
     kv_out_per_head: int
     qkv_params: int
+    qkv_out: int
     qkv_replicated_params: int
     attn_out: int
     o_params: int
@@ -72,19 +76,22 @@ class OpShapes:
             kv_b = kv_lora * a.num_heads * (qk - a.qk_rope_head_dim + a.v_head_dim)
             qkv, qkv_rep = q_a + q_b + kv_a + kv_b, q_a + kv_a
             kv_elems = kv_lora + a.qk_rope_head_dim
+            qkv_out = a.num_heads * qk + kv_elems
             kv_per_head = 0
         else:
             kv_per_head = a.head_dim + a.v_head_dim
             qkv = h * (a.num_heads * a.head_dim + a.num_kv_heads * kv_per_head)
             qkv_rep = 0
             kv_elems = a.num_kv_heads * kv_per_head
+            qkv_out = a.num_heads * a.head_dim + kv_elems
         attn_out = a.num_heads * a.v_head_dim
         moe = m.moe
         e_w = moe.expert_intermediate_size if moe else 0
         s_w = (moe.num_shared_experts * moe.shared_intermediate_size) if moe else 0
         return cls(
             hidden=h, vocab=m.vocab_size, q_out=a.num_heads * a.head_dim,
-            kv_out_per_head=kv_per_head, qkv_params=qkv, qkv_replicated_params=qkv_rep,
+            kv_out_per_head=kv_per_head, qkv_params=qkv, qkv_out=qkv_out,
+            qkv_replicated_params=qkv_rep,
             attn_out=attn_out, o_params=attn_out * h,
             dense_width=m.dense_intermediate_size,
             dense_up_params=up_mult * h * m.dense_intermediate_size,
