@@ -435,3 +435,24 @@ def test_chunked_and_sliding_attention_spans():
     assert dec2 == 128 and pf2 == pytest.approx(128 - 128 * 128 / (2 * 32768))
     cm3 = CostModel(oss, cl, Workload(Phase.PREFILL, isl=100))
     assert cm3._spans(128, 100.0)[1] == 50                     # prompt shorter than the window
+
+
+def test_pipeline_hops_inside_a_node_use_nvlink():
+    """TP4 × PP4 on 8-GPU nodes: hops 0→1 and 2→3 stay in a node, 1→2 crosses; TP8 × PP2
+    crosses on its one hop; on one 8-GPU node TP2 × PP4 never leaves NVLink."""
+    m = load_model("llama-3.1-70b")
+    wl = Workload(Phase.DECODE, isl=1024)
+    one = np.array([1])
+
+    def hop(cluster, tp, pp, rows=64.0):
+        cm = CostModel(m, parse_cluster(cluster), wl)
+        return float(cm._p2p(np.array([rows]), one * tp, one, one * pp)[0])
+
+    cm = CostModel(m, parse_cluster("h100-sxm:16"), wl)
+    vol = 64.0 * m.hidden_size * 2 / 4
+    nv, ib = cm._link(one), cm._link(one * 9)
+    t_in = vol / nv.bw[0] + nv.alpha[0]
+    t_out = vol / ib.bw[0] + ib.alpha[0]
+    assert hop("h100-sxm:16", 4, 4) == pytest.approx((2 * t_in + t_out) / 3)
+    assert hop("h100-sxm:16", 8, 2, rows=128.0) == pytest.approx(t_out)
+    assert hop("h100-sxm:8", 2, 4, rows=32.0) == pytest.approx(t_in)

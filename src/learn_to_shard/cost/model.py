@@ -770,10 +770,27 @@ class CostModel:
     def _p2p(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
              pp: np.ndarray) -> np.ndarray:
         """Stage-to-stage send of one micro-batch's activations (each TP rank sends its
-        ``1/tp`` slice), seconds; 0 without pipelining."""
-        lk = self._link(tp * dp * pp)
-        return np.where(pp > 1, rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
-                        / lk.bw + lk.alpha, 0.0)
+        ``1/tp`` slice), seconds, averaged over the ``pp − 1`` hops; 0 without pipelining.
+
+        Stage ``s`` holds ranks ``[s·S, (s+1)·S)`` with ``S = tp·dp``; a hop runs on the
+        scale-out link when stage ``s`` and ``s+1`` together span a node boundary, else on
+        the scale-up link (TP4 PP4 on 8-GPU nodes: hops 0→1 and 2→3 stay on NVLink, 1→2
+        crosses). The instance is taken to start on a node boundary.
+        """
+        d = self._domain
+        size = (tp * dp).astype(np.int64)
+        s = np.arange(max(int(pp.max(initial=1)) - 1, 1))[None, :]          # hop index
+        first = s * size[:, None]
+        last = (s + 2) * size[:, None] - 1
+        crosses = (first // d != last // d) & (self.cluster.num_devices > d)
+        hops = np.maximum(pp - 1, 1).astype(np.float64)
+        n_cross = np.where(s < (pp - 1)[:, None], crosses, False).sum(axis=1)
+        one = np.ones_like(size)
+        inside, outside = self._link(one), self._link(one * (d + 1))
+        vol = rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
+        t_in, t_out = vol / inside.bw + inside.alpha, vol / outside.bw + outside.alpha
+        mean = (n_cross * t_out + (hops - n_cross) * t_in) / hops
+        return np.where(pp > 1, mean, 0.0)
 
     # ------------------------------------------------------------------ one step
     def _step(self, a: np.ndarray, deg: dict, dims: np.ndarray, dec: np.ndarray, ctx: float,
