@@ -122,12 +122,22 @@ class StrategySpace:
         Raises:
             ValueError: if a degree or the batch is not among this space's candidates.
         """
-        try:
-            coarse = [self.tp_values.index(s.tp), self.ep_values.index(s.ep),
-                      self.pp_values.index(s.pp), self.dp_values.index(s.dp),
-                      self.batch_values.index(s.batch)]
-        except ValueError as exc:
-            raise ValueError(f"{s.short()} is outside this strategy space: {exc}") from None
+        why = {"tp": "powers of two and divisors of the device count, up to 64",
+               "ep": "powers of two and divisors of the device count that divide the "
+                     "routed experts; 1 for dense models",
+               "pp": "powers of two and divisors of the device count, up to the layers",
+               "dp": "powers of two and divisors of the device count",
+               "batch": "the space's batch candidates"}
+        coarse = []
+        for head, values in (("tp", self.tp_values), ("ep", self.ep_values),
+                             ("pp", self.pp_values), ("dp", self.dp_values),
+                             ("batch", self.batch_values)):
+            v = getattr(s, head)
+            if v not in values:
+                shown = ", ".join(map(str, values[:12])) + (", …" if len(values) > 12 else "")
+                raise ValueError(f"{s.short()}: {head}={v} is not a candidate of this "
+                                 f"strategy space ({why[head]}: {shown})")
+            coarse.append(values.index(v))
         return np.array(coarse + list(s.dims), dtype=np.int64)
 
     def decode(self, action: np.ndarray) -> Strategy:
