@@ -83,6 +83,8 @@ def test_no_feasible_plan_exits_1_with_reason():
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
       "-o", "/nonexistent-dir/x.json"), "--output"),
     (("--model", "", "--cluster", "h100-sxm:8", "--context", "10"), "--model"),
+    (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "prefill", "--isl",
+      "1024", "--osl", "5"), "--osl"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     r = _run("plan", *args, "--quiet")

@@ -70,7 +70,10 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
     if ph is Phase.PREFILL:
         if tpot_slo_s is not None:
             raise ConfigError("--tpot-slo has no meaning for --phase prefill; use --ttft-slo")
-        return Workload(ph, isl=isl, osl=osl or 0, weight_dtype=wd, kv_dtype=kd,
+        if osl:
+            raise ConfigError("--osl has no meaning for --phase prefill (a prefill holds only "
+                              "the prompt's KV); use --phase serve for isl/osl requests")
+        return Workload(ph, isl=isl, osl=0, weight_dtype=wd, kv_dtype=kd,
                         ttft_slo_s=ttft_slo_s)
     if not osl:
         raise ConfigError("--osl: the serve phase needs an output length, e.g. --osl 1024")
