@@ -178,10 +178,26 @@ def test_gpt_oss_mxfp4_experts_are_4_25_bits() -> None:
 @pytest.mark.parametrize("method", ["awq", "gptq", "bitsandbytes", "compressed-tensors"])
 def test_unpriced_quantisation_is_refused(tmp_path: Path, method: str) -> None:
     data = _shipped_json("llama-3.1-8b")
-    data["quantization_config"] = {"quant_method": method, "bits": 4}
+    data["quantization_config"] = {"quant_method": method, "bits": 4,
+                                   "config_groups": {"g": {"weights": {"num_bits": 4,
+                                                                       "type": "int"}}}}
     with pytest.raises(UnsupportedModelError) as exc:
         load_model(str(_write(tmp_path, data)))
     assert method in _one_line(exc) and "quant_method" in _one_line(exc)
+
+
+@pytest.mark.parametrize("qc", [
+    {"quant_method": "fbgemm_fp8"},
+    {"quant_method": "modelopt", "quant_algo": "FP8"},
+    {"quant_method": "compressed-tensors", "format": "float-quantized"},
+    {"quant_method": "compressed-tensors",
+     "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}},
+])
+def test_fp8_checkpoint_formats_load(tmp_path: Path, qc: dict) -> None:
+    """FP8 checkpoints in the common formats load (planned with --dtype fp8)."""
+    data = _shipped_json("llama-3.1-8b")
+    data["quantization_config"] = qc
+    assert load_model(str(_write(tmp_path, data))).expert_weight_bits is None
 
 
 def test_qwen3_30b_a3b_all_moe() -> None:

@@ -96,6 +96,15 @@ def test_serve_rows_keep_the_step_within_the_bench_token_budget(report):
     assert kv_only.batch_used < r.batch_used       # the default 8,192-token budget binds
 
 
+def test_batch_max_decode_row_without_osl_is_predicted(tmp_path):
+    """The token budget binds serve rows only: a batch = max decode row (osl empty) works."""
+    table = tmp_path / "t.csv"
+    table.write_text("id,model,hardware,batch,isl,metric,value\n"
+                     "x,llama-3.1-8b,h100-sxm,max,512,decode_step_s,0.02\n")
+    res = predict_row(load_table(table)[0])
+    assert res.status == "ok" and res.predicted and res.batch_used > 1
+
+
 def test_bench_token_budget_follows_trtllm_bench_rounding():
     from learn_to_shard.report.validate import _bench_tokens
 

@@ -98,6 +98,8 @@ def cost_config(engine: str | None = None, gpu_memory_utilization: float | None 
     Raises:
         ConfigError: unknown engine, or a value out of range (the message names the option).
     """
+    if engine is not None and not engine.strip():
+        raise ConfigError("--engine: empty; give one of the engine profiles or leave it out")
     overrides: dict[str, float | int] = {}
     if gpu_memory_utilization is not None:
         if not 0.0 < gpu_memory_utilization <= 1.0:

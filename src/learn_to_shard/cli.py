@@ -68,8 +68,8 @@ MemUtilOpt = Annotated[float | None, typer.Option(
     "--gpu-memory-utilization", help="Fraction of each device's memory the engine may use "
     "(vLLM's flag; default 0.9, trtllm 1.0).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
-    "--max-num-batched-tokens", help="Tokens per engine step (vLLM's flag; default 8192): "
-    "bounds the prefill chunk and the activation workspace.")]
+    "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
+    "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
 
 
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
@@ -81,6 +81,17 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
                          if ttft_slo is not None else None,
                          tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
                          if tpot_slo is not None else None)
+
+
+def _engine_config(wl, engine: str | None, gpu_memory_utilization: float | None,
+                   max_num_batched_tokens: int | None):
+    """The cost-model factors of the engine flags (``api.cost_config``); the step budget only
+    exists in the serve phase (decode and prefill steps are not mixed), so it is refused
+    elsewhere rather than silently ignored."""
+    if max_num_batched_tokens is not None and wl.phase.value != "serve":
+        raise PlannerError(f"--max-num-batched-tokens has no effect with --phase "
+                           f"{wl.phase.value} (no mixed prefill/decode step); use --phase serve")
+    return cost_config(engine, gpu_memory_utilization, max_num_batched_tokens)
 
 
 def _check_output(path: Path | None, flag: str, *, directory: bool = False,
@@ -146,7 +157,7 @@ def plan_cmd(
     try:
         _check_output(output, "--output")
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
-        cfg = cost_config(engine, gpu_memory_utilization, max_num_batched_tokens)
+        cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(model, cluster, wl, cfg)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
@@ -262,8 +273,8 @@ def compare_cmd(
         if seeds < 1 or budget < 1:
             raise PlannerError("--seeds and --budget must be positive")
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
-        cm = make_cost_model(model, cluster, wl,
-                             cost_config(engine, gpu_memory_utilization, max_num_batched_tokens))
+        cm = make_cost_model(model, cluster, wl, _engine_config(
+            wl, engine, gpu_memory_utilization, max_num_batched_tokens))
         with _progress(quiet or json_out) as prog:
             tasks: dict[str, TaskID] = {}
 

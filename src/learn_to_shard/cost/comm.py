@@ -19,6 +19,9 @@ The logarithmic latency term stands for NCCL's tree/NVLS algorithms at small mes
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from ..parallel.placement import LAYOUTS, Collective, redistribute
@@ -70,9 +73,31 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
     return np.where((kind == NONE) | (n_f <= 1), 0.0, bus / bw_bytes_per_s + lat)
 
 
+@functools.lru_cache(maxsize=4096)
+def worst_local_ranks(n: int, domain: int, total: int) -> int:
+    """Fewest ranks of its own group that any rank shares its node with (itself included),
+    for groups of ``n`` consecutive ranks laid out back to back from rank 0 over ``total``
+    ranks in nodes of ``domain``. ``n`` when every group stays inside a node.
+
+    Example: ``n = 6`` on 8-rank nodes: ranks 6–7 share node 0 with no more of group 1, so 2.
+    """
+    if total <= domain or n <= 1:
+        return max(min(n, total), 1)
+    worst = n
+    period = n * domain // math.gcd(n, domain)           # the layout repeats every lcm
+    for start in range(0, min(total, period), n):
+        r, end = start, start + n
+        while r < end:
+            stop = min(end, (r // domain + 1) * domain)
+            worst = min(worst, stop - r)
+            r = stop
+    return worst
+
+
 def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
                         bw_bytes_per_s: np.ndarray, alpha_s: np.ndarray, domain: int,
-                        scale_up_bw_bytes_per_s: np.ndarray | float) -> np.ndarray:
+                        scale_up_bw_bytes_per_s: np.ndarray | float,
+                        total: int | None = None) -> np.ndarray:
     """All-to-all with an explicit per-rank send volume (MoE dispatch/combine).
 
     Args:
@@ -82,15 +107,16 @@ def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
         bw_bytes_per_s: bandwidth of the link the group spans (:meth:`CostModel.link`),
             ``[k]``.
         alpha_s: per-step latency of that link, seconds, ``[k]``.
-        domain: ranks per scale-up domain. When ``n > domain`` (the group spans nodes,
-            ``bw`` then being the scale-out link), a rank's share for its same-node
-            peers goes over ``scale_up_bw_bytes_per_s`` in parallel with the share that
-            crosses the NIC; the slower of the two sets the time. The group is taken as
-            consecutive ranks from a node boundary, and the worst-placed rank is priced: with
-            ``local = n mod domain`` ranks on the last node (``domain`` if it divides ``n``),
-            it has ``local - 1`` same-node peers and sends ``(n - local)/(n - 1)`` of its bytes
-            over the NIC. Inside one domain every byte is priced on ``bw``.
+        domain: ranks per scale-up domain. When a group spans nodes (``bw`` then being the
+            scale-out link), a rank's share for its same-node peers goes over
+            ``scale_up_bw_bytes_per_s`` in parallel with the share that crosses the NIC; the
+            slower of the two sets the time. Groups are consecutive ranks laid out back to
+            back from rank 0 and the worst-placed rank is priced: with ``local`` ranks of its
+            group on its node (:func:`worst_local_ranks`) it has ``local - 1`` same-node
+            peers and sends ``(n - local)/(n - 1)`` of its bytes over the NIC. A group inside
+            one domain prices every byte on ``bw``.
         scale_up_bw_bytes_per_s: the scale-up link's bandwidth.
+        total: ranks in the cluster (default: enough for every group to tile the layout).
 
     Returns:
         Seconds, ``[k]``: ``max(intra / bw_up, inter / bw) + ⌈log2 n⌉ α``; zero for ``n == 1``.
@@ -98,14 +124,16 @@ def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
         ~60 GB/s per rank on one 50 GB/s NIC, so same-node traffic does not all cross it) are
         within −3% to +15% of this at EP16–EP256 (``l2s validate``).
     """
-    n_f = np.maximum(n, 1).astype(np.float64)
+    n_i = np.maximum(np.asarray(n), 1).astype(np.int64)
+    n_f = n_i.astype(np.float64)
     send = np.asarray(send_bytes_per_rank, dtype=np.float64)
-    d = float(domain)
     peers = np.maximum(n_f - 1.0, 1.0)
-    rem = np.mod(n_f, d)
-    local = np.where(rem == 0, d, rem)              # ranks on the worst-placed rank's node
+    uniq, inv = np.unique(n_i, return_inverse=True)
+    local = np.array([float(worst_local_ranks(int(u), domain, total if total is not None
+                                              else int(u) * domain)) for u in uniq])
+    local = local[inv.reshape(n_i.shape)]
     t_split = np.maximum(send * (local - 1.0) / peers / scale_up_bw_bytes_per_s,
                          send * (n_f - local) / peers / bw_bytes_per_s)
-    t_bw = np.where(n_f > d, t_split, send / bw_bytes_per_s)
+    t_bw = np.where(local < n_f, t_split, send / bw_bytes_per_s)
     t = t_bw + np.ceil(np.log2(n_f)) * alpha_s
     return np.where(n_f <= 1, 0.0, t)

@@ -306,8 +306,8 @@ class Coarse:
         chunk_steps: serve TTFT steps ``ceil(isl / chunk)``.
         lw_factor: 0 where a tied LM head shares the embedding (pp = 1), else 1.
         host, host2: host time added to every stage of the main / TTFT step, seconds.
-        over_budget: the serve step exceeds the token budget
-            (``CostModel._over_token_budget``), ``[M]`` bool.
+        share: fraction of the running requests a serve step carries
+            (``CostModel._step_share``; 1 outside serve), ``[M]``.
     """
 
     actions: np.ndarray
@@ -325,7 +325,7 @@ class Coarse:
     lw_factor: np.ndarray
     host: np.ndarray
     host2: np.ndarray
-    over_budget: np.ndarray
+    share: np.ndarray
 
     def __len__(self) -> int:
         return len(self.pp)
@@ -381,7 +381,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 s_all=s_all, s_seq=np.ceil(s_all / t_f), chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
                 host=_host_time(cm, dec, pf_seqs), host2=_host_time(cm, dec, pf_seqs2),
-                over_budget=cm._over_token_budget(dec, pf))
+                share=ph["share"])
     return co, keys
 
 
@@ -787,14 +787,14 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
         raw = co.batch * float(wl.isl) / makespan / co.devices
     else:
         tpot = np.maximum(sum_t, co.m_mb * max_t)
-        raw = co.batch / tpot / co.devices
+        raw = co.batch * co.share / tpot / co.devices
         ttft = nan
         if lay.step2:
             assert emb_t2 is not None
             s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
             ttft = co.chunk_steps * s2
     peak = peak_z(st, lay, pp_idx, co, z, ws, kv_free(cm))
-    feas = (peak <= cm._usable) & ~co.over_budget
+    feas = peak <= cm._usable
     if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
         feas = feas & (tpot <= wl.tpot_slo_s)
     if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:

@@ -52,10 +52,10 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   ``isl + osl/2``) and prefills ``batch · isl / osl`` prompt tokens (each request's prompt once
   per ``osl`` steps); each request holds KV for ``isl + osl`` tokens (reserved on admission,
   ``kv_reserve_full_request``) or ``isl + osl/2``; TTFT = ``⌈isl / chunk⌉`` steps carrying a
-  prefill chunk of ``max_num_batched_tokens − batch`` tokens. A step may carry at most
-  ``max_num_batched_tokens`` tokens, so a batch with ``batch · (1 + isl/osl)`` above it per
-  micro-batch and DP rank is infeasible (``token_budget``): the engine could not keep it
-  running.
+  prefill chunk of ``max_num_batched_tokens − batch`` tokens. A step carries at most
+  ``max_num_batched_tokens`` tokens: when ``batch · (1 + isl/osl)`` per micro-batch and DP
+  rank exceeds it, only that fraction of the requests progresses per step (the rest wait for
+  their prefill), so throughput and step time saturate (:meth:`CostModel._step_share`).
 """
 
 from __future__ import annotations
@@ -86,9 +86,6 @@ from .shapes import OpShapes
 # Cost-side violation bits (after the structural RULES bits).
 _COST_RULES = (
     ("memory", "does not fit in device memory"),
-    ("token_budget", "a serve step would carry batch × (1 + isl/osl) tokens per micro-batch, "
-     "more than the engine's max_num_batched_tokens: the batch cannot be sustained (lower it "
-     "or raise --max-num-batched-tokens)"),
     ("tpot_slo", "TPOT above the SLO"),
     ("ttft_slo", "TTFT above the SLO"),
 )
@@ -431,7 +428,8 @@ class CostModel:
         """MoE dispatch / combine over ``group`` ranks, hierarchical across nodes
         (:func:`~learn_to_shard.cost.comm.all_to_all_v_time_s` with this cluster's domain)."""
         up = self.cluster.device.scale_up_bytes_per_s * self.config.scale_up_efficiency
-        return all_to_all_v_time_s(send, group, link.bw, link.alpha, self._domain, up)
+        return all_to_all_v_time_s(send, group, link.bw, link.alpha, self._domain, up,
+                                   self.cluster.num_devices)
 
     def all_to_all_time_s(self, send_bytes_per_rank: float, group: int) -> float:
         """One all-to-all over ``group`` consecutive ranks where each rank sends
@@ -599,7 +597,7 @@ class CostModel:
             instance_tps = batch * isl / makespan
         else:
             tpot = np.maximum(sum_t, m_mb * max_t)
-            instance_tps = batch / tpot
+            instance_tps = batch * ph["share"] / tpot
             if wl.phase is Phase.SERVE:
                 st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
                 t2 = st2["stage_t"].sum(axis=1) + (pp - 1) * st2["p2p"]
@@ -652,7 +650,6 @@ class CostModel:
             max_context = np.minimum(max_context, float(self.model.max_position_embeddings))
 
         bits = bits | np.where(~fits, _COST_BIT["memory"], 0)
-        bits = bits | np.where(self._over_token_budget(dec, pf), _COST_BIT["token_budget"], 0)
         if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
             bits = bits | np.where(tpot > wl.tpot_slo_s, _COST_BIT["tpot_slo"], 0)
         if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
@@ -682,8 +679,10 @@ class CostModel:
         Returns:
             ``m`` micro-batches; ``seq_dp`` sequences per micro-batch per DP rank; ``dec``
             decode sequences, ``pf`` prompt tokens and ``pf_seqs`` prompts completing, per step
-            and DP rank; ``ctx`` mean decode KV length (tokens); for serve the TTFT step's
-            ``pf2``/``pf_seqs2`` (one chunk) and ``chunk_steps`` (zeros otherwise).
+            and DP rank; ``share`` the fraction of the running requests a step can carry
+            (:meth:`_step_share`; 1 outside serve); ``ctx`` mean decode KV length (tokens);
+            for serve the TTFT step's ``pf2``/``pf_seqs2`` (one chunk) and ``chunk_steps``
+            (zeros otherwise).
         """
         wl, c = self.workload, self.config
         n = len(pp)
@@ -696,31 +695,35 @@ class CostModel:
             dec, pf, pf_seqs, ctx = seq_dp, zeros, zeros, float(wl.isl)
         elif wl.phase is Phase.PREFILL:
             dec, pf, pf_seqs, ctx = zeros, seq_dp * isl, seq_dp, 0.0
-        else:
-            pf_seqs = seq_dp / osl
-            dec, pf, ctx = seq_dp, seq_dp * isl / osl, wl.decode_context
+        share = np.ones(n)
         if wl.phase is Phase.SERVE:
-            chunk = np.minimum(np.maximum(c.max_num_batched_tokens - seq_dp, 1.0), isl)
+            share = self._step_share(seq_dp)
+            dec = seq_dp * share
+            pf_seqs, pf, ctx = dec / osl, dec * isl / osl, wl.decode_context
+            chunk = np.minimum(np.maximum(c.max_num_batched_tokens - dec, 1.0), isl)
             pf2, pf_seqs2, chunk_steps = chunk, chunk / isl, np.ceil(isl / chunk)
         else:
             pf2, pf_seqs2, chunk_steps = zeros, zeros, zeros
         return {"m": m_mb, "seq_dp": seq_dp, "dec": dec, "pf": pf, "pf_seqs": pf_seqs,
-                "ctx": ctx, "pf2": pf2, "pf_seqs2": pf_seqs2, "chunk_steps": chunk_steps}
+                "share": share, "ctx": ctx, "pf2": pf2, "pf_seqs2": pf_seqs2,
+                "chunk_steps": chunk_steps}
 
-    def _over_token_budget(self, dec: np.ndarray, pf: np.ndarray) -> np.ndarray:
-        """Serve phase: whether a step exceeds the engine's token budget, ``[n]`` bool.
+    def _step_share(self, seq_dp: np.ndarray) -> np.ndarray:
+        """Serve phase: the fraction of the running requests a step can carry, ``[n]``.
 
-        A steady-state serve step carries ``dec`` decode tokens and ``pf = dec · isl / osl``
-        prompt tokens per micro-batch and DP rank (module docstring, "Phases"); the scheduler
-        caps a step at ``max_num_batched_tokens`` (vLLM ``--max-num-batched-tokens``,
-        TensorRT-LLM ``max_num_tokens``), so a batch needing more cannot be kept running:
-        requests would queue for their prefill. trtllm-bench sizes ``max_num_tokens`` with the
-        same ``batch × (1 + isl/osl)`` (tensorrt_llm/bench/build/tuning.py
-        ``finetune_setting``). Always False outside the serve phase.
+        A steady-state step decodes one token for each of ``seq_dp`` running requests and
+        prefills their share of prompts, ``seq_dp · isl / osl`` tokens (per micro-batch and DP
+        rank, module docstring "Phases"). The scheduler caps a step at
+        ``max_num_batched_tokens`` (vLLM ``--max-num-batched-tokens``, TensorRT-LLM
+        ``max_num_tokens``; trtllm-bench sizes it with the same ``batch × (1 + isl/osl)``,
+        tensorrt_llm/bench/build/tuning.py ``finetune_setting``), so only
+        ``min(1, budget / (seq_dp · (1 + isl/osl)))`` of the requests progress per step: beyond
+        that batch, throughput and step time stop growing (requests wait for their prefill),
+        and a prompt longer than the budget takes several steps.
         """
-        if self.workload.phase is not Phase.SERVE:
-            return np.zeros(np.shape(dec), dtype=bool)
-        return dec + pf > self.config.max_num_batched_tokens
+        wl = self.workload
+        need = seq_dp * (1.0 + float(wl.isl) / float(wl.osl))
+        return np.minimum(1.0, self.config.max_num_batched_tokens / need)
 
     def _host_time(self, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray | None:
         """Engine host time per stage step not hidden behind the GPU:

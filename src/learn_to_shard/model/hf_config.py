@@ -347,8 +347,25 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
 #: spec v1.0), 4 + 8/32 = 4.25 bits; gpt-oss quantises only its experts (its
 #: ``modules_to_not_convert`` lists attention, router, embedding and LM head).
 _EXPERT_BITS = {"mxfp4": 4.25}
-#: Quantisation methods whose weights the workload's ``--dtype`` describes (FP8 checkpoints).
-_DTYPE_QUANT = ("fp8",)
+#: Quantisation methods whose weights the workload's ``--dtype fp8`` describes: FP8
+#: checkpoints (DeepSeek ``fp8``, Meta's ``fbgemm_fp8``; ModelOpt and compressed-tensors are
+#: checked for 8-bit float weights in :func:`_is_fp8`).
+_DTYPE_QUANT = ("fp8", "fbgemm_fp8")
+
+
+def _is_fp8(method: object, q: dict[str, Any]) -> bool:
+    """Whether a ModelOpt / compressed-tensors ``quantization_config`` stores 8-bit floats."""
+    if method == "modelopt":
+        return str(q.get("quant_algo", "")).upper() == "FP8"
+    if method == "compressed-tensors":
+        if q.get("format") == "float-quantized":
+            return True
+        groups = q.get("config_groups")
+        if isinstance(groups, dict) and groups:
+            weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)]
+            return all(isinstance(w, dict) and w.get("num_bits") == 8
+                       and w.get("type") == "float" for w in weights) and bool(weights)
+    return False
 
 
 def _expert_weight_bits(f: _Fields) -> float | None:
@@ -364,12 +381,12 @@ def _expert_weight_bits(f: _Fields) -> float | None:
     method = q.data.get("quant_method")
     if method in _EXPERT_BITS:
         return _EXPERT_BITS[method]
-    if method is None or method in _DTYPE_QUANT:
+    if method is None or method in _DTYPE_QUANT or _is_fp8(method, q.data):
         return None
     raise UnsupportedModelError(
         f"{f.source}: quantization_config.quant_method {method!r} is not modelled; supported: "
-        f"fp8 (plan with --dtype fp8), mxfp4 (expert weights at 4.25 bits), or no "
-        f"quantization_config (16-bit weights)")
+        f"FP8 checkpoints (fp8, fbgemm_fp8, ModelOpt FP8, compressed-tensors float8; plan "
+        f"with --dtype fp8), mxfp4 (expert weights at 4.25 bits), or none (16-bit weights)")
 
 
 def _weight_block_size(f: _Fields) -> tuple[int, int] | None:

@@ -14,6 +14,7 @@ Seed-independent searchers (``megatron``, ``megatron-rule``, and any searcher wh
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -316,7 +317,8 @@ def _jsonable(v: object) -> object:
 
 
 def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None) -> dict[str, object]:
-    """JSON-ready dictionary: problem, summaries with ratios, per-run results, curves.
+    """JSON-ready dictionary: problem, summaries with ratios, per-run results, curves, and
+    (with ``cm``) the cost-model factors the runs were priced with.
 
     Curves are sampled at :data:`CURVE_POINTS` evenly spaced evaluation counts (``curve_at``).
     With ``cm``, each run's best strategy is also given in the short readable form.
@@ -348,4 +350,5 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None) -> dict[str
                       "seeds": cmp.seeds, "wall_s": cmp.wall_s, "curve_at": at,
                       "optimum_tokens_per_s_per_device": cmp.optimum,
                       "optimum_note": cmp.optimum_note,
+                      "cost_model": None if cm is None else dataclasses.asdict(cm.config),
                       "methods": methods})  # type: ignore[return-value]

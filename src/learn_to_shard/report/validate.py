@@ -358,7 +358,7 @@ def row_config(r: Measurement, base: CostModelConfig | None = None) -> CostModel
 def _budget_batch(r: Measurement, budget: int) -> int:
     """Largest batch whose serve step fits ``budget`` tokens: ``ceil(ceil(b / m) / dp) ·
     (1 + isl/osl) <= budget`` with ``m = min(pp, b)`` micro-batches
-    (``CostModel._over_token_budget``)."""
+    (``CostModel._step_share`` is 1 up to it)."""
     per = max(1, int(budget // (1.0 + r.isl / r.osl)))
     return per * r.dp * max(r.pp, 1)
 
@@ -379,7 +379,9 @@ def _max_batch(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload,
     """``batch = max``: as many running requests as the KV cache holds, within the engine cap
     ``max_batch`` and, when the row states ``max_num_tokens``, within the token budget the
     engine builds for that batch (trtllm-bench, :func:`_bench_tokens`; the activation
-    workspace is sized for it). Returns the batch and its estimate."""
+    workspace is sized for it). The token budget only binds serve (throughput) rows.
+    Returns the batch and its estimate."""
+    serve = wl.phase is Phase.SERVE
     if r.max_num_tokens:
         cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
     batch = 1
@@ -388,18 +390,18 @@ def _max_batch(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload,
         batch = max(1, probe.max_batch)
         if r.max_batch:
             batch = min(batch, r.max_batch)
-        if not r.max_num_tokens:
+        if not (r.max_num_tokens and serve):
             break
         tokens = _bench_tokens(r, batch)
         if tokens == cfg.max_num_batched_tokens:
             break
         cfg = dataclasses.replace(cfg, max_num_batched_tokens=tokens)
-    batch = max(1, min(batch, _budget_batch(r, cfg.max_num_batched_tokens)))
+    if serve:
+        batch = max(1, min(batch, _budget_batch(r, cfg.max_num_batched_tokens)))
     # The linear extrapolation can overshoot by a request; step down until it fits.
     for _ in range(4):
         e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
-        if batch == 1 or not any(v.startswith(("memory", "token_budget"))
-                                 for v in e.violations):
+        if batch == 1 or not any(v.startswith("memory") for v in e.violations):
             break
         batch = max(1, min(batch - 1, e.max_batch))
     return batch, e
@@ -439,7 +441,7 @@ def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
             cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
         e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
     structural = [v for v in e.violations
-                  if not v.startswith(("memory", "token_budget", "tpot_slo", "ttft_slo"))]
+                  if not v.startswith(("memory", "tpot_slo", "ttft_slo"))]
     if structural:
         return RowResult(r, None, "not expressible", "; ".join(structural), batch)
     if r.kind == "throughput":
