@@ -50,7 +50,6 @@ names the file and field and says what would be valid.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -61,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..jsonio import loads_strict
 from .spec import ClusterSpec, DeviceSpec
 
 __all__ = ["device_names", "load_device", "load_device_file", "parse_cluster"]
@@ -109,32 +109,6 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _json_loads(text: str, where: str) -> Any:
-    """Parse JSON strictly: no NaN/Infinity, no duplicate keys.
-
-    Raises:
-        ConfigError: on any syntax error, naming ``where`` and the line/column.
-    """
-
-    def bad_constant(name: str) -> Any:
-        raise ConfigError(f"{where}: {name} is not allowed; write a finite number")
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise ConfigError(f"{where}: key {_show(key)} appears twice; keep one")
-            out[key] = value
-        return out
-
-    try:
-        return json.loads(text, parse_constant=bad_constant, object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{where}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-        ) from None
-
-
 def _is_file(path: Path) -> bool:
     """``path.is_file()`` that treats unusable names (too long, NUL bytes) as absent."""
     try:
@@ -163,7 +137,7 @@ def _read_json_file(path: Path, what: str, hint: str = "") -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"{what} {shown}: cannot read file ({reason})") from None
-    return _json_loads(text, str(path))
+    return loads_strict(text, str(path))
 
 
 def _is_number(value: Any) -> bool:
@@ -284,7 +258,7 @@ def _presets_hint() -> str:
 def _load_preset(key: str) -> DeviceSpec:
     where = f"device preset {key}.json"
     text = _devices_dir().joinpath(f"{key}.json").read_text(encoding="utf-8")
-    device = _device_from_mapping(_json_loads(text, where), where)
+    device = _device_from_mapping(loads_strict(text, where), where)
     if device.name != key:
         raise ConfigError(
             f"{where}: field 'name' is {device.name!r} but must equal the file name {key!r}"

@@ -17,7 +17,6 @@ DeepSeek-V4's compressed sparse attention are rejected with :class:`UnsupportedM
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UnsupportedModelError
+from ..jsonio import loads_strict
 from .spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec
 
 if TYPE_CHECKING:
@@ -58,18 +58,6 @@ _DEEPSEEK_V4_KEYS = ("compress_ratios", "o_lora_rank", "hc_mult", "o_groups", "i
 _MAX_INT = 2**40
 #: Most decoder layers a config may declare (the largest real models have ~130).
 MAX_LAYERS = 10_000
-
-
-def _no_duplicate_keys(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    """``json.loads`` hook refusing a key that appears twice in one object."""
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in out:
-                raise ConfigError(f"{source}: key '{k}' appears twice")
-            out[k] = v
-        return out
-    return hook
 
 
 def _supported_list() -> str:
@@ -229,12 +217,7 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str, str]:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{source}: cannot read config file: {exc}") from exc
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys(source))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from exc
+    data = loads_strict(text, source)
     if not isinstance(data, dict):
         raise ConfigError(
             f"{source}: top level must be a JSON object (an HF config.json), "
