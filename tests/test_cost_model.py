@@ -469,6 +469,8 @@ def test_all_to_all_of_a_straddling_group_splits_its_bytes_by_node():
     assert [worst_local_ranks(n, 8, 24) for n in (1, 2, 3, 4, 6, 8, 12, 24)] == \
         [1, 2, 1, 4, 2, 8, 4, 8]
     assert worst_local_ranks(6, 8, 6) == 6                  # one 6-GPU node: no straddle
+    # Only whole groups count: on 21 ranks the one 14-rank group puts >= 6 on each node.
+    assert worst_local_ranks(14, 8, 21) == 6 and worst_local_ranks(6, 8, 9) == 6
     cm = CostModel(tiny_moe(experts=24), parse_cluster("h100-sxm:12"),
                    Workload(Phase.DECODE, isl=128))
     send = 64e6

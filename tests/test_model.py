@@ -175,6 +175,14 @@ def test_gpt_oss_mxfp4_experts_are_4_25_bits() -> None:
     assert load_model("deepseek-v3").expert_weight_bits is None      # fp8: --dtype fp8
 
 
+def test_modelopt_nvfp4_is_refused_naming_its_algorithm(tmp_path: Path) -> None:
+    data = _shipped_json("llama-3.1-8b")
+    data["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model(str(_write(tmp_path, data)))
+    assert "NVFP4" in _one_line(exc)
+
+
 @pytest.mark.parametrize("method", ["awq", "gptq", "bitsandbytes", "compressed-tensors"])
 def test_unpriced_quantisation_is_refused(tmp_path: Path, method: str) -> None:
     data = _shipped_json("llama-3.1-8b")
@@ -189,6 +197,8 @@ def test_unpriced_quantisation_is_refused(tmp_path: Path, method: str) -> None:
 @pytest.mark.parametrize("qc", [
     {"quant_method": "fbgemm_fp8"},
     {"quant_method": "modelopt", "quant_algo": "FP8"},
+    {"quant_method": "modelopt", "quant_algo": "FP8_PB_WO"},
+    {"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"},
     {"quant_method": "compressed-tensors", "format": "float-quantized"},
     {"quant_method": "compressed-tensors",
      "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}},

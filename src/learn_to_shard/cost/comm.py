@@ -76,8 +76,8 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
 @functools.lru_cache(maxsize=4096)
 def worst_local_ranks(n: int, domain: int, total: int) -> int:
     """Fewest ranks of its own group that any rank shares its node with (itself included),
-    for groups of ``n`` consecutive ranks laid out back to back from rank 0 over ``total``
-    ranks in nodes of ``domain``. ``n`` when every group stays inside a node.
+    for the whole groups of ``n`` consecutive ranks laid out back to back from rank 0 over
+    ``total`` ranks in nodes of ``domain``. ``n`` when every group stays inside a node.
 
     Example: ``n = 6`` on 8-rank nodes: ranks 6–7 share node 0 with no more of group 1, so 2.
     """
@@ -85,8 +85,11 @@ def worst_local_ranks(n: int, domain: int, total: int) -> int:
         return max(min(n, total), 1)
     worst = n
     period = n * domain // math.gcd(n, domain)           # the layout repeats every lcm
-    for start in range(0, min(total, period), n):
-        r, end = start, start + n
+    # Whole groups only (a trailing fragment of fewer than n ranks is not a group); a cluster
+    # smaller than one group holds the one group it can.
+    last = max(total - n, 0)
+    for start in range(0, min(last, period - 1) + 1, n):
+        r, end = start, min(start + n, total)
         while r < end:
             stop = min(end, (r // domain + 1) * domain)
             worst = min(worst, stop - r)

@@ -338,8 +338,8 @@ _DTYPE_QUANT = ("fp8", "fbgemm_fp8")
 
 def _is_fp8(method: object, q: dict[str, Any]) -> bool:
     """Whether a ModelOpt / compressed-tensors ``quantization_config`` stores 8-bit floats."""
-    if method == "modelopt":
-        return str(q.get("quant_algo", "")).upper() == "FP8"
+    if method == "modelopt":     # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO (128×128 blocks)
+        return str(q.get("quant_algo", "")).upper().startswith("FP8")
     if method == "compressed-tensors":
         if q.get("format") == "float-quantized":
             return True
@@ -366,8 +366,10 @@ def _expert_weight_bits(f: _Fields) -> float | None:
         return _EXPERT_BITS[method]
     if method is None or method in _DTYPE_QUANT or _is_fp8(method, q.data):
         return None
+    algo = q.data.get("quant_algo")
+    what = f"{method!r}" + (f" (quant_algo {algo!r})" if algo is not None else "")
     raise UnsupportedModelError(
-        f"{f.source}: quantization_config.quant_method {method!r} is not modelled; supported: "
+        f"{f.source}: quantization_config.quant_method {what} is not modelled; supported: "
         f"FP8 checkpoints (fp8, fbgemm_fp8, ModelOpt FP8, compressed-tensors float8; plan "
         f"with --dtype fp8), mxfp4 (expert weights at 4.25 bits), or none (16-bit weights)")
 
