@@ -471,6 +471,11 @@ def test_all_to_all_of_a_straddling_group_splits_its_bytes_by_node():
     assert worst_local_ranks(6, 8, 6) == 6                  # one 6-GPU node: no straddle
     # Only whole groups count: on 21 ranks the one 14-rank group puts >= 6 on each node.
     assert worst_local_ranks(14, 8, 21) == 6 and worst_local_ranks(6, 8, 9) == 6
+    # The link and the all-to-all ask the same question: on 9 GPUs the one whole 6-rank group
+    # sits in node 0, so both stay on NVLink.
+    nine = CostModel(tiny_moe(experts=24), parse_cluster("h100-sxm:9"),
+                     Workload(Phase.DECODE, isl=128))
+    assert nine.link(6) == nine.link(1)
     cm = CostModel(tiny_moe(experts=24), parse_cluster("h100-sxm:12"),
                    Workload(Phase.DECODE, isl=128))
     send = 64e6

@@ -82,7 +82,7 @@ def worst_local_ranks(n: int, domain: int, total: int) -> int:
     Example: ``n = 6`` on 8-rank nodes: ranks 6–7 share node 0 with no more of group 1, so 2.
     """
     if total <= domain or n <= 1:
-        return max(min(n, total), 1)
+        return max(n, 1)                 # one domain (or one rank): no group can straddle
     worst = n
     period = n * domain // math.gcd(n, domain)           # the layout repeats every lcm
     # Whole groups only (a trailing fragment of fewer than n ranks is not a group); a cluster
@@ -95,6 +95,17 @@ def worst_local_ranks(n: int, domain: int, total: int) -> int:
             worst = min(worst, stop - r)
             r = stop
     return worst
+
+
+def worst_local_ranks_many(n: np.ndarray, domain: int, total: int | None = None) -> np.ndarray:
+    """:func:`worst_local_ranks` element-wise over group sizes ``n`` (any shape; computed once
+    per distinct size); ``total`` defaults to ``n · domain`` (groups tile the layout)."""
+    n_i = np.maximum(np.asarray(n), 1).astype(np.int64)
+    uniq, inv = np.unique(n_i, return_inverse=True)
+    local = np.array([float(worst_local_ranks(int(u), domain,
+                                              total if total is not None else int(u) * domain))
+                      for u in uniq])
+    return local[inv.reshape(n_i.shape)]
 
 
 def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
@@ -127,14 +138,10 @@ def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
         ~60 GB/s per rank on one 50 GB/s NIC, so same-node traffic does not all cross it) are
         within −3% to +15% of this at EP16–EP256 (``l2s validate``).
     """
-    n_i = np.maximum(np.asarray(n), 1).astype(np.int64)
-    n_f = n_i.astype(np.float64)
+    n_f = np.maximum(np.asarray(n), 1).astype(np.float64)
     send = np.asarray(send_bytes_per_rank, dtype=np.float64)
     peers = np.maximum(n_f - 1.0, 1.0)
-    uniq, inv = np.unique(n_i, return_inverse=True)
-    local = np.array([float(worst_local_ranks(int(u), domain, total if total is not None
-                                              else int(u) * domain)) for u in uniq])
-    local = local[inv.reshape(n_i.shape)]
+    local = worst_local_ranks_many(n, domain, total)
     t_split = np.maximum(send * (local - 1.0) / peers / scale_up_bw_bytes_per_s,
                          send * (n_f - local) / peers / bw_bytes_per_s)
     t_bw = np.where(local < n_f, t_split, send / bw_bytes_per_s)

@@ -79,6 +79,7 @@ from .comm import (
     all_to_all_v_time_s,
     collective_time_s,
     transition_label,
+    worst_local_ranks_many,
 )
 from .config import CostModelConfig
 from .shapes import OpShapes
@@ -370,15 +371,21 @@ class CostModel:
         """Link a group of ``extent`` consecutive ranks spans, ``[n]``: scale-up if every such
         group stays inside one domain, else scale-out (the slowest group sets the step).
 
-        Groups are laid out back to back from rank 0 (TP innermost), so they all stay inside
-        a domain only if ``extent`` divides the domain size (or the cluster is one domain):
-        with 8-GPU nodes, TP6's second group holds ranks 6–11 and crosses a node.
+        Groups are laid out back to back from rank 0 (TP innermost); whether one of them
+        straddles a node is :func:`~learn_to_shard.cost.comm.worst_local_ranks` (the all-to-all
+        asks the same): with 8-GPU nodes, TP6's second group holds ranks 6–11 and crosses a
+        node. A group larger than a one-domain cluster stays on the scale-up link.
         """
+        d = self._domain
+        intra = (extent <= d) & (worst_local_ranks_many(extent, d, self.cluster.num_devices)
+                                 >= extent)
+        return self._link_of(intra)
+
+    def _link_of(self, intra: np.ndarray) -> _Link:
+        """The scale-up link where ``intra`` is true, else the scale-out one (bandwidth times
+        its efficiency; latency from the config, else the device preset), ``[n]``."""
         dev = self.cluster.device
         c = self.config
-        d = self._domain
-        intra = (extent <= d) & ((d % np.maximum(extent, 1) == 0)
-                                 | (self.cluster.num_devices <= d))
         bw = np.where(intra, dev.scale_up_bytes_per_s * c.scale_up_efficiency,
                       dev.scale_out_bytes_per_s * c.scale_out_efficiency)
         up_a = c.scale_up_latency_s if c.scale_up_latency_s is not None \
@@ -788,8 +795,8 @@ class CostModel:
         crosses = (first // d != last // d) & (self.cluster.num_devices > d)
         hops = np.maximum(pp - 1, 1).astype(np.float64)
         n_cross = np.where(s < (pp - 1)[:, None], crosses, False).sum(axis=1)
-        one = np.ones_like(size)
-        inside, outside = self._link(one), self._link(one * (d + 1))
+        inside = self._link_of(np.ones(len(size), dtype=bool))
+        outside = self._link_of(np.zeros(len(size), dtype=bool))
         vol = rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
         t_in, t_out = vol / inside.bw + inside.alpha, vol / outside.bw + outside.alpha
         mean = (n_cross * t_out + (hops - n_cross) * t_in) / hops
