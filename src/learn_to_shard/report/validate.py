@@ -146,6 +146,15 @@ def _int(row: dict[str, str], key: str, default: int | None, where: str,
     return value
 
 
+def _finite(text: str) -> float | None:
+    """``text`` as a finite float, or None when it is not one."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def load_table(path: str | Path | None = None) -> list[Measurement]:
     """Read a measurement table (CSV with the :data:`COLUMNS` header).
 
@@ -205,25 +214,17 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             raise ConfigError(f"{where}: collective {coll!r} is not one of "
                               f"{', '.join(_COLLECTIVES)}")
         mb = (row.get("message_bytes") or "").strip()
+        message_bytes = _finite(mb) if mb else 0.0
         if metric == "collective_s":
             if not coll:
                 raise ConfigError(f"{where}: a collective_s row needs column 'collective' "
                                   f"({', '.join(_COLLECTIVES)})")
-            try:
-                ok = float(mb) > 0 and math.isfinite(float(mb))
-            except ValueError:
-                ok = False
-            if not ok:
+            if not (message_bytes and message_bytes > 0):
                 raise ConfigError(f"{where}: a collective_s row needs a positive "
                                   f"'message_bytes', got {mb!r}")
-        elif mb:
-            try:
-                ok = float(mb) >= 0 and math.isfinite(float(mb))
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ConfigError(f"{where}: column 'message_bytes' must be a non-negative "
-                                  f"number, got {mb!r}")
+        elif message_bytes is None or message_bytes < 0:
+            raise ConfigError(f"{where}: column 'message_bytes' must be a non-negative "
+                              f"number, got {mb!r}")
         rows.append(Measurement(
             id=rid, engine=(row.get("engine") or "").strip(), model=row["model"].strip(),
             hardware=row["hardware"].strip(),
@@ -235,7 +236,7 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             max_num_tokens=_int(row, "max_num_tokens", None, where) or None,
             isl=_int(row, "isl", 0, where) or 0, osl=_int(row, "osl", 0, where) or 0,
             metric=metric, value=value, collective=coll,
-            message_bytes=float(mb) if mb else 0.0,
+            message_bytes=message_bytes,
             sweep=(row.get("sweep") or "").strip(),
             calibration=(row.get("calibration") or "0").strip() in ("1", "true", "yes"),
             source=(row.get("source") or "").strip(), notes=(row.get("notes") or "").strip()))
@@ -377,13 +378,11 @@ def _bench_tokens(r: Measurement, batch: int) -> int:
 def _max_batch(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload,
                cfg: CostModelConfig) -> tuple[int, Estimate]:
     """``batch = max``: as many running requests as the KV cache holds, within the engine cap
-    ``max_batch`` and, when the row states ``max_num_tokens``, within the token budget the
-    engine builds for that batch (trtllm-bench, :func:`_bench_tokens`; the activation
-    workspace is sized for it). The token budget only binds serve (throughput) rows.
-    Returns the batch and its estimate."""
+    ``max_batch`` and, when the row states ``max_num_tokens`` (``cfg`` already carries it as
+    the budget), within the token budget the engine builds for that batch (trtllm-bench,
+    :func:`_bench_tokens`; the activation workspace is sized for it). The token budget only
+    binds serve (throughput) rows. Returns the batch and its estimate."""
     serve = wl.phase is Phase.SERVE
-    if r.max_num_tokens:
-        cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
     batch = 1
     for _ in range(3):             # the budget sizes the workspace, which sizes the KV room
         probe = _cost_model(m, cluster, wl, 1, cfg).evaluate(_strategy(r, 1))
@@ -433,12 +432,12 @@ def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
     except PlannerError as exc:
         why = str(exc).split(";")[0].split(": not a shipped")[0]
         return RowResult(r, None, "not expressible", f"{why} ({r.notes})" if r.notes else why)
+    if r.max_num_tokens:
+        cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
     batch = r.batch if r.batch is not None else 1
     if r.batch is None:
         batch, e = _max_batch(r, m, cluster, wl, cfg)
     else:
-        if r.max_num_tokens:
-            cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
         e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
     structural = [v for v in e.violations
                   if not v.startswith(("memory", "tpot_slo", "ttft_slo"))]
