@@ -30,9 +30,10 @@ from .api import (
     make_workload,
     search_plan,
 )
-from .cost.config import ENGINE_PROFILES
+from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .errors import PlannerError
 from .units import parse_duration_s
+from .workload import Phase, Workload
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Plan distributed LLM inference: parallelism degrees and per-operator "
@@ -83,12 +84,12 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
                          if tpot_slo is not None else None)
 
 
-def _engine_config(wl, engine: str | None, gpu_memory_utilization: float | None,
-                   max_num_batched_tokens: int | None):
+def _engine_config(wl: Workload, engine: str | None, gpu_memory_utilization: float | None,
+                   max_num_batched_tokens: int | None) -> CostModelConfig:
     """The cost-model factors of the engine flags (``api.cost_config``); the step budget only
     exists in the serve phase (decode and prefill steps are not mixed), so it is refused
     elsewhere rather than silently ignored."""
-    if max_num_batched_tokens is not None and wl.phase.value != "serve":
+    if max_num_batched_tokens is not None and wl.phase is not Phase.SERVE:
         raise PlannerError(f"--max-num-batched-tokens has no effect with --phase "
                            f"{wl.phase.value} (no mixed prefill/decode step); use --phase serve")
     return cost_config(engine, gpu_memory_utilization, max_num_batched_tokens)
