@@ -185,11 +185,11 @@ def _tables(comparisons: list[tuple[str, Comparison]], methods: tuple[str, ...],
 
 
 def _optimum(cm) -> tuple[float | None, str]:
-    """The exact optimum (no time limit) and its wall time, for the fraction-of-optimum table."""
+    """The exact optimum (no time or work limit) and its wall time, for the fraction-of-optimum table."""
     from learn_to_shard.search.exact import try_exact
 
     t0 = time.perf_counter()
-    res = try_exact(cm, None)
+    res = try_exact(cm, None, None)
     return (None, "–") if res is None else (res.best_objective,
                                             f"{time.perf_counter() - t0:.1f}")
 

@@ -1,6 +1,7 @@
 """Command line: argument parsing only; the work is in :mod:`learn_to_shard.api`.
 
-Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (one line).
+Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (one line),
+3 an internal consistency check failed (a bug to report; one line).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .api import (
     search_plan,
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
-from .errors import PlannerError
+from .errors import InternalError, PlannerError
 from .units import parse_duration_s
 from .workload import Phase, Workload
 
@@ -42,7 +43,13 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(exc: Exception) -> typer.Exit:
+    """Print ``exc`` as one line on stderr; the exit for it: 3 for an
+    :class:`~learn_to_shard.errors.InternalError` (a bug), else 2 (bad input)."""
     msg = str(exc).replace("\n", " ")
+    if isinstance(exc, InternalError):
+        err.print(f"internal error (a bug in l2s; please report it with this command line): "
+                  f"{msg}", markup=False, highlight=False)
+        return typer.Exit(code=3)
     err.print(f"error: {msg}", markup=False, highlight=False)
     return typer.Exit(code=2)
 
@@ -165,7 +172,7 @@ def plan_cmd(
             task = prog.add_task(f"{method} search", total=total)
             result = search_plan(cm, method=method, budget=budget, seed=seed,
                                  progress=lambda k: prog.advance(task, k), engine=engine)
-    except PlannerError as exc:
+    except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     data = result.to_dict()
     if output is not None:
@@ -211,7 +218,7 @@ def validate_cmd(
         _check_output(report, "--report")
         measurements = load_table(table)
         result = validate(measurements, table=table)
-    except PlannerError as exc:
+    except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     # Piped output gets a wide console so the row ids stay whole.
     con = Console() if sys.stdout.isatty() else Console(width=160)
@@ -289,7 +296,7 @@ def compare_cmd(
                 return lambda k: prog.advance(task, k)
 
             cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)), factory)
-    except PlannerError as exc:
+    except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
