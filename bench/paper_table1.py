@@ -185,7 +185,8 @@ def _tables(comparisons: list[tuple[str, Comparison]], methods: tuple[str, ...],
 
 
 def _optimum(cm) -> tuple[float | None, str]:
-    """The exact optimum (no time or work limit) and its wall time, for the fraction-of-optimum table."""
+    """The exact optimum (no time or work limit) and its wall time, for the fraction-of-optimum
+    table."""
     from learn_to_shard.search.exact import try_exact
 
     t0 = time.perf_counter()
