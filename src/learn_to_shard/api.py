@@ -12,6 +12,7 @@ from .model.spec import ModelSpec
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
 from .search.base import ProgressFn, SearchResult
+from .serving import ServingLoad
 from .workload import DType, Phase, Workload
 
 #: Default evaluation budget (the paper's 4000 simulator calls per search).
@@ -249,3 +250,33 @@ def expected_evaluations(cm: CostModel, method: str, budget: int) -> int | None:
     if method in ("megatron-rule", "exact", "auto"):
         return None
     return budget
+
+
+def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
+                  ) -> list[dict[str, object]]:
+    """Check the plan's best ``top`` feasible strategies under a request-level simulation of
+    continuous batching (:func:`learn_to_shard.serving.simulate_estimate`).
+
+    Args:
+        cm: the problem the plan was searched on (serve phase).
+        plan: the plan.
+        load: closed-loop concurrency, Poisson rate or trace.
+        top: how many strategies to simulate (the best, then the alternatives).
+
+    Returns:
+        One JSON-ready dict per simulated strategy, best first, each with its ``strategy``.
+
+    Raises:
+        ConfigError: not the serve phase, or a request no plan can hold.
+    """
+    from .serving import simulate_estimate
+
+    out = []
+    for est in ([plan.best] if plan.best is not None else []) + list(plan.alternatives):
+        if len(out) >= top:
+            break
+        if not est.feasible:
+            continue
+        sim = simulate_estimate(cm, est, load)
+        out.append({"strategy": est.strategy.short(), **sim})
+    return out

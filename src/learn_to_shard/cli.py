@@ -30,9 +30,11 @@ from .api import (
     make_cost_model,
     make_workload,
     search_plan,
+    simulate_plan,
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .errors import InternalError, PlannerError
+from .serving import ServingLoad
 from .units import parse_duration_s
 from .workload import Phase, Workload
 
@@ -75,6 +77,20 @@ EngineOpt = Annotated[str | None, typer.Option(
 MemUtilOpt = Annotated[float | None, typer.Option(
     "--gpu-memory-utilization", help="Fraction of each device's memory the engine may use "
     "(vLLM's flag; default 0.9, trtllm 1.0).")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(
+    "--concurrency", help="Serve: also simulate the top plans under this many closed-loop "
+    "clients (vllm bench serve --max-concurrency), with TTFT/TPOT percentiles.")]
+RateOpt = Annotated[float | None, typer.Option(
+    "--request-rate", help="Serve: also simulate Poisson arrivals at this many requests/s "
+    "across the cluster.")]
+TraceOpt = Annotated[Path | None, typer.Option(
+    "--trace", help="Serve: also simulate a request trace (CSV: arrival_s or TIMESTAMP, isl or "
+    "ContextTokens, osl or GeneratedTokens).")]
+NumPromptsOpt = Annotated[int | None, typer.Option(
+    "--num-prompts", help="Requests per simulation (default 1000).")]
+RangeRatioOpt = Annotated[float, typer.Option(
+    "--range-ratio", help="Simulated isl/osl drawn uniformly within ±this fraction (vLLM's "
+    "--random-range-ratio; default 0: fixed lengths).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
@@ -89,6 +105,31 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
                          if ttft_slo is not None else None,
                          tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
                          if tpot_slo is not None else None)
+
+
+def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | None,
+                  trace: Path | None, num_prompts: int | None, range_ratio: float,
+                  seed: int) -> ServingLoad | None:
+    """The simulated load of the flags, or ``None`` when none is given.
+
+    Raises:
+        PlannerError: a load outside the serve phase, several loads, or bad values.
+    """
+    if concurrency is None and request_rate is None and trace is None:
+        if num_prompts is not None or range_ratio:
+            raise PlannerError("--num-prompts/--range-ratio: only with --concurrency, "
+                               "--request-rate or --trace")
+        return None
+    if wl.phase is not Phase.SERVE:
+        raise PlannerError("--concurrency/--request-rate/--trace: a simulated load needs "
+                           "--phase serve")
+    if range_ratio and not 0.0 <= range_ratio < 1.0:
+        raise PlannerError(f"--range-ratio: must be in [0, 1), got {range_ratio}")
+    from .serving import load_trace
+
+    return ServingLoad(concurrency=concurrency, request_rate_per_s=request_rate,
+                       trace=load_trace(trace) if trace is not None else None,
+                       num_prompts=num_prompts, range_ratio=range_ratio, seed=seed)
 
 
 def _engine_config(wl: Workload, engine: str | None, gpu_memory_utilization: float | None,
@@ -160,11 +201,16 @@ def plan_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
+    num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs."""
+    sims: list[dict[str, object]] = []
     try:
         _check_output(output, "--output")
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
+        load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
+                             seed)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(model, cluster, wl, cfg)
         total = expected_evaluations(cm, method, budget)
@@ -172,9 +218,13 @@ def plan_cmd(
             task = prog.add_task(f"{method} search", total=total)
             result = search_plan(cm, method=method, budget=budget, seed=seed,
                                  progress=lambda k: prog.advance(task, k), engine=engine)
+        if load is not None and result.feasible:
+            sims = simulate_plan(cm, result, load)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     data = result.to_dict()
+    if load is not None:
+        data["simulation"] = sims
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
@@ -183,7 +233,12 @@ def plan_cmd(
         from .report.render import render_plan
 
         # Piped output gets a wide console so the header and tables stay whole.
-        render_plan(result, Console() if sys.stdout.isatty() else Console(width=160))
+        con = Console() if sys.stdout.isatty() else Console(width=160)
+        render_plan(result, con)
+        if sims:
+            from .report.render import render_simulation
+
+            render_simulation(sims, con)
     raise typer.Exit(code=0 if result.feasible else 1)
 
 

@@ -122,3 +122,36 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     con.print(Group(ops, coll))
     if e.violations:
         con.print(Text("violations: " + "; ".join(e.violations), style="red"))
+
+
+def render_simulation(sims: list[dict], console: Console | None = None) -> None:
+    """Print the request-level simulation of the top plans (``api.simulate_plan``): mean and
+    p50/p90/p99 TTFT, TPOT and end-to-end latency, throughput, and where the steady-state
+    estimate differs from the simulation."""
+    con = console or Console()
+    if not sims:
+        return
+    first = sims[0]
+    con.print(f"\n[bold]Simulated serving[/] ({first['load']}; {first['replicas']} replica(s), "
+              f"one simulated: {first['replica_share']}, {first['requests_simulated']} "
+              f"requests)")
+    t = Table(box=None, pad_edge=False)
+    for col in ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/p90/p99",
+                "E2E s p50/p99", "tok/s/dev", "running", "÷ steady TTFT/TPOT/tok/s"):
+        t.add_column(col, justify="left" if col == "strategy" else "right")
+    for sim in sims:
+        s = sim["simulated"]
+        r = sim["sim_over_analytic"]
+
+        def q(name: str, s: dict = s) -> str:
+            return "/".join(f"{to_ms(s[k]):.1f}" for k in (
+                f"mean_{name}_s", f"p50_{name}_s", f"p90_{name}_s", f"p99_{name}_s"))
+
+        t.add_row(sim["strategy"], q("ttft"), q("tpot"),
+                  f"{s['p50_e2e_s']:.2f}/{s['p99_e2e_s']:.2f}",
+                  f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
+                  f"{r['mean_ttft']:.2f}×/{r['mean_tpot']:.2f}×/{r['output_tokens_per_s']:.2f}×")
+    con.print(t)
+    con.print("[dim]÷ steady: the simulation's means over the analytical estimate at "
+              "the same number of running requests (queueing, prefill stalls and bursts are "
+              "what the steady state leaves out).[/]")
