@@ -91,7 +91,7 @@ def test_configuration_is_stated_and_consistent(rows):
         assert min(gpus, tp, pp, ep, adp, int(r["nodes"])) >= 1, r["id"]
         # EP and attention-DP ranks are carved out of one TP x PP instance (all three engines).
         assert gpus == tp * pp and gpus % ep == 0 and tp % adp == 0, r["id"]
-        assert r["weight_dtype"] in {"bf16", "fp8", "fp4"}, r["id"]
+        assert r["weight_dtype"] in {"bf16", "fp8", "fp4", "mxfp4"}, r["id"]
         assert r["kv_dtype"] in {"bf16", "fp16", "fp8", "n/s"}, r["id"]
         assert r["dataset"] in {"random", "sharegpt"} and r["length_dist"], r["id"]
         if r["dataset"] == "random":
