@@ -172,3 +172,21 @@ def test_cli_simulates_top_plans(tmp_path):
     assert r.exit_code == 2 and "--phase serve" in r.output
     r = runner.invoke(app, [*base, "--num-prompts", "5"])
     assert r.exit_code == 2 and "--num-prompts" in r.output
+
+
+def test_published_serving_rows_are_predicted_or_explained():
+    """Rows of the shipped serving table: one calibration row is predicted with finite
+    TTFT/TPOT/throughput; FP4 and unshipped models are named as not expressible."""
+    import csv
+
+    from learn_to_shard.serving.check import default_table, predict_row, summarize
+
+    with default_table().open(newline="", encoding="utf-8") as fh:
+        rows = {r["id"]: r for r in csv.DictReader(fh)}
+    r = predict_row(rows["dc-70b-random-rps1"])
+    assert r.reason is None and set(r.measured) == {"ttft_ms", "tpot_ms", "output_tok_s"}
+    assert all(np.isfinite(v) and v > 0 for v in r.predicted.values())
+    fp4 = next(x for x in rows.values() if x["weight_dtype"] == "fp4")
+    assert "fp4" in (predict_row(fp4).reason or "")
+    s = summarize([r], "calibration")
+    assert s["predicted"] == 1 and s["ttft_ms_n"] == 1

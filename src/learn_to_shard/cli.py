@@ -257,6 +257,9 @@ def validate_cmd(
     fit_silicon: bool = typer.Option(False, "--fit-silicon", help="Also fit the operator "
                                      "factors on the measured kernel tables, per device, and "
                                      "print them beside the shipped ones (~5 s)."),
+    serving: bool = typer.Option(False, "--serving", help="Also predict the published "
+                                 "serving-under-load table (data/serving_measurements.csv) "
+                                 "with the request-level simulation (~20 s)."),
 ) -> None:
     """Predict each published measurement with its stated configuration; print the errors."""
     from .report.validate import (
@@ -290,10 +293,36 @@ def validate_cmd(
         from .report.validate import render_kernel_fits
 
         render_kernel_fits(run_kernel_fits(), con)
+    if serving:
+        _render_serving_check(con)
     if fit:
         for spec, values, loss, n in calibrate(measurements):
             con.print(f"fit {spec.name} on {n} calibration rows: mean |ln error| {loss:.3f}; "
                       f"{values}", highlight=False)
+
+
+def _render_serving_check(con: Console) -> None:
+    """Print ``serving.check``'s per-row table and held-out / calibration summaries."""
+    from rich.table import Table
+
+    from .serving.check import predict_table, summarize
+
+    results = predict_table()
+    t = Table(box=None, pad_edge=False, title="serving under load: measured → simulated")
+    for col in ("id", "split", "TTFT ms", "TPOT ms", "output tok/s", "not predicted because"):
+        t.add_column(col)
+    for r in results:
+        cells = [f"{r.measured[m]:.4g} → {r.predicted[m]:.4g}" if m in r.measured else ""
+                 for m in ("ttft_ms", "tpot_ms", "output_tok_s")]
+        t.add_row(r.id, r.split, *cells, r.reason or "")
+    con.print(t)
+    for split in ("held-out", "calibration"):
+        s = summarize(results, split)
+        con.print(f"serving {split} median |error|: TTFT {s['ttft_ms_median_abs_err']:.1%} "
+                  f"(n={s['ttft_ms_n']}), TPOT {s['tpot_ms_median_abs_err']:.1%} "
+                  f"(n={s['tpot_ms_n']}), output tok/s {s['output_tok_s_median_abs_err']:.1%} "
+                  f"(n={s['output_tok_s_n']}); sweep directions {s['sweep_directions']}; "
+                  f"{s['predicted']}/{s['rows']} rows predicted", highlight=False)
 
 
 @app.command("compare")
