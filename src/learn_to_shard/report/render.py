@@ -12,7 +12,7 @@ from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
 from ..units import to_gib, to_ms
 from ..workload import Phase
-from .plan import Plan
+from .plan import MARGINAL_HEADROOM_FRACTION, Plan, memory_headroom, stage_rows
 
 _MOE_OPS = {Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
             Op.SHARED_EXPERT_DOWN}
@@ -102,6 +102,20 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
                     f"KV cache {to_gib(m.kv_cache_bytes):.1f}, workspace "
                     f"{to_gib(m.workspace_bytes):.2f} GiB")
+    free, marginal = memory_headroom(e)
+    summary.add_row("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
+                    + (f"  [bold yellow]marginal[/]: under "
+                       f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
+                       f"may not fit" if marginal else ""))
+    if plan.num_layers is not None and s.pp > 1:
+        summary.add_row("stages", "; ".join(
+            f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
+            f"{to_gib(float(r['memory_bytes'] or 0)):.1f} GiB"
+            for i, r in enumerate(stage_rows(e, plan.num_layers)) if r["layers"]))
+    summary.add_row("KV cache", f"{e.kv_capacity_tokens:,} tokens per instance; longest context "
+                    f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
+    if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s):
+        summary.add_row("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
     summary.add_row("max batch", f"{e.max_batch} sequences fit at these degrees")
     con.print(summary)
     ops = Table(title="Per-operator placement (along TP; experts along ETP)")
