@@ -171,7 +171,7 @@ def test_plan_json_byte_identical_across_processes():
     assert "timing" not in json.loads(stdout)
 
 
-@pytest.mark.parametrize("method", ["exact", "sa"])
+@pytest.mark.parametrize("method", ["exact", "auto", "sa"])
 def test_plan_timing_is_one_key(method):
     r = CliRunner().invoke(app, ["plan", *PROBLEM, "--method", method, "--budget", "100",
                                  "--json", "-q"])
