@@ -33,15 +33,30 @@ COMPARE = ["compare", *PROBLEM, "--methods", "sa,random,megatron", "--seeds", "3
 #: Runs a (method, seed) comparison of COMPARE holds.
 RUN_FILES = {"sa-seed0.json", "sa-seed1.json", "sa-seed2.json", "random-seed0.json",
              "random-seed1.json", "random-seed2.json", "megatron-seed0.json"}
-# Wraps the CLI so the test knows when imports are done and the search is about to start.
-READY = ("import sys; from learn_to_shard.cli import app; "
-         "from learn_to_shard.search import searcher_names; searcher_names(); "
-         "sys.stderr.write('ready\\n'); sys.stderr.flush(); app(prog_name='l2s')")
+# Runs the CLI in a subprocess, telling the test on stderr when the imports are done
+# ("ready") and when a search has spent SEARCHING evaluations ("searching"), so the SIGINT
+# lands where the test means it to, however loaded the machine.
+SEARCHING = 50
+WRAP = f"""
+import sys
+from learn_to_shard.cli import app
+from learn_to_shard.search import base, searcher_names
+searcher_names()
+sys.stderr.write("ready\\n"); sys.stderr.flush()
+_record = base.BudgetedEvaluator._record
+def _announce(self, a, est):
+    _record(self, a, est)
+    if self.evaluations >= {SEARCHING} and not getattr(self, "_told", False):
+        self._told = True
+        sys.stderr.write("searching\\n"); sys.stderr.flush()
+base.BudgetedEvaluator._record = _announce
+app(prog_name="l2s")
+"""
 
 
 def _l2s(args: list[str], hashseed: int = 0, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONHASHSEED": str(hashseed)}
-    return subprocess.Popen([sys.executable, "-c", READY, *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", WRAP, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, **kw)
 
 
@@ -143,17 +158,17 @@ def test_resume_refuses_another_problem_and_fresh_run_refuses_old_runs(tmp_path)
 
 
 def test_sigint_during_budgeted_plan_prints_best_so_far(tmp_path):
-    budget = 10**6        # far more than the ~1 s the search runs before the SIGINT
+    budget = 10**6        # far more than the search spends before the SIGINT
     p = _l2s(["plan", *PROBLEM, "--method", "sa", "--budget", str(budget), "--json",
               "--no-timing"])
     _wait_ready(p)
-    time.sleep(1.0)
+    assert p.stderr is not None and p.stderr.readline().strip() == "searching"
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == 130, stderr
     plan = json.loads(stdout)
     assert plan["search"]["interrupted"] is True
-    assert 0 < plan["search"]["evaluations"] < budget
+    assert SEARCHING <= plan["search"]["evaluations"] < budget
     assert plan["feasible"] and plan["best"]["tokens_per_s_per_device"] > 0
     assert "interrupted after" in stderr and "best found so far" in stderr
     assert "Traceback" not in stderr
