@@ -144,7 +144,9 @@ def _write(path: Path, text: str, flag: str) -> None:
         raise _fail(PlannerError(f"{flag}: cannot write {path}: {exc.strerror}")) from None
 
 
-#: Exit code after Ctrl-C (128 + SIGINT, as shells report a process killed by SIGINT).
+#: Exit code after Ctrl-C: 128 + SIGINT (2), what a shell reports for a command killed by
+#: SIGINT (GNU Bash manual, 3.7.5 Exit Status:
+#: https://www.gnu.org/software/bash/manual/bash.html#Exit-Status).
 EXIT_INTERRUPTED = 130
 
 TimingOpt = Annotated[bool, typer.Option(
