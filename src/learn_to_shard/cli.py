@@ -1,12 +1,15 @@
 """Command line: argument parsing only; the work is in :mod:`learn_to_shard.api`.
 
 Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (one line),
-3 an internal consistency check failed (a bug to report; one line).
+3 an internal consistency check failed (a bug to report; one line),
+130 interrupted by Ctrl-C during the search (the best so far is printed; 128 + SIGINT, the
+shell's convention).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +37,7 @@ from .api import (
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .errors import InternalError, PlannerError
+from .search.base import SearchInterrupted, interruptible
 from .serving import ServingLoad
 from .units import parse_duration_s
 from .workload import Phase, Workload
@@ -181,6 +185,16 @@ def _write(path: Path, text: str, flag: str) -> None:
         raise _fail(PlannerError(f"{flag}: cannot write {path}: {exc.strerror}")) from None
 
 
+#: Exit code after Ctrl-C: 128 + SIGINT (2), what a shell reports for a command killed by
+#: SIGINT (GNU Bash manual, 3.7.5 Exit Status:
+#: https://www.gnu.org/software/bash/manual/bash.html#Exit-Status).
+EXIT_INTERRUPTED = 130
+
+TimingOpt = Annotated[bool, typer.Option(
+    "--timing/--no-timing", help="Include the wall-clock values (the \"timing\" key) in the "
+    "JSON; without them the JSON is byte-identical for the same inputs and seed.")]
+
+
 def _progress(quiet: bool) -> Progress:
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
@@ -201,10 +215,14 @@ def plan_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    timing: TimingOpt = True,
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
 ) -> None:
-    """Find the strategy with the most tokens/s per device within memory and SLOs."""
+    """Find the strategy with the most tokens/s per device within memory and SLOs.
+
+    Ctrl-C during the search prints the best plan found so far, marked interrupted, and exits
+    130."""
     sims: list[dict[str, object]] = []
     try:
         _check_output(output, "--output")
@@ -216,15 +234,25 @@ def plan_cmd(
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
-            result = search_plan(cm, method=method, budget=budget, seed=seed,
-                                 progress=lambda k: prog.advance(task, k), engine=engine)
-        if load is not None and result.feasible:
+            try:
+                with interruptible(method, seed, budget):
+                    result = search_plan(cm, method=method, budget=budget, seed=seed,
+                                         progress=lambda k: prog.advance(task, k),
+                                         engine=engine)
+            except SearchInterrupted as stop:
+                from .report.plan import Plan
+
+                result = Plan.from_search(cm, stop.result, method, engine=engine)
+        if load is not None and result.feasible and not result.interrupted:
             sims = simulate_plan(cm, result, load)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
-    data = result.to_dict()
+    data = result.to_dict(timing=timing)
     if load is not None:
+        last = data.pop("timing", None)        # "timing" stays the last key
         data["simulation"] = sims
+        if last is not None:
+            data["timing"] = last
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
@@ -234,11 +262,19 @@ def plan_cmd(
 
         # Piped output gets a wide console so the header and tables stay whole.
         con = Console() if sys.stdout.isatty() else Console(width=160)
+        if result.interrupted:
+            con.print(f"INTERRUPTED (Ctrl-C) after {result.search['evaluations']} "
+                      f"evaluations: the best plan found so far", markup=False, highlight=False)
         render_plan(result, con)
         if sims:
             from .report.render import render_simulation
 
             render_simulation(sims, con)
+    if result.interrupted:
+        err.print(f"interrupted after {result.search['evaluations']} of "
+                  f"{result.search['budget']} evaluations; the plan shown is the best found so "
+                  f"far (exit {EXIT_INTERRUPTED})", markup=False, highlight=False)
+        raise typer.Exit(code=EXIT_INTERRUPTED)
     raise typer.Exit(code=0 if result.feasible else 1)
 
 
@@ -338,15 +374,25 @@ def compare_cmd(
     seeds: int = typer.Option(3, help="Runs per method, seeds --seed .. --seed+N-1."),
     seed: int = typer.Option(0, min=0, help="First seed (>= 0)."),
     out: Path = typer.Option(Path("l2s-compare"), "--out", "-o",
-                             help="Directory for convergence.png and compare.json."),
+                             help="Directory for convergence.png, compare.json and runs/ "
+                                  "(one file per finished run)."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    timing: TimingOpt = True,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted compare in "
+                                "--out: load its finished runs, run the rest."),
 ) -> None:
-    """Run several searchers for N seeds on one problem; print mean/best and ratios."""
+    """Run several searchers for N seeds on one problem; print mean/best and ratios.
+
+    Each finished run is saved in --out/runs/ at once; Ctrl-C prints the table of the finished
+    runs, says how to continue (--resume) and exits 130."""
     from .report.compare import (
+        ComparisonInterrupted,
+        RunStore,
         comparison_to_dict,
         is_seed_independent,
         plot_convergence,
+        problem_fingerprint,
         render_comparison,
         run_comparison,
     )
@@ -367,6 +413,10 @@ def compare_cmd(
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
         cm = make_cost_model(model, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
+        store = RunStore(out, problem_fingerprint(cm, budget))
+        if store.check(resume):
+            err.print(f"resuming: finished runs are loaded from {store.runs_dir}, not run "
+                      "again", markup=False, highlight=False)
         with _progress(quiet or json_out) as prog:
             tasks: dict[str, TaskID] = {}
 
@@ -379,14 +429,34 @@ def compare_cmd(
                 task = tasks[method]
                 return lambda k: prog.advance(task, k)
 
-            cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)), factory)
+            try:
+                cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)),
+                                     factory, store=store)
+            except ComparisonInterrupted as stop:
+                cmp = stop.comparison
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
+    except OSError as exc:
+        raise _fail(PlannerError(f"--out: cannot save a run in {out}: {exc.strerror}")) \
+            from None
+    if cmp.interrupted:
+        if json_out:
+            sys.stdout.write(json.dumps(comparison_to_dict(cmp, cm, timing=timing), indent=2)
+                             + "\n")
+        else:
+            render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=200))
+        again = [a for a in sys.argv[1:] if a != "--resume"]
+        finished = len(store.files())
+        err.print(f"interrupted (Ctrl-C): {len(cmp.missing)} runs not finished; the table "
+                  f"shows the finished ones, saved in {store.runs_dir} ({finished} files). "
+                  f"Continue with: {shlex.join(['l2s', *again, '--resume'])}",
+                  markup=False, highlight=False)
+        raise typer.Exit(code=EXIT_INTERRUPTED)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
-    data = comparison_to_dict(cmp, cm)
+    data = comparison_to_dict(cmp, cm, timing=timing)
     _write(out / "compare.json", json.dumps(data, indent=2), "--out")
     plot = plot_convergence(cmp, out / "convergence.png")
     if json_out:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
 from ..parallel.strategy import Strategy
-from ..search.base import SearchResult
+from ..search.base import SearchResult, is_timing_key
 from ..workload import Workload
 
 
@@ -38,7 +38,8 @@ class Plan:
             reasons (the best rejected ones when nothing is feasible).
         reasons: when infeasible, why (the closest candidate's violations and rule counts).
         violation_counts: rule name -> evaluations that broke it.
-        search: evaluations, wall time, seed, budget and searcher notes.
+        search: evaluations, wall time, seed, budget and searcher notes (``interrupted``:
+            True when Ctrl-C stopped the search and ``best`` is the best found so far).
         engine: the engine profile the cost model assumed (``None``: the defaults).
         cost_model: every cost-model factor the estimates used (field -> value).
         expert_weight_bits: bits per routed-expert weight when the checkpoint stores its
@@ -103,10 +104,21 @@ class Plan:
                    expert_weight_bits=cm.model.expert_weight_bits,
                    num_layers=cm.model.num_layers)
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready dictionary (SI units; keys carry units)."""
+    @property
+    def interrupted(self) -> bool:
+        """True if Ctrl-C stopped the search: ``best`` is the best found before it."""
+        return bool(self.search.get("interrupted", False))
+
+    def to_dict(self, timing: bool = True) -> dict[str, object]:
+        """JSON-ready dictionary (SI units; keys carry units).
+
+        Every wall-clock value (``search.wall_s`` and the searcher's ``*_wall_s`` notes, see
+        :func:`~learn_to_shard.search.base.is_timing_key`) is under ``"timing"`` alone, the
+        last key; ``timing=False`` leaves it out, and what remains is the same, byte for byte,
+        for the same inputs and seed on the same machine.
+        """
         wl = self.workload
-        return {
+        out: dict[str, object] = {
             "version": __version__,
             "model": self.model,
             "cluster": self.cluster,
@@ -121,11 +133,14 @@ class Plan:
             "rejected": [estimate_to_dict(e, wl) for e in self.rejected],
             "reasons": self.reasons,
             "violation_counts": self.violation_counts,
-            "search": self.search,
+            "search": {k: v for k, v in self.search.items() if not is_timing_key(k)},
             "engine": self.engine,
             "expert_weight_bits": self.expert_weight_bits,
             "cost_model": self.cost_model,
         }
+        if timing:
+            out["timing"] = {k: v for k, v in self.search.items() if is_timing_key(k)}
+        return out
 
 
 def _num(x: float) -> float | None:
