@@ -35,8 +35,8 @@ DeepSeek-V4's compressed sparse attention are rejected with :class:`UnsupportedM
 
 from __future__ import annotations
 
-import os
 import dataclasses
+import os
 from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
@@ -439,10 +439,10 @@ def _reject_unsupported(data: dict[str, Any], source: str) -> None:
         )
     if model_type is None:
         raise ConfigError(f"{source}: missing required field 'model_type' ({supported})")
-    _reject_hybrid(data, source)
-    for key in _WRAPPER_KEYS:
+    for key in _WRAPPER_KEYS:      # the language model's own layer list is the most specific
         if isinstance(data.get(key), dict):
             _reject_hybrid(data[key], source, f"{key}.")
+    _reject_hybrid(data, source)
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedModelError(
             f"{source}: model_type {_short(model_type)} is not supported; {supported}"
@@ -688,7 +688,9 @@ def read_quant(f: _Fields, hf_quant: dict[str, Any] | None, hf_quant_source: str
             raise q.error(bits_key, "2, 3, 4 or 8", bits)
         group = _int_group(q, "group_size" if "group_size" in q.data or method == "gptq"
                            else "q_group_size", 128)
-        zero = method == "awq" or q.data.get("sym") is not True
+        # GPTQ checkpoints store qzeros even when symmetric (AutoGPTQ layout); AWQ only with
+        # zero_point (its default).
+        zero = method == "gptq" or q.data.get("zero_point", True) is not False
         return QuantSpec(str(method), _group_bits(bits, group, zero_point=zero),
                          group_size=group, source=source)
     if method == "compressed-tensors":

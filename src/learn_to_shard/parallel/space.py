@@ -242,9 +242,9 @@ class StrategySpace:
             flag("vocab", split & vocab_split & ~div(padded, tp))
         if m.weight_block_size is not None:
             flag("quant_block", self._quant_block_bad(dims, tp, etp))
-        q = m.quant
-        if q is not None and (q.group_size is not None or q.below_8_bit) \
-                and q.method != "mxfp4":
+        quant = m.quant
+        if quant is not None and (quant.group_size is not None or quant.below_8_bit) \
+                and quant.method != "mxfp4":
             flag("quant_group", self._quant_group_bad(dims, tp, etp))
         return bits
 

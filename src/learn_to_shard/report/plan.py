@@ -151,8 +151,18 @@ def model_source(cm: CostModel) -> str:
 
 def weights_note(cm: CostModel) -> str:
     """One phrase on the weight format: the checkpoint's quantisation (bits per weight with
-    scales, FP4 math or dequantised), and a warning when ``--dtype`` differs from the
-    checkpoint's dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8)."""
+    scales, FP4 math or dequantised), a warning when ``--dtype`` differs from the checkpoint's
+    dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), and, for a
+    multimodal wrapper, that its vision tower is not in the memory or time estimates."""
+    note = _weights_format(cm)
+    v = cm.model.vision_params
+    if v:
+        note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) not counted in "
+                 f"memory or time")
+    return note
+
+
+def _weights_format(cm: CostModel) -> str:
     m, wl = cm.model, cm.workload
     q = m.quant
     dev = cm.cluster.device
@@ -167,8 +177,9 @@ def weights_note(cm: CostModel) -> str:
         what = f"{q.method} checkpoint" if q is not None else f"{m.native_dtype} checkpoint"
         return f"{ckpt} ({what})"
     if ckpt == "fp8":
-        return (f"{wl.weight_dtype.value} by --dtype: the checkpoint stores {q.method if q else 'fp8'}"
-                f" weights (default would be fp8)")
+        stored = q.method if q is not None else "fp8"
+        return (f"{wl.weight_dtype.value} by --dtype: the checkpoint stores {stored} weights "
+                f"(default would be fp8)")
     return f"{wl.weight_dtype.value} by --dtype: online quantisation of the {ckpt} checkpoint"
 
 
