@@ -556,6 +556,10 @@ def _modelopt_quant(algo: Any, q: dict[str, Any], source: str, is_moe: bool) -> 
         UnsupportedModelError: an algorithm the cost model does not price.
     """
     name = str(algo).upper()
+    excluded = q.get("exclude_modules") or []
+    # A MoE checkpoint that leaves attention unquantised stores only its experts in 4 bits.
+    experts_only = is_moe and isinstance(excluded, list) and any(
+        isinstance(m, str) and "attn" in m for m in excluded)
     if name.startswith("FP8"):     # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO
         return QuantSpec(f"modelopt:{name}", 8.0, fp8=True, source=source)
     group = q.get("group_size")
@@ -565,12 +569,12 @@ def _modelopt_quant(algo: Any, q: dict[str, Any], source: str, is_moe: bool) -> 
             raise ConfigError(f"{source}: NVFP4 group_size must be 16 (one FP8 scale per 16 "
                               f"FP4 values), got {_short(group)}")
         return QuantSpec("modelopt:NVFP4", 4.0 + 8.0 / 16, fp4=True, group_size=16,
-                         source=source)
+                         experts_only=experts_only, source=source)
     if name in ("W4A16_AWQ", "W4A8_AWQ", "INT4_AWQ"):
         g = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 \
             else 128
         return QuantSpec(f"modelopt:{name}", _group_bits(4, g, zero_point=False),
-                         group_size=g, source=source)
+                         group_size=g, experts_only=experts_only, source=source)
     raise UnsupportedModelError(
         f"{source}: ModelOpt quant_algo {_short(algo)} is not modelled; supported: "
         f"{_SUPPORTED_QUANT}")
