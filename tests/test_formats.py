@@ -180,3 +180,21 @@ def test_malformed_quantisation_names_the_field(tmp_path: Path, qc: dict, field:
     with pytest.raises((ConfigError, UnsupportedModelError)) as exc:
         _with_quant(tmp_path, "llama-3.1-8b", qc)
     assert field in str(exc.value)
+
+
+@pytest.mark.parametrize("name, cluster, qc", [
+    ("qwen3-235b-a22b-nvfp4", "b200:16", None),        # FP4 math, 4.5-bit weights
+    ("gpt-oss-120b", "b200:8", None),                  # MXFP4 experts only, FP4 experts math
+    ("qwen2.5-7b-instruct", "h100-sxm:8", GPTQ_G128),  # INT4 weights, group rule
+    ("qwen3-30b-a3b-fp8", "h100-sxm:8", None),         # block FP8 rule on experts
+])
+def test_exact_searcher_tables_price_formats_like_the_cost_model(
+        tmp_path: Path, name: str, cluster: str, qc: dict | None) -> None:
+    """The exact searcher's decomposed tables restate the cost model's weight bytes and GEMM
+    rates (decompose.verify compares them with evaluate_many on sampled strategies)."""
+    from learn_to_shard.cost.decompose import verify
+
+    spec = load_model(name) if qc is None else _with_quant(tmp_path, name, qc)
+    cm = CostModel(spec, parse_cluster(cluster), Workload(Phase.DECODE, isl=4096,
+                                                          weight_dtype=DType.FP8))
+    assert verify(cm, n=200) > 0
