@@ -79,6 +79,18 @@ def test_deepseek_v32_counts_its_lightning_indexer() -> None:
     assert v32.weight_block_size == (128, 128) and v32.checkpoint_dtype == "fp8"
 
 
+def test_glm5_is_read_by_the_deepseek_builder(tmp_path: Path) -> None:
+    """GLM-5 (glm_moe_dsa) has DeepSeek-V3.2's layout (MLA 192+64 / 256, indexer, 3 dense
+    layers then MoE): relabelled deepseek_v32 it gives the same spec."""
+    glm = load_model("glm-5")
+    relabelled = load_model(_write(tmp_path, _shipped_json("glm-5")
+                                   | {"model_type": "deepseek_v32"}))
+    assert relabelled.attention == glm.attention and relabelled.layers == glm.layers
+    assert relabelled.moe == glm.moe
+    assert glm.attention.head_dim == 256 and glm.attention.indexer_params > 0
+    assert glm.num_layers - glm.num_moe_layers == 3
+
+
 def test_minimax_m2_full_width_qk_norm_and_biased_router() -> None:
     """MiniMax-M2: q/k RMSNorm over all heads (qk_norm_type per_layer), sigmoid router with a
     correction bias, every layer MoE, FP8 128x128 blocks (no torch_dtype: fp8 checkpoint)."""
@@ -142,7 +154,7 @@ def test_l2s_models_lists_every_family() -> None:
 
     out = CliRunner().invoke(app, ["models"]).stdout.split()
     for name in ("qwen2.5-7b-instruct", "mistral-nemo-instruct-2407", "deepseek-v3.2",
-                 "minimax-m2.5", "qwen3-vl-32b-instruct", "qwen3-30b-a3b-fp8",
+                 "minimax-m2.5", "glm-5", "qwen3-vl-32b-instruct", "qwen3-30b-a3b-fp8",
                  "qwen3-235b-a22b-nvfp4", "llama-3.1-70b-instruct-fp8", "mixtral-8x7b",
                  "deepseek-v2-lite", "gpt-oss-120b", "llama-4-scout"):
         assert name in out

@@ -56,6 +56,7 @@ SOURCES: dict[str, tuple[float, float | None]] = {
     "mistral-nemo-instruct-2407": (12.2 * B, None),   # HF "12.2B params"
     "deepseek-v3.2": (671.0 * B, None),               # main model + indexer; MTP excluded
     "minimax-m2.5": (230.0 * B, None),                # model card "230B total, 10B active"
+    "glm-5": (744.0 * B, None),                       # model card "744B (40B active)"
     "qwen3-vl-32b-instruct": (33.4 * B, None),        # HF "33.4B params", vision included
     "qwen3-vl-235b-a22b-instruct": (236.0 * B, 22.2 * B),  # HF "236B params"
     "qwen3-32b-fp8": (32.76 * B, None),               # same shape as qwen3-32b
@@ -65,7 +66,7 @@ SOURCES: dict[str, tuple[float, float | None]] = {
 }
 ACTIVE_EXCLUDES_EMBEDDING = {"gpt-oss-20b", "gpt-oss-120b"}
 #: MoE models whose active count is not published separately (only the total is tested).
-ACTIVE_UNPUBLISHED = {"deepseek-v3.2", "minimax-m2.5"}
+ACTIVE_UNPUBLISHED = {"deepseek-v3.2", "minimax-m2.5", "glm-5"}
 
 
 def _shipped_json(name: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ Supported ``model_type`` values and the HF fields each one reads:
 * ``qwen2`` (Qwen2/2.5: Llama-shaped with q/k/v biases) and ``mistral`` (Llama-shaped,
   ``sliding_window`` on every layer, explicit ``head_dim``): read by the Llama builder;
 * ``minimax_m2`` (every layer MoE, biased sigmoid router, full-width q/k RMSNorm);
-* ``deepseek_v32`` (DeepSeek-V3 shape plus the sparse-attention lightning indexer);
+* ``deepseek_v32`` (DeepSeek-V3 shape plus the sparse-attention lightning indexer) and
+  ``glm_moe_dsa`` (GLM-5: the same MLA + indexer + MoE layout, read by the same builder);
 * multimodal wrappers (``qwen3_vl``, ``qwen3_vl_moe``, ``llava``, ``qwen2_vl``, InternVL, ...):
   the language model is read from ``text_config`` / ``llm_config`` / ``language_config``
   (or, for Qwen2-VL's flat layout, from the top level) and its vision tower estimated from
@@ -67,6 +68,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama4_text",
     "minimax_m2",
     "deepseek_v32",
+    "glm_moe_dsa",
     "qwen3_vl",
     "qwen3_vl_moe",
     "qwen2_vl",
@@ -1066,6 +1068,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "deepseek_v2": lambda: _deepseek(f, data),
         "deepseek_v3": lambda: _deepseek(f, data),
         "deepseek_v32": lambda: _deepseek(f, data),
+        "glm_moe_dsa": lambda: _deepseek(f, data),     # GLM-5: the DeepSeek-V3.2 layout
         "kimi_k2": lambda: _deepseek(f, data),
         "gpt_oss": lambda: _gpt_oss(f, data),
         "llama4_text": lambda: _llama4(f, data),
