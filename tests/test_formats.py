@@ -198,3 +198,18 @@ def test_exact_searcher_tables_price_formats_like_the_cost_model(
     cm = CostModel(spec, parse_cluster(cluster), Workload(Phase.DECODE, isl=4096,
                                                           weight_dtype=DType.FP8))
     assert verify(cm, n=200) > 0
+
+
+def test_compressed_tensors_nvfp4_moe_with_attention_ignored_is_experts_only(
+        tmp_path: Path) -> None:
+    """llm-compressor NVFP4 (float 4-bit, group 16) on a MoE that ignores self_attn: the
+    experts are 4.5 bits, attention stays 16-bit."""
+    qc = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+          "ignore": ["lm_head", "re:.*self_attn.*"],
+          "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float",
+                                                    "group_size": 16}}}}
+    spec = _with_quant(tmp_path, "qwen3-30b-a3b", qc)
+    assert spec.quant is not None and spec.quant.fp4 and spec.quant.experts_only
+    assert spec.expert_weight_bits == 4.5
+    cm = CostModel(spec, parse_cluster("b200:8"), Workload(Phase.DECODE, isl=1024))
+    assert cm._wb == 2.0 and cm._ewb == 4.5 / 8

@@ -57,8 +57,8 @@ SOURCES: dict[str, tuple[float, float | None]] = {
     "deepseek-v3.2": (671.0 * B, None),               # main model + indexer; MTP excluded
     "minimax-m2.5": (230.0 * B, None),                # model card "230B total, 10B active"
     "glm-5": (744.0 * B, None),                       # model card "744B (40B active)"
-    "qwen3-vl-32b-instruct": (33.4 * B, None),        # HF "33.4B params", vision included
-    "qwen3-vl-235b-a22b-instruct": (236.0 * B, 22.2 * B),  # HF "236B params"
+    "qwen3-vl-32b-instruct": (33.0 * B, None),        # "32B" text + vision; see SOURCES.md
+    "qwen3-vl-235b-a22b-instruct": (235.0 * B, 22.0 * B),  # model name 235B-A22B
     "qwen3-32b-fp8": (32.76 * B, None),               # same shape as qwen3-32b
     "qwen3-30b-a3b-fp8": (30.53 * B, 3.35 * B),
     "qwen3-235b-a22b-nvfp4": (235.09 * B, 22.19 * B),

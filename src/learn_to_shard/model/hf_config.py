@@ -592,9 +592,13 @@ def _int_group(q: _Fields, key: str, default: Any) -> int | None:
     return value
 
 
-def _compressed_tensors(q: _Fields, source: str) -> QuantSpec:
+def _compressed_tensors(q: _Fields, source: str, is_moe: bool) -> QuantSpec:
     """compressed-tensors (llm-compressor) ``config_groups``: every group must quantise its
-    weights the same way (``num_bits``, ``type``, ``strategy``, ``group_size``)."""
+    weights the same way (``num_bits``, ``type``, ``strategy``, ``group_size``). A MoE model
+    whose ``ignore`` list keeps attention unquantised stores only its experts that way."""
+    ignore = q.data.get("ignore") or []
+    experts_only = is_moe and isinstance(ignore, list) and any(
+        isinstance(m, str) and "attn" in m for m in ignore)
     groups = q.data.get("config_groups")
     if q.data.get("format") == "float-quantized" and not groups:
         return QuantSpec("compressed-tensors:float-quantized", 8.0, fp8=True, source=source)
@@ -619,7 +623,7 @@ def _compressed_tensors(q: _Fields, source: str) -> QuantSpec:
         return QuantSpec(f"compressed-tensors:{fmt}", 8.0, fp8=True, source=source)
     if kind == "float" and bits == 4 and group == 16:
         return QuantSpec(f"compressed-tensors:{fmt}", 4.5, fp4=True, group_size=16,
-                         source=source)
+                         experts_only=experts_only, source=source)
     if kind == "int" and bits in (4, 8):
         g = group if strategy == "group" and isinstance(group, int) and group > 0 else None
         if strategy == "group" and g is None:
@@ -627,7 +631,8 @@ def _compressed_tensors(q: _Fields, source: str) -> QuantSpec:
                           "a positive integer for strategy 'group'", group)
         w8a8 = bits == 8 and a_bits == 8 and a_kind == "int"
         return QuantSpec(f"compressed-tensors:{fmt}", _group_bits(bits, g, zero_point=not sym),
-                         int8_activations=w8a8, group_size=g, source=source)
+                         int8_activations=w8a8, group_size=g,
+                         experts_only=experts_only and bits == 4, source=source)
     raise UnsupportedModelError(
         f"{source}: compressed-tensors weights num_bits {bits!r} type {kind!r} strategy "
         f"{strategy!r} are not modelled; supported: {_SUPPORTED_QUANT}")
@@ -700,7 +705,7 @@ def read_quant(f: _Fields, hf_quant: dict[str, Any] | None, hf_quant_source: str
         return QuantSpec(str(method), _group_bits(bits, group, zero_point=zero),
                          group_size=group, source=source)
     if method == "compressed-tensors":
-        return _compressed_tensors(q, source)
+        return _compressed_tensors(q, source, is_moe)
     if method == "modelopt":
         return _modelopt_quant(q.data.get("quant_algo"), q.data, source, is_moe)
     raise UnsupportedModelError(
