@@ -20,7 +20,8 @@ DEFAULT_BUDGET = 4000
 
 
 def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None = None,
-                  context: int | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
+                  context: int | None = None, dtype: str | None = None,
+                  kv_dtype: str | None = None,
                   ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> Workload:
     """Build and check a :class:`Workload` from user-level options.
 
@@ -29,13 +30,15 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
         isl: prompt tokens (prefill/serve; for decode the same as ``context``).
         osl: output tokens (serve).
         context: decode context length (tokens); exclusive with ``isl``.
-        dtype: weight (and default KV) precision, ``bf16`` or ``fp8``.
+        dtype: weight (and default KV) precision, ``bf16`` or ``fp8``; ``None``: ``bf16``
+            (:func:`plan` passes the checkpoint's, ``ModelSpec.checkpoint_dtype``).
         kv_dtype: KV-cache precision (default: ``dtype``).
         ttft_slo_s, tpot_slo_s: latency limits, seconds.
 
     Raises:
         ConfigError: on unknown values or contradictory options.
     """
+    dtype = dtype or "bf16"
     try:
         ph = Phase(phase)
     except ValueError:
@@ -78,6 +81,17 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
         raise ConfigError("--osl: the serve phase needs an output length, e.g. --osl 1024")
     return Workload(ph, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd,
                     ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+
+
+def checkpoint_dtypes(model: ModelSpec, dtype: str | None,
+                      kv_dtype: str | None) -> tuple[str | None, str | None]:
+    """The weight and KV dtypes to plan with when the user gave none: the weights as the
+    checkpoint stores them (``ModelSpec.checkpoint_dtype``: ``fp8`` for FP8 checkpoints), the
+    KV cache in 16 bits (vLLM ``--kv-cache-dtype auto`` keeps the activation dtype). Explicit
+    values are returned unchanged (``kv_dtype`` None then means: like ``dtype``)."""
+    if dtype is not None:
+        return dtype, kv_dtype
+    return model.checkpoint_dtype, kv_dtype or "bf16"
 
 
 def cost_config(engine: str | None = None, gpu_memory_utilization: float | None = None,
@@ -130,8 +144,8 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
 
 def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decode", *,
          isl: int | None = None, osl: int | None = None, context: int | None = None,
-         dtype: str = "bf16", kv_dtype: str | None = None, ttft_slo_s: float | None = None,
-         tpot_slo_s: float | None = None, method: str = "auto",
+         dtype: str | None = None, kv_dtype: str | None = None,
+         ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, method: str = "auto",
          budget: int = DEFAULT_BUDGET, seed: int = 0, engine: str | None = None,
          config: CostModelConfig | None = None, progress: ProgressFn | None = None) -> Plan:
     """Find the best parallel strategy for serving ``model`` on ``cluster``.
@@ -142,7 +156,9 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         cluster: ``"<device>:<count>"`` (e.g. ``"h100-sxm:8"``), a cluster JSON file, or a
             :class:`ClusterSpec`.
         phase, isl, osl, context, dtype, kv_dtype, ttft_slo_s, tpot_slo_s: the workload
-            (see :func:`make_workload`); SLOs in seconds.
+            (see :func:`make_workload`); SLOs in seconds. ``dtype`` None: the checkpoint's
+            (``fp8`` for FP8 checkpoints, else ``bf16``, KV ``bf16`` unless ``kv_dtype`` is
+            given; :func:`checkpoint_dtypes`; ``Plan.weights`` says which).
         method: searcher name (``exact``, ``rl``, ``megatron``, …; see ``searcher_names()``),
             or ``auto`` (default): the exact optimum when it needs at most
             :data:`~learn_to_shard.search.exact.DEFAULT_WORK_LIMIT` units of work (counted,
@@ -168,9 +184,11 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     if engine is not None and config is not None:
         raise ConfigError("engine and config both given: apply the engine with "
                           "cost_config(engine, ...) and pass the result as config")
-    wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
-                       kv_dtype=kv_dtype, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
-    cm = make_cost_model(model, cluster, wl, config or cost_config(engine))
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype)
+    wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=wd, kv_dtype=kd,
+                       ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    cm = make_cost_model(spec, cluster, wl, config or cost_config(engine))
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 

@@ -28,6 +28,7 @@ from rich.progress import (
 
 from .api import (
     DEFAULT_BUDGET,
+    checkpoint_dtypes,
     cost_config,
     expected_evaluations,
     make_cost_model,
@@ -37,6 +38,7 @@ from .api import (
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .errors import InternalError, PlannerError
+from .model.hf_config import load_model
 from .search.base import SearchInterrupted, interruptible
 from .serving import ServingLoad
 from .units import parse_duration_s
@@ -62,7 +64,8 @@ def _fail(exc: Exception) -> typer.Exit:
 
 # Problem options shared by `plan` and `compare`.
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Shipped model name (e.g. "
-                                       "llama-3.1-70b) or config.json path.")]
+                                       "llama-3.1-70b), config.json path, model folder, or a "
+                                       "HuggingFace repo id in the local HF cache.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="DEVICE:COUNT (e.g. "
                                          "h100-sxm:8) or a cluster JSON file.")]
 PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.")]
@@ -71,7 +74,8 @@ OslOpt = Annotated[int | None, typer.Option(help="Output length in tokens (serve
 ContextOpt = Annotated[int | None, typer.Option(help="Context length in tokens (decode).")]
 TtftOpt = Annotated[str | None, typer.Option("--ttft-slo", help="TTFT limit, e.g. 2s, 500ms.")]
 TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g. 50ms.")]
-DtypeOpt = Annotated[str, typer.Option(help="Weight precision: bf16 | fp8.")]
+DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
+                                              "the checkpoint's).")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
                                                 "(default: --dtype).")]
 EngineOpt = Annotated[str | None, typer.Option(
@@ -101,7 +105,8 @@ BatchedTokensOpt = Annotated[int | None, typer.Option(
 
 
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
-              ttft_slo: str | None, tpot_slo: str | None, dtype: str, kv_dtype: str | None):
+              ttft_slo: str | None, tpot_slo: str | None, dtype: str | None,
+              kv_dtype: str | None):
     """Parse the SLO strings and build the workload (raises ConfigError on bad input)."""
     return make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
                          kv_dtype=kv_dtype,
@@ -205,7 +210,7 @@ def _progress(quiet: bool) -> Progress:
 def plan_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
-    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = None, kv_dtype: KvDtypeOpt = None,
     engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
     method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
@@ -226,11 +231,13 @@ def plan_cmd(
     sims: list[dict[str, object]] = []
     try:
         _check_output(output, "--output")
-        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
+        spec = load_model(model)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
+                       *checkpoint_dtypes(spec, dtype, kv_dtype))
         load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
                              seed)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
-        cm = make_cost_model(model, cluster, wl, cfg)
+        cm = make_cost_model(spec, cluster, wl, cfg)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
@@ -365,7 +372,7 @@ def _render_serving_check(con: Console) -> None:
 def compare_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
-    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = None, kv_dtype: KvDtypeOpt = None,
     engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
     methods: str = typer.Option("rl,sa,mcmc,random,megatron",
@@ -410,8 +417,10 @@ def compare_cmd(
             raise PlannerError(f"--methods: {', '.join(twice)} given more than once")
         if seeds < 1 or budget < 1:
             raise PlannerError("--seeds and --budget must be positive")
-        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
-        cm = make_cost_model(model, cluster, wl, _engine_config(
+        spec = load_model(model)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
+                       *checkpoint_dtypes(spec, dtype, kv_dtype))
+        cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
         store = RunStore(out, problem_fingerprint(cm, budget))
         if store.check(resume):

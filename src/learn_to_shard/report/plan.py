@@ -45,6 +45,11 @@ class Plan:
         expert_weight_bits: bits per routed-expert weight when the checkpoint stores its
             experts below the workload dtype (MXFP4: 4.25), else ``None``.
         num_layers: the model's decoder layers (for the per-stage layer lists).
+        model_source: the config file read and where it came from (shipped, a local file or
+            folder — saying so when it shadows a shipped name of the same spelling — or the
+            HuggingFace cache).
+        weights: how the weights are stored and priced, and whether the workload's dtype
+            differs from the checkpoint's (:func:`weights_note`).
     """
 
     model: str
@@ -63,6 +68,8 @@ class Plan:
     cost_model: dict[str, object] = field(default_factory=dict)
     expert_weight_bits: float | None = None
     num_layers: int | None = None
+    model_source: str = ""
+    weights: str = ""
 
     @classmethod
     def from_search(cls, cm: CostModel, result: SearchResult, method: str,
@@ -102,7 +109,8 @@ class Plan:
                               if isinstance(v, (int, float, str, bool))}},
                    engine=engine, cost_model=dataclasses.asdict(cm.config),
                    expert_weight_bits=cm.model.expert_weight_bits,
-                   num_layers=cm.model.num_layers)
+                   num_layers=cm.model.num_layers,
+                   model_source=model_source(cm), weights=weights_note(cm))
 
     @property
     def interrupted(self) -> bool:
@@ -136,11 +144,62 @@ class Plan:
             "search": {k: v for k, v in self.search.items() if not is_timing_key(k)},
             "engine": self.engine,
             "expert_weight_bits": self.expert_weight_bits,
+            "model_source": self.model_source,
+            "weights": self.weights,
             "cost_model": self.cost_model,
         }
         if timing:
             out["timing"] = {k: v for k, v in self.search.items() if is_timing_key(k)}
         return out
+
+
+def model_source(cm: CostModel) -> str:
+    """``"<file> (<kind>)"``: which config was read; a local file named like a shipped model
+    says that it shadows it."""
+    from ..model.hf_config import shipped_model_names
+
+    m = cm.model
+    if not m.source:
+        return ""
+    kind = {"shipped": "shipped config", "hf-cache": "HuggingFace cache"}.get(
+        m.source_kind, "local file")
+    if m.source_kind == "file" and m.name in shipped_model_names():
+        kind += f"; shadows the shipped '{m.name}'"
+    return f"{m.source} ({kind})"
+
+
+def weights_note(cm: CostModel) -> str:
+    """One phrase on the weight format: the checkpoint's quantisation (bits per weight with
+    scales, FP4 math or dequantised), a warning when ``--dtype`` differs from the checkpoint's
+    dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), and, for a
+    multimodal wrapper, that its vision tower is not in the memory or time estimates."""
+    note = _weights_format(cm)
+    v = cm.model.vision_params
+    if v:
+        note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) not counted in "
+                 f"memory or time")
+    return note
+
+
+def _weights_format(cm: CostModel) -> str:
+    m, wl = cm.model, cm.workload
+    q = m.quant
+    dev = cm.cluster.device
+    if q is not None and q.below_8_bit:
+        scope = "routed experts" if q.experts_only else "linear weights"
+        math = "FP4 tensor-core math" if q.fp4 and dev.peak_fp4_flops_per_s else \
+            "dequantised to 16-bit math" + (" (no FP4 math on this device)" if q.fp4 else "")
+        return (f"{scope} {q.method} at {q.weight_bits:.4g} bits/weight incl. scales "
+                f"(checkpoint), {math}")
+    ckpt = m.checkpoint_dtype
+    if wl.weight_dtype.value == ckpt:
+        what = f"{q.method} checkpoint" if q is not None else f"{m.native_dtype} checkpoint"
+        return f"{ckpt} ({what})"
+    if ckpt == "fp8":
+        stored = q.method if q is not None else "fp8"
+        return (f"{wl.weight_dtype.value} by --dtype: the checkpoint stores {stored} weights "
+                f"(default would be fp8)")
+    return f"{wl.weight_dtype.value} by --dtype: online quantisation of the {ckpt} checkpoint"
 
 
 def _num(x: float) -> float | None:

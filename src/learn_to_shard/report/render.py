@@ -37,6 +37,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
             + f", KV {wl.kv_dtype.value} · method {plan.method_used}"
             + (f" (asked: {plan.method})" if plan.method != plan.method_used else ""))
     con.print(head)
+    if plan.model_source or plan.weights:
+        con.print(f"model {plan.model_source} · weights {plan.weights}", markup=False,
+                  highlight=False)
     if plan.cost_model:
         cfg = plan.cost_model
         con.print(f"engine {plan.engine or 'defaults'}: memory utilisation "
