@@ -190,3 +190,12 @@ def test_published_serving_rows_are_predicted_or_explained():
     assert "fp4" in (predict_row(fp4).reason or "")
     s = summarize([r], "calibration")
     assert s["predicted"] == 1 and s["ttft_ms_n"] == 1
+
+
+def test_sglang_random_lengths_are_uniform_up_to_the_nominal():
+    """SGLang's random dataset with random_range_ratio 0 draws from 1 to the nominal length
+    (mean ≈ half of it); vLLM's with range ratio 0 is fixed."""
+    r = fixed_requests(20_000, isl=1024, osl=512, up_to_nominal=True, seed=1)
+    assert r.isl.min() >= 1 and r.isl.max() <= 1024 and r.osl.max() <= 512
+    assert r.isl.mean() == pytest.approx(512.5, rel=0.01)    # sd of the mean ≈ 0.4%
+    assert set(fixed_requests(10, isl=1024, osl=512).isl) == {1024}

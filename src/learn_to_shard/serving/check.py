@@ -126,19 +126,24 @@ def predict_row(row: dict[str, str]) -> ServingRowResult:
     tp = tp_row // dp
     wd = DType.FP8 if row["weight_dtype"] == "fp8" else DType.BF16
     kd = DType.FP8 if row.get("kv_dtype") == "fp8" else DType.BF16
+    # SGLang's bench_serving random dataset draws lengths uniformly from 1 to the nominal one
+    # (random_range_ratio 0.0, its default): the rows say so in length_dist.
+    sglang_random = row.get("length_dist", "").startswith("uniform integers in [1, nominal]")
     conc = _num(row.get("concurrency"))
     rate = _num(row.get("request_rate_per_s"))
     n_prompts = _num(row.get("num_prompts"))
     if conc:
         load = ServingLoad(concurrency=int(conc), num_prompts=int(n_prompts or max(
-            10 * conc, 200)))
+            10 * conc, 200)), up_to_nominal=sglang_random)
         res.x = conc
     elif rate is not None and math.isfinite(rate):
-        load = ServingLoad(request_rate_per_s=rate, num_prompts=int(n_prompts or 1000))
+        load = ServingLoad(request_rate_per_s=rate, num_prompts=int(n_prompts or 1000),
+                           up_to_nominal=sglang_random)
         res.x = rate
     elif rate is not None:
         n = int(n_prompts or DEFAULT_OFFLINE_PROMPTS)
-        load = ServingLoad(concurrency=n, num_prompts=n)     # every request at time 0
+        load = ServingLoad(concurrency=n, num_prompts=n,      # every request at time 0
+                           up_to_nominal=sglang_random)
         res.x = math.inf
     else:
         return skip("no load stated")

@@ -38,6 +38,8 @@ class ServingLoad:
         trace: requests of a CSV trace (:func:`load_trace`).
         num_prompts: requests to simulate (default :data:`DEFAULT_NUM_PROMPTS`; a trace's own).
         range_ratio: lengths drawn uniformly within ``±range_ratio`` of ``isl``/``osl``.
+        up_to_nominal: lengths drawn uniformly from ``range_ratio·x`` (at least 1) to the
+            nominal ``x`` instead (SGLang's random dataset, :func:`fixed_requests`).
         seed: seed of arrivals and lengths.
 
     Raises:
@@ -49,6 +51,7 @@ class ServingLoad:
     trace: Requests | None = None
     num_prompts: int | None = None
     range_ratio: float = 0.0
+    up_to_nominal: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -153,7 +156,7 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
                 f"every {replicas}th request of the trace" if replicas > 1 else "the trace")
     n_total = load.num_prompts or DEFAULT_NUM_PROMPTS
     n = max(1, math.ceil(n_total / replicas))
-    base = fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed)
+    base = fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
     if load.concurrency is not None:
         c = max(1, math.ceil(load.concurrency / replicas))
         return base, c, f"{c} of {load.concurrency} clients"

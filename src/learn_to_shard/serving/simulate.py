@@ -71,10 +71,12 @@ class Requests:
                                   "request")
 
 
-def fixed_requests(n: int, isl: int, osl: int, range_ratio: float = 0.0, seed: int = 0
-                   ) -> Requests:
+def fixed_requests(n: int, isl: int, osl: int, range_ratio: float = 0.0, seed: int = 0,
+                   up_to_nominal: bool = False) -> Requests:
     """``n`` closed-loop requests of ``isl``/``osl`` tokens, optionally spread uniformly over
-    ``[x·(1 − r), x·(1 + r)]`` (vLLM's random dataset ``--random-range-ratio``).
+    ``[x·(1 − r), x·(1 + r)]`` (vLLM's random dataset ``--random-range-ratio r``), or, with
+    ``up_to_nominal``, over ``[max(1, x·r), x]`` (SGLang's ``bench_serving`` random dataset:
+    ``random_range_ratio`` 0, its default, draws uniformly from 1 to the nominal length).
 
     Raises:
         ConfigError: ``n < 1`` or ``range_ratio`` outside [0, 1).
@@ -86,6 +88,8 @@ def fixed_requests(n: int, isl: int, osl: int, range_ratio: float = 0.0, seed: i
     rng = np.random.default_rng(seed)
 
     def draw(x: int) -> np.ndarray:
+        if up_to_nominal:
+            return rng.integers(max(1, int(x * range_ratio)), x + 1, size=n)
         if range_ratio == 0.0:
             return np.full(n, x, dtype=np.int64)
         lo, hi = max(1, int(x * (1 - range_ratio))), max(1, int(x * (1 + range_ratio)))
