@@ -24,8 +24,11 @@ from learn_to_shard.report.validate import (
     calibrate,
     load_table,
     predict_row,
+    row_config,
     validate,
 )
+from learn_to_shard.parallel.space import StrategySpace
+from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.workload import DType, Phase, Workload
 
 runner = CliRunner()
@@ -292,3 +295,72 @@ def test_kernel_fits_recover_the_factors_the_kernels_were_made_with(tmp_path):
     assert fits["prefill attention"].values == {"attention_flops_efficiency": 0.4}
     assert fits["collectives (one node)"].values == {"scale_up_efficiency": 0.6,
                                                      "scale_up_latency_s": 4e-6}
+
+
+# ------------------------------------------------------------------------------ robustness
+def test_batch_max_with_attention_dp_sizes_the_whole_group(tmp_path):
+    """dp = 8, batch = max: the batch counts the requests of all eight ranks (each holds its
+    own KV), is a multiple of dp, and is the largest such multiple that fits."""
+    table = tmp_path / "t.csv"
+    table.write_text("id,engine,model,hardware,devices,tp,ep,dp,batch,isl,osl,metric,value\n"
+                     "a,trtllm,qwen3-30b-a3b,h100-sxm,8,1,8,8,max,1024,1024,"
+                     "output_tokens_per_s,10000\n")
+    row = load_table(table)[0]
+    res = predict_row(row)
+    assert res.status == "ok" and res.predicted and res.batch_used % 8 == 0
+    cfg = row_config(row)
+    wl = Workload(Phase.SERVE, isl=1024, osl=1024)
+    cl = parse_cluster("h100-sxm:8")
+    m = load_model("qwen3-30b-a3b")
+
+    def fits(batch: int) -> bool:
+        cm = CostModel(m, cl, wl, config=cfg,
+                       space=StrategySpace.build(m, cl, batch_values=(batch,)))
+        e = cm.evaluate(Strategy(tp=1, ep=8, pp=1, dp=8, batch=batch))
+        assert not [v for v in e.violations if not v.startswith("memory")]
+        return not e.violations
+
+    assert fits(res.batch_used) and not fits(res.batch_used + 8)
+    # one rank's capacity would be an eighth of the group's
+    assert res.batch_used > 8 * 100
+
+
+def test_ep_that_does_not_divide_the_experts_is_not_expressible(tmp_path):
+    """One bad row is reported like other unsupported rows; the rest of the table runs."""
+    table = tmp_path / "t.csv"
+    table.write_text("id,model,hardware,devices,tp,ep,dp,batch,isl,metric,value\n"
+                     "bad,qwen3-30b-a3b,h100-sxm,8,1,7,8,8,1024,decode_step_s,0.02\n"
+                     "good,qwen3-30b-a3b,h100-sxm,8,1,8,8,8,1024,decode_step_s,0.02\n")
+    rep = validate(table=table, silicon=False)
+    bad, good = rep.results
+    assert bad.status == "not expressible" and bad.predicted is None
+    assert "ep=7" in bad.reason and bad.reason.startswith("tp1 ep7")
+    assert good.status == "ok" and good.predicted
+
+
+def test_table_with_a_byte_order_mark_reads(tmp_path):
+    table = tmp_path / "bom.csv"
+    table.write_bytes(b"\xef\xbb\xbfid,model,hardware,batch,isl,metric,value\n"
+                      b"x,llama-3.1-8b,h100-sxm,8,512,decode_step_s,0.02\n")
+    assert [r.id for r in load_table(table)] == ["x"]
+
+
+def test_missing_column_names_what_was_found(tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("ident;model;metric\nx;llama-3.1-8b;tpot_s\n")
+    with pytest.raises(ConfigError, match=r"missing column\(s\) id, model, hardware, metric, "
+                                          r"value; found 'ident;model;metric'"):
+        load_table(table)
+
+
+def test_fit_without_calibration_rows_is_a_one_line_error(tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("id,model,hardware,batch,isl,metric,value,calibration\n"
+                     "x,llama-3.1-8b,h100-sxm,8,512,decode_step_s,0.02,0\n")
+    res = runner.invoke(app, ["validate", "--table", str(table), "--fit", "--plot",
+                              str(tmp_path / "p.png"), "--report", str(tmp_path / "r.json")])
+    assert res.exit_code == 2, res.output
+    assert "no calibration rows" in res.stderr and res.stderr.count("\n") == 1
+    assert not (tmp_path / "r.json").exists()
+    with pytest.raises(ConfigError, match="no calibration rows"):
+        calibrate(load_table(table))

@@ -199,6 +199,7 @@ def validate_cmd(
     """Predict each published measurement with its stated configuration; print the errors."""
     from .report.validate import (
         calibrate,
+        calibration_rows,
         load_table,
         render_validation,
         save_json,
@@ -210,6 +211,8 @@ def validate_cmd(
         _check_output(plot, "--plot", plot=True)
         _check_output(report, "--report")
         measurements = load_table(table)
+        if fit:
+            calibration_rows(measurements)       # nothing to fit is bad input, before any work
         result = validate(measurements, table=table)
     except PlannerError as exc:
         raise _fail(exc) from None

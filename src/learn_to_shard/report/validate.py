@@ -53,7 +53,8 @@ from ..workload import DType, Phase, Workload
 __all__ = [
     "COLUMNS", "KINDS", "Measurement", "RowResult", "ValidationReport", "load_table",
     "predict_row", "validate", "save_plot", "save_json", "default_table_path",
-    "calibration_loss", "fit_factors", "calibrate", "row_config", "CALIBRATIONS",
+    "calibration_loss", "fit_factors", "calibrate", "calibration_rows", "row_config",
+    "CALIBRATIONS",
     "render_validation", "silicon_report", "render_silicon", "OperatorStats",
     "KERNEL_FITS", "KernelFitSpec", "KernelFit", "fit_silicon", "render_kernel_fits",
 ]
@@ -159,22 +160,25 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
     """Read a measurement table (CSV with the :data:`COLUMNS` header).
 
     Args:
-        path: CSV file; default the shipped ``data/measurements.csv``.
+        path: CSV file (UTF-8, a leading byte-order mark allowed); default the shipped
+            ``data/measurements.csv``.
 
     Raises:
         ConfigError: unreadable file, missing columns, or a bad value (names row and column).
     """
     p = Path(path) if path is not None else default_table_path()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")     # a spreadsheet's BOM is not a column
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read measurement table: {exc}") from None
     reader = csv.DictReader(text.splitlines())
     header = reader.fieldnames or []
     missing = [c for c in _REQUIRED if c not in header]
     if missing:
-        raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; the header must hold "
-                          f"{', '.join(COLUMNS)} (data/README.md)")
+        raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; found "
+                          f"{', '.join(map(repr, header)) or 'no header'}; the header must "
+                          f"hold {', '.join(_REQUIRED)} among {', '.join(COLUMNS)} "
+                          f"(data/README.md)")
     unknown = [c for c in header if c not in COLUMNS]
     if unknown:
         raise ConfigError(f"{p}: unknown column(s) {', '.join(unknown)}; allowed: "
@@ -319,6 +323,22 @@ def _cost_model(m: ModelSpec, cluster: ClusterSpec, wl: Workload, batch: int,
     return CostModel(m, cluster, wl, config=config, space=space)
 
 
+def _evaluate(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload, batch: int,
+              config: CostModelConfig) -> Estimate:
+    """The row's stated strategy at ``batch`` evaluated by its cost model.
+
+    Raises:
+        ConfigError: the row's degrees are not candidates of the strategy space (an EP degree
+            that does not divide the routed experts, a TP that is neither a power of two nor a
+            divisor of the device count, ...): the product cannot express that configuration.
+    """
+    cm = _cost_model(m, cluster, wl, batch, config)
+    try:
+        return cm.evaluate(_strategy(r, batch))
+    except ValueError as exc:
+        raise ConfigError(f"row {r.id}: {exc}") from None
+
+
 def _workload(r: Measurement, where: str) -> Workload:
     wd = _dtype(r.weight_dtype, where)
     kd = _dtype(r.kv_dtype, where) if r.kv_dtype else wd
@@ -381,14 +401,26 @@ def _max_batch(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload,
     ``max_batch`` and, when the row states ``max_num_tokens`` (``cfg`` already carries it as
     the budget), within the token budget the engine builds for that batch (trtllm-bench,
     :func:`_bench_tokens`; the activation workspace is sized for it). The token budget only
-    binds serve (throughput) rows. Returns the batch and its estimate."""
+    binds serve (throughput) rows. Returns the batch and its estimate.
+
+    With attention-DP (``dp > 1``) the batch counts the requests of the whole instance: each
+    of the ``dp`` ranks holds its own ``batch / dp`` requests, so the probe runs one request
+    per rank (``batch = dp``, the smallest valid batch), its ``max_batch`` is the group's
+    capacity, and every candidate is rounded down to a multiple of ``dp`` (the strategy rule
+    ``batch`` of :mod:`learn_to_shard.parallel.space`)."""
     serve = wl.phase is Phase.SERVE
-    batch = 1
+    dp = max(1, r.dp)
+
+    def whole(b: int) -> int:
+        """``b`` rounded down to a multiple of ``dp``, at least ``dp``."""
+        return max(dp, b // dp * dp)
+
+    batch = dp
     for _ in range(3):             # the budget sizes the workspace, which sizes the KV room
-        probe = _cost_model(m, cluster, wl, 1, cfg).evaluate(_strategy(r, 1))
-        batch = max(1, probe.max_batch)
+        probe = _evaluate(r, m, cluster, wl, dp, cfg)
+        batch = whole(probe.max_batch)
         if r.max_batch:
-            batch = min(batch, r.max_batch)
+            batch = whole(min(batch, r.max_batch))
         if not (r.max_num_tokens and serve):
             break
         tokens = _bench_tokens(r, batch)
@@ -396,13 +428,13 @@ def _max_batch(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload,
             break
         cfg = dataclasses.replace(cfg, max_num_batched_tokens=tokens)
     if serve:
-        batch = max(1, min(batch, _budget_batch(r, cfg.max_num_batched_tokens)))
+        batch = whole(min(batch, _budget_batch(r, cfg.max_num_batched_tokens)))
     # The linear extrapolation can overshoot by a request; step down until it fits.
     for _ in range(4):
-        e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
-        if batch == 1 or not any(v.startswith("memory") for v in e.violations):
+        e = _evaluate(r, m, cluster, wl, batch, cfg)
+        if batch == dp or not any(v.startswith("memory") for v in e.violations):
             break
-        batch = max(1, min(batch - 1, e.max_batch))
+        batch = whole(min(batch - dp, e.max_batch))
     return batch, e
 
 
@@ -435,10 +467,13 @@ def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
     if r.max_num_tokens:
         cfg = dataclasses.replace(cfg, max_num_batched_tokens=r.max_num_tokens)
     batch = r.batch if r.batch is not None else 1
-    if r.batch is None:
-        batch, e = _max_batch(r, m, cluster, wl, cfg)
-    else:
-        e = _cost_model(m, cluster, wl, batch, cfg).evaluate(_strategy(r, batch))
+    try:
+        if r.batch is None:
+            batch, e = _max_batch(r, m, cluster, wl, cfg)
+        else:
+            e = _evaluate(r, m, cluster, wl, batch, cfg)
+    except PlannerError as exc:
+        return RowResult(r, None, "not expressible", str(exc).removeprefix(f"{where}: "))
     structural = [v for v in e.violations
                   if not v.startswith(("memory", "tpot_slo", "ttft_slo"))]
     if structural:
@@ -733,18 +768,38 @@ CALIBRATIONS: tuple[CalibrationSpec, ...] = (
 )
 
 
+def calibration_rows(rows: Iterable[Measurement]) -> list[Measurement]:
+    """The rows marked ``calibration = 1``.
+
+    Raises:
+        ConfigError: there are none (a fit on no rows would only print its starting values).
+    """
+    cal = [r for r in rows if r.calibration]
+    if not cal:
+        raise ConfigError("--fit: the table has no calibration rows (column 'calibration' = 1"
+                          "); mark the rows to fit on, or leave --fit out")
+    return cal
+
+
 def calibrate(rows: Sequence[Measurement] | None = None,
               specs: Sequence[CalibrationSpec] = CALIBRATIONS
               ) -> list[tuple[CalibrationSpec, dict[str, float], float, int]]:
     """Re-run the declared fits on the calibration rows (``calibration = 1``) only.
 
     Starts each fit from the shipped values, so it reports whether they are still a local
-    optimum of the grid. Returns (spec, fitted values, loss, rows used) per spec.
+    optimum of the grid. Returns (spec, fitted values, loss, rows used) per spec that has
+    calibration rows of its engine; a spec without any is left out (there is nothing to fit).
+
+    Raises:
+        ConfigError: no row has ``calibration = 1`` (a fit on no rows would only print the
+            starting values).
     """
-    rs = list(rows) if rows is not None else load_table()
+    rs = calibration_rows(rows if rows is not None else load_table())
     out = []
     for spec in specs:
-        cal = [r for r in rs if r.calibration and r.engine == spec.engine]
+        cal = [r for r in rs if r.engine == spec.engine]
+        if not cal:
+            continue
         start = row_config(cal[0]) if cal else CostModelConfig()
         cfg, loss = fit_factors(cal, start, spec.grid)
         out.append((spec, {k: getattr(cfg, k) for k in spec.grid}, loss, len(cal)))
