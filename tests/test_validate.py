@@ -18,6 +18,8 @@ from learn_to_shard.cost.config import ENGINE_PROFILES
 from learn_to_shard.errors import ConfigError
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.model import load_model
+from learn_to_shard.parallel.space import StrategySpace
+from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.report.validate import (
     CALIBRATIONS,
     METRIC_KIND,
@@ -27,8 +29,6 @@ from learn_to_shard.report.validate import (
     row_config,
     validate,
 )
-from learn_to_shard.parallel.space import StrategySpace
-from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.workload import DType, Phase, Workload
 
 runner = CliRunner()
