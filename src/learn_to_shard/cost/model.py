@@ -291,7 +291,7 @@ class CostModel:
         c = self.config
         fp8_eff = c.fp8_flops_efficiency if c.fp8_flops_efficiency is not None \
             else c.flops_efficiency
-        self._gemm_flops = (dev.peak_fp8_flops_per_s * fp8_eff if fp8
+        self._gemm_flops = ((dev.peak_fp8_flops_per_s or 0.0) * fp8_eff if fp8
                             else dev.peak_bf16_flops_per_s * c.flops_efficiency)
         self._attn_flops = dev.peak_bf16_flops_per_s * (
             c.attention_flops_efficiency if c.attention_flops_efficiency is not None
@@ -492,7 +492,7 @@ class CostModel:
             eff = eff * d / (d + x0)
         return eff
 
-    def _roofline(self, flops: np.ndarray, bytes_: np.ndarray, peak: float,
+    def _roofline(self, flops: np.ndarray, bytes_: np.ndarray, peak: float | np.ndarray,
                   hbm: float | None = None) -> np.ndarray:
         return np.maximum(flops / peak, bytes_ / (hbm or self._hbm)) \
             + self.config.kernel_overhead_s
@@ -538,6 +538,7 @@ class CostModel:
                               kv_cache_bytes=float(out["stage_kv"][0, worst]),
                               workspace_bytes=float(out["ws"][0]), usable_bytes=self._usable)
         inst = self.cluster.num_devices // strategy.devices if strategy.devices else 0
+        assert b.kv_capacity_tokens is not None and b.max_context_tokens is not None
         return Estimate(
             strategy=strategy, feasible=bool(b.feasible[0]), violations=violations,
             tokens_per_s_per_device=float(b.tokens_per_s_per_device[0]),
@@ -1178,7 +1179,7 @@ class CostModel:
         att = self.model.attention
         t = tp.astype(np.float64)
         capped = window is not None and self.config.window_kv_capped
-        held = min(tokens, float(window)) if capped else tokens
+        held = min(tokens, float(window)) if capped and window is not None else tokens
         per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
         c_att = dims[:, Op.ATTENTION]
         if att.kind is AttentionKind.GQA:

@@ -30,7 +30,7 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -632,7 +632,8 @@ def save_plot(report: ValidationReport, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(KIND_LABEL[k], k, None) for k in KINDS if k != "collective"]
+    panels: list[tuple[str, str, str | None]] = [(KIND_LABEL[k], k, None) for k in KINDS
+                                                 if k != "collective"]
     panels += [("collective time", "collective", "collective_s"),
                ("link bandwidth", "collective", "link_bytes_per_s")]
 
@@ -693,7 +694,7 @@ def calibration_loss(rows: Sequence[Measurement], config: CostModelConfig) -> fl
 
 
 def fit_factors(rows: Sequence[Measurement], base: CostModelConfig,
-                grid: dict[str, Sequence[float]], rounds: int = 3
+                grid: Mapping[str, Sequence[float]], rounds: int = 3
                 ) -> tuple[CostModelConfig, float]:
     """Fit the factors named in ``grid`` on ``rows`` by coordinate descent over the grids.
 
@@ -710,7 +711,7 @@ def fit_factors(rows: Sequence[Measurement], base: CostModelConfig,
 
 
 def _coordinate_descent(loss: Callable[[CostModelConfig], float], start: CostModelConfig,
-                        grid: dict[str, Sequence[float]],
+                        grid: Mapping[str, Sequence[float]],
                         rounds: int = 3) -> tuple[CostModelConfig, float]:
     """Minimise ``loss(config)`` one factor at a time over its grid values, ``rounds`` passes
     (stops early when a pass changes nothing). Returns (best config, its loss)."""
@@ -719,7 +720,8 @@ def _coordinate_descent(loss: Callable[[CostModelConfig], float], start: CostMod
         changed = False
         for name, values in grid.items():
             for v in values:
-                trial = dataclasses.replace(cfg, **{name: v})
+                change: dict[str, Any] = {name: v}
+                trial = dataclasses.replace(cfg, **change)
                 trial_loss = loss(trial)
                 if trial_loss < best - 1e-12:
                     cfg, best, changed = trial, trial_loss, True
