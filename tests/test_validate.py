@@ -20,15 +20,10 @@ from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.model import load_model
 from learn_to_shard.parallel.space import StrategySpace
 from learn_to_shard.parallel.strategy import Strategy
-from learn_to_shard.report.validate import (
-    CALIBRATIONS,
-    METRIC_KIND,
-    calibrate,
-    load_table,
-    predict_row,
-    row_config,
-    validate,
-)
+from learn_to_shard.fidelity.fit import CALIBRATIONS, calibrate
+from learn_to_shard.fidelity.measurements import METRIC_KIND, load_table
+from learn_to_shard.fidelity.predict import predict_row, row_config
+from learn_to_shard.fidelity.stats import validate
 from learn_to_shard.workload import DType, Phase, Workload
 
 runner = CliRunner()
@@ -109,14 +104,14 @@ def test_batch_max_decode_row_without_osl_is_predicted(tmp_path):
 
 
 def test_bench_token_budget_follows_trtllm_bench_rounding():
-    from learn_to_shard.report.validate import _bench_tokens
+    from learn_to_shard.fidelity.predict import bench_tokens
 
     row = next(r for r in load_table() if r.id == "trt-llama70b-h200fp8-1000-1000-tp8")
-    assert _bench_tokens(row, 100) == 2048            # 200 tokens: the 2,048 floor
-    assert _bench_tokens(row, 1500) == 3072           # 3,000: next multiple of 256
-    assert _bench_tokens(row, 3000) == 6144           # 6,000: next multiple of 512
-    assert _bench_tokens(row, 4100) == 8192 + 1024    # 8,200: next multiple of 1,024
-    assert _bench_tokens(row, 20_000) == 32_768       # the cap
+    assert bench_tokens(row, 100) == 2048            # 200 tokens: the 2,048 floor
+    assert bench_tokens(row, 1500) == 3072           # 3,000: next multiple of 256
+    assert bench_tokens(row, 3000) == 6144           # 6,000: next multiple of 512
+    assert bench_tokens(row, 4100) == 8192 + 1024    # 8,200: next multiple of 1,024
+    assert bench_tokens(row, 20_000) == 32_768       # the cap
 
 
 def test_cli_prints_table_and_writes_plot_and_json(tmp_path):
@@ -223,14 +218,15 @@ def test_declared_calibration_reproduces_the_shipped_factors():
     """Re-running the declared fits on the calibration rows lands on the shipped values."""
     shipped = {"defaults": CostModelConfig()}
     shipped |= {n: CostModelConfig.for_engine(n) for n in ENGINE_PROFILES}
-    for spec, values, _loss, n in calibrate(specs=CALIBRATIONS):
-        assert n in (16, 6)
-        for field, v in values.items():
-            assert getattr(shipped[spec.name], field) == pytest.approx(v), (spec.name, field)
+    for fit in calibrate(specs=CALIBRATIONS):
+        assert len(fit.row_ids) in (16, 6)
+        for field, v in fit.values.items():
+            assert getattr(shipped[fit.spec.name], field) == pytest.approx(v), (fit.spec.name,
+                                                                                field)
 
 
 def test_kernel_tables_are_small_and_every_operator_is_compared(report):
-    from learn_to_shard.report.validate import silicon_dir
+    from learn_to_shard.fidelity.kernels import silicon_dir
 
     files = sorted(p.name for p in silicon_dir().glob("*.csv"))
     assert files == ["context_attention.csv", "gemm.csv", "generation_attention.csv",
@@ -267,8 +263,8 @@ def _synthetic_silicon(tmp_path, truth: CostModelConfig):
              "context_attention.csv": ctx, "nccl.csv": nccl}
     for name, lines in files.items():
         (tmp_path / name).write_text("\n".join(lines) + "\n")
-    from learn_to_shard.report.validate import _silicon_kernels, _silicon_tables
-    truth_lat = iter(k[3] for k in _silicon_kernels(truth, _silicon_tables(tmp_path)))
+    from learn_to_shard.fidelity.kernels import silicon_kernels, silicon_tables
+    truth_lat = iter(k[3] for k in silicon_kernels(truth, silicon_tables(tmp_path)))
     for name in ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv"):
         lines = files[name]
         out = [lines[0]] + [line.rsplit(",", 1)[0] + f",{next(truth_lat)!r}" for line in lines[1:]]
@@ -281,7 +277,7 @@ def test_kernel_fits_recover_the_factors_the_kernels_were_made_with(tmp_path):
                             fp8_flops_efficiency=0.45, attention_hbm_efficiency=0.5,
                             attention_flops_efficiency=0.4, scale_up_efficiency=0.6,
                             scale_up_latency_s=4e-6)
-    from learn_to_shard.report.validate import fit_silicon
+    from learn_to_shard.fidelity.kernels import fit_silicon
     fits = {f.spec.name: f for f in fit_silicon(folder=_synthetic_silicon(tmp_path, truth))}
     assert set(fits) == {"gemm bf16", "gemm fp8", "decode attention", "prefill attention",
                          "collectives (one node)"}

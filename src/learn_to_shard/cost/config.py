@@ -13,9 +13,86 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from ..errors import ConfigError
+from ..jsonio import loads_strict
+
+
+class FittedFactors(BaseModel):
+    """One calibration fit as recorded in the factors file.
+
+    Attributes:
+        engine: engine of the calibration rows fitted on (column ``engine``).
+        values: fitted value per :class:`CostModelConfig` field (SI units, as each field's
+            name says).
+        rows: ids of the measurement rows fitted on (``calibration = 1``).
+        table: file name of the measurement table the rows are from.
+        loss: mean ``|ln(predicted / measured)|`` over those rows at ``values``.
+        date: UTC date of the fit (ISO 8601).
+        commit: git commit of the code that ran the fit (``+dirty``: with uncommitted
+            changes; ``unknown``: not run from a checkout).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    engine: str
+    values: dict[str, float]
+    rows: list[str]
+    table: str
+    loss: float
+    date: str
+    commit: str
+
+
+class FactorsFile(BaseModel):
+    """The calibration data file: fit name (``defaults`` or an engine profile) -> fit.
+
+    Written by :func:`learn_to_shard.fidelity.fit.write_factors` (``l2s validate --fit
+    --write-factors FILE``); read by this module (:func:`load_fitted_factors`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    about: str = ("Cost-model factors fitted on the calibration rows of the measurement "
+                  "table (learn_to_shard.fidelity.fit); read by learn_to_shard.cost.config: "
+                  "'defaults' holds CostModelConfig defaults, every other fit the fitted "
+                  "fields of the engine profile of that name.")
+    fits: dict[str, FittedFactors]
+
+
+def factors_path() -> Path:
+    """The shipped calibration data file, ``learn_to_shard/data/calibration/factors.json``."""
+    return Path(str(resources.files("learn_to_shard") / "data" / "calibration" /
+                    "factors.json"))
+
+
+def load_fitted_factors(path: str | Path | None = None) -> FactorsFile:
+    """Read and check a factors file.
+
+    Args:
+        path: the file; default :func:`factors_path`.
+
+    Raises:
+        ConfigError: unreadable file, invalid JSON, or a document that does not match
+            :class:`FactorsFile` (the message names the file and the first bad field).
+    """
+    p = Path(path) if path is not None else factors_path()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read the calibration factors: {exc}") from None
+    try:
+        return FactorsFile.model_validate(loads_strict(text, str(p)))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"{p}: field {where!r}: {err['msg']}") from None
+
 
 #: Fields that are fractions of a peak or of memory: each must lie in (0, 1].
 _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
