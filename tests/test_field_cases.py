@@ -18,13 +18,13 @@ import pytest
 
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.shapes import kv_cache_bytes_per_token
+from learn_to_shard.fidelity.predict import resolve_model
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.hardware.spec import ClusterSpec, DeviceSpec
 from learn_to_shard.model import load_model
 from learn_to_shard.model.spec import ModelSpec
 from learn_to_shard.parallel import MEGATRON_DIMS, Strategy, StrategySpace
 from learn_to_shard.parallel.ops import Op
-from learn_to_shard.fidelity.predict import resolve_model
 from learn_to_shard.workload import DType, Phase, Workload
 
 GIB = 2**30

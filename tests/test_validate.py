@@ -16,14 +16,14 @@ from learn_to_shard.cli import app
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.config import ENGINE_PROFILES
 from learn_to_shard.errors import ConfigError
-from learn_to_shard.hardware import parse_cluster
-from learn_to_shard.model import load_model
-from learn_to_shard.parallel.space import StrategySpace
-from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.fidelity.fit import CALIBRATIONS, calibrate
 from learn_to_shard.fidelity.measurements import METRIC_KIND, load_table
 from learn_to_shard.fidelity.predict import predict_row, row_config
 from learn_to_shard.fidelity.stats import validate
+from learn_to_shard.hardware import parse_cluster
+from learn_to_shard.model import load_model
+from learn_to_shard.parallel.space import StrategySpace
+from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.workload import DType, Phase, Workload
 
 runner = CliRunner()
