@@ -146,7 +146,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-k", default="", help="only mutants whose label contains this")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    ap.add_argument("--tests", nargs="+", default=list(TESTS),
+                    help=f"test files to run against each mutant (default: {' '.join(TESTS)})")
     args = ap.parse_args()
+    tests = tuple(args.tests)
     chosen = [m for m in MUTANTS if args.k in m.label]
     with tempfile.TemporaryDirectory(prefix="l2s-mutants-") as tmp:
         base = Path(tmp) / "clean"
@@ -162,7 +165,7 @@ def main() -> int:
         if not where.stdout.strip().startswith(str(base)):
             print(f"the copy is not what gets imported ({where.stdout.strip()})")
             return 2
-        failed, secs, last = _run(base, TESTS, args.timeout)
+        failed, secs, last = _run(base, tests, args.timeout)
         print(f"unmutated: {'FAILS' if failed else 'passes'} ({secs:.0f} s) {last}", flush=True)
         if failed:
             return 2
@@ -171,7 +174,7 @@ def main() -> int:
             tree = Path(tmp) / f"m{i}"
             shutil.copytree(base, tree)
             _apply(tree, m)
-            killed, secs, last = _run(tree, TESTS, args.timeout)
+            killed, secs, last = _run(tree, tests, args.timeout)
             print(f"{'killed  ' if killed else 'SURVIVED'} {m.label} ({secs:.0f} s) {last}",
                   flush=True)
             if not killed:

@@ -7,6 +7,7 @@ Each restates one documented formula by hand (module docstrings of ``cost/model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -16,7 +17,7 @@ from conftest import tiny_dense
 # The golden tests' explicit factors and hand formulas (roofline, linear, activation pass).
 from test_cost_model import CFG, _act, _linear, _roof  # noqa: E402
 
-from learn_to_shard.cost import CostModel, CostModelConfig
+from learn_to_shard.cost import CostModel
 from learn_to_shard.cost.comm import (
     ALL_REDUCE,
     ALL_TO_ALL,
@@ -124,9 +125,8 @@ def test_host_time_per_step_sequence_and_prompt(phase, extra):
     """Engine host time per step: host_step + host_seq·(decodes + prompts) + host_prefill·
     prompts (cost/model.py, "Pipeline"); one stage, so it adds to TPOT / TTFT once."""
     step, seq, pre = 1e-3, 1e-4, 1e-2
-    host = CostModelConfig(**{**{f: getattr(CFG, f) for f in CFG.__slots__},
-                              "host_step_overhead_s": step, "host_seq_overhead_s": seq,
-                              "host_prefill_overhead_s": pre})
+    host = dataclasses.replace(CFG, host_step_overhead_s=step, host_seq_overhead_s=seq,
+                               host_prefill_overhead_s=pre)
     a, b = _serve(8, CFG, phase), _serve(8, host, phase)
     t = (lambda e: e.ttft_s) if phase is Phase.PREFILL else (lambda e: e.tpot_s)
     assert t(b) - t(a) == pytest.approx(extra(step, seq, pre), rel=1e-9)
@@ -203,8 +203,7 @@ def test_kv_pool_counts_at_kv_over_its_free_fraction():
     wl = Workload(Phase.DECODE, isl=1000)
     s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=4)
     full = CostModel(m, cl, wl, config=CFG)
-    half = CostModel(m, cl, wl, config=CostModelConfig(
-        **{**{f: getattr(CFG, f) for f in CFG.__slots__}, "kv_cache_free_fraction": 0.5}))
+    half = CostModel(m, cl, wl, config=dataclasses.replace(CFG, kv_cache_free_fraction=0.5))
     act = full.space.encode(s)[None, :]
     kv = full.evaluate(s).memory.kv_cache_bytes
     assert kv == pytest.approx(4 * 1000 * 2 * 8 * 256 * 2, rel=REL)
