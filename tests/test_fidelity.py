@@ -106,3 +106,11 @@ def test_bad_factors_file_is_a_one_line_error(tmp_path, mutate, needle):
 def test_write_factors_needs_fit(tmp_path):
     res = CliRunner().invoke(app, ["validate", "--write-factors", str(tmp_path / "f.json")])
     assert res.exit_code == 2 and "--write-factors" in res.stderr
+
+
+def test_write_factors_may_not_overwrite_another_input_or_output(tmp_path):
+    rep = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["validate", "--fit", "--report", str(rep),
+                                   "--write-factors", str(rep)])
+    assert res.exit_code == 2 and "also --report" in res.stderr
+    assert not rep.exists()

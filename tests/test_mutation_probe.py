@@ -24,7 +24,7 @@ def test_every_mutant_applies_to_exactly_one_place():
 
 @pytest.mark.slow
 def test_every_mutant_is_killed():
-    """The full probe (10–20 min): ``.venv/bin/python scripts/mutation_probe.py``."""
+    """The full probe (3–8 min): ``.venv/bin/python scripts/mutation_probe.py``."""
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "mutation_probe.py")],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:]

@@ -213,6 +213,11 @@ def validate_cmd(
         if write_factors is not None and not fit:
             raise PlannerError("--write-factors: needs --fit (it writes what the fit found)")
         _check_output(write_factors, "--write-factors")
+        if write_factors is not None:
+            for flag, other in (("--table", table), ("--plot", plot), ("--report", report)):
+                if other is not None and write_factors.resolve() == other.resolve():
+                    raise PlannerError(f"--write-factors: {write_factors} is also {flag}; "
+                                       f"give another file")
         measurements = load_table(table)
         if fit:
             calibration_rows(measurements)       # nothing to fit is bad input, before any work

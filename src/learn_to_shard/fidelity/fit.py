@@ -91,6 +91,15 @@ class CalibrationSpec:
     grid: dict[str, tuple[float, ...]]
 
 
+#: The grids of the two Splitwise system profiles (the same factors on either system).
+_SPLITWISE_GRID: dict[str, tuple[float, ...]] = {
+    "flops_efficiency": (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
+    "attention_flops_efficiency": (0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1),
+    "scale_up_latency_s": (1e-5, 1.25e-5, 1.5e-5, 2e-5, 2.5e-5, 3e-5, 3.5e-5),
+    "host_step_overhead_s": (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2),
+    "host_seq_overhead_s": (1e-4, 2e-4, 3e-4, 4e-4, 5e-4),
+    "host_prefill_overhead_s": (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 3e-2)}
+
 #: The fits behind the shipped factors (docs/validation.md). The defaults are fitted through
 #: the ``trtllm`` profile (its memory policy applied), the Splitwise profiles from the
 #: defaults. ``hbm_efficiency`` keeps its prior 0.8: fitted too, it drops to 0.4 and the
@@ -99,20 +108,8 @@ CALIBRATIONS: tuple[CalibrationSpec, ...] = (
     CalibrationSpec("defaults", "trtllm", {
         "flops_efficiency": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
         "attention_hbm_efficiency": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8)}),
-    CalibrationSpec("splitwise-dgx-h100", "splitwise-dgx-h100", {
-        "flops_efficiency": (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
-        "attention_flops_efficiency": (0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1),
-        "scale_up_latency_s": (1e-5, 1.25e-5, 1.5e-5, 2e-5, 2.5e-5, 3e-5, 3.5e-5),
-        "host_step_overhead_s": (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2),
-        "host_seq_overhead_s": (1e-4, 2e-4, 3e-4, 4e-4, 5e-4),
-        "host_prefill_overhead_s": (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 3e-2)}),
-    CalibrationSpec("splitwise-dgx-a100", "splitwise-dgx-a100", {
-        "flops_efficiency": (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
-        "attention_flops_efficiency": (0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1),
-        "scale_up_latency_s": (1e-5, 1.25e-5, 1.5e-5, 2e-5, 2.5e-5, 3e-5, 3.5e-5),
-        "host_step_overhead_s": (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2),
-        "host_seq_overhead_s": (1e-4, 2e-4, 3e-4, 4e-4, 5e-4),
-        "host_prefill_overhead_s": (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 3e-2)}),
+    CalibrationSpec("splitwise-dgx-h100", "splitwise-dgx-h100", _SPLITWISE_GRID),
+    CalibrationSpec("splitwise-dgx-a100", "splitwise-dgx-a100", _SPLITWISE_GRID),
 )
 
 
