@@ -7,7 +7,7 @@ fast test subset run against the copy; a mutant is *killed* when some test fails
 *survivor* otherwise. Results and the reason each survivor is harmless (or the test that now
 kills it) are recorded in ``docs/validation.md`` ("Mutation probe").
 
-Run (about 10–20 minutes on two cores; not part of the default test suite)::
+Run (3–8 minutes on two cores; not part of the default test suite)::
 
     .venv/bin/python scripts/mutation_probe.py            # every mutant
     .venv/bin/python scripts/mutation_probe.py -k norm    # mutants whose label has "norm"
