@@ -97,6 +97,15 @@ INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
 _TOKENS_CAP = 2**62
 
 
+def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """Layers per stage for ``pp`` stages: explicit, summing to ``num_layers`` (never a floor
+    division that drops layers, FC-15); the remainder goes to the first stages. With ``pp``
+    above the layer count the extra stages are empty (the strategy is invalid by the
+    ``layers`` rule)."""
+    base, rem = divmod(num_layers, pp)
+    return [base + (1 if s < rem else 0) for s in range(pp)]
+
+
 def _req_linear(choice: np.ndarray, layout: np.ndarray) -> np.ndarray:
     """Layout a weight-bearing op needs, given its choice and the arriving layout.
 
@@ -358,13 +367,8 @@ class CostModel:
         self._type_counts = counts
 
     def stage_layers(self, pp: int) -> list[int]:
-        """Layers per stage for ``pp`` stages: explicit, summing to the layer count (never a
-        floor division that drops layers, FC-15); the remainder goes to the first stages.
-        With ``pp`` above the layer count the extra stages are empty (the strategy is invalid
-        by the ``layers`` rule)."""
-        n = self.model.num_layers
-        base, rem = divmod(n, pp)
-        return [base + (1 if s < rem else 0) for s in range(pp)]
+        """Layers per stage for ``pp`` stages (:func:`stage_layer_counts`)."""
+        return stage_layer_counts(self.model.num_layers, pp)
 
     # ------------------------------------------------------------------ helpers
     def _link(self, extent: np.ndarray) -> _Link:
