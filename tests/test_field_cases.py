@@ -18,13 +18,13 @@ import pytest
 
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.shapes import kv_cache_bytes_per_token
+from learn_to_shard.fidelity.predict import resolve_model
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.hardware.spec import ClusterSpec, DeviceSpec
 from learn_to_shard.model import load_model
 from learn_to_shard.model.spec import ModelSpec
 from learn_to_shard.parallel import MEGATRON_DIMS, Strategy, StrategySpace
 from learn_to_shard.parallel.ops import Op
-from learn_to_shard.report.validate import _resolve_model
 from learn_to_shard.workload import DType, Phase, Workload
 
 GIB = 2**30
@@ -225,7 +225,7 @@ def test_fc16_tied_embeddings_last_stage_holds_its_own_copy(tmp_path):
 
 # ------------------------------------------------------------------------------ FC-17
 def _fc17(n, model="llama-3.1-70b"):
-    m = _resolve_model(model)
+    m = resolve_model(model)
     wl = Workload(Phase.SERVE, isl=1024, osl=1024)
     return _ev(m, f"a100-80gb:{n}", wl, Strategy(tp=n, ep=1, pp=1, dp=1, batch=1))
 

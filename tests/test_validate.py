@@ -16,16 +16,14 @@ from learn_to_shard.cli import app
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.config import ENGINE_PROFILES
 from learn_to_shard.errors import ConfigError
+from learn_to_shard.fidelity.fit import CALIBRATIONS, calibrate
+from learn_to_shard.fidelity.measurements import METRIC_KIND, load_table
+from learn_to_shard.fidelity.predict import predict_row, row_config
+from learn_to_shard.fidelity.stats import validate
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.model import load_model
-from learn_to_shard.report.validate import (
-    CALIBRATIONS,
-    METRIC_KIND,
-    calibrate,
-    load_table,
-    predict_row,
-    validate,
-)
+from learn_to_shard.parallel.space import StrategySpace
+from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.workload import DType, Phase, Workload
 
 runner = CliRunner()
@@ -106,14 +104,14 @@ def test_batch_max_decode_row_without_osl_is_predicted(tmp_path):
 
 
 def test_bench_token_budget_follows_trtllm_bench_rounding():
-    from learn_to_shard.report.validate import _bench_tokens
+    from learn_to_shard.fidelity.predict import bench_tokens
 
     row = next(r for r in load_table() if r.id == "trt-llama70b-h200fp8-1000-1000-tp8")
-    assert _bench_tokens(row, 100) == 2048            # 200 tokens: the 2,048 floor
-    assert _bench_tokens(row, 1500) == 3072           # 3,000: next multiple of 256
-    assert _bench_tokens(row, 3000) == 6144           # 6,000: next multiple of 512
-    assert _bench_tokens(row, 4100) == 8192 + 1024    # 8,200: next multiple of 1,024
-    assert _bench_tokens(row, 20_000) == 32_768       # the cap
+    assert bench_tokens(row, 100) == 2048            # 200 tokens: the 2,048 floor
+    assert bench_tokens(row, 1500) == 3072           # 3,000: next multiple of 256
+    assert bench_tokens(row, 3000) == 6144           # 6,000: next multiple of 512
+    assert bench_tokens(row, 4100) == 8192 + 1024    # 8,200: next multiple of 1,024
+    assert bench_tokens(row, 20_000) == 32_768       # the cap
 
 
 def test_cli_prints_table_and_writes_plot_and_json(tmp_path):
@@ -220,14 +218,15 @@ def test_declared_calibration_reproduces_the_shipped_factors():
     """Re-running the declared fits on the calibration rows lands on the shipped values."""
     shipped = {"defaults": CostModelConfig()}
     shipped |= {n: CostModelConfig.for_engine(n) for n in ENGINE_PROFILES}
-    for spec, values, _loss, n in calibrate(specs=CALIBRATIONS):
-        assert n in (16, 6)
-        for field, v in values.items():
-            assert getattr(shipped[spec.name], field) == pytest.approx(v), (spec.name, field)
+    for fit in calibrate(specs=CALIBRATIONS):
+        assert len(fit.row_ids) in (16, 6)
+        for field, v in fit.values.items():
+            assert getattr(shipped[fit.spec.name], field) == pytest.approx(v), (fit.spec.name,
+                                                                                field)
 
 
 def test_kernel_tables_are_small_and_every_operator_is_compared(report):
-    from learn_to_shard.report.validate import silicon_dir
+    from learn_to_shard.fidelity.kernels import silicon_dir
 
     files = sorted(p.name for p in silicon_dir().glob("*.csv"))
     assert files == ["context_attention.csv", "gemm.csv", "generation_attention.csv",
@@ -264,8 +263,8 @@ def _synthetic_silicon(tmp_path, truth: CostModelConfig):
              "context_attention.csv": ctx, "nccl.csv": nccl}
     for name, lines in files.items():
         (tmp_path / name).write_text("\n".join(lines) + "\n")
-    from learn_to_shard.report.validate import _silicon_kernels, _silicon_tables
-    truth_lat = iter(k[3] for k in _silicon_kernels(truth, _silicon_tables(tmp_path)))
+    from learn_to_shard.fidelity.kernels import silicon_kernels, silicon_tables
+    truth_lat = iter(k[3] for k in silicon_kernels(truth, silicon_tables(tmp_path)))
     for name in ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv"):
         lines = files[name]
         out = [lines[0]] + [line.rsplit(",", 1)[0] + f",{next(truth_lat)!r}" for line in lines[1:]]
@@ -278,7 +277,7 @@ def test_kernel_fits_recover_the_factors_the_kernels_were_made_with(tmp_path):
                             fp8_flops_efficiency=0.45, attention_hbm_efficiency=0.5,
                             attention_flops_efficiency=0.4, scale_up_efficiency=0.6,
                             scale_up_latency_s=4e-6)
-    from learn_to_shard.report.validate import fit_silicon
+    from learn_to_shard.fidelity.kernels import fit_silicon
     fits = {f.spec.name: f for f in fit_silicon(folder=_synthetic_silicon(tmp_path, truth))}
     assert set(fits) == {"gemm bf16", "gemm fp8", "decode attention", "prefill attention",
                          "collectives (one node)"}
@@ -292,3 +291,72 @@ def test_kernel_fits_recover_the_factors_the_kernels_were_made_with(tmp_path):
     assert fits["prefill attention"].values == {"attention_flops_efficiency": 0.4}
     assert fits["collectives (one node)"].values == {"scale_up_efficiency": 0.6,
                                                      "scale_up_latency_s": 4e-6}
+
+
+# ------------------------------------------------------------------------------ robustness
+def test_batch_max_with_attention_dp_sizes_the_whole_group(tmp_path):
+    """dp = 8, batch = max: the batch counts the requests of all eight ranks (each holds its
+    own KV), is a multiple of dp, and is the largest such multiple that fits."""
+    table = tmp_path / "t.csv"
+    table.write_text("id,engine,model,hardware,devices,tp,ep,dp,batch,isl,osl,metric,value\n"
+                     "a,trtllm,qwen3-30b-a3b,h100-sxm,8,1,8,8,max,1024,1024,"
+                     "output_tokens_per_s,10000\n")
+    row = load_table(table)[0]
+    res = predict_row(row)
+    assert res.status == "ok" and res.predicted and res.batch_used % 8 == 0
+    cfg = row_config(row)
+    wl = Workload(Phase.SERVE, isl=1024, osl=1024)
+    cl = parse_cluster("h100-sxm:8")
+    m = load_model("qwen3-30b-a3b")
+
+    def fits(batch: int) -> bool:
+        cm = CostModel(m, cl, wl, config=cfg,
+                       space=StrategySpace.build(m, cl, batch_values=(batch,)))
+        e = cm.evaluate(Strategy(tp=1, ep=8, pp=1, dp=8, batch=batch))
+        assert not [v for v in e.violations if not v.startswith("memory")]
+        return not e.violations
+
+    assert fits(res.batch_used) and not fits(res.batch_used + 8)
+    # one rank's capacity would be an eighth of the group's
+    assert res.batch_used > 8 * 100
+
+
+def test_ep_that_does_not_divide_the_experts_is_not_expressible(tmp_path):
+    """One bad row is reported like other unsupported rows; the rest of the table runs."""
+    table = tmp_path / "t.csv"
+    table.write_text("id,model,hardware,devices,tp,ep,dp,batch,isl,metric,value\n"
+                     "bad,qwen3-30b-a3b,h100-sxm,8,1,7,8,8,1024,decode_step_s,0.02\n"
+                     "good,qwen3-30b-a3b,h100-sxm,8,1,8,8,8,1024,decode_step_s,0.02\n")
+    rep = validate(table=table, silicon=False)
+    bad, good = rep.results
+    assert bad.status == "not expressible" and bad.predicted is None
+    assert "ep=7" in bad.reason and bad.reason.startswith("tp1 ep7")
+    assert good.status == "ok" and good.predicted
+
+
+def test_table_with_a_byte_order_mark_reads(tmp_path):
+    table = tmp_path / "bom.csv"
+    table.write_bytes(b"\xef\xbb\xbfid,model,hardware,batch,isl,metric,value\n"
+                      b"x,llama-3.1-8b,h100-sxm,8,512,decode_step_s,0.02\n")
+    assert [r.id for r in load_table(table)] == ["x"]
+
+
+def test_missing_column_names_what_was_found(tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("ident;model;metric\nx;llama-3.1-8b;tpot_s\n")
+    with pytest.raises(ConfigError, match=r"missing column\(s\) id, model, hardware, metric, "
+                                          r"value; found 'ident;model;metric'"):
+        load_table(table)
+
+
+def test_fit_without_calibration_rows_is_a_one_line_error(tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("id,model,hardware,batch,isl,metric,value,calibration\n"
+                     "x,llama-3.1-8b,h100-sxm,8,512,decode_step_s,0.02,0\n")
+    res = runner.invoke(app, ["validate", "--table", str(table), "--fit", "--plot",
+                              str(tmp_path / "p.png"), "--report", str(tmp_path / "r.json")])
+    assert res.exit_code == 2, res.output
+    assert "no calibration rows" in res.stderr and res.stderr.count("\n") == 1
+    assert not (tmp_path / "r.json").exists()
+    with pytest.raises(ConfigError, match="no calibration rows"):
+        calibrate(load_table(table))

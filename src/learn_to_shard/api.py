@@ -289,7 +289,7 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
     """
     from .serving import simulate_estimate
 
-    out = []
+    out: list[dict[str, object]] = []
     for est in ([plan.best] if plan.best is not None else []) + list(plan.alternatives):
         if len(out) >= top:
             break

@@ -300,24 +300,35 @@ def validate_cmd(
     fit_silicon: bool = typer.Option(False, "--fit-silicon", help="Also fit the operator "
                                      "factors on the measured kernel tables, per device, and "
                                      "print them beside the shipped ones (~5 s)."),
+    write_factors: Path | None = typer.Option(
+        None, "--write-factors", help="With --fit: write the fitted factors with their "
+        "provenance (rows, loss, date, commit) to this JSON file; the shipped copy the cost "
+        "model reads is src/learn_to_shard/data/calibration/factors.json."),
     serving: bool = typer.Option(False, "--serving", help="Also predict the published "
                                  "serving-under-load table (data/serving_measurements.csv) "
                                  "with the request-level simulation (~20 s)."),
 ) -> None:
     """Predict each published measurement with its stated configuration; print the errors."""
-    from .report.validate import (
-        calibrate,
-        load_table,
-        render_validation,
-        save_json,
-        save_plot,
-        validate,
-    )
+    from .fidelity.fit import calibrate, calibration_rows
+    from .fidelity.fit import write_factors as save_factors
+    from .fidelity.measurements import load_table
+    from .fidelity.stats import validate
+    from .report.validate import render_validation, save_json, save_plot
 
     try:
         _check_output(plot, "--plot", plot=True)
         _check_output(report, "--report")
+        if write_factors is not None and not fit:
+            raise PlannerError("--write-factors: needs --fit (it writes what the fit found)")
+        _check_output(write_factors, "--write-factors")
+        if write_factors is not None:
+            for flag, other in (("--table", table), ("--plot", plot), ("--report", report)):
+                if other is not None and write_factors.resolve() == other.resolve():
+                    raise PlannerError(f"--write-factors: {write_factors} is also {flag}; "
+                                       f"give another file")
         measurements = load_table(table)
+        if fit:
+            calibration_rows(measurements)       # nothing to fit is bad input, before any work
         result = validate(measurements, table=table)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
@@ -332,16 +343,23 @@ def validate_cmd(
                                  f"{exc.strerror}")) from None
     con.print(f"plot: {plot}  report: {report}", highlight=False)
     if fit_silicon:
-        from .report.validate import fit_silicon as run_kernel_fits
+        from .fidelity.kernels import fit_silicon as run_kernel_fits
         from .report.validate import render_kernel_fits
 
         render_kernel_fits(run_kernel_fits(), con)
     if serving:
         _render_serving_check(con)
     if fit:
-        for spec, values, loss, n in calibrate(measurements):
-            con.print(f"fit {spec.name} on {n} calibration rows: mean |ln error| {loss:.3f}; "
-                      f"{values}", highlight=False)
+        fits = calibrate(measurements)
+        for f in fits:
+            con.print(f"fit {f.spec.name} on {len(f.row_ids)} calibration rows: mean |ln "
+                      f"error| {f.loss:.3f}; {f.values}", highlight=False)
+        if write_factors is not None:
+            try:
+                con.print(f"factors: {save_factors(fits, write_factors, table)}",
+                          highlight=False)
+            except PlannerError as exc:
+                raise _fail(exc) from None
 
 
 def _render_serving_check(con: Console) -> None:

@@ -4,7 +4,10 @@ Nothing in :mod:`learn_to_shard.cost` hard-codes an efficiency or latency: it re
 Defaults are first-principles values from public sources, except the ones marked
 *calibrated*: those were fitted on the declared calibration rows of
 ``learn_to_shard/data/measurements.csv`` (``calibration = 1``) and checked on the rest
-(``l2s validate``; ``docs/validation.md``). Engine-specific values (memory policy, host
+(``l2s validate``; ``docs/validation.md``); their values are data, read on import from
+``learn_to_shard/data/calibration/factors.json`` (:class:`FactorsFile`: values, rows fitted
+on, loss, date and code commit), which ``l2s validate --fit --write-factors`` writes.
+Engine-specific values (memory policy, host
 overheads of one engine on one system) are not defaults: they live in :data:`ENGINE_PROFILES`
 and are applied with :meth:`CostModelConfig.for_engine`.
 """
@@ -13,9 +16,111 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from ..errors import ConfigError
+from ..jsonio import loads_strict
+
+
+class FittedFactors(BaseModel):
+    """One calibration fit as recorded in the factors file.
+
+    Attributes:
+        engine: engine of the calibration rows fitted on (column ``engine``).
+        values: fitted value per :class:`CostModelConfig` field (SI units, as each field's
+            name says).
+        rows: ids of the measurement rows fitted on (``calibration = 1``).
+        table: file name of the measurement table the rows are from.
+        loss: mean ``|ln(predicted / measured)|`` over those rows at ``values``.
+        date: UTC date of the fit (ISO 8601).
+        commit: git commit of the code that ran the fit (``+dirty``: with uncommitted
+            changes; ``unknown``: not run from a checkout).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    engine: str
+    values: dict[str, float]
+    rows: list[str]
+    table: str
+    loss: float
+    date: str
+    commit: str
+
+
+class FactorsFile(BaseModel):
+    """The calibration data file: fit name (``defaults`` or an engine profile) -> fit.
+
+    Written by :func:`learn_to_shard.fidelity.fit.write_factors` (``l2s validate --fit
+    --write-factors FILE``); read by this module (:func:`load_fitted_factors`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    about: str = ("Cost-model factors fitted on the calibration rows of the measurement "
+                  "table (learn_to_shard.fidelity.fit); read by learn_to_shard.cost.config: "
+                  "'defaults' holds CostModelConfig defaults, every other fit the fitted "
+                  "fields of the engine profile of that name.")
+    fits: dict[str, FittedFactors]
+
+
+def factors_path() -> Path:
+    """The shipped calibration data file, ``learn_to_shard/data/calibration/factors.json``."""
+    return Path(str(resources.files("learn_to_shard") / "data" / "calibration" /
+                    "factors.json"))
+
+
+def load_fitted_factors(path: str | Path | None = None) -> FactorsFile:
+    """Read and check a factors file.
+
+    Args:
+        path: the file; default :func:`factors_path`.
+
+    Raises:
+        ConfigError: unreadable file, invalid JSON, or a document that does not match
+            :class:`FactorsFile` (the message names the file and the first bad field).
+    """
+    p = Path(path) if path is not None else factors_path()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read the calibration factors: {exc}") from None
+    try:
+        return FactorsFile.model_validate(loads_strict(text, str(p)))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"{p}: field {where!r}: {err['msg']}") from None
+
+
+def _fitted(fit: str, names: tuple[str, ...] | None = None) -> dict[str, float]:
+    """The values of one fit of the shipped factors file.
+
+    Args:
+        fit: fit name (``defaults`` or an engine profile).
+        names: the fields it must set, exactly (None: whatever it sets).
+
+    Raises:
+        ConfigError: the fit is absent, or sets other fields than ``names``.
+    """
+    fits = _FACTORS.fits
+    if fit not in fits:
+        raise ConfigError(f"{factors_path()}: no fit {fit!r}; it holds {', '.join(fits)}")
+    values = dict(fits[fit].values)
+    if names is not None and set(values) != set(names):
+        raise ConfigError(f"{factors_path()}: fit {fit!r} sets {', '.join(sorted(values))}; "
+                          f"the cost model reads exactly {', '.join(names)} from it")
+    return values
+
+
+#: The shipped calibration fits (``data/calibration/factors.json``), read once on import.
+_FACTORS = load_fitted_factors()
+#: Calibrated :class:`CostModelConfig` defaults (fit ``defaults``).
+_DEFAULTS = _fitted("defaults", ("flops_efficiency", "attention_hbm_efficiency"))
 
 #: Fields that are fractions of a peak or of memory: each must lie in (0, 1].
 _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
@@ -35,7 +140,8 @@ class CostModelConfig:
 
     Attributes:
         flops_efficiency: achievable fraction of dense peak FLOP/s for GEMMs and attention.
-            0.70, *calibrated*: fitted (with ``attention_hbm_efficiency``) on the 16
+            0.70, *calibrated* (read from ``data/calibration/factors.json``, fit
+            ``defaults``): fitted (with ``attention_hbm_efficiency``) on the 16
             TensorRT-LLM v0.14 rows of Llama-3.1-70B at TP8 (H200/H100 FP8, H100/A100 FP16);
             the prior was 0.70 (large cuBLAS/CUTLASS GEMMs reach 70–80% of H100 dense peak).
             The fit gave 0.65 before the FFN activation pass was priced, 0.70 since.
@@ -108,10 +214,11 @@ class CostModelConfig:
             reaches; ``None`` = ``flops_efficiency``. Engine profiles set it.
         attention_hbm_efficiency: fraction of peak HBM bandwidth that attention reaches when
             it streams the KV cache in decode; ``None`` = ``hbm_efficiency``. 0.25,
-            *calibrated* with ``flops_efficiency`` on the same 16 rows (their decode-heavy
-            workloads, 1000/1000 and 2048/2048, are otherwise over-predicted by 30–60%). Low
-            for a bandwidth-bound kernel: it also absorbs what the model leaves out of long
-            decode steps (paged-KV gathers, per-request kernel work, batch ramp-up).
+            *calibrated* (``factors.json``) with ``flops_efficiency`` on the same 16 rows
+            (their decode-heavy workloads, 1000/1000 and 2048/2048, are otherwise
+            over-predicted by 30–60%). Low for a bandwidth-bound kernel: it also absorbs what
+            the model leaves out of long decode steps (paged-KV gathers, per-request kernel
+            work, batch ramp-up).
         scale_up_latency_s, scale_out_latency_s: per-step collective latency overriding the
             device preset's ``scale_up_latency_s`` / ``scale_out_latency_s`` (``None`` = the
             preset's). Engine profiles set it where an engine's collectives are slower.
@@ -130,7 +237,7 @@ class CostModelConfig:
             its own pairs.
     """
 
-    flops_efficiency: float = 0.70
+    flops_efficiency: float = _DEFAULTS["flops_efficiency"]
     hbm_efficiency: float = 0.80
     scale_up_efficiency: float = 0.80
     scale_out_efficiency: float = 0.80
@@ -151,7 +258,7 @@ class CostModelConfig:
     kv_cache_free_fraction: float = 1.0
     window_kv_capped: bool = True
     attention_flops_efficiency: float | None = None
-    attention_hbm_efficiency: float | None = 0.25
+    attention_hbm_efficiency: float | None = _DEFAULTS["attention_hbm_efficiency"]
     scale_up_latency_s: float | None = None
     scale_out_latency_s: float | None = None
     gemm_shape_half: float = 0.0
@@ -207,7 +314,8 @@ class CostModelConfig:
 
 
 #: Engine profiles: field values describing one serving engine (and, for host overheads, the
-#: system it ran on). ``_source`` says where each came from. The Splitwise profiles were fitted
+#: system it ran on). ``_source`` says where each came from. The Splitwise profiles' fitted
+#: fields are read from ``data/calibration/factors.json`` (the fits of the same name), fitted
 #: on the six calibration rows per system of the Splitwise data (measurements.csv,
 #: ``calibration = 1``): decode at TP2/TP8 batch 1 and TP8 batch 64, prefill of 512 tokens at
 #: TP2/TP8 and of 8,192 tokens at TP8; the engine is not named by its source.
@@ -234,20 +342,16 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "_source": "fitted on Splitwise DGX-H100 calibration rows (Llama-2-70B FP16): GEMMs "
                    "near the default rate, attention far below it (no fused attention), "
                    "15 us per collective step, host time per step/sequence/prompt",
-        "flops_efficiency": 0.80,
-        "attention_flops_efficiency": 0.02,
-        "scale_up_latency_s": 1.5e-5,
-        "host_step_overhead_s": 8e-3,
-        "host_seq_overhead_s": 3e-4,
-        "host_prefill_overhead_s": 1e-2,
+        **_fitted("splitwise-dgx-h100"),
     },
     "splitwise-dgx-a100": {
         "_source": "fitted on Splitwise DGX-A100 calibration rows (Llama-2-70B FP16)",
-        "flops_efficiency": 0.70,
-        "attention_flops_efficiency": 0.05,
-        "scale_up_latency_s": 3e-5,
-        "host_step_overhead_s": 1e-3,
-        "host_seq_overhead_s": 4e-4,
-        "host_prefill_overhead_s": 1e-2,
+        **_fitted("splitwise-dgx-a100"),
     },
 }
+
+_unknown = sorted({name for fit in _FACTORS.fits.values() for name in fit.values}
+                  - {f.name for f in dataclasses.fields(CostModelConfig)})
+if _unknown:
+    raise ConfigError(f"{factors_path()}: {', '.join(_unknown)} are not cost-model factors "
+                      f"(CostModelConfig fields)")

@@ -54,6 +54,7 @@ this is what makes Pareto pruning of the per-operator choices exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -393,7 +394,7 @@ def _env(cm: CostModel, keys: Keys, pf: np.ndarray) -> dict:
 
 
 def _repeat_env(env: dict, reps: int) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in env.items():
         if isinstance(v, _Link):
             out[k] = _Link(np.repeat(v.bw, reps), np.repeat(v.alpha, reps))
@@ -411,6 +412,7 @@ def _layer_rows(cm: CostModel, env: dict, dims: np.ndarray, lin: np.ndarray, is_
     l_out = np.empty((k, r), dtype=np.int64)
     step = max(1, 200_000 // max(r, 1))
     for s in range(0, k, step):
+        e: dict[str, Any]
         e = {kk: (_Link(v.bw[s:s + step], v.alpha[s:s + step]) if isinstance(v, _Link)
                   else v[s:s + step]) for kk, v in env.items()}
         kc = len(e["tp"])
@@ -496,7 +498,11 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     hub[36:, Op.ATTENTION], hub[36:, Op.O_PROJ] = np.arange(9) // 3, np.arange(9) % 3
     lin_hub = np.concatenate([lqa[:, 0], np.full(9, R)])
     n_hub = len(hub)
-    A, FR, FG, FD, outs = [], [], [], [], []
+    A: list[np.ndarray] = []
+    FR: list[np.ndarray | None] = []
+    FG: list[np.ndarray | None] = []
+    FD: list[np.ndarray | None] = []
+    outs: list[np.ndarray] = []
     rows = 0
     for is_moe, window in st.types:
         if is_moe:
@@ -701,9 +707,10 @@ def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
         hub[:, :, lay.kv_seq.start + t] = np.where(HUB_A == 0, kv, 0.0)
         if is_moe:
             router[:, :, :, wcol] = dw[:, Op.ROUTER][:, st.r_opts][:, None, :]
-            group[:, :, :, wcol] = sum(dw[:, op][:, st.g_opts[:, j]] for j, op in enumerate(
+            g_sum = sum(dw[:, op][:, st.g_opts[:, j]] for j, op in enumerate(
                 (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
-                 Op.SHARED_EXPERT_DOWN)))[:, None, :]
+                 Op.SHARED_EXPERT_DOWN)))
+            group[:, :, :, wcol] = cast(np.ndarray, g_sum)[:, None, :]
         else:
             dense[:, :, :, wcol] = (dw[:, Op.DENSE_UP][:, st.d_opts[:, 0]]
                                     + dw[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]])[:, None, :]
@@ -717,11 +724,14 @@ def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
             col = tx0 + p
             is_moe = st.types[t][0]
             a_t = tb.A[t]                                     # [K, 4, 27]
+            fr, fg, fd = tb.FR[t], tb.FG[t], tb.FD[t]
             if is_moe:
-                router[:, :, :, col] += tb.FR[t][:, ao, :]
-                group[:, :, :, col] += tb.FG[t][:, ao, :]
+                assert fr is not None and fg is not None
+                router[:, :, :, col] += fr[:, ao, :]
+                group[:, :, :, col] += fg[:, ao, :]
             else:
-                dense[:, :, :, col] += tb.FD[t][:, ao, :]
+                assert fd is not None
+                dense[:, :, :, col] += fd[:, ao, :]
             if pt < 0:
                 emb[:, :, :, col] += np.transpose(a_t[:, EMB_LAYOUT, :], (0, 2, 1))
                 continue

@@ -520,7 +520,7 @@ class CostModel:
             eff = eff * d / (d + x0)
         return eff
 
-    def _roofline(self, flops: np.ndarray, bytes_: np.ndarray, peak: float,
+    def _roofline(self, flops: np.ndarray, bytes_: np.ndarray, peak: float | np.ndarray,
                   hbm: float | None = None) -> np.ndarray:
         return np.maximum(flops / peak, bytes_ / (hbm or self._hbm)) \
             + self.config.kernel_overhead_s
@@ -566,6 +566,7 @@ class CostModel:
                               kv_cache_bytes=float(out["stage_kv"][0, worst]),
                               workspace_bytes=float(out["ws"][0]), usable_bytes=self._usable)
         inst = self.cluster.num_devices // strategy.devices if strategy.devices else 0
+        assert b.kv_capacity_tokens is not None and b.max_context_tokens is not None
         return Estimate(
             strategy=strategy, feasible=bool(b.feasible[0]), violations=violations,
             tokens_per_s_per_device=float(b.tokens_per_s_per_device[0]),
@@ -1207,7 +1208,7 @@ class CostModel:
         att = self.model.attention
         t = tp.astype(np.float64)
         capped = window is not None and self.config.window_kv_capped
-        held = min(tokens, float(window)) if capped else tokens
+        held = min(tokens, float(window)) if capped and window is not None else tokens
         per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
         c_att = dims[:, Op.ATTENTION]
         if att.kind is AttentionKind.GQA:

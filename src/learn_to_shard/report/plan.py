@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import __version__
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
@@ -219,10 +220,11 @@ def memory_headroom(e: Estimate) -> tuple[float, bool]:
     return free, free < MARGINAL_HEADROOM_FRACTION * e.memory.usable_bytes
 
 
-def stage_rows(e: Estimate, num_layers: int) -> list[dict[str, object]]:
+def stage_rows(e: Estimate, num_layers: int) -> list[dict[str, Any]]:
     """Per pipeline stage: its layers ``[first, last]`` (0-based, inclusive), per-device
     memory (bytes) and time of one micro-batch (s)."""
-    out, start = [], 0
+    out: list[dict[str, Any]] = []
+    start = 0
     for i, n in enumerate(stage_layer_counts(num_layers, e.strategy.pp)):
         out.append({"layers": [start, start + n - 1] if n else [],
                     "memory_bytes": e.stage_memory_bytes[i] if i < len(e.stage_memory_bytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -48,7 +49,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   f"{'per whole request' if cfg['kv_reserve_full_request'] else 'on demand'}",
                   highlight=False)
     s = plan.search
-    con.print(f"searched {s.get('evaluations')} strategies in {float(s.get('wall_s', 0)):.2f} s "
+    wall_s = cast(float, s.get("wall_s", 0))
+    con.print(f"searched {s.get('evaluations')} strategies in {float(wall_s):.2f} s "
               f"(space {s.get('space_size'):.3g})")
     if not plan.feasible or plan.best is None:
         con.print("[bold red]No feasible plan.[/]")
@@ -70,9 +72,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         t.add_column("strategy")
         t.add_column(f"would give ({_unit(plan)})")
         t.add_column("why rejected")
-        for r in plan.rejected:
-            t.add_row(r.strategy.short(), f"{r.tokens_per_s_per_device:,.1f}",
-                      "\n".join(r.violations))
+        for rej in plan.rejected:
+            t.add_row(rej.strategy.short(), f"{rej.tokens_per_s_per_device:,.1f}",
+                      "\n".join(rej.violations))
         con.print(t)
 
 

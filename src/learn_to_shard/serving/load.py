@@ -124,7 +124,9 @@ def load_trace(path: str | Path) -> Requests:
 
     ca, ci, co = pick(_ARRIVAL, "arrival"), pick(_ISL, "prompt length"), pick(_OSL, "output "
                                                                                "length")
-    arr, isl, osl = [], [], []
+    arr: list[float] = []
+    isl: list[int] = []
+    osl: list[int] = []
     for i, r in enumerate(rows, start=2):
         arr.append(_parse_time(r[ca] or "", p, i))
         for col, out in ((ci, isl), (co, osl)):

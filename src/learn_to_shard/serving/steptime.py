@@ -147,10 +147,10 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         if not bs:
             continue
         t_serve = priced(cm, s, Phase.SERVE, i, bs, osl=osl)[0]
-        b = np.asarray(bs, dtype=float)
-        n_pf = b * i / osl
-        base = model.step_time_s(b + n_pf, b * (i + osl / 2), 0.0)
-        pairs_l.append(n_pf * i / 2)
+        b_arr = np.asarray(bs, dtype=float)
+        pf_arr = b_arr * i / osl
+        base = model.step_time_s(b_arr + pf_arr, b_arr * (i + osl / 2), 0.0)
+        pairs_l.append(pf_arr * i / 2)
         extra_l.append(t_serve - base)
     pf_pairs_s = 0.0
     if pairs_l:

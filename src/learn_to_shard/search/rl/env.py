@@ -164,4 +164,6 @@ class ShardingEnv(gym.Env[np.ndarray, np.ndarray]):
         ``tp × dp``) and cannot be expressed as independent per-head masks, so they are left to
         the reward, as in the paper.
         """
-        return np.ones(int(self.action_space.nvec.sum()), dtype=bool)
+        space = self.action_space
+        assert isinstance(space, spaces.MultiDiscrete)
+        return np.ones(int(space.nvec.sum()), dtype=bool)

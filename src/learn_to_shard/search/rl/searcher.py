@@ -195,7 +195,10 @@ class RLSearcher:
             state: dict[str, Any] = {"early_exit": False}
             first = ev.evaluations
             callback = _make_callback(ev, stop_at, cfg.tau, cfg.n_steps, state)
-            model.learn(total_timesteps=allowance, callback=callback, log_interval=None,
+            # SB3 types log_interval as int but reads None as "never log"
+            # (stable_baselines3 2.9 OnPolicyAlgorithm.learn: ``if log_interval is not None``).
+            model.learn(total_timesteps=allowance, callback=callback,
+                        log_interval=None,  # type: ignore[arg-type]
                         reset_num_timesteps=True)
             agents.append({"start": first, "evaluations": ev.evaluations - first,
                            "early_exit": state["early_exit"]})

@@ -1,0 +1,217 @@
+"""Calibration fits: the declared fits behind the shipped factors, and the factors file.
+
+A fit minimises the mean absolute log error over the table's calibration rows
+(``calibration = 1``) by coordinate descent over declared grids. :func:`write_factors` records
+the fitted values with their provenance in ``data/calibration/factors.json``, the file
+:mod:`learn_to_shard.cost.config` reads its calibrated defaults and fitted engine profiles
+from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..cost.config import CostModelConfig, FactorsFile, FittedFactors, factors_path
+from ..errors import ConfigError
+from .measurements import Measurement, load_table
+from .predict import predict_row, row_config
+
+__all__ = ["calibration_loss", "fit_factors", "coordinate_descent", "CalibrationSpec",
+           "CALIBRATIONS", "calibration_rows", "calibrate", "CalibrationResult",
+           "write_factors"]
+
+
+def calibration_loss(rows: Sequence[Measurement], config: CostModelConfig) -> float:
+    """Mean absolute log error ``mean |ln(predicted / measured)|`` over ``rows`` (rows that
+    cannot be predicted count as a large error, so a fit never buys accuracy by dropping rows)."""
+    total = 0.0
+    for r in rows:
+        res = predict_row(r, config, apply_profile=False)
+        total += abs(math.log(res.predicted / r.value)) if res.predicted else 5.0
+    return total / max(1, len(rows))
+
+
+def fit_factors(rows: Sequence[Measurement], base: CostModelConfig,
+                grid: Mapping[str, Sequence[float]], rounds: int = 3
+                ) -> tuple[CostModelConfig, float]:
+    """Fit the factors named in ``grid`` on ``rows`` by coordinate descent over the grids.
+
+    Args:
+        rows: the calibration rows (only these are looked at).
+        base: starting factors; fields not in ``grid`` stay as they are.
+        grid: field name -> candidate values.
+        rounds: passes over the fields.
+
+    Returns:
+        (fitted config, its :func:`calibration_loss`).
+    """
+    return coordinate_descent(lambda cfg: calibration_loss(rows, cfg), base, grid, rounds)
+
+
+def coordinate_descent(loss: Callable[[CostModelConfig], float], start: CostModelConfig,
+                        grid: Mapping[str, Sequence[float]],
+                        rounds: int = 3) -> tuple[CostModelConfig, float]:
+    """Minimise ``loss(config)`` one factor at a time over its grid values, ``rounds`` passes
+    (stops early when a pass changes nothing). Returns (best config, its loss)."""
+    cfg, best = start, loss(start)
+    for _ in range(rounds):
+        changed = False
+        for name, values in grid.items():
+            for v in values:
+                change: dict[str, Any] = {name: v}
+                trial = dataclasses.replace(cfg, **change)
+                trial_loss = loss(trial)
+                if trial_loss < best - 1e-12:
+                    cfg, best, changed = trial, trial_loss, True
+        if not changed:
+            break
+    return cfg, best
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """One declared fit: which calibration rows, starting from which factors, which grids.
+
+    Attributes:
+        name: what the fit produces (``defaults`` or an engine profile name).
+        engine: rows of this engine with ``calibration = 1`` are fitted.
+        grid: field -> candidate values (coordinate descent, :func:`fit_factors`).
+    """
+
+    name: str
+    engine: str
+    grid: dict[str, tuple[float, ...]]
+
+
+#: The grids of the two Splitwise system profiles (the same factors on either system).
+_SPLITWISE_GRID: dict[str, tuple[float, ...]] = {
+    "flops_efficiency": (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
+    "attention_flops_efficiency": (0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1),
+    "scale_up_latency_s": (1e-5, 1.25e-5, 1.5e-5, 2e-5, 2.5e-5, 3e-5, 3.5e-5),
+    "host_step_overhead_s": (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 8e-3, 1e-2),
+    "host_seq_overhead_s": (1e-4, 2e-4, 3e-4, 4e-4, 5e-4),
+    "host_prefill_overhead_s": (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 3e-2)}
+
+#: The fits behind the shipped factors (docs/validation.md). The defaults are fitted through
+#: the ``trtllm`` profile (its memory policy applied), the Splitwise profiles from the
+#: defaults. ``hbm_efficiency`` keeps its prior 0.8: fitted too, it drops to 0.4 and the
+#: held-out error rises (docs/validation.md).
+CALIBRATIONS: tuple[CalibrationSpec, ...] = (
+    CalibrationSpec("defaults", "trtllm", {
+        "flops_efficiency": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
+        "attention_hbm_efficiency": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8)}),
+    CalibrationSpec("splitwise-dgx-h100", "splitwise-dgx-h100", _SPLITWISE_GRID),
+    CalibrationSpec("splitwise-dgx-a100", "splitwise-dgx-a100", _SPLITWISE_GRID),
+)
+
+
+def calibration_rows(rows: Iterable[Measurement]) -> list[Measurement]:
+    """The rows marked ``calibration = 1``.
+
+    Raises:
+        ConfigError: there are none (a fit on no rows would only print its starting values).
+    """
+    cal = [r for r in rows if r.calibration]
+    if not cal:
+        raise ConfigError("--fit: the table has no calibration rows (column 'calibration' = 1"
+                          "); mark the rows to fit on, or leave --fit out")
+    return cal
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """One declared fit, run.
+
+    Attributes:
+        spec: the fit.
+        values: fitted value per factor of ``spec.grid`` (SI units, as the factor's name says).
+        loss: :func:`calibration_loss` at the fitted values (mean ``|ln(pred / measured)|``).
+        row_ids: ids of the calibration rows it was fitted on.
+    """
+
+    spec: CalibrationSpec
+    values: dict[str, float]
+    loss: float
+    row_ids: tuple[str, ...]
+
+
+def calibrate(rows: Sequence[Measurement] | None = None,
+              specs: Sequence[CalibrationSpec] = CALIBRATIONS) -> list[CalibrationResult]:
+    """Re-run the declared fits on the calibration rows (``calibration = 1``) only.
+
+    Starts each fit from the shipped values, so it reports whether they are still a local
+    optimum of the grid. Returns one :class:`CalibrationResult` per spec that has calibration
+    rows of its engine; a spec without any is left out (there is nothing to fit).
+
+    Raises:
+        ConfigError: no row has ``calibration = 1`` (a fit on no rows would only print the
+            starting values).
+    """
+    rs = calibration_rows(rows if rows is not None else load_table())
+    out = []
+    for spec in specs:
+        cal = [r for r in rs if r.engine == spec.engine]
+        if not cal:
+            continue
+        cfg, loss = fit_factors(cal, row_config(cal[0]), spec.grid)
+        out.append(CalibrationResult(spec, {k: getattr(cfg, k) for k in spec.grid}, loss,
+                                     tuple(r.id for r in cal)))
+    return out
+
+
+def _code_commit() -> str:
+    """The git commit of the source tree this package runs from (``+dirty`` when it has
+    uncommitted changes), or ``unknown`` outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True, timeout=10,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def write_factors(results: Sequence[CalibrationResult], path: str | Path | None = None,
+                  table: str | Path | None = None) -> Path:
+    """Write fitted factors with their provenance as the calibration data file.
+
+    The document (schema :class:`learn_to_shard.cost.config.FactorsFile`) holds, per fit
+    name (``defaults`` or an engine profile), the fitted ``values``, the ids of the
+    ``rows`` fitted on, the ``table`` they came from, the ``loss``, the UTC ``date`` and the
+    code ``commit`` (:func:`_code_commit`). :mod:`learn_to_shard.cost.config` reads its
+    calibrated defaults and the fitted engine-profile fields from the shipped copy,
+    ``learn_to_shard/data/calibration/factors.json``.
+
+    Args:
+        results: :func:`calibrate`'s output.
+        path: where to write (default: the shipped file, :func:`~learn_to_shard.cost.config.
+            factors_path`).
+        table: the measurement table the rows came from (recorded by file name; default the
+            shipped ``measurements.csv``).
+
+    Raises:
+        ConfigError: the file cannot be written (names the path and the OS reason).
+    """
+    out = Path(path) if path is not None else factors_path()
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    commit = _code_commit()
+    doc = FactorsFile(fits={r.spec.name: FittedFactors(
+        engine=r.spec.engine, values=r.values, rows=list(r.row_ids),
+        table=Path(table).name if table is not None else "measurements.csv",
+        loss=r.loss, date=date, commit=commit) for r in results})
+    try:
+        out.write_text(json.dumps(doc.model_dump(), indent=2) + "\n")
+    except OSError as exc:
+        raise ConfigError(f"{out}: cannot write the factors file: {exc.strerror}") from None
+    return out

@@ -1,0 +1,272 @@
+"""Kernel checks: the model's per-operator formulas against measured kernel tables.
+
+The tables under ``data/silicon`` (derived from NVIDIA aiconfigurator-core, see its
+PROVENANCE.md) hold measured GEMM, attention and NCCL kernel times; every kernel is priced
+with the cost model's own operator functions (:meth:`CostModel.gemm_time_s`,
+:meth:`CostModel.attention_time_s`, :meth:`CostModel.all_to_all_time_s`, the collective
+formulas on :meth:`CostModel.link`), and the operator factors can be fitted on them per device.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..cost.comm import ALL_REDUCE, GATHER_OR_SCATTER, collective_time_s
+from ..cost.config import CostModelConfig
+from ..cost.model import CostModel
+from ..hardware.presets import load_device
+from ..hardware.spec import ClusterSpec
+from ..model.hf_config import load_model
+from ..parallel.space import StrategySpace
+from ..workload import DType, Phase, Workload
+from .fit import coordinate_descent
+from .measurements import data_dir
+
+__all__ = ["OperatorStats", "silicon_dir", "silicon_tables", "silicon_kernels",
+           "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon"]
+
+
+@dataclass(frozen=True)
+class OperatorStats:
+    """Error of the analytical per-operator formulas against one group of measured kernels.
+
+    Attributes:
+        op: ``gemm``, ``decode_attention``, ``prefill_attention`` or a collective name.
+        preset: device preset.
+        variant: dtype, or the size class (``m<=64`` memory-bound GEMMs, ``<1MB`` latency-bound
+            messages, …).
+        n: kernels compared.
+        median_error: median signed error ``predicted / measured − 1``.
+        median_abs, worst_abs: median and worst absolute error.
+    """
+
+    op: str
+    preset: str
+    variant: str
+    n: int
+    median_error: float
+    median_abs: float
+    worst_abs: float
+
+
+def silicon_dir() -> Path:
+    """Where the derived kernel tables live (``data/silicon``, see its PROVENANCE.md)."""
+    return Path(str(data_dir() / "silicon"))
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
+
+
+_Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
+_SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv")
+
+
+def silicon_tables(root: Path) -> dict[str, list[dict[str, str]]]:
+    """The kernel tables under ``root`` that exist, by file name (read once per report/fit)."""
+    return {name: _read_csv(root / name) for name in _SILICON_FILES
+            if (root / name).is_file()}
+
+
+def silicon_kernels(cfg: CostModelConfig, tables: dict[str, list[dict[str, str]]],
+                     ops: Sequence[str] | None = None,
+                     preset: str | None = None) -> list[_Kernel]:
+    """Every kernel of ``tables`` (optionally only operators ``ops`` on ``preset``) priced
+    with the model's own operator formulas at ``cfg``; kernels without a positive time on both
+    sides are left out (they say nothing about a rate)."""
+    stub = load_model("llama-3.1-8b")
+    cms: dict[tuple[str, str, str, int], CostModel] = {}
+
+    def cm(dev: str, wdt: str = "bf16", kvdt: str = "bf16", n: int = 1) -> CostModel:
+        key = (dev, wdt, kvdt, n)
+        if key not in cms:
+            wl = Workload(Phase.DECODE, isl=1, weight_dtype=DType(wdt), kv_dtype=DType(kvdt))
+            cl = ClusterSpec(load_device(dev), n)
+            cms[key] = CostModel(stub, cl, wl, config=cfg,
+                                 space=StrategySpace.build(stub, cl, (1,)))
+        return cms[key]
+
+    def rows(name: str, op: str | None = None) -> list[dict[str, str]]:
+        return [r for r in tables.get(name, [])
+                if (ops is None or (op or r["op"]) in ops)
+                and (preset is None or r["preset"] == preset)]
+
+    out: list[_Kernel] = []
+    for r in rows("gemm.csv", "gemm"):
+        dt = "fp8" if r["dtype"] == "fp8" else "bf16"
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        out.append(("gemm", r["preset"], f"{dt} m<=64" if m <= 64 else f"{dt} m>64",
+                    cm(r["preset"], wdt=dt).gemm_time_s(m, n, k), float(r["latency_s"])))
+    for r in rows("generation_attention.csv", "decode_attention"):
+        kvdt = "fp8" if r["kv_dtype"] == "fp8" else "bf16"
+        pred = cm(r["preset"], kvdt=kvdt).attention_time_s(
+            int(r["batch"]), 1, float(r["kv_len"]), int(r["heads"]), int(r["kv_heads"]),
+            int(r["head_dim"]))
+        out.append(("decode_attention", r["preset"], f"kv {kvdt}", pred, float(r["latency_s"])))
+    for r in rows("context_attention.csv", "prefill_attention"):
+        isl = int(r["isl"])
+        pred = cm(r["preset"]).attention_time_s(int(r["batch"]), isl, isl / 2, int(r["heads"]),
+                                                int(r["kv_heads"]), int(r["head_dim"]))
+        out.append(("prefill_attention", r["preset"], "bf16", pred, float(r["latency_s"])))
+    kinds = {"all_reduce": ALL_REDUCE, "all_gather": GATHER_OR_SCATTER,
+             "reduce_scatter": GATHER_OR_SCATTER}
+    for r in rows("nccl.csv"):
+        n, size = int(r["num_gpus"]), float(r["message_bytes"])
+        model = cm(r["preset"], n=8)
+        if r["op"] == "alltoall":      # nccl-tests size: what each rank sends
+            pred = model.all_to_all_time_s(size * (n - 1) / n, n)
+        else:
+            bw, alpha = model.link(n)
+            pred = float(collective_time_s(np.array([kinds[r["op"]]]), np.array([n]),
+                                           np.array([size]), np.array([bw]),
+                                           np.array([alpha]))[0])
+        out.append((r["op"], r["preset"], "<1MB" if size < 1e6 else ">=1MB", pred,
+                    float(r["latency_s"])))
+    return [k for k in out if k[3] > 0 and k[4] > 0]
+
+
+def silicon_report(config: CostModelConfig | None = None,
+                   folder: str | Path | None = None) -> list[OperatorStats]:
+    """Predict every kernel of the aiconfigurator-derived tables with the model's own operator
+    formulas (:meth:`CostModel.gemm_time_s`, :meth:`CostModel.attention_time_s`,
+    :meth:`CostModel.all_to_all_time_s`, the collective formulas on :meth:`CostModel.link`)
+    and summarise the errors per operator, device and variant. Empty when the tables are
+    absent."""
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for op, preset, variant, pred, meas in silicon_kernels(config or CostModelConfig(), tables):
+        groups.setdefault((op, preset, variant), []).append(pred / meas - 1.0)
+    out = []
+    for (op, preset, variant), errs in sorted(groups.items()):
+        a = [abs(e) for e in errs]
+        out.append(OperatorStats(op, preset, variant, len(errs), statistics.median(errs),
+                                 statistics.median(a), max(a)))
+    return out
+
+
+@dataclass(frozen=True)
+class KernelFitSpec:
+    """One kernel-level fit: which operators of the silicon tables, which factors, which grids.
+
+    Attributes:
+        name: label of the operator group.
+        ops: operator names in the tables (``gemm``, ``decode_attention``, ...).
+        variant_prefix: keep only kernels whose variant starts with this (``bf16``, ``fp8``).
+        grid: factor -> candidate values (coordinate descent, as :func:`fit_factors`).
+    """
+
+    name: str
+    ops: tuple[str, ...]
+    variant_prefix: str
+    grid: dict[str, tuple[float, ...]]
+
+
+_EFF = tuple(round(0.05 * i, 2) for i in range(2, 21))         # 0.10 .. 1.00
+#: The kernel-level fits ``l2s validate --fit-silicon`` runs, per device. The GEMM shape curve
+#: ``Π d / (d + gemm_shape_half)`` is fitted together with the GEMM rates.
+KERNEL_FITS: tuple[KernelFitSpec, ...] = (
+    KernelFitSpec("gemm bf16", ("gemm",), "bf16", {
+        "flops_efficiency": _EFF, "hbm_efficiency": _EFF,
+        "gemm_shape_half": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)}),
+    KernelFitSpec("gemm fp8", ("gemm",), "fp8", {
+        "fp8_flops_efficiency": _EFF, "hbm_efficiency": _EFF,
+        "gemm_shape_half": (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)}),
+    KernelFitSpec("decode attention", ("decode_attention",), "", {
+        "attention_hbm_efficiency": _EFF}),
+    KernelFitSpec("prefill attention", ("prefill_attention",), "", {
+        "attention_flops_efficiency": _EFF}),
+    KernelFitSpec("collectives (one node)", ("all_reduce", "all_gather", "reduce_scatter",
+                                             "alltoall"), "", {
+        "scale_up_efficiency": _EFF,
+        "scale_up_latency_s": (1e-6, 2e-6, 3e-6, 4e-6, 5e-6, 6e-6, 8e-6, 1e-5, 1.5e-5)}),
+)
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """Result of one :class:`KernelFitSpec` on one device.
+
+    Attributes:
+        spec: the fit.
+        preset: device preset.
+        n: kernels fitted.
+        values: fitted factor values; ``shipped``: the values in effect in the shipped model
+            (a ``None`` factor resolved to what it falls back to).
+        median_abs_before, median_abs_after: median |predicted / measured − 1| at the shipped
+            and at the fitted values.
+    """
+
+    spec: KernelFitSpec
+    preset: str
+    n: int
+    values: dict[str, float]
+    shipped: dict[str, float]
+    median_abs_before: float
+    median_abs_after: float
+
+
+def _effective(cfg: CostModelConfig, name: str, preset: str) -> float:
+    """The value a factor has in effect: ``None`` means "as another factor" or "the device
+    preset's" (see :class:`CostModelConfig`)."""
+    v = getattr(cfg, name)
+    if v is not None:
+        return float(v)
+    fallback = {"fp8_flops_efficiency": "flops_efficiency",
+                "attention_flops_efficiency": "flops_efficiency",
+                "attention_hbm_efficiency": "hbm_efficiency"}
+    if name in fallback:
+        return float(getattr(cfg, fallback[name]))
+    return float(getattr(load_device(preset), name))
+
+
+def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None = None,
+                specs: Sequence[KernelFitSpec] = KERNEL_FITS) -> list[KernelFit]:
+    """Fit the operator factors on the measured kernels, per device (item 5 of issue 3).
+
+    For each spec (in order) and device, coordinate descent over the spec's grids (loss: mean
+    ``|ln(predicted / measured)|`` over the kernels), starting from the shipped factors with
+    the earlier specs' fits for that device applied (prefill attention reads the KV-stream
+    efficiency the decode-attention fit found). What it reports
+    is a check of the shipped end-to-end factors against kernels, not a replacement for them:
+    the end-to-end calibration (:data:`CALIBRATIONS`) decides what ships. Empty when the
+    tables are absent.
+    """
+    base = config or CostModelConfig()
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    presets = sorted({r["preset"] for rows in tables.values() for r in rows})
+    out: list[KernelFit] = []
+    carried = {dev: base for dev in presets}   # later fits start from earlier ones' values
+    for spec in specs:
+        for dev in presets:
+            def kernels(cfg: CostModelConfig, spec: KernelFitSpec = spec,
+                        dev: str = dev) -> list[_Kernel]:
+                return [k for k in silicon_kernels(cfg, tables, spec.ops, dev)
+                        if k[2].startswith(spec.variant_prefix)]
+
+            def loss(cfg: CostModelConfig) -> float:
+                ks = kernels(cfg)
+                return sum(abs(math.log(p / m)) for _, _, _, p, m in ks) / max(1, len(ks))
+
+            first = kernels(base)
+            if not first:
+                continue
+            cfg, _ = coordinate_descent(loss, carried[dev], spec.grid)
+            carried[dev] = cfg
+
+            def med(ks: list[_Kernel]) -> float:
+                return statistics.median(abs(p / m - 1.0) for _, _, _, p, m in ks)
+
+            out.append(KernelFit(spec, dev, len(first),
+                                 {k: _effective(cfg, k, dev) for k in spec.grid},
+                                 {k: _effective(base, k, dev) for k in spec.grid},
+                                 med(first), med(kernels(cfg))))
+    return out
+
+

@@ -1,0 +1,211 @@
+"""Measurement rows: the CSV table of published measurements and its row model.
+
+The table (``learn_to_shard/data/measurements.csv``, columns documented in the ``README.md``
+beside it) holds one measurement per row with the configuration it was taken under. Metric
+kinds: ``output_tokens_per_s`` (throughput), ``prefill_s`` / ``ttft_s`` (TTFT),
+``decode_step_s`` / ``tpot_s`` (TPOT), ``collective_s`` / ``link_bytes_per_s`` (collective).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..cost.comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER
+from ..errors import ConfigError
+
+__all__ = ["COLUMNS", "METRIC_KIND", "KINDS", "KIND_LABEL", "COLLECTIVES", "Measurement",
+           "load_table", "default_table_path", "data_dir"]
+
+#: Columns of the measurement CSV, in order (see data/README.md).
+COLUMNS: tuple[str, ...] = (
+    "id", "engine", "model", "hardware", "devices", "weight_dtype", "kv_dtype", "tp", "pp",
+    "ep", "dp", "batch", "max_batch", "max_num_tokens", "isl", "osl", "metric", "value",
+    "collective", "message_bytes", "sweep", "calibration", "source", "notes",
+)
+_REQUIRED = ("id", "model", "hardware", "metric", "value")
+
+#: metric -> kind (the four kinds the summary reports).
+METRIC_KIND: dict[str, str] = {
+    "output_tokens_per_s": "throughput",
+    "prefill_s": "ttft",
+    "ttft_s": "ttft",
+    "decode_step_s": "tpot",
+    "tpot_s": "tpot",
+    "collective_s": "collective",
+    "link_bytes_per_s": "collective",
+}
+KINDS: tuple[str, ...] = ("throughput", "ttft", "tpot", "collective")
+KIND_LABEL = {"throughput": "throughput", "ttft": "TTFT / prefill", "tpot": "decode step / TPOT",
+              "collective": "collective"}
+#: Collective name in the table -> the cost model's collective kind code.
+COLLECTIVES = {"all_reduce": ALL_REDUCE, "all_gather": GATHER_OR_SCATTER,
+               "reduce_scatter": GATHER_OR_SCATTER, "all_to_all": ALL_TO_ALL}
+
+
+def data_dir() -> Any:
+    """The package's data folder (an importlib.resources Traversable)."""
+    return resources.files("learn_to_shard") / "data"
+
+
+def default_table_path() -> Path:
+    """The shipped table, ``learn_to_shard/data/measurements.csv``."""
+    return Path(str(data_dir() / "measurements.csv"))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of the table (SI units; see data/README.md for every column)."""
+
+    id: str
+    engine: str
+    model: str
+    hardware: str
+    devices: int
+    weight_dtype: str
+    kv_dtype: str
+    tp: int
+    pp: int
+    ep: int
+    dp: int
+    batch: int | None          # None = as many as the KV cache holds ("max")
+    max_batch: int | None      # engine cap for batch = max
+    max_num_tokens: int | None  # engine cap on tokens per step (None: the profile's budget)
+    isl: int
+    osl: int
+    metric: str
+    value: float
+    collective: str
+    message_bytes: float
+    sweep: str
+    calibration: bool
+    source: str
+    notes: str
+
+    @property
+    def kind(self) -> str:
+        """Metric kind: throughput, ttft, tpot or collective."""
+        return METRIC_KIND[self.metric]
+
+
+def _int(row: dict[str, str], key: str, default: int | None, where: str,
+         minimum: int = 0) -> int | None:
+    text = (row.get(key) or "").strip()
+    if not text:
+        return default
+    try:
+        value = int(float(text))
+    except (ValueError, OverflowError):
+        raise ConfigError(f"{where}: column '{key}' must be an integer, got {text!r}") from None
+    if value < minimum or value != float(text):
+        raise ConfigError(f"{where}: column '{key}' must be an integer >= {minimum}, "
+                          f"got {text!r}")
+    return value
+
+
+def _finite(text: str) -> float | None:
+    """``text`` as a finite float, or None when it is not one."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def load_table(path: str | Path | None = None) -> list[Measurement]:
+    """Read a measurement table (CSV with the :data:`COLUMNS` header).
+
+    Args:
+        path: CSV file (UTF-8, a leading byte-order mark allowed); default the shipped
+            ``data/measurements.csv``.
+
+    Raises:
+        ConfigError: unreadable file, missing columns, or a bad value (names row and column).
+    """
+    p = Path(path) if path is not None else default_table_path()
+    try:
+        text = p.read_text(encoding="utf-8-sig")     # a spreadsheet's BOM is not a column
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read measurement table: {exc}") from None
+    reader = csv.DictReader(text.splitlines())
+    header = reader.fieldnames or []
+    missing = [c for c in _REQUIRED if c not in header]
+    if missing:
+        raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; found "
+                          f"{', '.join(map(repr, header)) or 'no header'}; the header must "
+                          f"hold {', '.join(_REQUIRED)} among {', '.join(COLUMNS)} "
+                          f"(data/README.md)")
+    unknown = [c for c in header if c not in COLUMNS]
+    if unknown:
+        raise ConfigError(f"{p}: unknown column(s) {', '.join(unknown)}; allowed: "
+                          f"{', '.join(COLUMNS)}")
+    rows: list[Measurement] = []
+    seen: set[str] = set()
+    for i, row in enumerate(reader, start=2):
+        where = f"{p} line {i}"
+        rid = (row.get("id") or "").strip()
+        if not rid:
+            raise ConfigError(f"{where}: empty 'id'")
+        if rid in seen:
+            raise ConfigError(f"{where}: id {rid!r} appears twice")
+        seen.add(rid)
+        metric = (row.get("metric") or "").strip()
+        if metric not in METRIC_KIND:
+            raise ConfigError(f"{where}: metric {metric!r} is not one of "
+                              f"{', '.join(METRIC_KIND)}")
+        try:
+            value = float(row["value"])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: column 'value' must be a number") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{where}: column 'value' must be positive and finite")
+        batch_text = (row.get("batch") or "").strip().lower()
+        batch = None if batch_text == "max" else _int(row, "batch", 1, where, 1)
+        tp = _int(row, "tp", 1, where, 1) or 1
+        pp = _int(row, "pp", 1, where, 1) or 1
+        ep = _int(row, "ep", 1, where, 1) or 1
+        dp = _int(row, "dp", 1, where, 1) or 1
+        devices = _int(row, "devices", tp * pp * dp, where, 1) or 1
+        if devices < tp * pp * dp:
+            raise ConfigError(f"{where}: column 'devices' = {devices} is fewer than tp × pp × "
+                              f"dp = {tp * pp * dp}")
+        coll = (row.get("collective") or "").strip()
+        if coll and coll not in COLLECTIVES:
+            raise ConfigError(f"{where}: collective {coll!r} is not one of "
+                              f"{', '.join(COLLECTIVES)}")
+        mb = (row.get("message_bytes") or "").strip()
+        message_bytes = _finite(mb) if mb else 0.0
+        if metric == "collective_s":
+            if not coll:
+                raise ConfigError(f"{where}: a collective_s row needs column 'collective' "
+                                  f"({', '.join(COLLECTIVES)})")
+            if not (message_bytes and message_bytes > 0):
+                raise ConfigError(f"{where}: a collective_s row needs a positive "
+                                  f"'message_bytes', got {mb!r}")
+        elif message_bytes is None or message_bytes < 0:
+            raise ConfigError(f"{where}: column 'message_bytes' must be a non-negative "
+                              f"number, got {mb!r}")
+        rows.append(Measurement(
+            id=rid, engine=(row.get("engine") or "").strip(), model=row["model"].strip(),
+            hardware=row["hardware"].strip(),
+            devices=devices,
+            weight_dtype=(row.get("weight_dtype") or "bf16").strip().lower(),
+            kv_dtype=(row.get("kv_dtype") or "").strip().lower(),
+            tp=tp, pp=pp, ep=ep, dp=dp, batch=batch,
+            max_batch=_int(row, "max_batch", None, where),
+            max_num_tokens=_int(row, "max_num_tokens", None, where) or None,
+            isl=_int(row, "isl", 0, where) or 0, osl=_int(row, "osl", 0, where) or 0,
+            metric=metric, value=value, collective=coll,
+            message_bytes=message_bytes,
+            sweep=(row.get("sweep") or "").strip(),
+            calibration=(row.get("calibration") or "0").strip() in ("1", "true", "yes"),
+            source=(row.get("source") or "").strip(), notes=(row.get("notes") or "").strip()))
+    if not rows:
+        raise ConfigError(f"{p}: no measurement rows under the header")
+    return rows
+
+

@@ -1,0 +1,212 @@
+"""Golden tests of single cost terms that the end-to-end golden tests do not pin.
+
+Each restates one documented formula by hand (module docstrings of ``cost/model.py`` and
+``cost/comm.py``); together with ``tests/test_cost_model.py`` they kill every mutant of
+``scripts/mutation_probe.py`` (docs/validation.md, "Mutation probe").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from conftest import tiny_dense
+
+# The golden tests' explicit factors and hand formulas (roofline, linear, activation pass).
+from test_cost_model import CFG, _act, _linear, _roof  # noqa: E402
+
+from learn_to_shard.cost import CostModel
+from learn_to_shard.cost.comm import (
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    GATHER_OR_SCATTER,
+    NONE,
+    collective_time_s,
+)
+from learn_to_shard.hardware import parse_cluster
+from learn_to_shard.model import load_model
+from learn_to_shard.parallel import MEGATRON_DIMS, Strategy, StrategySpace
+from learn_to_shard.parallel.ops import Op
+from learn_to_shard.parallel.placement import S1, R
+from learn_to_shard.workload import DType, Phase, Workload
+
+REL = 1e-12
+
+
+def test_collective_time_of_every_kind():
+    """Alpha-beta with nccl-tests bus factors: all-reduce 2(n−1)/n·S, all-gather and
+    reduce-scatter (n−1)/n·S, the layout all-to-all S(i)→S(j) (n−1)/n·S/n (each rank keeps
+    1/n of its 1/n slice); 2⌈log2 n⌉ latency steps for all-reduce, ⌈log2 n⌉ otherwise."""
+    kinds = np.array([ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, NONE, ALL_REDUCE])
+    n = np.array([4, 4, 4, 4, 1])
+    size, bw, alpha = 1e6, 1e11, 1e-6
+    got = collective_time_s(kinds, n, np.full(5, size), np.full(5, bw), np.full(5, alpha))
+    want = [2 * 0.75 * size / bw + 4 * alpha, 0.75 * size / bw + 2 * alpha,
+            0.75 * size / 4 / bw + 2 * alpha, 0.0, 0.0]
+    np.testing.assert_allclose(got, want, rtol=REL, atol=0)
+    six = collective_time_s(np.array([GATHER_OR_SCATTER]), np.array([6]), np.array([size]),
+                            np.array([bw]), np.array([alpha]))
+    assert six[0] == pytest.approx(5 / 6 * size / bw + 3 * alpha, rel=REL)   # ⌈log2 6⌉ = 3
+
+
+def test_norm_over_a_hidden_split_activation_all_reduces_one_fp32_per_token():
+    """RMSNorm statistics of an S(1) activation: an all-reduce of 4 bytes per token over the
+    group (nothing for a replicated input). This prices the hidden-split layouts."""
+    cl = parse_cluster("h100-sxm:8")
+    cm = CostModel(tiny_dense(), cl, Workload(Phase.DECODE, isl=1000), config=CFG)
+    n = np.array([8, 8])
+    t = cm._norm_stats(np.array([S1, R]), np.array([64.0, 64.0]), n, cm._link(n))
+    bw, alpha = cm.link(8)
+    assert t[0] == pytest.approx(2 * 7 / 8 * 64 * 4 / bw + 2 * 3 * alpha, rel=REL)
+    assert t[1] == 0.0
+
+
+@pytest.mark.parametrize("attention,bound", [(2, "flops"), (1, "bytes")])
+def test_golden_mla_absorbed_decode_attention(attention, bound):
+    """DeepSeek-V3 decode over tp = 8: the absorbed MLA kernel does 2·h·ctx·(2·kv_lora + rope)
+    FLOPs per sequence and reads the latent cache once, ctx·(kv_lora + rope) bytes (fp8; not
+    divided by a head split), plus the q/o rows. Replicated (all 128 heads on a rank) it is
+    compute-bound and pins the FLOPs; head-split (16 heads a rank) it is bandwidth-bound and
+    pins the bytes."""
+    m = load_model("deepseek-v3")
+    cl = parse_cluster("h200:8")
+    dev = cl.device
+    wl = Workload(Phase.DECODE, isl=4096, weight_dtype=DType.FP8, kv_dtype=DType.FP8)
+    cm = CostModel(m, cl, wl, config=CFG)
+    batch, ctx, att = 16, 4096, m.attention
+    dims = list(MEGATRON_DIMS)
+    dims[Op.ATTENTION] = attention
+    e = cm.evaluate(Strategy(tp=8, ep=8, pp=1, dp=1, batch=batch, dims=tuple(dims)))
+    heads = att.num_heads / (8 if attention == 1 else 1)
+    kv_lora, rope = att.kv_lora_rank, att.qk_rope_head_dim
+    flops = 2 * heads * batch * ctx * (2 * kv_lora + rope)
+    nbytes = batch * ctx * (kv_lora + rope) * 1 + batch * heads * (att.head_dim
+                                                                   + att.v_head_dim) * 2
+    t_flops = flops / (dev.peak_bf16_flops_per_s * CFG.flops_efficiency)
+    t_bytes = nbytes / (dev.hbm_bytes_per_s * CFG.hbm_efficiency)
+    assert (t_flops > 2 * t_bytes) if bound == "flops" else (t_bytes > 2 * t_flops)
+    per_layer = max(t_flops, t_bytes) + CFG.kernel_overhead_s
+    assert e.op_time_s["attention"] == pytest.approx(m.num_layers * per_layer, rel=1e-9)
+
+
+def _serve(batch, cfg=CFG, phase=Phase.SERVE, isl=512, osl=32):
+    m = tiny_dense()
+    cl = parse_cluster("h100-sxm:1")
+    space = StrategySpace.build(m, cl, batch_values=(batch,))
+    wl = Workload(phase, isl=isl, osl=osl if phase is Phase.SERVE else 0)
+    return CostModel(m, cl, wl, config=cfg, space=space).evaluate(
+        Strategy(tp=1, ep=1, pp=1, dp=1, batch=batch))
+
+
+def test_serve_step_carries_exactly_the_token_budget_share():
+    """A serve step needs batch·(1 + isl/osl) tokens; above the budget only
+    budget / (batch·(1 + isl/osl)) of the requests progress, so output tokens per step are
+    exactly budget / (1 + isl/osl) = 8192 / 17 at 512/32, whatever the batch."""
+    for batch in (800, 2000):
+        e = _serve(batch)
+        assert e.tokens_per_s_per_device * e.tpot_s == pytest.approx(8192 / 17, rel=REL)
+    small = _serve(100)                                    # under the budget: every request
+    assert small.tokens_per_s_per_device * small.tpot_s == pytest.approx(100, rel=REL)
+    # The step's GEMMs run on its 100 decode tokens plus 100 · 512/32 prompt tokens.
+    dev, H = parse_cluster("h100-sxm:1").device, 1024
+    assert small.op_time_s["o_proj"] == pytest.approx(
+        2 * _linear(dev, 100 * (1 + 512 / 32), H, H, H * H), rel=1e-9)
+
+
+@pytest.mark.parametrize("phase,extra", [
+    # serve, batch 8 at 512/32: 8 decodes and 8/32 prompts completing per step
+    (Phase.SERVE, lambda step, seq, pre: step + seq * (8 + 0.25) + pre * 0.25),
+    (Phase.DECODE, lambda step, seq, pre: step + seq * 8),
+    (Phase.PREFILL, lambda step, seq, pre: step + seq * 8 + pre * 8),
+])
+def test_host_time_per_step_sequence_and_prompt(phase, extra):
+    """Engine host time per step: host_step + host_seq·(decodes + prompts) + host_prefill·
+    prompts (cost/model.py, "Pipeline"); one stage, so it adds to TPOT / TTFT once."""
+    step, seq, pre = 1e-3, 1e-4, 1e-2
+    host = dataclasses.replace(CFG, host_step_overhead_s=step, host_seq_overhead_s=seq,
+                               host_prefill_overhead_s=pre)
+    a, b = _serve(8, CFG, phase), _serve(8, host, phase)
+    t = (lambda e: e.ttft_s) if phase is Phase.PREFILL else (lambda e: e.tpot_s)
+    assert t(b) - t(a) == pytest.approx(extra(step, seq, pre), rel=1e-9)
+    assert math.isfinite(t(b))
+
+
+def test_golden_prefill_operators_are_compute_bound_and_priced_by_flops():
+    """Prefill of 2,048 tokens on one H100 (tiny dense model, 2 layers): every GEMM and the
+    attention core are compute-bound, so their FLOPs (2·rows·params; attention
+    2·h·(d_qk + d_v)·isl·isl/2) set the time; op_time_s sums the layers."""
+    m = tiny_dense()
+    cl = parse_cluster("h100-sxm:1")
+    dev = cl.device
+    e = CostModel(m, cl, Workload(Phase.PREFILL, isl=2048), config=CFG).evaluate(
+        Strategy(tp=1, ep=1, pp=1, dp=1, batch=1))
+    H, qkv_n, rows = 1024, 8 * 128 + 8 * 256, 2048
+    want = {
+        "qkv_proj": _linear(dev, rows, H, qkv_n, H * qkv_n),
+        "o_proj": _linear(dev, rows, H, H, H * H),
+        "dense_up": _linear(dev, rows, H, 2 * 4096, 2 * H * 4096) + _act(dev, rows * 2 * 4096),
+        "dense_down": _linear(dev, rows, 4096, H, 4096 * H),
+        "attention": _roof(dev, 2 * 8 * 256 * rows * rows / 2,
+                           rows * 8 * 256 * 2 + rows * 8 * 256 * 2),
+    }
+    for op, t in want.items():
+        assert e.op_time_s[op] == pytest.approx(2 * t, rel=1e-9), op
+    flops_s = dev.peak_bf16_flops_per_s * CFG.flops_efficiency
+    assert _linear(dev, rows, H, H, H * H) == pytest.approx(
+        2 * rows * H * H / flops_s + CFG.kernel_overhead_s, rel=1e-12)   # compute-bound
+
+
+def test_replicated_operators_cost_every_rank_the_whole_operator():
+    """Replicate() at tp = 2: each rank holds and streams the full weights and does the full
+    GEMM on the replicated tokens, exactly as at tp = 1 (decode, batch 1)."""
+    m = tiny_dense()
+    wl = Workload(Phase.DECODE, isl=1000)
+    rep = (2,) * 12
+    one = CostModel(m, parse_cluster("h100-sxm:1"), wl, config=CFG).evaluate(
+        Strategy(tp=1, ep=1, pp=1, dp=1, batch=1, dims=rep))
+    two = CostModel(m, parse_cluster("h100-sxm:2"), wl, config=CFG).evaluate(
+        Strategy(tp=2, ep=1, pp=1, dp=1, batch=1, dims=rep))
+    for op in ("qkv_proj", "o_proj", "dense_up", "dense_down"):
+        assert two.op_time_s[op] == pytest.approx(one.op_time_s[op], rel=1e-12), op
+    assert two.memory.weight_bytes == pytest.approx(one.memory.weight_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_pipeline_tpot_adds_pp_minus_one_hops_or_is_set_by_the_slowest_stage(batch):
+    """TPOT = max(Σ stages + (pp − 1)·p2p, m·max stage), m = min(pp, batch) micro-batches:
+    batch 1 walks both stages and one hop (hidden · 2 B on NVLink); batch 8 keeps two
+    micro-batches in flight, so the slower stage sets the pace."""
+    m = tiny_dense()
+    cl = parse_cluster("h100-sxm:2")
+    cm = CostModel(m, cl, Workload(Phase.DECODE, isl=1000), config=CFG)
+    e = cm.evaluate(Strategy(tp=1, ep=1, pp=2, dp=1, batch=batch))
+    bw, alpha = cm.link(1)
+    micro = min(2, batch)
+    hop = math.ceil(batch / micro) * 1024 * 2 / bw + alpha   # one micro-batch's activations
+    assert e.micro_batches == micro
+    want = max(sum(e.stage_time_s) + hop, micro * max(e.stage_time_s))
+    assert e.tpot_s == pytest.approx(want, rel=1e-12)
+    if batch == 1:
+        assert e.tpot_s == pytest.approx(sum(e.stage_time_s) + hop, rel=1e-12)
+    else:
+        assert e.tpot_s == pytest.approx(2 * max(e.stage_time_s), rel=1e-12)
+
+
+def test_kv_pool_counts_at_kv_over_its_free_fraction():
+    """An engine whose KV pool may take only a fraction f of the free memory (TRT-LLM's
+    kv_cache_free_gpu_mem_fraction) needs KV / f for it: at f = 0.5 the peak grows by the
+    KV bytes once more."""
+    m = tiny_dense()
+    cl = parse_cluster("h100-sxm:1")
+    wl = Workload(Phase.DECODE, isl=1000)
+    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=4)
+    full = CostModel(m, cl, wl, config=CFG)
+    half = CostModel(m, cl, wl, config=dataclasses.replace(CFG, kv_cache_free_fraction=0.5))
+    act = full.space.encode(s)[None, :]
+    kv = full.evaluate(s).memory.kv_cache_bytes
+    assert kv == pytest.approx(4 * 1000 * 2 * 8 * 256 * 2, rel=REL)
+    peak = [cm.evaluate_many(act).peak_memory_bytes[0] for cm in (full, half)]
+    grow = peak[1] - peak[0]
+    assert grow == pytest.approx(kv, rel=1e-9)
