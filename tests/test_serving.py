@@ -179,7 +179,7 @@ def test_published_serving_rows_are_predicted_or_explained():
     TTFT/TPOT/throughput; FP4 and unshipped models are named as not expressible."""
     import csv
 
-    from learn_to_shard.serving.check import default_table, predict_row, summarize
+    from learn_to_shard.fidelity.serving import default_table, predict_row, summarize
 
     with default_table().open(newline="", encoding="utf-8") as fh:
         rows = {r["id"]: r for r in csv.DictReader(fh)}

@@ -363,10 +363,10 @@ def validate_cmd(
 
 
 def _render_serving_check(con: Console) -> None:
-    """Print ``serving.check``'s per-row table and held-out / calibration summaries."""
+    """Print ``fidelity.serving``'s per-row table and held-out / calibration summaries."""
     from rich.table import Table
 
-    from .serving.check import predict_table, summarize
+    from .fidelity.serving import predict_table, summarize
 
     results = predict_table()
     t = Table(box=None, pad_edge=False, title="serving under load: measured → simulated")

@@ -31,8 +31,8 @@ from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
 from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
+from ..serving.load import ServingLoad, simulate_estimate
 from ..workload import DType, Phase, Workload
-from .load import ServingLoad, simulate_estimate
 
 #: Most requests one engine instance runs at once when the row does not say. vLLM's V1 engine
 #: defaults ``max_num_seqs`` to 1024 on GPUs of 70 GiB and more for its API server (older
