@@ -615,3 +615,36 @@ def test_gpt_moe_1_6t_decode_16k_under_ten_seconds():
     res = ExactSearcher().search(cm, None, 0)
     assert time.perf_counter() - t0 <= 10.0
     assert res.best_objective >= MegatronSearcher().search(cm, None, 0).best_objective * (1 - REL)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_exact_equals_brute_force_under_a_concurrency_cap(data):
+    """With a closed-loop load of ``c`` clients (``Workload.concurrency``), batches above what
+    one replica receives break the ``concurrency`` rule; exact still equals brute force."""
+    import dataclasses
+
+    cm = data.draw(problems(max_rows=20_000, phase=Phase.SERVE))
+    c = data.draw(st.integers(1, 64))
+    capped = CostModel(cm.model, cm.cluster, dataclasses.replace(cm.workload, concurrency=c),
+                       cm.config, cm.space)
+    assert capped.space.max_concurrency == c
+    check_exact_equals_brute_force(capped)
+
+
+def test_concurrency_rule_caps_the_batch_per_replica():
+    """16 clients on 8 GPUs: a TP2 layout has 4 replicas, so at most 4 requests each."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                         make_workload("serve", isl=512, osl=128, concurrency=16))
+    plan = search_plan(cm, method="exact")
+    s = plan.best.strategy
+    replicas = 8 // (s.tp * s.pp * s.dp)
+    assert s.batch <= -(-16 // replicas)
+    for e in plan.alternatives:
+        r = 8 // e.strategy.devices
+        assert e.strategy.batch <= -(-16 // r)
+    free = search_plan(make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                                       make_workload("serve", isl=512, osl=128)),
+                       method="exact")
+    assert free.best.strategy.batch > -(-16 // (8 // free.best.strategy.devices))

@@ -22,7 +22,8 @@ DEFAULT_BUDGET = 4000
 def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None = None,
                   context: int | None = None, dtype: str | None = None,
                   kv_dtype: str | None = None,
-                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> Workload:
+                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
+                  concurrency: int | None = None) -> Workload:
     """Build and check a :class:`Workload` from user-level options.
 
     Args:
@@ -34,6 +35,8 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
             (:func:`plan` passes the checkpoint's, ``ModelSpec.checkpoint_dtype``).
         kv_dtype: KV-cache precision (default: ``dtype``).
         ttft_slo_s, tpot_slo_s: latency limits, seconds.
+        concurrency: serve: closed-loop clients across the cluster; batches one replica can
+            never reach are then refused (:attr:`Workload.concurrency`).
 
     Raises:
         ConfigError: on unknown values or contradictory options.
@@ -53,6 +56,8 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
     if context is not None and isl is not None:
         raise ConfigError("--context and --isl both given: use --context for decode, --isl "
                           "for prefill/serve")
+    if concurrency is not None and ph is not Phase.SERVE:
+        raise ConfigError("--concurrency: a closed-loop load needs --phase serve")
     if ph is Phase.DECODE:
         length = context if context is not None else isl
         if length is None:
@@ -80,7 +85,7 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
     if not osl:
         raise ConfigError("--osl: the serve phase needs an output length, e.g. --osl 1024")
     return Workload(ph, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd,
-                    ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+                    ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, concurrency=concurrency)
 
 
 def checkpoint_dtypes(model: ModelSpec, dtype: str | None,

@@ -106,10 +106,10 @@ BatchedTokensOpt = Annotated[int | None, typer.Option(
 
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
               ttft_slo: str | None, tpot_slo: str | None, dtype: str | None,
-              kv_dtype: str | None):
+              kv_dtype: str | None, concurrency: int | None = None):
     """Parse the SLO strings and build the workload (raises ConfigError on bad input)."""
     return make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
-                         kv_dtype=kv_dtype,
+                         kv_dtype=kv_dtype, concurrency=concurrency,
                          ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
                          if ttft_slo is not None else None,
                          tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
@@ -233,7 +233,7 @@ def plan_cmd(
         _check_output(output, "--output")
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(spec, dtype, kv_dtype))
+                       *checkpoint_dtypes(spec, dtype, kv_dtype), concurrency=concurrency)
         load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
                              seed)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)

@@ -53,6 +53,10 @@ class Workload:
         ttft_slo_s: time-to-first-token limit in seconds, ``None`` for none.
         tpot_slo_s: time-per-output-token limit in seconds, ``None`` for none.
         activation_dtype: activations and communication precision (bf16; DESIGN §3).
+        concurrency: serve: closed-loop clients across the whole cluster, when the load is
+            known (``--concurrency``); a replica then never runs more than
+            ``ceil(concurrency / replicas)`` requests, so larger batches are unattainable and
+            the space's ``concurrency`` rule refuses them. ``None``: unbounded.
 
     Raises:
         ConfigError: on non-integer or non-positive lengths, or an SLO that is not a positive
@@ -67,6 +71,7 @@ class Workload:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     activation_dtype: DType = DType.BF16
+    concurrency: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("isl", "osl"):
@@ -87,6 +92,13 @@ class Workload:
             raise ConfigError(f"--osl: must be >= 0, got {self.osl}")
         if self.phase is Phase.SERVE and self.osl <= 0:
             raise ConfigError("--osl: the serve phase needs a positive output length")
+        if self.concurrency is not None:
+            if self.phase is not Phase.SERVE:
+                raise ConfigError("--concurrency: a closed-loop load needs --phase serve")
+            if isinstance(self.concurrency, bool) or not isinstance(
+                    self.concurrency, (int, np.integer)) or self.concurrency < 1:
+                raise ConfigError(f"--concurrency: must be a whole number of clients >= 1, "
+                                  f"got {self.concurrency!r}")
 
     @property
     def decode_context(self) -> float:

@@ -291,6 +291,8 @@ class CostModel:
         self.space = space or StrategySpace.build(model, cluster)
         if self.space.vocab_multiple != vocab_multiple:     # the engine's rule, not the space's
             self.space = dataclasses.replace(self.space, vocab_multiple=vocab_multiple)
+        if self.space.max_concurrency != workload.concurrency:   # the load's rule, likewise
+            self.space = dataclasses.replace(self.space, max_concurrency=workload.concurrency)
         self.shapes = OpShapes.of(model)
         dev = cluster.device
         # Weight bytes and GEMM rates follow the checkpoint (ModelSpec.quant, read by

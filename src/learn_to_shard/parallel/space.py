@@ -48,6 +48,8 @@ RULES: tuple[tuple[str, str], ...] = (
      "an input-dim (row-parallel) shard of a group-quantised weight must hold whole scale "
      "groups (GPTQ/AWQ/compressed-tensors group_size, NVFP4 16), and INT4 Marlin kernels need "
      "every shard's K % 128 == 0 and N % 64 == 0"),
+    ("concurrency", "batch above what one replica can receive, ceil(--concurrency / replicas) "
+     "with replicas = devices // (pp × tp × dp)"),
 )
 RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
 
@@ -67,6 +69,9 @@ class StrategySpace:
         model: the model.
         cluster: the cluster.
         tp_values, ep_values, pp_values, dp_values, batch_values: candidate values per head.
+        max_concurrency: closed-loop clients across the cluster (``Workload.concurrency``), or
+            ``None``; a batch above ``ceil(max_concurrency / replicas)`` breaks the
+            ``concurrency`` rule.
         vocab_multiple: the engine pads the vocabulary to a multiple of this and then splits
             it evenly, so a vocabulary split needs the padded size divisible by ``tp`` (vLLM
             and SGLang ``VocabParallelEmbedding``: ``pad_vocab_size(vocab, 64)`` then
@@ -82,6 +87,7 @@ class StrategySpace:
     dp_values: tuple[int, ...]
     batch_values: tuple[int, ...]
     vocab_multiple: int = 64
+    max_concurrency: int | None = None
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec,
@@ -235,6 +241,9 @@ class StrategySpace:
         flag("ffn", ffn_bad)
         flag("layers", pp > m.num_layers)
         flag("batch", (batch % dp) != 0)
+        if self.max_concurrency is not None:
+            replicas = np.maximum(self.cluster.num_devices // np.maximum(tp * dp * pp, 1), 1)
+            flag("concurrency", batch > -(-self.max_concurrency // replicas))
         if self.vocab_multiple:
             q = self.vocab_multiple
             padded = -(-m.vocab_size // q) * q
