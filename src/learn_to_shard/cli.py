@@ -31,7 +31,9 @@ from .api import (
     search_plan,
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
+from .cost.model import CostModel
 from .errors import PlannerError
+from .report.plan import Plan
 from .units import parse_duration_s
 from .workload import Phase, Workload
 
@@ -151,23 +153,48 @@ def plan_cmd(
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
     seed: int = typer.Option(0, min=0, help="Random seed (>= 0)."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here "
+                                       "(with --export: the launch script instead)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    export: str | None = typer.Option(None, "--export", help="Print the launch command that "
+                                      "realises the plan: vllm | sglang | trtllm (with "
+                                      "TensorRT-LLM's --config YAML); choices the engine "
+                                      "cannot express are listed. Pair with --engine X to "
+                                      "search only what X can launch."),
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs."""
     try:
         _check_output(output, "--output")
+        _check_export(export)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
-        cm = make_cost_model(model, cluster, wl, cfg)
+        cm = make_cost_model(model, cluster, wl, cfg, engine=engine)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
             result = search_plan(cm, method=method, budget=budget, seed=seed,
                                  progress=lambda k: prog.advance(task, k), engine=engine)
+        optima = _engine_optima(cm, result, engine, method, budget, seed,
+                                gpu_memory_utilization, max_num_batched_tokens) \
+            if export is None else []
+        launch = _export_text(result, export, cm) if export and result.feasible else None
     except PlannerError as exc:
         raise _fail(exc) from None
     data = result.to_dict()
+    if optima:
+        data["engine_optima"] = [row for row, _ in optima]
+    if export is not None:
+        if launch is None:
+            err.print("error: --export: no feasible strategy to export", highlight=False)
+            raise typer.Exit(code=1)
+        if output is not None:
+            _write(output, launch, "--output")
+        if json_out:
+            data["export"] = {"engine": export, "text": launch}
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        else:
+            sys.stdout.write(launch)
+        raise typer.Exit(code=0)
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
@@ -176,8 +203,79 @@ def plan_cmd(
         from .report.render import render_plan
 
         # Piped output gets a wide console so the header and tables stay whole.
-        render_plan(result, Console() if sys.stdout.isatty() else Console(width=160))
+        con = Console() if sys.stdout.isatty() else Console(width=160)
+        render_plan(result, con)
+        _render_optima(optima, con)
     raise typer.Exit(code=0 if result.feasible else 1)
+
+
+def _check_export(export: str | None) -> None:
+    """Refuse an unknown ``--export`` engine before any work is done."""
+    from .report.export import EXPORT_ENGINES
+
+    if export is not None and export not in EXPORT_ENGINES:
+        raise PlannerError(f"--export: {export!r} is not one of {', '.join(EXPORT_ENGINES)}")
+
+
+def _export_text(plan: Plan, engine: str, cm: CostModel) -> str:
+    """The launch script of ``plan`` for ``engine`` (``report.export.export_command``)."""
+    from .report.export import export_command
+
+    return export_command(plan, engine, model=cm.model,
+                          devices_per_node=cm.cluster.device.scale_up_domain)
+
+
+def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, method: str, budget: int,
+                   seed: int, gpu_memory_utilization: float | None,
+                   max_num_batched_tokens: int | None) -> list[tuple[dict, Plan]]:
+    """Without ``--engine``: the best strategy each engine can launch (its own memory policy
+    and strategy restriction, same searcher), beside the unrestricted optimum ``plan``.
+
+    Returns ``(row, plan)`` pairs; ``row`` is JSON-ready: engine, version, feasible, strategy,
+    tokens/s/device, its ratio to the unrestricted optimum and the choices of the
+    unrestricted optimum that engine cannot express. Empty with ``--engine``, for budgeted
+    searchers (their answers are not optima), or when the unrestricted plan is infeasible.
+    """
+    from .engines import ENGINES
+    from .report.export import build_export
+
+    if engine is not None or method not in ("auto", "exact") or plan.best is None:
+        return []
+    rows = []
+    for name, prof in ENGINES.items():
+        cfg = _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens)
+        cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name)
+        p = search_plan(cm_e, method=method, budget=budget, seed=seed, engine=name)
+        ex = build_export(plan, name, model=cm.model,
+                          devices_per_node=cm.cluster.device.scale_up_domain)
+        best = p.best
+        rows.append(({
+            "engine": name, "version": prof.version, "feasible": best is not None,
+            "strategy": best.strategy.short() if best else None,
+            "tokens_per_s_per_device": best.tokens_per_s_per_device if best else 0.0,
+            "ratio_to_unrestricted": (best.tokens_per_s_per_device
+                                      / plan.best.tokens_per_s_per_device) if best else 0.0,
+            "unrestricted_not_expressible": ex.unexpressed,
+        }, p))
+    return rows
+
+
+def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
+    """The engine-legal optima beside the unrestricted one (see :func:`_engine_optima`)."""
+    if not optima:
+        return
+    from rich.table import Table
+
+    t = Table(title="Best strategy each engine can launch (vs the unrestricted optimum above)")
+    for col in ("engine", "strategy", "tok/s/device", "× unrestricted",
+                "what the unrestricted optimum needs beyond the engine"):
+        t.add_column(col)
+    for row, _ in optima:
+        t.add_row(f"{row['engine']} {row['version']}", row["strategy"] or "none feasible",
+                  f"{row['tokens_per_s_per_device']:,.1f}",
+                  f"{row['ratio_to_unrestricted']:.4f}",
+                  "\n".join(row["unrestricted_not_expressible"]) or "nothing (launchable as is)")
+    con.print(t)
 
 
 @app.command("validate")
