@@ -405,6 +405,72 @@ def compare_cmd(
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
 
 
+@app.command("pareto")
+def pareto_cmd(
+    model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "serve", isl: IslOpt = None,
+    osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
+    export: str | None = typer.Option(None, "--export", help="Engine of the frontier table's "
+                                      "launch commands: vllm | sglang | trtllm (default: "
+                                      "--engine, else vllm)."),
+    out: Path = typer.Option(Path("l2s-pareto"), "--out", "-o",
+                             help="Directory for pareto.png and pareto.json."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
+) -> None:
+    """Frontier of output tokens/s per device against tokens/s per user (1/TPOT) over every
+    degree combination and batch, with the TPOT SLO line; PNG, table and JSON."""
+    from .report.pareto import frontier_rows, pareto, plot_pareto
+
+    try:
+        _check_output(out, "--out", directory=True)
+        _check_export(export)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
+        if wl.phase is Phase.PREFILL:
+            raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
+        cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
+        cm = make_cost_model(model, cluster, wl, cfg, engine=engine)
+        res = pareto(cm)
+        launch_engine = export or (engine if engine in ("vllm", "sglang", "trtllm") else "vllm")
+        rows = frontier_rows(res, cm, engine, launch_engine)
+    except PlannerError as exc:
+        raise _fail(exc) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
+    title = (f"{cm.model.name} on {cm.cluster.name}, {wl.phase.value} isl={wl.isl} "
+             f"osl={wl.osl}, {wl.weight_dtype.value}" + (f", engine {engine}" if engine else ""))
+    plot = plot_pareto(res, out / "pareto.png", title)
+    data = {"model": cm.model.name, "cluster": cm.cluster.name, "engine": engine,
+            "workload": {"phase": wl.phase.value, "isl": wl.isl, "osl": wl.osl,
+                         "tpot_slo_s": wl.tpot_slo_s, "ttft_slo_s": wl.ttft_slo_s},
+            "candidates": res.candidates, "feasible": len(res.points_user_tps),
+            "frontier": rows}
+    _write(out / "pareto.json", json.dumps(data, indent=2), "--out")
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        from rich.table import Table
+
+        con = Console() if sys.stdout.isatty() else Console(width=200)
+        t = Table(title=f"Pareto frontier: {title} ({res.candidates:,} candidates, "
+                        f"{len(res.points_user_tps):,} fit)")
+        for col in ("strategy", "tok/s/user", "tok/s/device", "TPOT", "meets TPOT SLO",
+                    "servers", "launch (each server)"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(str(r["strategy"]), f"{r['tokens_per_s_per_user']:.1f}",
+                      f"{r['tokens_per_s_per_device']:,.1f}",
+                      f"{float(str(r['tpot_s'])) * 1e3:.2f} ms",
+                      "yes" if r["meets_tpot_slo"] else "no", str(r["servers"]),
+                      str(r["export"]))
+        con.print(t)
+    err.print(f"plot: {plot}  json: {out / 'pareto.json'}", highlight=False)
+    raise typer.Exit(code=0 if rows else 1)
+
+
 @app.command("models")
 def models_cmd() -> None:
     """List the shipped model configs."""
