@@ -75,6 +75,10 @@ BatchedTokensOpt = Annotated[int | None, typer.Option(
     "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
 
 
+ReportOpt = typer.Option(None, "--report", help="Also write a self-contained HTML report "
+                        "and the same as Markdown into this directory.")
+
+
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
               ttft_slo: str | None, tpot_slo: str | None, dtype: str, kv_dtype: str | None):
     """Parse the SLO strings and build the workload (raises ConfigError on bad input)."""
@@ -161,9 +165,11 @@ def plan_cmd(
                                       "TensorRT-LLM's --config YAML); choices the engine "
                                       "cannot express are listed. Pair with --engine X to "
                                       "search only what X can launch."),
+    report: Path | None = ReportOpt,
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs."""
     try:
+        _check_output(report, "--report", directory=True)
         _check_output(output, "--output")
         _check_export(export)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
@@ -183,6 +189,11 @@ def plan_cmd(
     data = result.to_dict()
     if optima:
         data["engine_optima"] = [row for row, _ in optima]
+    if report is not None:
+        from .report.html import plan_sections
+
+        _write_report(report, f"l2s plan: {cm.model.name} on {cm.cluster.name}",
+                      plan_sections(result, cm.model.is_moe, [r for r, _ in optima]))
     if export is not None:
         if launch is None:
             err.print("error: --export: no feasible strategy to export", highlight=False)
@@ -207,6 +218,19 @@ def plan_cmd(
         render_plan(result, con)
         _render_optima(optima, con)
     raise typer.Exit(code=0 if result.feasible else 1)
+
+
+def _write_report(directory: Path, title: str, sections: list) -> None:
+    """``report.html`` + ``report.md`` (``report.html.write_report``); an OS error is one
+    line and exit 2."""
+    from .report.html import write_report
+
+    try:
+        paths = write_report(directory, title, sections)
+    except OSError as exc:
+        raise _fail(PlannerError(f"--report: cannot write {directory}: {exc.strerror}")) \
+            from None
+    err.print(f"report: {paths[0]}  {paths[1]}", highlight=False)
 
 
 def _check_export(export: str | None) -> None:
@@ -348,6 +372,7 @@ def compare_cmd(
                              help="Directory for convergence.png and compare.json."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    report: Path | None = ReportOpt,
 ) -> None:
     """Run several searchers for N seeds on one problem; print mean/best and ratios."""
     from .report.compare import (
@@ -363,6 +388,7 @@ def compare_cmd(
     unknown = [m for m in names if m not in searcher_names()]
     try:
         _check_output(out, "--out", directory=True)
+        _check_output(report, "--report", directory=True)
         if not names or unknown:
             raise PlannerError(f"--methods: {', '.join(repr(u) for u in unknown)} not among "
                                f"{', '.join(searcher_names())}")
@@ -396,6 +422,11 @@ def compare_cmd(
     data = comparison_to_dict(cmp, cm)
     _write(out / "compare.json", json.dumps(data, indent=2), "--out")
     plot = plot_convergence(cmp, out / "convergence.png")
+    if report is not None:
+        from .report.html import compare_sections
+
+        _write_report(report, f"l2s compare: {cm.model.name} on {cm.cluster.name}",
+                      compare_sections(data, plot))
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
@@ -418,6 +449,7 @@ def pareto_cmd(
     out: Path = typer.Option(Path("l2s-pareto"), "--out", "-o",
                              help="Directory for pareto.png and pareto.json."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
+    report: Path | None = ReportOpt,
 ) -> None:
     """Frontier of output tokens/s per device against tokens/s per user (1/TPOT) over every
     degree combination and batch, with the TPOT SLO line; PNG, table and JSON."""
@@ -425,6 +457,7 @@ def pareto_cmd(
 
     try:
         _check_output(out, "--out", directory=True)
+        _check_output(report, "--report", directory=True)
         _check_export(export)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
         if wl.phase is Phase.PREFILL:
@@ -449,6 +482,10 @@ def pareto_cmd(
             "candidates": res.candidates, "feasible": len(res.points_user_tps),
             "frontier": rows}
     _write(out / "pareto.json", json.dumps(data, indent=2), "--out")
+    if report is not None:
+        from .report.html import pareto_sections
+
+        _write_report(report, f"l2s pareto: {title}", pareto_sections(title, rows, plot))
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
