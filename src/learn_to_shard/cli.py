@@ -64,7 +64,8 @@ DtypeOpt = Annotated[str, typer.Option(help="Weight precision: bf16 | fp8.")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
                                                 "(default: --dtype).")]
 EngineOpt = Annotated[str | None, typer.Option(
-    "--engine", help="Serving engine whose memory policy to assume: "
+    "--engine", help="Serving engine: vllm, sglang and trtllm restrict the search to what "
+    "that engine can launch; each sets its memory policy: "
     f"{', '.join(ENGINE_PROFILES)} (default: vLLM memory accounting, KV reserved per whole "
     "request).")]
 MemUtilOpt = Annotated[float | None, typer.Option(
