@@ -48,17 +48,14 @@ CONSTRAINTS = ROOT / "constraints" / "cpu.txt"
 #: Pure-Python modules each engine's argument code imports (found by importing it until it
 #: loads); installed with their own dependencies, under the project's constraints.
 IMPORT_DEPS: dict[str, list[str]] = {
-    "vllm": ["torch", "transformers<5.21,>=5.16.1", "pydantic>=2.12", "msgspec", "cloudpickle",
-             "pyzmq", "psutil", "cachetools", "regex", "requests", "tqdm", "blake3",
-             "py-cpuinfo", "huggingface_hub", "safetensors", "pillow", "openai",
-             "prometheus_client", "fastapi", "aiohttp", "pybase64", "cbor2", "einops",
-             "typing_extensions", "filelock", "pyyaml", "setproctitle", "sentencepiece",
-             "tiktoken", "partial-json-parser", "jsonschema", "watchfiles", "ijson",
-             "python-json-logger", "opentelemetry-sdk", "opentelemetry-api", "uvloop",
-             "gguf", "numba", "orjson", "starlette", "mistral_common", "tokenizers"],
-    "sglang": ["torch", "msgspec", "orjson", "IPython", "pydantic", "requests", "psutil",
-               "numpy", "packaging", "transformers", "huggingface_hub", "pyzmq", "aiohttp",
-               "uvloop", "fastapi", "setproctitle", "pybase64", "tqdm", "pillow"],
+    "vllm": ["torch", "typing_extensions", "packaging", "huggingface_hub", "regex", "pydantic",
+             "numpy", "psutil", "sympy", "cbor2", "pyzmq", "urllib3", "transformers",
+             "aiohttp", "requests", "openai-harmony", "openai", "msgspec", "cloudpickle",
+             "pillow", "pybase64", "cachetools", "uvloop", "py-cpuinfo", "networkx",
+             "prometheus_client", "xgrammar", "fastapi", "partial-json-parser", "llguidance"],
+    "sglang": ["torch", "triton", "msgspec", "orjson", "IPython", "pydantic", "requests",
+               "psutil", "numpy", "packaging", "transformers", "huggingface_hub", "pyzmq",
+               "aiohttp", "uvloop", "fastapi", "setproctitle", "pybase64", "tqdm", "pillow"],
 }
 
 #: Child program: build the engine's parser, print its actions as JSON.
