@@ -76,8 +76,8 @@ def test_sglang_offers_replicated_dense_mlp():
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_every_searcher_returns_engine_legal_strategies(engine):
     cm = _cm("mixtral-8x7b", "h100-sxm:8", engine)
-    for method in ("exact", "megatron", "random", "sa"):
-        plan = search_plan(cm, method=method, budget=300, seed=1, engine=engine)
+    for method in ("exact", "megatron", "random"):
+        plan = search_plan(cm, method=method, budget=200, seed=1, engine=engine)
         for e in [plan.best, *plan.alternatives]:
             if e is not None:
                 assert not cm.space.violations(e.strategy), (method, e.strategy.short())

@@ -181,7 +181,7 @@ def plan_cmd(
             task = prog.add_task(f"{method} search", total=total)
             result = search_plan(cm, method=method, budget=budget, seed=seed,
                                  progress=lambda k: prog.advance(task, k), engine=engine)
-        optima = _engine_optima(cm, result, engine, method, budget, seed,
+        optima = _engine_optima(cm, result, engine, budget, seed,
                                 gpu_memory_utilization, max_num_batched_tokens) \
             if export is None else []
         launch = _export_text(result, export, cm) if export and result.feasible else None
@@ -250,7 +250,7 @@ def _export_text(plan: Plan, engine: str, cm: CostModel) -> str:
                           devices_per_node=cm.cluster.device.scale_up_domain)
 
 
-def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, method: str, budget: int,
+def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, budget: int,
                    seed: int, gpu_memory_utilization: float | None,
                    max_num_batched_tokens: int | None) -> list[tuple[dict, Plan]]:
     """Without ``--engine``: the best strategy each engine can launch (its own memory policy
@@ -258,19 +258,20 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, method: str, b
 
     Returns ``(row, plan)`` pairs; ``row`` is JSON-ready: engine, version, feasible, strategy,
     tokens/s/device, its ratio to the unrestricted optimum and the choices of the
-    unrestricted optimum that engine cannot express. Empty with ``--engine``, for budgeted
-    searchers (their answers are not optima), or when the unrestricted plan is infeasible.
+    unrestricted optimum that engine cannot express. Empty with ``--engine``, unless the
+    unrestricted answer is the exact optimum (budgeted answers are not optima, and an
+    engine's space is a subset, so its exact search is no slower), or when it is infeasible.
     """
     from .engines import ENGINES
     from .report.export import build_export
 
-    if engine is not None or method not in ("auto", "exact") or plan.best is None:
+    if engine is not None or plan.method_used != "exact" or plan.best is None:
         return []
     rows = []
     for name, prof in ENGINES.items():
         cfg = _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens)
         cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name)
-        p = search_plan(cm_e, method=method, budget=budget, seed=seed, engine=name)
+        p = search_plan(cm_e, method="exact", budget=budget, seed=seed, engine=name)
         ex = build_export(plan, name, model=cm.model,
                           devices_per_node=cm.cluster.device.scale_up_domain)
         best = p.best
