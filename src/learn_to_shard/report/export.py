@@ -285,6 +285,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if nodes > 1:
             notes.append("TensorRT-LLM runs a multi-node server under MPI/Slurm "
                          "(trtllm-llmapi-launch), one rank per GPU")
+    if unexpressed and plan.engine != engine:
+        notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
+                     f"--engine {engine} for the best strategy {prof.title} launches as is")
     return Export(engine=engine, version=prof.version, launcher=prof.launcher,
                   model_id=model_id_of(plan.model), args=args, yaml_config=yaml_cfg,
                   servers=servers, gpus_per_server=gpus, nodes_per_server=nodes,
