@@ -136,15 +136,28 @@ def cost_config(engine: str | None = None, gpu_memory_utilization: float | None 
 
 
 def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload: Workload,
-                    config: CostModelConfig | None = None) -> CostModel:
+                    config: CostModelConfig | None = None,
+                    engine: str | None = None) -> CostModel:
     """Load model and cluster (names, paths or specs) and build the cost model.
+
+    Args:
+        model, cluster: names, paths or specs.
+        workload: the workload.
+        config: cost-model factors.
+        engine: a serving engine of :data:`learn_to_shard.engines.ENGINES` (``vllm``,
+            ``sglang``, ``trtllm``): the strategy space is restricted to what it can launch.
+            Other names (e.g. the fitted ``splitwise-*`` profiles) restrict nothing.
 
     Raises:
         ConfigError, UnsupportedModelError: on bad model or cluster input.
     """
+    from .engines import ENGINES
+    from .parallel.space import StrategySpace
+
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
-    return CostModel(m, c, workload, config=config)
+    space = StrategySpace.build(m, c, engine=ENGINES[engine]) if engine in ENGINES else None
+    return CostModel(m, c, workload, config=config, space=space)
 
 
 def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decode", *,
@@ -193,7 +206,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype)
     wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=wd, kv_dtype=kd,
                        ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
-    cm = make_cost_model(spec, cluster, wl, config or cost_config(engine))
+    cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine)
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 

@@ -37,8 +37,10 @@ from .api import (
     simulate_plan,
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
+from .cost.model import CostModel
 from .errors import InternalError, PlannerError
 from .model.hf_config import load_model
+from .report.plan import Plan
 from .search.base import SearchInterrupted, interruptible
 from .serving import ServingLoad
 from .units import parse_duration_s
@@ -79,7 +81,8 @@ DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
                                                 "(default: --dtype).")]
 EngineOpt = Annotated[str | None, typer.Option(
-    "--engine", help="Serving engine whose memory policy to assume: "
+    "--engine", help="Serving engine: vllm, sglang and trtllm restrict the search to what "
+    "that engine can launch; each sets its memory policy: "
     f"{', '.join(ENGINE_PROFILES)} (default: vLLM memory accounting, KV reserved per whole "
     "request).")]
 MemUtilOpt = Annotated[float | None, typer.Option(
@@ -102,6 +105,10 @@ RangeRatioOpt = Annotated[float, typer.Option(
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
+
+
+ReportOpt = typer.Option(None, "--report", help="Also write a self-contained HTML report "
+                        "and the same as Markdown into this directory.")
 
 
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
@@ -218,11 +225,18 @@ def plan_cmd(
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
     seed: int = typer.Option(0, min=0, help="Random seed (>= 0)."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here "
+                                       "(with --export: the launch script instead)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     timing: TimingOpt = True,
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
+    export: str | None = typer.Option(None, "--export", help="Print the launch command that "
+                                      "realises the plan: vllm | sglang | trtllm (with "
+                                      "TensorRT-LLM's --config YAML); choices the engine "
+                                      "cannot express are listed. Pair with --engine X to "
+                                      "search only what X can launch."),
+    report: Path | None = ReportOpt,
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
@@ -230,14 +244,16 @@ def plan_cmd(
     130."""
     sims: list[dict[str, object]] = []
     try:
+        _check_output(report, "--report", directory=True)
         _check_output(output, "--output")
+        _check_export(export)
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype), concurrency=concurrency)
         load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
                              seed)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
-        cm = make_cost_model(spec, cluster, wl, cfg)
+        cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
@@ -247,19 +263,40 @@ def plan_cmd(
                                          progress=lambda k: prog.advance(task, k),
                                          engine=engine)
             except SearchInterrupted as stop:
-                from .report.plan import Plan
-
                 result = Plan.from_search(cm, stop.result, method, engine=engine)
+        optima = _engine_optima(cm, result, engine, budget, seed,
+                                gpu_memory_utilization, max_num_batched_tokens) \
+            if export is None and not result.interrupted else []
+        launch = _export_text(result, export, cm) if export and result.feasible else None
         if load is not None and result.feasible and not result.interrupted:
             sims = simulate_plan(cm, result, load)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     data = result.to_dict(timing=timing)
+    last = data.pop("timing", None)        # "timing" stays the last key
+    if optima:
+        data["engine_optima"] = [row for row, _ in optima]
     if load is not None:
-        last = data.pop("timing", None)        # "timing" stays the last key
         data["simulation"] = sims
-        if last is not None:
-            data["timing"] = last
+    if last is not None:
+        data["timing"] = last
+    if report is not None:
+        from .report.html import plan_sections
+
+        _write_report(report, f"l2s plan: {cm.model.name} on {cm.cluster.name}",
+                      plan_sections(result, cm.model.is_moe, [r for r, _ in optima]))
+    if export is not None:
+        if launch is None:
+            err.print("error: --export: no feasible strategy to export", highlight=False)
+            raise typer.Exit(code=1)
+        if output is not None:
+            _write(output, launch, "--output")
+        if json_out:
+            data["export"] = {"engine": export, "text": launch}
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        else:
+            sys.stdout.write(launch)
+        raise typer.Exit(code=0)
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
@@ -273,6 +310,7 @@ def plan_cmd(
             con.print(f"INTERRUPTED (Ctrl-C) after {result.search['evaluations']} "
                       f"evaluations: the best plan found so far", markup=False, highlight=False)
         render_plan(result, con)
+        _render_optima(optima, con)
         if sims:
             from .report.render import render_simulation
 
@@ -283,6 +321,89 @@ def plan_cmd(
                   f"far (exit {EXIT_INTERRUPTED})", markup=False, highlight=False)
         raise typer.Exit(code=EXIT_INTERRUPTED)
     raise typer.Exit(code=0 if result.feasible else 1)
+
+
+def _write_report(directory: Path, title: str, sections: list) -> None:
+    """``report.html`` + ``report.md`` (``report.html.write_report``); an OS error is one
+    line and exit 2."""
+    from .report.html import write_report
+
+    try:
+        paths = write_report(directory, title, sections)
+    except OSError as exc:
+        raise _fail(PlannerError(f"--report: cannot write {directory}: {exc.strerror}")) \
+            from None
+    err.print(f"report: {paths[0]}  {paths[1]}", highlight=False)
+
+
+def _check_export(export: str | None) -> None:
+    """Refuse an unknown ``--export`` engine before any work is done."""
+    from .report.export import EXPORT_ENGINES
+
+    if export is not None and export not in EXPORT_ENGINES:
+        raise PlannerError(f"--export: {export!r} is not one of {', '.join(EXPORT_ENGINES)}")
+
+
+def _export_text(plan: Plan, engine: str, cm: CostModel) -> str:
+    """The launch script of ``plan`` for ``engine`` (``report.export.export_command``)."""
+    from .report.export import export_command
+
+    return export_command(plan, engine, model=cm.model,
+                          devices_per_node=cm.cluster.device.scale_up_domain)
+
+
+def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, budget: int,
+                   seed: int, gpu_memory_utilization: float | None,
+                   max_num_batched_tokens: int | None) -> list[tuple[dict, Plan]]:
+    """Without ``--engine``: the best strategy each engine can launch (its own memory policy
+    and strategy restriction, same searcher), beside the unrestricted optimum ``plan``.
+
+    Returns ``(row, plan)`` pairs; ``row`` is JSON-ready: engine, version, feasible, strategy,
+    tokens/s/device, its ratio to the unrestricted optimum and the choices of the
+    unrestricted optimum that engine cannot express. Empty with ``--engine``, unless the
+    unrestricted answer is the exact optimum (budgeted answers are not optima, and an
+    engine's space is a subset, so its exact search is no slower), or when it is infeasible.
+    """
+    from .engines import ENGINES
+    from .report.export import build_export
+
+    if engine is not None or plan.method_used != "exact" or plan.best is None:
+        return []
+    rows = []
+    for name, prof in ENGINES.items():
+        cfg = _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens)
+        cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name)
+        p = search_plan(cm_e, method="exact", budget=budget, seed=seed, engine=name)
+        ex = build_export(plan, name, model=cm.model,
+                          devices_per_node=cm.cluster.device.scale_up_domain)
+        best = p.best
+        rows.append(({
+            "engine": name, "version": prof.version, "feasible": best is not None,
+            "strategy": best.strategy.short() if best else None,
+            "tokens_per_s_per_device": best.tokens_per_s_per_device if best else 0.0,
+            "ratio_to_unrestricted": (best.tokens_per_s_per_device
+                                      / plan.best.tokens_per_s_per_device) if best else 0.0,
+            "unrestricted_not_expressible": ex.unexpressed,
+        }, p))
+    return rows
+
+
+def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
+    """The engine-legal optima beside the unrestricted one (see :func:`_engine_optima`)."""
+    if not optima:
+        return
+    from rich.table import Table
+
+    t = Table(title="Best strategy each engine can launch (vs the unrestricted optimum above)")
+    for col in ("engine", "strategy", "tok/s/device", "× unrestricted",
+                "what the unrestricted optimum needs beyond the engine"):
+        t.add_column(col)
+    for row, _ in optima:
+        t.add_row(f"{row['engine']} {row['version']}", row["strategy"] or "none feasible",
+                  f"{row['tokens_per_s_per_device']:,.1f}",
+                  f"{row['ratio_to_unrestricted']:.4f}",
+                  "\n".join(row["unrestricted_not_expressible"]) or "nothing (launchable as is)")
+    con.print(t)
 
 
 @app.command("validate")
@@ -406,6 +527,7 @@ def compare_cmd(
     timing: TimingOpt = True,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted compare in "
                                 "--out: load its finished runs, run the rest."),
+    report: Path | None = ReportOpt,
 ) -> None:
     """Run several searchers for N seeds on one problem; print mean/best and ratios.
 
@@ -427,6 +549,7 @@ def compare_cmd(
     unknown = [m for m in names if m not in searcher_names()]
     try:
         _check_output(out, "--out", directory=True)
+        _check_output(report, "--report", directory=True)
         if not names or unknown:
             raise PlannerError(f"--methods: {', '.join(repr(u) for u in unknown)} not among "
                                f"{', '.join(searcher_names())}")
@@ -486,6 +609,11 @@ def compare_cmd(
     data = comparison_to_dict(cmp, cm, timing=timing)
     _write(out / "compare.json", json.dumps(data, indent=2), "--out")
     plot = plot_convergence(cmp, out / "convergence.png")
+    if report is not None:
+        from .report.html import compare_sections
+
+        _write_report(report, f"l2s compare: {cm.model.name} on {cm.cluster.name}",
+                      compare_sections(data, plot))
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
@@ -493,6 +621,80 @@ def compare_cmd(
         render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=200))
     err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
+
+
+@app.command("pareto")
+def pareto_cmd(
+    model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "serve", isl: IslOpt = None,
+    osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
+    export: str | None = typer.Option(None, "--export", help="Engine of the frontier table's "
+                                      "launch commands: vllm | sglang | trtllm (default: "
+                                      "--engine, else vllm)."),
+    out: Path = typer.Option(Path("l2s-pareto"), "--out", "-o",
+                             help="Directory for pareto.png and pareto.json."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
+    report: Path | None = ReportOpt,
+) -> None:
+    """Frontier of output tokens/s per device against tokens/s per user (1/TPOT) over every
+    degree combination and batch, with the TPOT SLO line; PNG, table and JSON."""
+    from .report.pareto import frontier_rows, pareto, plot_pareto
+
+    try:
+        _check_output(out, "--out", directory=True)
+        _check_output(report, "--report", directory=True)
+        _check_export(export)
+        spec = load_model(model)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
+                       *checkpoint_dtypes(spec, dtype, kv_dtype))
+        if wl.phase is Phase.PREFILL:
+            raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
+        cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
+        cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
+        res = pareto(cm)
+        launch_engine = export or (engine if engine in ("vllm", "sglang", "trtllm") else "vllm")
+        rows = frontier_rows(res, cm, engine, launch_engine)
+    except (PlannerError, InternalError) as exc:
+        raise _fail(exc) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
+    title = (f"{cm.model.name} on {cm.cluster.name}, {wl.phase.value} isl={wl.isl} "
+             f"osl={wl.osl}, {wl.weight_dtype.value}" + (f", engine {engine}" if engine else ""))
+    plot = plot_pareto(res, out / "pareto.png", title)
+    data = {"model": cm.model.name, "cluster": cm.cluster.name, "engine": engine,
+            "workload": {"phase": wl.phase.value, "isl": wl.isl, "osl": wl.osl,
+                         "tpot_slo_s": wl.tpot_slo_s, "ttft_slo_s": wl.ttft_slo_s},
+            "candidates": res.candidates, "feasible": len(res.points_user_tps),
+            "frontier": rows}
+    _write(out / "pareto.json", json.dumps(data, indent=2), "--out")
+    if report is not None:
+        from .report.html import pareto_sections
+
+        _write_report(report, f"l2s pareto: {title}", pareto_sections(title, rows, plot))
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        from rich.table import Table
+
+        con = Console() if sys.stdout.isatty() else Console(width=200)
+        t = Table(title=f"Pareto frontier: {title} ({res.candidates:,} candidates, "
+                        f"{len(res.points_user_tps):,} fit)")
+        for col in ("strategy", "tok/s/user", "tok/s/device", "TPOT", "meets TPOT SLO",
+                    "servers", "launch (each server)"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(str(r["strategy"]), f"{r['tokens_per_s_per_user']:.1f}",
+                      f"{r['tokens_per_s_per_device']:,.1f}",
+                      f"{float(str(r['tpot_s'])) * 1e3:.2f} ms",
+                      "yes" if r["meets_tpot_slo"] else "no", str(r["servers"]),
+                      str(r["export"]))
+        con.print(t)
+    err.print(f"plot: {plot}  json: {out / 'pareto.json'}", highlight=False)
+    raise typer.Exit(code=0 if rows else 1)
 
 
 @app.command("models")

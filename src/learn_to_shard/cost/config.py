@@ -324,6 +324,14 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "_source": "the defaults: gpu_memory_utilization 0.9, on-demand paged KV",
         "kv_reserve_full_request": False,
     },
+    "sglang": {
+        "_source": "SGLang 0.5.23: --mem-fraction-static of the device holds weights and the "
+                   "KV pool (l2s uses its memory_utilization for it, default 0.9); requests "
+                   "are admitted on estimated KV use and retracted when the pool is full, so "
+                   "KV is charged at mean occupancy as for vLLM "
+                   "(sglang/srt/arg_groups/fields/schedule.py)",
+        "kv_reserve_full_request": False,
+    },
     "trtllm": {
         "_source": "TensorRT-LLM defaults: kv_cache_free_gpu_mem_fraction 0.9 of the memory "
                    "left after the engine loads; GUARANTEED_NO_EVICT capacity scheduler",

@@ -61,7 +61,7 @@ import numpy as np
 from ..errors import InternalError
 from ..parallel.ops import NUM_OPS, Op
 from ..parallel.placement import S1, P, R
-from ..parallel.space import NUM_COARSE
+from ..parallel.space import ENGINE_LAYOUT_BIT, NUM_COARSE
 from ..workload import Phase
 from .model import CostModel, _Link
 
@@ -119,6 +119,11 @@ class Structure:
             shared_down); irrelevant members fixed to 2.
         classes: per pp index, ``(cnt [S, P], ntyp [S, T], first [S], last [S], mult [S])``:
             distinct stages and how many stages share each; ``None`` for pp > layers.
+        engine_ok: the serving engine's layout rule per option set (``hub [27]``,
+            ``emb [3]``, ``dense [nD]``, ``router [nR]``, ``group [nG]``, ``lm [3]``; from
+            ``StrategySpace.block_ok``), empty when the space has no engine. The rule is
+            joint within a block, so it is applied to these option sets rather than through
+            the per-operator ``MemTables.allowed``.
     """
 
     types: list[tuple[bool, int | None]]
@@ -132,6 +137,7 @@ class Structure:
     r_opts: np.ndarray
     g_opts: np.ndarray
     classes: list[tuple[np.ndarray, ...] | None] = field(default_factory=list)
+    engine_ok: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cm: CostModel) -> Structure:
@@ -180,9 +186,22 @@ class Structure:
             uniq, mult = np.unique(np.array(rows), axis=0, return_counts=True)
             classes.append((uniq[:, :n_pairs], uniq[:, n_pairs:n_pairs + n_types],
                             uniq[:, -2], uniq[:, -1], mult.astype(np.float64)))
+        engine_ok: dict[str, np.ndarray] = {}
+        sp = cm.space
+        if sp.engine is not None:
+            three = np.arange(3)[:, None]
+            engine_ok = {
+                "hub": sp.block_ok("attention", np.stack([HUB_Q, HUB_A, HUB_O], axis=1)),
+                "emb": sp.block_ok("embedding", three),
+                "dense": sp.block_ok("dense", d_opts),
+                "router": sp.block_ok("router", r_opts[:, None]),
+                "group": sp.block_ok("experts", g_opts[:, :2]) & sp.block_ok("shared",
+                                                                             g_opts[:, 2:]),
+                "lm": sp.block_ok("lm_head", three),
+            }
         return cls(types=types, pairs=pairs, first_pair=pair_of_layer[0], last_type=lt[-1],
                    has_dense=has_dense, has_moe=has_moe, has_shared=has_shared, d_opts=d_opts,
-                   r_opts=r_opts, g_opts=g_opts, classes=classes)
+                   r_opts=r_opts, g_opts=g_opts, classes=classes, engine_ok=engine_ok)
 
     @property
     def n_pairs(self) -> int:
@@ -619,7 +638,8 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     act = np.zeros((u * nv, NUM_COARSE + NUM_OPS), dtype=np.int64)
     act[:, 0], act[:, 1], act[:, 3] = rep(keys.tp_idx), rep(keys.ep_idx), rep(keys.dp_idx)
     act[:, NUM_COARSE:] = dims
-    bits = cm.space.rule_bits_many(act).reshape(u, nv)[inv]
+    # The engine's layout rule is joint per block: Structure.engine_ok applies it instead.
+    bits = (cm.space.rule_bits_many(act) & ~ENGINE_LAYOUT_BIT).reshape(u, nv)[inv]
     allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, 3)
     eb = float(getattr(cm, "_eb", cm._wb))
     vpad = cm._padded_vocab(tp)
@@ -751,10 +771,18 @@ def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
                             Op.SHARED_EXPERT_DOWN)):
         group_ok &= ok[:, op][:, st.g_opts[:, j]]
     last_dense = not st.types[st.last_type][0]
-    return Parts(layout=lay, hub=hub, hub_ok=hub_ok, emb=emb, emb_ok=ok[:, Op.EMBEDDING],
+    emb_ok = ok[:, Op.EMBEDDING]
+    router_ok = ok[:, Op.ROUTER][:, st.r_opts]
+    lm_ok = ok[:, Op.LM_HEAD]
+    if st.engine_ok:
+        eo = st.engine_ok
+        hub_ok, emb_ok, dense_ok = hub_ok & eo["hub"], emb_ok & eo["emb"], dense_ok & eo["dense"]
+        router_ok, group_ok, lm_ok = router_ok & eo["router"], group_ok & eo["group"], \
+            lm_ok & eo["lm"]
+    return Parts(layout=lay, hub=hub, hub_ok=hub_ok, emb=emb, emb_ok=emb_ok,
                  dense=dense, dense_ok=dense_ok, router=router,
-                 router_ok=ok[:, Op.ROUTER][:, st.r_opts], group=group, group_ok=group_ok,
-                 lm=lm, lm_ok=ok[:, Op.LM_HEAD], last_out=tabs[0].out[st.last_type],
+                 router_ok=router_ok, group=group, group_ok=group_ok,
+                 lm=lm, lm_ok=lm_ok, last_out=tabs[0].out[st.last_type],
                  last_dense=last_dense)
 
 
@@ -930,7 +958,7 @@ def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None
         step2 = cm.workload.phase is Phase.SERVE
     neutral = a.copy()
     neutral[:, NUM_COARSE:] = 2
-    coarse_ok = cm.space.rule_bits_many(neutral) == 0
+    coarse_ok = (cm.space.rule_bits_many(neutral) & ~ENGINE_LAYOUT_BIT) == 0
     out = {"valid": np.zeros(n, bool), "objective": np.zeros(n), "raw": np.full(n, np.nan),
            "tpot": np.full(n, np.nan), "ttft": np.full(n, np.nan),
            "peak": np.full(n, np.nan), "feasible": np.zeros(n, bool)}
@@ -990,7 +1018,7 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
     cand = rng.integers(0, nvec, size=(8 * n, len(nvec)))
     neutral = cand.copy()
     neutral[:, NUM_COARSE:] = 2
-    cand = cand[sp.rule_bits_many(neutral) == 0][:n]
+    cand = cand[(sp.rule_bits_many(neutral) & ~ENGINE_LAYOUT_BIT) == 0][:n]
     if not len(cand):
         return 0
     pred = predict_many(cm, cand, st)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engines import BLOCKS, EngineProfile
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
-from .ops import NUM_OPS, REPLICATED, Op
+from .ops import NUM_OPS, OP_NAMES, REPLICATED, Op
 from .strategy import Strategy
 
 NUM_COARSE = 5
@@ -50,8 +51,17 @@ RULES: tuple[tuple[str, str], ...] = (
      "every shard's K % 128 == 0 and N % 64 == 0"),
     ("concurrency", "batch above what one replica can receive, ceil(--concurrency / replicas) "
      "with replicas = devices // (pp × tp × dp)"),
+    ("engine_degrees", "the engine cannot launch these degrees (vLLM: ep is 1 or tp × dp; "
+     "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1)"),
+    ("engine_layout", "the engine's kernels do not implement this per-operator layout "
+     "(engines run Megatron's layout plus the variants their profile lists)"),
 )
 RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
+#: The one rule that depends on several operators' choices jointly (per block, see
+#: :data:`learn_to_shard.engines.BLOCKS`); every other choice-dependent rule is a disjunction
+#: over single operators that ``Replicate()`` never breaks. Searchers that reason per operator
+#: (``search.exact``) apply it per block with :meth:`StrategySpace.block_ok` instead.
+ENGINE_LAYOUT_BIT = RULE_BIT["engine_layout"]
 
 
 def _candidates(limit: int, n_devices: int) -> tuple[int, ...]:
@@ -77,6 +87,8 @@ class StrategySpace:
             and SGLang ``VocabParallelEmbedding``: ``pad_vocab_size(vocab, 64)`` then
             ``divide(padded, tp)`` asserts; FC-07). 0: the engine pads to a multiple of the
             group itself (TensorRT-LLM ``pad_vocab_size(vocab, tp_size)``), no rule.
+        engine: restrict the space to what this serving engine can launch (rules
+            ``engine_degrees`` and ``engine_layout``); ``None``: every strategy.
     """
 
     model: ModelSpec
@@ -88,11 +100,12 @@ class StrategySpace:
     batch_values: tuple[int, ...]
     vocab_multiple: int = 64
     max_concurrency: int | None = None
+    engine: EngineProfile | None = None
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec,
               batch_values: tuple[int, ...] | None = None,
-              vocab_multiple: int = 64) -> StrategySpace:
+              vocab_multiple: int = 64, engine: EngineProfile | None = None) -> StrategySpace:
         """Candidate lists for ``model`` on ``cluster``.
 
         Args:
@@ -100,7 +113,11 @@ class StrategySpace:
             cluster: the cluster (its device count bounds every degree).
             batch_values: override the batch candidates (default powers of two 1..2**16).
             vocab_multiple: the engine's vocabulary padding rule (see the attribute).
+            engine: restrict to what this engine can launch (see the attribute); its
+                ``vocab_multiple`` then replaces the argument.
         """
+        if engine is not None:
+            vocab_multiple = engine.vocab_multiple
         n = cluster.num_devices
         tp = _candidates(min(MAX_TP, n), n)
         if model.is_moe and model.moe is not None:
@@ -111,7 +128,7 @@ class StrategySpace:
         pp = _candidates(min(model.num_layers, n), n)
         dp = _candidates(n, n)
         batch = batch_values or tuple(1 << i for i in range(MAX_BATCH_LOG2 + 1))
-        return cls(model, cluster, tp, ep, pp, dp, tuple(batch), vocab_multiple)
+        return cls(model, cluster, tp, ep, pp, dp, tuple(batch), vocab_multiple, engine=engine)
 
     # ---------------------------------------------------------------- encoding
     @property
@@ -255,7 +272,52 @@ class StrategySpace:
         if quant is not None and (quant.group_size is not None or quant.below_8_bit) \
                 and quant.method != "mxfp4":
             flag("quant_group", self._quant_group_bad(dims, tp, etp))
+        if self.engine is not None:
+            flag("engine_degrees", self._engine_degrees_bad(tp, ep, dp))
+            ok = np.ones(len(a), dtype=bool)
+            for block, ops in BLOCKS.items():
+                cols = [OP_NAMES.index(o) for o in ops]
+                ok &= self.block_ok(block, dims[:, cols])
+            flag("engine_layout", ~ok)
         return bits
+
+    def _engine_degrees_bad(self, tp: np.ndarray, ep: np.ndarray,
+                            dp: np.ndarray) -> np.ndarray:
+        """``[n]`` bool: degrees the space's engine cannot launch (its profile's
+        ``ep_full_or_none`` and ``adp_all_or_none``; sources in :mod:`learn_to_shard.engines`)."""
+        eng = self.engine
+        assert eng is not None
+        bad = np.zeros(len(tp), dtype=bool)
+        if eng.ep_full_or_none and self.model.is_moe:
+            bad |= (ep != 1) & (ep != tp * dp)
+        if eng.adp_all_or_none:
+            bad |= (tp > 1) & (dp > 1)
+        return bad
+
+    def block_present(self, block: str) -> bool:
+        """Whether the model has the operators of ``block`` (a key of ``engines.BLOCKS``);
+        absent ones are ignored by the layout rule, as by :func:`active_heads`."""
+        m = self.model
+        return {"dense": m.has_dense_ffn, "router": m.is_moe, "experts": m.is_moe,
+                "shared": m.has_shared_experts}.get(block, True)
+
+    def block_ok(self, block: str, choices: np.ndarray) -> np.ndarray:
+        """Whether the engine implements each row of choices of one operator block.
+
+        Args:
+            block: a key of :data:`learn_to_shard.engines.BLOCKS`.
+            choices: ``[n, len(BLOCKS[block])]`` choice codes, in the block's operator order.
+
+        Returns:
+            ``[n]`` bool; all True without an engine or for a block the model lacks.
+        """
+        c = np.asarray(choices, dtype=np.int64).reshape(len(choices), -1)
+        if self.engine is None or not self.block_present(block):
+            return np.ones(len(c), dtype=bool)
+        ok = np.zeros(len(c), dtype=bool)
+        for tup in self.engine.allowed(block):
+            ok |= (c == np.asarray(tup, dtype=np.int64)).all(axis=1)
+        return ok
 
     def _split_dims(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray, *,
                     experts_only: bool = False

@@ -59,8 +59,8 @@ from ..cost.decompose import (
     verify,
 )
 from ..cost.model import CostModel
-from ..parallel.ops import NUM_OPS, Op
-from ..parallel.space import ACTION_LEN, NUM_COARSE
+from ..parallel.ops import MEGATRON_DIMS, NUM_OPS, Op
+from ..parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE
 from . import register
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
 
@@ -362,7 +362,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     cert.degree_combos = len(coarse)
     full = np.full((len(coarse), ACTION_LEN), 2, dtype=np.int64)
     full[:, :NUM_COARSE] = coarse
-    valid = sp.rule_bits_many(full) == 0
+    valid = (sp.rule_bits_many(full) & ~ENGINE_LAYOUT_BIT) == 0     # layouts: step 3
     cert.pruned_structure = int((~valid).sum())
     coarse = coarse[valid]
     step2 = needs_step2(cm)
@@ -557,6 +557,8 @@ def _closest_actions(st: Structure, co: Coarse, mt, rows: np.ndarray) -> list[np
                 cost = mt.LW[k]
             cost = np.where(mt.allowed[k, op], cost, np.inf)
             dims[op] = int(np.argmin(cost))
+        if st.engine_ok:        # an engine runs its own layout: Megatron's is always one
+            dims = np.asarray(MEGATRON_DIMS, dtype=np.int64)
         out.append(np.concatenate([co.actions[row], dims]))
     return out
 

@@ -45,6 +45,34 @@ from ..base import BudgetedEvaluator, ProgressFn, SearchResult
 from .config import RLConfig
 
 
+class RLExtraMissingError(ConfigError, ImportError):
+    """``--method rl`` without the ``rl`` extra (torch, Stable-Baselines3, Gymnasium).
+
+    A :class:`ConfigError` (the CLI prints one line, exit 2) and an :class:`ImportError` (so
+    ``--method auto`` falls back to another searcher, as for any missing optional module).
+    """
+
+
+def require_rl_extra() -> Any:
+    """Import and return ``torch`` after checking the RL searcher's optional dependencies.
+
+    Raises:
+        RLExtraMissingError: torch, stable_baselines3 or gymnasium is not installed; the
+            message names the missing module and the install command.
+    """
+    import importlib
+
+    mods = {}
+    for name in ("torch", "stable_baselines3", "gymnasium"):
+        try:
+            mods[name] = importlib.import_module(name)
+        except ImportError as exc:
+            raise RLExtraMissingError(
+                f"--method rl: needs the rl extra ({name} is not installed): pip install "
+                f"'learn-to-shard[rl]'; every other method runs without it") from exc
+    return mods["torch"]
+
+
 def cosine_schedule(initial: float, final: float = 0.0) -> Callable[[float], float]:
     """SB3 schedule (``progress_remaining`` 1 → 0) annealing ``initial`` → ``final`` by cosine."""
 
@@ -125,7 +153,7 @@ class RLSearcher:
         if budget is None or budget < 4:
             raise ConfigError(f"--budget: the rl searcher needs at least 4 evaluations, "
                              f"got {budget}")
-        import torch
+        torch = require_rl_extra()
 
         # Small networks: one thread is fastest (no contention) and keeps runs reproducible.
         threads = torch.get_num_threads()

@@ -1,0 +1,210 @@
+"""Serving-engine capability profiles: what vLLM, SGLang and TensorRT-LLM can launch.
+
+One pinned version per engine. A profile states the engine's parallel axes (how ``l2s``'s
+``tp, ep, pp, dp`` map onto its flags), the per-operator layouts its kernels implement (as
+allowed choice tuples per operator *block*, in ``Shard(0)=0 / Shard(1)=1 / Replicate()=2``
+codes of :mod:`learn_to_shard.parallel.ops`), the degree rules it enforces and the memory
+policy (a key of :data:`learn_to_shard.cost.config.ENGINE_PROFILES`). Every fact carries its
+source: the file of the engine's release at the pinned version/commit.
+
+The divisibility rules common to all three (attention heads by the attention TP degree, KV
+heads divisible or replicated, FFN and hidden sizes by their groups, FP8 blocks, experts by EP)
+are the strategy space's own rules (:data:`learn_to_shard.parallel.space.RULES`), which every
+engine enforces with the same arithmetic; a profile adds what differs between engines: the
+vocabulary padding rule (``vocab_multiple``), the layouts and the degree rules.
+
+This module is data; it imports nothing from the planner's other layers (operators are named
+by their ``OP_NAMES`` strings), so the strategy space can read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+
+#: Operator blocks: each block's choices are checked together (an engine implements a layout
+#: of a block, e.g. column→row for an FFN pair, not each operator independently). The blocks
+#: are disjoint and cover the 12 operators; their order is ``OP_NAMES`` order within a block.
+BLOCKS: dict[str, tuple[str, ...]] = {
+    "embedding": ("embedding",),
+    "attention": ("qkv_proj", "attention", "o_proj"),
+    "dense": ("dense_up", "dense_down"),
+    "router": ("router",),
+    "experts": ("expert_up", "expert_down"),
+    "shared": ("shared_expert_up", "shared_expert_down"),
+    "lm_head": ("lm_head",),
+}
+
+#: Megatron-LM's layout per block (vocab-parallel embedding and LM head, column→row pairs,
+#: head-parallel attention, replicated router): the layout all three engines implement.
+#: Same codes as ``learn_to_shard.parallel.ops.MEGATRON_DIMS`` (a test checks they agree).
+MEGATRON: dict[str, tuple[int, ...]] = {
+    "embedding": (0,), "attention": (1, 1, 0), "dense": (1, 0), "router": (2,),
+    "experts": (1, 0), "shared": (1, 0), "lm_head": (1,),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A non-Megatron layout of one block that an engine offers, and the flag that selects it.
+
+    Attributes:
+        block: a key of :data:`BLOCKS`.
+        choices: the block's choice tuple under this variant.
+        flags: the engine's command-line arguments that select it (e.g.
+            ``("--moe-dense-tp-size", "1")``).
+        source: where the engine defines it.
+    """
+
+    block: str
+    choices: tuple[int, ...]
+    flags: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What one serving engine, at one pinned version, can launch.
+
+    Attributes:
+        name: ``vllm``, ``sglang`` or ``trtllm`` (the ``--engine``/``--export`` value).
+        title: display name.
+        version: the pinned release.
+        source: repository and commit (or wheel) the facts were read from.
+        memory_profile: key of ``cost.config.ENGINE_PROFILES`` with its memory policy.
+        vocab_multiple: the vocabulary is padded to a multiple of this before a vocabulary
+            split must divide it evenly (0: padded per rank, no rule).
+        ep_full_or_none: MoE expert parallelism is all or nothing: ``ep`` is 1 (experts
+            tensor-parallel over the whole ``tp × dp`` group) or ``tp × dp`` (each rank owns
+            whole experts). False: any ``ep`` dividing ``tp × dp`` (``etp = tp·dp/ep``).
+        adp_all_or_none: attention-DP covers the whole group (attention TP 1) or is off:
+            ``tp == 1 or dp == 1``.
+        variants: offered non-Megatron layouts (:class:`Variant`).
+        launcher: the server command.
+        facts: ``(fact, source)`` pairs, shown in ``docs/engines.md`` and the export notes.
+    """
+
+    name: str
+    title: str
+    version: str
+    source: str
+    memory_profile: str
+    vocab_multiple: int
+    ep_full_or_none: bool
+    adp_all_or_none: bool
+    variants: tuple[Variant, ...] = ()
+    launcher: str = ""
+    facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def allowed(self, block: str) -> tuple[tuple[int, ...], ...]:
+        """Choice tuples the engine implements for ``block`` (Megatron's first).
+
+        Raises:
+            KeyError: unknown block.
+        """
+        out = [MEGATRON[block]]
+        out += [v.choices for v in self.variants if v.block == block and v.choices not in out]
+        return tuple(out)
+
+
+_VLLM = "vllm-project/vllm v0.33.0 (wheel vllm-0.33.0, commit 4ba787ec9)"
+_SGL = "sgl-project/sglang v0.5.23 (wheel sglang-0.5.23)"
+_TRT_SERVE = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py @ "
+              "00209af149e7774406881a37283dce303571eb11")
+_TRT_ARGS = ("NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ "
+             "0004396720054fd8e205cbf616f21f0b57c6b412")
+
+ENGINES: dict[str, EngineProfile] = {
+    "vllm": EngineProfile(
+        name="vllm", title="vLLM", version="0.33.0", source=_VLLM, memory_profile="vllm",
+        vocab_multiple=64, ep_full_or_none=True, adp_all_or_none=False,
+        launcher="vllm serve",
+        facts=(
+            ("axes: --tensor-parallel-size, --pipeline-parallel-size, --data-parallel-size "
+             "(attention-DP ranks of one MoE engine), --enable-expert-parallel; "
+             "--decode-context-parallel-size exists but l2s has no CP axis",
+             f"{_VLLM}: vllm/config/parallel.py ParallelConfig"),
+            ("MoE: without --enable-expert-parallel experts are tensor-parallel over "
+             "tp × dp (ep 1); with it each of the tp × dp ranks owns whole experts "
+             "(ep = tp × dp, etp 1); no other split",
+             f"{_VLLM}: vllm/model_executor/layers/fused_moe/config.py "
+             "FusedMoEParallelConfig.make"),
+            ("layouts: VocabParallelEmbedding, QKVParallelLinear (column), head-parallel "
+             "attention, RowParallelLinear o_proj/down, MergedColumnParallelLinear gate_up, "
+             "ReplicatedLinear router gate, ParallelLMHead: Megatron only",
+             f"{_VLLM}: vllm/model_executor/layers/linear.py, vocab_parallel_embedding.py"),
+            ("attention heads must divide by --tensor-parallel-size",
+             f"{_VLLM}: vllm/config/model.py verify_with_parallel_config"),
+            ("vocabulary padded to a multiple of 64, then split evenly over TP",
+             f"{_VLLM}: vllm/model_executor/layers/vocab_parallel_embedding.py "
+             "DEFAULT_VOCAB_PADDING_SIZE"),
+            ("dense models: --data-parallel-size > 1 is refused offline ('not "
+             "supported/useful for dense models'); l2s exports dense dp as more servers",
+             f"{_VLLM}: vllm/config/parallel.py ParallelConfig.__post_init__"),
+            ("memory: --gpu-memory-utilization (default 0.9) of the device for weights, "
+             "activations and the paged KV cache; KV blocks allocated on demand",
+             f"{_VLLM}: vllm/config/cache.py CacheConfig"),
+        )),
+    "sglang": EngineProfile(
+        name="sglang", title="SGLang", version="0.5.23", source=_SGL,
+        memory_profile="sglang", vocab_multiple=64, ep_full_or_none=False,
+        adp_all_or_none=False, launcher="python -m sglang.launch_server",
+        variants=(
+            Variant("dense", (2, 2), ("--moe-dense-tp-size", "1"),
+                    source=f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py "
+                           "moe_dense_tp_size"),
+        ),
+        facts=(
+            ("axes: --tp-size is the whole stage group (l2s tp × dp), --attn-dp-size the "
+             "attention-DP groups inside it (attention TP = tp-size / attn-dp-size), "
+             "--ep-size the expert-parallel width (moe TP = tp-size / ep-size), --pp-size",
+             f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py, "
+             "sglang/srt/runtime_context.py parallel_widths_of"),
+            ("--enable-dp-attention is a deprecated spelling (resolves to --attn-dp-size; "
+             "'remove after 2026-12-31'): never exported",
+             f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py enable_dp_attention"),
+            ("dense MLP layers of MoE models under DP attention: --enable-dense-mlp-attn-tp "
+             "shards them over the attention TP group (l2s's dense Megatron within tp); "
+             "--moe-dense-tp-size 1 replicates them",
+             f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py"),
+            ("vocabulary padded to a multiple of 64 then split evenly",
+             f"{_SGL}: sglang/srt/layers/vocab_parallel_embedding.py"),
+            ("memory: --mem-fraction-static of the device for weights and the KV pool; "
+             "requests admitted on estimated KV use and retracted when full (on demand)",
+             f"{_SGL}: sglang/srt/arg_groups/fields/schedule.py mem_fraction_static"),
+        )),
+    "trtllm": EngineProfile(
+        name="trtllm", title="TensorRT-LLM", version="1.2.0rc2", source=_TRT_SERVE,
+        memory_profile="trtllm", vocab_multiple=0, ep_full_or_none=False,
+        adp_all_or_none=True, launcher="trtllm-serve",
+        facts=(
+            ("axes: --tp_size (tensor_parallel_size), --pp_size, --ep_size "
+             "(moe_expert_parallel_size); moe_tensor_parallel_size and enable_attention_dp "
+             "in the --config YAML; moe_tp × moe_ep = tp_size",
+             f"{_TRT_SERVE}; {_TRT_ARGS} BaseLlmArgs"),
+            ("enable_attention_dp: attention runs data parallel over the whole "
+             "tensor_parallel_size (attention TP 1), so l2s needs tp == 1 or dp == 1",
+             f"{_TRT_ARGS} enable_attention_dp"),
+            ("vocabulary padded to a multiple of tp_size at checkpoint conversion (no rule)",
+             "NVIDIA/TensorRT-LLM tensorrt_llm/models/convert_utils.py pad_vocab_size"),
+            ("memory: the KV cache takes --kv_cache_free_gpu_memory_fraction (0.9) of the "
+             "memory free after weights and buffers; GUARANTEED_NO_EVICT scheduler "
+             "reserves a request's whole KV on admission",
+             f"{_TRT_SERVE} get_llm_args"),
+        )),
+}
+
+
+def get_engine(name: str) -> EngineProfile:
+    """The profile of engine ``name``.
+
+    Raises:
+        ConfigError: unknown engine (the message lists the known ones).
+    """
+    if name not in ENGINES:
+        raise ConfigError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    return ENGINES[name]
+
+
+__all__ = ["BLOCKS", "ENGINES", "MEGATRON", "EngineProfile", "Variant", "get_engine"]

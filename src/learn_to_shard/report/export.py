@@ -1,0 +1,301 @@
+"""Launch settings that realise a plan on vLLM, SGLang or TensorRT-LLM (``l2s plan --export``).
+
+The mapping from ``l2s``'s strategy (``tp, ep, pp, dp, batch`` and per-operator choices; see
+:class:`~learn_to_shard.parallel.strategy.Strategy`) to each engine's flags follows the
+engine profiles in :mod:`learn_to_shard.engines` (pinned versions, sources there):
+
+* **vLLM 0.33.0** (``vllm serve``): ``--tensor-parallel-size tp``, ``--pipeline-parallel-size
+  pp``; MoE attention-DP as ``--data-parallel-size dp`` and ``ep = tp × dp`` as
+  ``--enable-expert-parallel``; ``--max-num-seqs`` is per DP rank (vllm/config/scheduler.py)
+  and per scheduled batch, so it is ``batch / dp / micro_batches``.
+* **SGLang 0.5.23** (``python -m sglang.launch_server``): ``--tp-size tp × dp`` (the whole
+  stage group), ``--attn-dp-size dp``, ``--ep-size ep``, ``--pp-size pp``;
+  ``--max-running-requests`` is the instance total (its scheduler divides it by
+  ``attn_dp_size``, sglang/srt/model_executor/pool_configurator.py).
+* **TensorRT-LLM** (``trtllm-serve``): ``--tp_size tp × dp``, ``--pp_size``, ``--ep_size``;
+  ``enable_attention_dp``, ``moe_tensor_parallel_size``, ``moe_expert_parallel_size`` and
+  ``kv_cache_config`` in the ``--config`` YAML; ``--max_batch_size`` per attention-DP rank.
+
+Dense models have no attention-DP in any engine: their ``dp`` becomes more servers. Whatever a
+plan chooses that the engine cannot express (a per-operator layout outside its profile, an
+``ep`` it cannot split, online FP8 on TensorRT-LLM) is listed in :attr:`Export.unexpressed`;
+nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from ..engines import BLOCKS, MEGATRON, get_engine
+from ..errors import ConfigError
+from ..model.spec import ModelSpec
+from ..parallel.ops import CHOICE_NAMES, OP_NAMES
+from ..parallel.strategy import Strategy
+from ..workload import DType, Phase
+from .plan import Plan
+
+#: The engines ``--export`` accepts.
+EXPORT_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass
+class Export:
+    """A plan's launch settings for one engine.
+
+    Attributes:
+        engine: ``vllm``, ``sglang`` or ``trtllm``.
+        version: the engine version the flags were written for.
+        launcher: the server command (``vllm serve`` …).
+        model_id: the model argument (HF id of a shipped config, else the plan's model name).
+        args: the server's flags and values, after the launcher and the model.
+        yaml_config: TensorRT-LLM's ``--config`` options as a mapping (``None`` elsewhere).
+        servers: how many servers to start (the plan's replicas, times ``dp`` for dense
+            models whose attention-DP is realised as replicas).
+        gpus_per_server: devices each server uses.
+        nodes_per_server: nodes each server spans (``ceil(gpus / devices per node)``).
+        unexpressed: choices of the plan this engine cannot express, and what it runs instead.
+        notes: other facts the user needs (multi-node launch, semantics of a flag).
+    """
+
+    engine: str
+    version: str
+    launcher: str
+    model_id: str
+    args: list[str]
+    yaml_config: dict[str, object] | None
+    servers: int
+    gpus_per_server: int
+    nodes_per_server: int
+    unexpressed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def command(self, config_path: str = "extra_llm_api_options.yaml") -> str:
+        """The launch command line (shell-quoted)."""
+        extra = ["--config", config_path] if self.yaml_config is not None else []
+        parts = [*self.launcher.split(), self.model_id, *self.args, *extra]
+        if self.engine == "sglang":      # its model is a flag, not a positional argument
+            parts = [*self.launcher.split(), "--model-path", self.model_id, *self.args]
+        return shlex.join(parts)
+
+    def yaml_text(self) -> str | None:
+        """TensorRT-LLM's ``--config`` YAML (``None`` for the other engines)."""
+        if self.yaml_config is None:
+            return None
+        return yaml.safe_dump(self.yaml_config, sort_keys=False)
+
+    def text(self, config_path: str = "extra_llm_api_options.yaml") -> str:
+        """Everything a user needs, as one shell-script-like text: a header with the server
+        count, the command, the YAML (as a heredoc) and the unexpressed choices/notes as
+        comments."""
+        lines = [f"# {self.engine} {self.version}: {self.servers} server(s), "
+                 f"{self.gpus_per_server} GPU(s) each"
+                 + (f" over {self.nodes_per_server} nodes" if self.nodes_per_server > 1 else "")]
+        for u in self.unexpressed:
+            lines.append(f"# NOT EXPRESSIBLE: {u}")
+        for n in self.notes:
+            lines.append(f"# note: {n}")
+        y = self.yaml_text()
+        if y is not None:
+            lines.append(f"cat > {config_path} <<'EOF'")
+            lines.append(y.rstrip("\n"))
+            lines.append("EOF")
+        lines.append(self.command(config_path))
+        return "\n".join(lines) + "\n"
+
+
+@cache
+def _hf_ids() -> dict[str, str]:
+    """Shipped config name -> HF repository id, from ``data/models/SOURCES.md``'s table."""
+    text = resources.files("learn_to_shard").joinpath("data", "models", "SOURCES.md").read_text()
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 2 and cells[0].endswith(".json") and "/" in cells[1]:
+            out[cells[0][:-5]] = cells[1].split()[0]
+    return out
+
+
+def model_id_of(name: str) -> str:
+    """The HF repository id of a shipped model name (the name itself otherwise)."""
+    return _hf_ids().get(name, name)
+
+
+def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
+    """Per-operator choices of ``s`` outside ``engine``'s layouts, with what it runs instead
+    (blocks split over a group of one device are skipped: every choice is the same there)."""
+    prof = get_engine(engine)
+    present = {"dense": model.has_dense_ffn, "router": model.is_moe, "experts": model.is_moe,
+               "shared": model.has_shared_experts} if model is not None else {}
+    out = []
+    for block, ops in BLOCKS.items():
+        group = s.etp if block == "experts" else s.tp
+        if not present.get(block, True) or group == 1:     # a group of one splits nothing
+            continue
+        got = tuple(s.dims[OP_NAMES.index(o)] for o in ops)
+        if got in prof.allowed(block):
+            continue
+        ran = MEGATRON[block]
+        have = ", ".join(f"{o}={CHOICE_NAMES[c]}" for o, c in zip(ops, got, strict=True))
+        run = ", ".join(f"{o}={CHOICE_NAMES[c]}" for o, c in zip(ops, ran, strict=True))
+        out.append(f"{block}: plan has {have}; {prof.title} runs {run}")
+    return out
+
+
+def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
+                 devices_per_node: int | None = None) -> Export:
+    """The launch settings of ``plan.best`` for ``engine``.
+
+    Args:
+        plan: a feasible plan.
+        engine: ``vllm``, ``sglang`` or ``trtllm``.
+        model: the model (tells dense from MoE, which blocks exist, and whether the
+            checkpoint is already block-quantised); without it the plan's layout is checked
+            on every block and the checkpoint is taken to be in the plan's weight dtype.
+        devices_per_node: devices per node (the scale-up domain), for multi-node servers.
+
+    Returns:
+        An :class:`Export`.
+
+    Raises:
+        ConfigError: unknown engine, or the plan has no feasible strategy.
+    """
+    if engine not in EXPORT_ENGINES:
+        raise ConfigError(f"--export: {engine!r} is not one of {', '.join(EXPORT_ENGINES)}")
+    if plan.best is None:
+        raise ConfigError("--export: the plan has no feasible strategy to export")
+    prof = get_engine(engine)
+    e = plan.best
+    s = e.strategy
+    wl = plan.workload
+    cfg = plan.cost_model
+    moe = model.is_moe if model is not None else s.ep > 1
+    unexpressed = _blocks_off(s, engine, model)
+    notes: list[str] = []
+    # Dense models: attention-DP is the same as more replicas (no engine has it for them).
+    dense_dp = s.dp if (not moe and s.dp > 1) else 1
+    dp = s.dp // dense_dp
+    servers = e.instances * dense_dp
+    gpus = s.devices // dense_dp
+    batch_per_server = s.batch // dense_dp
+    nodes = max(1, math.ceil(gpus / devices_per_node)) if devices_per_node else 1
+    max_len = wl.isl + wl.osl
+    tokens = int(str(cfg.get("max_num_batched_tokens", 8192)))
+    mem_util = float(str(cfg.get("memory_utilization", 0.9)))
+    kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))
+    fp8_weights = wl.weight_dtype is DType.FP8
+    native_quant = model is not None and model.weight_block_size is not None
+    fp8_kv = wl.kv_dtype is DType.FP8
+    if wl.phase is not Phase.SERVE:
+        notes.append(f"the plan is for the {wl.phase.value} phase; the engine serves mixed "
+                     f"steps, so its numbers apply to a server fed only {wl.phase.value} work")
+    if nodes > 1:
+        notes.append(f"each server spans {nodes} nodes of {devices_per_node} devices")
+    if s.pp > 1:
+        notes.append(f"pipeline stages: l2s priced {s.pp} stages with {e.micro_batches} "
+                     f"micro-batches in flight")
+    yaml_cfg: dict[str, object] | None = None
+    args: list[str] = []
+    if engine == "vllm":
+        ep_ok = s.ep in (1, s.tp * dp) or not moe
+        if not ep_ok:
+            unexpressed.append(f"ep={s.ep} with etp={s.etp}: vLLM splits experts over all "
+                               f"tp × dp = {s.tp * dp} ranks one way (ep 1 or ep {s.tp * dp}); "
+                               f"exported as --enable-expert-parallel (ep {s.tp * dp})")
+        seqs = max(1, batch_per_server // dp // max(1, e.micro_batches if s.pp > 1 else 1))
+        args += ["--tensor-parallel-size", str(s.tp)]
+        if s.pp > 1:
+            args += ["--pipeline-parallel-size", str(s.pp)]
+        if dp > 1:
+            args += ["--data-parallel-size", str(dp)]
+        if moe and s.ep > 1:
+            args += ["--enable-expert-parallel"]
+        args += ["--max-num-seqs", str(seqs), "--max-model-len", str(max_len),
+                 "--max-num-batched-tokens", str(tokens),
+                 "--gpu-memory-utilization", f"{mem_util:g}"]
+        if wl.phase is Phase.SERVE:
+            args += ["--enable-chunked-prefill"]
+        if fp8_weights and not native_quant:
+            args += ["--quantization", "fp8"]
+        if fp8_kv:
+            args += ["--kv-cache-dtype", "fp8"]
+        if nodes > 1:
+            notes.append("vLLM runs a multi-node server on a Ray cluster spanning the nodes "
+                         "(start Ray first); --data-parallel-size-local splits DP ranks")
+    elif engine == "sglang":
+        args += ["--tp-size", str(s.tp * dp)]
+        if dp > 1:
+            args += ["--attn-dp-size", str(dp)]
+            if s.tp > 1:
+                args += ["--enable-dp-lm-head"]
+        if moe and s.ep > 1:
+            args += ["--ep-size", str(s.ep)]
+        if s.pp > 1:
+            args += ["--pp-size", str(s.pp)]
+        if model is not None and model.is_moe and model.has_dense_ffn and dp > 1:
+            dense = tuple(s.dims[OP_NAMES.index(o)] for o in BLOCKS["dense"])
+            if dense == (2, 2):
+                args += ["--moe-dense-tp-size", "1"]
+            elif s.tp > 1:
+                args += ["--enable-dense-mlp-attn-tp"]
+        args += ["--max-running-requests", str(batch_per_server),
+                 "--context-length", str(max_len), "--chunked-prefill-size", str(tokens),
+                 "--mem-fraction-static", f"{mem_util:g}"]
+        if fp8_weights and not native_quant:
+            args += ["--quantization", "fp8"]
+        if fp8_kv:
+            args += ["--kv-cache-dtype", "fp8_e4m3"]
+        if nodes > 1:
+            args += ["--nnodes", str(nodes), "--node-rank", "0",
+                     "--dist-init-addr", "NODE0_HOST:5000"]
+            notes.append("start the same command on every node of a server with its "
+                         "--node-rank (0 … nnodes-1) and node 0's address in --dist-init-addr")
+    else:
+        group = s.tp * dp
+        if s.tp > 1 and dp > 1:
+            unexpressed.append(f"attention tp={s.tp} with dp={dp}: TensorRT-LLM's attention-DP "
+                               f"covers the whole group (attention TP 1); exported as "
+                               f"enable_attention_dp over {group} ranks")
+        args += ["--tp_size", str(group)]
+        if s.pp > 1:
+            args += ["--pp_size", str(s.pp)]
+        if moe and s.ep > 1:
+            args += ["--ep_size", str(s.ep)]
+        args += ["--max_batch_size", str(max(1, batch_per_server // dp)),
+                 "--max_num_tokens", str(tokens), "--max_seq_len", str(max_len),
+                 "--kv_cache_free_gpu_memory_fraction", f"{kv_frac:g}"]
+        yaml_cfg = {"tensor_parallel_size": group, "pipeline_parallel_size": s.pp}
+        if moe:
+            yaml_cfg["moe_expert_parallel_size"] = s.ep
+            yaml_cfg["moe_tensor_parallel_size"] = group // max(1, s.ep)
+        yaml_cfg["enable_attention_dp"] = dp > 1
+        yaml_cfg["enable_chunked_prefill"] = wl.phase is Phase.SERVE
+        kv: dict[str, object] = {"free_gpu_memory_fraction": kv_frac}
+        if fp8_kv:
+            kv["dtype"] = "fp8"
+        yaml_cfg["kv_cache_config"] = kv
+        if fp8_weights and not native_quant:
+            unexpressed.append("FP8 weights: trtllm-serve has no online FP8 quantisation; "
+                               "serve an FP8 checkpoint (e.g. quantised with ModelOpt)")
+        if nodes > 1:
+            notes.append("TensorRT-LLM runs a multi-node server under MPI/Slurm "
+                         "(trtllm-llmapi-launch), one rank per GPU")
+    if unexpressed and plan.engine != engine:
+        notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
+                     f"--engine {engine} for the best strategy {prof.title} launches as is")
+    return Export(engine=engine, version=prof.version, launcher=prof.launcher,
+                  model_id=model_id_of(plan.model), args=args, yaml_config=yaml_cfg,
+                  servers=servers, gpus_per_server=gpus, nodes_per_server=nodes,
+                  unexpressed=unexpressed, notes=notes)
+
+
+def export_command(plan: Plan, engine: str, *, model: ModelSpec | None = None,
+                   devices_per_node: int | None = None) -> str:
+    """The launch text of ``plan`` for ``engine``: :meth:`Export.text` of
+    :func:`build_export` (same arguments and errors)."""
+    return build_export(plan, engine, model=model, devices_per_node=devices_per_node).text()

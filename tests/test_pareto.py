@@ -1,0 +1,54 @@
+"""``l2s pareto``: the frontier of tokens/s per device against tokens/s per user."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from learn_to_shard.api import cost_config, make_cost_model, make_workload
+from learn_to_shard.cli import app
+from learn_to_shard.report.pareto import frontier_mask, pareto
+
+
+def test_frontier_mask_against_brute_force():
+    rng = np.random.default_rng(3)
+    x, y = rng.integers(0, 20, 300).astype(float), rng.integers(0, 20, 300).astype(float)
+    keep = frontier_mask(x, y)
+    dominated = np.array([((x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i]))).any()
+                          for i in range(len(x))])
+    # Exact duplicates of a frontier point are kept once.
+    assert not (keep & dominated).any()
+    pts = {(a, b) for a, b, d in zip(x, y, dominated, strict=True) if not d}
+    assert {(a, b) for a, b, k in zip(x, y, keep, strict=True) if k} == pts
+
+
+def test_frontier_is_monotone_and_contains_the_slo_optimum():
+    wl = make_workload("serve", isl=1024, osl=256, tpot_slo_s=0.05)
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", wl, cost_config("vllm"), engine="vllm")
+    res = pareto(cm)
+    user = [1 / e.tpot_s for e in res.frontier]
+    dev = [e.tokens_per_s_per_device for e in res.frontier]
+    assert user == sorted(user) and dev == sorted(dev, reverse=True)
+    # The best point meeting the SLO equals the exhaustive Megatron search under the SLO
+    # (vLLM runs Megatron's layout only).
+    from learn_to_shard.search.megatron import MegatronSearcher
+
+    best = MegatronSearcher().search(cm, 10**6, 0).best_objective
+    ok = [d for u, d in zip(user, dev, strict=True) if u >= 1 / 0.05]
+    assert max(ok) == pytest.approx(best, rel=1e-12)
+
+
+def test_cli_pareto_writes_png_json_table(tmp_path):
+    r = CliRunner().invoke(app, ["pareto", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8",
+                                 "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
+                                 "-o", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    data = json.loads((tmp_path / "pareto.json").read_text())
+    assert data["frontier"] and all(row["export"].startswith("vllm serve")
+                                    for row in data["frontier"])
+    img = Image.open(tmp_path / "pareto.png")
+    assert img.size[0] > 600 and "tp" in r.stdout

@@ -1,0 +1,83 @@
+"""``--report DIR``: HTML (self-contained) and Markdown reports of plan, compare and pareto.
+
+The browser test opens the HTML in headless Chromium (Debian's ``chromium`` package; skipped
+when it is not installed): the screenshot must not be blank and every image must decode.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from learn_to_shard.cli import app
+
+PROBLEM = ["--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "serve",
+           "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms"]
+
+
+@pytest.fixture(scope="module")
+def plan_report(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("plan-report")
+    r = CliRunner().invoke(app, ["plan", *PROBLEM, "-q", "--report", str(d)])
+    assert r.exit_code == 0, r.output
+    return d
+
+
+def test_plan_report_files(plan_report):
+    html = (plan_report / "report.html").read_text()
+    md = (plan_report / "report.md").read_text()
+    assert html.count("src='data:image/png;base64,") == 2          # layer and memory
+    for name in ("layer", "memory"):
+        assert f"({name}.png)" in md and (plan_report / f"{name}.png").stat().st_size > 1000
+    for text in ("Strategy per layer", "Memory", "Engines", "tokens/s per device"):
+        assert text in html and text in md
+
+
+def test_pareto_and_compare_reports(tmp_path):
+    r = CliRunner().invoke(app, ["pareto", *PROBLEM, "-o", str(tmp_path / "p"), "--report",
+                                 str(tmp_path / "pr")])
+    assert r.exit_code == 0, r.output
+    assert "vllm serve" in (tmp_path / "pr" / "report.md").read_text()
+    r = CliRunner().invoke(app, ["compare", *PROBLEM, "--methods", "random,megatron",
+                                 "--budget", "50", "--seeds", "1", "-q", "-o",
+                                 str(tmp_path / "c"), "--report", str(tmp_path / "cr")])
+    assert r.exit_code == 0, r.output
+    assert "convergence.png" in (tmp_path / "cr" / "report.md").read_text()
+
+
+def test_report_path_that_is_a_file_is_refused(tmp_path):
+    f = tmp_path / "x"
+    f.write_text("")
+    r = CliRunner().invoke(app, ["plan", *PROBLEM, "-q", "--report", str(f)])
+    assert r.exit_code == 2 and "--report" in r.output
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("headless Chromium not installed (Debian package `chromium`)")
+    return exe
+
+
+def test_report_renders_in_headless_chromium(plan_report, tmp_path):
+    exe = _chromium()
+    url = (plan_report / "report.html").resolve().as_uri()
+    base = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120).stdout
+    loaded = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
+    assert loaded and loaded.group(1) == loaded.group(2) == "2", dom[:300]
+    shot = tmp_path / "shot.png"
+    subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,1600", url],
+                   capture_output=True, timeout=120)
+    img = np.asarray(Image.open(shot).convert("L"), dtype=np.float64)
+    assert img.shape == (1600, 1200)
+    assert (img < 200).mean() > 0.02 and img.std() > 20      # text, tables and figures drawn
