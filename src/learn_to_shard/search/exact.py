@@ -35,6 +35,7 @@ CHAIN_BREAKS` (all exactly; nothing is approximated).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -60,7 +61,8 @@ from ..cost.decompose import (
 )
 from ..cost.model import CostModel
 from ..parallel.ops import NUM_OPS, Op
-from ..parallel.space import ACTION_LEN, NUM_COARSE
+from ..parallel.space import ACTION_LEN, NUM_COARSE, StrategySpace
+from ..parallel.strategy import Strategy
 from . import register
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
 
@@ -95,6 +97,12 @@ class Certificate:
         verified: random strategies on which the decomposition matched ``evaluate_many``.
         optimum_rel_err: relative difference between the optimum as solved and as
             re-evaluated by ``evaluate_many``.
+        any_batch: the optimum is certified over every integer batch ``1 … max(batch
+            grid)`` (the space's ``any_batch``), not only the grid.
+        batch_cells: (combination, gap to the next grid batch) cells bounded.
+        batch_cells_open: cells whose bound reached the grid optimum (then solved integer
+            by integer).
+        batch_integers_solved: (combination, integer batch) rows of those cells solved.
         wall_s: seconds.
     """
 
@@ -110,6 +118,10 @@ class Certificate:
     choices_per_combo: int = 3 ** NUM_OPS
     verified: int = 0
     optimum_rel_err: float = 0.0
+    any_batch: bool = False
+    batch_cells: int = 0
+    batch_cells_open: int = 0
+    batch_integers_solved: int = 0
     wall_s: float = 0.0
 
     def notes(self) -> dict[str, object]:
@@ -131,6 +143,9 @@ class ExactSolution:
         closest: action vectors to explain infeasibility when nothing fits.
         certificate: the counts.
         curve: best feasible objective after each complete strategy evaluated, in order.
+        open_cells: with ``cells=True``, the batch gaps whose upper bound reaches the
+            optimum: ``(coarse [R, 4] degree indices, lo [R], hi [R])`` — every multiple of dp
+            in ``(lo, hi]`` may still beat it; ``None`` otherwise.
     """
 
     best_action: np.ndarray | None
@@ -140,6 +155,7 @@ class ExactSolution:
     closest: list[np.ndarray]
     certificate: Certificate
     curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    open_cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 # ---------------------------------------------------------------------------------- Pareto
@@ -293,7 +309,9 @@ def _by_pp(co: Coarse):
 
 # ---------------------------------------------------------------------------------- solver
 def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
-          verify_samples: int = 64, progress: ProgressFn | None = None) -> ExactSolution:
+          verify_samples: int = 64, progress: ProgressFn | None = None,
+          incumbent: float = 0.0, only: np.ndarray | None = None,
+          cells: bool = False) -> ExactSolution:
     """The optimum of ``cm`` over its whole strategy space, with a certificate.
 
     Args:
@@ -302,6 +320,12 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         keep: how many best distinct-degree strategies to return besides the optimum.
         verify_samples: random strategies on which to check the decomposition first (0: skip).
         progress: optional callback receiving the number of degree combinations finished.
+        incumbent: an objective already achieved elsewhere; combinations whose bound is below
+            it are not solved.
+        only: ``[R, 5]`` coarse index rows; when given, only these combinations are searched.
+        cells: also bound every batch between a combination's batch and the next grid batch
+            of the same degrees (:func:`_cell_bounds`) and return the gaps that reach the
+            optimum as ``open_cells``.
 
     Returns:
         An :class:`ExactSolution`.
@@ -324,14 +348,18 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     sp = cm.space
     # 1. Degrees.
     nvec = sp.nvec[:NUM_COARSE]
-    grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
-    coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    if only is None:
+        grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
+        coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    else:
+        coarse = np.unique(np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE), axis=0)
     cert.degree_combos = len(coarse)
     full = np.full((len(coarse), ACTION_LEN), 2, dtype=np.int64)
     full[:, :NUM_COARSE] = coarse
     valid = sp.rule_bits_many(full) == 0
     cert.pruned_structure = int((~valid).sum())
     coarse = coarse[valid]
+    cell_hi = _cell_tops(sp, coarse) if cells else None
     step2 = needs_step2(cm)
     empty = ExactSolution(None, 0.0, [], [], [], cert)
     if not len(coarse):
@@ -351,6 +379,9 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     if np.isnan(mem_lb).any():
         raise DecompositionError("memory lower bound is NaN; refusing to prune on it")
     fits = mem_lb <= cm._usable * (1 + _SLACK)
+    if cell_hi is not None:
+        cell_hi = np.minimum(cell_hi, _memory_cap(cm, st, lay, co, zmem, att_ok,
+                                                  mt_all.ws))
     cert.pruned_memory = int((~fits).sum())
     # Smallest-memory strategies of the combinations nearest to fitting: what is reported when
     # nothing is feasible (the evaluator then names the limits they break).
@@ -360,6 +391,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         cert.wall_s = time.perf_counter() - t0
         return ExactSolution(None, 0.0, [], [], closest, cert)
     co = co.take(np.flatnonzero(fits))
+    if cell_hi is not None:
+        cell_hi = cell_hi[fits]
     used_keys, co_key = np.unique(co.key, return_inverse=True)
     co.key = co_key.reshape(-1)
     keys = keys.take(used_keys)
@@ -406,9 +439,14 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         raise DecompositionError("objective upper bound is NaN; refusing to prune on it")
     check_time()
     # 4b. Solve in decreasing bound order; candidates of a setting are built on first use.
+    ub_cell = None
+    if cell_hi is not None:
+        ub_cell = _cell_bounds(cm, st, lay, co, cell_hi, zlb, emb_t, ws, emb_t2)
+        cert.batch_cells += int((cell_hi > co.batch).sum())
     order = np.argsort(-ub, kind="stable")
     cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    best = 0.0
+    best = float(incumbent)
+    found = 0.0
     curve: list[np.ndarray] = []
     top: list[tuple[float, int, np.ndarray]] = []          # (objective, row, dims)
     rej: list[tuple[float, int, np.ndarray]] = []
@@ -459,6 +497,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
                 curve.append(np.maximum.accumulate(np.maximum(obj, best)))
                 dims = np.concatenate([cache[int(k_)][1] for k_ in co.key[sub]])
                 best = max(best, float(obj.max()))
+                found = max(found, float(obj.max()))
                 for q in np.argsort(-obj, kind="stable")[:keep * 4]:
                     if obj[q] > 0:
                         top.append((float(obj[q]), int(row_of[q]), dims[q]))
@@ -475,6 +514,11 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
             progress(len(rows))
         check_time()
     cert.pruned_bound = n_rows - cert.solved
+    open_cells = None
+    if ub_cell is not None and cell_hi is not None:
+        r_open = np.flatnonzero((ub_cell > 0.0) & (ub_cell * (1 + _SLACK) >= best))
+        open_cells = (co.actions[r_open, :4].copy(), co.batch[r_open].astype(np.int64),
+                      cell_hi[r_open].astype(np.int64))
 
     def action(row: int, dims: np.ndarray) -> np.ndarray:
         a = np.empty(ACTION_LEN, dtype=np.int64)
@@ -495,9 +539,182 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     rej_actions = [action(r_, d_) for _, r_, d_ in rej[:keep]]
     cert.wall_s = time.perf_counter() - t0
     curve_all = np.concatenate(curve) if curve else np.zeros(0)
-    if best <= 0.0:
-        return ExactSolution(None, 0.0, [], rej_actions, closest, cert, curve_all)
-    return ExactSolution(top_actions[0], best, top_actions, rej_actions, [], cert, curve_all)
+    if found <= 0.0 or not top_actions:
+        return ExactSolution(None, 0.0, [], rej_actions, closest, cert, curve_all, open_cells)
+    return ExactSolution(top_actions[0], found, top_actions, rej_actions, [], cert, curve_all,
+                         open_cells)
+
+
+def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
+                    verify_samples: int = 64, progress: ProgressFn | None = None
+                    ) -> tuple[ExactSolution, StrategySpace]:
+    """:func:`solve`, certified over every integer batch when ``cm.space.any_batch``.
+
+    1. Solve over the space's batch grid, bounding every *cell* — the multiples of dp between
+       a combination's batch and the next grid batch of the same degrees — by
+       :func:`_cell_bounds`.
+    2. The cells whose bound reaches the grid optimum are solved integer by integer (every
+       multiple of dp in them, exactly as any grid batch), with the grid optimum as
+       incumbent. Every other cell is bounded below the optimum, so the result is the optimum
+       over all integer batches ``1 … max(grid)``.
+
+    Returns:
+        ``(solution, space)``: the solution's action vectors index ``space`` — the
+        problem's space with the integer batches the reported strategies use added
+        (:meth:`StrategySpace.with_batches`); it is ``cm.space`` itself when nothing off the
+        grid is reported.
+
+    Raises:
+        ExactTimeout, DecompositionError: as :func:`solve`.
+    """
+    t0 = time.perf_counter()
+    sp = cm.space
+    sol = solve(cm, time_limit_s, keep, verify_samples, progress, cells=sp.any_batch)
+    cert = sol.certificate
+    cert.any_batch = sp.any_batch
+    if sol.open_cells is None or not len(sol.open_cells[0]):
+        return sol, sp
+    deg, lo, hi = sol.open_cells
+    cert.batch_cells_open = len(lo)
+    dpv = np.asarray(sp.dp_values, dtype=np.int64)[deg[:, 3]]
+    counts = (hi - lo) // dpv
+    rep = np.repeat(np.arange(len(lo)), counts)
+    step = np.arange(len(rep)) - np.repeat(np.cumsum(counts) - counts, counts) + 1
+    batches = lo[rep] + step * dpv[rep]
+    sp2 = sp.with_batches(np.unique(batches).tolist())
+    only = np.empty((len(rep), NUM_COARSE), dtype=np.int64)
+    only[:, :4] = deg[rep]
+    only[:, 4] = np.searchsorted(np.asarray(sp2.batch_values), batches)
+    cm2 = copy.copy(cm)
+    cm2.space = sp2
+    left = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - t0),
+                                                 1e-3)
+    sol2 = solve(cm2, left, keep, 0, progress, incumbent=sol.best_objective, only=only)
+    c2 = sol2.certificate
+    cert.batch_integers_solved = c2.solved
+    for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
+        setattr(cert, name, getattr(cert, name) + getattr(c2, name))
+    cert.wall_s = time.perf_counter() - t0
+
+    def strategies(s_: ExactSolution, space: StrategySpace) -> list[list[Strategy]]:
+        return [[space.decode(a) for a in lst] for lst in (s_.top, s_.rejected, s_.closest)]
+
+    better = sol2.best_action is not None and sol2.best_objective > sol.best_objective
+    grid_top, grid_rej, grid_close = strategies(sol, sp)
+    int_top, int_rej, _ = strategies(sol2, sp2)
+    objs = {id(x): o for x, o in zip(grid_top, _objectives(cm, sol.top))}
+    objs.update({id(x): o for x, o in zip(int_top, _objectives(cm2, sol2.top))})
+    top = sorted(grid_top + int_top, key=lambda x: -objs[id(x)])
+    seen: set[tuple[int, ...]] = set()
+    top_u = []
+    for x in top:
+        key = (x.tp, x.ep, x.pp, x.dp)
+        if key not in seen:
+            seen.add(key)
+            top_u.append(x)
+    top_u = top_u[:keep]
+    rej = (grid_rej + int_rej)[:keep]
+    final = sp.with_batches([x.batch for x in top_u + rej])
+    enc = lambda xs: [final.encode(x) for x in xs]  # noqa: E731
+    best = max(sol.best_objective, sol2.best_objective)
+    out = ExactSolution(enc(top_u)[0] if top_u else None, best if top_u else 0.0, enc(top_u),
+                        enc(rej), enc(grid_close) if not top_u else [], cert,
+                        np.concatenate([sol.curve, np.maximum(sol2.curve, sol.best_objective)])
+                        if better or len(sol2.curve) else sol.curve)
+    return out, final
+
+
+def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
+    """``evaluate_many`` objectives of ``actions`` (empty list: none)."""
+    if not actions:
+        return []
+    return [float(x) for x in cm.evaluate_many(np.array(actions)).objective]
+
+
+def _cell_tops(sp, coarse: np.ndarray) -> np.ndarray:
+    """Per valid coarse row ``[M, 5]``: the largest multiple of dp below the next valid grid
+    batch of the same degrees (or up to the grid's largest batch), ``[M]``; the row's *cell*
+    is the multiples of dp in ``(batch, top]`` (empty when ``top <= batch``)."""
+    bvals = np.asarray(sp.batch_values, dtype=np.int64)
+    dpv = np.asarray(sp.dp_values, dtype=np.int64)[coarse[:, 3]]
+    b = bvals[coarse[:, 4]]
+    cap = int(bvals.max())
+    order = np.lexsort((b, coarse[:, 3], coarse[:, 2], coarse[:, 1], coarse[:, 0]))
+    nxt = np.full(len(b), cap + 1, dtype=np.int64)
+    if len(order) > 1:
+        same = (coarse[order[1:], :4] == coarse[order[:-1], :4]).all(axis=1)
+        nxt[order[:-1]] = np.where(same, b[order[1:]], cap + 1)
+    return ((np.minimum(nxt - 1, cap)) // dpv) * dpv
+
+
+def _memory_cap(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, zmem: np.ndarray,
+                att_ok: np.ndarray, ws: np.ndarray) -> np.ndarray:
+    """Per coarse row, the largest multiple of dp whose memory lower bound still fits at
+    these degrees, ``[M]`` (the bound of :func:`_memory_floor`, with resident sequences
+    ``b / dp`` per rank, or ``ceil(b / (dp · tp))`` under a sequence split, and the row's
+    workspace, which never decreases with the batch). Every stage's floor is
+    ``A + B · b/dp + C · ceil(b/(dp·tp))`` with one of ``B``, ``C`` zero per attention
+    choice, so the cap is closed-form."""
+    out = np.zeros(len(co), dtype=np.int64)
+    kvf = kv_free(cm)
+    usable = cm._usable * (1 + _SLACK)
+    sp = cm.space
+    for p, rows in _by_pp(co):
+        cls = st.classes[p]
+        assert cls is not None
+        _, ntyp, first, last, _ = cls
+        c = co.take(rows)
+        z = zmem[c.key]                                               # [R, 3, F]
+        a = (z[..., lay.w] @ ntyp.T + first * z[..., lay.ew][..., None]
+             + last * (z[..., lay.lw] * c.lw_factor[:, None])[..., None]
+             + ws[c.key][:, None, None])
+        b_all = (z[..., lay.kv] @ ntyp.T) / kvf
+        b_seq = (z[..., lay.kv_seq] @ ntyp.T) / kvf
+        room = usable - a
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k_all = np.where(b_all > 0, np.floor(room / b_all), np.where(room >= 0, 2**40, -1))
+            k_seq = np.where(b_seq > 0, np.floor(room / b_seq), np.where(room >= 0, 2**40, -1))
+        tp = np.asarray(sp.tp_values, dtype=np.int64)[c.actions[:, 0]].astype(np.float64)
+        k = np.minimum(k_all, k_seq * tp[:, None, None]).min(axis=2)   # [R, 3] sequences/rank
+        k = np.where(att_ok[c.key], k, -1).max(axis=1)
+        dpv = np.asarray(sp.dp_values, dtype=np.int64)[c.actions[:, 3]]
+        out[rows] = (np.clip(k, -1, 2**40) * dpv).astype(np.int64)
+    return out
+
+
+def _cell_bounds(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, cell_hi: np.ndarray,
+                 zlb: np.ndarray, emb_t: np.ndarray, ws: np.ndarray,
+                 emb_t2: np.ndarray | None) -> np.ndarray:
+    """Upper bound on the objective of every batch in each row's cell, ``[M]`` (0: empty or
+    infeasible).
+
+    For ``b`` in ``(batch, cell_hi]`` at the same degrees, every time and memory feature is
+    at least its value at ``batch`` (tokens per rank, resident sequences, micro-batches and
+    the workspace never decrease with the batch, and the cost model's per-token terms are
+    non-decreasing in tokens; the all-integer brute-force tests check it), and the requests a
+    step carries, ``b · share``, are at most ``cell_hi · share(batch)`` (``share`` never
+    increases with the batch). So the row's feature floor evaluated with the numerator at
+    ``cell_hi`` bounds the whole cell; a cell whose latency or memory floor already breaks a
+    limit is empty.
+    """
+    out = np.zeros(len(co))
+    nonempty = cell_hi > co.batch
+    for p, rows in _by_pp(co):
+        rows = rows[nonempty[rows]]
+        if not len(rows):
+            continue
+        c = co.take(rows)
+        c.batch = cell_hi[rows]
+        kk = c.key
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            r = evaluate_z(cm, st, lay, p, _bcast(c), np.where(np.isinf(zlb[kk]), 1e300,
+                                                              zlb[kk]),
+                           emb_t[kk][:, None], ws[kk][:, None],
+                           None if emb_t2 is None else emb_t2[kk][:, None])
+        out[rows] = np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
+    if np.isnan(out).any():
+        raise DecompositionError("batch-cell upper bound is NaN; refusing to prune on it")
+    return out
 
 
 def _bcast(c: Coarse) -> Coarse:
@@ -561,8 +778,10 @@ class ExactSearcher:
             DecompositionError: the decomposition disagrees with the cost model.
         """
         t0 = time.perf_counter()
-        sol = solve(cost_model, time_limit_s=self.time_limit_s,
-                    verify_samples=self.verify_samples, progress=progress)
+        sol, space = solve_any_batch(cost_model, time_limit_s=self.time_limit_s,
+                                     verify_samples=self.verify_samples, progress=progress)
+        if space is not cost_model.space:
+            cost_model.space = space
         ev = BudgetedEvaluator(cost_model, None)
         rows = list(sol.top) + list(sol.rejected) + list(sol.closest)
         if rows:
