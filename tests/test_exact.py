@@ -471,13 +471,14 @@ def test_exact_at_least_megatron_on_shipped_models():
 
 def test_certificate_and_result_fields():
     cm = make_cost_model("qwen3-32b", "h100-sxm:8", make_workload("decode", context=8192))
+    grid_combos = int(np.prod(cm.space.nvec[:NUM_COARSE]))   # before off-grid batches join
     res = get_searcher("exact").search(cm, 4000, 0)
     n = res.notes
     for key in ("degree_combos", "pruned_structure", "pruned_memory", "pruned_bound", "solved",
                 "settings", "table_rows", "candidates", "pairs_evaluated", "verified",
                 "optimum_rel_err", "chain_breaks"):
         assert f"exact_{key}" in n
-    assert n["exact_degree_combos"] == int(np.prod(cm.space.nvec[:NUM_COARSE]))
+    assert n["exact_degree_combos"] == grid_combos
     assert n["exact_degree_combos"] == (n["exact_pruned_structure"] + n["exact_pruned_memory"]
                                         + n["exact_pruned_bound"] + n["exact_solved"])
     assert res.method == "exact" and res.budget is None

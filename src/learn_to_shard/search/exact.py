@@ -769,6 +769,12 @@ class ExactSearcher:
         feasible objective after each, in that order; the certificate in ``notes`` breaks the
         work down (table rows, degree combinations pruned and solved).
 
+        When ``cost_model.space.any_batch`` and the optimum (or a reported runner-up) has a
+        batch between the grid's candidates, those batches are added to
+        ``cost_model.space`` (:meth:`StrategySpace.with_batches`) so that the result's action
+        vectors decode; action vectors built on the space before the call must be re-encoded
+        (their batch index may shift).
+
         Returns:
             A :class:`SearchResult` whose best is the optimum; ``notes`` carry the
             :class:`Certificate` as ``exact_*`` keys.
