@@ -65,6 +65,7 @@ def main() -> None:
         t0 = time.perf_counter()
         ox = ExactSearcher().search(old, None, 0)
         t_old = min(t_old, time.perf_counter() - t0)
+        cm.space = grid
         t0 = time.perf_counter()
         mg = MegatronSearcher().search(cm, None, 0)
         t_meg = min(t_meg, time.perf_counter() - t0)

@@ -106,6 +106,27 @@ def test_any_batch_matches_every_integer(slo_batch):
     assert sol.certificate.any_batch and sol.certificate.batch_cells_open >= 1
 
 
+@pytest.mark.parametrize("phase", [Phase.DECODE, Phase.PREFILL])
+def test_any_batch_memory_or_ttft_bound(phase):
+    """Decode limited by memory (b35, PP2) and prefill (b71) on 4 devices: the optimum over
+    the grid plus its refinement equals the optimum over every integer batch 1..128, off
+    the grid."""
+    m = _tiny(layers=2)
+    cl = ClusterSpec(_device(1.5e7 if phase is Phase.DECODE else 4e7), 4, name="t")
+    wl = Workload(phase, isl=700 if phase is Phase.DECODE else 96,
+                  ttft_slo_s=None if phase is Phase.DECODE else 2.3e-4)
+    sp = StrategySpace.build(m, cl)
+    grid = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=batch_grid(sp.dp_values, 7), any_batch=True))
+    every = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=tuple(range(1, 129)), any_batch=False))
+    sol, space = solve_any_batch(grid)
+    want = ExactSearcher().search(every, None, 0)
+    assert want.best_objective > 0
+    assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
+    assert space.decode(sol.best_action).batch not in grid.space.batch_values   # off the grid
+
+
 def test_any_batch_brute_force():
     """Every action vector with every integer batch 1..48, enumerated (all degrees, every
     relevant per-operator choice): the exact searcher's optimum equals the brute-force one."""

@@ -803,12 +803,16 @@ class CostModel:
         """
         d = self._domain
         size = (tp * dp).astype(np.int64)
-        s = np.arange(max(int(pp.max(initial=1)) - 1, 1))[None, :]          # hop index
-        first = s * size[:, None]
-        last = (s + 2) * size[:, None] - 1
+        # Crossings depend on (stage size, pp) only: count them once per distinct pair.
+        pairs, inv = np.unique(np.stack([size, np.asarray(pp, dtype=np.int64)], axis=1),
+                               axis=0, return_inverse=True)
+        u_size, u_pp = pairs[:, 0], pairs[:, 1]
+        s = np.arange(max(int(u_pp.max(initial=1)) - 1, 1))[None, :]        # hop index
+        first = s * u_size[:, None]
+        last = (s + 2) * u_size[:, None] - 1
         crosses = (first // d != last // d) & (self.cluster.num_devices > d)
         hops = np.maximum(pp - 1, 1).astype(np.float64)
-        n_cross = np.where(s < (pp - 1)[:, None], crosses, False).sum(axis=1)
+        n_cross = np.where(s < (u_pp - 1)[:, None], crosses, False).sum(axis=1)[inv.reshape(-1)]
         inside = self._link_of(np.ones(len(size), dtype=bool))
         outside = self._link_of(np.zeros(len(size), dtype=bool))
         vol = rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
