@@ -427,14 +427,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     # 4a. Upper bound per combination: the floor's objective, best attention choice.
     ub = np.zeros(len(co))
     for p, rows in _by_pp(co):
-        c = co.take(rows)
-        kk = c.key
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            r = evaluate_z(cm, st, lay, p, _bcast(c), np.where(np.isinf(zlb[kk]), 1e300,
-                                                              zlb[kk]),
-                           emb_t[kk][:, None], ws[kk][:, None],
-                           None if emb_t2 is None else emb_t2[kk][:, None])
-        ub[rows] = np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
+        ub[rows] = _floor_objective(cm, st, lay, p, co.take(rows), zlb, emb_t, ws, emb_t2)
     if np.isnan(ub).any():
         raise DecompositionError("objective upper bound is NaN; refusing to prune on it")
     check_time()
@@ -705,16 +698,23 @@ def _cell_bounds(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, cell_hi
             continue
         c = co.take(rows)
         c.batch = cell_hi[rows]
-        kk = c.key
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            r = evaluate_z(cm, st, lay, p, _bcast(c), np.where(np.isinf(zlb[kk]), 1e300,
-                                                              zlb[kk]),
-                           emb_t[kk][:, None], ws[kk][:, None],
-                           None if emb_t2 is None else emb_t2[kk][:, None])
-        out[rows] = np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
+        out[rows] = _floor_objective(cm, st, lay, p, c, zlb, emb_t, ws, emb_t2)
     if np.isnan(out).any():
         raise DecompositionError("batch-cell upper bound is NaN; refusing to prune on it")
     return out
+
+
+def _floor_objective(cm: CostModel, st: Structure, lay: ZLayout, p: int, c: Coarse,
+                     zlb: np.ndarray, emb_t: np.ndarray, ws: np.ndarray,
+                     emb_t2: np.ndarray | None) -> np.ndarray:
+    """Objective of the rows' feature floors ``zlb[c.key]`` (``[K, 3, F]``), best attention
+    choice, at pp index ``p``: an upper bound on every candidate of each row, ``[R]``."""
+    kk = c.key
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        r = evaluate_z(cm, st, lay, p, _bcast(c), np.where(np.isinf(zlb[kk]), 1e300, zlb[kk]),
+                       emb_t[kk][:, None], ws[kk][:, None],
+                       None if emb_t2 is None else emb_t2[kk][:, None])
+    return np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
 
 
 def _bcast(c: Coarse) -> Coarse:
