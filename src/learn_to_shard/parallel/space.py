@@ -30,8 +30,8 @@ MAX_BATCH_LOG2 = 16
 #: Every batch up to this is a candidate; above it the grid has BATCH_STEPS_PER_OCTAVE values
 #: per octave (see :func:`batch_grid`).
 BATCH_DENSE_UPTO = 16
-#: Geometric batch candidates per octave above BATCH_DENSE_UPTO: ``2^k · {1, 1.25, 1.5, 1.75}``.
-BATCH_STEPS_PER_OCTAVE = 4
+#: Geometric batch candidates per octave above BATCH_DENSE_UPTO: ``2^k · {1, 1.5}``.
+BATCH_STEPS_PER_OCTAVE = 2
 
 # Validity rules: (bit, name, explanation). Names are what users see.
 RULES: tuple[tuple[str, str], ...] = (
@@ -65,14 +65,12 @@ def batch_grid(dp_values: tuple[int, ...] = (1,), max_log2: int = MAX_BATCH_LOG2
                ) -> tuple[int, ...]:
     """The batch head's candidates (sequences per instance), sorted.
 
-    Every integer ``1 … BATCH_DENSE_UPTO``; above, ``2^k · (1 + j/4)`` for ``j = 0 … 3`` (four
-    per octave, steps of at most 25 %; the grid the peer review measured to recover 12.8 of
-    the 13.4 points an all-integer batch gains on Llama-3.1-70B, search-quality.md Q5(d));
-    and ``o · 2^k`` for the odd part ``o`` of every DP candidate, so that every DP degree has
-    candidates that are multiples of it in every octave (the ``batch`` rule). All ``≤ 2^max_log2``.
-    The exact searcher certifies its optimum over *every* integer batch ``1 … 2^max_log2``,
-    not only these (:mod:`learn_to_shard.search.exact`); the grid is what the budgeted
-    searchers' batch head samples.
+    Every integer ``1 … BATCH_DENSE_UPTO``; above, ``2^k`` and ``1.5 · 2^k`` (steps of at most
+    50 %); and ``o · 2^k`` for the odd part ``o`` of every DP candidate, so that every DP
+    degree has candidates that are multiples of it in every octave (the ``batch`` rule). All
+    ``≤ 2^max_log2``. The exact searcher certifies its optimum over *every* integer batch
+    ``1 … 2^max_log2``, not only these (:func:`learn_to_shard.search.exact.solve_any_batch`);
+    the grid is what the budgeted searchers' batch head samples and enumerates.
 
     Args:
         dp_values: the DP candidates (their odd parts add multiples).

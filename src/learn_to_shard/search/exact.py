@@ -311,7 +311,7 @@ def _by_pp(co: Coarse):
 def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
           verify_samples: int = 64, progress: ProgressFn | None = None,
           incumbent: float = 0.0, only: np.ndarray | None = None,
-          cells: bool = False) -> ExactSolution:
+          cells: bool = False, tops: np.ndarray | None = None) -> ExactSolution:
     """The optimum of ``cm`` over its whole strategy space, with a certificate.
 
     Args:
@@ -326,6 +326,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         cells: also bound every batch between a combination's batch and the next grid batch
             of the same degrees (:func:`_cell_bounds`) and return the gaps that reach the
             optimum as ``open_cells``.
+        tops: with ``only`` (distinct rows), each row's cell top instead of the next grid
+            batch.
 
     Returns:
         An :class:`ExactSolution`.
@@ -351,6 +353,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     if only is None:
         grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
         coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    elif tops is not None:
+        coarse = np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE)
     else:
         coarse = np.unique(np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE), axis=0)
     cert.degree_combos = len(coarse)
@@ -359,7 +363,10 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     valid = sp.rule_bits_many(full) == 0
     cert.pruned_structure = int((~valid).sum())
     coarse = coarse[valid]
-    cell_hi = _cell_tops(sp, coarse) if cells else None
+    if tops is not None:
+        cell_hi = np.asarray(tops, dtype=np.int64)[valid]
+    else:
+        cell_hi = _cell_tops(sp, coarse) if cells else None
     step2 = needs_step2(cm)
     empty = ExactSolution(None, 0.0, [], [], [], cert)
     if not len(coarse):
@@ -546,10 +553,11 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     1. Solve over the space's batch grid, bounding every *cell* — the multiples of dp between
        a combination's batch and the next grid batch of the same degrees — by
        :func:`_cell_bounds`.
-    2. The cells whose bound reaches the grid optimum are solved integer by integer (every
-       multiple of dp in them, exactly as any grid batch), with the grid optimum as
-       incumbent. Every other cell is bounded below the optimum, so the result is the optimum
-       over all integer batches ``1 … max(grid)``.
+    2. Branch and bound on the cells whose bound reaches the best so far: each is split at
+       its middle multiple of dp, which is solved exactly like any grid batch (and bounds the
+       upper half), while its lower end bounds the lower half; halves whose bound falls below
+       the best are closed. When no cell is open, every integer batch ``1 … max(grid)`` is
+       either solved or bounded below the optimum.
 
     Returns:
         ``(solution, space)``: the solution's action vectors index ``space`` — the
@@ -567,54 +575,57 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     cert.any_batch = sp.any_batch
     if sol.open_cells is None or not len(sol.open_cells[0]):
         return sol, sp
+    best = sol.best_objective
+    pool = list(zip(_objectives(cm, sol.top), [sp.decode(a) for a in sol.top]))
+    rej = [sp.decode(a) for a in sol.rejected]
+    curves = [sol.curve]
     deg, lo, hi = sol.open_cells
-    cert.batch_cells_open = len(lo)
-    dpv = np.asarray(sp.dp_values, dtype=np.int64)[deg[:, 3]]
-    counts = (hi - lo) // dpv
-    rep = np.repeat(np.arange(len(lo)), counts)
-    step = np.arange(len(rep)) - np.repeat(np.cumsum(counts) - counts, counts) + 1
-    batches = lo[rep] + step * dpv[rep]
-    sp2 = sp.with_batches(np.unique(batches).tolist())
-    only = np.empty((len(rep), NUM_COARSE), dtype=np.int64)
-    only[:, :4] = deg[rep]
-    only[:, 4] = np.searchsorted(np.asarray(sp2.batch_values), batches)
     cm2 = copy.copy(cm)
-    cm2.space = sp2
-    left = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - t0),
-                                                 1e-3)
-    sol2 = solve(cm2, left, keep, 0, progress, incumbent=sol.best_objective, only=only)
-    c2 = sol2.certificate
-    cert.batch_integers_solved = c2.solved
-    for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
-        setattr(cert, name, getattr(cert, name) + getattr(c2, name))
+    while len(lo):
+        cert.batch_cells_open += len(lo)
+        dpv = np.asarray(sp.dp_values, dtype=np.int64)[deg[:, 3]]
+        mid = lo + -(-(hi - lo) // (2 * dpv)) * dpv             # middle multiple of dp
+        batches = np.concatenate([lo, mid])
+        tops = np.concatenate([mid - dpv, hi])
+        sp2 = sp.with_batches(np.unique(batches).tolist())
+        only = np.empty((len(batches), NUM_COARSE), dtype=np.int64)
+        only[:, :4] = np.concatenate([deg, deg])
+        only[:, 4] = np.searchsorted(np.asarray(sp2.batch_values), batches)
+        cm2.space = sp2
+        left = None if time_limit_s is None else max(
+            time_limit_s - (time.perf_counter() - t0), 1e-3)
+        sol2 = solve(cm2, left, keep, 0, progress, incumbent=best, only=only, cells=True,
+                     tops=tops)
+        c2 = sol2.certificate
+        cert.batch_integers_solved += c2.solved
+        for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
+            setattr(cert, name, getattr(cert, name) + getattr(c2, name))
+        pool += list(zip(_objectives(cm2, sol2.top), [sp2.decode(a) for a in sol2.top]))
+        rej += [sp2.decode(a) for a in sol2.rejected]
+        if len(sol2.curve):
+            curves.append(np.maximum(sol2.curve, best))
+        best = max(best, sol2.best_objective)
+        assert sol2.open_cells is not None
+        deg, lo, hi = sol2.open_cells
     cert.wall_s = time.perf_counter() - t0
-
-    def strategies(s_: ExactSolution, space: StrategySpace) -> list[list[Strategy]]:
-        return [[space.decode(a) for a in lst] for lst in (s_.top, s_.rejected, s_.closest)]
-
-    better = sol2.best_action is not None and sol2.best_objective > sol.best_objective
-    grid_top, grid_rej, grid_close = strategies(sol, sp)
-    int_top, int_rej, _ = strategies(sol2, sp2)
-    objs = {id(x): o for x, o in zip(grid_top, _objectives(cm, sol.top))}
-    objs.update({id(x): o for x, o in zip(int_top, _objectives(cm2, sol2.top))})
-    top = sorted(grid_top + int_top, key=lambda x: -objs[id(x)])
+    # Best first; equal objectives (to 12 digits) keep the grid's strategy, found first.
+    pool.sort(key=lambda t: -float(f"{t[0]:.12g}"))
     seen: set[tuple[int, ...]] = set()
-    top_u = []
-    for x in top:
+    top: list[Strategy] = []
+    for o, x in pool:
         key = (x.tp, x.ep, x.pp, x.dp)
-        if key not in seen:
+        if o > 0 and key not in seen:
             seen.add(key)
-            top_u.append(x)
-    top_u = top_u[:keep]
-    rej = (grid_rej + int_rej)[:keep]
-    final = sp.with_batches([x.batch for x in top_u + rej])
+            top.append(x)
+    top = top[:keep]
+    rej = rej[:keep]
+    final = sp.with_batches([x.batch for x in top + rej])
     enc = lambda xs: [final.encode(x) for x in xs]  # noqa: E731
-    best = max(sol.best_objective, sol2.best_objective)
-    out = ExactSolution(enc(top_u)[0] if top_u else None, best if top_u else 0.0, enc(top_u),
-                        enc(rej), enc(grid_close) if not top_u else [], cert,
-                        np.concatenate([sol.curve, np.maximum(sol2.curve, sol.best_objective)])
-                        if better or len(sol2.curve) else sol.curve)
-    return out, final
+    if not top:
+        return ExactSolution(None, 0.0, [], enc(rej), sol.closest, cert,
+                             np.concatenate(curves)), final
+    return ExactSolution(enc(top)[0], best, enc(top), enc(rej), [], cert,
+                         np.concatenate(curves)), final
 
 
 def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
