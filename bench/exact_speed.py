@@ -57,11 +57,13 @@ def main() -> None:
     grid = cm.space
     t_exact = t_meg = t_old = float("inf")
     ex = mg = ox = None
+    ex_short = "-"
     for _ in range(args.repeat):
         cm.space = grid                  # the search adds off-grid optimum batches to it
         t0 = time.perf_counter()
         ex = ExactSearcher().search(cm, None, 0)
         t_exact = min(t_exact, time.perf_counter() - t0)
+        ex_short = cm.space.decode(ex.best_action).short() if ex.best_action is not None else "-"
         t0 = time.perf_counter()
         ox = ExactSearcher().search(old, None, 0)
         t_old = min(t_old, time.perf_counter() - t0)
@@ -74,12 +76,13 @@ def main() -> None:
     print(f"scenario: {args.model} decode context={args.context} on {args.cluster} "
           f"(space {cm.space.size:.3g} action vectors; {pin}; best of {args.repeat})")
     print(f"exact:    {t_exact:6.2f} s   optimum {ex.best_objective:.4f} tokens/s/device  "
-          f"{cm.space.decode(ex.best_action).short() if ex.best_action is not None else '-'}")
+          f"{ex_short}")
     print(f"megatron: {t_meg:6.2f} s   best    {mg.best_objective:.4f} tokens/s/device  "
           f"({mg.evaluations} evaluations; {mg.best_objective / ex.best_objective:.4f} of the "
           f"optimum)" if ex.best_objective else f"megatron: {t_meg:6.2f} s")
+    ox_short = old.space.decode(ox.best_action).short() if ox.best_action is not None else "-"
     print(f"exact, powers-of-two grid: {t_old:6.2f} s   optimum {ox.best_objective:.4f} "
-          f"tokens/s/device  {old.space.decode(ox.best_action).short() if ox.best_action is not None else '-'}")
+          f"tokens/s/device  {ox_short}")
     print(f"exact any-integer / powers-of-two wall time = {t_exact / t_old:.2f}x; optimum gain "
           f"{ex.best_objective / ox.best_objective - 1:+.2%}" if ox.best_objective else "")
     print(f"exact / megatron wall time = {t_exact / t_meg:.2f}x; target exact <= {TARGET_S:g} s: "

@@ -73,7 +73,7 @@ def test_batch_grid_is_dense_then_geometric():
     g = batch_grid()
     assert g[:16] == tuple(range(1, 17)) and g[-1] == 2**16
     assert {24, 32, 48, 96, 6144} <= set(g) and not {20, 40, 112} & set(g)
-    assert max(b / a for a, b in zip(g, g[1:]) if a >= 16) <= 1.5
+    assert max(b / a for a, b in zip(g[:-1], g[1:], strict=True) if a >= 16) <= 1.5
     assert {9, 18, 36, 72, 9 * 2**12} <= set(batch_grid((1, 72)))   # multiples of each dp
 
 

@@ -576,7 +576,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     if sol.open_cells is None or not len(sol.open_cells[0]):
         return sol, sp
     best = sol.best_objective
-    pool = list(zip(_objectives(cm, sol.top), [sp.decode(a) for a in sol.top]))
+    pool = list(zip(_objectives(cm, sol.top), [sp.decode(a) for a in sol.top], strict=True))
     rej = [sp.decode(a) for a in sol.rejected]
     curves = [sol.curve]
     deg, lo, hi = sol.open_cells
@@ -600,7 +600,8 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         cert.batch_integers_solved += c2.solved
         for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
             setattr(cert, name, getattr(cert, name) + getattr(c2, name))
-        pool += list(zip(_objectives(cm2, sol2.top), [sp2.decode(a) for a in sol2.top]))
+        pool += list(zip(_objectives(cm2, sol2.top), [sp2.decode(a) for a in sol2.top],
+                         strict=True))
         rej += [sp2.decode(a) for a in sol2.rejected]
         if len(sol2.curve):
             curves.append(np.maximum(sol2.curve, best))
@@ -635,7 +636,7 @@ def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
     return [float(x) for x in cm.evaluate_many(np.array(actions)).objective]
 
 
-def _cell_tops(sp, coarse: np.ndarray) -> np.ndarray:
+def _cell_tops(sp: StrategySpace, coarse: np.ndarray) -> np.ndarray:
     """Per valid coarse row ``[M, 5]``: the largest multiple of dp below the next valid grid
     batch of the same degrees (or up to the grid's largest batch), ``[M]``; the row's *cell*
     is the multiples of dp in ``(batch, top]`` (empty when ``top <= batch``)."""
