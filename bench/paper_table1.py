@@ -185,11 +185,12 @@ def _tables(comparisons: list[tuple[str, Comparison]], methods: tuple[str, ...],
 
 
 def _optimum(cm) -> tuple[float | None, str]:
-    """The exact optimum (no time limit) and its wall time, for the fraction-of-optimum table."""
+    """The exact optimum (no time or work limit) and its wall time, for the fraction-of-optimum
+    table."""
     from learn_to_shard.search.exact import try_exact
 
     t0 = time.perf_counter()
-    res = try_exact(cm, None)
+    res = try_exact(cm, None, None)
     return (None, "–") if res is None else (res.best_objective,
                                             f"{time.perf_counter() - t0:.1f}")
 
@@ -202,11 +203,14 @@ def _load_runs(saved: dict, budget: int) -> dict[tuple[str, int, str, int], Sear
             continue
         model, ctx = key.rsplit("-", 1)
         for method, md in data["methods"].items():
-            for run in md["runs"]:
+            clock = data.get("timing", {}).get("methods", {}).get(method, {}).get("runs", [])
+            for i, run in enumerate(md["runs"]):
                 act = run["best_action"]
+                # Wall time: under "timing" (comparison_to_dict), or in the run (older files).
+                wall = clock[i]["wall_s"] if i < len(clock) else run.get("wall_s", 0.0)
                 out[(model, int(ctx), method, run["seed"])] = SearchResult(
                     method=method, seed=run["seed"], budget=budget,
-                    evaluations=run["evaluations"], wall_s=run["wall_s"],
+                    evaluations=run["evaluations"], wall_s=wall,
                     best_action=None if act is None else np.asarray(act, dtype=np.int64),
                     best_objective=run["best_tokens_per_s_per_device"],
                     curve=np.asarray(run["curve"], dtype=np.float64), notes=run["notes"])

@@ -34,6 +34,7 @@ from learn_to_shard.search import get_searcher, searcher_names
 from learn_to_shard.search.exact import (
     ExactSearcher,
     ExactTimeout,
+    ExactWorkLimit,
     pareto_mask,
     solve,
     try_exact,
@@ -532,13 +533,56 @@ def test_auto_falls_back_to_rl_then_megatron(monkeypatch):
     searcher_names()                                  # load the optional searchers first
     monkeypatch.setitem(search._REGISTRY, "rl", _FakeRL)
     monkeypatch.setattr(search, "_load_optional", lambda: None)
-    plan = search_plan(cm, method="auto", auto_time_limit_s=0.0)
+    plan = search_plan(cm, method="auto", auto_work_limit=0)
     assert plan.method == "auto" and plan.method_used == "rl"
-    assert "ran rl" in str(plan.search["auto"]) and "exceeded" in str(plan.search["auto"])
+    assert "ran rl" in str(plan.search["auto"]) and "units of work" in str(plan.search["auto"])
     monkeypatch.delitem(search._REGISTRY, "rl")
     assert "rl" not in searcher_names()
-    plan = search_plan(cm, method="auto", auto_time_limit_s=0.0)
+    plan = search_plan(cm, method="auto", auto_work_limit=0)
     assert plan.method_used == "megatron" and "ran megatron" in str(plan.search["auto"])
+
+
+def test_work_count_is_deterministic_and_limits_exactly():
+    """The work count depends only on the problem, and a limit just below what a problem
+    needs stops it while the exact amount lets it finish: ``auto`` cannot depend on load."""
+    cm = make_cost_model("qwen3-32b", "h100-sxm:4", make_workload("decode", context=4096))
+    a = solve(cm).certificate
+    slow_clock = iter(range(0, 10**9, 1000))         # a machine where every call takes 1000 s
+    import learn_to_shard.search.exact as exact_mod
+
+    real = exact_mod.time.perf_counter
+    try:
+        exact_mod.time.perf_counter = lambda: float(next(slow_clock))
+        b = solve(cm, work_limit=a.work).certificate
+    finally:
+        exact_mod.time.perf_counter = real
+    assert a.work == b.work > 0 and a.table_rows == b.table_rows
+    with pytest.raises(ExactWorkLimit):
+        solve(cm, work_limit=a.work - 1)
+    assert try_exact(cm, work_limit=a.work - 1) is None
+    assert try_exact(cm, work_limit=a.work) is not None
+
+
+def test_auto_surfaces_a_failed_self_check(monkeypatch):
+    """A disagreement between the exact tables and evaluate_many is a bug: ``auto`` raises it
+    (CLI: one line, exit 3) instead of falling back silently to another searcher."""
+    from typer.testing import CliRunner
+
+    import learn_to_shard.search.exact as exact_mod
+    from learn_to_shard.cli import app
+
+    def broken(*args, **kwargs):
+        raise DecompositionError("decomposition gives 1.0 but evaluate_many gives 2.0")
+
+    monkeypatch.setattr(exact_mod, "verify", broken)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", make_workload("decode", context=4096))
+    with pytest.raises(DecompositionError):
+        search_plan(cm, method="auto")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8",
+                                 "--context", "4096", "--quiet"])
+    assert r.exit_code == 3
+    assert "internal error" in r.output and "evaluate_many gives 2.0" in r.output
+    assert "Traceback" not in r.output
 
 
 def test_cli_method_exact_and_auto_default():

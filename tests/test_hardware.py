@@ -19,7 +19,8 @@ from learn_to_shard.hardware import (
     parse_cluster,
 )
 
-PRESETS = ["a100-80gb", "b200", "h100-sxm", "h200", "mi300x", "trainium2"]
+PRESETS = ["a100-80gb", "b200", "b300", "gb200-nvl72", "h100-sxm", "h20", "h200", "l40s",
+           "mi300x", "mi325x", "mi355x", "rtx-4090", "rtx-pro-6000", "trainium2"]
 NUMERIC_FIELDS = [
     f.name for f in fields(DeviceSpec) if f.name not in ("name", "display_name", "sources")
 ]
@@ -80,7 +81,30 @@ EXPECTED = {
         scale_up_bytes_per_s=512 * 2**30,
         scale_out_bytes_per_s=25e9,
     ),
+    # Serving accelerators added with the FP4 field (each file's `sources` cites the figures).
+    "h20": dict(peak_bf16_flops_per_s=148e12, peak_fp8_flops_per_s=296e12,
+                peak_fp4_flops_per_s=None, hbm_bytes=96e9, hbm_bytes_per_s=4.0e12,
+                scale_up_domain=8, scale_up_bytes_per_s=450e9),
+    "l40s": dict(peak_bf16_flops_per_s=362.05e12, peak_fp8_flops_per_s=733e12,
+                 peak_fp4_flops_per_s=None, hbm_bytes=48e9, hbm_bytes_per_s=864e9,
+                 scale_up_bytes_per_s=32e9),
+    "rtx-4090": dict(peak_bf16_flops_per_s=165.15e12, peak_fp8_flops_per_s=330.3e12,
+                     hbm_bytes=24e9, hbm_bytes_per_s=1008e9, scale_up_bytes_per_s=32e9),
+    "rtx-pro-6000": dict(peak_fp4_flops_per_s=2000e12, hbm_bytes=96e9,
+                         hbm_bytes_per_s=1792e9, scale_up_bytes_per_s=64e9),
+    "gb200-nvl72": dict(peak_bf16_flops_per_s=2.5e15, peak_fp8_flops_per_s=5e15,
+                        peak_fp4_flops_per_s=10e15, hbm_bytes_per_s=8e12,
+                        scale_up_domain=72, scale_up_bytes_per_s=900e9),
+    "b300": dict(peak_bf16_flops_per_s=2.25e15, peak_fp8_flops_per_s=4.5e15,
+                 peak_fp4_flops_per_s=14e15, hbm_bytes=270 * 2**30, scale_up_domain=8),
+    "mi325x": dict(peak_bf16_flops_per_s=1307.4e12, peak_fp8_flops_per_s=2614.9e12,
+                   peak_fp4_flops_per_s=None, hbm_bytes=256 * 2**30, hbm_bytes_per_s=6e12),
+    "mi355x": dict(peak_bf16_flops_per_s=2.5e15, peak_fp8_flops_per_s=5e15,
+                   peak_fp4_flops_per_s=10e15, hbm_bytes=288 * 2**30, hbm_bytes_per_s=8e12),
 }
+EXPECTED["b200"]["peak_fp4_flops_per_s"] = 9e15
+for _name in ("h100-sxm", "h200", "a100-80gb", "mi300x", "trainium2"):
+    EXPECTED[_name]["peak_fp4_flops_per_s"] = None
 
 
 _DROP = object()
@@ -138,7 +162,10 @@ def test_preset_values_are_si_and_sane(name: str) -> None:
     if d.peak_fp8_flops_per_s is not None:
         assert d.peak_fp8_flops_per_s == pytest.approx(2 * d.peak_bf16_flops_per_s, rel=0.05)
     assert 1e10 < d.hbm_bytes < 1e12
-    assert 1e12 < d.hbm_bytes_per_s < 1e14
+    assert 5e11 < d.hbm_bytes_per_s < 1e14     # GDDR cards (L40S 864 GB/s) are below 1e12
+    if d.peak_fp4_flops_per_s is not None:
+        assert d.peak_fp8_flops_per_s is not None
+        assert d.peak_fp8_flops_per_s < d.peak_fp4_flops_per_s <= 4 * d.peak_fp8_flops_per_s
     assert d.scale_out_bytes_per_s < d.scale_up_bytes_per_s < d.hbm_bytes_per_s
     assert 1e-7 < d.scale_up_latency_s <= d.scale_out_latency_s < 1e-3
     for field in NUMERIC_FIELDS:
@@ -155,6 +182,22 @@ def test_preset_cites_every_numeric_field(name: str) -> None:
     # Latencies are not in any datasheet: they must be flagged as assumptions.
     assert "assumption" in sources["scale_up_latency_s"]
     assert "assumption" in sources["scale_out_latency_s"]
+
+
+def test_pcie_cards_have_no_nvlink_domain_bandwidth() -> None:
+    """L40S / RTX 4090 / RTX PRO 6000 talk over PCIe (Gen4 32 GB/s, Gen5 64 GB/s per
+    direction), GB200 NVL72 is one 72-GPU NVLink domain."""
+    for name in ("l40s", "rtx-4090", "rtx-pro-6000"):
+        d = load_device(name)
+        assert d.scale_up_bytes_per_s <= 64e9
+        assert "PCIe" in dict(d.sources)["scale_up_bytes_per_s"]
+    assert load_device("gb200-nvl72").scale_up_domain == 72
+
+
+def test_device_file_may_omit_fp4(tmp_path: Path) -> None:
+    """peak_fp4_flops_per_s is optional in a device file (null: no FP4 math)."""
+    path = _write(tmp_path / "dev.json", _custom_device())
+    assert load_device_file(path).peak_fp4_flops_per_s is None
 
 
 def test_a100_has_no_fp8_and_typical_scale_out_is_flagged() -> None:

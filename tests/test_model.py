@@ -51,8 +51,22 @@ SOURCES: dict[str, tuple[float, float | None]] = {
     "llama-4-maverick": (400.7 * B, 17.2 * B),  # text-only
     "gpt-moe-1.2t": (1182.0 * B, None),
     "gpt-moe-1.6t": (1575.0 * B, None),
+    # Families and checkpoint formats added for issue 14 (published figures, SOURCES.md).
+    "qwen2.5-7b-instruct": (7.61 * B, None),          # model card "7.61B"
+    "mistral-nemo-instruct-2407": (12.2 * B, None),   # HF "12.2B params"
+    "deepseek-v3.2": (671.0 * B, None),               # main model + indexer; MTP excluded
+    "minimax-m2.5": (230.0 * B, None),                # model card "230B total, 10B active"
+    "glm-5": (744.0 * B, None),                       # model card "744B (40B active)"
+    "qwen3-vl-32b-instruct": (33.0 * B, None),        # "32B" text + vision; see SOURCES.md
+    "qwen3-vl-235b-a22b-instruct": (235.0 * B, 22.0 * B),  # model name 235B-A22B
+    "qwen3-32b-fp8": (32.76 * B, None),               # same shape as qwen3-32b
+    "qwen3-30b-a3b-fp8": (30.53 * B, 3.35 * B),
+    "qwen3-235b-a22b-nvfp4": (235.09 * B, 22.19 * B),
+    "llama-3.1-70b-instruct-fp8": (70.55 * B, None),
 }
 ACTIVE_EXCLUDES_EMBEDDING = {"gpt-oss-20b", "gpt-oss-120b"}
+#: MoE models whose active count is not published separately (only the total is tested).
+ACTIVE_UNPUBLISHED = {"deepseek-v3.2", "minimax-m2.5", "glm-5"}
 
 
 def _shipped_json(name: str) -> dict[str, Any]:
@@ -91,12 +105,15 @@ def test_total_and_active_params_match_sources(name: str) -> None:
         counts.routed_experts,
         counts.shared_experts,
         counts.norms,
+        counts.vision,
     )
     assert sum(components) == counts.total
+    if active is None and name in ACTIVE_UNPUBLISHED:
+        return
     if active is None:
         assert spec.moe is None or spec.num_moe_layers == spec.num_layers
         if spec.moe is None:
-            assert counts.active_with_embedding == counts.total
+            assert counts.active_with_embedding == counts.total - counts.vision
         return
     measured = counts.active if name in ACTIVE_EXCLUDES_EMBEDDING else counts.active_with_embedding
     assert measured == pytest.approx(active, rel=0.01)
@@ -175,23 +192,21 @@ def test_gpt_oss_mxfp4_experts_are_4_25_bits() -> None:
     assert load_model("deepseek-v3").expert_weight_bits is None      # fp8: --dtype fp8
 
 
-def test_modelopt_nvfp4_is_refused_naming_its_algorithm(tmp_path: Path) -> None:
+def test_modelopt_unknown_algorithm_is_refused_naming_it(tmp_path: Path) -> None:
     data = _shipped_json("llama-3.1-8b")
-    data["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    data["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "W4A8_QQQ"}
     with pytest.raises(UnsupportedModelError) as exc:
         load_model(str(_write(tmp_path, data)))
-    assert "NVFP4" in _one_line(exc)
+    assert "W4A8_QQQ" in _one_line(exc)
 
 
-@pytest.mark.parametrize("method", ["awq", "gptq", "bitsandbytes", "compressed-tensors"])
+@pytest.mark.parametrize("method", ["hqq", "eetq", "bitsandbytes"])
 def test_unpriced_quantisation_is_refused(tmp_path: Path, method: str) -> None:
     data = _shipped_json("llama-3.1-8b")
-    data["quantization_config"] = {"quant_method": method, "bits": 4,
-                                   "config_groups": {"g": {"weights": {"num_bits": 4,
-                                                                       "type": "int"}}}}
+    data["quantization_config"] = {"quant_method": method, "bits": 4}
     with pytest.raises(UnsupportedModelError) as exc:
         load_model(str(_write(tmp_path, data)))
-    assert method in _one_line(exc) and "quant_method" in _one_line(exc)
+    assert method in _one_line(exc) and "supported" in _one_line(exc)
 
 
 @pytest.mark.parametrize("qc", [

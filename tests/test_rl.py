@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
 import pytest
 from conftest import tiny_dense, tiny_moe
 
-from learn_to_shard.cost.model import CostModel
+from learn_to_shard.cost.model import BatchEstimate, CostModel
 from learn_to_shard.errors import ConfigError
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.parallel.space import StrategySpace, active_heads, canonical
@@ -212,26 +213,98 @@ def test_torch_state_restored():
     assert torch.get_num_threads() == threads
 
 
-def test_finds_enumerated_optimum_of_small_problem():
+class SeparatedProblem(CostModel):
+    """A landscape with one optimum standing clearly apart, over a real strategy space.
+
+    The ten per-operator heads a tiny MoE model with a shared expert has (embedding, qkv_proj,
+    attention, o_proj, router, expert_up/down, shared_expert_up/down, lm_head; the degrees are
+    fixed) span 3**10 = 59,049 canonical strategies. Every strategy is feasible and scores
+    ``1000 · 0.9**wrong``, ``wrong`` = heads that differ from a fixed target: the runner-up is
+    10% below the optimum, and each further wrong head costs another 10%. Uniform random search
+    with 300 evaluations ends two or three heads away (it reaches at most one wrong head with
+    probability 1 − (1 − 21/59,049)**300 ≈ 10%). The estimate's other fields are the real cost
+    model's (so the searcher's bookkeeping is exercised as usual).
+    """
+
+    def __init__(self, target_seed: int = 123) -> None:
+        m = tiny_moe(shared=1)
+        cl = parse_cluster("h100-sxm:8")
+        space = StrategySpace(m, cl, (4,), (2,), (1,), (1,), (64,))
+        super().__init__(m, cl, Workload(Phase.DECODE, isl=2048), space=space)
+        self.active = active_heads(space)
+        self.target = np.zeros(len(space.nvec), dtype=np.int64)
+        rng = np.random.default_rng(target_seed)
+        self.target[self.active] = rng.integers(0, space.nvec[self.active])
+
+    def wrong_heads(self, actions: np.ndarray) -> np.ndarray:
+        """``[n]`` heads of ``actions`` (``[n, A]``) that differ from the target."""
+        a = np.atleast_2d(actions)
+        return ((a != self.target) & self.active).sum(axis=1)
+
+    def evaluate_many(self, actions: np.ndarray) -> BatchEstimate:
+        est = super().evaluate_many(actions)
+        obj = 1000.0 * 0.9 ** self.wrong_heads(actions)
+        n = len(obj)
+        return dataclasses.replace(est, feasible=np.ones(n, dtype=bool), objective=obj,
+                                   tokens_per_s_per_device=obj,
+                                   violation_bits=np.zeros(n, dtype=np.int64))
+
+
+def _wrong(cm: SeparatedProblem, best_objective: float) -> int:
+    return round(float(np.log(best_objective / 1000.0) / np.log(0.9)))
+
+
+def test_separated_problem_landscape():
+    cm = SeparatedProblem()
+    assert int(cm.active.sum()) == 10
+    assert cm.evaluate_many(cm.target[None, :]).objective[0] == 1000.0
+    other = cm.target.copy()
+    j = int(np.flatnonzero(cm.active)[0])
+    other[j] = (other[j] + 1) % cm.space.nvec[j]
+    assert cm.evaluate_many(other[None, :]).objective[0] == pytest.approx(900.0)
+
+
+def test_learns_separated_optimum_better_than_random():
+    """RL learns: on a landscape whose optimum stands 10% above the runner-up, its best after
+    300 evaluations is closer to the optimum than random search's, averaged over 5 seeds.
+
+    Margin, from 16 seeds of each measured on one machine (native AVX-512 kernels): RL ended
+    1.25 heads away on average (0: 1 run, 1: 10, 2: 5; variance 0.31), random search 2.38
+    (1: 1, 2: 8, 3: 7; variance 0.36). The difference of two 5-seed means is then 1.13 ± 0.37
+    (one standard deviation), so the assertion fails by chance with probability about 0.001
+    on a machine whose float path gives RL other trajectories; it would fail by design if RL
+    learned nothing (its mean would match random's).
+    """
+    cm = SeparatedProblem()
+    seeds = range(5)
+    rl = [_wrong(cm, RLSearcher().search(cm, 300, seed=s).best_objective) for s in seeds]
+    rnd = [_wrong(cm, get_searcher("random").search(cm, 300, s).best_objective) for s in seeds]
+    assert np.mean(rl) < np.mean(rnd), (rl, rnd)
+
+
+def test_reaches_near_optimum_of_a_real_small_problem():
+    """A smoke test on the real cost model: 6,561 strategies, 118 within 1% of the optimum;
+    RL's best after 400 evaluations is within 1% (random search misses that set with
+    probability (1 − 118/6561)**400 ≈ 7e-4 per run, so this checks the plumbing — the search
+    returns the best strategy it met — rather than learning)."""
     cm = small_problem()
-    best, ties = enumerate_optimum(cm)
-    assert ties <= 4                     # the optimum is a needle, not a plateau
-    r = RLSearcher().search(cm, 1000, seed=0)
-    assert r.evaluations == 1000
-    assert r.best_objective == pytest.approx(best, rel=1e-12)
+    best, _ = enumerate_optimum(cm)
+    r = RLSearcher().search(cm, 400, seed=0)
+    assert r.evaluations == 400
+    assert best * 0.99 <= r.best_objective <= best * (1 + 1e-12)
 
 
 @pytest.mark.slow
-def test_finds_optimum_across_seeds_more_often_than_random():
-    """Seeds 0–7 at 1000 evaluations: RL found the optimum in all 8 when this was written,
-    uniform random search in 4 (the expected rate is about 2 of 8)."""
-    cm = small_problem()
-    best, _ = enumerate_optimum(cm)
-    rl = sum(RLSearcher().search(cm, 1000, s).best_objective >= best * (1 - 1e-12)
-             for s in range(8))
-    rnd = sum(get_searcher("random").search(cm, 1000, s).best_objective >= best * (1 - 1e-12)
-              for s in range(8))
-    assert rl >= 7 and rl > rnd
+def test_finds_separated_optimum_across_many_seeds():
+    """The learning claim with a wider margin: 16 seeds at 1000 evaluations on the separated
+    landscape. RL reaches the optimum itself in at least 12 (measured rate ≈ 0.9+; with a true
+    rate of 0.9, P(fewer than 12 of 16) ≈ 0.017) and random search (rate 1 − (1 −
+    1/59,049)**1000 ≈ 1.7%) in at most 2."""
+    cm = SeparatedProblem()
+    rl = sum(RLSearcher().search(cm, 1000, s).best_objective >= 1000.0 for s in range(16))
+    rnd = sum(get_searcher("random").search(cm, 1000, s).best_objective >= 1000.0
+              for s in range(16))
+    assert rl >= 12 and rnd <= 2, (rl, rnd)
 
 
 def test_padded_multicategorical_equals_sb3():

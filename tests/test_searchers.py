@@ -203,3 +203,34 @@ def test_custom_small_space_roundtrip():
     cm = CostModel(m, cl, Workload(Phase.DECODE, isl=1024), space=sp)
     r = get_searcher("mcmc").search(cm, 50, 0)
     assert r.evaluations == 50
+
+
+@pytest.mark.parametrize("method", ["mcmc", "megatron"])
+def test_search_result_json_roundtrip(method):
+    """What ``compare --resume`` reloads equals what the run returned, every field."""
+    from learn_to_shard.search.base import SearchResult
+
+    cm = _cm(tiny_moe(), devices=16, context=65536)   # some rejected strategies too
+    r = get_searcher(method).search(cm, 200, seed=5)
+    assert r.rejected
+    back = SearchResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back.to_dict() == r.to_dict()
+    np.testing.assert_array_equal(back.curve, r.curve)
+    assert back.curve.dtype == np.float64 and back.best_action.dtype == np.int64
+    assert back.violation_counts == r.violation_counts and not back.interrupted
+    for (a, o), (b, p) in zip(back.top, r.top, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert o == p
+
+
+def test_problem_fingerprint_names_what_differs():
+    from learn_to_shard.report.compare import problem_fingerprint
+
+    a = problem_fingerprint(_cm(), 100)
+    assert a == problem_fingerprint(_cm(), 100)
+    assert {k for k in a if a[k] != problem_fingerprint(_cm(context=4096), 100)[k]} \
+        == {"workload"}
+    assert {k for k in a if a[k] != problem_fingerprint(_cm(devices=16), 200)[k]} \
+        == {"cluster", "budget"}
+    assert {k for k in a if a[k] != problem_fingerprint(_cm(tiny_dense()), 100)[k]} \
+        == {"model"}

@@ -12,16 +12,16 @@ from .model.spec import ModelSpec
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
 from .search.base import ProgressFn, SearchResult
+from .serving import ServingLoad
 from .workload import DType, Phase, Workload
 
 #: Default evaluation budget (the paper's 4000 simulator calls per search).
 DEFAULT_BUDGET = 4000
-#: Seconds ``method="auto"`` gives the exact search before it falls back to the RL search.
-AUTO_EXACT_TIME_LIMIT_S = 30.0
 
 
 def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None = None,
-                  context: int | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
+                  context: int | None = None, dtype: str | None = None,
+                  kv_dtype: str | None = None,
                   ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> Workload:
     """Build and check a :class:`Workload` from user-level options.
 
@@ -30,13 +30,15 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
         isl: prompt tokens (prefill/serve; for decode the same as ``context``).
         osl: output tokens (serve).
         context: decode context length (tokens); exclusive with ``isl``.
-        dtype: weight (and default KV) precision, ``bf16`` or ``fp8``.
+        dtype: weight (and default KV) precision, ``bf16`` or ``fp8``; ``None``: ``bf16``
+            (:func:`plan` passes the checkpoint's, ``ModelSpec.checkpoint_dtype``).
         kv_dtype: KV-cache precision (default: ``dtype``).
         ttft_slo_s, tpot_slo_s: latency limits, seconds.
 
     Raises:
         ConfigError: on unknown values or contradictory options.
     """
+    dtype = dtype or "bf16"
     try:
         ph = Phase(phase)
     except ValueError:
@@ -79,6 +81,17 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
         raise ConfigError("--osl: the serve phase needs an output length, e.g. --osl 1024")
     return Workload(ph, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd,
                     ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+
+
+def checkpoint_dtypes(model: ModelSpec, dtype: str | None,
+                      kv_dtype: str | None) -> tuple[str | None, str | None]:
+    """The weight and KV dtypes to plan with when the user gave none: the weights as the
+    checkpoint stores them (``ModelSpec.checkpoint_dtype``: ``fp8`` for FP8 checkpoints), the
+    KV cache in 16 bits (vLLM ``--kv-cache-dtype auto`` keeps the activation dtype). Explicit
+    values are returned unchanged (``kv_dtype`` None then means: like ``dtype``)."""
+    if dtype is not None:
+        return dtype, kv_dtype
+    return model.checkpoint_dtype, kv_dtype or "bf16"
 
 
 def cost_config(engine: str | None = None, gpu_memory_utilization: float | None = None,
@@ -131,8 +144,8 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
 
 def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decode", *,
          isl: int | None = None, osl: int | None = None, context: int | None = None,
-         dtype: str = "bf16", kv_dtype: str | None = None, ttft_slo_s: float | None = None,
-         tpot_slo_s: float | None = None, method: str = "auto",
+         dtype: str | None = None, kv_dtype: str | None = None,
+         ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, method: str = "auto",
          budget: int = DEFAULT_BUDGET, seed: int = 0, engine: str | None = None,
          config: CostModelConfig | None = None, progress: ProgressFn | None = None) -> Plan:
     """Find the best parallel strategy for serving ``model`` on ``cluster``.
@@ -143,11 +156,15 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         cluster: ``"<device>:<count>"`` (e.g. ``"h100-sxm:8"``), a cluster JSON file, or a
             :class:`ClusterSpec`.
         phase, isl, osl, context, dtype, kv_dtype, ttft_slo_s, tpot_slo_s: the workload
-            (see :func:`make_workload`); SLOs in seconds.
+            (see :func:`make_workload`); SLOs in seconds. ``dtype`` None: the checkpoint's
+            (``fp8`` for FP8 checkpoints, else ``bf16``, KV ``bf16`` unless ``kv_dtype`` is
+            given; :func:`checkpoint_dtypes`; ``Plan.weights`` says which).
         method: searcher name (``exact``, ``rl``, ``megatron``, …; see ``searcher_names()``),
-            or ``auto`` (default): the exact optimum when it is found within
-            :data:`AUTO_EXACT_TIME_LIMIT_S`, else the RL search (``megatron`` where ``rl`` is
-            not available); ``Plan.method_used`` says which ran.
+            or ``auto`` (default): the exact optimum when it needs at most
+            :data:`~learn_to_shard.search.exact.DEFAULT_WORK_LIMIT` units of work (counted,
+            not timed: the same problem gives the same plan on any machine and load), else
+            the RL search (``megatron`` where ``rl`` is not available);
+            ``Plan.method_used`` says which ran.
         budget: evaluation budget for budgeted searchers.
         seed: RNG seed.
         engine: serving engine whose memory policy and overheads to assume (see
@@ -161,21 +178,24 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     Raises:
         ConfigError, UnsupportedModelError: on bad input (also: both ``engine`` and
             ``config`` given).
+        InternalError: the exact search's self-check failed (a bug; never hidden by a
+            fallback to another searcher).
     """
     if engine is not None and config is not None:
         raise ConfigError("engine and config both given: apply the engine with "
                           "cost_config(engine, ...) and pass the result as config")
-    wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
-                       kv_dtype=kv_dtype, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
-    cm = make_cost_model(model, cluster, wl, config or cost_config(engine))
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype)
+    wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=wd, kv_dtype=kd,
+                       ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    cm = make_cost_model(spec, cluster, wl, config or cost_config(engine))
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 
 
 def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGET,
                 seed: int = 0, progress: ProgressFn | None = None,
-                auto_time_limit_s: float = AUTO_EXACT_TIME_LIMIT_S,
-                engine: str | None = None) -> Plan:
+                auto_work_limit: int | None = None, engine: str | None = None) -> Plan:
     """Run searcher ``method`` on an already built cost model and assemble the :class:`Plan`.
 
     Args:
@@ -184,18 +204,20 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
         budget: evaluation budget for budgeted searchers.
         seed: RNG seed.
         progress: optional callback receiving evaluation counts.
-        auto_time_limit_s: for ``auto``, seconds the exact search may take.
+        auto_work_limit: for ``auto``, the work the exact search may do (default
+            :data:`~learn_to_shard.search.exact.DEFAULT_WORK_LIMIT`).
         engine: the engine profile ``cm.config`` was built with (recorded in the plan).
 
     Raises:
         ConfigError: unknown method, non-positive budget or negative seed.
+        InternalError: the exact search's self-check failed (a bug).
     """
     if budget <= 0:
         raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
     if seed < 0:
         raise ConfigError(f"--seed: must be >= 0, got {seed}")
     if method == "auto":
-        return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_time_limit_s),
+        return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_work_limit),
                                 "auto", engine=engine)
     try:
         searcher = get_searcher(method)
@@ -207,18 +229,20 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
 
 
 def _auto_search(cm: CostModel, budget: int, seed: int, progress: ProgressFn | None,
-                 time_limit_s: float) -> SearchResult:
-    """``auto``: the exact optimum if it is found within ``time_limit_s``, else ``rl`` (else
-    ``megatron``); ``notes["auto"]`` says what happened."""
-    from .cost.decompose import DecompositionError
-    from .search.exact import ExactSearcher, ExactTimeout
+                 work_limit: int | None) -> SearchResult:
+    """``auto``: the exact optimum if it needs at most ``work_limit`` units of work, else
+    ``rl`` (else ``megatron``); ``notes["auto"]`` says what happened. The choice depends only
+    on the problem (work is counted, not timed). A failed self-check of the exact search
+    (:class:`~learn_to_shard.cost.decompose.DecompositionError`) propagates."""
+    from .search.exact import DEFAULT_WORK_LIMIT, ExactSearcher, ExactWorkLimit
 
+    limit = DEFAULT_WORK_LIMIT if work_limit is None else work_limit
     try:
-        result = ExactSearcher(time_limit_s=time_limit_s).search(cm, None, seed, progress)
-        result.notes["auto"] = (f"exact optimum found in {result.wall_s:.1f} s "
-                                f"(limit {time_limit_s:g} s)")
+        result = ExactSearcher(work_limit=limit).search(cm, None, seed, progress)
+        result.notes["auto"] = (f"exact optimum found with {result.notes['exact_work']:,} "
+                                f"units of work (limit {limit:,})")
         return result
-    except (ExactTimeout, DecompositionError) as exc:
+    except ExactWorkLimit as exc:
         why = str(exc)
     for fallback in ("rl", "megatron"):
         if fallback not in searcher_names():
@@ -244,3 +268,33 @@ def expected_evaluations(cm: CostModel, method: str, budget: int) -> int | None:
     if method in ("megatron-rule", "exact", "auto"):
         return None
     return budget
+
+
+def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
+                  ) -> list[dict[str, object]]:
+    """Check the plan's best ``top`` feasible strategies under a request-level simulation of
+    continuous batching (:func:`learn_to_shard.serving.simulate_estimate`).
+
+    Args:
+        cm: the problem the plan was searched on (serve phase).
+        plan: the plan.
+        load: closed-loop concurrency, Poisson rate or trace.
+        top: how many strategies to simulate (the best, then the alternatives).
+
+    Returns:
+        One JSON-ready dict per simulated strategy, best first, each with its ``strategy``.
+
+    Raises:
+        ConfigError: not the serve phase, or a request no plan can hold.
+    """
+    from .serving import simulate_estimate
+
+    out = []
+    for est in ([plan.best] if plan.best is not None else []) + list(plan.alternatives):
+        if len(out) >= top:
+            break
+        if not est.feasible:
+            continue
+        sim = simulate_estimate(cm, est, load)
+        out.append({"strategy": est.strategy.short(), **sim})
+    return out

@@ -1,11 +1,15 @@
 """Command line: argument parsing only; the work is in :mod:`learn_to_shard.api`.
 
-Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (one line).
+Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (one line),
+3 an internal consistency check failed (a bug to report; one line),
+130 interrupted by Ctrl-C during the search (the best so far is printed; 128 + SIGINT, the
+shell's convention).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,14 +28,19 @@ from rich.progress import (
 
 from .api import (
     DEFAULT_BUDGET,
+    checkpoint_dtypes,
     cost_config,
     expected_evaluations,
     make_cost_model,
     make_workload,
     search_plan,
+    simulate_plan,
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
-from .errors import PlannerError
+from .errors import InternalError, PlannerError
+from .model.hf_config import load_model
+from .search.base import SearchInterrupted, interruptible
+from .serving import ServingLoad
 from .units import parse_duration_s
 from .workload import Phase, Workload
 
@@ -42,14 +51,21 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(exc: Exception) -> typer.Exit:
+    """Print ``exc`` as one line on stderr; the exit for it: 3 for an
+    :class:`~learn_to_shard.errors.InternalError` (a bug), else 2 (bad input)."""
     msg = str(exc).replace("\n", " ")
+    if isinstance(exc, InternalError):
+        err.print(f"internal error (a bug in l2s; please report it with this command line): "
+                  f"{msg}", markup=False, highlight=False)
+        return typer.Exit(code=3)
     err.print(f"error: {msg}", markup=False, highlight=False)
     return typer.Exit(code=2)
 
 
 # Problem options shared by `plan` and `compare`.
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Shipped model name (e.g. "
-                                       "llama-3.1-70b) or config.json path.")]
+                                       "llama-3.1-70b), config.json path, model folder, or a "
+                                       "HuggingFace repo id in the local HF cache.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="DEVICE:COUNT (e.g. "
                                          "h100-sxm:8) or a cluster JSON file.")]
 PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.")]
@@ -58,7 +74,8 @@ OslOpt = Annotated[int | None, typer.Option(help="Output length in tokens (serve
 ContextOpt = Annotated[int | None, typer.Option(help="Context length in tokens (decode).")]
 TtftOpt = Annotated[str | None, typer.Option("--ttft-slo", help="TTFT limit, e.g. 2s, 500ms.")]
 TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g. 50ms.")]
-DtypeOpt = Annotated[str, typer.Option(help="Weight precision: bf16 | fp8.")]
+DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
+                                              "the checkpoint's).")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
                                                 "(default: --dtype).")]
 EngineOpt = Annotated[str | None, typer.Option(
@@ -68,13 +85,28 @@ EngineOpt = Annotated[str | None, typer.Option(
 MemUtilOpt = Annotated[float | None, typer.Option(
     "--gpu-memory-utilization", help="Fraction of each device's memory the engine may use "
     "(vLLM's flag; default 0.9, trtllm 1.0).")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(
+    "--concurrency", help="Serve: also simulate the top plans under this many closed-loop "
+    "clients (vllm bench serve --max-concurrency), with TTFT/TPOT percentiles.")]
+RateOpt = Annotated[float | None, typer.Option(
+    "--request-rate", help="Serve: also simulate Poisson arrivals at this many requests/s "
+    "across the cluster.")]
+TraceOpt = Annotated[Path | None, typer.Option(
+    "--trace", help="Serve: also simulate a request trace (CSV: arrival_s or TIMESTAMP, isl or "
+    "ContextTokens, osl or GeneratedTokens).")]
+NumPromptsOpt = Annotated[int | None, typer.Option(
+    "--num-prompts", help="Requests per simulation (default 1000).")]
+RangeRatioOpt = Annotated[float, typer.Option(
+    "--range-ratio", help="Simulated isl/osl drawn uniformly within ±this fraction (vLLM's "
+    "--random-range-ratio; default 0: fixed lengths).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
 
 
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
-              ttft_slo: str | None, tpot_slo: str | None, dtype: str, kv_dtype: str | None):
+              ttft_slo: str | None, tpot_slo: str | None, dtype: str | None,
+              kv_dtype: str | None):
     """Parse the SLO strings and build the workload (raises ConfigError on bad input)."""
     return make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
                          kv_dtype=kv_dtype,
@@ -82,6 +114,31 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
                          if ttft_slo is not None else None,
                          tpot_slo_s=parse_duration_s(tpot_slo, field="--tpot-slo")
                          if tpot_slo is not None else None)
+
+
+def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | None,
+                  trace: Path | None, num_prompts: int | None, range_ratio: float,
+                  seed: int) -> ServingLoad | None:
+    """The simulated load of the flags, or ``None`` when none is given.
+
+    Raises:
+        PlannerError: a load outside the serve phase, several loads, or bad values.
+    """
+    if concurrency is None and request_rate is None and trace is None:
+        if num_prompts is not None or range_ratio:
+            raise PlannerError("--num-prompts/--range-ratio: only with --concurrency, "
+                               "--request-rate or --trace")
+        return None
+    if wl.phase is not Phase.SERVE:
+        raise PlannerError("--concurrency/--request-rate/--trace: a simulated load needs "
+                           "--phase serve")
+    if range_ratio and not 0.0 <= range_ratio < 1.0:
+        raise PlannerError(f"--range-ratio: must be in [0, 1), got {range_ratio}")
+    from .serving import load_trace
+
+    return ServingLoad(concurrency=concurrency, request_rate_per_s=request_rate,
+                       trace=load_trace(trace) if trace is not None else None,
+                       num_prompts=num_prompts, range_ratio=range_ratio, seed=seed)
 
 
 def _engine_config(wl: Workload, engine: str | None, gpu_memory_utilization: float | None,
@@ -133,6 +190,16 @@ def _write(path: Path, text: str, flag: str) -> None:
         raise _fail(PlannerError(f"{flag}: cannot write {path}: {exc.strerror}")) from None
 
 
+#: Exit code after Ctrl-C: 128 + SIGINT (2), what a shell reports for a command killed by
+#: SIGINT (GNU Bash manual, 3.7.5 Exit Status:
+#: https://www.gnu.org/software/bash/manual/bash.html#Exit-Status).
+EXIT_INTERRUPTED = 130
+
+TimingOpt = Annotated[bool, typer.Option(
+    "--timing/--no-timing", help="Include the wall-clock values (the \"timing\" key) in the "
+    "JSON; without them the JSON is byte-identical for the same inputs and seed.")]
+
+
 def _progress(quiet: bool) -> Progress:
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
@@ -143,7 +210,7 @@ def _progress(quiet: bool) -> Progress:
 def plan_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
-    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = None, kv_dtype: KvDtypeOpt = None,
     engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
     method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
@@ -153,21 +220,46 @@ def plan_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    timing: TimingOpt = True,
+    concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
+    num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
 ) -> None:
-    """Find the strategy with the most tokens/s per device within memory and SLOs."""
+    """Find the strategy with the most tokens/s per device within memory and SLOs.
+
+    Ctrl-C during the search prints the best plan found so far, marked interrupted, and exits
+    130."""
+    sims: list[dict[str, object]] = []
     try:
         _check_output(output, "--output")
-        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
+        spec = load_model(model)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
+                       *checkpoint_dtypes(spec, dtype, kv_dtype))
+        load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
+                             seed)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
-        cm = make_cost_model(model, cluster, wl, cfg)
+        cm = make_cost_model(spec, cluster, wl, cfg)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
-            result = search_plan(cm, method=method, budget=budget, seed=seed,
-                                 progress=lambda k: prog.advance(task, k), engine=engine)
-    except PlannerError as exc:
+            try:
+                with interruptible(method, seed, budget):
+                    result = search_plan(cm, method=method, budget=budget, seed=seed,
+                                         progress=lambda k: prog.advance(task, k),
+                                         engine=engine)
+            except SearchInterrupted as stop:
+                from .report.plan import Plan
+
+                result = Plan.from_search(cm, stop.result, method, engine=engine)
+        if load is not None and result.feasible and not result.interrupted:
+            sims = simulate_plan(cm, result, load)
+    except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
-    data = result.to_dict()
+    data = result.to_dict(timing=timing)
+    if load is not None:
+        last = data.pop("timing", None)        # "timing" stays the last key
+        data["simulation"] = sims
+        if last is not None:
+            data["timing"] = last
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
@@ -176,7 +268,20 @@ def plan_cmd(
         from .report.render import render_plan
 
         # Piped output gets a wide console so the header and tables stay whole.
-        render_plan(result, Console() if sys.stdout.isatty() else Console(width=160))
+        con = Console() if sys.stdout.isatty() else Console(width=160)
+        if result.interrupted:
+            con.print(f"INTERRUPTED (Ctrl-C) after {result.search['evaluations']} "
+                      f"evaluations: the best plan found so far", markup=False, highlight=False)
+        render_plan(result, con)
+        if sims:
+            from .report.render import render_simulation
+
+            render_simulation(sims, con)
+    if result.interrupted:
+        err.print(f"interrupted after {result.search['evaluations']} of "
+                  f"{result.search['budget']} evaluations; the plan shown is the best found so "
+                  f"far (exit {EXIT_INTERRUPTED})", markup=False, highlight=False)
+        raise typer.Exit(code=EXIT_INTERRUPTED)
     raise typer.Exit(code=0 if result.feasible else 1)
 
 
@@ -195,6 +300,9 @@ def validate_cmd(
     fit_silicon: bool = typer.Option(False, "--fit-silicon", help="Also fit the operator "
                                      "factors on the measured kernel tables, per device, and "
                                      "print them beside the shipped ones (~5 s)."),
+    serving: bool = typer.Option(False, "--serving", help="Also predict the published "
+                                 "serving-under-load table (data/serving_measurements.csv) "
+                                 "with the request-level simulation (~20 s)."),
 ) -> None:
     """Predict each published measurement with its stated configuration; print the errors."""
     from .report.validate import (
@@ -211,7 +319,7 @@ def validate_cmd(
         _check_output(report, "--report")
         measurements = load_table(table)
         result = validate(measurements, table=table)
-    except PlannerError as exc:
+    except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     # Piped output gets a wide console so the row ids stay whole.
     con = Console() if sys.stdout.isatty() else Console(width=160)
@@ -228,17 +336,43 @@ def validate_cmd(
         from .report.validate import render_kernel_fits
 
         render_kernel_fits(run_kernel_fits(), con)
+    if serving:
+        _render_serving_check(con)
     if fit:
         for spec, values, loss, n in calibrate(measurements):
             con.print(f"fit {spec.name} on {n} calibration rows: mean |ln error| {loss:.3f}; "
                       f"{values}", highlight=False)
 
 
+def _render_serving_check(con: Console) -> None:
+    """Print ``serving.check``'s per-row table and held-out / calibration summaries."""
+    from rich.table import Table
+
+    from .serving.check import predict_table, summarize
+
+    results = predict_table()
+    t = Table(box=None, pad_edge=False, title="serving under load: measured → simulated")
+    for col in ("id", "split", "TTFT ms", "TPOT ms", "output tok/s", "not predicted because"):
+        t.add_column(col)
+    for r in results:
+        cells = [f"{r.measured[m]:.4g} → {r.predicted[m]:.4g}" if m in r.measured else ""
+                 for m in ("ttft_ms", "tpot_ms", "output_tok_s")]
+        t.add_row(r.id, r.split, *cells, r.reason or "")
+    con.print(t)
+    for split in ("held-out", "calibration"):
+        s = summarize(results, split)
+        con.print(f"serving {split} median |error|: TTFT {s['ttft_ms_median_abs_err']:.1%} "
+                  f"(n={s['ttft_ms_n']}), TPOT {s['tpot_ms_median_abs_err']:.1%} "
+                  f"(n={s['tpot_ms_n']}), output tok/s {s['output_tok_s_median_abs_err']:.1%} "
+                  f"(n={s['output_tok_s_n']}); sweep directions {s['sweep_directions']}; "
+                  f"{s['predicted']}/{s['rows']} rows predicted", highlight=False)
+
+
 @app.command("compare")
 def compare_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
-    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = None, kv_dtype: KvDtypeOpt = None,
     engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
     methods: str = typer.Option("rl,sa,mcmc,random,megatron",
@@ -247,15 +381,25 @@ def compare_cmd(
     seeds: int = typer.Option(3, help="Runs per method, seeds --seed .. --seed+N-1."),
     seed: int = typer.Option(0, min=0, help="First seed (>= 0)."),
     out: Path = typer.Option(Path("l2s-compare"), "--out", "-o",
-                             help="Directory for convergence.png and compare.json."),
+                             help="Directory for convergence.png, compare.json and runs/ "
+                                  "(one file per finished run)."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    timing: TimingOpt = True,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted compare in "
+                                "--out: load its finished runs, run the rest."),
 ) -> None:
-    """Run several searchers for N seeds on one problem; print mean/best and ratios."""
+    """Run several searchers for N seeds on one problem; print mean/best and ratios.
+
+    Each finished run is saved in --out/runs/ at once; Ctrl-C prints the table of the finished
+    runs, says how to continue (--resume) and exits 130."""
     from .report.compare import (
+        ComparisonInterrupted,
+        RunStore,
         comparison_to_dict,
         is_seed_independent,
         plot_convergence,
+        problem_fingerprint,
         render_comparison,
         run_comparison,
     )
@@ -273,9 +417,15 @@ def compare_cmd(
             raise PlannerError(f"--methods: {', '.join(twice)} given more than once")
         if seeds < 1 or budget < 1:
             raise PlannerError("--seeds and --budget must be positive")
-        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo, dtype, kv_dtype)
-        cm = make_cost_model(model, cluster, wl, _engine_config(
+        spec = load_model(model)
+        wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
+                       *checkpoint_dtypes(spec, dtype, kv_dtype))
+        cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
+        store = RunStore(out, problem_fingerprint(cm, budget))
+        if store.check(resume):
+            err.print(f"resuming: finished runs are loaded from {store.runs_dir}, not run "
+                      "again", markup=False, highlight=False)
         with _progress(quiet or json_out) as prog:
             tasks: dict[str, TaskID] = {}
 
@@ -288,14 +438,34 @@ def compare_cmd(
                 task = tasks[method]
                 return lambda k: prog.advance(task, k)
 
-            cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)), factory)
-    except PlannerError as exc:
+            try:
+                cmp = run_comparison(cm, names, budget, list(range(seed, seed + seeds)),
+                                     factory, store=store)
+            except ComparisonInterrupted as stop:
+                cmp = stop.comparison
+    except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
+    except OSError as exc:
+        raise _fail(PlannerError(f"--out: cannot save a run in {out}: {exc.strerror}")) \
+            from None
+    if cmp.interrupted:
+        if json_out:
+            sys.stdout.write(json.dumps(comparison_to_dict(cmp, cm, timing=timing), indent=2)
+                             + "\n")
+        else:
+            render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=200))
+        again = [a for a in sys.argv[1:] if a != "--resume"]
+        finished = len(store.files())
+        err.print(f"interrupted (Ctrl-C): {len(cmp.missing)} runs not finished; the table "
+                  f"shows the finished ones, saved in {store.runs_dir} ({finished} files). "
+                  f"Continue with: {shlex.join(['l2s', *again, '--resume'])}",
+                  markup=False, highlight=False)
+        raise typer.Exit(code=EXIT_INTERRUPTED)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
-    data = comparison_to_dict(cmp, cm)
+    data = comparison_to_dict(cmp, cm, timing=timing)
     _write(out / "compare.json", json.dumps(data, indent=2), "--out")
     plot = plot_convergence(cmp, out / "convergence.png")
     if json_out:

@@ -3,7 +3,8 @@
 Bad input raises a :class:`PlannerError` subclass whose message is one line that names the
 file or field and what would be valid; the CLI prints it and exits with code 2. An infeasible
 *strategy* is never an exception: it is an :class:`~learn_to_shard.cost.Estimate` with
-``feasible=False`` and named violations.
+``feasible=False`` and named violations. A broken internal invariant (a bug, not bad input)
+raises an :class:`InternalError`; the CLI prints it as one line and exits with code 3.
 """
 
 from __future__ import annotations
@@ -27,3 +28,8 @@ class NoFeasiblePlanError(PlannerError):
     def __init__(self, message: str, reasons: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.reasons = reasons
+
+
+class InternalError(Exception):
+    """A check of the planner's own consistency failed: a bug to report, never bad input and
+    never a reason to fall back silently to another searcher (CLI exit code 3)."""

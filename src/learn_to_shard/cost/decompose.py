@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import InternalError
 from ..parallel.ops import NUM_OPS, Op
 from ..parallel.placement import S1, P, R
 from ..parallel.space import NUM_COARSE
@@ -954,9 +955,9 @@ def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None
     return out
 
 
-class DecompositionError(RuntimeError):
+class DecompositionError(InternalError):
     """The decomposition disagrees with ``CostModel.evaluate_many`` (the cost model changed in
-    a way :mod:`learn_to_shard.cost.decompose` does not follow)."""
+    a way :mod:`learn_to_shard.cost.decompose` does not follow): a bug, surfaced as such."""
 
 
 def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,

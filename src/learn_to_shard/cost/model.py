@@ -98,6 +98,15 @@ INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
 _TOKENS_CAP = 2**62
 
 
+def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """Layers per stage for ``pp`` stages: explicit, summing to ``num_layers`` (never a floor
+    division that drops layers, FC-15); the remainder goes to the first stages. With ``pp``
+    above the layer count the extra stages are empty (the strategy is invalid by the
+    ``layers`` rule)."""
+    base, rem = divmod(num_layers, pp)
+    return [base + (1 if s < rem else 0) for s in range(pp)]
+
+
 def _req_linear(choice: np.ndarray, layout: np.ndarray) -> np.ndarray:
     """Layout a weight-bearing op needs, given its choice and the arriving layout.
 
@@ -287,31 +296,55 @@ class CostModel:
             self.space = dataclasses.replace(self.space, vocab_multiple=vocab_multiple)
         self.shapes = OpShapes.of(model)
         dev = cluster.device
-        self._wb = float(workload.weight_dtype.bytes)
+        # Weight bytes and GEMM rates follow the checkpoint (ModelSpec.quant, read by
+        # model.hf_config.read_quant): a 4-bit checkpoint (GPTQ/AWQ/compressed-tensors int4,
+        # NVFP4 4.5 bits, MXFP4 4.25 bits, scales included) keeps its size in memory and in
+        # HBM traffic whatever the workload's dtype; FP8 and 16-bit checkpoints are stored as
+        # the workload's dtype says (its FP8 choice is the checkpoint's by default).
+        q = model.quant
+        low = q is not None and q.below_8_bit
+        bits_b = q.weight_bits / 8.0 if q is not None else 0.0
+        self._wb = bits_b if low and q is not None and not q.experts_only \
+            else float(workload.weight_dtype.bytes)
         self._kvb = float(workload.kv_dtype.bytes)
         self._ab = float(workload.activation_dtype.bytes)
         fp8 = workload.weight_dtype is DType.FP8 and dev.peak_fp8_flops_per_s
         c = self.config
         fp8_eff = c.fp8_flops_efficiency if c.fp8_flops_efficiency is not None \
             else c.flops_efficiency
-        self._gemm_flops = (dev.peak_fp8_flops_per_s * fp8_eff if fp8
-                            else dev.peak_bf16_flops_per_s * c.flops_efficiency)
+        bf16_rate = dev.peak_bf16_flops_per_s * c.flops_efficiency
+        fp8_rate = dev.peak_fp8_flops_per_s * fp8_eff if dev.peak_fp8_flops_per_s else bf16_rate
+        # FP4 (NVFP4 / MXFP4) GEMMs run on FP4 tensor cores where the chip has them (B200,
+        # B300, MI355X; DeviceSpec.peak_fp4_flops_per_s), at the FP8 efficiency factor (no FP4
+        # measurement to calibrate against); elsewhere (Hopper, MI300X) the weights are
+        # dequantised in the kernel (vLLM Marlin / Triton) and the math is 16-bit. INT4
+        # weight-only formats always run 16-bit math; W8A8 INT8 runs at the FP8 rate (the
+        # INT8 and FP8 dense peaks are equal on H100/H200/B200/MI300X datasheets).
+        fp4_rate = dev.peak_fp4_flops_per_s * fp8_eff \
+            if q is not None and q.fp4 and dev.peak_fp4_flops_per_s else None
+        if low and q is not None:
+            quant_rate = fp4_rate or bf16_rate
+        elif q is not None and q.int8_activations:
+            quant_rate = fp8_rate
+        else:
+            quant_rate = fp8_rate if fp8 else bf16_rate
+        self._gemm_flops = quant_rate if not (q is not None and q.experts_only) \
+            else (fp8_rate if fp8 else bf16_rate)
+        #: Routed-expert GEMM rate and bytes per weight (differ from the rest only for
+        #: checkpoints that quantise the experts alone, gpt-oss MXFP4).
+        self._expert_flops = quant_rate
         self._attn_flops = dev.peak_bf16_flops_per_s * (
             c.attention_flops_efficiency if c.attention_flops_efficiency is not None
             else c.flops_efficiency)
         self._attn_hbm = dev.hbm_bytes_per_s * (
             c.attention_hbm_efficiency if c.attention_hbm_efficiency is not None
             else c.hbm_efficiency)
-        # FP8 checkpoints keep the embedding and LM head in 16 bits (DeepSeek-V3 FP8, ModelOpt
-        # FP8 exclude lm_head); those two use 16-bit bytes and the 16-bit GEMM rate.
+        # FP8 and 4-bit checkpoints keep the embedding and LM head in 16 bits (DeepSeek-V3
+        # FP8, ModelOpt FP8/NVFP4 exclude lm_head); those two use 16-bit bytes and the 16-bit
+        # GEMM rate.
         self._eb = max(self._wb, float(DType.BF16.bytes))
-        # Routed experts stored below the workload dtype (MXFP4 checkpoints: 4.25 bits) keep
-        # that size in memory and in HBM traffic; their math runs at the workload's rate
-        # (Hopper has no FP4 tensor cores: vLLM's Marlin / Triton MXFP4 kernels dequantise).
-        bits = model.expert_weight_bits
-        self._ewb = min(self._wb, bits / 8.0) if bits else self._wb
-        self._lm_flops = dev.peak_bf16_flops_per_s * c.flops_efficiency if fp8 \
-            else self._gemm_flops
+        self._ewb = bits_b if low else self._wb
+        self._lm_flops = bf16_rate if (fp8 or q is not None) else self._gemm_flops
         self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
         self._usable = max(dev.hbm_bytes * c.memory_utilization - c.runtime_reserved_bytes, 0.0)
         self._domain = cluster.devices_per_node
@@ -361,13 +394,8 @@ class CostModel:
         self._type_counts = counts
 
     def stage_layers(self, pp: int) -> list[int]:
-        """Layers per stage for ``pp`` stages: explicit, summing to the layer count (never a
-        floor division that drops layers, FC-15); the remainder goes to the first stages.
-        With ``pp`` above the layer count the extra stages are empty (the strategy is invalid
-        by the ``layers`` rule)."""
-        n = self.model.num_layers
-        base, rem = divmod(n, pp)
-        return [base + (1 if s < rem else 0) for s in range(pp)]
+        """Layers per stage for ``pp`` stages (:func:`stage_layer_counts`)."""
+        return stage_layer_counts(self.model.num_layers, pp)
 
     # ------------------------------------------------------------------ helpers
     def _link(self, extent: np.ndarray) -> _Link:
@@ -1108,7 +1136,8 @@ class CostModel:
             r_out = np.where(req == S0, np.ceil(pairs_out / etp_f), pairs_out)
             by = touched * w_loc * self._ewb + (r_loc * k_loc + r_out * n_loc) * ab
             m_exp = r_loc / np.maximum(touched, 1.0)          # tokens per local expert
-            comp = self._roofline(fl, by, self._gemm_flops * self._shape_eff(m_exp, k_loc, n_loc))
+            comp = self._roofline(fl, by,
+                                  self._expert_flops * self._shape_eff(m_exp, k_loc, n_loc))
             if act:
                 comp = comp + self._act_pass(r_out * n_loc)
             if reduce:      # the top-k weighted sum: read every output row, write one per token

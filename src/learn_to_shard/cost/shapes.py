@@ -21,7 +21,7 @@ class OpShapes:
         q_out: query projection output width (heads × head_dim).
         kv_out_per_head: K+V projection output width per KV head (GQA: head_dim + v_head_dim).
         qkv_params: all attention input projections of one layer (GQA: H·(q_out + 2·kv·hd);
-            MLA: q_a + q_b (or q) + kv_a + kv_b).
+            MLA: q_a + q_b (or q) + kv_a + kv_b, plus a sparse-attention indexer).
         qkv_out: width of what the input projections hand to attention, per token (GQA:
             ``q_out + kv·(hd + v_hd)``; MLA: the queries ``heads × qk_head_dim`` plus the
             latent ``kv_lora_rank + qk_rope_head_dim``: 25,152 for DeepSeek-V3).
@@ -74,7 +74,10 @@ class OpShapes:
                 q_a, q_b = 0, h * a.num_heads * qk
             kv_a = h * (kv_lora + a.qk_rope_head_dim)
             kv_b = kv_lora * a.num_heads * (qk - a.qk_rope_head_dim + a.v_head_dim)
-            qkv, qkv_rep = q_a + q_b + kv_a + kv_b, q_a + kv_a
+            # DeepSeek-V3.2's lightning indexer (ModelSpec.attention.indexer_params) is
+            # replicated on every rank (vLLM deepseek_v2.py Indexer: ReplicatedLinear).
+            qkv = q_a + q_b + kv_a + kv_b + a.indexer_params
+            qkv_rep = q_a + kv_a + a.indexer_params
             kv_elems = kv_lora + a.qk_rope_head_dim
             qkv_out = a.num_heads * qk + kv_elems
             kv_per_head = 0

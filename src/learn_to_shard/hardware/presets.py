@@ -78,7 +78,9 @@ _POSITIVE_FIELDS = (
     "scale_up_latency_s",
     "scale_out_latency_s",
 )
-_OPTIONAL_POSITIVE_FIELDS = ("peak_fp8_flops_per_s",)
+_OPTIONAL_POSITIVE_FIELDS = ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s")
+#: Fields a device file may leave out (they default to null).
+_DEFAULTED_FIELDS = ("peak_fp4_flops_per_s",)
 _INT_FIELDS = ("scale_up_domain",)
 #: DeviceSpec fields in declaration order, minus ``sources``.
 _SPEC_FIELDS = tuple(f for f in DeviceSpec.__dataclass_fields__ if f != "sources")
@@ -88,6 +90,7 @@ _CLUSTER_KEYS = ("device", "num_devices", "overrides", "name", "notes")
 _UNITS = {
     "peak_bf16_flops_per_s": "FLOP/s",
     "peak_fp8_flops_per_s": "FLOP/s",
+    "peak_fp4_flops_per_s": "FLOP/s",
     "hbm_bytes": "bytes",
     "hbm_bytes_per_s": "bytes/s",
     "scale_up_bytes_per_s": "bytes/s",
@@ -198,13 +201,13 @@ def _device_from_mapping(data: Any, where: str) -> DeviceSpec:
             f"{', '.join(_SPEC_FIELDS)}; got {type(data).__name__}"
         )
     _check_keys(data, _DEVICE_KEYS, where)
-    missing = [f for f in _SPEC_FIELDS if f not in data]
+    missing = [f for f in _SPEC_FIELDS if f not in data and f not in _DEFAULTED_FIELDS]
     if missing:
         raise ConfigError(
             f"{where}: missing field(s) {', '.join(missing)}; a device needs "
             f"{', '.join(_SPEC_FIELDS)}"
         )
-    values = {f: _check_field(f, data[f], where) for f in _SPEC_FIELDS}
+    values = {f: _check_field(f, data.get(f), where) for f in _SPEC_FIELDS}
 
     raw_sources = data.get("sources", {})
     if not isinstance(raw_sources, Mapping):

@@ -22,6 +22,8 @@ class DeviceSpec:
         scale_out_bytes_per_s: per-device scale-out (InfiniBand / EFA) bandwidth, bytes/s.
         scale_up_latency_s: per-collective-step latency inside the domain, seconds.
         scale_out_latency_s: per-collective-step latency across domains, seconds.
+        peak_fp4_flops_per_s: dense FP4 (NVFP4 / MXFP4) tensor-core peak, FLOP/s; ``None``
+            if the chip has no FP4 math (then FP4 weights are dequantised, 16-bit math).
         sources: where each number comes from (field -> citation).
     """
 
@@ -36,6 +38,7 @@ class DeviceSpec:
     scale_out_bytes_per_s: float
     scale_up_latency_s: float
     scale_out_latency_s: float
+    peak_fp4_flops_per_s: float | None = None
     sources: tuple[tuple[str, str], ...] = ()
 
 

@@ -2,7 +2,7 @@
 
 from .hf_config import load_model, shipped_model_names
 from .params import ParamCount, count_params
-from .spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec
+from .spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec, QuantSpec
 
 __all__ = [
     "AttentionKind",
@@ -10,6 +10,7 @@ __all__ = [
     "LayerSpec",
     "ModelSpec",
     "MoESpec",
+    "QuantSpec",
     "ParamCount",
     "count_params",
     "load_model",

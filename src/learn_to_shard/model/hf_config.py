@@ -8,7 +8,26 @@ Supported ``model_type`` values and the HF fields each one reads:
 * ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2`` (MLA attention, ``first_k_dense_replace`` dense
   layers then an MoE layer every ``moe_layer_freq``, shared experts, FP8 weight blocks);
 * ``gpt_oss`` (``layer_types`` sliding/full attention, biases, attention sinks);
-* ``llama4`` (multimodal wrapper; only ``text_config`` is read) and ``llama4_text``.
+* ``llama4`` (multimodal wrapper; only ``text_config`` is read) and ``llama4_text``;
+* ``qwen2`` (Qwen2/2.5: Llama-shaped with q/k/v biases) and ``mistral`` (Llama-shaped,
+  ``sliding_window`` on every layer, explicit ``head_dim``): read by the Llama builder;
+* ``minimax_m2`` (every layer MoE, biased sigmoid router, full-width q/k RMSNorm);
+* ``deepseek_v32`` (DeepSeek-V3 shape plus the sparse-attention lightning indexer) and
+  ``glm_moe_dsa`` (GLM-5: the same MLA + indexer + MoE layout, read by the same builder);
+* multimodal wrappers (``qwen3_vl``, ``qwen3_vl_moe``, ``llava``, ``qwen2_vl``, InternVL, ...):
+  the language model is read from ``text_config`` / ``llm_config`` / ``language_config``
+  (or, for Qwen2-VL's flat layout, from the top level) and its vision tower estimated from
+  ``vision_config``.
+
+Checkpoint formats (``quantization_config`` in config.json, or ModelOpt's
+``hf_quant_config.json`` next to it) are read by :func:`read_quant`. Hybrid models whose
+layers keep a recurrent state instead of a KV cache (Gated-DeltaNet linear attention of
+Qwen3-Next / Qwen3.5, Mamba layers of Jamba / Nemotron-H / Falcon-H1) are refused naming the
+layer type.
+
+``--model`` may also be a HuggingFace repo id (``org/name``), resolved offline from the local
+HuggingFace cache (:func:`hf_cache_dir`); a local file or folder is read before a shipped name
+of the same spelling.
 
 The layer-pattern rules are those of the HF ``transformers`` modelling code for each family
 (cited at the functions below). Encoder-decoder models (T5 / Switch Transformers) and
@@ -17,6 +36,8 @@ DeepSeek-V4's compressed sparse attention are rejected with :class:`UnsupportedM
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
@@ -25,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UnsupportedModelError
 from ..jsonio import loads_strict
-from .spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec
+from .spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec, QuantSpec
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -34,6 +55,8 @@ __all__ = ["SUPPORTED_MODEL_TYPES", "load_model", "shipped_model_names"]
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama",
+    "mistral",
+    "qwen2",
     "qwen3",
     "qwen3_moe",
     "mixtral",
@@ -43,15 +66,56 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "gpt_oss",
     "llama4",
     "llama4_text",
+    "minimax_m2",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "llava",
+    "llava_next",
+    "mistral3",
+    "internvl_chat",
+    "internvl",
 )
-"""``model_type`` values :func:`load_model` accepts."""
+"""``model_type`` values :func:`load_model` accepts (wrappers: if their language model is one
+of the text families)."""
+
+#: Language-model ``model_type`` spellings inside wrappers -> the family builder's key.
+_TEXT_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe",
+                 "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
+#: Keys holding a wrapper's language-model config (HF LLaVA / Qwen-VL: ``text_config``;
+#: InternVL ``llm_config``; DeepSeek-VL2 ``language_config``).
+_WRAPPER_KEYS = ("text_config", "llm_config", "language_config")
+#: Wrappers whose language model sits at the top level when no wrapper key is present
+#: (HF Qwen2VLConfig before transformers 4.53 kept the text fields flat).
+_FLAT_WRAPPERS = {"qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2"}
+#: Hybrid families whose non-attention layers keep a recurrent state per sequence (not a KV
+#: cache) -> the layer type, as named in their HF configs / modelling code.
+_HYBRID_TYPES = {
+    "qwen3_next": "linear_attention (Gated DeltaNet)",
+    "qwen3_5": "linear_attention (Gated DeltaNet)",
+    "qwen3_5_moe": "linear_attention (Gated DeltaNet)",
+    "qwen3_5_text": "linear_attention (Gated DeltaNet)",
+    "qwen3_5_moe_text": "linear_attention (Gated DeltaNet)",
+    "jamba": "mamba (Mamba SSM)",
+    "nemotron_h": "mamba (Mamba-2 SSM)",
+    "falcon_h1": "mamba (Mamba-2 SSM)",
+    "bamba": "mamba (Mamba-2 SSM)",
+    "granitemoehybrid": "mamba (Mamba-2 SSM)",
+    "zamba2": "mamba (Mamba-2 SSM)",
+    "minimax": "linear_attention (lightning attention)",
+}
+#: ``layer_types`` entries that are recurrent-state layers.
+_STATE_LAYER_TYPES = ("linear_attention", "mamba", "mamba2", "conv", "recurrent")
 
 _MISSING: Any = object()
 _ENCODER_DECODER_TYPES = frozenset(
     {"t5", "mt5", "umt5", "switch_transformers", "bart", "mbart", "pegasus", "longt5", "whisper"}
 )
 _GIN_ENCODER_DECODER_KEYS = ("NUM_ENCODER_LAYERS", "NUM_DECODER_LAYERS", "EXPERT_MLP_DIM")
-_DEEPSEEK_V4_KEYS = ("compress_ratios", "o_lora_rank", "hc_mult", "o_groups", "index_topk")
+_DEEPSEEK_V4_KEYS = ("compress_ratios", "o_lora_rank", "hc_mult", "o_groups")
 
 
 #: Largest integer a config field may hold (2**40): real sizes are below 2**31.
@@ -157,11 +221,15 @@ def _models_dir() -> Traversable:
 
 
 def _shipped_files() -> dict[str, Traversable]:
-    return {
-        f.name[: -len(".json")]: f
-        for f in _models_dir().iterdir()
-        if f.name.endswith(".json") and f.is_file()
-    }
+    """Shipped configs: ``<name>.json`` files and ``<name>/config.json`` folders (the folder
+    form also holds a ModelOpt ``hf_quant_config.json``)."""
+    out: dict[str, Traversable] = {}
+    for f in _models_dir().iterdir():
+        if f.name.endswith(".json") and f.is_file():
+            out[f.name[: -len(".json")]] = f
+        elif f.is_dir() and (f / "config.json").is_file():
+            out[f.name] = f / "config.json"
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -180,50 +248,178 @@ def shipped_model_names() -> list[str]:
     """Names of the supported model configs shipped in ``learn_to_shard/data/models``.
 
     Returns:
-        Sorted file stems (e.g. ``"llama-3.1-70b"``) that :func:`load_model` accepts. The shipped
-        configs of unsupported architectures (``switch-c-2048``, ``deepseek-v4-pro``) are left out.
+        Sorted names (file stems such as ``"llama-3.1-70b"``, or folder names such as
+        ``"qwen3-235b-a22b-nvfp4"``) that :func:`load_model` accepts. The shipped configs of
+        unsupported architectures (``switch-c-2048``, ``deepseek-v4-pro``, ``qwen3.5-27b``) are
+        left out.
     """
     return list(_supported_shipped())
 
 
-def _read(name_or_path: str) -> tuple[dict[str, Any], str, str]:
-    """Returns ``(json object, source label, short name)``; raises ConfigError."""
-    shipped = _shipped_files()
-    if name_or_path in shipped:
-        resource = shipped[name_or_path]
-        source, name = str(resource), name_or_path
-        try:
-            text = resource.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{source}: cannot read shipped config: {exc}") from exc
-    else:
-        if not name_or_path.strip():
-            raise ConfigError("--model: empty; give a shipped model name or a config.json path")
-        path = Path(name_or_path)
-        looks_like_path = path.suffix == ".json" or "/" in name_or_path or "\\" in name_or_path
-        if path.is_dir():
-            path = path / "config.json"
-        elif not path.exists() and not looks_like_path:
-            raise ConfigError(
-                f"unknown model '{name_or_path}': not a shipped model or an existing file; "
-                f"shipped models: {', '.join(shipped_model_names())} (or pass a config.json path)"
-            )
-        source = str(path)
-        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-        if not path.is_file():
-            what = "not a regular file" if path.exists() else "config file not found"
-            raise ConfigError(f"{source}: {what} (expected an HF config.json)")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{source}: cannot read config file: {exc}") from exc
+def hf_cache_dir() -> Path:
+    """The HuggingFace hub cache folder, computed from the environment at call time.
+
+    Rule of ``huggingface_hub.constants`` (huggingface_hub 0.23+): ``$HF_HUB_CACHE`` if set,
+    else ``$HF_HOME/hub``, with ``HF_HOME`` defaulting to ``$XDG_CACHE_HOME/huggingface`` and
+    ``XDG_CACHE_HOME`` to ``~/.cache``. (The library reads these once at import; reading them
+    here lets a caller point the planner at another cache without re-importing it.)
+    """
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def _looks_like_repo_id(text: str) -> bool:
+    """``org/name`` with one slash, no ``.json`` suffix and no path syntax."""
+    parts = text.split("/")
+    return (len(parts) == 2 and all(parts) and not text.endswith(".json")
+            and not text.startswith((".", "~")) and "\\" not in text)
+
+
+def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
+    """``(config.json, hf_quant_config.json or None)`` of ``repo_id`` in the local HF cache.
+
+    Uses ``huggingface_hub.try_to_load_from_cache`` (offline: it only reads the cache's
+    ``refs/`` and ``snapshots/`` folders, never the network).
+
+    Raises:
+        ConfigError: the cache holds no ``config.json`` for the repo (the message names the
+            cache folder it looked in and how to fill it).
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    cache = hf_cache_dir()
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache)
+    if not isinstance(found, str):
+        folder = cache / ("models--" + repo_id.replace("/", "--"))
+        raise ConfigError(
+            f"--model {repo_id}: not a shipped model or a local path, and no config.json for "
+            f"it in the HuggingFace cache (looked in {folder}; cache from HF_HUB_CACHE / "
+            f"HF_HOME); nothing is downloaded: run `huggingface-cli download {repo_id} "
+            f"config.json` first, or pass a config.json path")
+    quant = try_to_load_from_cache(repo_id, "hf_quant_config.json", cache_dir=cache)
+    return Path(found), Path(quant) if isinstance(quant, str) else None
+
+
+def _read_text(path: Path | Traversable, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc}") from exc
+
+
+def _json_object(text: str, source: str, what: str) -> dict[str, Any]:
     data = loads_strict(text, source)
     if not isinstance(data, dict):
         raise ConfigError(
-            f"{source}: top level must be a JSON object (an HF config.json), "
-            f"got {type(data).__name__}"
+            f"{source}: top level must be a JSON object ({what}), got {type(data).__name__}")
+    return data
+
+
+class _Source:
+    """Where a config was read from.
+
+    Attributes:
+        data: the config.json object; source: its path; name: the short model name.
+        kind: ``shipped``, ``file`` (a local file or folder) or ``hf-cache``.
+        quant: the ``hf_quant_config.json`` object next to it, or ``None``.
+        quant_source: that file's path.
+    """
+
+    def __init__(self, data: dict[str, Any], source: str, name: str, kind: str,
+                 quant: dict[str, Any] | None = None, quant_source: str = "") -> None:
+        self.data, self.source, self.name, self.kind = data, source, name, kind
+        self.quant, self.quant_source = quant, quant_source
+
+
+def _sibling_quant(config: Path | Traversable) -> tuple[dict[str, Any] | None, str]:
+    """ModelOpt's ``hf_quant_config.json`` beside a config.json, if there is one."""
+    sibling = (config.parent if isinstance(config, Path) else None)
+    if sibling is None:
+        return None, ""
+    path = sibling / "hf_quant_config.json"
+    if not path.is_file():
+        return None, ""
+    return _json_object(_read_text(path, "hf_quant_config.json"), str(path),
+                        "a ModelOpt hf_quant_config.json"), str(path)
+
+
+def _read(name_or_path: str) -> _Source:
+    """Locate and parse a model config: a local file/folder first (it shadows a shipped name
+    of the same spelling), then a shipped name, then an ``org/name`` repo id in the local
+    HuggingFace cache. Raises ConfigError."""
+    shipped = _shipped_files()
+    if not name_or_path.strip():
+        raise ConfigError("--model: empty; give a shipped model name, a config.json path, a "
+                          "model folder or a HuggingFace repo id")
+    path = Path(name_or_path)
+    local = path.exists()
+    if not local and name_or_path in shipped:
+        resource = shipped[name_or_path]
+        data = _json_object(_read_text(resource, "shipped config"), str(resource),
+                            "an HF config.json")
+        quant, quant_source = None, ""
+        if resource.name == "config.json":
+            q = _models_dir() / name_or_path / "hf_quant_config.json"
+            if q.is_file():
+                quant_source = str(q)
+                quant = _json_object(_read_text(q, "hf_quant_config.json"), quant_source,
+                                     "a ModelOpt hf_quant_config.json")
+        return _Source(data, str(resource), name_or_path, "shipped", quant, quant_source)
+    looks_like_path = path.suffix == ".json" or "/" in name_or_path or "\\" in name_or_path
+    if not local and _looks_like_repo_id(name_or_path):
+        config, quant_path = _from_hf_cache(name_or_path)
+        data = _json_object(_read_text(config, "config file"), str(config), "an HF config.json")
+        quant = None if quant_path is None else _json_object(
+            _read_text(quant_path, "hf_quant_config.json"), str(quant_path),
+            "a ModelOpt hf_quant_config.json")
+        return _Source(data, str(config), name_or_path.split("/")[1], "hf-cache", quant,
+                       str(quant_path or ""))
+    if path.is_dir():
+        path = path / "config.json"
+    elif not local and not looks_like_path:
+        raise ConfigError(
+            f"unknown model '{name_or_path}': not a shipped model, an existing file or an "
+            f"org/name HuggingFace repo id; shipped models: {', '.join(shipped_model_names())}"
+            f" (or pass a config.json path)"
         )
-    return data, source, name
+    source = str(path)
+    name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    if not path.is_file():
+        what = "not a regular file" if path.exists() else "config file not found"
+        raise ConfigError(f"{source}: {what} (expected an HF config.json)")
+    data = _json_object(_read_text(path, "config file"), source, "an HF config.json")
+    quant, quant_source = _sibling_quant(path)
+    return _Source(data, source, name, "file", quant, quant_source)
+
+
+def _reject_hybrid(data: dict[str, Any], source: str, prefix: str = "") -> None:
+    """Refuse models whose layers keep a recurrent state instead of a KV cache.
+
+    Raises:
+        UnsupportedModelError: a hybrid ``model_type`` (:data:`_HYBRID_TYPES`) or a
+            ``layer_types`` list with recurrent-state layers; the message names the layer type
+            and how many layers have it.
+    """
+    model_type = data.get("model_type")
+    types = data.get("layer_types")
+    state = [t for t in types if isinstance(t, str) and t.startswith(_STATE_LAYER_TYPES)] \
+        if isinstance(types, list) else []
+    pattern = data.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and "M" in pattern:
+        state = ["mamba"] * pattern.count("M")
+    if not state and model_type not in _HYBRID_TYPES:
+        return
+    kind = _HYBRID_TYPES.get(str(model_type), state[0] if state else "recurrent")
+    count = f"{len(state)} of {len(types) if isinstance(types, list) else '?'} layers" \
+        if isinstance(types, list) and state else "its non-attention layers"
+    raise UnsupportedModelError(
+        f"{source}: {prefix}model_type {model_type!r} is a hybrid model: layer type {kind} "
+        f"({count}) keeps a fixed-size recurrent state per sequence, not a KV cache, and the "
+        f"planner does not model that state; supported: attention-only decoders "
+        f"({_supported_list()})")
 
 
 def _reject_unsupported(data: dict[str, Any], source: str) -> None:
@@ -245,6 +441,10 @@ def _reject_unsupported(data: dict[str, Any], source: str) -> None:
         )
     if model_type is None:
         raise ConfigError(f"{source}: missing required field 'model_type' ({supported})")
+    for key in _WRAPPER_KEYS:      # the language model's own layer list is the most specific
+        if isinstance(data.get(key), dict):
+            _reject_hybrid(data[key], source, f"{key}.")
+    _reject_hybrid(data, source)
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedModelError(
             f"{source}: model_type {_short(model_type)} is not supported; {supported}"
@@ -256,7 +456,10 @@ def _reject_unsupported(data: dict[str, Any], source: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _gqa_attention(f: _Fields, hidden: int, *, qk_norm: bool, sinks: bool = False) -> AttentionSpec:
+def _gqa_attention(f: _Fields, hidden: int, *, qk_norm: bool, sinks: bool = False,
+                   qkv_bias: bool | None = None) -> AttentionSpec:
+    """GQA/MHA/MQA attention fields; ``qkv_bias`` forces q/k/v biases (Qwen2: always on, o_proj
+    unbiased, HF Qwen2Attention) instead of ``attention_bias`` (q/k/v/o alike)."""
     heads = f.integer("num_attention_heads")
     kv_heads = f.integer("num_key_value_heads", heads)
     if heads % kv_heads:
@@ -280,7 +483,7 @@ def _gqa_attention(f: _Fields, hidden: int, *, qk_norm: bool, sinks: bool = Fals
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         v_head_dim=head_dim,
-        qkv_bias=bias,
+        qkv_bias=bias if qkv_bias is None else qkv_bias,
         o_bias=bias,
         qk_norm=qk_norm,
         sinks=sinks,
@@ -310,78 +513,225 @@ def _moe_check(f: _Fields, num_experts: int, top_k: int, top_k_key: str) -> None
 
 
 def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
-    """Fields every family shares (``data`` is the top-level object, for dtype/architectures)."""
+    """Fields every family shares (``data`` is the top-level object, for dtype/architectures;
+    a wrapper's ``text_config`` may carry its own ``dtype``)."""
     archs = data.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    dtype = data.get("torch_dtype", data.get("dtype", f.data.get("torch_dtype")))
+    dtype = data.get("torch_dtype", data.get("dtype", f.data.get("torch_dtype",
+                                                                   f.data.get("dtype"))))
     return {
         "architecture": arch or str(data["model_type"]),
         "hidden_size": f.integer("hidden_size"),
         "vocab_size": f.integer("vocab_size"),
-        "tie_word_embeddings": f.flag("tie_word_embeddings", False),
+        "tie_word_embeddings": f.flag("tie_word_embeddings",
+                                      data.get("tie_word_embeddings") is True),
         "native_dtype": dtype if isinstance(dtype, str) else "bfloat16",
         "max_position_embeddings": f.integer("max_position_embeddings", 0, minimum=0),
-        "expert_weight_bits": _expert_weight_bits(f),
     }
 
 
-#: Bits per routed-expert weight of checkpoints whose experts are quantised below 8 bits:
-#: MXFP4 is 4-bit E2M1 values with one 8-bit E8M0 scale per 32 (OCP Microscaling Formats
-#: spec v1.0), 4 + 8/32 = 4.25 bits; gpt-oss quantises only its experts (its
-#: ``modules_to_not_convert`` lists attention, router, embedding and LM head).
-_EXPERT_BITS = {"mxfp4": 4.25}
-#: Quantisation methods whose weights the workload's ``--dtype fp8`` describes: FP8
-#: checkpoints (DeepSeek ``fp8``, Meta's ``fbgemm_fp8``; ModelOpt and compressed-tensors are
-#: checked for 8-bit float weights in :func:`_is_fp8`).
-_DTYPE_QUANT = ("fp8", "fbgemm_fp8")
+#: Bits of one scale or zero-point entry: FP16/BF16 scales (GPTQ, AWQ, compressed-tensors
+#: int), FP8 E4M3 scales per 16 values (NVFP4, NVIDIA "Introducing NVFP4", 2025), E8M0 scales
+#: per 32 values (MXFP4, OCP Microscaling Formats spec v1.0).
+_SCALE16_BITS = 16.0
+#: Formats and the words users see in refusals.
+_SUPPORTED_QUANT = ("fp8 (per-tensor, per-channel, 128x128 blocks), fbgemm_fp8, ModelOpt "
+                    "FP8 / NVFP4 / W4A16_AWQ, gptq and awq (2/3/4/8-bit), compressed-tensors "
+                    "(int4/int8 weight-only, W8A8 int8, fp8, nvfp4), mxfp4")
 
 
-def _is_fp8(method: object, q: dict[str, Any]) -> bool:
-    """Whether a ModelOpt / compressed-tensors ``quantization_config`` stores 8-bit floats."""
-    if method == "modelopt":     # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO (128×128 blocks)
-        return str(q.get("quant_algo", "")).upper().startswith("FP8")
-    if method == "compressed-tensors":
-        if q.get("format") == "float-quantized":
-            return True
-        groups = q.get("config_groups")
-        if isinstance(groups, dict) and groups:
-            weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)]
-            return all(isinstance(w, dict) and w.get("num_bits") == 8
-                       and w.get("type") == "float" for w in weights) and bool(weights)
-    return False
+def _group_bits(bits: int, group: int | None, *, zero_point: bool) -> float:
+    """Stored bits per weight of a group-quantised integer format: the packed value, one
+    16-bit scale per ``group`` input elements and, with zero points, one packed ``bits``-bit
+    zero point per group (GPTQ/AWQ ``qweight``/``scales``/``qzeros`` layout, AutoGPTQ and
+    AutoAWQ; vLLM ``gptq.py``/``awq.py``). ``group`` None: one scale per output channel
+    (negligible per weight)."""
+    if group is None:
+        return float(bits)
+    return bits + (_SCALE16_BITS + (bits if zero_point else 0)) / group
 
 
-def _expert_weight_bits(f: _Fields) -> float | None:
-    """``quantization_config.quant_method`` -> bits per expert weight (None: the dtype's).
+def _modelopt_quant(algo: Any, q: dict[str, Any], source: str, is_moe: bool) -> QuantSpec:
+    """A ModelOpt ``quant_algo`` (``hf_quant_config.json`` ``quantization.quant_algo``).
 
     Raises:
-        UnsupportedModelError: a method the cost model cannot price (AWQ, GPTQ, bitsandbytes,
-            …): planning it at 16 or 8 bits would misstate what fits.
+        UnsupportedModelError: an algorithm the cost model does not price.
     """
+    name = str(algo).upper()
+    excluded = q.get("exclude_modules") or []
+    # A MoE checkpoint that leaves attention unquantised stores only its experts in 4 bits.
+    experts_only = is_moe and isinstance(excluded, list) and any(
+        isinstance(m, str) and "attn" in m for m in excluded)
+    if name.startswith("FP8"):     # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO
+        return QuantSpec(f"modelopt:{name}", 8.0, fp8=True, source=source)
+    group = q.get("group_size")
+    if name == "NVFP4":
+        g = group if isinstance(group, int) and not isinstance(group, bool) else 16
+        if g != 16:
+            raise ConfigError(f"{source}: NVFP4 group_size must be 16 (one FP8 scale per 16 "
+                              f"FP4 values), got {_short(group)}")
+        return QuantSpec("modelopt:NVFP4", 4.0 + 8.0 / 16, fp4=True, group_size=16,
+                         experts_only=experts_only, source=source)
+    if name in ("W4A16_AWQ", "W4A8_AWQ", "INT4_AWQ"):
+        g = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 \
+            else 128
+        return QuantSpec(f"modelopt:{name}", _group_bits(4, g, zero_point=False),
+                         group_size=g, experts_only=experts_only, source=source)
+    raise UnsupportedModelError(
+        f"{source}: ModelOpt quant_algo {_short(algo)} is not modelled; supported: "
+        f"{_SUPPORTED_QUANT}")
+
+
+def _int_group(q: _Fields, key: str, default: Any) -> int | None:
+    """A ``group_size`` entry: a positive integer, or -1 / null for per-channel scales."""
+    value = q.data.get(key, default)
+    if value is None or value == -1:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise q.error(key, "a positive integer or -1 (per-channel)", value)
+    return value
+
+
+def _compressed_tensors(q: _Fields, source: str, is_moe: bool) -> QuantSpec:
+    """compressed-tensors (llm-compressor) ``config_groups``: every group must quantise its
+    weights the same way (``num_bits``, ``type``, ``strategy``, ``group_size``). A MoE model
+    whose ``ignore`` list keeps attention unquantised stores only its experts that way."""
+    ignore = q.data.get("ignore") or []
+    experts_only = is_moe and isinstance(ignore, list) and any(
+        isinstance(m, str) and "attn" in m for m in ignore)
+    groups = q.data.get("config_groups")
+    if q.data.get("format") == "float-quantized" and not groups:
+        return QuantSpec("compressed-tensors:float-quantized", 8.0, fp8=True, source=source)
+    if not isinstance(groups, dict) or not groups:
+        raise q.error("config_groups", "a non-empty object of quantisation groups", groups)
+    schemes = set()
+    for name, group in groups.items():
+        w = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(w, dict):
+            raise q.error(f"config_groups.{name}.weights", "a JSON object", w)
+        a = group.get("input_activations")
+        schemes.add((w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("group_size"),
+                     w.get("symmetric", True) is not False,
+                     a.get("num_bits") if isinstance(a, dict) else None,
+                     a.get("type") if isinstance(a, dict) else None))
+    if len(schemes) != 1:
+        raise UnsupportedModelError(f"{source}: compressed-tensors config_groups mix weight "
+                                    f"schemes {sorted(map(str, schemes))}; not modelled")
+    bits, kind, strategy, group, sym, a_bits, a_kind = schemes.pop()
+    fmt = q.data.get("format")
+    if kind == "float" and bits == 8:
+        return QuantSpec(f"compressed-tensors:{fmt}", 8.0, fp8=True, source=source)
+    if kind == "float" and bits == 4 and group == 16:
+        return QuantSpec(f"compressed-tensors:{fmt}", 4.5, fp4=True, group_size=16,
+                         experts_only=experts_only, source=source)
+    if kind == "int" and bits in (4, 8):
+        g = group if strategy == "group" and isinstance(group, int) and group > 0 else None
+        if strategy == "group" and g is None:
+            raise q.error("config_groups.*.weights.group_size",
+                          "a positive integer for strategy 'group'", group)
+        w8a8 = bits == 8 and a_bits == 8 and a_kind == "int"
+        return QuantSpec(f"compressed-tensors:{fmt}", _group_bits(bits, g, zero_point=not sym),
+                         int8_activations=w8a8, group_size=g,
+                         experts_only=experts_only and bits == 4, source=source)
+    raise UnsupportedModelError(
+        f"{source}: compressed-tensors weights num_bits {bits!r} type {kind!r} strategy "
+        f"{strategy!r} are not modelled; supported: {_SUPPORTED_QUANT}")
+
+
+def read_quant(f: _Fields, hf_quant: dict[str, Any] | None, hf_quant_source: str,
+               is_moe: bool) -> QuantSpec | None:
+    """The checkpoint's weight format, or ``None`` for a 16-bit checkpoint.
+
+    Bits per weight (scales included): FP8 8; NVFP4 4 + 8/16 = 4.5 (E2M1 values, one E4M3
+    scale per 16); MXFP4 4 + 8/32 = 4.25 (E8M0 scale per 32, OCP MX spec v1.0); GPTQ / AWQ /
+    compressed-tensors integer ``b`` bits with group ``g``: ``b + (16 + b)/g`` with zero
+    points, ``b + 16/g`` symmetric (:func:`_group_bits`). Per-tensor/channel/128×128-block
+    scales add under 0.01 bit and are not counted.
+
+    Args:
+        f: the config.json (or wrapper) fields holding ``quantization_config``.
+        hf_quant: ModelOpt ``hf_quant_config.json`` next to config.json, if present (wins).
+        hf_quant_source: its path.
+        is_moe: the model has routed experts (MXFP4 checkpoints that keep attention in 16
+            bits quantise only the experts).
+
+    Raises:
+        UnsupportedModelError: bitsandbytes, or a method / algorithm not modelled.
+        ConfigError: a ``quantization_config`` without ``quant_method`` or with malformed
+            fields (the message names the field).
+    """
+    if hf_quant is not None:
+        section = hf_quant.get("quantization")
+        if not isinstance(section, dict) or "quant_algo" not in section:
+            raise ConfigError(f"{hf_quant_source}: missing 'quantization.quant_algo' (a "
+                              f"ModelOpt hf_quant_config.json)")
+        if section["quant_algo"] is not None:
+            return _modelopt_quant(section["quant_algo"], section, hf_quant_source, is_moe)
     if not f.has("quantization_config"):
         return None
     q = f.obj("quantization_config")
+    source = f"{f.source} ({f.prefix}quantization_config)"
     method = q.data.get("quant_method")
-    if method in _EXPERT_BITS:
-        return _EXPERT_BITS[method]
-    if method is None or method in _DTYPE_QUANT or _is_fp8(method, q.data):
-        return None
-    algo = q.data.get("quant_algo")
-    what = f"{method!r}" + (f" (quant_algo {algo!r})" if algo is not None else "")
+    bnb_keys = [k for k in ("load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type")
+                if k in q.data]
+    if method == "bitsandbytes" or bnb_keys:
+        raise UnsupportedModelError(
+            f"{source}: bitsandbytes checkpoints are not modelled (their 4/8-bit kernels "
+            f"dequantise on every forward and shard unlike the formats below); re-quantise "
+            f"with AWQ / GPTQ / FP8, or plan the 16-bit original; supported: {_SUPPORTED_QUANT}")
+    if method is None:
+        raise ConfigError(
+            f"{source}: has no 'quant_method', so the stored weight format is unknown (planning "
+            f"it at 16 bits would misstate what fits); give quant_method, one of: "
+            f"{_SUPPORTED_QUANT}")
+    if method in ("fp8", "fbgemm_fp8"):
+        return QuantSpec(str(method), 8.0, fp8=True, source=source)
+    if method == "mxfp4":
+        keep = q.data.get("modules_to_not_convert") or []
+        experts_only = is_moe and isinstance(keep, list) and any(
+            isinstance(m, str) and "attn" in m for m in keep)
+        return QuantSpec("mxfp4", 4.0 + 8.0 / 32, fp4=True, group_size=32,
+                         experts_only=experts_only, source=source)
+    if method in ("gptq", "awq"):
+        bits_key = "bits" if "bits" in q.data or method == "gptq" else "w_bit"
+        bits = q.integer(bits_key, 4, maximum=8)
+        if bits not in (2, 3, 4, 8):
+            raise q.error(bits_key, "2, 3, 4 or 8", bits)
+        group = _int_group(q, "group_size" if "group_size" in q.data or method == "gptq"
+                           else "q_group_size", 128)
+        # GPTQ checkpoints store qzeros even when symmetric (AutoGPTQ layout); AWQ only with
+        # zero_point (its default).
+        zero = method == "gptq" or q.data.get("zero_point", True) is not False
+        return QuantSpec(str(method), _group_bits(bits, group, zero_point=zero),
+                         group_size=group, source=source)
+    if method == "compressed-tensors":
+        return _compressed_tensors(q, source, is_moe)
+    if method == "modelopt":
+        return _modelopt_quant(q.data.get("quant_algo"), q.data, source, is_moe)
     raise UnsupportedModelError(
-        f"{f.source}: quantization_config.quant_method {what} is not modelled; supported: "
-        f"FP8 checkpoints (fp8, fbgemm_fp8, ModelOpt FP8, compressed-tensors float8; plan "
-        f"with --dtype fp8), mxfp4 (expert weights at 4.25 bits), or none (16-bit weights)")
+        f"{source}: quant_method {_short(method)} is not modelled; supported: "
+        f"{_SUPPORTED_QUANT}")
 
 
 def _weight_block_size(f: _Fields) -> tuple[int, int] | None:
+    """``quantization_config.weight_block_size`` (DeepSeek / Qwen / MiniMax block FP8), or a
+    compressed-tensors ``block_structure``, in any family; ``None`` when not block-scaled."""
     if not f.has("quantization_config"):
         return None
     q = f.obj("quantization_config")
-    if not q.has("weight_block_size"):
-        return None
+    key = "weight_block_size"
+    if not q.has(key):
+        groups = q.data.get("config_groups")
+        for g in (groups.values() if isinstance(groups, dict) else ()):
+            w = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(w, dict) and w.get("strategy") == "block":
+                q = _Fields(w, f.source, f"{q.prefix}config_groups.*.weights.")
+                key = "block_structure"
+                break
+        else:
+            return None
     block = q.items(
-        "weight_block_size",
+        key,
         2,
         lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
         "positive integers",
@@ -394,21 +744,27 @@ def _weight_block_size(f: _Fields) -> tuple[int, int] | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _dense(f: _Fields, data: dict[str, Any], *, qk_norm: bool) -> dict[str, Any]:
-    """Llama / Qwen3. Windows: ``layer_types`` if present, else Qwen's ``use_sliding_window``
-    rule (HF Qwen3Config: layer i slides iff i >= ``max_window_layers``)."""
+def _dense(f: _Fields, data: dict[str, Any], *, qk_norm: bool, qkv_bias: bool | None = None,
+           window_all: bool = False) -> dict[str, Any]:
+    """Llama / Mistral / Qwen2 / Qwen3 (one builder: they differ only in the flags).
+    Windows: ``layer_types`` if present; else with ``window_all`` (Mistral, HF MistralAttention)
+    ``sliding_window`` on every layer; else Qwen's ``use_sliding_window`` rule (HF
+    Qwen2Config / Qwen3Config: layer i slides iff i >= ``max_window_layers``)."""
     common = _common(f, data)
     num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     window = f.opt_integer("sliding_window")
     windows = _windows_from_layer_types(
         f, num_layers, {"full_attention": None, "sliding_attention": window}
     )
+    if windows is None and window_all:
+        windows = [window] * num_layers
     if windows is None:
         start = f.integer("max_window_layers", num_layers, minimum=0)
         slide = window if f.flag("use_sliding_window", False) else None
         windows = [slide if i >= start else None for i in range(num_layers)]
     return common | {
-        "attention": _gqa_attention(f, common["hidden_size"], qk_norm=qk_norm),
+        "attention": _gqa_attention(f, common["hidden_size"], qk_norm=qk_norm,
+                                    qkv_bias=qkv_bias),
         "dense_intermediate_size": f.integer("intermediate_size"),
         "gated_mlp": True,
         "mlp_bias": f.flag("mlp_bias", False),
@@ -462,8 +818,13 @@ def _qwen3_moe(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
-    """DeepSeek-V2/V3 and Kimi-K2 (HF DeepseekV3DecoderLayer): layer i is MoE iff
+    """DeepSeek-V2/V3/V3.2 and Kimi-K2 (HF DeepseekV3DecoderLayer): layer i is MoE iff
     ``n_routed_experts`` is set, ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``.
+
+    DeepSeek-V3.2 (``index_topk``) adds a lightning indexer per layer (deepseek-ai/
+    DeepSeek-V3.2-Exp ``inference/model.py`` class ``Indexer``): ``wq_b`` q_lora_rank x
+    (index_n_heads * index_head_dim), ``wk`` H x index_head_dim, ``k_norm`` LayerNorm
+    (weight + bias, index_head_dim each), ``weights_proj`` H x index_n_heads.
 
     Only the main model is described: the multi-token-prediction layers counted by
     ``num_nextn_predict_layers`` are ignored (they are not used for ordinary decoding).
@@ -473,6 +834,13 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     heads = f.integer("num_attention_heads")
     rope = f.integer("qk_rope_head_dim", minimum=0)
     bias = f.flag("attention_bias", False)
+    indexer, topk = 0, None
+    if f.has("index_topk"):
+        topk = f.integer("index_topk")
+        n_idx, d_idx = f.integer("index_n_heads"), f.integer("index_head_dim")
+        hidden = f.integer("hidden_size")
+        indexer = (f.integer("q_lora_rank") * n_idx * d_idx + hidden * d_idx + 2 * d_idx
+                   + hidden * n_idx)
     attention = AttentionSpec(
         kind=AttentionKind.MLA,
         num_heads=heads,
@@ -484,6 +852,8 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         qk_rope_head_dim=rope,
         qkv_bias=bias,
         o_bias=bias,
+        indexer_params=indexer,
+        sparse_topk=topk,
     )
     num_experts = f.opt_integer("n_routed_experts")
     first_dense = f.integer("first_k_dense_replace", 0, minimum=0)
@@ -512,7 +882,6 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         "gated_mlp": True,
         "moe": moe,
         "layers": tuple(LayerSpec(is_moe=m) for m in is_moe),
-        "weight_block_size": _weight_block_size(f),
     }
 
 
@@ -592,44 +961,138 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _minimax_m2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """MiniMax-M2 (MiniMaxAI/MiniMax-M2 ``modeling_minimax_m2.py``): every layer is MoE with
+    ``num_local_experts`` experts of width ``intermediate_size``, a sigmoid router with an
+    ``e_score_correction_bias`` (``use_routing_bias``), GQA attention with q/k RMSNorm over all
+    heads (``qk_norm_type: per_layer``). The MTP modules (``use_mtp``) are not part of the
+    main model and are not counted."""
+    common = _common(f, data)
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
+    num_experts = f.integer("num_local_experts")
+    top_k = f.integer("num_experts_per_tok")
+    _moe_check(f, num_experts, top_k, "num_experts_per_tok")
+    shared = f.integer("shared_intermediate_size", 0, minimum=0)
+    qk_norm = f.flag("use_qk_norm", False)
+    attention = _gqa_attention(f, common["hidden_size"], qk_norm=qk_norm)
+    full = qk_norm and f.string("qk_norm_type", "per_layer") == "per_layer"
+    return common | {
+        "attention": dataclasses.replace(attention, qk_norm_full_width=full),
+        "dense_intermediate_size": 0,
+        "gated_mlp": True,
+        "moe": MoESpec(num_experts, top_k, f.integer("intermediate_size"),
+                       num_shared_experts=1 if shared else 0, shared_intermediate_size=shared,
+                       router_bias=f.flag("use_routing_bias", False)),
+        "layers": tuple(LayerSpec(is_moe=True) for _ in range(num_layers)),
+    }
+
+
+def _vision_params(data: dict[str, Any]) -> int:
+    """Estimated parameters of a wrapper's vision tower from ``vision_config`` (0 if absent).
+
+    ViT blocks only, with biases (CLIP / SigLIP / Qwen-VL layout): per block q/k/v/o
+    ``4 H² + 4 H``, MLP ``2 H I + I + H``, two LayerNorms ``4 H``; plus the patch embedding
+    ``C · P² · T · H``. Projector / merger weights are not included, so this undercounts by a
+    few percent; the cost model does not use it (the plan says so).
+    """
+    v = data.get("vision_config")
+    if not isinstance(v, dict):
+        return 0
+
+    def num(*keys: str, default: int = 0) -> int:
+        for k in keys:
+            x = v.get(k)
+            if isinstance(x, int) and not isinstance(x, bool) and x > 0:
+                return x
+        return default
+
+    h = num("hidden_size", "embed_dim", "width")
+    depth = num("depth", "num_hidden_layers", "layers")
+    inter = num("intermediate_size", "mlp_dim", default=4 * h)
+    patch = num("patch_size", default=14)
+    blocks = depth * (4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h)
+    return blocks + num("in_channels", "num_channels", default=3) * patch * patch \
+        * num("temporal_patch_size", default=1) * h
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """Reads a model config and returns its :class:`ModelSpec`.
 
     Args:
-        name_or_path: a shipped model name (file stem in ``learn_to_shard/data/models``, see
-            :func:`shipped_model_names`, e.g. ``"llama-3.1-70b"``), a path to an HF
-            ``config.json``, or a directory holding one.
+        name_or_path: a path to an HF ``config.json`` or a model folder holding one (and
+            optionally ModelOpt's ``hf_quant_config.json``), read first so that a local copy
+            shadows a shipped name; a shipped model name (see :func:`shipped_model_names`,
+            e.g. ``"llama-3.1-70b"``); or a HuggingFace repo id ``org/name`` found in the
+            local HF cache (:func:`hf_cache_dir`; nothing is downloaded).
 
     Returns:
-        The model's spec. ``name`` is the shipped name or the file stem (the parent directory's
-        name for a file called ``config.json``); ``source`` is the file read. For DeepSeek-style
-        configs only the main model is described (MTP layers are ignored); for Llama-4 only the
-        text model.
+        The model's spec. ``name`` is the shipped name, the file stem (the parent directory's
+        name for a file called ``config.json``) or the repo id's name; ``source`` is the file
+        read and ``source_kind`` which of the three places it came from. For DeepSeek-style
+        configs only the main model is described (MTP layers are ignored); for multimodal
+        wrappers the language model (``vision_params`` estimates the vision tower).
 
     Raises:
         ConfigError: unknown shipped name (the message lists the shipped names), missing or
             unreadable file, invalid JSON, or a missing / wrongly typed required field (the
             message names the file and the field and says what would be valid).
         UnsupportedModelError: a well-formed config of an architecture the planner cannot model
-            (unknown ``model_type``, encoder-decoder such as Switch-C, DeepSeek-V4 attention);
-            the message lists the supported ``model_type`` values.
+            (unknown ``model_type``, encoder-decoder such as Switch-C, DeepSeek-V4 attention,
+            hybrid linear-attention / Mamba layers, an unpriced quantisation format); the
+            message lists what is supported.
     """
-    data, source, name = _read(name_or_path)
+    src = _read(name_or_path)
+    data, source = src.data, src.source
     _reject_unsupported(data, source)
     top = _Fields(data, source)
     model_type = data["model_type"]
-    if model_type in ("llama", "qwen3"):
-        fields = _dense(top, data, qk_norm=model_type == "qwen3")
-    elif model_type == "mixtral":
-        fields = _mixtral(top, data)
-    elif model_type == "qwen3_moe":
-        fields = _qwen3_moe(top, data)
-    elif model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
-        fields = _deepseek(top, data)
-    elif model_type == "gpt_oss":
-        fields = _gpt_oss(top, data)
-    elif model_type == "llama4":
-        fields = _llama4(top.obj("text_config"), data)
-    else:  # llama4_text
-        fields = _llama4(top, data)
-    return ModelSpec(name=name, source=source, **fields)
+    wrapper: str | None = None
+    f, text_type = top, model_type
+    key = next((k for k in _WRAPPER_KEYS if isinstance(data.get(k), dict)), None)
+    if key is not None and model_type not in ("llama4_text",):
+        f = top.obj(key)
+        wrapper = model_type
+        text_type = f.data.get("model_type", _FLAT_WRAPPERS.get(model_type, "llama"))
+        if model_type == "llama4":
+            text_type = "llama4_text"
+    elif model_type in _FLAT_WRAPPERS:
+        wrapper, text_type = model_type, _FLAT_WRAPPERS[model_type]
+    elif model_type in ("llava", "llava_next", "mistral3", "internvl_chat", "internvl",
+                        "qwen3_vl", "qwen3_vl_moe"):
+        raise top.error("text_config", "a JSON object (the wrapper's language model)")
+    text_type = _TEXT_ALIASES.get(str(text_type), text_type)
+    if text_type == "llama4":
+        text_type = "llama4_text"
+    builders: dict[str, Callable[[], dict[str, Any]]] = {
+        "llama": lambda: _dense(f, data, qk_norm=False),
+        "mistral": lambda: _dense(f, data, qk_norm=False, window_all=True),
+        "qwen2": lambda: _dense(f, data, qk_norm=False, qkv_bias=True),
+        "qwen3": lambda: _dense(f, data, qk_norm=True),
+        "mixtral": lambda: _mixtral(f, data),
+        "qwen3_moe": lambda: _qwen3_moe(f, data),
+        "deepseek_v2": lambda: _deepseek(f, data),
+        "deepseek_v3": lambda: _deepseek(f, data),
+        "deepseek_v32": lambda: _deepseek(f, data),
+        "glm_moe_dsa": lambda: _deepseek(f, data),     # GLM-5: the DeepSeek-V3.2 layout
+        "kimi_k2": lambda: _deepseek(f, data),
+        "gpt_oss": lambda: _gpt_oss(f, data),
+        "llama4_text": lambda: _llama4(f, data),
+        "minimax_m2": lambda: _minimax_m2(f, data),
+    }
+    if text_type not in builders:
+        raise UnsupportedModelError(
+            f"{source}: {key or 'model'}.model_type {_short(text_type)} (the language model of "
+            f"wrapper {model_type!r}) is not supported; supported language models: "
+            f"{', '.join(builders)}")
+    fields = builders[str(text_type)]()
+    is_moe = fields["moe"] is not None
+    # quantization_config sits at the top level (or, rarely, inside the text config).
+    qf = top if top.has("quantization_config") or not f.has("quantization_config") else f
+    quant = read_quant(qf, src.quant, src.quant_source, is_moe)
+    block = _weight_block_size(qf)
+    expert_bits = quant.weight_bits if quant is not None and quant.below_8_bit \
+        and quant.experts_only else None
+    return ModelSpec(name=src.name, source=source, source_kind=src.kind, quant=quant,
+                     weight_block_size=block, expert_weight_bits=expert_bits,
+                     wrapper=wrapper, vision_params=_vision_params(data) if wrapper else 0,
+                     **fields)

@@ -11,7 +11,13 @@ Counts follow the HF ``transformers`` module layout of each family, tensor by te
 * Router: H x E, plus E for a router bias (gpt-oss) or DeepSeek's ``e_score_correction_bias``.
 * Norms (RMSNorm weights): two per layer (input, post-attention), the final norm, per-head q/k
   norms of width d (Qwen3), MLA's ``q_a_layernorm`` (r_q) and ``kv_a_layernorm`` (r_kv).
-  Llama-4's q/k norm is a weightless L2 norm and adds nothing.
+  Llama-4's q/k norm is a weightless L2 norm and adds nothing. MiniMax-M2's full-width q/k
+  norms hold ``n_h d`` and ``n_kv d`` weights; Gemma-2/3 (``post_norms``) have four per-layer
+  norms.
+* DeepSeek-V3.2's lightning indexer: ``AttentionSpec.indexer_params`` per layer, counted with
+  the attention.
+* Multimodal wrappers: the vision tower estimate ``ModelSpec.vision_params`` (in ``total``
+  and ``vision``; not active per text token).
 
 Weights are counted in parameters; multiply by bytes per parameter for memory.
 """
@@ -56,6 +62,7 @@ class ParamCount:
         routed_experts: all routed experts of all MoE layers.
         shared_experts: all shared experts of all MoE layers.
         norms: every norm weight (per-layer, final, q/k norms, MLA latent norms).
+        vision: the vision tower of a multimodal wrapper (an estimate; 0 for plain LMs).
     """
 
     total: int
@@ -68,6 +75,7 @@ class ParamCount:
     routed_experts: int
     shared_experts: int
     norms: int
+    vision: int = 0
 
     @property
     def active_with_embedding(self) -> int:
@@ -102,12 +110,12 @@ def attention_params(spec: ModelSpec) -> int:
         kv = h * (kv_rank + a.qk_rope_head_dim) + kv_rank * a.num_heads * (nope + a.v_head_dim)
         kv += (kv_rank + a.qk_rope_head_dim) if a.qkv_bias else 0  # kv_a_proj_with_mqa bias
         o = a.num_heads * a.v_head_dim * h + (h if a.o_bias else 0)
-        return q + kv + o
+        return q + kv + o + a.indexer_params
     q_out = a.num_heads * a.head_dim
     kv_out = a.num_kv_heads * (a.head_dim + a.v_head_dim)
     weights = h * (q_out + kv_out) + a.num_heads * a.v_head_dim * h
     biases = (q_out + kv_out if a.qkv_bias else 0) + (h if a.o_bias else 0)
-    return weights + biases + (a.num_heads if a.sinks else 0)
+    return weights + biases + (a.num_heads if a.sinks else 0) + a.indexer_params
 
 
 def layer_norm_params(spec: ModelSpec) -> int:
@@ -122,8 +130,10 @@ def layer_norm_params(spec: ModelSpec) -> int:
         Parameter count of one layer's norms (the final norm is not included).
     """
     a = spec.attention
-    n = 2 * spec.hidden_size
-    if a.qk_norm and "llama4" not in spec.architecture.lower():
+    n = (4 if spec.post_norms else 2) * spec.hidden_size
+    if a.qk_norm and a.qk_norm_full_width:
+        n += (a.num_heads + a.num_kv_heads) * a.head_dim
+    elif a.qk_norm and "llama4" not in spec.architecture.lower():
         n += 2 * a.head_dim
     if a.kind is AttentionKind.MLA:
         n += (a.q_lora_rank or 0) + (a.kv_lora_rank or 0)
@@ -205,7 +215,8 @@ def count_params(spec: ModelSpec) -> ParamCount:
         spec: the model.
 
     Returns:
-        The totals and a per-component breakdown; the components sum to ``total``.
+        The totals and a per-component breakdown; the components (``vision`` included) sum to
+        ``total``.
     """
     h, v = spec.hidden_size, spec.vocab_size
     n_layers, n_moe = spec.num_layers, spec.num_moe_layers
@@ -218,7 +229,8 @@ def count_params(spec: ModelSpec) -> ParamCount:
     routed = n_moe * (spec.moe.num_experts if spec.moe else 0) * expert_params(spec)
     shared = n_moe * shared_expert_params(spec)
     routed_active = n_moe * (spec.moe.top_k if spec.moe else 0) * expert_params(spec)
-    total = embedding + lm_head + attention + norms + dense_mlp + router + routed + shared
+    total = embedding + lm_head + attention + norms + dense_mlp + router + routed + shared \
+        + spec.vision_params
     active = attention + norms + dense_mlp + router + routed_active + shared + v * h
     return ParamCount(
         total=total,
@@ -231,4 +243,5 @@ def count_params(spec: ModelSpec) -> ParamCount:
         routed_experts=routed,
         shared_experts=shared,
         norms=norms,
+        vision=spec.vision_params,
     )

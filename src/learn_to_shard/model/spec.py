@@ -36,6 +36,15 @@ class AttentionSpec:
         o_bias: whether the output projection carries a bias.
         qk_norm: per-head RMSNorm on q and k (Qwen3, Llama-4 with use_qk_norm).
         sinks: per-head learned attention sinks (gpt-oss).
+        qk_norm_full_width: the q/k RMSNorms span all heads at once (MiniMax-M2
+            ``qk_norm_type: per_layer``: weights of ``num_heads * head_dim`` and
+            ``num_kv_heads * head_dim``) rather than one head (``head_dim`` each, Qwen3).
+        indexer_params: weights of a sparse-attention indexer per layer (DeepSeek-V3.2's
+            lightning indexer: ``wq_b``, ``wk``, ``k_norm``, ``weights_proj``); 0 if none.
+        sparse_topk: keys each query attends to under DeepSeek sparse attention
+            (``index_topk``); ``None`` for dense attention. Informational: the cost model
+            prices attention as dense MLA (an upper bound on attention time at contexts
+            above ``sparse_topk``) and does not count the indexer's key cache.
     """
 
     kind: AttentionKind
@@ -50,6 +59,49 @@ class AttentionSpec:
     o_bias: bool = False
     qk_norm: bool = False
     sinks: bool = False
+    qk_norm_full_width: bool = False
+    indexer_params: int = 0
+    sparse_topk: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuantSpec:
+    """How a checkpoint stores its linear-layer weights (from ``quantization_config`` in
+    ``config.json`` or ModelOpt's ``hf_quant_config.json``).
+
+    Attributes:
+        method: ``quant_method`` (``fp8``, ``gptq``, ``awq``, ``compressed-tensors``,
+            ``mxfp4``, ``modelopt``, ``fbgemm_fp8``) with the ModelOpt ``quant_algo`` or the
+            compressed-tensors format after a colon, e.g. ``"modelopt:NVFP4"``.
+        weight_bits: stored bits per quantised weight, scales and zero points included
+            (formulas at :func:`learn_to_shard.model.hf_config.read_quant`).
+        fp8: the weights are 8-bit floats (FP8 GEMM math where the chip has it).
+        fp4: the weights are FP4 E2M1 with block scales (NVFP4, MXFP4): FP4 tensor-core
+            math where the chip has it (``DeviceSpec.peak_fp4_flops_per_s``), else the
+            weights are dequantised and the math runs at the workload's rate.
+        int8_activations: weights and activations are INT8 (compressed-tensors W8A8).
+        group_size: input-dimension (K) elements per scale of group-quantised weights
+            (GPTQ/AWQ/compressed-tensors ``group_size``, NVFP4 16, MXFP4 32); ``None`` for
+            per-tensor / per-channel / 2-D block scales. A row-parallel shard (a split of K)
+            must hold whole groups.
+        experts_only: only the routed experts are quantised (gpt-oss MXFP4 leaves attention,
+            router, embedding and LM head in 16 bits).
+        source: the file the quantisation was read from.
+    """
+
+    method: str
+    weight_bits: float
+    fp8: bool = False
+    fp4: bool = False
+    int8_activations: bool = False
+    group_size: int | None = None
+    experts_only: bool = False
+    source: str = ""
+
+    @property
+    def below_8_bit(self) -> bool:
+        """True for 4-bit formats (weights stored below the FP8 workload dtype)."""
+        return self.weight_bits < 8.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +170,20 @@ class ModelSpec:
         expert_weight_bits: bits per routed-expert weight, scales included, when the
             checkpoint stores its experts below the workload's dtype (MXFP4: 4.25); ``None``:
             experts are stored like the other weights.
-        source: path of the config file read.
+        source: path of the config file read (for a HuggingFace repo id: the cached
+            snapshot file; for a shipped name shadowed by a local file: that file).
+        quant: the checkpoint's weight quantisation, ``None`` for 16-bit checkpoints.
+        post_norms: each layer has four RMSNorms (Gemma-2/3: pre/post attention and
+            pre/post FFN) rather than two.
+        vision_params: parameters of the vision tower of a multimodal wrapper (estimated
+            from ``vision_config``, see :func:`learn_to_shard.model.params.vision_params`);
+            counted in :class:`~learn_to_shard.model.params.ParamCount` only, not in the
+            cost model's memory or time (the plan says so).
+        wrapper: ``model_type`` of the multimodal wrapper the language model was taken from
+            (``qwen3_vl``, ``llava``, ...), ``None`` for a plain LM.
+        source_kind: ``shipped`` (a config in the package), ``file`` (a local file or
+            folder, which is read before a shipped name of the same spelling) or
+            ``hf-cache`` (a HuggingFace repo id found in the local HF cache).
     """
 
     name: str
@@ -137,6 +202,19 @@ class ModelSpec:
     max_position_embeddings: int = 0
     expert_weight_bits: float | None = None
     source: str = ""
+    quant: QuantSpec | None = None
+    post_norms: bool = False
+    vision_params: int = 0
+    wrapper: str | None = None
+    source_kind: str = "file"
+
+    @property
+    def checkpoint_dtype(self) -> str:
+        """Workload weight dtype the checkpoint implies: ``"fp8"`` for FP8 checkpoints (and
+        W8A8), else ``"bf16"`` (16-bit checkpoints; 4-bit ones, whose stored size the cost
+        model takes from :attr:`quant` whatever the dtype)."""
+        q = self.quant
+        return "fp8" if q is not None and (q.fp8 or q.int8_activations) else "bf16"
 
     @property
     def num_layers(self) -> int:

@@ -50,6 +50,10 @@ RULES: tuple[tuple[str, str], ...] = (
      "every sharded dim of a block-quantised weight must be a multiple of its block"),
     ("vocab", "a vocabulary split (embedding Shard(0), lm_head Shard(1)) needs the vocabulary, "
      "padded to the engine's multiple (vLLM/SGLang: 64), divisible by tp"),
+    ("quant_group",
+     "an input-dim (row-parallel) shard of a group-quantised weight must hold whole scale "
+     "groups (GPTQ/AWQ/compressed-tensors group_size, NVFP4 16), and INT4 Marlin kernels need "
+     "every shard's K % 128 == 0 and N % 64 == 0"),
 )
 RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
 
@@ -289,33 +293,92 @@ class StrategySpace:
             flag("vocab", split & vocab_split & ~div(padded, tp))
         if m.weight_block_size is not None:
             flag("quant_block", self._quant_block_bad(dims, tp, etp))
+        quant = m.quant
+        if quant is not None and (quant.group_size is not None or quant.below_8_bit) \
+                and quant.method != "mxfp4":
+            flag("quant_group", self._quant_group_bad(dims, tp, etp))
         return bits
 
+    def _split_dims(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray, *,
+                    experts_only: bool = False
+                    ) -> list[tuple[np.ndarray, int, np.ndarray, bool]]:
+        """Every (is-split mask, full size, group, is-K) of the sharded weight dims.
+
+        ``is-K`` marks a split of a weight's input dim (row parallel: ``dense_down`` /
+        ``expert_down`` / ``o_proj`` Shard(0) and up / qkv Shard(0) over the hidden dim);
+        the others split output columns (column parallel, Shard(1) of up / qkv, Shard(1) of
+        down / o over the hidden dim). GQA ``qkv_proj`` column splits are checked per
+        projection (q: heads·d, k/v: KV heads·d, replicated when tp > kv heads).
+        """
+        m = self.model
+        h = m.hidden_size
+        d = lambda o: dims[:, int(o)]  # noqa: E731
+        out: list[tuple[np.ndarray, int, np.ndarray, bool]] = []
+
+        def pair(up: Op, down: Op, width: int, g: np.ndarray) -> None:
+            out.append((d(up) == 1, width, g, False))
+            out.append((d(down) == 0, width, g, True))
+            out.append((d(up) == 0, h, g, True))
+            out.append((d(down) == 1, h, g, False))
+
+        if not experts_only:
+            att = m.attention
+            if att.kind is AttentionKind.GQA:
+                out.append((d(Op.QKV_PROJ) == 1, att.num_heads * att.head_dim, tp, False))
+                kv = att.num_kv_heads
+                kv_split = (d(Op.QKV_PROJ) == 1) & ((kv % np.maximum(tp, 1)) == 0)
+                out.append((kv_split, kv * att.head_dim, tp, False))
+                out.append((d(Op.QKV_PROJ) == 0, h, tp, True))
+                out.append((d(Op.O_PROJ) == 0, att.num_heads * att.v_head_dim, tp, True))
+                out.append((d(Op.O_PROJ) == 1, h, tp, False))
+            if m.has_dense_ffn:
+                pair(Op.DENSE_UP, Op.DENSE_DOWN, m.dense_intermediate_size, tp)
+            if m.has_shared_experts and m.moe is not None:
+                pair(Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN,
+                     m.moe.num_shared_experts * m.moe.shared_intermediate_size, tp)
+        if m.is_moe and m.moe is not None:
+            pair(Op.EXPERT_UP, Op.EXPERT_DOWN, m.moe.expert_intermediate_size, etp)
+        return out
+
+    def _quant_group_bad(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray
+                         ) -> np.ndarray:
+        """Group-quantised checkpoints: each K shard holds whole groups (vLLM
+        ``gptq_marlin.py`` / ``awq_marlin.py`` and ModelOpt NVFP4 ``create_weights``:
+        ``input_size_per_partition % group_size``); INT4 Marlin kernels also need
+        ``K_shard % 128`` and ``N_shard % 64`` (vLLM ``marlin_utils.py``
+        ``GPTQ_MARLIN_MIN_THREAD_K = 128``, ``GPTQ_MARLIN_MIN_THREAD_N = 64``,
+        ``check_marlin_supports_shape``)."""
+        q = self.model.quant
+        assert q is not None
+        marlin = not q.fp4 and q.below_8_bit
+        out = np.zeros(len(dims), dtype=bool)
+        for mask, size, t, is_k in self._split_dims(dims, tp, etp,
+                                                    experts_only=q.experts_only):
+            tt = np.maximum(t, 1)
+            loc = size // tt
+            bad = (size % tt) != 0
+            if is_k and q.group_size is not None:
+                bad |= (loc % q.group_size) != 0
+            if marlin:
+                bad |= (loc % (128 if is_k else 64)) != 0
+            out |= mask & (t > 1) & bad
+        return out
+
     def _quant_block_bad(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray) -> np.ndarray:
-        """Block-quantised checkpoints (e.g. DeepSeek FP8, 128×128): each sharded weight dim
-        divided by its group must stay a multiple of the block (SGLang issue 3345, FC-09)."""
+        """Block-quantised checkpoints (DeepSeek / Qwen3 / MiniMax FP8, 128×128), any family:
+        each sharded weight dim divided by its group must stay a multiple of the block
+        (vLLM ``fp8.py`` ``validate_fp8_block_shape``: output and input partition sizes
+        divisible by ``weight_block_size``; SGLang issue 3345, FC-09). E.g. Qwen3-30B-A3B-FP8
+        expert width 768 over 8 ranks = 96 columns is refused."""
         m = self.model
         assert m.weight_block_size is not None
-        blk = max(m.weight_block_size)
-        h = m.hidden_size
-
-        def bad(size: int, t: np.ndarray) -> np.ndarray:
-            return (t > 1) & (((size % t) != 0) | (((size // np.maximum(t, 1)) % blk) != 0))
-
+        blk_n, blk_k = m.weight_block_size
         out = np.zeros(len(dims), dtype=bool)
-        d = lambda o: dims[:, int(o)]  # noqa: E731
-        if any(not layer.is_moe for layer in m.layers):
-            ffn = m.dense_intermediate_size
-            out |= ((d(Op.DENSE_UP) == 1) | (d(Op.DENSE_DOWN) == 0)) & bad(ffn, tp)
-            out |= ((d(Op.DENSE_UP) == 0) | (d(Op.DENSE_DOWN) == 1)) & bad(h, tp)
-        if m.is_moe and m.moe is not None:
-            ffn = m.moe.expert_intermediate_size
-            out |= ((d(Op.EXPERT_UP) == 1) | (d(Op.EXPERT_DOWN) == 0)) & bad(ffn, etp)
-            out |= ((d(Op.EXPERT_UP) == 0) | (d(Op.EXPERT_DOWN) == 1)) & bad(h, etp)
-            if m.moe.num_shared_experts:
-                width = m.moe.num_shared_experts * m.moe.shared_intermediate_size
-                s_up, s_down = d(Op.SHARED_EXPERT_UP), d(Op.SHARED_EXPERT_DOWN)
-                out |= ((s_up == 1) | (s_down == 0)) & bad(width, tp)
+        for mask, size, t, is_k in self._split_dims(dims, tp, etp):
+            tt = np.maximum(t, 1)
+            blk = blk_k if is_k else blk_n
+            bad = ((size % tt) != 0) | (((size // tt) % blk) != 0)
+            out |= mask & (t > 1) & bad
         return out
 
     def violations(self, s: Strategy | np.ndarray) -> tuple[str, ...]:

@@ -10,16 +10,31 @@ paper's Fig. 3), the mean evaluations spent (invalid ones included) and the mean
 
 Seed-independent searchers (``megatron``, ``megatron-rule``, and any searcher whose class sets
 ``deterministic = True``) run once; that run stands for every seed.
+
+Interruption and resumption: with a :class:`RunStore` every finished (method, seed) run is
+written to ``DIR/runs/<method>-seed<seed>.json`` as soon as it finishes (temporary file, then
+``os.replace``, so a file is whole or absent), with a fingerprint of the problem
+(:func:`problem_fingerprint`). A Ctrl-C raises :class:`ComparisonInterrupted` carrying the
+comparison of the runs finished so far; a later :func:`run_comparison` with the same store loads
+those runs instead of running them again, so it reaches the result of an uninterrupted run
+(searches are deterministic for a given seed on one machine, see docs/design.md).
+
+Wall-clock values are the only ones that differ between two comparisons with the same inputs;
+:func:`comparison_to_dict` keeps all of them under one ``"timing"`` key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -27,8 +42,9 @@ from rich.table import Table
 
 from .. import __version__
 from ..cost.model import CostModel
+from ..errors import PlannerError
 from ..search import get_searcher
-from ..search.base import ProgressFn, SearchResult
+from ..search.base import ProgressFn, SearchResult, is_timing_key
 
 #: Searchers whose result does not depend on the seed (run once per comparison).
 SEED_INDEPENDENT = frozenset({"megatron", "megatron-rule"})
@@ -78,8 +94,14 @@ class Comparison:
         problem: model, cluster, workload and space size (for reports).
         budget: evaluation budget per run.
         seeds: seeds used.
-        summaries: one per method, in the order asked.
-        wall_s: total wall time.
+        summaries: one per method, in the order asked (when interrupted: the methods with
+            at least one finished run, summarised over those runs).
+        wall_s: wall time of this call, seconds (runs loaded from a store cost none).
+        optimum: the exact optimum, tokens/s per device (``None``: unknown).
+        optimum_note: how the optimum was obtained, or why it is unknown.
+        optimum_wall_s: seconds spent computing the optimum (``None``: not computed here).
+        missing: (method, seed) runs not finished (non-empty only when interrupted).
+        interrupted: Ctrl-C stopped the comparison before every run finished.
     """
 
     problem: dict[str, object]
@@ -89,6 +111,9 @@ class Comparison:
     wall_s: float
     optimum: float | None = None
     optimum_note: str = ""
+    optimum_wall_s: float | None = None
+    missing: list[tuple[str, int]] = field(default_factory=list)
+    interrupted: bool = False
 
     def summary(self, method: str) -> MethodSummary | None:
         """The summary of ``method``, if it was run."""
@@ -135,25 +160,169 @@ def add_ratios(summaries: list[MethodSummary], optimum: float | None = None) -> 
         }
 
 
-def exact_optimum(cm: CostModel, time_limit_s: float | None,
+def exact_optimum(cm: CostModel, time_limit_s: float | None = None,
                   summaries: list[MethodSummary] | None = None) -> tuple[float | None, str]:
     """The exact optimum of ``cm`` (reusing an ``exact`` run among ``summaries``), or None with
-    the reason when it is not tractable within ``time_limit_s``."""
+    the reason when it needs more than the exact search's default work limit
+    (:data:`~learn_to_shard.search.exact.DEFAULT_WORK_LIMIT`, a deterministic count) or, if
+    given, more than ``time_limit_s`` seconds."""
     for s in summaries or []:
         if s.method == "exact":
             return s.best, "from the exact run"
-    from ..search.exact import try_exact
+    from ..search.exact import DEFAULT_WORK_LIMIT, try_exact
 
-    t0 = time.perf_counter()
     res = try_exact(cm, time_limit_s)
     if res is None:
-        return None, f"exact not tractable within {time_limit_s:g} s"
-    return res.best_objective, f"exact optimum in {time.perf_counter() - t0:.1f} s"
+        limit = f"{DEFAULT_WORK_LIMIT:,} units of work" + (
+            "" if time_limit_s is None else f" or {time_limit_s:g} s")
+        return None, f"exact not tractable within {limit}"
+    return res.best_objective, f"exact optimum ({res.notes['exact_work']:,} units of work)"
+
+
+# ---------------------------------------------------------------------------- run store
+#: Sub-directory of ``--out`` holding one file per finished run.
+RUNS_DIR = "runs"
+#: Layout version of a run file.
+RUN_FORMAT = 1
+
+
+def _digest(value: object) -> str:
+    text = json.dumps(_jsonable(value), sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def problem_fingerprint(cm: CostModel, budget: int) -> dict[str, object]:
+    """What a stored run depends on besides its method and seed: the package version, the
+    budget and a SHA-256 prefix (16 hex digits) of each of model, cluster, workload and
+    cost-model factors (every field of their dataclasses)."""
+    return {"version": __version__, "budget": budget,
+            "model": _digest(dataclasses.asdict(cm.model)),
+            "cluster": _digest(dataclasses.asdict(cm.cluster)),
+            "workload": _digest(dataclasses.asdict(cm.workload)),
+            "cost_model": _digest(dataclasses.asdict(cm.config))}
+
+
+class RunStore:
+    """The finished runs of one comparison, one JSON file each in ``directory/runs/``.
+
+    Args:
+        directory: the comparison's output directory (``l2s compare --out``).
+        fingerprint: :func:`problem_fingerprint` of the problem being compared.
+    """
+
+    def __init__(self, directory: Path, fingerprint: dict[str, object]) -> None:
+        self.directory = Path(directory)
+        self.fingerprint = fingerprint
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where the run files are."""
+        return self.directory / RUNS_DIR
+
+    def path(self, method: str, seed: int) -> Path:
+        """The file of run (``method``, ``seed``)."""
+        return self.runs_dir / f"{method}-seed{seed}.json"
+
+    def files(self) -> list[Path]:
+        """Run files present, sorted (temporary files of an unfinished write excluded)."""
+        if not self.runs_dir.is_dir():
+            return []
+        return sorted(p for p in self.runs_dir.glob("*.json") if not p.name.startswith("."))
+
+    def _read(self, path: Path) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PlannerError(f"--resume: cannot read run file {path} ({exc}); delete it to "
+                               "run that seed again") from None
+        if not isinstance(data, dict) or data.get("format") != RUN_FORMAT \
+                or not isinstance(data.get("result"), dict):
+            raise PlannerError(f"--resume: {path} is not an l2s compare run file (format "
+                               f"{RUN_FORMAT}); delete it or use another --out")
+        return data
+
+    def check(self, resume: bool) -> int:
+        """Refuse a directory that cannot be used; return how many run files it holds.
+
+        Raises:
+            PlannerError: without ``resume``, the directory already holds run files (they
+                would be mixed with new ones); with it, a run file is unreadable or belongs to
+                another problem (its fingerprint differs: the message names the fields).
+        """
+        files = self.files()
+        if files and not resume:
+            raise PlannerError(f"--out: {self.directory} holds {len(files)} finished runs of "
+                               "an earlier compare; add --resume to continue it, or choose "
+                               "another --out")
+        for f in files:
+            other = self._read(f).get("fingerprint")
+            if other != self.fingerprint:
+                differ = sorted(k for k in self.fingerprint
+                                if not isinstance(other, dict) or other.get(k)
+                                != self.fingerprint[k])
+                raise PlannerError(f"--resume: {f} is a run of a different problem "
+                                   f"({', '.join(differ) or 'fingerprint'} "
+                                   f"{'differs' if len(differ) == 1 else 'differ'}); use "
+                                   "another --out or leave out --resume")
+        return len(files)
+
+    def load(self, method: str, seed: int) -> SearchResult | None:
+        """The stored run (``method``, ``seed``), or None if it has not finished.
+
+        Raises:
+            PlannerError: the file is unreadable or of another problem.
+        """
+        path = self.path(method, seed)
+        if not path.exists():
+            return None
+        data = self._read(path)
+        if data.get("fingerprint") != self.fingerprint:
+            raise PlannerError(f"--resume: {path} is a run of a different problem; use "
+                               "another --out or leave out --resume")
+        try:
+            return SearchResult.from_dict(data["result"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlannerError(f"--resume: {path}: bad run record ({exc}); delete it to run "
+                               "that seed again") from None
+
+    def save(self, result: SearchResult) -> Path:
+        """Write ``result`` atomically (temporary file in the same folder, then
+        ``os.replace``); returns its path.
+
+        Raises:
+            OSError: the folder cannot be created or written.
+        """
+        path = self.path(result.method, result.seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(_jsonable({"format": RUN_FORMAT, "fingerprint": self.fingerprint,
+                                     "result": result.to_dict()}), separators=(",", ":"))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # hidden: not a run file
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return path
+
+
+class ComparisonInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_comparison`; a ``KeyboardInterrupt`` subclass.
+
+    Attributes:
+        comparison: the runs finished before the interrupt (``interrupted`` True, ``missing``
+            the runs still to do, no optimum).
+    """
+
+    def __init__(self, comparison: Comparison) -> None:
+        super().__init__(f"comparison interrupted, {len(comparison.missing)} runs missing")
+        self.comparison = comparison
 
 
 def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Sequence[int],
                    progress: ProgressFactory | None = None,
-                   optimum_time_limit_s: float | None = 30.0) -> Comparison:
+                   optimum_time_limit_s: float | None = None,
+                   store: RunStore | None = None) -> Comparison:
     """Run every method for every seed on ``cm``.
 
     Args:
@@ -161,13 +330,20 @@ def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Se
         methods: searcher names (see :func:`learn_to_shard.search.searcher_names`).
         budget: evaluations per run (exhaustive searchers ignore it and report their count).
         seeds: seeds; seed-independent methods run once.
-        progress: optional factory of per-run progress callbacks.
+        progress: optional factory of per-run progress callbacks (a run loaded from ``store``
+            advances its callback by its evaluations at once).
         optimum_time_limit_s: time allowed for the exact optimum that every method is measured
-            against ("fraction of optimum"); 0 skips it.
+            against ("fraction of optimum"); 0 skips it; ``None`` (default): only the exact
+            search's deterministic work limit applies, so the column does not depend on load.
+        store: where finished runs are saved as they finish and loaded from instead of being
+            run again (see :class:`RunStore`); ``None``: nothing is saved.
 
     Raises:
         KeyError: for an unknown method (the message lists the valid ones).
         ValueError: for an empty method or seed list or a non-positive budget.
+        ComparisonInterrupted: on Ctrl-C; carries the comparison of the finished runs.
+        PlannerError: a stored run file is unreadable or of another problem.
+        OSError: a finished run cannot be saved.
     """
     if not methods:
         raise ValueError("no methods to compare")
@@ -178,24 +354,48 @@ def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Se
     for m in methods:
         get_searcher(m)          # fail fast on a typo, before any run
     t0 = time.perf_counter()
-    summaries = []
-    for m in methods:
-        runs: list[SearchResult] = []
-        if is_seed_independent(m):
-            cb = progress(m, seeds[0]) if progress else None
-            r = get_searcher(m).search(cm, budget, seeds[0], cb)
-            runs = [r] * len(seeds)
-        else:
-            for s in seeds:
-                cb = progress(m, s) if progress else None
-                runs.append(get_searcher(m).search(cm, budget, s, cb))
-        summaries.append(summarise(m, runs))
-    optimum, note = (None, "not computed") if optimum_time_limit_s == 0 \
-        else exact_optimum(cm, optimum_time_limit_s, summaries)
+    plan = [(m, s) for m in methods for s in (seeds[:1] if is_seed_independent(m) else seeds)]
+    done: dict[tuple[str, int], SearchResult] = {}
+
+    def summaries_of_done() -> list[MethodSummary]:
+        out = []
+        for m in methods:
+            if is_seed_independent(m):
+                runs = [done[(m, seeds[0])]] * len(seeds) if (m, seeds[0]) in done else []
+            else:
+                runs = [done[(m, s)] for s in seeds if (m, s) in done]
+            if runs:
+                out.append(summarise(m, runs))
+        return out
+
+    try:
+        for m, s in plan:
+            cb = progress(m, s) if progress else None
+            r = store.load(m, s) if store is not None else None
+            if r is None:
+                r = get_searcher(m).search(cm, budget, s, cb)
+                if store is not None:
+                    store.save(r)
+            elif cb is not None:
+                cb(r.evaluations)
+            done[(m, s)] = r
+        summaries = summaries_of_done()
+        t_opt = time.perf_counter()
+        optimum, note = (None, "not computed") if optimum_time_limit_s == 0 \
+            else exact_optimum(cm, optimum_time_limit_s, summaries)
+        opt_wall = None if optimum_time_limit_s == 0 else time.perf_counter() - t_opt
+    except KeyboardInterrupt:
+        partial = summaries_of_done()
+        add_ratios(partial, None)
+        raise ComparisonInterrupted(Comparison(
+            problem=_problem(cm), budget=budget, seeds=list(seeds), summaries=partial,
+            wall_s=time.perf_counter() - t0, optimum=None,
+            optimum_note="not computed: interrupted",
+            missing=[k for k in plan if k not in done], interrupted=True)) from None
     add_ratios(summaries, optimum)
     return Comparison(problem=_problem(cm), budget=budget, seeds=list(seeds),
                       summaries=summaries, wall_s=time.perf_counter() - t0, optimum=optimum,
-                      optimum_note=note)
+                      optimum_note=note, optimum_wall_s=opt_wall)
 
 
 # ---------------------------------------------------------------------------- table
@@ -225,6 +425,8 @@ def comparison_table(cmp: Comparison) -> Table:
     t.add_column("wall s/run", justify="right")
     for s in cmp.summaries:
         once = " (once)" if len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs) else ""
+        if len(s.runs) < n:
+            once = f" ({len(s.runs)} of {n} runs)"
         t.add_row(s.method + once, f"{s.mean:,.2f}", f"{s.best:,.2f}",
                   _fmt_ratio(s.ratios.get("mean/random")),
                   _fmt_ratio(s.ratios.get("best/megatron")),
@@ -238,7 +440,9 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
     """Print the comparison table and a line on runs that found nothing feasible."""
     console.print(comparison_table(cmp))
     opt = f"{cmp.optimum:,.4f} tok/s/dev" if cmp.optimum is not None else "unknown"
-    console.print(f"optimum: {opt} ({cmp.optimum_note})", highlight=False)
+    took = "" if cmp.optimum_wall_s is None or cmp.optimum is None \
+        else f" in {cmp.optimum_wall_s:.1f} s"
+    console.print(f"optimum: {opt} ({cmp.optimum_note}{took})", highlight=False)
     for s in cmp.summaries:
         if s.found < len(s.runs):
             console.print(f"{s.method}: {len(s.runs) - s.found} of {len(s.runs)} runs found no "
@@ -316,12 +520,19 @@ def _jsonable(v: object) -> object:
     return v
 
 
-def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None) -> dict[str, object]:
+def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None,
+                       timing: bool = True) -> dict[str, object]:
     """JSON-ready dictionary: problem, summaries with ratios, per-run results, curves, and
     (with ``cm``) the cost-model factors the runs were priced with.
 
     Curves are sampled at :data:`CURVE_POINTS` evenly spaced evaluation counts (``curve_at``).
     With ``cm``, each run's best strategy is also given in the short readable form.
+    ``interrupted`` and ``missing_runs`` (``[method, seed]`` pairs) tell a partial comparison.
+
+    Every wall-clock value (total, optimum, per method and per run, and the searchers'
+    ``*_wall_s`` notes) is under ``"timing"`` alone, the last key; ``timing=False`` leaves it
+    out, and what remains is the same, byte for byte, for the same inputs and seeds on the
+    same machine, whether the runs ran in one call or were resumed from a :class:`RunStore`.
     """
     step = max(1, cmp.budget // CURVE_POINTS)
     at = list(range(step, cmp.budget + 1, step))
@@ -329,26 +540,36 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None) -> dict[str
         at.append(cmp.budget)
     idx = np.asarray(at) - 1
     methods = {}
+    clock: dict[str, object] = {}
     for s in cmp.summaries:
         curves = _padded_curves(s, cmp.budget)
         runs = []
+        run_clock = []
         for r, c in zip(s.runs, curves, strict=True):
             runs.append({
                 "seed": r.seed, "best_tokens_per_s_per_device": r.best_objective,
                 "best_action": None if r.best_action is None else r.best_action.tolist(),
                 "best_strategy": None if r.best_action is None or cm is None
                 else cm.space.decode(r.best_action).short(),
-                "evaluations": r.evaluations, "wall_s": r.wall_s,
-                "curve": c[idx].tolist(), "notes": r.notes})
+                "evaluations": r.evaluations, "curve": c[idx].tolist(),
+                "notes": {k: v for k, v in r.notes.items() if not is_timing_key(k)}})
+            run_clock.append({"seed": r.seed, "wall_s": r.wall_s,
+                              **{k: v for k, v in r.notes.items() if is_timing_key(k)}})
         methods[s.method] = {
             "mean_tokens_per_s_per_device": s.mean, "best_tokens_per_s_per_device": s.best,
-            "ratios": s.ratios, "evaluations_mean": s.evaluations, "wall_s_mean": s.wall_s,
+            "ratios": s.ratios, "evaluations_mean": s.evaluations,
             "runs_with_feasible": s.found,
             "seed_independent": len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs),
             "runs": runs}
-    return _jsonable({"version": __version__, "problem": cmp.problem, "budget": cmp.budget,
-                      "seeds": cmp.seeds, "wall_s": cmp.wall_s, "curve_at": at,
-                      "optimum_tokens_per_s_per_device": cmp.optimum,
-                      "optimum_note": cmp.optimum_note,
-                      "cost_model": None if cm is None else dataclasses.asdict(cm.config),
-                      "methods": methods})  # type: ignore[return-value]
+        clock[s.method] = {"wall_s_mean": s.wall_s, "runs": run_clock}
+    out: dict[str, object] = {
+        "version": __version__, "problem": cmp.problem, "budget": cmp.budget,
+        "seeds": cmp.seeds, "curve_at": at, "optimum_tokens_per_s_per_device": cmp.optimum,
+        "optimum_note": cmp.optimum_note, "interrupted": cmp.interrupted,
+        "missing_runs": [[m, s] for m, s in cmp.missing],
+        "cost_model": None if cm is None else dataclasses.asdict(cm.config),
+        "methods": methods}
+    if timing:
+        out["timing"] = {"wall_s": cmp.wall_s, "optimum_wall_s": cmp.optimum_wall_s,
+                         "methods": clock}
+    return _jsonable(out)  # type: ignore[return-value]

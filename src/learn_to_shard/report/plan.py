@@ -7,8 +7,9 @@ import math
 from dataclasses import dataclass, field
 
 from .. import __version__
-from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate
-from ..search.base import SearchResult
+from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
+from ..parallel.strategy import Strategy
+from ..search.base import SearchResult, is_timing_key
 from ..workload import Workload
 
 
@@ -37,11 +38,18 @@ class Plan:
             reasons (the best rejected ones when nothing is feasible).
         reasons: when infeasible, why (the closest candidate's violations and rule counts).
         violation_counts: rule name -> evaluations that broke it.
-        search: evaluations, wall time, seed, budget and searcher notes.
+        search: evaluations, wall time, seed, budget and searcher notes (``interrupted``:
+            True when Ctrl-C stopped the search and ``best`` is the best found so far).
         engine: the engine profile the cost model assumed (``None``: the defaults).
         cost_model: every cost-model factor the estimates used (field -> value).
         expert_weight_bits: bits per routed-expert weight when the checkpoint stores its
             experts below the workload dtype (MXFP4: 4.25), else ``None``.
+        num_layers: the model's decoder layers (for the per-stage layer lists).
+        model_source: the config file read and where it came from (shipped, a local file or
+            folder — saying so when it shadows a shipped name of the same spelling — or the
+            HuggingFace cache).
+        weights: how the weights are stored and priced, and whether the workload's dtype
+            differs from the checkpoint's (:func:`weights_note`).
     """
 
     model: str
@@ -59,6 +67,9 @@ class Plan:
     engine: str | None = None
     cost_model: dict[str, object] = field(default_factory=dict)
     expert_weight_bits: float | None = None
+    num_layers: int | None = None
+    model_source: str = ""
+    weights: str = ""
 
     @classmethod
     def from_search(cls, cm: CostModel, result: SearchResult, method: str,
@@ -97,12 +108,25 @@ class Plan:
                            **{k: v for k, v in result.notes.items()
                               if isinstance(v, (int, float, str, bool))}},
                    engine=engine, cost_model=dataclasses.asdict(cm.config),
-                   expert_weight_bits=cm.model.expert_weight_bits)
+                   expert_weight_bits=cm.model.expert_weight_bits,
+                   num_layers=cm.model.num_layers,
+                   model_source=model_source(cm), weights=weights_note(cm))
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready dictionary (SI units; keys carry units)."""
+    @property
+    def interrupted(self) -> bool:
+        """True if Ctrl-C stopped the search: ``best`` is the best found before it."""
+        return bool(self.search.get("interrupted", False))
+
+    def to_dict(self, timing: bool = True) -> dict[str, object]:
+        """JSON-ready dictionary (SI units; keys carry units).
+
+        Every wall-clock value (``search.wall_s`` and the searcher's ``*_wall_s`` notes, see
+        :func:`~learn_to_shard.search.base.is_timing_key`) is under ``"timing"`` alone, the
+        last key; ``timing=False`` leaves it out, and what remains is the same, byte for byte,
+        for the same inputs and seed on the same machine.
+        """
         wl = self.workload
-        return {
+        out: dict[str, object] = {
             "version": __version__,
             "model": self.model,
             "cluster": self.cluster,
@@ -112,25 +136,122 @@ class Plan:
             "method": self.method,
             "method_used": self.method_used,
             "feasible": self.feasible,
-            "best": estimate_to_dict(self.best, wl) if self.best else None,
+            "best": estimate_to_dict(self.best, wl, self.num_layers) if self.best else None,
             "alternatives": [estimate_to_dict(e, wl) for e in self.alternatives],
             "rejected": [estimate_to_dict(e, wl) for e in self.rejected],
             "reasons": self.reasons,
             "violation_counts": self.violation_counts,
-            "search": self.search,
+            "search": {k: v for k, v in self.search.items() if not is_timing_key(k)},
             "engine": self.engine,
             "expert_weight_bits": self.expert_weight_bits,
+            "model_source": self.model_source,
+            "weights": self.weights,
             "cost_model": self.cost_model,
         }
+        if timing:
+            out["timing"] = {k: v for k, v in self.search.items() if is_timing_key(k)}
+        return out
+
+
+def model_source(cm: CostModel) -> str:
+    """``"<file> (<kind>)"``: which config was read; a local file named like a shipped model
+    says that it shadows it."""
+    from ..model.hf_config import shipped_model_names
+
+    m = cm.model
+    if not m.source:
+        return ""
+    kind = {"shipped": "shipped config", "hf-cache": "HuggingFace cache"}.get(
+        m.source_kind, "local file")
+    if m.source_kind == "file" and m.name in shipped_model_names():
+        kind += f"; shadows the shipped '{m.name}'"
+    return f"{m.source} ({kind})"
+
+
+def weights_note(cm: CostModel) -> str:
+    """One phrase on the weight format: the checkpoint's quantisation (bits per weight with
+    scales, FP4 math or dequantised), a warning when ``--dtype`` differs from the checkpoint's
+    dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), and, for a
+    multimodal wrapper, that its vision tower is not in the memory or time estimates."""
+    note = _weights_format(cm)
+    v = cm.model.vision_params
+    if v:
+        note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) not counted in "
+                 f"memory or time")
+    return note
+
+
+def _weights_format(cm: CostModel) -> str:
+    m, wl = cm.model, cm.workload
+    q = m.quant
+    dev = cm.cluster.device
+    if q is not None and q.below_8_bit:
+        scope = "routed experts" if q.experts_only else "linear weights"
+        math = "FP4 tensor-core math" if q.fp4 and dev.peak_fp4_flops_per_s else \
+            "dequantised to 16-bit math" + (" (no FP4 math on this device)" if q.fp4 else "")
+        return (f"{scope} {q.method} at {q.weight_bits:.4g} bits/weight incl. scales "
+                f"(checkpoint), {math}")
+    ckpt = m.checkpoint_dtype
+    if wl.weight_dtype.value == ckpt:
+        what = f"{q.method} checkpoint" if q is not None else f"{m.native_dtype} checkpoint"
+        return f"{ckpt} ({what})"
+    if ckpt == "fp8":
+        stored = q.method if q is not None else "fp8"
+        return (f"{wl.weight_dtype.value} by --dtype: the checkpoint stores {stored} weights "
+                f"(default would be fp8)")
+    return f"{wl.weight_dtype.value} by --dtype: online quantisation of the {ckpt} checkpoint"
 
 
 def _num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
-def estimate_to_dict(e: Estimate, wl: Workload) -> dict[str, object]:
-    """One estimate as a JSON-ready dictionary."""
+#: A plan whose worst stage leaves less than this fraction of usable memory free is flagged
+#: "marginal": the engines' own allocations (CUDA graphs, NCCL buffers, fragmentation) vary by
+#: a few percent between versions and settings, so such a plan may not start.
+MARGINAL_HEADROOM_FRACTION = 0.03
+
+
+def memory_headroom(e: Estimate) -> tuple[float, bool]:
+    """Free bytes per device on the worst stage (usable − weights − KV − workspace) and whether
+    that is below :data:`MARGINAL_HEADROOM_FRACTION` of the usable memory."""
+    free = e.memory.usable_bytes - e.memory.total_bytes
+    return free, free < MARGINAL_HEADROOM_FRACTION * e.memory.usable_bytes
+
+
+def stage_rows(e: Estimate, num_layers: int) -> list[dict[str, object]]:
+    """Per pipeline stage: its layers ``[first, last]`` (0-based, inclusive), per-device
+    memory (bytes) and time of one micro-batch (s)."""
+    out, start = [], 0
+    for i, n in enumerate(stage_layer_counts(num_layers, e.strategy.pp)):
+        out.append({"layers": [start, start + n - 1] if n else [],
+                    "memory_bytes": e.stage_memory_bytes[i] if i < len(e.stage_memory_bytes)
+                    else None,
+                    "time_s": e.stage_time_s[i] if i < len(e.stage_time_s) else None})
+        start += n
+    return out
+
+
+def estimate_to_dict(e: Estimate, wl: Workload, num_layers: int | None = None
+                     ) -> dict[str, object]:
+    """One estimate as a JSON-ready dictionary (``num_layers``: the model's, for the per-stage
+    layer lists)."""
     s = e.strategy
+    headroom, marginal = memory_headroom(e)
+    extra: dict[str, object] = {
+        "kv_capacity_tokens": e.kv_capacity_tokens,
+        "max_context_tokens": e.max_context_tokens,
+        "tokens_per_s_per_user": 1.0 / e.tpot_s if e.tpot_s > 0 and math.isfinite(e.tpot_s)
+        else None,
+        "memory_headroom_bytes": headroom,
+        "memory_marginal": marginal,
+    }
+    if num_layers is not None:
+        extra["stages"] = stage_rows(e, num_layers)
+    return {**_estimate_core(e, wl, s), **extra}
+
+
+def _estimate_core(e: Estimate, wl: Workload, s: Strategy) -> dict[str, object]:
     return {
         "strategy": {"tp": s.tp, "ep": s.ep, "etp": s.etp, "pp": s.pp, "dp": s.dp,
                      "batch": s.batch, "devices": s.devices, "placements": s.placements()},

@@ -12,7 +12,7 @@ from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
 from ..units import to_gib, to_ms
 from ..workload import Phase
-from .plan import Plan
+from .plan import MARGINAL_HEADROOM_FRACTION, Plan, memory_headroom, stage_rows
 
 _MOE_OPS = {Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
             Op.SHARED_EXPERT_DOWN}
@@ -37,6 +37,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
             + f", KV {wl.kv_dtype.value} · method {plan.method_used}"
             + (f" (asked: {plan.method})" if plan.method != plan.method_used else ""))
     con.print(head)
+    if plan.model_source or plan.weights:
+        con.print(f"model {plan.model_source} · weights {plan.weights}", markup=False,
+                  highlight=False)
     if plan.cost_model:
         cfg = plan.cost_model
         con.print(f"engine {plan.engine or 'defaults'}: memory utilisation "
@@ -102,6 +105,20 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
                     f"KV cache {to_gib(m.kv_cache_bytes):.1f}, workspace "
                     f"{to_gib(m.workspace_bytes):.2f} GiB")
+    free, marginal = memory_headroom(e)
+    summary.add_row("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
+                    + (f"  [bold yellow]marginal[/]: under "
+                       f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
+                       f"may not fit" if marginal else ""))
+    if plan.num_layers is not None and s.pp > 1:
+        summary.add_row("stages", "; ".join(
+            f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
+            f"{to_gib(float(r['memory_bytes'] or 0)):.1f} GiB"
+            for i, r in enumerate(stage_rows(e, plan.num_layers)) if r["layers"]))
+    summary.add_row("KV cache", f"{e.kv_capacity_tokens:,} tokens per instance; longest context "
+                    f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
+    if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s):
+        summary.add_row("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
     summary.add_row("max batch", f"{e.max_batch} sequences fit at these degrees")
     con.print(summary)
     ops = Table(title="Per-operator placement (along TP; experts along ETP)")
@@ -122,3 +139,36 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     con.print(Group(ops, coll))
     if e.violations:
         con.print(Text("violations: " + "; ".join(e.violations), style="red"))
+
+
+def render_simulation(sims: list[dict], console: Console | None = None) -> None:
+    """Print the request-level simulation of the top plans (``api.simulate_plan``): mean and
+    p50/p90/p99 TTFT, TPOT and end-to-end latency, throughput, and where the steady-state
+    estimate differs from the simulation."""
+    con = console or Console()
+    if not sims:
+        return
+    first = sims[0]
+    con.print(f"\n[bold]Simulated serving[/] ({first['load']}; {first['replicas']} replica(s), "
+              f"one simulated: {first['replica_share']}, {first['requests_simulated']} "
+              f"requests)")
+    t = Table(box=None, pad_edge=False)
+    for col in ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/p90/p99",
+                "E2E s p50/p99", "tok/s/dev", "running", "÷ steady TTFT/TPOT/tok/s"):
+        t.add_column(col, justify="left" if col == "strategy" else "right")
+    for sim in sims:
+        s = sim["simulated"]
+        r = sim["sim_over_analytic"]
+
+        def q(name: str, s: dict = s) -> str:
+            return "/".join(f"{to_ms(s[k]):.1f}" for k in (
+                f"mean_{name}_s", f"p50_{name}_s", f"p90_{name}_s", f"p99_{name}_s"))
+
+        t.add_row(sim["strategy"], q("ttft"), q("tpot"),
+                  f"{s['p50_e2e_s']:.2f}/{s['p99_e2e_s']:.2f}",
+                  f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
+                  f"{r['mean_ttft']:.2f}×/{r['mean_tpot']:.2f}×/{r['output_tokens_per_s']:.2f}×")
+    con.print(t)
+    con.print("[dim]÷ steady: the simulation's means over the analytical estimate at "
+              "the same number of running requests (queueing, prefill stalls and bursts are "
+              "what the steady state leaves out).[/]")

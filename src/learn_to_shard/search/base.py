@@ -4,14 +4,21 @@ Every searcher receives a :class:`~learn_to_shard.cost.CostModel` (the problem),
 budget and a seed, and returns a :class:`SearchResult`: the best feasible strategy seen, the
 best-so-far curve and the number of evaluations spent. Invalid evaluations count toward the
 budget, as in the paper (arXiv 2509.00217 §4: "4000 agent-forward + simulator calls").
+
+Interruption (Ctrl-C) is handled here once for every searcher: a search run inside
+:func:`interruptible` that receives ``KeyboardInterrupt`` raises :class:`SearchInterrupted`
+carrying the state of the last :class:`BudgetedEvaluator` created inside it, frozen into a
+:class:`SearchResult` (best so far, evaluations spent, ``notes["interrupted"] = True``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +27,12 @@ from ..parallel.space import RULES
 
 #: Called with the number of evaluations just spent (drives progress bars).
 ProgressFn = Callable[[int], None]
+
+
+def is_timing_key(key: str) -> bool:
+    """True for a result/note key that holds a wall-clock duration (``wall_s``, ``*_wall_s``):
+    the one value of a search that differs between two runs with the same inputs and seed."""
+    return key == "wall_s" or key.endswith("_wall_s")
 
 
 @dataclass
@@ -58,6 +71,117 @@ class SearchResult:
     notes: dict[str, object] = field(default_factory=dict)
     closest: tuple[np.ndarray, int] | None = None
 
+    @property
+    def interrupted(self) -> bool:
+        """True if the search was stopped by Ctrl-C before its end (see :func:`interruptible`)."""
+        return bool(self.notes.get("interrupted", False))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything in the result as JSON-ready values (arrays as lists, ``curve`` whole), so
+        that :meth:`from_dict` rebuilds an equal result; Python's float ``repr`` round-trips
+        every float64 exactly."""
+        def act(a: np.ndarray | None) -> list[int] | None:
+            return None if a is None else [int(x) for x in np.asarray(a).tolist()]
+
+        return {"method": self.method, "seed": self.seed, "budget": self.budget,
+                "evaluations": self.evaluations, "wall_s": self.wall_s,
+                "best_action": act(self.best_action), "best_objective": self.best_objective,
+                "curve": [float(x) for x in np.asarray(self.curve, dtype=np.float64)],
+                "top": [[act(a), float(o)] for a, o in self.top],
+                "rejected": [[act(a), float(r), int(b)] for a, r, b in self.rejected],
+                "violation_counts": [[int(b), int(k)] for b, k in self.violation_counts.items()],
+                "notes": self.notes,
+                "closest": None if self.closest is None
+                else [act(self.closest[0]), int(self.closest[1])]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SearchResult:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            KeyError, TypeError, ValueError: ``d`` is not the output of :meth:`to_dict`.
+        """
+        def act(a: list[int] | None) -> np.ndarray | None:
+            return None if a is None else np.asarray(a, dtype=np.int64)
+
+        def need(a: list[int] | None) -> np.ndarray:
+            if a is None:
+                raise ValueError("missing action")
+            return np.asarray(a, dtype=np.int64)
+
+        closest = d["closest"]
+        return cls(method=str(d["method"]), seed=int(d["seed"]),
+                   budget=None if d["budget"] is None else int(d["budget"]),
+                   evaluations=int(d["evaluations"]), wall_s=float(d["wall_s"]),
+                   best_action=act(d["best_action"]),
+                   best_objective=float(d["best_objective"]),
+                   curve=np.asarray(d["curve"], dtype=np.float64),
+                   top=[(need(a), float(o)) for a, o in d["top"]],
+                   rejected=[(need(a), float(r), int(b)) for a, r, b in d["rejected"]],
+                   violation_counts={int(b): int(k) for b, k in d["violation_counts"]},
+                   notes=dict(d["notes"]),
+                   closest=None if closest is None else (need(closest[0]), int(closest[1])))
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C arrived during a search run inside :func:`interruptible`.
+
+    A subclass of ``KeyboardInterrupt``, so code that does not know it still stops as on any
+    Ctrl-C.
+
+    Attributes:
+        result: the best found before the interrupt (``result.interrupted`` is True).
+    """
+
+    def __init__(self, result: SearchResult) -> None:
+        super().__init__(f"{result.method} search interrupted after {result.evaluations} "
+                         "evaluations")
+        self.result = result
+
+
+#: Evaluators created inside the innermost :func:`interruptible` block (None outside one).
+_WATCH: contextvars.ContextVar[list[BudgetedEvaluator] | None] = contextvars.ContextVar(
+    "learn_to_shard_evaluators", default=None)
+
+
+@contextmanager
+def interruptible(method: str, seed: int, budget: int | None) -> Iterator[None]:
+    """Turn a Ctrl-C inside the block into :class:`SearchInterrupted` with the best so far.
+
+    Every :class:`BudgetedEvaluator` created inside the block registers itself; on
+    ``KeyboardInterrupt`` the last one (the search that was running: for ``auto``, the exact
+    search or the fallback after it) is frozen with :meth:`BudgetedEvaluator.result`, its notes
+    set to ``{"interrupted": True}``. No evaluator yet: an empty result (nothing found, 0
+    evaluations). One mechanism for every searcher, the SB3 learning loop of ``rl`` included
+    (SB3 lets the ``KeyboardInterrupt`` through; torch ops finish before Python sees it).
+
+    Args:
+        method: name for the frozen result (the searcher asked for).
+        seed: the search's seed.
+        budget: the search's budget (for the empty result).
+
+    Raises:
+        SearchInterrupted: on ``KeyboardInterrupt`` inside the block (``from None``).
+    """
+    watch: list[BudgetedEvaluator] = []
+    token = _WATCH.set(watch)
+    t0 = time.perf_counter()
+    try:
+        yield
+    except SearchInterrupted:
+        raise
+    except KeyboardInterrupt:
+        if watch:
+            res = watch[-1].result(method, seed, notes={"interrupted": True})
+        else:
+            res = SearchResult(method=method, seed=seed, budget=budget, evaluations=0,
+                               wall_s=time.perf_counter() - t0, best_action=None,
+                               best_objective=0.0, curve=np.zeros(0),
+                               notes={"interrupted": True})
+        raise SearchInterrupted(res) from None
+    finally:
+        _WATCH.reset(token)
+
 
 class Searcher(Protocol):
     """A search method. ``search`` must not exceed ``budget`` evaluations when one is given."""
@@ -95,6 +219,9 @@ class BudgetedEvaluator:
         self.violation_counts: dict[int, int] = {}
         self._closest: tuple[tuple[int, float], np.ndarray, int] | None = None
         self._t0 = time.perf_counter()
+        watch = _WATCH.get()
+        if watch is not None:
+            watch.append(self)
 
     @property
     def remaining(self) -> int | None:
@@ -132,14 +259,16 @@ class BudgetedEvaluator:
         n = len(a)
         if n == 0:
             return
-        self.evaluations += n
         obj = est.objective
         running = np.maximum.accumulate(np.concatenate([[self.best_objective], obj]))[1:]
-        self._curve.append(running)
         i = int(np.argmax(obj))
+        # Best, curve and count first, in adjacent statements: a Ctrl-C (see `interruptible`)
+        # arriving during the bookkeeping below leaves them consistent; that bookkeeping
+        # (alternatives, rejected strategies, violation counts) may then miss this batch.
         if obj[i] > self.best_objective:
-            self.best_objective = float(obj[i])
-            self.best_action = a[i].copy()
+            self.best_objective, self.best_action = float(obj[i]), a[i].copy()
+        self._curve.append(running)
+        self.evaluations += n
         # Top feasible (distinct).
         feas = np.flatnonzero(est.feasible)
         if len(feas):

@@ -72,10 +72,26 @@ KEY_CHUNK_CELLS = 3_000_000
 PAIR_CHUNK = 400_000
 #: Relative slack when comparing bounds with the incumbent (float rounding only).
 _SLACK = 1e-12
+#: Work limit (table rows + exact candidate evaluations, :attr:`Certificate.work`) of the exact
+#: search run by ``--method auto`` and by ``l2s compare``'s fraction-of-optimum column. Work is
+#: counted, not timed, so the choice is a deterministic function of the problem, the same on a
+#: loaded machine as on an idle one. On the project's 2-core machines one core does about
+#: 0.5-0.7 million units per second (GPT-MoE-1.6T decode at 16k on 24,576 H100s: 1.24 million
+#: units, ~2 s), so the limit corresponds to roughly 20-30 s there.
+DEFAULT_WORK_LIMIT = 15_000_000
 
 
-class ExactTimeout(RuntimeError):
-    """The exact search exceeded its time limit (``ExactSearcher(time_limit_s=...)``)."""
+class ExactLimitExceeded(RuntimeError):
+    """The exact search stopped at a limit it was given (work or wall clock)."""
+
+
+class ExactTimeout(ExactLimitExceeded):
+    """The exact search exceeded its wall-clock limit (``ExactSearcher(time_limit_s=...)``)."""
+
+
+class ExactWorkLimit(ExactLimitExceeded):
+    """The exact search needed more work than its limit (``ExactSearcher(work_limit=...)``);
+    the count is deterministic, so the same problem always stops at the same point."""
 
 
 @dataclass
@@ -95,6 +111,8 @@ class Certificate:
         pairs_evaluated: (combination, candidate) pairs evaluated exactly.
         choices_per_combo: per-operator choice vectors each combination stands for (3**12).
         verified: random strategies on which the decomposition matched ``evaluate_many``.
+        work: table rows plus candidate pairs evaluated so far — the deterministic measure of
+            effort that ``work_limit`` bounds.
         optimum_rel_err: relative difference between the optimum as solved and as
             re-evaluated by ``evaluate_many``.
         any_batch: the optimum is certified over every integer batch ``1 … max(batch
@@ -124,9 +142,15 @@ class Certificate:
     batch_integers_solved: int = 0
     wall_s: float = 0.0
 
+    @property
+    def work(self) -> int:
+        """Table rows plus (combination, candidate) pairs evaluated: the work count."""
+        return self.table_rows + self.pairs_evaluated
+
     def notes(self) -> dict[str, object]:
         """Flat ``exact_*`` notes for :class:`~learn_to_shard.search.base.SearchResult`."""
         out: dict[str, object] = {f"exact_{k}": v for k, v in asdict(self).items()}
+        out["exact_work"] = self.work
         out["exact_chain_breaks"] = "; ".join(b.split(" ->")[0] for b in CHAIN_BREAKS)
         return out
 
@@ -310,13 +334,18 @@ def _by_pp(co: Coarse):
 # ---------------------------------------------------------------------------------- solver
 def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
           verify_samples: int = 64, progress: ProgressFn | None = None,
-          incumbent: float = 0.0, only: np.ndarray | None = None,
-          cells: bool = False, tops: np.ndarray | None = None) -> ExactSolution:
+          work_limit: int | None = None, incumbent: float = 0.0,
+          only: np.ndarray | None = None, cells: bool = False,
+          tops: np.ndarray | None = None) -> ExactSolution:
     """The optimum of ``cm`` over its whole strategy space, with a certificate.
 
     Args:
         cm: the problem.
         time_limit_s: give up (raise :class:`ExactTimeout`) past this many seconds.
+        work_limit: give up (raise :class:`ExactWorkLimit`) once the work count
+            (:attr:`Certificate.work`) would exceed this; checked before each chunk of tables
+            (from the rows that chunk will build) and after each chunk of candidates, so the
+            outcome depends only on the problem.
         keep: how many best distinct-degree strategies to return besides the optimum.
         verify_samples: random strategies on which to check the decomposition first (0: skip).
         progress: optional callback receiving the number of degree combinations finished.
@@ -334,14 +363,18 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
 
     Raises:
         ExactTimeout: past ``time_limit_s``.
+        ExactWorkLimit: past ``work_limit``.
         DecompositionError: the decomposition disagrees with ``evaluate_many``.
     """
     t0 = time.perf_counter()
     cert = Certificate()
 
-    def check_time() -> None:
+    def check_time(upcoming: int = 0) -> None:
         if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
             raise ExactTimeout(f"exact search exceeded {time_limit_s:g} s")
+        if work_limit is not None and cert.work + upcoming > work_limit:
+            raise ExactWorkLimit(f"exact search needs more than {work_limit:,} units of work "
+                                 f"(table rows + candidate evaluations)")
 
     st = Structure.of(cm)
     if verify_samples:
@@ -430,7 +463,9 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     for s in range(0, len(keys), kstep):
         idx = np.arange(s, min(s + kstep, len(keys)))
         zlb[idx] = _feature_floor(parts_of(idx))
-        check_time()
+        # Rows per setting are fixed by the model's structure, so after the first chunk the
+        # rows every remaining setting will build are known: stop now rather than later.
+        check_time(upcoming=cert.table_rows // (idx[-1] + 1) * (len(keys) - idx[-1] - 1))
     # 4a. Upper bound per combination: the floor's objective, best attention choice.
     ub = np.zeros(len(co))
     for p, rows in _by_pp(co):
@@ -546,8 +581,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
 
 
 def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
-                    verify_samples: int = 64, progress: ProgressFn | None = None
-                    ) -> tuple[ExactSolution, StrategySpace]:
+                    verify_samples: int = 64, progress: ProgressFn | None = None,
+                    work_limit: int | None = None) -> tuple[ExactSolution, StrategySpace]:
     """:func:`solve`, certified over every integer batch when ``cm.space.any_batch``.
 
     1. Solve over the space's batch grid, bounding every *cell* — the multiples of dp between
@@ -566,11 +601,12 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         grid is reported.
 
     Raises:
-        ExactTimeout, DecompositionError: as :func:`solve`.
+        ExactTimeout, ExactWorkLimit, DecompositionError: as :func:`solve`.
     """
     t0 = time.perf_counter()
     sp = cm.space
-    sol = solve(cm, time_limit_s, keep, verify_samples, progress, cells=sp.any_batch)
+    sol = solve(cm, time_limit_s, keep, verify_samples, progress, work_limit,
+                cells=sp.any_batch)
     cert = sol.certificate
     cert.any_batch = sp.any_batch
     if sol.open_cells is None or not len(sol.open_cells[0]):
@@ -594,8 +630,9 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         cm2.space = sp2
         left = None if time_limit_s is None else max(
             time_limit_s - (time.perf_counter() - t0), 1e-3)
-        sol2 = solve(cm2, left, keep, 0, progress, incumbent=best, only=only, cells=True,
-                     tops=tops)
+        work_left = None if work_limit is None else max(work_limit - cert.work, 0)
+        sol2 = solve(cm2, left, keep, 0, progress, work_left, incumbent=best, only=only,
+                     cells=True, tops=tops)
         c2 = sol2.certificate
         cert.batch_integers_solved += c2.solved
         for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
@@ -762,15 +799,19 @@ class ExactSearcher:
         time_limit_s: raise :class:`ExactTimeout` past this many seconds (``None``: no limit).
         verify_samples: random strategies on which the decomposition is checked against
             ``evaluate_many`` before searching.
+        work_limit: raise :class:`ExactWorkLimit` past this much work
+            (:attr:`Certificate.work`; ``None``: no limit).
     """
 
     name = "exact"
     #: The result does not depend on the seed (``l2s compare`` runs it once).
     deterministic = True
 
-    def __init__(self, time_limit_s: float | None = None, verify_samples: int = 64) -> None:
+    def __init__(self, time_limit_s: float | None = None, verify_samples: int = 64,
+                 work_limit: int | None = None) -> None:
         self.time_limit_s = time_limit_s
         self.verify_samples = verify_samples
+        self.work_limit = work_limit
 
     def search(self, cost_model: CostModel, budget: int | None, seed: int,
                progress: ProgressFn | None = None) -> SearchResult:
@@ -793,11 +834,13 @@ class ExactSearcher:
 
         Raises:
             ExactTimeout: past the time limit.
+            ExactWorkLimit: past the work limit.
             DecompositionError: the decomposition disagrees with the cost model.
         """
         t0 = time.perf_counter()
         sol, space = solve_any_batch(cost_model, time_limit_s=self.time_limit_s,
-                                     verify_samples=self.verify_samples, progress=progress)
+                                     verify_samples=self.verify_samples, progress=progress,
+                                     work_limit=self.work_limit)
         if space is not cost_model.space:
             cost_model.space = space
         ev = BudgetedEvaluator(cost_model, None)
@@ -820,31 +863,36 @@ class ExactSearcher:
         return res
 
 
-def try_exact(cost_model: CostModel, time_limit_s: float | None = 30.0) -> SearchResult | None:
-    """The exact optimum if it is found within ``time_limit_s``, else ``None``.
+def try_exact(cost_model: CostModel, time_limit_s: float | None = None,
+              work_limit: int | None = DEFAULT_WORK_LIMIT) -> SearchResult | None:
+    """The exact optimum if it is found within the limits, else ``None``.
 
     For reports that measure other searchers against the optimum ("fraction of optimum"):
     ``result.best_objective`` is the optimum (0 when nothing is feasible) and
-    ``result.notes`` carry the certificate.
+    ``result.notes`` carry the certificate. With only ``work_limit`` (the default) whether
+    ``None`` is returned is a deterministic function of the problem.
 
     Args:
         cost_model: the problem.
-        time_limit_s: seconds allowed (``None``: no limit).
+        time_limit_s: seconds allowed (``None``: no wall-clock limit).
+        work_limit: work allowed (:attr:`Certificate.work`; ``None``: no limit).
 
     Returns:
-        The exact :class:`SearchResult`, or ``None`` when the time limit was hit.
+        The exact :class:`SearchResult`, or ``None`` when a limit was hit.
 
     Raises:
         DecompositionError: the decomposition disagrees with the cost model (a bug to report,
             not an intractable problem).
     """
     try:
-        return ExactSearcher(time_limit_s=time_limit_s).search(cost_model, None, 0)
-    except ExactTimeout:
+        return ExactSearcher(time_limit_s=time_limit_s,
+                             work_limit=work_limit).search(cost_model, None, 0)
+    except ExactLimitExceeded:
         return None
 
 
 register("exact", ExactSearcher)
 
-__all__ = ["Certificate", "ExactSearcher", "ExactSolution", "ExactTimeout", "pareto_mask",
-           "solve", "try_exact"]
+__all__ = ["DEFAULT_WORK_LIMIT", "Certificate", "ExactLimitExceeded", "ExactSearcher",
+           "ExactSolution", "ExactTimeout", "ExactWorkLimit", "pareto_mask", "solve",
+           "try_exact"]

@@ -1,0 +1,229 @@
+"""Published serving-under-load measurements predicted by the simulation, row by row.
+
+Each row of ``data/serving_measurements.csv`` (format and sources in ``data/README.md``) states
+a deployment — model, GPU kind and count, TP/PP/EP/attention-DP, dtypes, lengths — and a load
+(closed-loop concurrency, a request rate, or all requests at once). The row's strategy is
+fixed (Megatron's per-operator dims, the stated degrees), priced by the cost model, and served
+by :func:`~learn_to_shard.serving.simulate.simulate` under that load; the simulated TTFT, TPOT
+and output throughput are set beside the measured ones with the statistic the source reports
+(mean or median).
+
+A row is "not expressible" (with the reason) when it needs what the planner does not model:
+a model or device it does not ship, FP4 weights, or a dataset whose lengths the source does
+not state.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ..cost.config import CostModelConfig
+from ..cost.model import CostModel
+from ..errors import PlannerError
+from ..hardware.presets import parse_cluster
+from ..model.hf_config import load_model
+from ..parallel.space import StrategySpace
+from ..parallel.strategy import Strategy
+from ..workload import DType, Phase, Workload
+from .load import ServingLoad, simulate_estimate
+
+#: Most requests one engine instance runs at once when the row does not say. vLLM's V1 engine
+#: defaults ``max_num_seqs`` to 1024 on GPUs of 70 GiB and more for its API server (older
+#: releases 256); SGLang and TensorRT-LLM size theirs from the KV pool, which the simulation
+#: enforces as well. One cap for every engine: no per-row choice.
+DEFAULT_MAX_NUM_SEQS = 1024
+#: Requests simulated for an "all at once" (rate = inf) row that does not state its count.
+DEFAULT_OFFLINE_PROMPTS = 1000
+#: Device names of the table that the presets spell differently.
+_DEVICE_ALIASES = {"h100": "h100-sxm", "gb200": "gb200-nvl72"}
+#: Engine of the table -> cost-model engine profile (SGLang: the defaults, vLLM's accounting).
+_ENGINE_PROFILE = {"vllm": "vllm", "trtllm": "trtllm", "sglang": None}
+#: Megatron's per-operator choice (``search/megatron.py``).
+_MEGATRON_DIMS = (0, 1, 1, 0, 1, 0, 2, 1, 0, 1, 0, 1)
+
+
+@dataclass
+class ServingRowResult:
+    """One row predicted (or why not).
+
+    Attributes:
+        id, split, engine, series, varies: the row's own columns.
+        reason: why it was not predicted, ``None`` when it was.
+        measured, predicted: metric -> value (``ttft_ms``, ``tpot_ms``, ``output_tok_s``).
+        x: the swept value (concurrency or rate) for sweep-direction checks.
+    """
+
+    id: str
+    split: str
+    engine: str
+    series: str
+    varies: str
+    reason: str | None = None
+    measured: dict[str, float] = field(default_factory=dict)
+    predicted: dict[str, float] = field(default_factory=dict)
+    x: float = math.nan
+
+
+def _num(text: str | None) -> float | None:
+    """A finite float from a cell, ``None`` for an empty one; ``inf`` stays ``inf``."""
+    if text is None or not text.strip():
+        return None
+    v = float(text)
+    return v if not math.isnan(v) else None
+
+
+def default_table() -> Path:
+    """The shipped table, ``data/serving_measurements.csv``."""
+    return Path(str(resources.files("learn_to_shard") / "data" / "serving_measurements.csv"))
+
+
+def _lengths(row: dict[str, str]) -> tuple[int, int] | None:
+    """(isl, osl) stated, or the means of the source's token totals; ``None`` if neither."""
+    isl, osl = _num(row.get("isl")), _num(row.get("osl"))
+    if isl and osl:
+        return int(isl), int(osl)
+    n = _num(row.get("completed")) or _num(row.get("num_prompts"))
+    ti, to = _num(row.get("total_input_tokens")), _num(row.get("total_output_tokens"))
+    if n and ti and to:
+        return max(1, round(ti / n)), max(1, round(to / n))
+    return None
+
+
+def predict_row(row: dict[str, str]) -> ServingRowResult:
+    """Predict one row (see the module docstring)."""
+    res = ServingRowResult(id=row["id"], split=row.get("split", ""), engine=row["engine"],
+                           series=row.get("series", ""), varies=row.get("varies", ""))
+
+    def skip(why: str) -> ServingRowResult:
+        res.reason = why
+        return res
+
+    if not row.get("l2s_model"):
+        return skip("model not shipped")
+    if row.get("weight_dtype") not in ("bf16", "fp8", "mxfp4"):
+        return skip(f"weights {row.get('weight_dtype')} not modelled")
+    lengths = _lengths(row)
+    if lengths is None:
+        return skip(f"{row.get('dataset')} lengths not stated")
+    isl, osl = lengths
+    device = _DEVICE_ALIASES.get(row["hardware"], row["hardware"])
+    try:
+        model = load_model(row["l2s_model"])
+        cluster = parse_cluster(f"{device}:{int(row['gpus'])}")
+    except PlannerError as exc:
+        return skip(str(exc).split(";")[0])
+    tp_row, pp, ep = int(row["tp"]), int(row.get("pp") or 1), int(row.get("ep") or 1)
+    dp = int(row.get("attention_dp") or 1)
+    if tp_row % dp:
+        return skip(f"attention-DP {dp} does not divide TP {tp_row}")
+    tp = tp_row // dp
+    wd = DType.FP8 if row["weight_dtype"] == "fp8" else DType.BF16
+    kd = DType.FP8 if row.get("kv_dtype") == "fp8" else DType.BF16
+    # SGLang's bench_serving random dataset draws lengths uniformly from 1 to the nominal one
+    # (random_range_ratio 0.0, its default): the rows say so in length_dist.
+    sglang_random = row.get("length_dist", "").startswith("uniform integers in [1, nominal]")
+    conc = _num(row.get("concurrency"))
+    rate = _num(row.get("request_rate_per_s"))
+    n_prompts = _num(row.get("num_prompts"))
+    if conc:
+        load = ServingLoad(concurrency=int(conc), num_prompts=int(n_prompts or max(
+            10 * conc, 200)), up_to_nominal=sglang_random)
+        res.x = conc
+    elif rate is not None and math.isfinite(rate):
+        load = ServingLoad(request_rate_per_s=rate, num_prompts=int(n_prompts or 1000),
+                           up_to_nominal=sglang_random)
+        res.x = rate
+    elif rate is not None:
+        n = int(n_prompts or DEFAULT_OFFLINE_PROMPTS)
+        load = ServingLoad(concurrency=n, num_prompts=n,      # every request at time 0
+                           up_to_nominal=sglang_random)
+        res.x = math.inf
+    else:
+        return skip("no load stated")
+    try:
+        wl = Workload(Phase.SERVE, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd)
+        cfg = CostModelConfig.for_engine(_ENGINE_PROFILE.get(row["engine"]))
+        cap = DEFAULT_MAX_NUM_SEQS * dp
+        batch = int(min(cap, dp * math.ceil((load.concurrency or cap) / dp)))
+        space = StrategySpace.build(model, cluster)
+        space = dataclasses.replace(space, tp_values=(tp,), ep_values=(ep,), pp_values=(pp,),
+                                    dp_values=(dp,), batch_values=(batch,))
+        cm = CostModel(model, cluster, wl, config=cfg, space=space)
+        s = Strategy(tp=tp, ep=ep, pp=pp, dp=dp, batch=batch, dims=_MEGATRON_DIMS)
+        est = cm.evaluate(s)
+        if est.violations and any(not v.startswith("memory") for v in est.violations):
+            return skip("; ".join(est.violations)[:160])
+        if est.kv_capacity_tokens < isl + osl:
+            return skip("the KV pool cannot hold one request at these degrees")
+        sim = simulate_estimate(cm, est, load)
+    except PlannerError as exc:
+        return skip(str(exc)[:160])
+    simulated = sim["simulated"]
+    assert isinstance(simulated, dict)
+    for metric, cols in (("ttft_ms", ("ttft_ms_mean", "ttft_ms_median")),
+                         ("tpot_ms", ("tpot_ms_mean", "tpot_ms_median", "itl_ms_median"))):
+        for col in cols:
+            v = _num(row.get(col))
+            if v is not None:
+                stat = "mean" if col.endswith("mean") else "p50"
+                key = f"{stat}_{metric.split('_')[0]}_s"
+                res.measured[metric] = v
+                res.predicted[metric] = float(simulated[key]) * 1e3
+                break
+    tps = _num(row.get("output_tok_s"))
+    per_gpu = _num(row.get("output_tok_s_per_gpu"))
+    cluster_tps = float(sim["cluster_output_tokens_per_s"])      # type: ignore[arg-type]
+    if tps is not None:
+        res.measured["output_tok_s"] = tps
+        res.predicted["output_tok_s"] = cluster_tps
+    elif per_gpu is not None:
+        res.measured["output_tok_s"] = per_gpu * cluster.num_devices
+        res.predicted["output_tok_s"] = cluster_tps
+    return res
+
+
+def predict_table(path: str | Path | None = None) -> list[ServingRowResult]:
+    """Predict every row of the serving table (default: the shipped one)."""
+    p = Path(path) if path is not None else default_table()
+    with p.open(newline="", encoding="utf-8-sig") as fh:
+        rows = list(csv.DictReader(fh))
+    return [predict_row(r) for r in rows]
+
+
+def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[str, object]:
+    """Median |relative error| per metric over the rows of ``split``, how many rows were
+    predicted, and, per sweep (rows of one ``series`` varying concurrency or rate), whether the
+    predicted TTFT and TPOT move in the measured direction from the sweep's first to its last
+    point."""
+    rows = [r for r in results if r.split == split]
+    out: dict[str, object] = {"rows": len(rows),
+                              "predicted": sum(r.reason is None for r in rows)}
+    for metric in ("ttft_ms", "tpot_ms", "output_tok_s"):
+        errs = [abs(r.predicted[metric] / r.measured[metric] - 1) for r in rows
+                if r.reason is None and metric in r.measured and r.measured[metric] > 0]
+        out[f"{metric}_median_abs_err"] = float(np.median(errs)) if errs else math.nan
+        out[f"{metric}_n"] = len(errs)
+    sweeps: dict[str, list[ServingRowResult]] = {}
+    for r in rows:
+        if r.reason is None and r.varies in ("concurrency", "request_rate_per_s") and r.series:
+            sweeps.setdefault(r.series, []).append(r)
+    agree = total = 0
+    for pts in sweeps.values():
+        pts = sorted(pts, key=lambda r: r.x)
+        if len(pts) < 2:
+            continue
+        for metric in ("ttft_ms", "tpot_ms"):
+            a, b = pts[0], pts[-1]
+            if metric in a.measured and metric in b.measured:
+                total += 1
+                agree += (np.sign(b.measured[metric] - a.measured[metric])
+                          == np.sign(b.predicted[metric] - a.predicted[metric]))
+    out["sweep_directions"] = f"{agree}/{total}"
+    return out

@@ -1,0 +1,225 @@
+"""A serving load (concurrency, request rate or trace) and the simulation of one plan under it."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from ..cost.model import CostModel, Estimate
+from ..errors import ConfigError
+from ..workload import Phase
+from .simulate import Requests, fixed_requests, poisson_arrivals, simulate
+from .steptime import fit_step_model, priced
+
+#: Requests per simulation when none is given (``vllm bench serve --num-prompts`` default).
+DEFAULT_NUM_PROMPTS = 1000
+
+_ARRIVAL = ("arrival_s", "timestamp", "TIMESTAMP", "arrival_time")
+_ISL = ("isl", "input_tokens", "ContextTokens", "prompt_tokens")
+_OSL = ("osl", "output_tokens", "GeneratedTokens", "completion_tokens")
+
+
+@dataclass(frozen=True)
+class ServingLoad:
+    """How requests reach the cluster.
+
+    Exactly one of ``concurrency`` (closed loop), ``request_rate_per_s`` (open loop, Poisson)
+    or ``trace`` (open loop, recorded arrivals and lengths) is set.
+
+    Attributes:
+        concurrency: clients in flight across the cluster (``--max-concurrency`` of the
+            engines' benchmark scripts).
+        request_rate_per_s: mean arrivals per second across the cluster.
+        trace: requests of a CSV trace (:func:`load_trace`).
+        num_prompts: requests to simulate (default :data:`DEFAULT_NUM_PROMPTS`; a trace's own).
+        range_ratio: lengths drawn uniformly within ``±range_ratio`` of ``isl``/``osl``.
+        up_to_nominal: lengths drawn uniformly from ``range_ratio·x`` (at least 1) to the
+            nominal ``x`` instead (SGLang's random dataset, :func:`fixed_requests`).
+        seed: seed of arrivals and lengths.
+
+    Raises:
+        ConfigError: none or several of the three set, or values out of range.
+    """
+
+    concurrency: int | None = None
+    request_rate_per_s: float | None = None
+    trace: Requests | None = None
+    num_prompts: int | None = None
+    range_ratio: float = 0.0
+    up_to_nominal: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        given = [x is not None for x in (self.concurrency, self.request_rate_per_s, self.trace)]
+        if sum(given) != 1:
+            raise ConfigError("--concurrency, --request-rate, --trace: give exactly one")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError(f"--concurrency: must be >= 1, got {self.concurrency}")
+        if self.request_rate_per_s is not None and not 0 < self.request_rate_per_s < math.inf:
+            raise ConfigError(f"--request-rate: must be a positive finite rate, got "
+                              f"{self.request_rate_per_s}")
+        if self.num_prompts is not None and not 1 <= self.num_prompts <= 1_000_000:
+            raise ConfigError(f"--num-prompts: must be in 1..1,000,000, got {self.num_prompts}")
+
+    def describe(self) -> str:
+        """One line naming the load, e.g. ``closed loop, concurrency 64``."""
+        if self.concurrency is not None:
+            return f"closed loop, concurrency {self.concurrency}"
+        if self.request_rate_per_s is not None:
+            return f"Poisson arrivals, {self.request_rate_per_s:g} requests/s"
+        assert self.trace is not None
+        return f"trace of {len(self.trace.isl)} requests"
+
+
+def _parse_time(text: str, path: Path, row: int) -> float:
+    """Seconds from a number or an ISO date-time (fractions beyond microseconds dropped)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    t = text.strip().replace("T", " ")
+    if "." in t:
+        head, frac = t.split(".", 1)
+        t = f"{head}.{frac[:6]}"
+    try:
+        return datetime.fromisoformat(t).timestamp()
+    except ValueError:
+        raise ConfigError(f"{path}: row {row}: arrival time {text!r} is neither seconds nor an "
+                          f"ISO date-time") from None
+
+
+def load_trace(path: str | Path) -> Requests:
+    """Read a request trace: a CSV with an arrival column (seconds, or ISO date-times as in the
+    Azure LLM inference traces, ``TIMESTAMP``), a prompt-length column and an output-length
+    column (``isl``/``osl``, ``input_tokens``/``output_tokens``, or the Azure traces'
+    ``ContextTokens``/``GeneratedTokens``). Arrivals are shifted to start at 0.
+
+    Raises:
+        ConfigError: unreadable file, a missing column (the message lists the accepted names),
+            or a non-numeric or non-positive length.
+    """
+    p = Path(path)
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise ConfigError(f"--trace: cannot read {p}: {exc.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError(f"--trace: {p} is not a CSV text file ({exc})") from None
+    if not rows:
+        raise ConfigError(f"--trace: {p} has no requests")
+    cols = set(rows[0])
+
+    def pick(names: tuple[str, ...], what: str) -> str:
+        for n in names:
+            if n in cols:
+                return n
+        raise ConfigError(f"--trace: {p} has no {what} column (one of {', '.join(names)}; "
+                          f"found {', '.join(sorted(c for c in cols if c)) or 'none'})")
+
+    ca, ci, co = pick(_ARRIVAL, "arrival"), pick(_ISL, "prompt length"), pick(_OSL, "output "
+                                                                               "length")
+    arr, isl, osl = [], [], []
+    for i, r in enumerate(rows, start=2):
+        arr.append(_parse_time(r[ca] or "", p, i))
+        for col, out in ((ci, isl), (co, osl)):
+            try:
+                v = int(float(r[col] or ""))
+            except ValueError:
+                raise ConfigError(f"--trace: {p}: row {i}: {col} {r[col]!r} is not a number "
+                                  f"of tokens") from None
+            if v < 1:
+                raise ConfigError(f"--trace: {p}: row {i}: {col} must be >= 1, got {v}")
+            out.append(v)
+    a = np.asarray(arr, dtype=float)
+    if not np.isfinite(a).all():
+        raise ConfigError(f"--trace: {p}: arrival times must be finite")
+    return Requests(isl=np.asarray(isl, dtype=np.int64), osl=np.asarray(osl, dtype=np.int64),
+                    arrival_s=a - a.min())
+
+
+def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
+                       ) -> tuple[Requests, int | None, str]:
+    """The requests one (the most loaded) replica sees: clients or arrivals are spread
+    round-robin over ``replicas`` instances (a load balancer in front of identical servers)."""
+    wl = cm.workload
+    if load.trace is not None:
+        tr = load.trace
+        idx = np.arange(0, len(tr.isl), replicas)
+        assert tr.arrival_s is not None
+        return (Requests(tr.isl[idx], tr.osl[idx], tr.arrival_s[idx]), None,
+                f"every {replicas}th request of the trace" if replicas > 1 else "the trace")
+    n_total = load.num_prompts or DEFAULT_NUM_PROMPTS
+    n = max(1, math.ceil(n_total / replicas))
+    base = fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
+    if load.concurrency is not None:
+        c = max(1, math.ceil(load.concurrency / replicas))
+        return base, c, f"{c} of {load.concurrency} clients"
+    assert load.request_rate_per_s is not None
+    rate = load.request_rate_per_s / replicas
+    arr = poisson_arrivals(n, rate, load.seed)
+    return (Requests(base.isl, base.osl, arr), None,
+            f"{rate:g} of {load.request_rate_per_s:g} requests/s")
+
+
+def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[str, object]:
+    """Simulate the plan ``est`` of ``cm`` under ``load`` and set it beside the analytical
+    estimate.
+
+    One replica is simulated (the most loaded one, see :func:`_instance_requests`) with the
+    engine limits the plan implies: ``max_num_seqs`` = the plan's batch, a token budget of
+    ``max_num_batched_tokens`` per DP rank, and the plan's KV capacity. Cluster figures are that
+    replica's times the number of replicas; per device, divided by all devices of the cluster
+    (idle ones included).
+
+    Returns:
+        A JSON-ready dict: the load, the replica's share, the simulated summary (seconds,
+        tokens/s), the analytical TPOT/TTFT/tokens/s of the plan at its batch and at the mean
+        number of running requests the simulation reached (``analytic``), ``sim / analytic``
+        ratios at that occupancy, and the step-time fit's relative difference from the
+        analytical step.
+
+    Raises:
+        ConfigError: the workload is not the serve phase, or the plan cannot hold a request.
+    """
+    if cm.workload.phase is not Phase.SERVE:
+        raise ConfigError("--concurrency/--request-rate/--trace: simulate the serve phase "
+                          "(--phase serve)")
+    s = est.strategy
+    replicas = max(1, est.instances)
+    req, conc, share = _instance_requests(cm, load, replicas)
+    step, fit_rel = fit_step_model(cm, s)
+    res = simulate(step, req, max_num_seqs=max(1, s.batch),
+                   max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
+                   kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc)
+    summ = res.summary()
+    inst_tps = summ["output_tokens_per_s"]
+    devices = cm.cluster.num_devices
+    # The steady-state model at the occupancy the simulation reached, to compare like with like.
+    occ = max(1, round(summ["mean_running"]))
+    wl = cm.workload
+    a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, wl.isl, (occ,),
+                                                             osl=wl.osl))
+    analytic = {"plan_batch": s.batch, "plan_tpot_s": est.tpot_s, "plan_ttft_s": est.ttft_s,
+                "plan_output_tokens_per_s_per_instance": est.output_tokens_per_s,
+                "at_running": occ, "tpot_s": a_tpot, "ttft_s": a_ttft,
+                "output_tokens_per_s_per_instance": a_tps}
+
+    def over(x: float, y: float) -> float:
+        return x / y if y > 0 else math.nan
+
+    ratio = {"mean_tpot": over(summ["mean_tpot_s"], a_tpot),
+             "mean_ttft": over(summ["mean_ttft_s"], a_ttft),
+             "output_tokens_per_s": over(inst_tps, a_tps)}
+    return {"load": load.describe(), "replicas": replicas, "replica_share": share,
+            "requests_simulated": len(req.isl), "max_num_seqs": max(1, s.batch),
+            "simulated": summ,
+            "cluster_output_tokens_per_s": inst_tps * replicas,
+            "tokens_per_s_per_device": inst_tps * replicas / devices,
+            "analytic": analytic, "sim_over_analytic": ratio,
+            "step_fit_rel_err": fit_rel}

@@ -1,0 +1,183 @@
+"""Engine step time of one strategy as a function of the step's contents, read off the cost model.
+
+The analytical cost model prices whole phases (a decode step of ``batch`` sequences at one
+context, a prefill of ``batch`` prompts). A continuous-batching engine runs steps whose
+contents change every iteration: some sequences decode one token each at their own context,
+some prompts contribute a chunk of prefill tokens. :class:`StepTimeModel` turns one strategy's
+cost-model prices into a function of that content:
+
+``t_step = T_tokens(n_decode + n_prefill) + a_kv · kv_tokens_read + a_pf · prefill_pairs``
+
+* ``T_tokens(n)``: the step time of ``n`` tokens at (almost) no context — decode steps of ``n``
+  sequences at context 1, priced by :meth:`~learn_to_shard.cost.model.CostModel.evaluate_many`
+  on a grid of ``n`` (powers of two up to the token budget) and interpolated linearly between
+  grid points (every term of the cost model is a roofline of affine terms in ``n``, so the
+  interpolation is exact at the grid and close between; tested against the model itself).
+  It includes weights read, GEMMs, collectives, pipeline micro-batching and the engine's host
+  time per step (per-sequence host time is folded in as if every token were a sequence).
+* ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
+  cost model's decode step time over context at the grid's batches.
+* ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
+  least-squares slope of the cost model's serve-phase step time (which mixes the decode of
+  ``b`` requests with ``b·isl/osl`` prompt tokens), minus ``T_tokens`` and decode attention,
+  over the prompt tokens' ``isl/2`` earlier tokens each, at a few batches and prompt lengths.
+
+The fit is re-checked against the cost model's own serve-phase step (:func:`fit_step_model`
+returns the relative difference), so the simulation and the analytical model agree on the
+steady state by construction and differ only in what the steady state leaves out (arrivals,
+queueing, the prefill/decode mix of each step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost.model import CostModel
+from ..parallel.space import StrategySpace
+from ..parallel.strategy import Strategy
+from ..workload import Phase, Workload
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Step time of one model instance under one strategy, from the step's contents.
+
+    Attributes:
+        token_grid: ``[G]`` token counts at which ``token_time_s`` was priced (increasing).
+        token_time_s: ``[G]`` step time of that many tokens at context ~1, seconds.
+        kv_read_s: seconds per key/value token read by decode attention (per instance step).
+        prefill_pair_s: seconds per causal (prompt token, earlier token) pair of prefill
+            attention.
+    """
+
+    token_grid: np.ndarray
+    token_time_s: np.ndarray
+    kv_read_s: float
+    prefill_pair_s: float
+
+    def step_time_s(self, n_tokens: np.ndarray | float, kv_tokens_read: np.ndarray | float,
+                    prefill_pairs: np.ndarray | float) -> np.ndarray:
+        """Step time, seconds (element-wise over arrays of equal shape).
+
+        Args:
+            n_tokens: tokens the step processes (decode tokens + prefill chunk tokens).
+            kv_tokens_read: sum over decoding sequences of their context length.
+            prefill_pairs: sum over prefill chunks of (chunk tokens × mean earlier tokens each
+                attends to).
+
+        Beyond the grid's largest token count the time is extrapolated linearly from the last
+        two grid points.
+        """
+        n = np.asarray(n_tokens, dtype=float)
+        g, t = self.token_grid, self.token_time_s
+        slope = (t[-1] - t[-2]) / (g[-1] - g[-2]) if len(g) > 1 else 0.0
+        base = np.where(n <= g[-1], np.interp(n, g, t), t[-1] + slope * (n - g[-1]))
+        return base + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
+            + self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
+
+
+def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
+           osl: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Strategy ``s`` priced by the cost model at other batches and lengths.
+
+    Args:
+        cm: the problem (model, cluster, dtypes and factors are taken from it; no SLOs).
+        s: degrees and per-operator choices (its batch is ignored).
+        phase, isl, osl: the workload to price.
+        batches: sequences per instance to price.
+
+    Returns:
+        ``(tpot_s, ttft_s, output_tokens_per_s)`` per batch, ``[len(batches)]`` each
+        (instance throughput before memory and SLO checks).
+    """
+    wl = Workload(phase, isl=isl, osl=osl, weight_dtype=cm.workload.weight_dtype,
+                  kv_dtype=cm.workload.kv_dtype)
+    space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
+                                pp_values=(s.pp,), dp_values=(s.dp,),
+                                batch_values=tuple(batches))
+    sub = CostModel(cm.model, cm.cluster, wl, config=cm.config, space=space)
+    a = np.zeros((len(batches), len(space.nvec)), dtype=np.int64)
+    a[:, 4] = np.arange(len(batches))
+    a[:, 5:] = np.asarray(s.dims, dtype=np.int64)
+    est = sub.evaluate_many(a)
+    return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device * s.devices
+
+
+def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
+                   ) -> tuple[StepTimeModel, float]:
+    """Fit :class:`StepTimeModel` for strategy ``s`` of problem ``cm`` (see the module doc).
+
+    Args:
+        cm: the problem (serve phase; its workload's ``isl``/``osl`` set the contexts probed).
+        s: the strategy (degrees and per-operator choices; its batch is ignored).
+        max_tokens: largest step token count to price (default: the engine's token budget
+            per instance, ``max_num_batched_tokens × dp``).
+
+    Returns:
+        The model and its relative difference from the cost model's own serve-phase step time
+        at ``s`` (``|t_fit − t_model| / t_model``; NaN outside the serve phase).
+    """
+    wl = cm.workload
+    budget = int(max_tokens or cm.config.max_num_batched_tokens * s.dp)
+    grid = sorted({1 << i for i in range(int(np.log2(max(budget, 1))) + 1)} | {budget})
+    grid = [g for g in grid if g % s.dp == 0 or g < s.dp] or [s.dp]
+    t_tok = priced(cm, s, Phase.DECODE, 1, tuple(grid))[0]
+    # Decode attention: slope of step time over context at several batches.
+    ctx_hi = max(2, wl.max_context)
+    small = tuple(g for g in grid if g <= 256) or (grid[0],)
+    t_hi = priced(cm, s, Phase.DECODE, ctx_hi, small)[0]
+    t_lo = t_tok[: len(small)]
+    reads = np.asarray(small, dtype=float) * (ctx_hi - 1)
+    kv_read_s = max(float(np.dot(reads, t_hi - t_lo) / np.dot(reads, reads)), 0.0)
+    model = StepTimeModel(np.asarray(grid, dtype=float), np.asarray(t_tok, dtype=float),
+                          kv_read_s, 0.0)
+    # Prefill attention: the cost model's own serve steps (decode of ``b`` requests plus
+    # ``b·isl/osl`` prompt tokens, each attending to ``isl/2`` earlier ones on average) at a
+    # few batches and prompt lengths, minus their token and decode-attention time.
+    limit = cm.model.max_position_embeddings or 2**62
+    osl = max(1, wl.osl)
+    isls = sorted({i for i in (wl.isl // 4, wl.isl // 2, wl.isl, 2 * wl.isl)
+                   if i >= 16 and i + osl <= limit} or {wl.isl})
+    pairs_l, extra_l = [], []
+    for i in isls:
+        bs = tuple(b for b in (s.dp * 4, s.dp * 16, s.dp * 64) if b * (1 + i / osl) <= budget)
+        if not bs:
+            continue
+        t_serve = priced(cm, s, Phase.SERVE, i, bs, osl=osl)[0]
+        b = np.asarray(bs, dtype=float)
+        n_pf = b * i / osl
+        base = model.step_time_s(b + n_pf, b * (i + osl / 2), 0.0)
+        pairs_l.append(n_pf * i / 2)
+        extra_l.append(t_serve - base)
+    pf_pairs_s = 0.0
+    if pairs_l:
+        pairs, extra = np.concatenate(pairs_l), np.concatenate(extra_l)
+        pf_pairs_s = max(float(np.dot(pairs, extra) / np.dot(pairs, pairs)), 0.0)
+    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s)
+    rel = float("nan")
+    if wl.phase is Phase.SERVE:
+        b = max(s.batch, 1)
+        share = 1.0
+        step_tokens = b * (1 + wl.isl / wl.osl)
+        if step_tokens > budget:
+            share = budget / step_tokens
+        n_dec = b * share
+        n_pf = b * wl.isl / wl.osl * share
+        fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
+                                      n_pf * wl.isl / 2))
+        serve = cm.evaluate(s) if _in_space(cm.space, s) else None
+        if serve is not None and serve.tpot_s > 0:
+            rel = abs(fit - serve.tpot_s) / serve.tpot_s
+    return model, rel
+
+
+def _in_space(space: StrategySpace, s: Strategy) -> bool:
+    """Whether ``s``'s degrees and batch are candidates of ``space``."""
+    try:
+        space.encode(s)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,161 @@
+"""Model families beyond Llama/Qwen3/Mixtral/DeepSeek/gpt-oss: one family-specific rule each,
+read from the shipped real configs (provenance in ``data/models/SOURCES.md``; the parameter
+counts are checked against the published figures in ``tests/test_model.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from learn_to_shard.errors import UnsupportedModelError
+from learn_to_shard.model import count_params, load_model
+from learn_to_shard.model.params import attention_params, layer_norm_params
+
+
+def _shipped_json(name: str) -> dict[str, Any]:
+    text = (resources.files("learn_to_shard") / "data" / "models" / f"{name}.json").read_text()
+    return json.loads(text)
+
+
+def _write(tmp_path: Path, data: dict[str, Any], name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_qwen2_qkv_bias_is_counted() -> None:
+    """Qwen2/2.5: q/k/v carry biases, o_proj does not (HF Qwen2Attention)."""
+    spec = load_model("qwen2.5-7b-instruct")
+    a = spec.attention
+    assert a.qkv_bias and not a.o_bias
+    h, q, kv = 3584, 28 * 128, 4 * 128
+    assert attention_params(spec) == h * (q + 2 * kv) + q * h + (q + 2 * kv)
+
+
+def test_mistral_head_dim_is_not_hidden_over_heads() -> None:
+    """Mistral-Nemo: head_dim 128 although hidden / heads = 160; q_proj is 5120 x 4096."""
+    spec = load_model("mistral-nemo-instruct-2407")
+    assert spec.hidden_size // spec.attention.num_heads == 160
+    assert spec.attention.head_dim == 128
+    assert attention_params(spec) == 5120 * (4096 + 2 * 8 * 128) + 4096 * 5120
+    assert all(layer.window is None for layer in spec.layers)   # sliding_window null
+
+
+def test_mistral_sliding_window_applies_to_every_layer(tmp_path: Path) -> None:
+    """HF MistralAttention: an int sliding_window limits every layer (Mistral-7B: 4096)."""
+    data = _shipped_json("mistral-nemo-instruct-2407") | {"sliding_window": 4096}
+    assert {layer.window for layer in load_model(_write(tmp_path, data)).layers} == {4096}
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-7b-instruct", "mistral-nemo-instruct-2407"])
+def test_llama_shaped_families_share_the_llama_builder(tmp_path: Path, name: str) -> None:
+    """Relabelled as ``llama``, the same config gives the same spec except for the family's
+    one flag (Qwen2's q/k/v bias): one code path, not a copy."""
+    data = _shipped_json(name)
+    own = load_model(name)
+    as_llama = load_model(_write(tmp_path, data | {"model_type": "llama",
+                                                   "attention_bias": own.attention.qkv_bias}))
+    same_attention = dataclasses.replace(own.attention, o_bias=as_llama.attention.o_bias)
+    assert as_llama.attention == same_attention
+    assert as_llama.layers == own.layers
+    o_bias = own.hidden_size if as_llama.attention.o_bias else 0   # Llama biases o_proj too
+    assert count_params(as_llama).total - count_params(own).total == o_bias * own.num_layers
+
+
+def test_deepseek_v32_counts_its_lightning_indexer() -> None:
+    """DeepSeek-V3.2 = V3 shape + indexer (wq_b, wk, k_norm, weights_proj) per layer; its
+    sparse attention keeps index_topk keys; its FP8 block checkpoint plans at fp8."""
+    v32, v3 = load_model("deepseek-v3.2"), load_model("deepseek-v3")
+    per_layer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+    assert v32.attention.indexer_params == per_layer
+    assert attention_params(v32) - attention_params(v3) == per_layer
+    assert count_params(v32).total - count_params(v3).total == 61 * per_layer
+    assert v32.attention.sparse_topk == 2048
+    assert v32.weight_block_size == (128, 128) and v32.checkpoint_dtype == "fp8"
+
+
+def test_glm5_is_read_by_the_deepseek_builder(tmp_path: Path) -> None:
+    """GLM-5 (glm_moe_dsa) has DeepSeek-V3.2's layout (MLA 192+64 / 256, indexer, 3 dense
+    layers then MoE): relabelled deepseek_v32 it gives the same spec."""
+    glm = load_model("glm-5")
+    relabelled = load_model(_write(tmp_path, _shipped_json("glm-5")
+                                   | {"model_type": "deepseek_v32"}))
+    assert relabelled.attention == glm.attention and relabelled.layers == glm.layers
+    assert relabelled.moe == glm.moe
+    assert glm.attention.head_dim == 256 and glm.attention.indexer_params > 0
+    assert glm.num_layers - glm.num_moe_layers == 3
+
+
+def test_minimax_m2_full_width_qk_norm_and_biased_router() -> None:
+    """MiniMax-M2: q/k RMSNorm over all heads (qk_norm_type per_layer), sigmoid router with a
+    correction bias, every layer MoE, FP8 128x128 blocks (no torch_dtype: fp8 checkpoint)."""
+    spec = load_model("minimax-m2.5")
+    assert spec.attention.qk_norm_full_width
+    assert layer_norm_params(spec) == 2 * 3072 + (48 + 8) * 128
+    assert spec.moe is not None and spec.moe.router_bias and spec.moe.num_experts == 256
+    assert spec.num_moe_layers == spec.num_layers == 62
+    assert spec.weight_block_size == (128, 128) and spec.checkpoint_dtype == "fp8"
+
+
+def test_vision_language_wrapper_reads_text_config() -> None:
+    """Qwen3-VL: the language model comes from text_config (qwen3_vl_text -> the Qwen3
+    builder, q/k norm); the vision tower is estimated and counted in the total only."""
+    vl = load_model("qwen3-vl-32b-instruct")
+    assert vl.wrapper == "qwen3_vl" and vl.attention.qk_norm
+    assert (vl.hidden_size, vl.num_layers, vl.dense_intermediate_size) == (5120, 64, 25600)
+    counts = count_params(vl)
+    assert 0.3e9 < counts.vision < 0.6e9          # 27 blocks of a 1152-wide ViT
+    # the same text model as Qwen3-32B, plus the vision tower
+    assert counts.total == count_params(load_model("qwen3-32b")).total + counts.vision
+    moe = load_model("qwen3-vl-235b-a22b-instruct")
+    assert moe.wrapper == "qwen3_vl_moe" and moe.num_moe_layers == 94
+
+
+def test_wrapper_with_llm_config_and_language_config(tmp_path: Path) -> None:
+    """InternVL's llm_config and DeepSeek-VL2's language_config are read like text_config."""
+    text = _shipped_json("qwen2.5-7b-instruct")
+    for key, wrapper in (("llm_config", "internvl_chat"), ("language_config", "llava")):
+        spec = load_model(_write(tmp_path, {"model_type": wrapper, "architectures": ["X"],
+                                            key: text, "vision_config": {"hidden_size": 1024,
+                                                                         "num_hidden_layers": 24,
+                                                                         "intermediate_size": 4096,
+                                                                         "patch_size": 14}}))
+        assert spec.wrapper == wrapper and spec.attention.qkv_bias
+        assert count_params(spec).vision > 0
+
+
+def test_hybrid_linear_attention_is_refused_naming_the_layer_type() -> None:
+    """Qwen3.5: 48 Gated-DeltaNet layers keep a recurrent state, not a KV cache."""
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model("qwen3.5-27b")
+    msg = str(exc.value)
+    assert "\n" not in msg and "linear_attention (Gated DeltaNet)" in msg
+    assert "48 of 64 layers" in msg
+
+
+@pytest.mark.parametrize("model_type, layer", [("jamba", "mamba"), ("qwen3_next",
+                                                                     "linear_attention")])
+def test_hybrid_families_are_refused(tmp_path: Path, model_type: str, layer: str) -> None:
+    data = _shipped_json("mixtral-8x7b") | {"model_type": model_type}
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model(_write(tmp_path, data))
+    assert layer in str(exc.value) and "recurrent state" in str(exc.value)
+
+
+def test_l2s_models_lists_every_family() -> None:
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    out = CliRunner().invoke(app, ["models"]).stdout.split()
+    for name in ("qwen2.5-7b-instruct", "mistral-nemo-instruct-2407", "deepseek-v3.2",
+                 "minimax-m2.5", "glm-5", "qwen3-vl-32b-instruct", "qwen3-30b-a3b-fp8",
+                 "qwen3-235b-a22b-nvfp4", "llama-3.1-70b-instruct-fp8", "mixtral-8x7b",
+                 "deepseek-v2-lite", "gpt-oss-120b", "llama-4-scout"):
+        assert name in out
+    assert "qwen3.5-27b" not in out          # shipped only to show the hybrid refusal

@@ -1,0 +1,75 @@
+"""What a plan prints and records besides the headline: KV capacity, longest context, stages,
+headroom (and the "marginal" flag), tokens/s per user."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from learn_to_shard.api import make_cost_model, make_workload, search_plan
+from learn_to_shard.cli import app
+from learn_to_shard.parallel.strategy import Strategy
+from learn_to_shard.report.plan import MARGINAL_HEADROOM_FRACTION, memory_headroom, stage_rows
+
+
+def test_stage_rows_cover_every_layer_once():
+    cm = make_cost_model("llama-3.1-405b", "h100-sxm:16", make_workload("decode", context=4096))
+    e = cm.evaluate(Strategy(tp=4, ep=1, pp=4, dp=1, batch=64, dims=(0, 1, 1, 0, 1, 0, 2, 1,
+                                                                       0, 1, 0, 1)))
+    rows = stage_rows(e, cm.model.num_layers)
+    assert [r["layers"] for r in rows] == [[0, 31], [32, 63], [64, 94], [95, 125]]
+    assert [r["memory_bytes"] for r in rows] == list(e.stage_memory_bytes)
+
+
+def _one(cm, batch: int):
+    """``cm`` restricted to TP1, batch ``batch``, every operator replicated: its estimate."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+
+    sp = dataclasses.replace(cm.space, tp_values=(1,), ep_values=(1,), pp_values=(1,),
+                             dp_values=(1,), batch_values=(batch,))
+    sub = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config, space=sp)
+    return sub.evaluate(Strategy(1, 1, 1, 1, batch, (2,) * 12))
+
+
+def test_a_layout_at_the_memory_limit_is_flagged_marginal():
+    """Llama-3.1-8B decoding 13 sequences at 32k on one H100 needs 67.0 GiB; with
+    ``--gpu-memory-utilization 0.86`` 67.8 GiB are usable, so it fits with 0.8 GiB (1.2%) to
+    spare — the engine's CUDA graphs and NCCL buffers can take that, so it is flagged; at 0.9
+    the same layout has 4.0 GiB (5.6%) and is not."""
+    from learn_to_shard.api import cost_config
+
+    wl = make_workload("decode", context=32768)
+    tight = _one(make_cost_model("llama-3.1-8b", "h100-sxm:1", wl, cost_config(
+        gpu_memory_utilization=0.86)), 13)
+    free, marginal = memory_headroom(tight)
+    assert tight.feasible and marginal
+    assert 0 < free < MARGINAL_HEADROOM_FRACTION * tight.memory.usable_bytes
+    roomy = _one(make_cost_model("llama-3.1-8b", "h100-sxm:1", wl), 13)
+    assert roomy.feasible and not memory_headroom(roomy)[1]
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--context", "32768", "--gpu-memory-utilization", "0.86",
+                                 "--method", "megatron", "-q"])
+    assert r.exit_code == 0
+
+
+@pytest.mark.parametrize("phase,kw", [("serve", {"isl": 1024, "osl": 256}),
+                                      ("decode", {"context": 4096})])
+def test_json_and_table_carry_capacity_and_per_user(phase, kw):
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", make_workload(phase, **kw))
+    best = search_plan(cm, method="exact").to_dict()["best"]
+    assert best["kv_capacity_tokens"] > 0 and best["max_context_tokens"] > 0
+    assert best["tokens_per_s_per_user"] == pytest.approx(1 / best["tpot_s"])
+    assert isinstance(best["memory_marginal"], bool) and best["memory_headroom_bytes"] >= 0
+    assert sum(r["layers"][1] - r["layers"][0] + 1 for r in best["stages"]) == 80
+    args = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", phase,
+            *[x for k, v in kw.items() for x in (f"--{k}", str(v))], "-q"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0
+    for row in ("headroom", "KV cache", "per user"):
+        assert row in r.stdout
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert json.loads(r.stdout)["best"]["stages"]
