@@ -321,6 +321,8 @@ class Coarse:
         actions: ``[M, 5]`` coarse indices (tp, ep, pp, dp, batch).
         pp_idx, pp, batch, devices, m_mb: pipeline index and degree, batch, devices per
             instance, micro-batches in flight, ``[M]``.
+        replica_frac: replicas per cluster device ``floor(N / devices) / N``
+            (``CostModel.replica_fraction``), ``[M]``.
         key: index into the :class:`Keys` built alongside, ``[M]``.
         p2p, p2p2: stage-to-stage send time of the main / TTFT step, seconds, ``[M]``.
         s_all, s_seq: resident sequences per rank without / with a sequence split of attention.
@@ -336,6 +338,7 @@ class Coarse:
     pp: np.ndarray
     batch: np.ndarray
     devices: np.ndarray
+    replica_frac: np.ndarray
     m_mb: np.ndarray
     key: np.ndarray
     p2p: np.ndarray
@@ -397,7 +400,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 pf_seqs=pf_seqs[first], pf2=pf2[first], pf_seqs2=pf_seqs2[first])
     tie = cm.model.tie_word_embeddings
     co = Coarse(actions=a, pp_idx=a[:, 2], pp=pp, batch=batch,
-                devices=(tp * dp * pp).astype(np.float64), m_mb=m_mb.astype(np.float64),
+                devices=(tp * dp * pp).astype(np.float64),
+                replica_frac=cm.replica_fraction(tp * dp * pp), m_mb=m_mb.astype(np.float64),
                 key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
                 s_all=s_all, s_seq=np.ceil(s_all / t_f), chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
@@ -823,10 +827,10 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
     if wl.phase is Phase.PREFILL:
         makespan = sum_t + (co.m_mb - 1) * max_t
         ttft, tpot = makespan, nan
-        raw = co.batch * float(wl.isl) / makespan / co.devices
+        raw = co.batch * float(wl.isl) / makespan * co.replica_frac
     else:
         tpot = np.maximum(sum_t, co.m_mb * max_t)
-        raw = co.batch * co.share / tpot / co.devices
+        raw = co.batch * co.share / tpot * co.replica_frac
         ttft = nan
         if lay.step2:
             assert emb_t2 is not None

@@ -75,6 +75,7 @@ from ..parallel.space import ACTION_LEN, NUM_COARSE, RULE_BIT, RULES, StrategySp
 from ..parallel.strategy import Strategy
 from ..workload import DType, Phase, Workload
 from .comm import (
+    GATHER_OR_SCATTER,
     TRANSITION_KIND,
     all_to_all_v_time_s,
     collective_time_s,
@@ -140,8 +141,10 @@ class BatchEstimate:
 
     Attributes:
         feasible: valid structure, fits in memory, meets the SLOs.
-        objective: the search objective — tokens/s per device (output tokens for decode/serve,
-            prompt tokens for prefill); 0 where infeasible.
+        objective: the search objective — tokens/s per device of the whole cluster (output
+            tokens for decode/serve, prompt tokens for prefill): one instance's tokens/s times
+            the ``floor(N / (pp·tp·dp))`` replicas the ``N`` devices run, over ``N`` (idle
+            devices count); 0 where infeasible.
         tokens_per_s_per_device: the same before zeroing infeasible rows.
         tpot_s: time per output token (decode/serve), seconds; NaN for prefill.
         ttft_s: time to first token (prefill/serve), seconds; NaN for decode.
@@ -642,8 +645,7 @@ class CostModel:
                 ttft = ph["chunk_steps"] * t2
             else:
                 ttft = np.full(n, np.nan)
-        devices = (tp * dp * pp).astype(np.float64)
-        tps_dev = instance_tps / devices
+        tps_dev = instance_tps * self.replica_fraction(tp * dp * pp)
 
         # Memory.
         w_layer, kv_layer_per_seq = step["w_type"], step["kv_type_per_seq"]
@@ -710,6 +712,18 @@ class CostModel:
     # ------------------------------------------------------------------ shared pieces
     # These small blocks are also called by cost/decompose.py (the exact solver's tables), so
     # that the two cannot drift apart.
+    def replica_fraction(self, devices: np.ndarray) -> np.ndarray:
+        """Instances the cluster runs per cluster device, ``floor(N / devices) / N``, ``[n]``.
+
+        One instance uses ``devices = pp · tp · dp`` devices; the cluster of ``N`` devices runs
+        ``floor(N / devices)`` replicas of it and leaves the rest idle, so the objective
+        (tokens/s per device of the whole cluster) is an instance's tokens/s times this. Idle
+        devices count: TP4 on 7 GPUs is one replica over 7 devices, not 4. 0 where an
+        instance needs more devices than the cluster has (the ``devices`` rule).
+        """
+        n_dev = float(self.cluster.num_devices)
+        return np.floor(n_dev / np.maximum(devices, 1).astype(np.float64)) / n_dev
+
     def _phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
         """Micro-batching and the phase split, per row (module docstring, "Pipeline" and
         "Phases").
@@ -820,12 +834,16 @@ class CostModel:
         """
         d = self._domain
         size = (tp * dp).astype(np.int64)
-        s = np.arange(max(int(pp.max(initial=1)) - 1, 1))[None, :]          # hop index
-        first = s * size[:, None]
-        last = (s + 2) * size[:, None] - 1
+        # Crossings depend on (stage size, pp) only: count them once per distinct pair.
+        pairs, inv = np.unique(np.stack([size, np.asarray(pp, dtype=np.int64)], axis=1),
+                               axis=0, return_inverse=True)
+        u_size, u_pp = pairs[:, 0], pairs[:, 1]
+        s = np.arange(max(int(u_pp.max(initial=1)) - 1, 1))[None, :]        # hop index
+        first = s * u_size[:, None]
+        last = (s + 2) * u_size[:, None] - 1
         crosses = (first // d != last // d) & (self.cluster.num_devices > d)
         hops = np.maximum(pp - 1, 1).astype(np.float64)
-        n_cross = np.where(s < (pp - 1)[:, None], crosses, False).sum(axis=1)
+        n_cross = np.where(s < (u_pp - 1)[:, None], crosses, False).sum(axis=1)[inv.reshape(-1)]
         inside = self._link_of(np.ones(len(size), dtype=bool))
         outside = self._link_of(np.zeros(len(size), dtype=bool))
         vol = rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
@@ -1052,6 +1070,11 @@ class CostModel:
         by = by + (dec_loc + pf_loc) * (heads_loc * (att.head_dim + att.v_head_dim)) * ab
         ops["attention"] = self._roofline(fl, by, self._attn_flops, self._attn_hbm)
         total += ops["attention"]
+        t_kvx = self._kv_exchange_time_s(split_seq, env)
+        if rec is not None and float(t_kvx[0]) > 0.0:
+            rec.append(("attention K/V exchange (context parallel)", "all-gather",
+                        int(env["tp"][0]), float(t_kvx[0])))
+        total += t_kvx
         to, _, out_o = linear("o_proj", c_o, req_a, sh.attn_out, H, sh.o_params, t, link,
                               where="attention -> o_proj")
         total += to
@@ -1145,6 +1168,39 @@ class CostModel:
             total += tsu + tsd + conv("shared_expert -> moe output", out_sd, l_moe,
                                       rows * H * ab, t, link)
         return total, l_moe, ops
+
+    def kv_exchange_bytes(self, prompt_tokens: np.ndarray | float) -> np.ndarray:
+        """K and V bytes of one layer for ``prompt_tokens`` prompt tokens, all KV heads
+        (GQA ``kv_heads · (head_dim + v_head_dim)``, MLA the latent ``kv_lora + rope``
+        elements per token, at the KV dtype): the full buffer a context-parallel all-gather
+        assembles on every rank of the group (each receives ``(n − 1)/n`` of it)."""
+        per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
+        return np.asarray(prompt_tokens, dtype=np.float64) * per_tok
+
+    def _kv_exchange_time_s(self, split_seq: np.ndarray, env: dict) -> np.ndarray:
+        """Context-parallel K/V exchange of one layer, seconds, ``[n]``.
+
+        Attention ``Shard(0)`` splits the tokens of a step over the ``tp`` ranks. When the
+        step's sequences per attention-DP rank, ``max(dec, pf / isl)``, are at least ``tp``,
+        each rank gets whole sequences (attention-DP inside the TP group, SGLang's DP
+        attention) and nothing is exchanged. With fewer, one prompt's tokens are split across
+        ranks (prefill context parallelism) and each rank needs the keys and values of the
+        other ranks' tokens of its prompt: the engines all-gather them per layer along the
+        sequence dimension (vLLM PCP RFC, https://github.com/vllm-project/vllm/issues/25749:
+        "we perform an AllGather op along the sequence dimension within the PCP group to
+        obtain the complete KV values"; SGLang prefill CP,
+        https://docs.sglang.io/docs/advanced_features/prefill_cp: "all-gather on the KV
+        cache"). Priced as one all-gather over ``tp`` of :meth:`kv_exchange_bytes` of the
+        step's ``pf`` prompt tokens, on the TP group's link, not overlapped with compute.
+        Decode tokens are whole sequences and never exchange.
+        """
+        t, dec, pf = env["t"], env["dec"], env["pf"]
+        seqs = np.maximum(dec, pf / float(self.workload.isl))
+        split_prompt = split_seq & (t > 1) & (pf > 0) & (seqs < t)
+        kind = np.where(split_prompt, GATHER_OR_SCATTER, 0)
+        link = env["link_tp"]
+        return collective_time_s(kind, env["tp"], self.kv_exchange_bytes(pf), link.bw,
+                                 link.alpha)
 
     # ------------------------------------------------------------------ memory terms
     def _layer_weights(self, dims: np.ndarray, tp: np.ndarray, ep: np.ndarray,

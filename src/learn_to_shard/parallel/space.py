@@ -9,6 +9,7 @@ boxes get TP=2 × PP=3), capped by the model (heads, experts, layers).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,11 @@ ACTION_LEN = NUM_COARSE + NUM_OPS
 MAX_TP = 64
 #: Largest batch (sequences per instance) considered: 2**16.
 MAX_BATCH_LOG2 = 16
+#: Every batch up to this is a candidate; above it the grid has BATCH_STEPS_PER_OCTAVE values
+#: per octave (see :func:`batch_grid`).
+BATCH_DENSE_UPTO = 16
+#: Geometric batch candidates per octave above BATCH_DENSE_UPTO: ``2^k · {1, 1.5}``.
+BATCH_STEPS_PER_OCTAVE = 2
 
 # Validity rules: (bit, name, explanation). Names are what users see.
 RULES: tuple[tuple[str, str], ...] = (
@@ -71,6 +77,39 @@ def _candidates(limit: int, n_devices: int) -> tuple[int, ...]:
     return tuple(sorted(v for v in vals if v <= limit))
 
 
+def batch_grid(dp_values: tuple[int, ...] = (1,), max_log2: int = MAX_BATCH_LOG2
+               ) -> tuple[int, ...]:
+    """The batch head's candidates (sequences per instance), sorted.
+
+    Every integer ``1 … BATCH_DENSE_UPTO``; above, ``2^k`` and ``1.5 · 2^k`` (steps of at most
+    50 %); and ``o · 2^k`` for the odd part ``o`` of every DP candidate, so that every DP
+    degree has candidates that are multiples of it in every octave (the ``batch`` rule). All
+    ``≤ 2^max_log2``. The exact searcher certifies its optimum over *every* integer batch
+    ``1 … 2^max_log2``, not only these (:func:`learn_to_shard.search.exact.solve_any_batch`);
+    the grid is what the budgeted searchers' batch head samples and enumerates.
+
+    Args:
+        dp_values: the DP candidates (their odd parts add multiples).
+        max_log2: the largest batch is ``2**max_log2``.
+    """
+    top = 1 << max_log2
+    vals = set(range(1, min(BATCH_DENSE_UPTO, top) + 1))
+    k = max(BATCH_DENSE_UPTO.bit_length() - 1, 0)
+    while (1 << k) <= top:
+        for j in range(BATCH_STEPS_PER_OCTAVE):
+            vals.add(round((1 << k) * (1 + j / BATCH_STEPS_PER_OCTAVE)))
+        k += 1
+    for d in dp_values:
+        odd = d
+        while odd and odd % 2 == 0:
+            odd //= 2
+        v = odd
+        while odd > 1 and v <= top:
+            vals.add(v)
+            v *= 2
+    return tuple(sorted(v for v in vals if v <= top))
+
+
 @dataclass(frozen=True)
 class StrategySpace:
     """Candidate values per head for one (model, cluster) pair, and the validity rules.
@@ -89,6 +128,10 @@ class StrategySpace:
             group itself (TensorRT-LLM ``pad_vocab_size(vocab, tp_size)``), no rule.
         engine: restrict the space to what this serving engine can launch (rules
             ``engine_degrees`` and ``engine_layout``); ``None``: every strategy.
+        any_batch: the batch may be any integer ``1 … max(batch_values)``; ``batch_values``
+            is then the grid the budgeted searchers sample, and the exact searcher certifies
+            over every integer (set by :meth:`build` when no ``batch_values`` are given). False:
+            the batch is one of ``batch_values`` exactly.
     """
 
     model: ModelSpec
@@ -101,6 +144,7 @@ class StrategySpace:
     vocab_multiple: int = 64
     max_concurrency: int | None = None
     engine: EngineProfile | None = None
+    any_batch: bool = False
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec,
@@ -111,7 +155,7 @@ class StrategySpace:
         Args:
             model: the model.
             cluster: the cluster (its device count bounds every degree).
-            batch_values: override the batch candidates (default powers of two 1..2**16).
+            batch_values: override the batch candidates (default :func:`batch_grid`).
             vocab_multiple: the engine's vocabulary padding rule (see the attribute).
             engine: restrict to what this engine can launch (see the attribute); its
                 ``vocab_multiple`` then replaces the argument.
@@ -127,8 +171,15 @@ class StrategySpace:
             ep = (1,)
         pp = _candidates(min(model.num_layers, n), n)
         dp = _candidates(n, n)
-        batch = batch_values or tuple(1 << i for i in range(MAX_BATCH_LOG2 + 1))
-        return cls(model, cluster, tp, ep, pp, dp, tuple(batch), vocab_multiple, engine=engine)
+        batch = batch_values or batch_grid(dp)
+        return cls(model, cluster, tp, ep, pp, dp, tuple(batch), vocab_multiple, engine=engine,
+                   any_batch=not batch_values)
+
+    def with_batches(self, extra: tuple[int, ...] | list[int]) -> StrategySpace:
+        """This space with the batches ``extra`` added to the batch candidates (sorted union;
+        the other heads unchanged). Batch indices of action vectors shift: re-encode them."""
+        merged = tuple(sorted(set(self.batch_values) | {int(b) for b in extra}))
+        return dataclasses.replace(self, batch_values=merged)
 
     # ---------------------------------------------------------------- encoding
     @property

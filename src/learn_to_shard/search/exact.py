@@ -35,6 +35,7 @@ CHAIN_BREAKS` (all exactly; nothing is approximated).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -60,7 +61,8 @@ from ..cost.decompose import (
 )
 from ..cost.model import CostModel
 from ..parallel.ops import MEGATRON_DIMS, NUM_OPS, Op
-from ..parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE
+from ..parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE, StrategySpace
+from ..parallel.strategy import Strategy
 from . import register
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
 
@@ -113,6 +115,12 @@ class Certificate:
             effort that ``work_limit`` bounds.
         optimum_rel_err: relative difference between the optimum as solved and as
             re-evaluated by ``evaluate_many``.
+        any_batch: the optimum is certified over every integer batch ``1 … max(batch
+            grid)`` (the space's ``any_batch``), not only the grid.
+        batch_cells: (combination, gap to the next grid batch) cells bounded.
+        batch_cells_open: cells whose bound reached the grid optimum (then solved integer
+            by integer).
+        batch_integers_solved: (combination, integer batch) rows of those cells solved.
         wall_s: seconds.
     """
 
@@ -128,6 +136,10 @@ class Certificate:
     choices_per_combo: int = 3 ** NUM_OPS
     verified: int = 0
     optimum_rel_err: float = 0.0
+    any_batch: bool = False
+    batch_cells: int = 0
+    batch_cells_open: int = 0
+    batch_integers_solved: int = 0
     wall_s: float = 0.0
 
     @property
@@ -155,6 +167,9 @@ class ExactSolution:
         closest: action vectors to explain infeasibility when nothing fits.
         certificate: the counts.
         curve: best feasible objective after each complete strategy evaluated, in order.
+        open_cells: with ``cells=True``, the batch gaps whose upper bound reaches the
+            optimum: ``(coarse [R, 4] degree indices, lo [R], hi [R])`` — every multiple of dp
+            in ``(lo, hi]`` may still beat it; ``None`` otherwise.
     """
 
     best_action: np.ndarray | None
@@ -164,6 +179,7 @@ class ExactSolution:
     closest: list[np.ndarray]
     certificate: Certificate
     curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    open_cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 # ---------------------------------------------------------------------------------- Pareto
@@ -318,7 +334,9 @@ def _by_pp(co: Coarse):
 # ---------------------------------------------------------------------------------- solver
 def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
           verify_samples: int = 64, progress: ProgressFn | None = None,
-          work_limit: int | None = None) -> ExactSolution:
+          work_limit: int | None = None, incumbent: float = 0.0,
+          only: np.ndarray | None = None, cells: bool = False,
+          tops: np.ndarray | None = None) -> ExactSolution:
     """The optimum of ``cm`` over its whole strategy space, with a certificate.
 
     Args:
@@ -331,6 +349,14 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         keep: how many best distinct-degree strategies to return besides the optimum.
         verify_samples: random strategies on which to check the decomposition first (0: skip).
         progress: optional callback receiving the number of degree combinations finished.
+        incumbent: an objective already achieved elsewhere; combinations whose bound is below
+            it are not solved.
+        only: ``[R, 5]`` coarse index rows; when given, only these combinations are searched.
+        cells: also bound every batch between a combination's batch and the next grid batch
+            of the same degrees (:func:`_cell_bounds`) and return the gaps that reach the
+            optimum as ``open_cells``.
+        tops: with ``only`` (distinct rows), each row's cell top instead of the next grid
+            batch.
 
     Returns:
         An :class:`ExactSolution`.
@@ -357,14 +383,23 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     sp = cm.space
     # 1. Degrees.
     nvec = sp.nvec[:NUM_COARSE]
-    grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
-    coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    if only is None:
+        grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
+        coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    elif tops is not None:
+        coarse = np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE)
+    else:
+        coarse = np.unique(np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE), axis=0)
     cert.degree_combos = len(coarse)
     full = np.full((len(coarse), ACTION_LEN), 2, dtype=np.int64)
     full[:, :NUM_COARSE] = coarse
     valid = (sp.rule_bits_many(full) & ~ENGINE_LAYOUT_BIT) == 0     # layouts: step 3
     cert.pruned_structure = int((~valid).sum())
     coarse = coarse[valid]
+    if tops is not None:
+        cell_hi = np.asarray(tops, dtype=np.int64)[valid]
+    else:
+        cell_hi = _cell_tops(sp, coarse) if cells else None
     step2 = needs_step2(cm)
     empty = ExactSolution(None, 0.0, [], [], [], cert)
     if not len(coarse):
@@ -384,6 +419,9 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     if np.isnan(mem_lb).any():
         raise DecompositionError("memory lower bound is NaN; refusing to prune on it")
     fits = mem_lb <= cm._usable * (1 + _SLACK)
+    if cell_hi is not None:
+        cell_hi = np.minimum(cell_hi, _memory_cap(cm, st, lay, co, zmem, att_ok,
+                                                  mt_all.ws))
     cert.pruned_memory = int((~fits).sum())
     # Smallest-memory strategies of the combinations nearest to fitting: what is reported when
     # nothing is feasible (the evaluator then names the limits they break).
@@ -393,6 +431,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         cert.wall_s = time.perf_counter() - t0
         return ExactSolution(None, 0.0, [], [], closest, cert)
     co = co.take(np.flatnonzero(fits))
+    if cell_hi is not None:
+        cell_hi = cell_hi[fits]
     used_keys, co_key = np.unique(co.key, return_inverse=True)
     co.key = co_key.reshape(-1)
     keys = keys.take(used_keys)
@@ -429,21 +469,19 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     # 4a. Upper bound per combination: the floor's objective, best attention choice.
     ub = np.zeros(len(co))
     for p, rows in _by_pp(co):
-        c = co.take(rows)
-        kk = c.key
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            r = evaluate_z(cm, st, lay, p, _bcast(c), np.where(np.isinf(zlb[kk]), 1e300,
-                                                              zlb[kk]),
-                           emb_t[kk][:, None], ws[kk][:, None],
-                           None if emb_t2 is None else emb_t2[kk][:, None])
-        ub[rows] = np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
+        ub[rows] = _floor_objective(cm, st, lay, p, co.take(rows), zlb, emb_t, ws, emb_t2)
     if np.isnan(ub).any():
         raise DecompositionError("objective upper bound is NaN; refusing to prune on it")
     check_time()
     # 4b. Solve in decreasing bound order; candidates of a setting are built on first use.
+    ub_cell = None
+    if cell_hi is not None:
+        ub_cell = _cell_bounds(cm, st, lay, co, cell_hi, zlb, emb_t, ws, emb_t2)
+        cert.batch_cells += int((cell_hi > co.batch).sum())
     order = np.argsort(-ub, kind="stable")
     cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    best = 0.0
+    best = float(incumbent)
+    found = 0.0
     curve: list[np.ndarray] = []
     top: list[tuple[float, int, np.ndarray]] = []          # (objective, row, dims)
     rej: list[tuple[float, int, np.ndarray]] = []
@@ -494,6 +532,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
                 curve.append(np.maximum.accumulate(np.maximum(obj, best)))
                 dims = np.concatenate([cache[int(k_)][1] for k_ in co.key[sub]])
                 best = max(best, float(obj.max()))
+                found = max(found, float(obj.max()))
                 for q in np.argsort(-obj, kind="stable")[:keep * 4]:
                     if obj[q] > 0:
                         top.append((float(obj[q]), int(row_of[q]), dims[q]))
@@ -510,6 +549,11 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
             progress(len(rows))
         check_time()
     cert.pruned_bound = n_rows - cert.solved
+    open_cells = None
+    if ub_cell is not None and cell_hi is not None:
+        r_open = np.flatnonzero((ub_cell > 0.0) & (ub_cell * (1 + _SLACK) >= best))
+        open_cells = (co.actions[r_open, :4].copy(), co.batch[r_open].astype(np.int64),
+                      cell_hi[r_open].astype(np.int64))
 
     def action(row: int, dims: np.ndarray) -> np.ndarray:
         a = np.empty(ACTION_LEN, dtype=np.int64)
@@ -530,9 +574,196 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     rej_actions = [action(r_, d_) for _, r_, d_ in rej[:keep]]
     cert.wall_s = time.perf_counter() - t0
     curve_all = np.concatenate(curve) if curve else np.zeros(0)
-    if best <= 0.0:
-        return ExactSolution(None, 0.0, [], rej_actions, closest, cert, curve_all)
-    return ExactSolution(top_actions[0], best, top_actions, rej_actions, [], cert, curve_all)
+    if found <= 0.0 or not top_actions:
+        return ExactSolution(None, 0.0, [], rej_actions, closest, cert, curve_all, open_cells)
+    return ExactSolution(top_actions[0], found, top_actions, rej_actions, [], cert, curve_all,
+                         open_cells)
+
+
+def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
+                    verify_samples: int = 64, progress: ProgressFn | None = None,
+                    work_limit: int | None = None) -> tuple[ExactSolution, StrategySpace]:
+    """:func:`solve`, certified over every integer batch when ``cm.space.any_batch``.
+
+    1. Solve over the space's batch grid, bounding every *cell* — the multiples of dp between
+       a combination's batch and the next grid batch of the same degrees — by
+       :func:`_cell_bounds`.
+    2. Branch and bound on the cells whose bound reaches the best so far: each is split at
+       its middle multiple of dp, which is solved exactly like any grid batch (and bounds the
+       upper half), while its lower end bounds the lower half; halves whose bound falls below
+       the best are closed. When no cell is open, every integer batch ``1 … max(grid)`` is
+       either solved or bounded below the optimum.
+
+    Returns:
+        ``(solution, space)``: the solution's action vectors index ``space`` — the
+        problem's space with the integer batches the reported strategies use added
+        (:meth:`StrategySpace.with_batches`); it is ``cm.space`` itself when nothing off the
+        grid is reported.
+
+    Raises:
+        ExactTimeout, ExactWorkLimit, DecompositionError: as :func:`solve`.
+    """
+    t0 = time.perf_counter()
+    sp = cm.space
+    sol = solve(cm, time_limit_s, keep, verify_samples, progress, work_limit,
+                cells=sp.any_batch)
+    cert = sol.certificate
+    cert.any_batch = sp.any_batch
+    if sol.open_cells is None or not len(sol.open_cells[0]):
+        return sol, sp
+    best = sol.best_objective
+    pool = list(zip(_objectives(cm, sol.top), [sp.decode(a) for a in sol.top], strict=True))
+    rej = [sp.decode(a) for a in sol.rejected]
+    curves = [sol.curve]
+    deg, lo, hi = sol.open_cells
+    cm2 = copy.copy(cm)
+    while len(lo):
+        cert.batch_cells_open += len(lo)
+        dpv = np.asarray(sp.dp_values, dtype=np.int64)[deg[:, 3]]
+        mid = lo + -(-(hi - lo) // (2 * dpv)) * dpv             # middle multiple of dp
+        batches = np.concatenate([lo, mid])
+        tops = np.concatenate([mid - dpv, hi])
+        sp2 = sp.with_batches(np.unique(batches).tolist())
+        only = np.empty((len(batches), NUM_COARSE), dtype=np.int64)
+        only[:, :4] = np.concatenate([deg, deg])
+        only[:, 4] = np.searchsorted(np.asarray(sp2.batch_values), batches)
+        cm2.space = sp2
+        left = None if time_limit_s is None else max(
+            time_limit_s - (time.perf_counter() - t0), 1e-3)
+        work_left = None if work_limit is None else max(work_limit - cert.work, 0)
+        sol2 = solve(cm2, left, keep, 0, progress, work_left, incumbent=best, only=only,
+                     cells=True, tops=tops)
+        c2 = sol2.certificate
+        cert.batch_integers_solved += c2.solved
+        for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
+            setattr(cert, name, getattr(cert, name) + getattr(c2, name))
+        pool += list(zip(_objectives(cm2, sol2.top), [sp2.decode(a) for a in sol2.top],
+                         strict=True))
+        rej += [sp2.decode(a) for a in sol2.rejected]
+        if len(sol2.curve):
+            curves.append(np.maximum(sol2.curve, best))
+        best = max(best, sol2.best_objective)
+        assert sol2.open_cells is not None
+        deg, lo, hi = sol2.open_cells
+    cert.wall_s = time.perf_counter() - t0
+    # Best first; equal objectives (to 12 digits) keep the grid's strategy, found first.
+    pool.sort(key=lambda t: -float(f"{t[0]:.12g}"))
+    seen: set[tuple[int, ...]] = set()
+    top: list[Strategy] = []
+    for o, x in pool:
+        key = (x.tp, x.ep, x.pp, x.dp)
+        if o > 0 and key not in seen:
+            seen.add(key)
+            top.append(x)
+    top = top[:keep]
+    rej = rej[:keep]
+    final = sp.with_batches([x.batch for x in top + rej])
+    enc = lambda xs: [final.encode(x) for x in xs]  # noqa: E731
+    if not top:
+        return ExactSolution(None, 0.0, [], enc(rej), sol.closest, cert,
+                             np.concatenate(curves)), final
+    return ExactSolution(enc(top)[0], best, enc(top), enc(rej), [], cert,
+                         np.concatenate(curves)), final
+
+
+def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
+    """``evaluate_many`` objectives of ``actions`` (empty list: none)."""
+    if not actions:
+        return []
+    return [float(x) for x in cm.evaluate_many(np.array(actions)).objective]
+
+
+def _cell_tops(sp: StrategySpace, coarse: np.ndarray) -> np.ndarray:
+    """Per valid coarse row ``[M, 5]``: the largest multiple of dp below the next valid grid
+    batch of the same degrees (or up to the grid's largest batch), ``[M]``; the row's *cell*
+    is the multiples of dp in ``(batch, top]`` (empty when ``top <= batch``)."""
+    bvals = np.asarray(sp.batch_values, dtype=np.int64)
+    dpv = np.asarray(sp.dp_values, dtype=np.int64)[coarse[:, 3]]
+    b = bvals[coarse[:, 4]]
+    cap = int(bvals.max())
+    order = np.lexsort((b, coarse[:, 3], coarse[:, 2], coarse[:, 1], coarse[:, 0]))
+    nxt = np.full(len(b), cap + 1, dtype=np.int64)
+    if len(order) > 1:
+        same = (coarse[order[1:], :4] == coarse[order[:-1], :4]).all(axis=1)
+        nxt[order[:-1]] = np.where(same, b[order[1:]], cap + 1)
+    return ((np.minimum(nxt - 1, cap)) // dpv) * dpv
+
+
+def _memory_cap(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, zmem: np.ndarray,
+                att_ok: np.ndarray, ws: np.ndarray) -> np.ndarray:
+    """Per coarse row, the largest multiple of dp whose memory lower bound still fits at
+    these degrees, ``[M]`` (the bound of :func:`_memory_floor`, with resident sequences
+    ``b / dp`` per rank, or ``ceil(b / (dp · tp))`` under a sequence split, and the row's
+    workspace, which never decreases with the batch). Every stage's floor is
+    ``A + B · b/dp + C · ceil(b/(dp·tp))`` with one of ``B``, ``C`` zero per attention
+    choice, so the cap is closed-form."""
+    out = np.zeros(len(co), dtype=np.int64)
+    kvf = kv_free(cm)
+    usable = cm._usable * (1 + _SLACK)
+    sp = cm.space
+    for p, rows in _by_pp(co):
+        cls = st.classes[p]
+        assert cls is not None
+        _, ntyp, first, last, _ = cls
+        c = co.take(rows)
+        z = zmem[c.key]                                               # [R, 3, F]
+        a = (z[..., lay.w] @ ntyp.T + first * z[..., lay.ew][..., None]
+             + last * (z[..., lay.lw] * c.lw_factor[:, None])[..., None]
+             + ws[c.key][:, None, None])
+        b_all = (z[..., lay.kv] @ ntyp.T) / kvf
+        b_seq = (z[..., lay.kv_seq] @ ntyp.T) / kvf
+        room = usable - a
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k_all = np.where(b_all > 0, np.floor(room / b_all), np.where(room >= 0, 2**40, -1))
+            k_seq = np.where(b_seq > 0, np.floor(room / b_seq), np.where(room >= 0, 2**40, -1))
+        tp = np.asarray(sp.tp_values, dtype=np.int64)[c.actions[:, 0]].astype(np.float64)
+        k = np.minimum(k_all, k_seq * tp[:, None, None]).min(axis=2)   # [R, 3] sequences/rank
+        k = np.where(att_ok[c.key], k, -1).max(axis=1)
+        dpv = np.asarray(sp.dp_values, dtype=np.int64)[c.actions[:, 3]]
+        out[rows] = (np.clip(k, -1, 2**40) * dpv).astype(np.int64)
+    return out
+
+
+def _cell_bounds(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, cell_hi: np.ndarray,
+                 zlb: np.ndarray, emb_t: np.ndarray, ws: np.ndarray,
+                 emb_t2: np.ndarray | None) -> np.ndarray:
+    """Upper bound on the objective of every batch in each row's cell, ``[M]`` (0: empty or
+    infeasible).
+
+    For ``b`` in ``(batch, cell_hi]`` at the same degrees, every time and memory feature is
+    at least its value at ``batch`` (tokens per rank, resident sequences, micro-batches and
+    the workspace never decrease with the batch, and the cost model's per-token terms are
+    non-decreasing in tokens; the all-integer brute-force tests check it), and the requests a
+    step carries, ``b · share``, are at most ``cell_hi · share(batch)`` (``share`` never
+    increases with the batch). So the row's feature floor evaluated with the numerator at
+    ``cell_hi`` bounds the whole cell; a cell whose latency or memory floor already breaks a
+    limit is empty.
+    """
+    out = np.zeros(len(co))
+    nonempty = cell_hi > co.batch
+    for p, rows in _by_pp(co):
+        rows = rows[nonempty[rows]]
+        if not len(rows):
+            continue
+        c = co.take(rows)
+        c.batch = cell_hi[rows]
+        out[rows] = _floor_objective(cm, st, lay, p, c, zlb, emb_t, ws, emb_t2)
+    if np.isnan(out).any():
+        raise DecompositionError("batch-cell upper bound is NaN; refusing to prune on it")
+    return out
+
+
+def _floor_objective(cm: CostModel, st: Structure, lay: ZLayout, p: int, c: Coarse,
+                     zlb: np.ndarray, emb_t: np.ndarray, ws: np.ndarray,
+                     emb_t2: np.ndarray | None) -> np.ndarray:
+    """Objective of the rows' feature floors ``zlb[c.key]`` (``[K, 3, F]``), best attention
+    choice, at pp index ``p``: an upper bound on every candidate of each row, ``[R]``."""
+    kk = c.key
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        r = evaluate_z(cm, st, lay, p, _bcast(c), np.where(np.isinf(zlb[kk]), 1e300, zlb[kk]),
+                       emb_t[kk][:, None], ws[kk][:, None],
+                       None if emb_t2 is None else emb_t2[kk][:, None])
+    return np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
 
 
 def _bcast(c: Coarse) -> Coarse:
@@ -593,6 +824,12 @@ class ExactSearcher:
         feasible objective after each, in that order; the certificate in ``notes`` breaks the
         work down (table rows, degree combinations pruned and solved).
 
+        When ``cost_model.space.any_batch`` and the optimum (or a reported runner-up) has a
+        batch between the grid's candidates, those batches are added to
+        ``cost_model.space`` (:meth:`StrategySpace.with_batches`) so that the result's action
+        vectors decode; action vectors built on the space before the call must be re-encoded
+        (their batch index may shift).
+
         Returns:
             A :class:`SearchResult` whose best is the optimum; ``notes`` carry the
             :class:`Certificate` as ``exact_*`` keys.
@@ -603,9 +840,11 @@ class ExactSearcher:
             DecompositionError: the decomposition disagrees with the cost model.
         """
         t0 = time.perf_counter()
-        sol = solve(cost_model, time_limit_s=self.time_limit_s,
-                    verify_samples=self.verify_samples, progress=progress,
-                    work_limit=self.work_limit)
+        sol, space = solve_any_batch(cost_model, time_limit_s=self.time_limit_s,
+                                     verify_samples=self.verify_samples, progress=progress,
+                                     work_limit=self.work_limit)
+        if space is not cost_model.space:
+            cost_model.space = space
         ev = BudgetedEvaluator(cost_model, None)
         rows = list(sol.top) + list(sol.rejected) + list(sol.closest)
         if rows:

@@ -1,0 +1,193 @@
+"""The cluster objective (replicas, idle devices), any-integer batches and the context-parallel
+K/V exchange (issue 12 items 6 and 7)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from learn_to_shard.api import make_cost_model, make_workload
+from learn_to_shard.cost import CostModel, CostModelConfig
+from learn_to_shard.cost.comm import GATHER_OR_SCATTER, collective_time_s
+from learn_to_shard.hardware import parse_cluster
+from learn_to_shard.hardware.spec import ClusterSpec, DeviceSpec
+from learn_to_shard.model.spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec
+from learn_to_shard.parallel import StrategySpace
+from learn_to_shard.parallel.ops import Op
+from learn_to_shard.parallel.space import NUM_COARSE, active_heads, batch_grid
+from learn_to_shard.parallel.strategy import Strategy
+from learn_to_shard.search.exact import ExactSearcher, solve_any_batch
+from learn_to_shard.workload import Phase, Workload
+
+MEGATRON = (0, 1, 1, 0, 1, 0, 2, 1, 0, 1, 0, 1)
+
+
+def _device(hbm: float, domain: int = 8) -> DeviceSpec:
+    """H100-like, ``hbm`` usable bytes after the engine's reservation."""
+    h = parse_cluster("h100-sxm:1").device
+    c = CostModelConfig()
+    return dataclasses.replace(h, name="t", hbm_bytes=hbm / c.memory_utilization
+                               + c.runtime_reserved_bytes / c.memory_utilization,
+                               scale_up_domain=domain)
+
+
+def _tiny(layers: int = 1) -> ModelSpec:
+    return ModelSpec(
+        name="t", architecture="LlamaForCausalLM", hidden_size=256, vocab_size=2048,
+        attention=AttentionSpec(AttentionKind.GQA, 4, 2, 64, 64),
+        dense_intermediate_size=512, gated_mlp=True, moe=None,
+        layers=tuple(LayerSpec(is_moe=False) for _ in range(layers)))
+
+
+# ------------------------------------------------------------------ item 7a: replicas
+def test_objective_counts_idle_devices():
+    """tokens/s per device = one instance's tokens/s × floor(N / devices) / N."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:7", make_workload("decode", context=4096))
+    for tp, reps in ((4, 1), (2, 3), (1, 7)):
+        e = cm.evaluate(Strategy(tp=tp, ep=1, pp=1, dp=1, batch=16, dims=MEGATRON))
+        assert e.instances == reps and e.idle_devices == 7 - reps * tp
+        assert e.tokens_per_s_per_device == pytest.approx(e.output_tokens_per_s * reps / 7,
+                                                          rel=1e-12)
+
+
+def test_seven_gpus_are_filled():
+    """Llama-3.1-70B serving on 7 H100s: the optimum leaves no device idle, and beats the
+    TP4 plan that ranked first when only the instance's own devices counted (1 replica, 3
+    GPUs idle) by more than 40 % in cluster tokens/s per device."""
+    wl = make_workload("serve", isl=1024, osl=256, tpot_slo_s=0.05)
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:7", wl)
+    res = ExactSearcher().search(cm, None, 0)
+    best = cm.evaluate(res.best_action)
+    assert best.idle_devices == 0 and best.instances * best.strategy.devices == 7
+    old = cm.evaluate(Strategy(tp=4, ep=1, pp=1, dp=1, batch=64,
+                               dims=(2, 1, 1, 1, 1, 0, 2, 2, 2, 2, 2, 1)))
+    assert old.feasible and old.idle_devices == 3
+    assert best.tokens_per_s_per_device > 1.4 * old.tokens_per_s_per_device
+
+
+# ------------------------------------------------------------------ item 7b: any batch
+def test_batch_grid_is_dense_then_geometric():
+    g = batch_grid()
+    assert g[:16] == tuple(range(1, 17)) and g[-1] == 2**16
+    assert {24, 32, 48, 96, 6144} <= set(g) and not {20, 40, 112} & set(g)
+    assert max(b / a for a, b in zip(g[:-1], g[1:], strict=True) if a >= 16) <= 1.5
+    assert {9, 18, 36, 72, 9 * 2**12} <= set(batch_grid((1, 72)))   # multiples of each dp
+
+
+def _serve_problem(slo_batch: int, n_dev: int = 2) -> tuple[CostModel, CostModel]:
+    """A tiny serve problem whose TPOT SLO sits at the step time of ``slo_batch`` sequences
+    (TP1), with the batch grid up to 128 (any integer) and, for reference, every integer
+    1..128 as explicit candidates."""
+    m = _tiny()
+    cl = ClusterSpec(_device(4e7), n_dev, name="t")
+    base = Workload(Phase.SERVE, isl=64, osl=16)
+    probe = CostModel(m, cl, base, space=StrategySpace.build(m, cl, batch_values=(slo_batch,)))
+    slo = probe.evaluate(Strategy(1, 1, 1, 1, slo_batch, dims=(2,) * 12)).tpot_s * (1 + 1e-9)
+    wl = dataclasses.replace(base, tpot_slo_s=slo)
+    sp = StrategySpace.build(m, cl)
+    grid = dataclasses.replace(sp, batch_values=batch_grid(sp.dp_values, 7), any_batch=True)
+    every = dataclasses.replace(sp, batch_values=tuple(range(1, 129)), any_batch=False)
+    return CostModel(m, cl, wl, space=grid), CostModel(m, cl, wl, space=every)
+
+
+@pytest.mark.parametrize("slo_batch", [37, 53, 90])
+def test_any_batch_matches_every_integer(slo_batch):
+    """The grid search plus its cell refinement finds the optimum over every integer batch
+    1..128 (the same solver over an all-integer space), here at a batch off the grid."""
+    cm, ref = _serve_problem(slo_batch)
+    sol, space = solve_any_batch(cm)
+    want = ExactSearcher().search(ref, None, 0)
+    assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
+    got = space.decode(sol.best_action)
+    assert got.batch not in cm.space.batch_values          # a non-grid optimum, certified
+    assert sol.certificate.any_batch and sol.certificate.batch_cells_open >= 1
+
+
+@pytest.mark.parametrize("phase", [Phase.DECODE, Phase.PREFILL])
+def test_any_batch_memory_or_ttft_bound(phase):
+    """Decode limited by memory (b35, PP2) and prefill (b71) on 4 devices: the optimum over
+    the grid plus its refinement equals the optimum over every integer batch 1..128, off
+    the grid."""
+    m = _tiny(layers=2)
+    cl = ClusterSpec(_device(1.5e7 if phase is Phase.DECODE else 4e7), 4, name="t")
+    wl = Workload(phase, isl=700 if phase is Phase.DECODE else 96,
+                  ttft_slo_s=None if phase is Phase.DECODE else 2.3e-4)
+    sp = StrategySpace.build(m, cl)
+    grid = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=batch_grid(sp.dp_values, 7), any_batch=True))
+    every = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=tuple(range(1, 129)), any_batch=False))
+    sol, space = solve_any_batch(grid)
+    want = ExactSearcher().search(every, None, 0)
+    assert want.best_objective > 0
+    assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
+    assert space.decode(sol.best_action).batch not in grid.space.batch_values   # off the grid
+
+
+def test_any_batch_brute_force():
+    """Every action vector with every integer batch 1..48, enumerated (all degrees, every
+    relevant per-operator choice): the exact searcher's optimum equals the brute-force one."""
+    m = _tiny()
+    cl = ClusterSpec(_device(4e7), 2, name="t")
+    cm, _ = _serve_problem(29)
+    wl = cm.workload
+    sp = StrategySpace.build(m, cl)
+    every = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=tuple(range(1, 49)), any_batch=False))
+    grid = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=batch_grid(sp.dp_values, 5)[:-1] + (48,), any_batch=True))
+    act = active_heads(every.space)
+    heads = [range(n) if act[i] else [0 if i < NUM_COARSE else 2]
+             for i, n in enumerate(every.space.nvec)]
+    rows = np.array(list(itertools.product(*heads)), dtype=np.int64)
+    brute = float(every.evaluate_many(rows).objective.max())
+    res = ExactSearcher().search(grid, None, 0)
+    assert res.best_objective == pytest.approx(brute, rel=1e-9)
+    assert grid.space.decode(res.best_action).batch not in batch_grid(sp.dp_values, 5)
+
+
+# ------------------------------------------------------------------ item 6: context parallel
+def test_kv_exchange_bytes_golden():
+    """Llama-3.1-8B, 4,096-token prompt: K and V of 8 KV heads × 128 dims, bf16, per layer:
+    4096 × 8 × (128 + 128) × 2 B = 16,777,216 B; the all-gather over TP4 is priced on it."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                         make_workload("prefill", isl=4096, ttft_slo_s=0.03))
+    assert float(cm.kv_exchange_bytes(4096.0)) == 16_777_216.0
+    s = Strategy(tp=4, ep=1, pp=1, dp=1, batch=1, dims=(0, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1))
+    e = cm.evaluate(s)
+    kvx = [c for c in e.collectives if c.where.startswith("attention K/V exchange")]
+    assert len(kvx) == 1 and kvx[0].kind == "all-gather" and kvx[0].group == 4
+    assert kvx[0].per_step == 32
+    bw, alpha = cm.link(4)
+    want = collective_time_s(np.array([GATHER_OR_SCATTER]), np.array([4]),
+                             np.array([16_777_216.0]), np.array([bw]), np.array([alpha]))[0]
+    assert kvx[0].time_s == pytest.approx(float(want), rel=1e-12)
+    # Four prompts over TP4 are whole sequences per rank: nothing is exchanged.
+    e4 = cm.evaluate(dataclasses.replace(s, batch=4))
+    assert not [c for c in e4.collectives if c.where.startswith("attention K/V exchange")]
+
+
+def test_split_prompt_gain_was_the_unpriced_exchange(monkeypatch):
+    """Llama-3.1-8B prefill of 1,024 tokens at TTFT ≤ 10 ms on 8 H100s: without the K/V
+    exchange the optimum split two prompts over TP8 (attention Shard(0)); priced, that
+    strategy pays 32 all-gathers, breaks the TTFT SLO, and TP4 with one prompt per instance
+    wins."""
+    wl = make_workload("prefill", isl=1024, ttft_slo_s=0.01)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", wl)
+    priced = ExactSearcher().search(cm, None, 0)
+    monkeypatch.setattr(CostModel, "_kv_exchange_time_s",
+                        lambda self, split, env: np.zeros_like(env["t"]))
+    free = make_cost_model("llama-3.1-8b", "h100-sxm:8", wl)
+    unpriced = ExactSearcher().search(free, None, 0)
+    s_free = free.space.decode(unpriced.best_action)
+    assert s_free.tp == 8 and s_free.batch < 8 and s_free.dims[Op.ATTENTION] == 0
+    ttft_free = free.evaluate(s_free).ttft_s
+    monkeypatch.undo()
+    again = cm.evaluate(s_free)
+    assert again.ttft_s > ttft_free
+    assert not again.feasible and any(v.startswith("ttft_slo") for v in again.violations)
+    assert priced.best_objective < unpriced.best_objective
+    assert cm.space.decode(priced.best_action).tp == 4
