@@ -7,10 +7,10 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "learn_to_shard"
 ORDER = ["units", "errors", "jsonio", "model", "hardware", "workload", "parallel", "cost", "search",
-         "report", "api", "cli"]
+         "report", "api", "sweep", "cli"]
 # Same-rank layers must not import each other; units and jsonio may use errors.
 RANK = {"errors": 0, "units": 0.5, "jsonio": 0.5, "model": 1, "hardware": 1, "workload": 1,
-        "parallel": 2, "cost": 3, "search": 4, "report": 5, "api": 6, "cli": 7}
+        "parallel": 2, "cost": 3, "search": 4, "report": 5, "api": 6, "sweep": 6.5, "cli": 7}
 
 
 def _layer(rel: Path) -> str | None:
