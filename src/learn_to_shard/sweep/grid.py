@@ -294,9 +294,10 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 
 def validation_message(exc: ValidationError, where: str) -> str:
     """A pydantic error as one line: ``GRID.yaml: workloads[0].isl: Input should be …``
-    (the first error, and how many more there are)."""
+    (the most specific error — the deepest location, so a union names the branch that almost
+    matched — and how many more there are)."""
     errors = exc.errors()
-    first = errors[0]
+    first = max(errors, key=lambda e: len(e["loc"]))
     msg = str(first["msg"]).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {_loc(tuple(first['loc']))}: {msg}{more}"
