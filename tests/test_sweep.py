@@ -158,8 +158,9 @@ def test_ray_sweep_gives_the_local_results(local_run, ray_head, tmp_path):
     assert _results(res.rows) == _results(local.rows)
 
 
-def test_killed_sweep_resumes_without_running_a_cell_twice(local_run, tmp_path):
-    grid_data = dict(SMALL, budgets=[300])          # slower cells: the kill lands mid-way
+def test_killed_sweep_resumes_without_running_a_cell_twice(tmp_path):
+    # 8 cells of ~0.5 s or more each: the kill lands part-way.
+    grid_data = dict(SMALL, models=["qwen3-30b-a3b"], budgets=[200])
     path = _write_grid(tmp_path, grid_data)
     out = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "learn_to_shard.cli", "sweep", str(path),
@@ -168,7 +169,7 @@ def test_killed_sweep_resumes_without_running_a_cell_twice(local_run, tmp_path):
                             start_new_session=True)
     journal = out / JOURNAL
     deadline = time.monotonic() + 120
-    while not (journal.exists() and journal.read_text().count("\n") >= 3):
+    while not (journal.exists() and journal.read_text().count("\n") >= 2):
         assert proc.poll() is None, "the sweep ended before it could be killed"
         assert time.monotonic() < deadline, "no rows written"
         time.sleep(0.02)
@@ -177,7 +178,7 @@ def test_killed_sweep_resumes_without_running_a_cell_twice(local_run, tmp_path):
     before = [r["key"] for r in read_journal(journal)]
     grid = grid_from_data(grid_data, "test")
     keys = [c.key() for c in expand(grid)]
-    assert 3 <= len(before) < len(keys), "the kill must land part-way"
+    assert 2 <= len(before) < len(keys), "the kill must land part-way"
     res = run_sweep(grid, out, workers=2)
     assert res.skipped == len(before)
     assert not set(res.ran) & set(before)                # nothing that was done ran again
