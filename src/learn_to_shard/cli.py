@@ -339,11 +339,11 @@ def _sweep_progress(quiet: bool, label: str):
 
 
 WorkersOpt = Annotated[int, typer.Option(
-    "--workers", "-j", help="Local worker processes (default: the CPU count); ignored with "
+    "--workers", "-j", help="Local worker processes (0: the CPU count); ignored with "
     "--ray-address.")]
 RayOpt = Annotated[str | None, typer.Option(
     "--ray-address", help="Run the cells as Ray tasks on this running cluster: 'auto' or "
-    "HOST:PORT (needs the ray extra: pip install -e '.[ray]').")]
+    "HOST:PORT (needs Ray: the package's 'ray' extra).")]
 
 
 @app.command("sweep")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
 from .cells import error_row, run_cell
 from .execute import execute
 from .grid import Cell, SweepGrid, expand
@@ -75,6 +76,8 @@ def run_sweep(grid: SweepGrid, out: Path, *, workers: int = 1, ray_address: str 
         ConfigError: unreadable journal, unwritable folder, bad ``workers``, Ray missing or
             unreachable.
     """
+    if workers < 1:
+        raise ConfigError(f"--workers: must be >= 1, got {workers}")
     cells = expand(grid)
     done = {str(r["key"]): r for r in read_journal(out / JOURNAL)}
     todo = [c for c in cells if c.key() not in done
