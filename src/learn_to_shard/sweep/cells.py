@@ -94,8 +94,9 @@ def search_cell(cell: Cell) -> SearchResult:
     Raises:
         ConfigError, UnsupportedModelError: bad cell inputs; KeyError: unknown searcher.
     """
+    searcher = get_searcher(cell.searcher)         # may import torch (rl)
     _one_thread()
-    return get_searcher(cell.searcher).search(cost_model_of(cell), cell.budget, cell.seed)
+    return searcher.search(cost_model_of(cell), cell.budget, cell.seed)
 
 
 def export_command(plan: Plan, cell: Cell) -> str | None:
