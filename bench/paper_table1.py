@@ -10,9 +10,13 @@ search (invalid ones included), 10 seeds, searchers rl, sa, mcmc, random and meg
 * ``docs/results/paper_table1.json`` (every run, curves sampled every 20 evaluations) and one
   convergence plot per setting in ``docs/results/``.
 
-Runs go to ``--jobs`` worker processes (one torch thread each); RL wall times are printed.
+The runs are the cells of a sweep grid (:mod:`learn_to_shard.sweep`: models × decode contexts ×
+searchers × seeds) and go through the sweep's executor: ``--jobs`` local worker processes (one
+torch thread each), or Ray tasks on a running cluster with ``--ray-address``. RL wall times are
+printed.
 
     .venv/bin/python bench/paper_table1.py [--seeds 10] [--budget 4000] [--jobs 2]
+        [--ray-address auto]
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -44,8 +47,10 @@ from learn_to_shard.report.compare import (  # noqa: E402
     plot_convergence,
     summarise,
 )
-from learn_to_shard.search import get_searcher  # noqa: E402
 from learn_to_shard.search.base import SearchResult  # noqa: E402
+from learn_to_shard.sweep import Cell, expand, grid_from_data  # noqa: E402
+from learn_to_shard.sweep.cells import search_cell  # noqa: E402
+from learn_to_shard.sweep.execute import execute  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("gpt-moe-1.2t", "gpt-moe-1.6t")
@@ -65,14 +70,21 @@ def _cost_model(model: str, context: int):
     return _CM_CACHE[key]
 
 
-def _run(task: tuple[str, int, str, int, int]) -> tuple[tuple[str, int, str, int], SearchResult]:
-    """Worker: one (model, context, method, seed) search."""
-    import torch
+def _cells(models: tuple[str, ...], contexts: tuple[int, ...], methods: tuple[str, ...],
+           seeds: list[int], budget: int) -> list[Cell]:
+    """The sweep cells of the experiment (seed-independent searchers once), rl first so the
+    pool's tail is short."""
+    grid = grid_from_data({"models": list(models), "clusters": [CLUSTER],
+                           "workloads": [{"phase": "decode", "context": c} for c in contexts],
+                           "searchers": list(methods), "budgets": [budget], "seeds": seeds},
+                          "bench/paper_table1.py")
+    return sorted(expand(grid), key=lambda c: (c.searcher != "rl",
+                                               c.searcher not in ("sa", "mcmc")))
 
-    torch.set_num_threads(1)
-    model, context, method, seed, budget = task
-    r = get_searcher(method).search(_cost_model(model, context), budget, seed)
-    return (model, context, method, seed), r
+
+def _task_key(cell: Cell) -> tuple[str, int, str, int]:
+    """(model, context, method, seed) of a cell."""
+    return cell.model, int(cell.workload.context or 0), cell.searcher, cell.seed
 
 
 def _label(model: str, context: int) -> str:
@@ -234,6 +246,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--budget", type=int, default=4000)
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
+    ap.add_argument("--ray-address", default=None,
+                    help="Run the searches as Ray tasks on this running cluster (auto or "
+                         "HOST:PORT) instead of --jobs local processes.")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--contexts", default=",".join(str(c) for c in CONTEXTS))
@@ -249,14 +264,7 @@ def main() -> None:
     seeds = list(range(args.seeds))
     command = "python bench/paper_table1.py " + " ".join(sys.argv[1:])
     code = _git()                    # the code the workers import, before anything can change
-    tasks = []
-    for model in models:
-        for ctx in contexts:
-            for m in methods:
-                for s in (seeds[:1] if is_seed_independent(m) else seeds):
-                    tasks.append((model, ctx, m, s, args.budget))
-    # Longest first (rl), so the pool's tail is short.
-    tasks.sort(key=lambda t: (t[2] != "rl", t[2] not in ("sa", "mcmc")))
+    tasks = _cells(models, contexts, methods, seeds, args.budget)
     results: dict[tuple[str, int, str, int], SearchResult] = {}
     t0 = time.perf_counter()
     if args.rerender:
@@ -268,14 +276,19 @@ def main() -> None:
         code = stamp.get("code", "unknown") + f"; re-rendered at {code}"
     else:
         print(f"{len(tasks)} searches on {args.jobs} processes", flush=True)
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futs = [pool.submit(_run, t) for t in tasks]
-        for i, f in enumerate(as_completed(futs), 1):
-            key, r = f.result()
-            results[key] = r
-            print(f"[{i}/{len(tasks)}] {key[0]} ctx={key[1]} {key[2]} seed={key[3]}: "
-                  f"{r.best_objective:.2f} tok/s/dev, {r.evaluations} evals, {r.wall_s:.1f} s",
-                  flush=True)
+    done = 0
+
+    def record(cell: Cell, r: SearchResult) -> None:
+        nonlocal done
+        done += 1
+        key = _task_key(cell)
+        results[key] = r
+        print(f"[{done}/{len(tasks)}] {key[0]} ctx={key[1]} {key[2]} seed={key[3]}: "
+              f"{r.best_objective:.2f} tok/s/dev, {r.evaluations} evals, {r.wall_s:.1f} s",
+              flush=True)
+
+    execute(search_cell, tasks, workers=args.jobs, ray_address=args.ray_address,
+            on_result=record)
     wall = time.perf_counter() - t0
     if args.rerender:
         wall = float(saved.get("_meta", {}).get("wall_s", wall))

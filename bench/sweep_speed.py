@@ -1,7 +1,7 @@
 """Speed-up of a 2-worker sweep over a 1-worker sweep on the same grid, side by side.
 
 The grid (2 models × 2 clusters × 2 searchers × 4 seeds = 32 cells, budgets of 400
-evaluations) is run with ``--workers 1`` and ``--workers 2`` in alternation (A B A B …), each
+evaluations) is run with 1 and with 2 local worker processes in alternation (A B A B …), each
 run into a fresh folder so no cell is skipped, and the wall time of every run (worker start-up
 included) is printed with the 1-worker/2-worker ratio of each pair and of the medians. On a
 machine whose cores are shared with other work the ratio moves with that load; the alternation
@@ -57,10 +57,10 @@ def main() -> None:
         two.append(b)
         print(f"pair {i + 1}: 1 worker {a:.2f} s, 2 workers {b:.2f} s, speed-up {a / b:.2f}x",
               flush=True)
+    ratios = [a / b for a, b in zip(one, two, strict=True)]
     m1, m2 = statistics.median(one), statistics.median(two)
     print(f"median: 1 worker {m1:.2f} s, 2 workers {m2:.2f} s, speed-up {m1 / m2:.2f}x "
-          f"(per-pair range {min(a / b for a, b in zip(one, two, strict=True)):.2f}–"
-          f"{max(a / b for a, b in zip(one, two, strict=True)):.2f}x)")
+          f"(per-pair {min(ratios):.2f}–{max(ratios):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -715,6 +715,181 @@ def devices_cmd() -> None:
         typer.echo(name)
 
 
+def _sweep_progress(quiet: bool, label: str):
+    """A progress bar over cells and the two callbacks :func:`run_sweep` drives it with."""
+    prog = _progress(quiet)
+    task = prog.add_task(label, total=None)
+
+    def on_start(todo: int, skipped: int) -> None:
+        prog.update(task, total=todo)
+        if skipped and not quiet:
+            err.print(f"{skipped} cells already in the results: skipped", highlight=False)
+
+    return prog, on_start, lambda _row: prog.advance(task, 1)
+
+
+WorkersOpt = Annotated[int, typer.Option(
+    "--workers", "-j", help="Local worker processes (0: the CPU count); ignored with "
+    "--ray-address.")]
+RayOpt = Annotated[str | None, typer.Option(
+    "--ray-address", help="Run the cells as Ray tasks on this running cluster: 'auto' or "
+    "HOST:PORT (needs Ray: the package's 'ray' extra).")]
+
+
+@app.command("sweep")
+def sweep_cmd(
+    grid: Path = typer.Argument(..., help="Grid YAML file (schema: learn_to_shard.sweep.grid; "
+                                "example: examples/sweep-small.yaml)."),
+    out: Path = typer.Option(Path("l2s-sweep"), "--out", "-o", help="Results folder: "
+                             "rows.jsonl, results.parquet, results.csv, plots."),
+    workers: WorkersOpt = 0, ray_address: RayOpt = None,
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="Run again the cells "
+                                      "whose recorded row has an error."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write tokens_per_device.png "
+                               "and cheapest.png."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no tables."),
+) -> None:
+    """Run every cell of a grid (models × clusters × workloads × engines × searchers ×
+    budgets × seeds); cells already in the results are skipped. Exit 0: every cell has a row
+    without error; 1: some cells failed (their rows say why); 130: interrupted."""
+    import os
+
+    from .sweep import load_grid, run_sweep
+    from .sweep.report import cheapest, plot_cheapest, plot_tokens_per_device, render_sweep
+
+    try:
+        _check_output(out, "--out", directory=True)
+        spec = load_grid(grid)
+        prog, on_start, on_row = _sweep_progress(quiet, "sweep cells")
+        with prog:
+            res = run_sweep(spec, out, workers=workers or os.cpu_count() or 1,
+                            ray_address=ray_address, retry_errors=retry_errors,
+                            on_start=on_start, on_row=on_row)
+    except PlannerError as exc:
+        raise _fail(exc) from None
+    if not quiet:
+        render_sweep(res.rows, spec.prices_per_device_hour,
+                     Console() if sys.stdout.isatty() else Console(width=200))
+    if plots and res.rows:
+        plot_tokens_per_device(res.rows, out / "tokens_per_device.png")
+        plot_cheapest(cheapest(res.rows, spec.prices_per_device_hour), out / "cheapest.png")
+    failed = sum(bool(r.get("error")) for r in res.rows)
+    err.print(f"{len(res.ran)} cells run, {res.skipped} skipped, {failed} failed; results: "
+              f"{res.parquet}, {res.csv}", highlight=False)
+    if res.interrupted:
+        err.print("interrupted: run the same command again to resume", highlight=False)
+        raise typer.Exit(code=130)
+    raise typer.Exit(code=1 if failed else 0)
+
+
+def _csv_list(text: str, flag: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise PlannerError(f"{flag}: empty list")
+    return items
+
+
+def _prices(text: str | None) -> dict[str, float]:
+    """``h100-sxm=2.49,h200=3.5`` → {kind: price per device-hour}."""
+    out: dict[str, float] = {}
+    for item in _csv_list(text, "--price") if text else []:
+        kind, eq, value = item.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = float("nan")
+        if not eq or not kind.strip() or not 0 < price < float("inf"):
+            raise PlannerError(f"--price: {item!r} is not KIND=PRICE with a positive price per "
+                               "device-hour, e.g. h100-sxm=2.49")
+        out[kind.strip()] = price
+    return out
+
+
+@app.command("size")
+def size_cmd(
+    model: ModelOpt,
+    rate: float = typer.Option(..., "--rate", help="Requests/s to serve."),
+    devices: str = typer.Option("h100-sxm,h200,b200", "--devices", help="Comma-separated "
+                                "device kinds to size (l2s devices)."),
+    max_devices: int = typer.Option(64, "--max-devices", help="Largest cluster searched per "
+                                    "kind; clusters of 1, 2, 4, … up to it are searched."),
+    price: str | None = typer.Option(None, "--price", help="Prices per device-hour, "
+                                     "KIND=PRICE,… (rank by cost; unpriced kinds by devices)."),
+    phase: PhaseOpt = "serve", isl: IslOpt = None, osl: OslOpt = None,
+    ttft_slo: TtftOpt = None, tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = None, engine: EngineOpt = None,
+    gpu_memory_utilization: MemUtilOpt = None, max_num_batched_tokens: BatchedTokensOpt = None,
+    method: str = typer.Option("auto", help="Searcher per cluster size (see l2s plan)."),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
+    seed: int = typer.Option(0, min=0, help="Random seed (>= 0)."),
+    out: Path = typer.Option(Path("l2s-size"), "--out", "-o", help="Results folder (resumable, "
+                             "as l2s sweep)."),
+    workers: WorkersOpt = 0, ray_address: RayOpt = None,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Fewest devices of each kind (or lowest cost at --price) that serve --rate requests/s of
+    the workload within the SLOs: replicas of the best plan found per cluster size
+    (formula and assumptions: learn_to_shard.sweep.sizing)."""
+    import os
+
+    from .sweep import grid_from_data, run_sweep, size_fleets
+    from .sweep.report import fleet_table, node_sizes
+
+    try:
+        _check_output(out, "--out", directory=True)
+        if not 0 < rate < float("inf"):
+            raise PlannerError(f"--rate: must be a positive number of requests/s, got {rate}")
+        if max_devices < 1:
+            raise PlannerError(f"--max-devices: must be >= 1, got {max_devices}")
+        wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo, dtype, kv_dtype)
+        if wl.phase is Phase.DECODE:
+            raise PlannerError("--phase decode has no request rate (steady decoding at a fixed "
+                               "context); use --phase serve with --isl/--osl")
+        _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
+        kinds = _csv_list(devices, "--devices")
+        prices = _prices(price)
+        unknown = sorted(set(prices) - set(kinds))
+        if unknown:
+            raise PlannerError(f"--price: {', '.join(unknown)} not among --devices {devices}")
+        counts = sorted({2 ** i for i in range(max_devices.bit_length())
+                         if 2 ** i <= max_devices} | {max_devices})
+        data = {"models": [model], "clusters": [{"device": k, "counts": counts} for k in kinds],
+                "workloads": [{k: v for k, v in (("phase", phase), ("isl", isl), ("osl", osl),
+                                                 ("ttft_slo", ttft_slo), ("tpot_slo", tpot_slo),
+                                                 ("dtype", dtype), ("kv_dtype", kv_dtype),
+                                                 ("rate_rps", rate)) if v is not None}],
+                "engines": [{k: v for k, v in (("name", engine),
+                                               ("gpu_memory_utilization", gpu_memory_utilization),
+                                               ("max_num_batched_tokens", max_num_batched_tokens))
+                             if v is not None}],
+                "searchers": [method], "budgets": [budget], "seeds": [seed]}
+        spec = grid_from_data(data, "l2s size")
+        prog, on_start, on_row = _sweep_progress(quiet, "size: cluster searches")
+        with prog:
+            res = run_sweep(spec, out, workers=workers or os.cpu_count() or 1,
+                            ray_address=ray_address, on_start=on_start, on_row=on_row)
+    except PlannerError as exc:
+        raise _fail(exc) from None
+    fleets = size_fleets(res.rows, rate_rps=rate, prices=prices, node_sizes=node_sizes(res.rows))
+    con = Console() if sys.stdout.isatty() else Console(width=200)
+    if fleets:
+        con.print(fleet_table(fleets))
+        best = fleets[0]
+        what = "lowest cost" if best.cost_per_hour is not None else "fewest devices"
+        cost = "" if best.cost_per_hour is None else f", {best.cost_per_hour:,.2f} per hour"
+        con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} replicas of "
+                  f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
+    failed = [r for r in res.rows if r.get("error")]
+    for r in failed[:3]:
+        err.print(f"failed: {r['cluster']}: {r['error']}", markup=False, highlight=False)
+    if not fleets:
+        err.print(f"no plan on {devices} up to {max_devices} devices meets the SLOs",
+                  highlight=False)
+    if res.interrupted:
+        raise typer.Exit(code=130)
+    raise typer.Exit(code=0 if fleets else 1)
+
+
 def main() -> None:
     """Console entry point (``l2s``)."""
     app()

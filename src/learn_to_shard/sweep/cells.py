@@ -1,0 +1,189 @@
+"""One cell of a sweep, run in a worker process or a Ray task: the search and its row.
+
+:func:`run_cell` never raises for a problem with the cell itself: bad input or a crash becomes
+a row with ``error`` set, so one failing cell does not stop the sweep. An infeasible problem is
+not an error: its row has ``feasible = False`` and the reasons.
+
+Row columns (:data:`COLUMNS`; SI units, names carry units):
+
+* inputs: ``key`` (:meth:`Cell.key`), ``model``, ``cluster``, ``device`` (kind),
+  ``cluster_devices``, ``workload`` (label), ``phase``, ``isl``, ``osl``, ``dtype``,
+  ``kv_dtype``, ``ttft_slo_s``, ``tpot_slo_s``, ``rate_rps``, ``concurrency``, ``engine``,
+  ``gpu_memory_utilization``, ``max_num_batched_tokens``, ``searcher``, ``budget``, ``seed``;
+* answer: ``feasible``, ``method_used``, ``strategy`` (``Strategy.short()``), ``tp``, ``ep``,
+  ``etp``, ``pp``, ``dp``, ``batch``, ``instance_devices`` (``pp·tp·dp``), ``instances``,
+  ``placements`` (JSON: operator → ``Shard(d)``/``Replicate()``), ``export_command``;
+* estimate: ``tokens_per_s_per_device``, ``instance_tokens_per_s``, ``cluster_tokens_per_s``
+  (``instances × instance_tokens_per_s``), ``instance_requests_per_s`` (see
+  :func:`learn_to_shard.sweep.sizing.requests_per_s`), ``tpot_s``, ``ttft_s``,
+  ``memory_per_device_bytes`` (worst stage), ``reasons`` (why infeasible);
+* run: ``evaluations``, ``search_wall_s`` (the searcher's), ``wall_s`` (the whole cell:
+  loading, search, plan assembly), ``error`` (``Type: message``, else null), ``version``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+import time
+
+from .. import __version__
+from ..api import cost_config, make_cost_model, search_plan
+from ..cost.model import CostModel
+from ..errors import PlannerError
+from ..hardware.presets import parse_cluster
+from ..report.plan import Plan
+from ..search import get_searcher
+from ..search.base import SearchResult
+from .grid import Cell
+from .sizing import requests_per_s
+
+#: (column, type) of every row, in order; types are ``str``, ``int``, ``float``, ``bool``.
+COLUMNS: tuple[tuple[str, type], ...] = (
+    ("key", str), ("model", str), ("cluster", str), ("device", str),
+    ("cluster_devices", int), ("workload", str), ("phase", str), ("isl", int), ("osl", int),
+    ("dtype", str), ("kv_dtype", str), ("ttft_slo_s", float), ("tpot_slo_s", float),
+    ("rate_rps", float), ("concurrency", int), ("engine", str),
+    ("gpu_memory_utilization", float), ("max_num_batched_tokens", int), ("searcher", str),
+    ("budget", int), ("seed", int),
+    ("feasible", bool), ("method_used", str), ("strategy", str), ("tp", int), ("ep", int),
+    ("etp", int), ("pp", int), ("dp", int), ("batch", int), ("instance_devices", int),
+    ("instances", int), ("placements", str), ("export_command", str),
+    ("tokens_per_s_per_device", float), ("instance_tokens_per_s", float),
+    ("cluster_tokens_per_s", float), ("instance_requests_per_s", float), ("tpot_s", float),
+    ("ttft_s", float), ("memory_per_device_bytes", float), ("reasons", str),
+    ("evaluations", int), ("search_wall_s", float), ("wall_s", float), ("error", str),
+    ("version", str),
+)
+
+
+def _one_thread() -> None:
+    """One intra-op thread per worker (the pool or Ray gives each cell one core)."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+@functools.lru_cache(maxsize=8)
+def _cost_model(cell_problem: str) -> CostModel:
+    """The cost model of a cell's problem (model, cluster, workload, engine), cached per
+    process: cells that differ only in searcher, budget or seed share it."""
+    cell = Cell.model_validate_json(cell_problem)
+    e = cell.engine
+    return make_cost_model(cell.model, cell.cluster, cell.workload.workload(),
+                           cost_config(e.name, e.gpu_memory_utilization,
+                                       e.max_num_batched_tokens))
+
+
+def cost_model_of(cell: Cell) -> CostModel:
+    """The (per-process cached) cost model of ``cell``.
+
+    Raises:
+        ConfigError, UnsupportedModelError: the model, cluster or workload is refused.
+    """
+    problem = cell.model_copy(update={"searcher": "auto", "budget": 1, "seed": 0})
+    return _cost_model(problem.model_dump_json())
+
+
+def search_cell(cell: Cell) -> SearchResult:
+    """Run the cell's searcher and return its raw :class:`SearchResult` (with the convergence
+    curve; ``bench/paper_table1.py`` uses it). ``auto`` is not accepted here (it is a plan
+    policy, not one searcher; use :func:`run_cell`).
+
+    Raises:
+        ConfigError, UnsupportedModelError: bad cell inputs; KeyError: unknown searcher.
+    """
+    searcher = get_searcher(cell.searcher)         # may import torch (rl)
+    _one_thread()
+    return searcher.search(cost_model_of(cell), cell.budget, cell.seed)
+
+
+def export_command(plan: Plan, cell: Cell) -> str | None:
+    """The launch command of ``plan`` for the cell's engine, for the ``export_command`` column.
+
+    This is the one place a launch-command exporter plugs in (an exporter maps a plan and an
+    engine to, e.g., a ``vllm serve …`` line). None is shipped with the sweep, so the column
+    is empty (null).
+    """
+    return None
+
+
+def _inputs(cell: Cell) -> dict[str, object]:
+    wl, e = cell.workload, cell.engine
+    w = wl.workload()
+    try:
+        c = parse_cluster(cell.cluster)
+        device, count = c.device.name, c.num_devices
+    except PlannerError:
+        device, count = None, None
+    return {"key": cell.key(), "model": cell.model, "cluster": cell.cluster,
+            "device": device, "cluster_devices": count, "workload": wl.label,
+            "phase": wl.phase, "isl": w.isl, "osl": w.osl, "dtype": w.weight_dtype.value,
+            "kv_dtype": w.kv_dtype.value, "ttft_slo_s": w.ttft_slo_s,
+            "tpot_slo_s": w.tpot_slo_s, "rate_rps": wl.rate_rps,
+            "concurrency": wl.concurrency, "engine": e.label,
+            "gpu_memory_utilization": e.gpu_memory_utilization,
+            "max_num_batched_tokens": e.max_num_batched_tokens, "searcher": cell.searcher,
+            "budget": cell.budget, "seed": cell.seed, "version": __version__}
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def empty_row(cell: Cell) -> dict[str, object]:
+    """A row with the cell's inputs and every other column null."""
+    row: dict[str, object] = dict.fromkeys(name for name, _ in COLUMNS)
+    row.update(_inputs(cell))
+    return row
+
+
+def error_row(cell: Cell, exc: BaseException, wall_s: float = 0.0) -> dict[str, object]:
+    """The row of a cell that failed: inputs, ``error = "Type: message"`` (one line)."""
+    row = empty_row(cell)
+    row["error"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    row["wall_s"] = wall_s
+    return row
+
+
+def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, object]:
+    """The row of a finished cell (see the module docstring for the columns)."""
+    row = empty_row(cell)
+    row.update(feasible=plan.feasible, method_used=plan.method_used,
+               evaluations=int(plan.search["evaluations"]),    # type: ignore[call-overload]
+               search_wall_s=float(plan.search["wall_s"]),     # type: ignore[arg-type]
+               wall_s=wall_s, reasons="; ".join(plan.reasons) or None)
+    b = plan.best
+    if b is not None:
+        s = b.strategy
+        row.update(strategy=s.short(), tp=s.tp, ep=s.ep, etp=s.etp, pp=s.pp, dp=s.dp,
+                   batch=s.batch, instance_devices=s.devices, instances=b.instances,
+                   placements=json.dumps(s.placements(), sort_keys=True),
+                   export_command=export_command(plan, cell),
+                   tokens_per_s_per_device=_finite(b.tokens_per_s_per_device),
+                   instance_tokens_per_s=_finite(b.output_tokens_per_s),
+                   cluster_tokens_per_s=_finite(b.instances * b.output_tokens_per_s),
+                   instance_requests_per_s=_finite(requests_per_s(b.output_tokens_per_s,
+                                                                  cm.workload)),
+                   tpot_s=_finite(b.tpot_s), ttft_s=_finite(b.ttft_s),
+                   memory_per_device_bytes=_finite(b.memory.total_bytes))
+    return row
+
+
+def run_cell(cell: Cell) -> dict[str, object]:
+    """Run one cell: build (or reuse) its cost model, search, assemble the plan, make the row.
+
+    Returns:
+        The row (a dict over :data:`COLUMNS`); on any exception the row of
+        :func:`error_row`, never a raise.
+    """
+    t0 = time.perf_counter()
+    try:
+        _one_thread()
+        cm = cost_model_of(cell)
+        plan = search_plan(cm, method=cell.searcher, budget=cell.budget, seed=cell.seed,
+                           engine=cell.engine.name)
+        return plan_row(cell, plan, cm, time.perf_counter() - t0)
+    except Exception as exc:   # noqa: BLE001 -- a failing cell is recorded, the sweep goes on
+        return error_row(cell, exc, time.perf_counter() - t0)

@@ -1,0 +1,377 @@
+"""The sweep grid: a YAML file validated by a pydantic schema, expanded into cells.
+
+A grid names models × clusters × workloads × engines × searchers × budgets × seeds; every
+combination is one :class:`Cell` (one search). The shipped example is
+``examples/sweep-small.yaml``; the fields are documented on :class:`SweepGrid` and the classes
+it holds. Every cell has a :meth:`Cell.key`, a stable hash of its inputs, used to skip cells
+whose rows are already in the results (resume).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ..api import DEFAULT_BUDGET, cost_config, make_workload
+from ..errors import ConfigError, PlannerError
+from ..units import parse_duration_s
+from ..workload import Workload
+
+
+def _durations(data: object) -> object:
+    """``ttft_slo: 2s`` / ``tpot_slo: 50ms`` (a unit is required) → ``ttft_slo_s`` /
+    ``tpot_slo_s`` in seconds."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for key in ("ttft_slo", "tpot_slo"):
+        if key not in data:
+            continue
+        if key + "_s" in data:
+            raise ValueError(f"{key} and {key}_s both given; keep one")
+        value = data.pop(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"{key}: expected a duration such as 50ms or 2s, got {value!r}")
+        try:
+            data[key + "_s"] = parse_duration_s(str(value), field=key)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+    return data
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors (a typo must not silently drop a setting)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadSpec(_Strict):
+    """One traffic shape: the workload options of ``l2s plan`` (see
+    :func:`learn_to_shard.api.make_workload`).
+
+    Attributes:
+        name: label in tables and plots (default: ``phase-isl/osl`` or ``decode-CONTEXT``);
+            not part of the cell key.
+        phase: ``serve`` (default), ``prefill`` or ``decode``.
+        isl, osl: prompt and output tokens (serve: both; prefill: ``isl``).
+        context: decode context length, tokens (decode only).
+        ttft_slo_s, tpot_slo_s: latency limits, seconds; in the grid file preferably written
+            ``ttft_slo: 2s`` and ``tpot_slo: 50ms`` (a unit is required there).
+        dtype, kv_dtype: ``bf16`` or ``fp8`` weights and KV cache (default KV: ``dtype``).
+        rate_rps: offered load, requests/s. Recorded in every row and used by the fleet
+            sizing (:mod:`learn_to_shard.sweep.sizing`): how many devices serve it. The search
+            itself is not changed by it.
+        concurrency: closed-loop clients across the cluster (serve): as ``l2s plan
+            --concurrency``, a batch above what one replica receives is refused
+            (:attr:`~learn_to_shard.workload.Workload.concurrency`).
+    """
+
+    name: str | None = None
+    phase: Literal["serve", "prefill", "decode"] = "serve"
+    isl: PositiveInt | None = None
+    osl: PositiveInt | None = None
+    context: PositiveInt | None = None
+    ttft_slo_s: PositiveFloat | None = None
+    tpot_slo_s: PositiveFloat | None = None
+    dtype: Literal["bf16", "fp8"] = "bf16"
+    kv_dtype: Literal["bf16", "fp8"] | None = None
+    rate_rps: PositiveFloat | None = None
+    concurrency: PositiveInt | None = None
+
+    _read_durations = model_validator(mode="before")(_durations)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        """The same checks as ``l2s plan`` (phase vs isl/osl/context/SLOs)."""
+        try:
+            self.workload()
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def workload(self) -> Workload:
+        """The :class:`Workload` this spec describes.
+
+        Raises:
+            ConfigError: contradictory fields (as ``l2s plan`` refuses them).
+        """
+        return make_workload(self.phase, isl=self.isl, osl=self.osl, context=self.context,
+                             dtype=self.dtype, kv_dtype=self.kv_dtype,
+                             ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s,
+                             concurrency=self.concurrency)
+
+    @property
+    def label(self) -> str:
+        """``name``, or ``serve-1024/256``, ``prefill-8192``, ``decode-16384``."""
+        if self.name:
+            return self.name
+        if self.phase == "decode":
+            return f"decode-{self.context or self.isl}"
+        return f"{self.phase}-{self.isl}" + (f"/{self.osl}" if self.osl else "")
+
+
+class EngineSpec(_Strict):
+    """The serving engine whose memory policy the cost model assumes (``--engine`` and its two
+    flags in ``l2s plan``).
+
+    Attributes:
+        name: an engine profile (``vllm``, ``trtllm``, …) or ``None`` for the defaults.
+        gpu_memory_utilization: fraction of device memory the engine may use, (0, 1].
+        max_num_batched_tokens: tokens per engine step (serve phase).
+    """
+
+    name: str | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _known(self) -> EngineSpec:
+        try:
+            cost_config(self.name, self.gpu_memory_utilization, self.max_num_batched_tokens)
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("--engine: ")) from None
+        return self
+
+    @property
+    def label(self) -> str:
+        """``default``, ``vllm``, ``trtllm(mem=0.8,tok=4096)``…"""
+        extra = [f"mem={self.gpu_memory_utilization:g}"] if self.gpu_memory_utilization else []
+        extra += [f"tok={self.max_num_batched_tokens}"] if self.max_num_batched_tokens else []
+        return (self.name or "default") + (f"({','.join(extra)})" if extra else "")
+
+
+def _engine_entry(value: object) -> object:
+    """``- vllm`` and ``- null``/``- default`` are short for ``{name: vllm}`` / ``{}``."""
+    if value is None or value == "default":
+        return {}
+    if isinstance(value, str):
+        return {"name": value}
+    return value
+
+
+class DeviceCounts(_Strict):
+    """``{device: h200, counts: [8, 16]}``: one cluster per count of a device preset."""
+
+    device: str
+    counts: list[PositiveInt] = Field(min_length=1)
+
+
+ClusterEntry = Annotated[str | DeviceCounts, Field(union_mode="left_to_right")]
+
+
+class SweepGrid(_Strict):
+    """A sweep: every combination of the lists below is one cell.
+
+    Attributes:
+        models: shipped model names or ``config.json`` paths (relative to the grid file).
+        clusters: ``DEVICE:COUNT`` strings, cluster JSON paths (relative to the grid file), or
+            ``{device: KIND, counts: [N, …]}`` entries.
+        workloads: traffic shapes (:class:`WorkloadSpec`).
+        engines: engine profiles (:class:`EngineSpec`; a bare name or ``default`` is allowed);
+            default: the cost model's defaults.
+        searchers: searcher names (``l2s plan --method``); default ``[auto]``.
+        budgets: evaluation budgets; default ``[4000]``.
+        seeds: seeds; default ``[0]``. Seed-independent searchers (``megatron``,
+            ``megatron-rule``, ``exact``) run with the first seed only.
+        prices_per_device_hour: device kind → price of one device for one hour (any currency,
+            e.g. USD); used to rank clusters and fleets by cost. Kinds without a price are
+            ranked by device count only.
+    """
+
+    models: list[str] = Field(min_length=1)
+    clusters: list[ClusterEntry] = Field(min_length=1)
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+    engines: list[Annotated[EngineSpec, BeforeValidator(_engine_entry)]] = Field(
+        default_factory=lambda: [EngineSpec()], min_length=1)
+    searchers: list[str] = Field(default_factory=lambda: ["auto"], min_length=1)
+    budgets: list[PositiveInt] = Field(default_factory=lambda: [DEFAULT_BUDGET], min_length=1)
+    seeds: list[NonNegativeInt] = Field(default_factory=lambda: [0], min_length=1)
+    prices_per_device_hour: dict[str, PositiveFloat] = Field(default_factory=dict)
+
+    @field_validator("searchers")
+    @classmethod
+    def _searchers(cls, names: list[str]) -> list[str]:
+        from ..search import searcher_names
+
+        valid = ["auto", *searcher_names()]
+        bad = [n for n in names if n not in valid]
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))} not among {', '.join(valid)}")
+        return names
+
+    def cluster_names(self) -> list[str]:
+        """Every cluster of the grid as a ``DEVICE:COUNT`` string or a file path, in order."""
+        out: list[str] = []
+        for entry in self.clusters:
+            if isinstance(entry, DeviceCounts):
+                out.extend(f"{entry.device}:{n}" for n in entry.counts)
+            else:
+                out.append(entry)
+        return out
+
+
+class Cell(_Strict):
+    """One search of the sweep: a model, a cluster, a workload, an engine, a searcher, a
+    budget and a seed (picklable; sent to worker processes and Ray tasks)."""
+
+    model: str
+    cluster: str
+    workload: WorkloadSpec
+    engine: EngineSpec
+    searcher: str
+    budget: PositiveInt
+    seed: NonNegativeInt
+
+    def key(self) -> str:
+        """A stable hash of the cell's inputs: the first 16 hex digits of the SHA-256 of their
+        canonical JSON (sorted keys; the workload's display ``name`` left out). Equal inputs
+        give equal keys on every machine and Python version."""
+        data = self.model_dump(mode="json")
+        data["workload"].pop("name", None)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _seed_independent(searcher: str) -> bool:
+    from ..report.compare import is_seed_independent
+
+    return searcher == "exact" or (searcher != "auto" and is_seed_independent(searcher))
+
+
+def expand(grid: SweepGrid) -> list[Cell]:
+    """Every cell of ``grid``, models outermost and seeds innermost, duplicates dropped.
+
+    Seed-independent searchers (:func:`learn_to_shard.report.compare.is_seed_independent`,
+    and ``exact``) get one cell, with the first seed.
+    """
+    cells: list[Cell] = []
+    seen: set[str] = set()
+    for model in grid.models:
+        for cluster in grid.cluster_names():
+            for wl in grid.workloads:
+                for engine in grid.engines:
+                    for searcher in grid.searchers:
+                        seeds = grid.seeds[:1] if _seed_independent(searcher) else grid.seeds
+                        for budget in grid.budgets:
+                            for seed in seeds:
+                                cell = Cell(model=model, cluster=cluster, workload=wl,
+                                            engine=engine, searcher=searcher, budget=budget,
+                                            seed=seed)
+                                if cell.key() not in seen:
+                                    seen.add(cell.key())
+                                    cells.append(cell)
+    return cells
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    """pydantic's error location → ``workloads[0].isl``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "DeviceCounts", "function-before[_engine_entry(), EngineSpec]"):
+            continue                           # union branch names, not fields
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def validation_message(exc: ValidationError, where: str) -> str:
+    """A pydantic error as one line: ``GRID.yaml: workloads[0].isl: Input should be …``
+    (the most specific error — the deepest location, so a union names the branch that almost
+    matched — and how many more there are)."""
+    errors = exc.errors()
+    first = max(errors, key=lambda e: len(e["loc"]))
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {_loc(tuple(first['loc']))}: {msg}{more}"
+
+
+def _resolve(text: str, base: Path) -> str:
+    """A model or cluster given as a relative path that exists next to the grid file becomes an
+    absolute path (so worker processes and Ray nodes find it); anything else is unchanged."""
+    p = base / text
+    if not Path(text).is_absolute() and p.exists():
+        return str(p.resolve())
+    return text
+
+
+def grid_from_data(data: Any, where: str = "grid", base: Path | None = None) -> SweepGrid:
+    """Validate a grid given as plain data (the parsed YAML) and check that every model and
+    cluster loads.
+
+    Args:
+        data: the mapping read from the YAML file.
+        where: the file name used in error messages.
+        base: folder relative model/cluster paths are resolved against (default: the
+            current directory).
+
+    Raises:
+        ConfigError: one line naming the field and what would be valid.
+    """
+    from ..hardware.presets import parse_cluster
+    from ..model.hf_config import load_model
+
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with models, clusters, workloads, …; "
+                          f"got {type(data).__name__}")
+    try:
+        grid = SweepGrid.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(exc, where)) from None
+    base = base or Path.cwd()
+    models = [_resolve(m, base) for m in grid.models]
+    clusters = [c if isinstance(c, DeviceCounts) else _resolve(c, base) for c in grid.clusters]
+    grid = grid.model_copy(update={"models": models, "clusters": clusters})
+    for i, m in enumerate(grid.models):
+        try:
+            load_model(m)
+        except PlannerError as exc:
+            raise ConfigError(f"{where}: models[{i}]: {exc}") from None
+    for c in grid.cluster_names():
+        try:
+            parse_cluster(c)
+        except PlannerError as exc:
+            raise ConfigError(f"{where}: clusters: {exc}") from None
+    return grid
+
+
+def load_grid(path: Path) -> SweepGrid:
+    """Read and validate a grid YAML file (see :class:`SweepGrid`).
+
+    Raises:
+        ConfigError: the file is missing or not YAML, or a field is invalid (one line naming
+            the file and the field).
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read grid file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{at}: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
+    return grid_from_data(data, str(path), Path(path).resolve().parent)
+

@@ -1,0 +1,265 @@
+"""What a sweep prints and draws: the summary table, the cheapest cluster per workload, the
+fleet sizes for request rates, and two plots.
+
+* ``tokens_per_device.png``: best feasible tokens/s per device against the device count, one
+  line per device kind, one panel per (model, workload);
+* ``cheapest.png``: per (model, workload), the cheapest cluster meeting the SLOs — the fleet
+  for the workload's ``rate_rps`` when it has one (:mod:`learn_to_shard.sweep.sizing`), else
+  the smallest searched cluster with a feasible plan; cost per hour where the grid prices the
+  device kind, else devices.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import PlannerError
+from ..hardware.presets import parse_cluster
+from .sizing import Fleet, size_fleets
+
+Row = Mapping[str, object]
+
+
+@functools.lru_cache(maxsize=256)
+def _node_size(cluster: str) -> int:
+    try:
+        return parse_cluster(cluster).devices_per_node
+    except PlannerError:
+        return 1
+
+
+def node_sizes(rows: Sequence[Row]) -> dict[str, int]:
+    """Device kind → devices per node, read from the rows' clusters."""
+    out: dict[str, int] = {}
+    for r in rows:
+        if r.get("device"):
+            out[str(r["device"])] = max(out.get(str(r["device"]), 1),
+                                        _node_size(str(r["cluster"])))
+    return out
+
+
+def _ok(r: Row) -> bool:
+    return bool(r.get("feasible")) and not r.get("error")
+
+
+def _tps(r: Row) -> float:
+    v = r.get("tokens_per_s_per_device")
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _ms(v: object) -> str:
+    return f"{float(v) * 1e3:.1f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
+def best_rows(rows: Sequence[Row]) -> dict[tuple[str, str, str, str], tuple[Row | None, int, int,
+                                                                          int]]:
+    """Per (model, workload, engine, cluster): the best feasible row (or None) and the counts
+    of cells, feasible cells and failed cells."""
+    out: dict[tuple[str, str, str, str], tuple[Row | None, int, int, int]] = {}
+    for r in rows:
+        k = (str(r["model"]), str(r["workload"]), str(r["engine"]), str(r["cluster"]))
+        best, n, feas, err = out.get(k, (None, 0, 0, 0))
+        if _ok(r) and (best is None or _tps(r) > _tps(best)):
+            best = r
+        out[k] = (best, n + 1, feas + _ok(r), err + bool(r.get("error")))
+    return out
+
+
+@dataclass(frozen=True)
+class Cheapest:
+    """The cheapest way found to serve one (model, workload) within its SLOs.
+
+    Attributes:
+        model, workload: what is served.
+        device: device kind; devices: how many; cost_per_hour: ``devices × price`` (None
+            when the kind has no price).
+        strategy: the plan (one instance); tokens_per_s_per_device: its throughput.
+        how: ``"cluster h100-sxm:8"`` (smallest searched cluster with a feasible plan) or
+            ``"3 × 2 devices for 20 req/s"`` (a fleet, :class:`~.sizing.Fleet`).
+    """
+
+    model: str
+    workload: str
+    device: str
+    devices: int
+    cost_per_hour: float | None
+    strategy: str
+    tokens_per_s_per_device: float
+    how: str
+
+
+def _cost_key(c: Cheapest) -> tuple[float, int, float]:
+    return (c.cost_per_hour if c.cost_per_hour is not None else math.inf, c.devices,
+            -c.tokens_per_s_per_device)
+
+
+def cheapest(rows: Sequence[Row], prices: Mapping[str, float]) -> list[Cheapest]:
+    """Per (model, workload), the cheapest cluster meeting the SLOs (see the module
+    docstring): cost per hour first where priced, then devices, then throughput."""
+    fleets = size_fleets(rows, prices=prices, node_sizes=node_sizes(rows))
+    found: dict[tuple[str, str], Cheapest] = {}
+
+    def offer(c: Cheapest) -> None:
+        k = (c.model, c.workload)
+        if k not in found or _cost_key(c) < _cost_key(found[k]):
+            found[k] = c
+
+    for f in fleets:
+        offer(Cheapest(f.model, f.workload, f.device, f.devices, f.cost_per_hour, f.strategy,
+                       f.tokens_per_s_per_device,
+                       f"{f.replicas} × {f.instance_devices} devices for {f.rate_rps:g} req/s"))
+    rated = {(f.model, f.workload) for f in fleets}
+    for r in rows:
+        if not _ok(r) or (str(r["model"]), str(r["workload"])) in rated \
+                or r.get("rate_rps") is not None:
+            continue
+        n = int(r["cluster_devices"])                    # type: ignore[call-overload]
+        price = prices.get(str(r["device"]))
+        offer(Cheapest(str(r["model"]), str(r["workload"]), str(r["device"]), n,
+                       None if price is None else n * price, str(r["strategy"]), _tps(r),
+                       f"cluster {r['cluster']}"))
+    return sorted(found.values(), key=lambda c: (c.model, c.workload))
+
+
+def summary_table(rows: Sequence[Row]) -> Table:
+    """One line per (model, workload, engine, cluster): the best feasible plan over the
+    searchers, budgets and seeds, and how many cells ran, were feasible, failed."""
+    t = Table(title="sweep: best feasible plan per model, workload, engine and cluster")
+    for col in ("model", "workload", "engine", "cluster", "best tok/s/dev", "strategy",
+                "TPOT ms", "TTFT ms", "cluster req/s", "by", "cells ok/infeasible/error"):
+        t.add_column(col, justify="right" if col[0].isupper() or "tok" in col or "req" in col
+                     else "left")
+    for (model, wl, eng, cluster), (b, n, feas, err) in best_rows(rows).items():
+        if b is None:
+            t.add_row(model, wl, eng, cluster, "–", "none feasible" if n > err else "failed",
+                      "–", "–", "–", "–", f"{feas}/{n - feas - err}/{err}")
+            continue
+        rps = b.get("instance_requests_per_s")
+        inst = b.get("instances")
+        creq = f"{float(rps) * int(inst):,.2f}" if isinstance(rps, float) and \
+            isinstance(inst, int) else "–"
+        t.add_row(model, wl, eng, cluster, f"{_tps(b):,.1f}", str(b["strategy"]),
+                  _ms(b.get("tpot_s")), _ms(b.get("ttft_s")), creq,
+                  f"{b['searcher']} s{b['seed']}", f"{feas}/{n - feas - err}/{err}")
+    return t
+
+
+def cheapest_table(items: Sequence[Cheapest]) -> Table:
+    """The cheapest cluster (or fleet) meeting each workload's SLOs."""
+    t = Table(title="cheapest cluster meeting the SLOs, per model and workload")
+    for col in ("model", "workload", "device", "devices", "cost/hour", "how", "strategy",
+                "tok/s/dev"):
+        t.add_column(col, justify="right" if col in ("devices", "cost/hour", "tok/s/dev")
+                     else "left")
+    for c in items:
+        t.add_row(c.model, c.workload, c.device, str(c.devices),
+                  "–" if c.cost_per_hour is None else f"{c.cost_per_hour:,.2f}", c.how,
+                  c.strategy, f"{c.tokens_per_s_per_device:,.1f}")
+    return t
+
+
+def fleet_table(fleets: Sequence[Fleet]) -> Table:
+    """Fleet sizes per device kind (``l2s size``), cheapest (or smallest) first."""
+    t = Table(title="fewest devices per kind serving the rate within the SLOs")
+    for col in ("model", "workload", "device", "req/s", "devices", "nodes", "cost/hour",
+                "replicas × plan", "replica req/s", "tok/s/dev", "TPOT ms", "TTFT ms",
+                "searched on"):
+        t.add_column(col, justify="left" if col in ("model", "workload", "device",
+                                                     "replicas × plan", "searched on")
+                     else "right")
+    for f in fleets:
+        t.add_row(f.model, f.workload, f.device, f"{f.rate_rps:g}", str(f.devices),
+                  str(f.nodes), "–" if f.cost_per_hour is None else f"{f.cost_per_hour:,.2f}",
+                  f"{f.replicas} × {f.strategy}", f"{f.instance_requests_per_s:,.2f}",
+                  f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s),
+                  f"{f.searched_cluster} ({f.searcher})")
+    return t
+
+
+def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Console) -> None:
+    """Print the summary table, the cheapest-cluster table and the first failures."""
+    console.print(summary_table(rows))
+    items = cheapest(rows, prices)
+    if items:
+        console.print(cheapest_table(items))
+    errors = [r for r in rows if r.get("error")]
+    for r in errors[:5]:
+        console.print(f"failed: {r['model']} {r['cluster']} {r['workload']} {r['searcher']} "
+                      f"seed {r['seed']}: {r['error']}", markup=False, highlight=False)
+    if len(errors) > 5:
+        console.print(f"… and {len(errors) - 5} more failed cells (column 'error')")
+
+
+def _figure(nrows: int, ncols: int, width_in: float, height_in: float):  # -> (fig, axes)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width_in, height_in), squeeze=False)
+    return plt, fig, axes
+
+
+def plot_tokens_per_device(rows: Sequence[Row], path: Path) -> Path:
+    """Best feasible tokens/s per device against device count, a line per device kind and a
+    panel per (model, workload); saved to ``path``."""
+    panels: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
+    for r in rows:
+        if not r.get("device") or r.get("cluster_devices") is None:
+            continue
+        lines = panels.setdefault((str(r["model"]), str(r["workload"])), {})
+        pts = lines.setdefault(str(r["device"]), {})
+        n = int(r["cluster_devices"])                    # type: ignore[call-overload]
+        pts[n] = max(pts.get(n, 0.0), _tps(r) if _ok(r) else 0.0)
+    keys = sorted(panels)
+    cols = min(3, max(1, len(keys)))
+    nrow = max(1, math.ceil(len(keys) / cols))
+    plt, fig, axes = _figure(nrow, cols, 4.6 * cols, 3.4 * nrow)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        for device, pts in sorted(panels[key].items()):
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", label=device)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{key[0]}, {key[1]}", fontsize=9)
+        ax.set_xlabel("devices in the cluster")
+        ax.set_ylabel("best tokens/s per device")
+        top = max((v for pts in panels[key].values() for v in pts.values()), default=0.0)
+        ax.set_ylim(0, top * 1.25 if top > 0 else 1.0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_cheapest(items: Sequence[Cheapest], path: Path) -> Path:
+    """One bar per (model, workload): the cost per hour of the cheapest cluster meeting the
+    SLOs when every bar is priced, else its device count; labelled with device and plan."""
+    priced = bool(items) and all(c.cost_per_hour is not None for c in items)
+    plt, fig, axes = _figure(1, 1, 8.0, 0.9 + 0.45 * max(1, len(items)))
+    ax = axes[0, 0]
+    ys = list(range(len(items)))
+    vals = [float(c.cost_per_hour) if priced else float(c.devices)  # type: ignore[arg-type]
+            for c in items]
+    ax.barh(ys, vals, color="tab:blue")
+    ax.set_yticks(ys, [f"{c.model}\n{c.workload}" for c in items], fontsize=7)
+    for y, v, c in zip(ys, vals, items, strict=True):
+        ax.text(v, y, f"  {c.device}: {c.how}", va="center", fontsize=7)
+    ax.set_xlabel("cost per hour" if priced else "devices")
+    ax.set_title("cheapest cluster meeting the SLOs", fontsize=10)
+    ax.set_xlim(0, max(vals, default=1.0) * 1.9 or 1.0)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

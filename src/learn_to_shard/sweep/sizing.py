@@ -1,0 +1,161 @@
+"""Capacity: how many devices of each kind serve a request rate within the SLOs.
+
+The answer to "fewest devices of kind K, or lowest cost at a price per device-hour, that
+serve R requests/s of this workload within the SLOs" (what aiconfigurator's ``recommend``
+answers for its engines), computed from sweep rows: every feasible row is a plan whose
+instance of ``D = pp·tp·dp`` devices meets the SLOs; replicating it ``k`` times serves
+``k × r`` requests/s, where ``r`` is :func:`requests_per_s` of the instance.
+
+    devices(plan, R) = ceil(R / r) × D,      cost_per_hour = devices × price_per_device_hour
+
+For each device kind the fleet is the row with the fewest devices (ties: the higher
+throughput per device); kinds are ranked by cost per hour where they have a price, then the
+unpriced ones by devices.
+
+Assumptions (steady state, as the cost model's serve phase):
+
+* arrivals at ``R`` requests/s are spread evenly over the replicas (a load balancer), and each
+  replica runs the plan's batch continuously, so it completes ``r`` requests/s;
+* the latencies are those of the plan at its full batch: a replica loaded below capacity runs
+  smaller batches, which this cost model never predicts slower, so the SLOs still hold;
+* no queueing delay is modelled: bursts above the mean rate wait, and only the SLO margin
+  absorbs that wait;
+* replicas of a plan smaller than a node share nodes (``nodes = ceil(devices / node size)``).
+
+The candidate plans are those of the sweep's rows (one best plan per cluster size searched),
+so the answer is the best over the searched sizes, not a proof that no smaller fleet exists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..workload import Phase, Workload
+
+
+def requests_per_s(instance_tokens_per_s: float, workload: Workload) -> float | None:
+    """Requests/s one instance completes: its throughput over the tokens a request needs.
+
+    Args:
+        instance_tokens_per_s: output tokens/s (serve) or prompt tokens/s (prefill) of one
+            instance (``Estimate.output_tokens_per_s``).
+        workload: the workload; serve requests emit ``osl`` output tokens, prefill requests
+            are ``isl`` prompt tokens.
+
+    Returns:
+        ``instance_tokens_per_s / osl`` (serve), ``/ isl`` (prefill); ``None`` for decode
+        (steady decoding at a fixed context has no request boundary).
+    """
+    if workload.phase is Phase.SERVE:
+        return instance_tokens_per_s / workload.osl
+    if workload.phase is Phase.PREFILL:
+        return instance_tokens_per_s / workload.isl
+    return None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The smallest fleet of one device kind found for a rate.
+
+    Attributes:
+        model, workload: what is served (workload label).
+        device: device kind; node_size: devices per scale-up domain.
+        rate_rps: the requests/s to serve.
+        strategy: the replicated plan (``Strategy.short()``); instance_devices: its ``D``.
+        instance_requests_per_s: ``r`` of one replica; replicas: ``k = ceil(R / r)``.
+        devices: ``k × D``; nodes: ``ceil(devices / node_size)``.
+        price_per_device_hour: the kind's price, or ``None``; cost_per_hour: ``devices ×
+            price`` or ``None``.
+        tokens_per_s_per_device, tpot_s, ttft_s: the plan's estimate.
+        searched_cluster: the cluster the plan was searched on; searcher: its searcher.
+    """
+
+    model: str
+    workload: str
+    device: str
+    node_size: int
+    rate_rps: float
+    strategy: str
+    instance_devices: int
+    instance_requests_per_s: float
+    replicas: int
+    devices: int
+    nodes: int
+    price_per_device_hour: float | None
+    cost_per_hour: float | None
+    tokens_per_s_per_device: float
+    tpot_s: float | None
+    ttft_s: float | None
+    searched_cluster: str
+    searcher: str
+
+
+def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
+              price_per_device_hour: float | None) -> Fleet | None:
+    """The fleet that replicates the plan of ``row`` to serve ``rate_rps`` (None if the row
+    has no feasible plan or no request rate, e.g. decode).
+
+    Raises:
+        ConfigError: ``rate_rps`` is not positive and finite.
+    """
+    if not 0 < rate_rps < math.inf:
+        raise ConfigError(f"rate: must be a positive number of requests/s, got {rate_rps}")
+    r = row.get("instance_requests_per_s")
+    if not row.get("feasible") or not isinstance(r, float) or not r > 0:
+        return None
+    d = int(row["instance_devices"])                     # type: ignore[call-overload]
+    k = math.ceil(rate_rps / r - 1e-9)
+    devices = k * d
+    return Fleet(model=str(row["model"]), workload=str(row["workload"]),
+                 device=str(row["device"]), node_size=node_size, rate_rps=rate_rps,
+                 strategy=str(row["strategy"]), instance_devices=d, instance_requests_per_s=r,
+                 replicas=k, devices=devices, nodes=math.ceil(devices / node_size),
+                 price_per_device_hour=price_per_device_hour,
+                 cost_per_hour=None if price_per_device_hour is None
+                 else devices * price_per_device_hour,
+                 tokens_per_s_per_device=float(row["tokens_per_s_per_device"]),  # type: ignore[arg-type]
+                 tpot_s=row.get("tpot_s"), ttft_s=row.get("ttft_s"),  # type: ignore[arg-type]
+                 searched_cluster=str(row["cluster"]), searcher=str(row["searcher"]))
+
+
+def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = None,
+                prices: Mapping[str, float] | None = None,
+                node_sizes: Mapping[str, int] | None = None) -> list[Fleet]:
+    """The smallest fleet per (model, workload, device kind) over the feasible rows.
+
+    Args:
+        rows: sweep rows (:data:`learn_to_shard.sweep.cells.COLUMNS`).
+        rate_rps: requests/s to serve; default: each row's own ``rate_rps`` (rows without
+            one are skipped).
+        prices: device kind → price per device-hour.
+        node_sizes: device kind → devices per node (default 1 where unknown).
+
+    Returns:
+        Fleets sorted by (model, workload, then cost when priced, else devices).
+    """
+    prices = prices or {}
+    node_sizes = node_sizes or {}
+    best: dict[tuple[str, str, str], Fleet] = {}
+    for row in rows:
+        rate = rate_rps if rate_rps is not None else row.get("rate_rps")
+        if not isinstance(rate, (int, float)) or row.get("error"):
+            continue
+        dev = str(row.get("device"))
+        f = fleet_for(row, float(rate), node_sizes.get(dev, 1), prices.get(dev))
+        if f is None:
+            continue
+        k = (f.model, f.workload, f.device)
+        old = best.get(k)
+        if old is None or (f.devices, -f.tokens_per_s_per_device) < \
+                (old.devices, -old.tokens_per_s_per_device):
+            best[k] = f
+    return sorted(best.values(), key=rank_key)
+
+
+def rank_key(f: Fleet) -> tuple[str, str, float, int]:
+    """Sort key: model, workload, then cost per hour (unpriced last), then devices."""
+    cost = f.cost_per_hour if f.cost_per_hour is not None else math.inf
+    return (f.model, f.workload, cost, f.devices)

@@ -1,0 +1,278 @@
+"""Fleet sweeps: the grid schema, local and Ray runs giving the same rows, resume after a kill,
+failing cells, and the fleet-sizing formula."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from learn_to_shard.cli import app
+from learn_to_shard.errors import ConfigError
+from learn_to_shard.sweep import expand, grid_from_data, load_grid, run_sweep, size_fleets
+from learn_to_shard.sweep.cells import COLUMNS, run_cell
+from learn_to_shard.sweep.grid import Cell
+from learn_to_shard.sweep.sizing import fleet_for
+from learn_to_shard.sweep.store import JOURNAL, read_journal, read_parquet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: 2 models × 2 clusters × 2 searchers × 2 seeds = 16 cells, each well under a second.
+SMALL = {
+    "models": ["llama-3.1-8b", "qwen3-30b-a3b"],
+    "clusters": ["h100-sxm:4", "h200:8"],
+    "workloads": [{"name": "chat", "phase": "serve", "isl": 1024, "osl": 256,
+                   "tpot_slo": "50ms", "rate_rps": 20}],
+    "searchers": ["random", "sa"],
+    "budgets": [100],
+    "seeds": [0, 1],
+    "prices_per_device_hour": {"h100-sxm": 2.5, "h200": 3.5},
+}
+#: Columns that measure time, not results.
+TIMING = {"wall_s", "search_wall_s"}
+
+
+def _results(rows: list[dict[str, object]]) -> dict[str, dict[str, object]]:
+    return {str(r["key"]): {k: v for k, v in r.items() if k not in TIMING} for r in rows}
+
+
+def _write_grid(folder: Path, data: dict) -> Path:
+    path = folder / "grid.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    grid = load_grid(_write_grid(out, SMALL))
+    return grid, out, run_sweep(grid, out / "results", workers=2)
+
+
+def test_local_sweep_writes_one_row_per_cell_and_resumes(local_run):
+    grid, out, res = local_run
+    cells = expand(grid)
+    assert len(cells) == 16 and len({c.key() for c in cells}) == 16
+    assert res.skipped == 0 and sorted(res.ran) == sorted(c.key() for c in cells)
+    assert [r["key"] for r in res.rows] == [c.key() for c in cells]      # grid order
+    assert all(r["error"] is None for r in res.rows)
+    feasible = [r for r in res.rows if r["feasible"]]
+    assert len(feasible) >= 14                  # a 100-evaluation search may find nothing
+    for r in feasible:
+        assert r["instance_devices"] == r["tp"] * r["pp"] * r["dp"]
+        assert math.isclose(r["instance_requests_per_s"] * 256, r["instance_tokens_per_s"])
+        assert r["tpot_s"] <= 0.050
+    # Parquet and CSV hold the same rows, every column, in order.
+    parquet = read_parquet(res.parquet)
+    assert _results(parquet) == _results(res.rows)
+    header = res.csv.read_text().splitlines()[0]
+    assert header.replace('"', "").split(",") == [n for n, _ in COLUMNS]
+    assert len(res.csv.read_text().splitlines()) == 17
+    # Seeds matter for random search: not every cell gives the same plan.
+    assert len({(r["model"], r["cluster"], r["strategy"]) for r in res.rows}) > 4
+    # Running again skips every cell.
+    again = run_sweep(grid, out / "results", workers=2)
+    assert again.ran == [] and again.skipped == 16
+    assert _results(again.rows) == _results(res.rows)
+
+
+def test_cli_sweep_summary_plots_and_exit_code(local_run, tmp_path):
+    _, out, res = local_run
+    target = tmp_path / "copy"
+    shutil.copytree(out / "results", target)
+    r = CliRunner().invoke(app, ["sweep", str(out / "grid.yaml"), "--out", str(target),
+                                 "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "0 cells run, 16 skipped, 0 failed" in r.output
+    assert (target / "tokens_per_device.png").stat().st_size > 0
+    assert (target / "cheapest.png").stat().st_size > 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ray_head(monkeypatch):
+    """A Ray head on loopback only (dashboard off, small object store), stopped afterwards.
+
+    Ray replaces 127.0.0.1 by the host's routable address unless
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (ray/_private/services.py, get_node_ip_address);
+    with it every Ray server listens on 127.0.0.1. ``--block`` keeps the head's processes
+    children of one process group, which teardown ends (SIGTERM, the graceful ``ray stop``).
+    """
+    # Read by Ray when it is imported: set before the import.
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    if "ray" in sys.modules:
+        pytest.skip("ray was imported before this test could set it to loopback")
+    pytest.importorskip("ray")
+    ray_bin = Path(sys.executable).with_name("ray")
+    if not ray_bin.exists():
+        pytest.skip("the ray command is not installed next to this Python")
+    port = _free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="l2sray"))        # short: Ray's socket paths are limited
+    log = (tmp / "head.log").open("w")
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+         "--port", str(port), "--include-dashboard=false", "--object-store-memory", "80000000",
+         "--num-cpus", "2", "--disable-usage-stats", "--temp-dir", str(tmp / "r")],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 90
+        while "Ray runtime started" not in (tmp / "head.log").read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("ray head did not start:\n" + (tmp / "head.log").read_text()[-2000:])
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()                        # the head stops the processes it started
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_ray_sweep_gives_the_local_results(local_run, ray_head, tmp_path):
+    grid, _, local = local_run
+    res = run_sweep(grid, tmp_path / "ray", ray_address=ray_head)
+    assert res.skipped == 0 and len(res.ran) == 16
+    assert _results(res.rows) == _results(local.rows)
+
+
+def test_killed_sweep_resumes_without_running_a_cell_twice(tmp_path):
+    # 8 cells of ~0.3 s or more each: the kill after 2 rows lands part-way.
+    grid_data = dict(SMALL, models=["qwen3-30b-a3b"])
+    path = _write_grid(tmp_path, grid_data)
+    out = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "learn_to_shard.cli", "sweep", str(path),
+                             "--out", str(out), "--workers", "1", "--quiet", "--no-plots"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    journal = out / JOURNAL
+    deadline = time.monotonic() + 120
+    while not (journal.exists() and journal.read_text().count("\n") >= 2):
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        assert time.monotonic() < deadline, "no rows written"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)                 # the sweep and its worker
+    proc.wait()
+    before = [r["key"] for r in read_journal(journal)]
+    grid = grid_from_data(grid_data, "test")
+    keys = [c.key() for c in expand(grid)]
+    assert 2 <= len(before) < len(keys), "the kill must land part-way"
+    res = run_sweep(grid, out, workers=1)
+    assert res.skipped == len(before)
+    assert not set(res.ran) & set(before)                # nothing that was done ran again
+    lines = journal.read_text().splitlines()
+    assert len(lines) == len(keys)                       # every run appends: no second run
+    assert sorted(json.loads(line)["key"] for line in lines) == sorted(keys)   # none lost
+    assert [r["key"] for r in read_parquet(res.parquet)] == keys
+
+
+def test_failing_cell_is_recorded_and_the_rest_go_on(tmp_path):
+    grid = grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"],
+                           "workloads": [{"isl": 1024, "osl": 128},
+                                         {"isl": 200_000, "osl": 128}],   # > 131,072 positions
+                           "searchers": ["megatron"]}, "test")
+    rows = [run_cell(c) for c in expand(grid)]
+    assert rows[0]["error"] is None and rows[0]["feasible"]
+    assert rows[1]["error"].startswith("ConfigError:") and "131072" in rows[1]["error"]
+    assert rows[1]["isl"] == 200_000 and rows[1]["device"] == "h100-sxm"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"workloads": [{"isl": -1, "osl": 8}]}, "workloads[0].isl"),
+    ({"workloads": [{"isl": 8, "osl": 8, "tpot_slo": 50}]}, "tpot_slo"),
+    ({"workloads": [{"isl": 8, "osl": 8, "tpo_slo": "50ms"}]}, "tpo_slo"),
+    ({"workloads": [{"phase": "prefill", "isl": 8, "osl": 8}]}, "--osl"),
+    ({"searchers": ["annealing"]}, "searchers"),
+    ({"clusters": ["h100-sxm:0"]}, "clusters"),
+    ({"clusters": [{"device": "h200", "counts": []}]}, "clusters[0].counts"),
+    ({"engines": ["vllm2"]}, "engines[0]"),
+    ({"models": ["no-such-model"]}, "models[0]"),
+    ({"budgets": [0]}, "budgets[0]"),
+])
+def test_bad_grid_is_one_line_naming_the_field(change, field):
+    with pytest.raises(ConfigError) as exc:
+        grid_from_data(dict(SMALL, **change), "grid.yaml")
+    msg = str(exc.value)
+    assert msg.startswith("grid.yaml: ") and field in msg and "\n" not in msg
+
+
+def test_cli_refuses_bad_grid_file_with_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [llama-3.1-8b\n")
+    r = CliRunner().invoke(app, ["sweep", str(bad), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "not valid YAML" in r.output and "Traceback" not in r.output
+
+
+def test_cell_key_is_stable_and_ignores_the_label():
+    cell = expand(grid_from_data(SMALL, "grid"))[0]
+    renamed = cell.model_copy(update={"workload": cell.workload.model_copy(
+        update={"name": "other"})})
+    assert renamed.key() == cell.key()
+    assert Cell.model_validate_json(cell.model_dump_json()).key() == cell.key()
+    assert cell.model_copy(update={"seed": 7}).key() != cell.key()
+
+
+def test_example_grid_loads():
+    grid = load_grid(ROOT / "examples" / "sweep-small.yaml")
+    assert len(expand(grid)) == 36          # megatron runs once per problem, random per seed
+
+
+def test_fleet_formula():
+    row = {"feasible": True, "instance_requests_per_s": 6.0, "instance_devices": 2,
+           "model": "m", "workload": "w", "device": "h100-sxm", "strategy": "tp2",
+           "tokens_per_s_per_device": 100.0, "cluster": "h100-sxm:8", "searcher": "sa"}
+    f = fleet_for(row, 20.0, node_size=8, price_per_device_hour=2.5)
+    assert (f.replicas, f.devices, f.nodes, f.cost_per_hour) == (4, 8, 1, 20.0)
+    assert fleet_for(row, 18.0, 8, None).replicas == 3          # exactly 3 × 6 req/s
+    assert fleet_for(dict(row, feasible=False), 20.0, 8, None) is None
+    # The smaller instance wins when it needs fewer devices.
+    small = dict(row, instance_requests_per_s=3.5, instance_devices=1, tokens_per_s_per_device=90.0)
+    fleets = size_fleets([row, small], rate_rps=7.0)
+    assert [(f.devices, f.instance_devices) for f in fleets] == [(2, 1)]
+
+
+def test_cli_size_answers_fewest_devices_and_cost(tmp_path):
+    r = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-8b", "--rate", "30", "--devices", "h100-sxm,h200",
+        "--max-devices", "2", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
+        "--method", "megatron", "--price", "h100-sxm=2.5,h200=3.5", "--workers", "1",
+        "--out", str(tmp_path / "size"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "lowest cost:" in r.output and "serve 30 req/s" in r.output
+    rows = read_parquet(tmp_path / "size" / "results.parquet")
+    assert {(x["device"], x["cluster_devices"]) for x in rows} == {
+        ("h100-sxm", 1), ("h100-sxm", 2), ("h200", 1), ("h200", 2)}
+    fleets = size_fleets(rows, rate_rps=30.0, prices={"h100-sxm": 2.5, "h200": 3.5})
+    best = min(fleets, key=lambda f: f.cost_per_hour)
+    assert f"{best.devices} × {best.device}" in r.output
+    for f in fleets:
+        assert f.replicas * f.instance_requests_per_s >= 30.0
+        assert (f.replicas - 1) * f.instance_requests_per_s < 30.0
+
+
+def test_cli_size_refuses_decode(tmp_path):
+    r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-8b", "--rate", "3", "--phase",
+                                 "decode", "--isl", "1024", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "has no request rate" in r.output
