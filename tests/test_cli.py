@@ -260,8 +260,13 @@ def test_full_disk_in_validate_and_compare_names_the_path(tmp_path, monkeypatch)
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, "No space left on device")   # no filename, like write(2)
 
+    table = tmp_path / "t.csv"                  # two rows: the write is what is tested
+    table.write_text("".join(Path(validate_mod.default_table_path()).read_text()
+                             .splitlines(keepends=True)[:3]))
     monkeypatch.setattr(validate_mod, "save_json", full)
-    r = runner.invoke(app, ["validate", "--summary-only", "--plot", str(tmp_path / "v.png"),
+    monkeypatch.setattr(validate_mod, "silicon_report", lambda *_a, **_k: [])
+    r = runner.invoke(app, ["validate", "--summary-only", "--table", str(table),
+                            "--plot", str(tmp_path / "v.png"),
                             "--report", str(tmp_path / "v.json")])
     _one_line_error(r, "--report", str(tmp_path / "v.json"), "No space left")
     assert "None" not in r.stderr

@@ -619,3 +619,21 @@ def test_fuzz_long(workdir: Path) -> None:
     _check_tables(k, workdir)
     _check_estimates(k)
     _check_cli(k, workdir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corner", [0, 1])
+def test_exact_at_the_corners_of_the_device_ranges(corner: int) -> None:
+    """``exact`` (whose decomposition verifies itself) solves problems on devices at the edges
+    of the accepted ranges, slowest and fastest, without an error (minutes)."""
+    from learn_to_shard.api import search_plan
+
+    pick = 0 if corner == 0 else 1
+    fields = {f: _RANGES[f][pick] for f in _RANGES}
+    device = DeviceSpec(name="edge", display_name="edge", scale_up_domain=4, **fields)
+    for model in ("qwen3-30b-a3b", "llama-3.1-8b"):
+        wl = make_workload("serve", isl=1024, osl=128)
+        cm = _cost_model(model, ClusterSpec(device=device, num_devices=16), wl,
+                         CostModelConfig())
+        plan = search_plan(cm, method="exact")
+        assert plan.best is None or math.isfinite(plan.best.tokens_per_s_per_device)
