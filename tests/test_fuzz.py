@@ -13,8 +13,9 @@ Properties:
 * **Monotone**: more link/HBM bandwidth never makes a strategy slower or infeasible; more
   device memory never makes a feasible strategy infeasible or slower.
 
-The default run draws > 10,000 inputs in about 30 s (deterministic: ``derandomize=True``). The
-long run (``@pytest.mark.slow``) draws 20x more:
+The default run checks > 10,000 generated inputs in 30-40 s on a loaded 2-core machine
+(deterministic: ``derandomize=True``). The long run (``@pytest.mark.slow``, ~10-15 min there)
+draws 10x more:
 
     .venv/bin/python -m pytest -q -m slow tests/test_fuzz.py
 """
@@ -52,8 +53,9 @@ from learn_to_shard.model.hf_config import _shipped_files, load_model
 from learn_to_shard.report.validate import default_table_path, load_table, validate
 from learn_to_shard.units import parse_duration_s
 
-#: Multiplier of every ``max_examples`` below: 1 in the default run, 20 in the slow run.
-SCALE = {"default": 1, "slow": 20}
+#: Multiplier of every ``max_examples`` below: 1 in the default run, 10 in the slow run
+#: (the measurement-table property, ~0.1 s an example, gets a quarter of that).
+SCALE = {"default": 1, "slow": 10}
 _counter = itertools.count()
 #: Examples each property actually ran (hypothesis stops early on an exhausted space).
 RAN: dict[str, int] = {}
@@ -609,14 +611,14 @@ def test_fuzz_total_inputs() -> None:
 # ------------------------------------------------------------------ long run
 @pytest.mark.slow
 def test_fuzz_long(workdir: Path) -> None:
-    """Every property above with 20x the examples (minutes)."""
+    """Every property above with 10x the examples (the tables 2.5x)."""
     k = SCALE["slow"]
     _check_json_text(k)
     _check_config(k, workdir)
     _check_cluster(k, workdir)
     _check_cluster_strings(k)
     _check_workloads(k)
-    _check_tables(k, workdir)
+    _check_tables(max(1, k // 4), workdir)
     _check_estimates(k)
     _check_cli(k, workdir)
 
