@@ -2,7 +2,8 @@
 
 GPT-MoE 1.2T and 1.6T, decode at 16k, 32k and 64k context, H100 × 24,576, 4000 evaluations per
 search (invalid ones included), 10 seeds, searchers rl, sa, mcmc, random and megatron
-(exhaustive, seed-independent: run once per setting). Writes
+(exhaustive, seed-independent: run once per setting). By default it only prints the tables;
+with ``--write-docs`` it writes (tracked files, so only when asked)
 
 * the tables into ``docs/results.md`` between the ``paper-table1`` markers (the rest of that
   page is hand-written and left alone): Table 1's shape (mean of 10, ratio to random), Fig. 3's
@@ -10,13 +11,15 @@ search (invalid ones included), 10 seeds, searchers rl, sa, mcmc, random and meg
 * ``docs/results/paper_table1.json`` (every run, curves sampled every 20 evaluations) and one
   convergence plot per setting in ``docs/results/``.
 
+``--results FILE`` / ``--outdir DIR`` write the tables / the JSON and plots elsewhere instead.
+
 The runs are the cells of a sweep grid (:mod:`learn_to_shard.sweep`: models × decode contexts ×
 searchers × seeds) and go through the sweep's executor: ``--jobs`` local worker processes (one
 torch thread each), or Ray tasks on a running cluster with ``--ray-address``. RL wall times are
 printed.
 
     .venv/bin/python bench/paper_table1.py [--seeds 10] [--budget 4000] [--jobs 2]
-        [--ray-address auto]
+        [--ray-address auto] [--write-docs]
 """
 
 from __future__ import annotations
@@ -267,12 +270,23 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--contexts", default=",".join(str(c) for c in CONTEXTS))
-    ap.add_argument("--results", type=Path, default=ROOT / "docs" / "results.md")
-    ap.add_argument("--outdir", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="Rewrite the tracked docs/results.md block and docs/results/ "
+                         "(default: print only).")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="Write the tables into this file (default with --write-docs: "
+                         "docs/results.md).")
+    ap.add_argument("--outdir", type=Path, default=None,
+                    help="Write paper_table1.json and the plots here (default with "
+                         "--write-docs: docs/results/).")
     ap.add_argument("--rerender", action="store_true",
                     help="Do not search again: rebuild the tables from the saved "
                          "paper_table1.json (and recompute the exact optimum per setting).")
     args = ap.parse_args()
+    if args.write_docs:
+        args.results = args.results or ROOT / "docs" / "results.md"
+        args.outdir = args.outdir or ROOT / "docs" / "results"
+    saved_dir = args.outdir or ROOT / "docs" / "results"     # --rerender reads from here
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     contexts = tuple(int(c) for c in args.contexts.split(","))
@@ -283,7 +297,7 @@ def main() -> None:
     results: dict[tuple[str, int, str, int], SearchResult] = {}
     t0 = time.perf_counter()
     if args.rerender:
-        saved = json.loads((args.outdir / "paper_table1.json").read_text())
+        saved = json.loads((saved_dir / "paper_table1.json").read_text())
         results = _load_runs(saved, args.budget)
         tasks = []
         stamp = saved.get("_meta", {})
@@ -309,7 +323,8 @@ def main() -> None:
         wall = float(saved.get("_meta", {}).get("wall_s", wall))
     comparisons: list[tuple[str, Comparison]] = []
     dump: dict[str, object] = {"_meta": {"command": command, "code": code, "wall_s": wall}}
-    args.outdir.mkdir(parents=True, exist_ok=True)
+    if args.outdir is not None:
+        args.outdir.mkdir(parents=True, exist_ok=True)
     for model in models:
         for ctx in contexts:
             cm = _cost_model(model, ctx)
@@ -329,14 +344,18 @@ def main() -> None:
                              optimum=optimum, optimum_note=note)
             label = _label(model, ctx)
             comparisons.append((label, cmp))
-            if not args.rerender:
+            if not args.rerender and args.outdir is not None:
                 plot_convergence(cmp, args.outdir / f"paper_table1-{model}-{ctx}.png")
             dump[f"{model}-{ctx}"] = comparison_to_dict(cmp, cm)
-    (args.outdir / "paper_table1.json").write_text(json.dumps(dump, separators=(",", ":")))
+    if args.outdir is not None:
+        (args.outdir / "paper_table1.json").write_text(json.dumps(dump, separators=(",", ":")))
     block = _tables(comparisons, methods, len(seeds), args.budget, command, wall, args.jobs,
                     code)
-    write_results(block, args.results)
+    if args.results is not None:
+        write_results(block, args.results)
     print(block)
+    if args.results is None and args.outdir is None:
+        print("(printed only; --write-docs rewrites docs/results.md and docs/results/)")
     rl_walls = [r.wall_s for k, r in results.items() if k[2] == "rl"]
     if rl_walls:
         print(f"RL wall per {args.budget}-evaluation search: mean {np.mean(rl_walls):.1f} s, max "

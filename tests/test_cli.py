@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -168,3 +169,190 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path):
     r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
              "10", "--methods", "random,random", "-q")
     assert r.exit_code == 2 and "more than once" in r.stderr
+
+
+# ---------------------------------------------------------------- issue 10: known tracebacks
+PLAN = ("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10", "-q")
+
+
+def _one_line_error(r, *needles: str) -> None:
+    """Exit 2, one ``error:`` line on stderr naming every needle, no traceback."""
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error:") and "\n" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+@pytest.mark.parametrize("where", ["model", "cluster"])
+def test_deeply_nested_json_is_one_line(tmp_path, where):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    args = ["plan", "--model", str(deep) if where == "model" else "llama-3.1-8b",
+            "--cluster", str(deep) if where == "cluster" else "h100-sxm:8", "--context", "10",
+            "-q"]
+    _one_line_error(_run(*args), str(deep), "nested too deeply")
+
+
+def test_markup_in_cluster_name_is_printed_as_text(tmp_path):
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 8,
+                                   "name": "lab [/] [bold]x"}))
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", str(cluster), "--context", "10",
+             "-q", "--method", "megatron")
+    assert r.exit_code == 0, r.output
+    assert "lab [/] [bold]x" in r.stdout
+    # Also when nothing fits (the reasons are printed) and in compare's table.
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"device": "h100-sxm", "num_devices": 1, "name": "[/]"}))
+    r = _run("plan", "--model", "llama-3.1-405b", "--cluster", str(one), "--context", "10",
+             "-q", "--method", "megatron")
+    assert r.exit_code == 1, r.output
+    assert "on [/]" in r.stdout and "No feasible plan" in r.stdout
+    r = _run("compare", "--model", "llama-3.1-8b", "--cluster", str(cluster), "--context",
+             "10", "--methods", "random", "--budget", "20", "--seeds", "1", "-q",
+             "--out", str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("method", ["auto", "exact"])
+@pytest.mark.parametrize("field,value", [("scale_up_bytes_per_s", 1e-300),
+                                         ("scale_out_bytes_per_s", 1e300),
+                                         ("scale_up_latency_s", 1e-300),
+                                         ("hbm_bytes", 1e-3)])
+def test_absurd_device_numbers_are_refused_naming_the_field(tmp_path, method, field, value):
+    cluster = tmp_path / "slow.json"
+    cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 8,
+                                   "overrides": {field: value}}))
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", str(cluster), "--context", "10",
+             "-q", "--method", method)
+    _one_line_error(r, str(cluster), field, "between")
+
+
+def test_too_many_seeds_and_too_big_budget_are_refused():
+    r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
+             "10", "--seeds", "1000000000", "-q")
+    _one_line_error(r, "--seeds", "1000")
+    r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
+             "10", "--seeds", "0", "-q")
+    _one_line_error(r, "--seeds")
+    for method in ("auto", "random"):
+        r = _run(*PLAN, "--budget", "1000000000000", "--method", method)
+        _one_line_error(r, "--budget", "10,000,000")
+    r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
+             "10", "--budget", "1000000000000", "-q")
+    _one_line_error(r, "--budget")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_full_disk_names_the_path():
+    r = _run(*PLAN, "--method", "megatron", "-o", "/dev/full")
+    _one_line_error(r, "--output", "/dev/full", "No space left")
+
+
+def test_full_disk_in_validate_and_compare_names_the_path(tmp_path, monkeypatch):
+    import errno
+
+    from learn_to_shard.fidelity import stats as stats_mod
+    from learn_to_shard.fidelity.measurements import default_table_path
+    from learn_to_shard.report import compare as compare_mod
+    from learn_to_shard.report import validate as validate_mod
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")   # no filename, like write(2)
+
+    table = tmp_path / "t.csv"                  # two rows: the write is what is tested
+    table.write_text("".join(Path(default_table_path()).read_text()
+                             .splitlines(keepends=True)[:3]))
+    monkeypatch.setattr(validate_mod, "save_json", full)
+    monkeypatch.setattr(stats_mod, "silicon_report", lambda *_a, **_k: [])
+    r = runner.invoke(app, ["validate", "--summary-only", "--table", str(table),
+                            "--plot", str(tmp_path / "v.png"),
+                            "--report", str(tmp_path / "v.json")])
+    _one_line_error(r, "--report", str(tmp_path / "v.json"), "No space left")
+    assert "None" not in r.stderr
+    monkeypatch.setattr(compare_mod, "plot_convergence", full)
+    r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
+             "10", "--methods", "random", "--budget", "20", "--seeds", "1", "-q",
+             "--out", str(tmp_path / "out"))
+    _one_line_error(r, "--out", "convergence.png", "No space left")
+
+
+def test_flags_take_no_value_and_help_says_so():
+    r = _run("plan", "--help")
+    line = next(ln for ln in r.stdout.splitlines() if "--json" in ln)
+    assert "<bool>" not in line
+    r = _run(*PLAN, "--json", "true")
+    assert r.exit_code == 2 and "true" in r.output
+
+
+# ---------------------------------------------------------------- issue 10: nothing overwritten
+def test_output_may_not_be_an_input(tmp_path):
+    from learn_to_shard.model.hf_config import _shipped_files
+
+    model = tmp_path / "m.json"
+    model.write_text(_shipped_files()["llama-3.1-8b"].read_text())
+    before = model.read_text()
+    r = _run("plan", "--model", str(model), "--cluster", "h100-sxm:8", "--context", "10",
+             "-q", "-o", str(model))
+    _one_line_error(r, "--output", "--model")
+    folder = tmp_path / "llama"                       # a directory means its config.json
+    folder.mkdir()
+    (folder / "config.json").write_text(before)
+    r = _run("plan", "--model", str(folder), "--cluster", "h100-sxm:8", "--context", "10",
+             "-q", "-o", str(folder / "config.json"))
+    _one_line_error(r, "--output", "--model")
+    cluster = tmp_path / "c.json"
+    cluster.write_text('{"device": "h100-sxm", "num_devices": 8}')
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", str(cluster), "--context", "10",
+             "-q", "-o", str(tmp_path / "." / "c.json"))
+    _one_line_error(r, "--output", "--cluster")
+    link = tmp_path / "link.json"                     # the same file under another name
+    link.symlink_to(model)
+    r = _run("plan", "--model", str(model), "--cluster", "h100-sxm:8", "--context", "10",
+             "-q", "-o", str(link))
+    _one_line_error(r, "--output", "--model")
+    assert model.read_text() == before
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "compare.json").symlink_to(model)
+    r = _run("compare", "--model", str(model), "--cluster", "h100-sxm:8", "--context", "10",
+             "-q", "--out", str(out))
+    _one_line_error(r, "compare.json", "--model")
+    assert model.read_text() == before
+
+
+def test_validate_outputs_distinct_from_table_and_each_other(tmp_path):
+    from learn_to_shard.fidelity.measurements import default_table_path
+
+    table = tmp_path / "t.csv"
+    table.write_text(Path(default_table_path()).read_text())
+    r = runner.invoke(app, ["validate", "--table", str(table), "--report", str(table)])
+    _one_line_error(r, "--report", "--table")
+    r = runner.invoke(app, ["validate", "--plot", str(tmp_path / "x.png"),
+                            "--report", str(tmp_path / "x.png")])
+    _one_line_error(r, "--plot", "--report", "same file")
+
+
+def test_unwritable_output_refused_before_work(tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root may write anywhere")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        r = _run(*PLAN, "-o", str(locked / "p.json"))
+        _one_line_error(r, "--output", "not writable")
+        r = _run("compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context",
+                 "10", "-q", "--out", str(locked / "sub"))
+        _one_line_error(r, "--out", "writable")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_unusable_output_name_is_one_line():
+    r = _run(*PLAN, "-o", "x" * 5000 + ".json")
+    _one_line_error(r, "--output")

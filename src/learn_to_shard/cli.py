@@ -4,11 +4,14 @@ Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (
 3 an internal consistency check failed (a bug to report; one line),
 130 interrupted by Ctrl-C during the search (the best so far is printed; 128 + SIGINT, the
 shell's convention).
+Every message that can carry user text (file names, a cluster's ``name``) is printed with rich
+markup off, so ``[/]`` in it is text, not a tag.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -49,11 +52,20 @@ from .workload import Phase, Workload
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Plan distributed LLM inference: parallelism degrees and per-operator "
                        "sharding (Learning to Shard, arXiv 2509.00217).")
-err = Console(stderr=True, soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True, markup=False)
+
+#: Most evaluations one search may be given: 2,500x the paper's 4,000 (arXiv 2509.00217 §4).
+#: The search records one float64 per evaluation (the convergence curve: 80 MB here), and
+#: random search, the fastest, evaluates about 1e5 strategies/s on one CPU core (measured
+#: with ``l2s plan --method random --budget 200000``), so the cap is minutes of work; 1e12
+#: would be months and terabytes, which looked like a hang.
+MAX_BUDGET = 10_000_000
+#: Most runs per method in ``compare`` (the paper uses 10): the run list is built up front.
+MAX_SEEDS = 1000
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    """Print ``exc`` as one line on stderr; the exit for it: 3 for an
+    """Print ``exc`` as one line on stderr (markup off); the exit for it: 3 for an
     :class:`~learn_to_shard.errors.InternalError` (a bug), else 2 (bad input)."""
     msg = str(exc).replace("\n", " ")
     if isinstance(exc, InternalError):
@@ -159,27 +171,103 @@ def _engine_config(wl: Workload, engine: str | None, gpu_memory_utilization: flo
     return cost_config(engine, gpu_memory_utilization, max_num_batched_tokens)
 
 
+def _resolve(path: Path) -> Path:
+    """``path`` made absolute with symlinks followed as far as they exist; unusable names
+    (NUL bytes, too long) come back unchanged, to be refused by whoever opens them."""
+    try:
+        return path.resolve()
+    except (OSError, ValueError, RuntimeError):
+        return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """True if ``a`` and ``b`` name the same file (same resolved path, or the same inode
+    through a hard link)."""
+    if _resolve(a) == _resolve(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _model_file(model: str) -> Path | None:
+    """The local file ``--model`` reads, if it names one (a shipped name is no local file).
+
+    Follows ``model.hf_config.load_model``'s path rule: a directory means its ``config.json``.
+    """
+    from .model.hf_config import shipped_model_names
+
+    if model in shipped_model_names():
+        return None
+    path = Path(model)
+    try:
+        return path / "config.json" if path.is_dir() else path if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _cluster_file(cluster: str) -> Path | None:
+    """The local file ``--cluster`` reads, if it names one (not ``DEVICE:COUNT``)."""
+    path = Path(cluster.strip())
+    try:
+        return path if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def _check_output(path: Path | None, flag: str, *, directory: bool = False,
-                  plot: bool = False) -> None:
+                  plot: bool = False, inputs: tuple[tuple[Path | None, str], ...] = ()) -> None:
     """Refuse an output path that cannot be written, before any work is done.
 
+    Args:
+        path: the output file (or, with ``directory``, the output folder); ``None``: no output.
+        flag: the option's name, for the message.
+        directory: ``path`` is a folder (created if missing).
+        plot: ``path`` is an image; its suffix must be a format matplotlib writes.
+        inputs: ``(file, flag)`` of each input file of the command (``None`` entries are
+            skipped); the output may not be one of them.
+
     Raises:
-        PlannerError: the path is empty, is a directory where a file is wanted (or a file
-            where a directory is wanted), its folder does not exist, or (``plot``) its suffix
-            is not an image format matplotlib writes.
+        PlannerError: the path is empty or unusable (NUL byte, name too long), is a directory
+            where a file is wanted (or a file where a directory is wanted), its folder does not
+            exist or is not writable, the file exists and is not writable, it is one of the
+            ``inputs``, or (``plot``) its suffix is not an image format matplotlib writes.
     """
     if path is None:
         return
     if not str(path).strip():
         raise PlannerError(f"{flag}: empty path")
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise PlannerError(f"{flag}: unusable path {str(path)[:80]!r} ({reason})") from None
     if directory:
-        if path.exists() and not path.is_dir():
+        if exists and not is_dir:
             raise PlannerError(f"{flag}: {path} exists and is not a directory")
+        if is_dir and not os.access(path, os.W_OK | os.X_OK):
+            raise PlannerError(f"{flag}: folder {path} is not writable")
+        if not is_dir:
+            parent = _resolve(path).parent
+            while not parent.exists() and parent != parent.parent:
+                parent = parent.parent
+            if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+                raise PlannerError(f"{flag}: cannot create {path}: {parent} is not a "
+                                   f"writable folder")
         return
-    if path.is_dir():
+    if is_dir:
         raise PlannerError(f"{flag}: {path} is a directory; give a file name")
     if not path.parent.is_dir():
         raise PlannerError(f"{flag}: folder {path.parent} does not exist")
+    if exists and not os.access(path, os.W_OK):
+        raise PlannerError(f"{flag}: {path} exists and is not writable")
+    if not exists and not os.access(path.parent, os.W_OK | os.X_OK):
+        raise PlannerError(f"{flag}: folder {path.parent} is not writable")
+    for source, source_flag in inputs:
+        if source is not None and _same_file(path, source):
+            raise PlannerError(f"{flag}: {path} is the {source_flag} input; writing it would "
+                               f"overwrite the input, choose another file name")
     if plot:
         from matplotlib.figure import Figure
 
@@ -189,12 +277,44 @@ def _check_output(path: Path | None, flag: str, *, directory: bool = False,
                                f"use one of {', '.join('.' + k for k in sorted(kinds))}")
 
 
+def _check_distinct(outputs: tuple[tuple[Path, str], ...]) -> None:
+    """Refuse two outputs of one command that name the same file.
+
+    Raises:
+        PlannerError: naming both flags.
+    """
+    for i, (a, flag_a) in enumerate(outputs):
+        for b, flag_b in outputs[i + 1:]:
+            if _same_file(a, b):
+                raise PlannerError(f"{flag_a} and {flag_b} are the same file ({a}); one would "
+                                   f"overwrite the other, give two names")
+
+
+def _check_budget(budget: int) -> None:
+    """Refuse a budget outside ``[1, MAX_BUDGET]``.
+
+    Raises:
+        PlannerError: naming ``--budget`` and the valid range.
+    """
+    if not 1 <= budget <= MAX_BUDGET:
+        raise PlannerError(f"--budget: must be a number of evaluations in [1, {MAX_BUDGET:,}] "
+                           f"(the paper uses 4,000), got {budget:,}")
+
+
 def _write(path: Path, text: str, flag: str) -> None:
-    """Write ``text`` to ``path``; an OS error becomes one line and exit 2."""
+    """Write ``text`` to ``path``; an OS error (full disk included) becomes one line naming
+    ``flag`` and ``path``, and exit 2."""
+    _saved(lambda: path.write_text(text), path, flag)
+
+
+def _saved(save: Callable[[], object], path: Path, flag: str) -> None:
+    """Run ``save`` (which writes ``path``); an OS error becomes one line naming ``flag`` and
+    ``path`` (the OS's own error often names no file, e.g. a full disk), and exit 2."""
     try:
-        path.write_text(text)
+        save()
     except OSError as exc:
-        raise _fail(PlannerError(f"{flag}: cannot write {path}: {exc.strerror}")) from None
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise _fail(PlannerError(f"{flag}: cannot write {path}: {reason}")) from None
 
 
 #: Exit code after Ctrl-C: 128 + SIGINT (2), what a shell reports for a command killed by
@@ -222,12 +342,14 @@ def plan_cmd(
     max_num_batched_tokens: BatchedTokensOpt = None,
     method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
                                "else rl), exact, rl, megatron, megatron-rule, sa, mcmc, random."),
-    budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers), "
+                               f"at most {MAX_BUDGET:,}."),
     seed: int = typer.Option(0, min=0, help="Random seed (>= 0)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
+    json_out: bool = typer.Option(False, "--json", metavar="",
+                                  help="Print the plan as JSON on stdout (a flag: no value)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here "
                                        "(with --export: the launch script instead)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", metavar="", help="No progress bar."),
     timing: TimingOpt = True,
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
@@ -244,8 +366,10 @@ def plan_cmd(
     130."""
     sims: list[dict[str, object]] = []
     try:
+        _check_budget(budget)
         _check_output(report, "--report", directory=True)
-        _check_output(output, "--output")
+        _check_output(output, "--output", inputs=((_model_file(model), "--model"),
+                                                  (_cluster_file(cluster), "--cluster")))
         _check_export(export)
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
@@ -414,20 +538,23 @@ def validate_cmd(
                               help="Where to save the predicted-vs-measured log-log plot."),
     report: Path = typer.Option(Path("validation.json"), "--report",
                                 help="Where to save the JSON report."),
-    rows: bool = typer.Option(True, "--rows/--summary-only",
+    rows: bool = typer.Option(True, "--rows/--summary-only", metavar="",
                               help="Print every row and the per-operator kernel table."),
-    fit: bool = typer.Option(False, "--fit", help="Also re-run the declared calibration fits "
-                             "on the calibration rows and print the fitted factors (slow)."),
-    fit_silicon: bool = typer.Option(False, "--fit-silicon", help="Also fit the operator "
-                                     "factors on the measured kernel tables, per device, and "
-                                     "print them beside the shipped ones (~5 s)."),
+    fit: bool = typer.Option(False, "--fit", metavar="",
+                             help="Also re-run the declared calibration fits on the "
+                             "calibration rows and print the fitted factors (slow)."),
+    fit_silicon: bool = typer.Option(False, "--fit-silicon", metavar="",
+                                     help="Also fit the operator factors on the measured "
+                                     "kernel tables, per device, and print them beside the "
+                                     "shipped ones (~5 s)."),
     write_factors: Path | None = typer.Option(
         None, "--write-factors", help="With --fit: write the fitted factors with their "
         "provenance (rows, loss, date, commit) to this JSON file; the shipped copy the cost "
         "model reads is src/learn_to_shard/data/calibration/factors.json."),
-    serving: bool = typer.Option(False, "--serving", help="Also predict the published "
-                                 "serving-under-load table (data/serving_measurements.csv) "
-                                 "with the request-level simulation (~20 s)."),
+    serving: bool = typer.Option(False, "--serving", metavar="", help="Also predict the "
+                                 "published serving-under-load table "
+                                 "(data/serving_measurements.csv) with the request-level "
+                                 "simulation (~20 s)."),
 ) -> None:
     """Predict each published measurement with its stated configuration; print the errors."""
     from .fidelity.fit import calibrate, calibration_rows
@@ -437,11 +564,13 @@ def validate_cmd(
     from .report.validate import render_validation, save_json, save_plot
 
     try:
-        _check_output(plot, "--plot", plot=True)
-        _check_output(report, "--report")
+        inputs = ((table, "--table"),)
+        _check_output(plot, "--plot", plot=True, inputs=inputs)
+        _check_output(report, "--report", inputs=inputs)
+        _check_distinct(((plot, "--plot"), (report, "--report")))
         if write_factors is not None and not fit:
             raise PlannerError("--write-factors: needs --fit (it writes what the fit found)")
-        _check_output(write_factors, "--write-factors")
+        _check_output(write_factors, "--write-factors", inputs=inputs)
         if write_factors is not None:
             for flag, other in (("--table", table), ("--plot", plot), ("--report", report)):
                 if other is not None and write_factors.resolve() == other.resolve():
@@ -453,15 +582,12 @@ def validate_cmd(
         result = validate(measurements, table=table)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
-    # Piped output gets a wide console so the row ids stay whole.
-    con = Console() if sys.stdout.isatty() else Console(width=160)
+    # Piped output gets a wide console so the row ids stay whole; markup off: row ids and
+    # file names are user text.
+    con = Console(markup=False) if sys.stdout.isatty() else Console(width=160, markup=False)
     render_validation(result, con, rows=rows)
-    try:
-        save_plot(result, plot)
-        save_json(result, report)
-    except OSError as exc:
-        raise _fail(PlannerError(f"--plot/--report: cannot write {exc.filename}: "
-                                 f"{exc.strerror}")) from None
+    _saved(lambda: save_plot(result, plot), plot, "--plot")
+    _saved(lambda: save_json(result, report), report, "--report")
     con.print(f"plot: {plot}  report: {report}", highlight=False)
     if fit_silicon:
         from .fidelity.kernels import fit_silicon as run_kernel_fits
@@ -516,14 +642,17 @@ def compare_cmd(
     max_num_batched_tokens: BatchedTokensOpt = None,
     methods: str = typer.Option("rl,sa,mcmc,random,megatron",
                                 help="Comma-separated searchers to compare."),
-    budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluations per run (invalid included)."),
-    seeds: int = typer.Option(3, help="Runs per method, seeds --seed .. --seed+N-1."),
+    budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluations per run (invalid included), "
+                               f"at most {MAX_BUDGET:,}."),
+    seeds: int = typer.Option(3, help="Runs per method, seeds --seed .. --seed+N-1 "
+                              f"(at most {MAX_SEEDS})."),
     seed: int = typer.Option(0, min=0, help="First seed (>= 0)."),
     out: Path = typer.Option(Path("l2s-compare"), "--out", "-o",
                              help="Directory for convergence.png, compare.json and runs/ "
                                   "(one file per finished run)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    json_out: bool = typer.Option(False, "--json", metavar="",
+                                  help="Print the JSON on stdout, no table (a flag: no value)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", metavar="", help="No progress bars."),
     timing: TimingOpt = True,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted compare in "
                                 "--out: load its finished runs, run the rest."),
@@ -550,14 +679,20 @@ def compare_cmd(
     try:
         _check_output(out, "--out", directory=True)
         _check_output(report, "--report", directory=True)
+        inputs = ((_model_file(model), "--model"), (_cluster_file(cluster), "--cluster"))
+        if out.is_dir():        # a folder still to be created holds nothing to overwrite
+            for name in ("compare.json", "convergence.png"):
+                _check_output(out / name, f"--out ({name})", inputs=inputs)
         if not names or unknown:
             raise PlannerError(f"--methods: {', '.join(repr(u) for u in unknown)} not among "
                                f"{', '.join(searcher_names())}")
         twice = sorted({m for m in names if names.count(m) > 1})
         if twice:
             raise PlannerError(f"--methods: {', '.join(twice)} given more than once")
-        if seeds < 1 or budget < 1:
-            raise PlannerError("--seeds and --budget must be positive")
+        if not 1 <= seeds <= MAX_SEEDS:
+            raise PlannerError(f"--seeds: must be a number of runs in [1, {MAX_SEEDS}], "
+                               f"got {seeds:,}")
+        _check_budget(budget)
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype))
@@ -608,7 +743,8 @@ def compare_cmd(
         raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
     data = comparison_to_dict(cmp, cm, timing=timing)
     _write(out / "compare.json", json.dumps(data, indent=2), "--out")
-    plot = plot_convergence(cmp, out / "convergence.png")
+    plot = out / "convergence.png"
+    _saved(lambda: plot_convergence(cmp, plot), plot, "--out")
     if report is not None:
         from .report.html import compare_sections
 
@@ -617,8 +753,10 @@ def compare_cmd(
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        # Piped output gets a wide console so the table's columns stay whole.
-        render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=200))
+        # Piped output gets a wide console so the table's columns stay whole; markup off:
+        # the table holds user text (model and cluster names).
+        render_comparison(cmp, Console(markup=False) if sys.stdout.isatty()
+                          else Console(width=200, markup=False))
     err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
 

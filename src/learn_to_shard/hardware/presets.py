@@ -24,7 +24,9 @@ file)::
     }
 
 All fields except ``sources`` and ``notes`` are required; unknown keys are rejected (to catch
-typos). Shipped presets additionally cite a source for every numeric field.
+typos). Each number must lie in a physically sane range (``_RANGES``: e.g. links 1e6 .. 1e15
+bytes/s, latencies 1e-9 .. 1 s; ``scale_up_domain`` at most ``MAX_DEVICES``).
+Shipped presets additionally cite a source for every numeric field.
 
 Cluster JSON schema (``parse_cluster("path/to/cluster.json")``)::
 
@@ -50,7 +52,6 @@ names the file and field and says what would be valid.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -99,6 +100,30 @@ _UNITS = {
     "scale_out_latency_s": "seconds",
 }
 _COUNT_RE = re.compile(r"^[0-9]+$")
+
+#: Accepted range of each numeric device field (SI units), inclusive. Wide enough for every
+#: accelerator built or announced, narrow enough that the cost model's times, sizes and ratios
+#: stay finite: the 1e-300 B/s link that once reached it overflowed a time to inf and an
+#: objective to NaN. Bounds:
+#:
+#: * FLOP/s: 1e9 (a 1990s CPU core) .. 1e18 (1 EFLOP/s, ~200x B200's 4.5e15 dense FP8 peak);
+#: * ``hbm_bytes``: 1e6 (1 MB) .. 1e15 (1 PB, ~5000x B200's 192 GB);
+#: * bytes/s: 1e6 (1 MB/s, below 10 Mbit Ethernet) .. 1e15 (1 PB/s, ~100x B200's 8 TB/s HBM);
+#: * latencies: 1e-9 s (one clock) .. 1 s (far beyond any network round trip);
+#:
+#: (the B200 figures are this package's ``data/devices/b200.json``, which cites NVIDIA's
+#: datasheet).
+_RANGES: dict[str, tuple[float, float]] = {
+    "peak_bf16_flops_per_s": (1e9, 1e18),
+    "peak_fp8_flops_per_s": (1e9, 1e18),
+    "peak_fp4_flops_per_s": (1e9, 1e18),
+    "hbm_bytes": (1e6, 1e15),
+    "hbm_bytes_per_s": (1e6, 1e15),
+    "scale_up_bytes_per_s": (1e6, 1e15),
+    "scale_out_bytes_per_s": (1e6, 1e15),
+    "scale_up_latency_s": (1e-9, 1.0),
+    "scale_out_latency_s": (1e-9, 1.0),
+}
 
 
 def _devices_dir() -> Any:
@@ -168,19 +193,20 @@ def _check_field(field: str, value: Any, where: str) -> float | int | str | None
             )
         return value.strip()
     if field in _INT_FIELDS:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DEVICES:
             raise ConfigError(
-                f"{where}: field {field!r} must be an integer >= 1 "
+                f"{where}: field {field!r} must be an integer >= 1 and <= {MAX_DEVICES} "
                 f"(devices per scale-up domain), got {_show(value)}"
             )
         return value
     if value is None and field in _OPTIONAL_POSITIVE_FIELDS:
         return None
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    low, high = _RANGES[field]
+    if not _is_number(value) or not low <= value <= high:     # NaN fails the comparison
         nullable = " or null" if field in _OPTIONAL_POSITIVE_FIELDS else ""
         raise ConfigError(
             f"{where}: field {field!r} must be a positive number in "
-            f"{_UNITS[field]}{nullable}, got {_show(value)}"
+            f"{_UNITS[field]} between {low:g} and {high:g}{nullable}, got {_show(value)}"
         )
     return float(value)
 

@@ -425,6 +425,9 @@ def _reject_hybrid(data: dict[str, Any], source: str, prefix: str = "") -> None:
 def _reject_unsupported(data: dict[str, Any], source: str) -> None:
     supported = f"supported model_types: {_supported_list()}"
     model_type = data.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError(f"{source}: field 'model_type' must be a string, got "
+                          f"{_short(model_type)}; {supported}")
     gin_keys = [k for k in _GIN_ENCODER_DECODER_KEYS if k in data]
     if data.get("is_encoder_decoder") is True or model_type in _ENCODER_DECODER_TYPES or gin_keys:
         what = f"model_type '{model_type}'" if model_type else f"fields {', '.join(gin_keys)}"

@@ -6,6 +6,7 @@ import math
 from typing import cast
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -32,7 +33,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     margins, alternatives and the best rejected strategies with reasons."""
     con = console or Console()
     wl = plan.workload
-    head = (f"[bold]{plan.model}[/] on [bold]{plan.cluster}[/] · {wl.phase.value} "
+    # Model and cluster names are user text (a cluster file's "name"): escaped, not markup.
+    head = (f"[bold]{escape(plan.model)}[/] on [bold]{escape(plan.cluster)}[/] · {wl.phase.value} "
             f"isl={wl.isl} osl={wl.osl} · weights {wl.weight_dtype.value}"
             + (f" (experts {plan.expert_weight_bits:g}-bit)" if plan.expert_weight_bits else "")
             + f", KV {wl.kv_dtype.value} · method {plan.method_used}"
@@ -55,7 +57,7 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     if not plan.feasible or plan.best is None:
         con.print("[bold red]No feasible plan.[/]")
         for r in plan.reasons:
-            con.print(f"  • {r}")
+            con.print(f"  • {r}", markup=False)
         return
     e = plan.best
     _render_estimate(con, plan, e, title="Best strategy")
