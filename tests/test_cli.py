@@ -356,3 +356,24 @@ def test_unwritable_output_refused_before_work(tmp_path):
 def test_unusable_output_name_is_one_line():
     r = _run(*PLAN, "-o", "x" * 5000 + ".json")
     _one_line_error(r, "--output")
+
+
+def test_malformed_command_lines_are_one_line_exit_2():
+    """Through the real entry point (``l2s``): an unknown option, a value for a flag, an
+    unparsable number and a missing option are one ``error:`` line naming it, exit 2."""
+    import subprocess
+    import sys
+
+    cases = [(["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "64",
+               "--json", "true"], "unexpected extra argument"),
+             (["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--budget", "1e12"],
+              "--budget"),
+             (["plan", "--bogus"], "--bogus"),
+             (["plan", "--cluster", "h100-sxm:8"], "--model")]
+    for args, needle in cases:
+        r = subprocess.run([sys.executable, "-c", "from learn_to_shard.cli import main; main()",
+                            *args], capture_output=True, text=True, timeout=120)
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+        assert "Traceback" not in r.stderr

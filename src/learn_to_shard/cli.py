@@ -1028,9 +1028,42 @@ def size_cmd(
     raise typer.Exit(code=0 if fleets else 1)
 
 
+def _click_message(exc: Exception) -> str:
+    """The message click would print for ``exc`` (its ``format_message``), one string."""
+    fmt = getattr(exc, "format_message", None)
+    return str(fmt()) if callable(fmt) else str(exc)
+
+
 def main() -> None:
-    """Console entry point (``l2s``)."""
-    app()
+    """Console entry point (``l2s``).
+
+    A malformed command line (an unknown option, a value that does not parse, a value given
+    to a flag such as ``--json true``, a missing required option) is one ``error:`` line that
+    names the option and points to ``--help``, exit 2, like every other bad input; Ctrl-C
+    outside a search exits 130.
+    """
+    # The click classes typer raises (its own vendored click in recent releases, the click
+    # package in older ones): found through the public typer.BadParameter's bases.
+    by_name: dict[str, type[Exception]] = {
+        c.__name__: c for c in typer.BadParameter.__mro__ if issubclass(c, Exception)}
+    usage_error, click_exception = by_name["UsageError"], by_name["ClickException"]
+    try:
+        code = app(standalone_mode=False)
+    except usage_error as exc:
+        ctx = getattr(exc, "ctx", None)
+        path = str(getattr(ctx, "command_path", "l2s"))
+        where = f"l2s {path.split(' ', 1)[1]}" if " " in path else "l2s"
+        msg = _click_message(exc).replace("\n", " ")
+        if msg.strip():                  # empty: no arguments at all, the help was printed
+            err.print(f"error: {msg} (see {where} --help)", markup=False, highlight=False)
+        sys.exit(2)
+    except typer.Abort:
+        err.print("interrupted", markup=False, highlight=False)
+        sys.exit(EXIT_INTERRUPTED)
+    except click_exception as exc:
+        err.print(f"error: {_click_message(exc)}", markup=False, highlight=False)
+        sys.exit(int(getattr(exc, "exit_code", 1)))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
