@@ -163,7 +163,9 @@ def test_l2s_models_lists_every_family() -> None:
     for name in ("qwen2.5-7b-instruct", "mistral-nemo-instruct-2407", "deepseek-v3.2",
                  "minimax-m2.5", "glm-5", "qwen3-vl-32b-instruct", "qwen3-30b-a3b-fp8",
                  "qwen3-235b-a22b-nvfp4", "llama-3.1-70b-instruct-fp8", "mixtral-8x7b",
-                 "deepseek-v2-lite", "gpt-oss-120b", "llama-4-scout"):
+                 "deepseek-v2-lite", "gpt-oss-120b", "llama-4-scout", "gemma-2-9b-it",
+                 "gemma-3-12b-it", "phi-3-mini-4k-instruct", "qwen2-57b-a14b", "glm-4.5-air",
+                 "falcon-7b-instruct"):
         assert name in out
     assert "qwen3.5-27b" not in out          # shipped only to show the hybrid refusal
 
