@@ -271,3 +271,11 @@ def test_falcon_multi_query_and_new_decoder_architecture(tmp_path: Path) -> None
     data = _shipped_json("falcon-7b-instruct") | {"new_decoder_architecture": True,
                                                   "num_kv_heads": 71}
     assert load_model(_write(tmp_path, data)).attention.num_kv_heads == 71
+
+
+def test_gemma3_wrapper_level_untied_embeddings_are_read(tmp_path: Path) -> None:
+    """A top-level ``tie_word_embeddings: false`` of the gemma3 wrapper unties the head."""
+    data = _shipped_json("gemma-3-12b-it") | {"tie_word_embeddings": False}
+    spec = load_model(_write(tmp_path, data))
+    assert not spec.tie_word_embeddings
+    assert count_params(spec).lm_head == 3840 * 262208

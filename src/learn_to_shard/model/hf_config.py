@@ -1036,7 +1036,8 @@ def _gemma(f: _Fields, data: dict[str, Any], *, global_every: int,
     explicit ``head_dim``, Gemma-2-9B: 256 with hidden 3584 / 16 heads = 224) plus
 
     * four RMSNorms per layer (pre/post attention, pre/post FFN: HF Gemma2DecoderLayer);
-    * tied embeddings unless ``tie_word_embeddings`` is false (HF Gemma2Config default);
+    * tied embeddings unless ``tie_word_embeddings`` (in the text config, else at the top
+      level) is false (HF Gemma2Config / Gemma3TextConfig default);
     * windows: ``layer_types`` if present, else layer i is global iff
       ``(i + 1) % global_every == 0`` and slides over ``sliding_window`` tokens otherwise
       (HF Gemma2Config: every 2nd layer global; Gemma3TextConfig: ``sliding_window_pattern``,
@@ -1057,7 +1058,8 @@ def _gemma(f: _Fields, data: dict[str, Any], *, global_every: int,
         "attention": attention,
         "layers": tuple(LayerSpec(is_moe=False, window=w) for w in windows),
         "post_norms": True,
-        "tie_word_embeddings": f.flag("tie_word_embeddings", True),
+        "tie_word_embeddings": f.flag("tie_word_embeddings",
+                                      data.get("tie_word_embeddings") is not False),
         "final_logit_softcap": f.opt_number("final_logit_softcapping"),
     }
 
