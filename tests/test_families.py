@@ -12,9 +12,16 @@ from typing import Any
 
 import pytest
 
+from learn_to_shard.cost.shapes import OpShapes, kv_cache_bytes_per_token
 from learn_to_shard.errors import UnsupportedModelError
 from learn_to_shard.model import count_params, load_model
-from learn_to_shard.model.params import attention_params, layer_norm_params
+from learn_to_shard.model.params import (
+    attention_params,
+    expert_params,
+    layer_norm_params,
+    router_params,
+    shared_expert_params,
+)
 
 
 def _shipped_json(name: str) -> dict[str, Any]:
@@ -156,6 +163,119 @@ def test_l2s_models_lists_every_family() -> None:
     for name in ("qwen2.5-7b-instruct", "mistral-nemo-instruct-2407", "deepseek-v3.2",
                  "minimax-m2.5", "glm-5", "qwen3-vl-32b-instruct", "qwen3-30b-a3b-fp8",
                  "qwen3-235b-a22b-nvfp4", "llama-3.1-70b-instruct-fp8", "mixtral-8x7b",
-                 "deepseek-v2-lite", "gpt-oss-120b", "llama-4-scout"):
+                 "deepseek-v2-lite", "gpt-oss-120b", "llama-4-scout", "gemma-2-9b-it",
+                 "gemma-3-12b-it", "phi-3-mini-4k-instruct", "qwen2-57b-a14b", "glm-4.5-air",
+                 "falcon-7b-instruct"):
         assert name in out
     assert "qwen3.5-27b" not in out          # shipped only to show the hybrid refusal
+
+
+# --- Gemma-2/3, Phi-3, Qwen2-MoE, GLM-4.5, Falcon (real configs, SOURCES.md) ---------------
+
+
+def test_gemma2_head_dim_alternating_windows_softcap_and_tied_head() -> None:
+    """Gemma-2-9B: head_dim 256 although hidden 3584 / 16 heads = 224; even layers slide over
+    4096 tokens, odd layers are global (HF Gemma2Config); four norms per layer; the LM head
+    is the embedding; soft caps 50 (attention) and 30 (logits)."""
+    spec = load_model("gemma-2-9b-it")
+    a = spec.attention
+    assert spec.hidden_size // a.num_heads == 224 and a.head_dim == 256
+    assert attention_params(spec) == 3584 * (4096 + 2 * 8 * 256) + 4096 * 3584
+    assert [layer.window for layer in spec.layers] == [4096, None] * 21
+    assert layer_norm_params(spec) == 4 * 3584
+    assert spec.tie_word_embeddings and count_params(spec).lm_head == 0
+    assert a.logit_softcap == 50.0 and spec.final_logit_softcap == 30.0
+
+
+def test_gemma2_sliding_layers_hold_at_most_their_window_of_kv() -> None:
+    """At 8192 tokens the 21 sliding layers keep 4096 tokens each: 3/4 of full-attention KV
+    (the same window path as gpt-oss and Llama-4 chunked attention)."""
+    spec = load_model("gemma-2-9b-it")
+    full = kv_cache_bytes_per_token(spec, 2.0)
+    assert kv_cache_bytes_per_token(spec, 2.0, context=8192) == pytest.approx(0.75 * full)
+    assert kv_cache_bytes_per_token(spec, 2.0, context=4096) == pytest.approx(full)
+
+
+def test_gemma3_text_config_wrapper_and_five_to_one_pattern() -> None:
+    """Gemma-3-12B: the language model is ``text_config`` (gemma3_text); every 6th layer is
+    global, the others slide over 1024 tokens (sliding_window_pattern 6); per-head q/k norms;
+    the SigLIP tower is counted in the total only."""
+    spec = load_model("gemma-3-12b-it")
+    assert spec.wrapper == "gemma3" and spec.hidden_size == 3840
+    globals_ = [i for i, layer in enumerate(spec.layers) if layer.window is None]
+    assert globals_ == list(range(5, 48, 6))
+    assert {layer.window for layer in spec.layers} == {1024, None}
+    assert layer_norm_params(spec) == 4 * 3840 + 2 * 256
+    assert spec.attention.logit_softcap is None
+    counts = count_params(spec)
+    assert counts.vision > 0 and counts.active == counts.total - counts.vision
+
+
+def test_phi3_fused_projections_split_into_q_k_v_and_gate_up(tmp_path: Path) -> None:
+    """Phi-3: ``qkv_proj`` (3072 -> 3 x 32 x 96) and ``gate_up_proj`` (3072 -> 2 x 8192) are
+    the Llama q/k/v and gate/up matrices side by side; the cost model splits them per head
+    and per column under TP like Llama's. Relabelled as ``mistral`` (the same builder with
+    sliding_window on every layer), the config gives the same spec."""
+    spec = load_model("phi-3-mini-4k-instruct")
+    shapes = OpShapes.of(spec)
+    assert shapes.qkv_out == 3 * 32 * 96 and shapes.qkv_params == 3072 * 9216
+    assert shapes.dense_up_params == 3072 * 2 * 8192 and shapes.dense_down_params == 8192 * 3072
+    assert {layer.window for layer in spec.layers} == {2047}
+    as_mistral = load_model(_write(tmp_path, _shipped_json("phi-3-mini-4k-instruct")
+                                   | {"model_type": "mistral"}))
+    assert as_mistral.attention == spec.attention and as_mistral.layers == spec.layers
+    assert count_params(as_mistral) == count_params(spec)
+
+
+def test_qwen2_moe_shared_expert_has_its_own_width_and_a_sigmoid_gate() -> None:
+    """Qwen2-57B-A14B: 64 routed experts of 2560 plus one shared expert of 20480 whose output
+    is scaled by sigmoid(H x 1 gate); q/k/v biases (HF Qwen2MoeSparseMoeBlock)."""
+    spec = load_model("qwen2-57b-a14b")
+    moe = spec.moe
+    assert moe is not None and moe.expert_intermediate_size == 2560
+    assert moe.num_shared_experts == 1 and moe.shared_intermediate_size == 20480
+    assert moe.shared_expert_gate
+    assert shared_expert_params(spec) == 3 * 3584 * 20480
+    assert router_params(spec) == 3584 * 64 + 3584
+    assert spec.attention.qkv_bias and not spec.attention.o_bias
+    assert spec.num_moe_layers == spec.num_layers == 28
+
+
+def test_glm45_first_dense_layer_then_moe_with_gqa_attention() -> None:
+    """GLM-4.5-Air: layer 0 dense (width 10944), then 45 MoE layers of 128 experts + 1
+    shared (width 1408), router with e_score_correction_bias; GQA 96/8 heads of 128 with
+    q/k/v biases and an unbiased o_proj (HF Glm4MoeAttention)."""
+    spec = load_model("glm-4.5-air")
+    assert [layer.is_moe for layer in spec.layers] == [False] + [True] * 45
+    assert spec.dense_intermediate_size == 10944
+    a = spec.attention
+    assert (a.num_heads, a.num_kv_heads, a.head_dim) == (96, 8, 128)
+    assert a.qkv_bias and not a.o_bias
+    q, kv = 96 * 128, 8 * 128
+    assert attention_params(spec) == 4096 * (q + 2 * kv) + q * 4096 + (q + 2 * kv)
+    assert router_params(spec) == 4096 * 128 + 128
+    assert shared_expert_params(spec) == expert_params(spec) == 3 * 4096 * 1408
+
+
+def test_falcon_multi_query_and_new_decoder_architecture(tmp_path: Path) -> None:
+    """Falcon-7B: ``multi_query`` on the old architecture is MQA (1 KV head) although the
+    config says num_kv_heads 71 (HF FalconAttention ignores it there); fused
+    query_key_value = 4544 + 2 x 64 wide; parallel attention; non-gated 4H MLP; tied head.
+    With ``new_decoder_architecture`` (Falcon-40B/180B) ``num_kv_heads`` is read (GQA)."""
+    spec = load_model("falcon-7b-instruct")
+    a = spec.attention
+    assert (a.num_heads, a.num_kv_heads, a.head_dim) == (71, 1, 64)
+    assert OpShapes.of(spec).qkv_out == 4544 + 2 * 64
+    assert spec.parallel_attn and not spec.gated_mlp and spec.dense_intermediate_size == 4 * 4544
+    assert spec.tie_word_embeddings
+    data = _shipped_json("falcon-7b-instruct") | {"new_decoder_architecture": True,
+                                                  "num_kv_heads": 71}
+    assert load_model(_write(tmp_path, data)).attention.num_kv_heads == 71
+
+
+def test_gemma3_wrapper_level_untied_embeddings_are_read(tmp_path: Path) -> None:
+    """A top-level ``tie_word_embeddings: false`` of the gemma3 wrapper unties the head."""
+    data = _shipped_json("gemma-3-12b-it") | {"tie_word_embeddings": False}
+    spec = load_model(_write(tmp_path, data))
+    assert not spec.tie_word_embeddings
+    assert count_params(spec).lm_head == 3840 * 262208

@@ -12,6 +12,17 @@ Supported ``model_type`` values and the HF fields each one reads:
 * ``qwen2`` (Qwen2/2.5: Llama-shaped with q/k/v biases) and ``mistral`` (Llama-shaped,
   ``sliding_window`` on every layer, explicit ``head_dim``): read by the Llama builder;
 * ``minimax_m2`` (every layer MoE, biased sigmoid router, full-width q/k RMSNorm);
+* ``gemma2``, ``gemma3_text`` and the ``gemma3`` wrapper (Llama-shaped with four norms per
+  layer, tied embeddings, explicit ``head_dim``, alternating sliding-window / global layers,
+  attention-logit soft-capping): the Llama builder plus the Gemma layer pattern;
+* ``phi3`` (fused ``qkv_proj`` / ``gate_up_proj``, which hold exactly the Llama q/k/v and
+  gate/up matrices side by side): the Llama builder;
+* ``qwen2_moe`` (the Qwen3-MoE layer rule, q/k/v biases, a shared expert of its own width
+  ``shared_expert_intermediate_size`` behind a sigmoid gate): the Qwen-MoE builder;
+* ``glm4_moe`` (GLM-4.5: the DeepSeek-V3 dense-then-MoE layer rule, shared expert and biased
+  sigmoid router, with GQA attention instead of MLA);
+* ``falcon`` (fused ``query_key_value`` with MQA / GQA ``num_kv_heads``,
+  ``new_decoder_architecture``, parallel attention, non-gated GELU MLP, biases ``bias``);
 * ``deepseek_v32`` (DeepSeek-V3 shape plus the sparse-attention lightning indexer) and
   ``glm_moe_dsa`` (GLM-5: the same MLA + indexer + MoE layout, read by the same builder);
 * multimodal wrappers (``qwen3_vl``, ``qwen3_vl_moe``, ``llava``, ``qwen2_vl``, InternVL, ...):
@@ -67,6 +78,13 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "llama4",
     "llama4_text",
     "minimax_m2",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi3",
+    "qwen2_moe",
+    "glm4_moe",
+    "falcon",
     "deepseek_v32",
     "glm_moe_dsa",
     "qwen3_vl",
@@ -170,6 +188,15 @@ class _Fields:
         if value > maximum:
             raise self.error(key, f"an integer <= {maximum}", value)
         return value
+
+    def opt_number(self, key: str) -> float | None:
+        """A positive number (int or float), or ``None`` when absent or null."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise self.error(key, "a positive number or null", value)
+        return float(value)
 
     def opt_integer(self, key: str, *, minimum: int = 1) -> int | None:
         """Integer >= ``minimum``, or ``None`` when absent or null."""
@@ -793,11 +820,15 @@ def _mixtral(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _qwen3_moe(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
-    """Qwen3-MoE (HF Qwen3MoeDecoderLayer): layer i is MoE iff i not in ``mlp_only_layers``
-    and ``(i + 1) % decoder_sparse_step == 0``; the other layers use a dense FFN of width
-    ``intermediate_size``."""
-    spec = _dense(f, data, qk_norm=True)
+def _qwen_moe(f: _Fields, data: dict[str, Any], *, qwen2: bool = False) -> dict[str, Any]:
+    """Qwen3-MoE and Qwen2-MoE (HF Qwen3MoeDecoderLayer / Qwen2MoeDecoderLayer): layer i is
+    MoE iff i not in ``mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``; the other
+    layers use a dense FFN of width ``intermediate_size``.
+
+    ``qwen2`` (HF Qwen2MoeAttention / Qwen2MoeSparseMoeBlock): q/k/v biases and no q/k norm;
+    each MoE layer adds one shared expert of width ``shared_expert_intermediate_size`` whose
+    output is scaled by ``sigmoid(shared_expert_gate(x))`` (an H x 1 linear)."""
+    spec = _dense(f, data, qk_norm=not qwen2, qkv_bias=True if qwen2 else None)
     num_layers = len(spec["layers"])
     num_experts = f.integer("num_experts")
     top_k = f.integer("num_experts_per_tok")
@@ -813,11 +844,43 @@ def _qwen3_moe(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         for i, layer in enumerate(spec["layers"])
     )
     has_dense = not all(layer.is_moe for layer in layers)
+    shared = f.integer("shared_expert_intermediate_size", 0, minimum=0) if qwen2 else 0
     return spec | {
         "dense_intermediate_size": spec["dense_intermediate_size"] if has_dense else 0,
-        "moe": MoESpec(num_experts, top_k, f.integer("moe_intermediate_size")),
+        "moe": MoESpec(num_experts, top_k, f.integer("moe_intermediate_size"),
+                       num_shared_experts=1 if shared else 0, shared_intermediate_size=shared,
+                       shared_expert_gate=shared > 0),
         "layers": layers,
     }
+
+
+def _deepseek_moe(f: _Fields, num_layers: int,
+                  topk_method_default: str) -> tuple[list[bool], MoESpec | None]:
+    """The DeepSeek-V3 MoE layout (HF DeepseekV3DecoderLayer, also HF Glm4MoeDecoderLayer):
+    layer i is MoE iff ``n_routed_experts`` is set, ``i >= first_k_dense_replace`` and
+    ``i % moe_layer_freq == 0``; ``n_shared_experts`` shared experts of the routed width; the
+    router carries ``e_score_correction_bias`` under ``topk_method`` ``noaux_tc``."""
+    num_experts = f.opt_integer("n_routed_experts")
+    first_dense = f.integer("first_k_dense_replace", 0, minimum=0)
+    freq = f.integer("moe_layer_freq", 1)
+    is_moe = [
+        num_experts is not None and i >= first_dense and i % freq == 0 for i in range(num_layers)
+    ]
+    if num_experts is None:
+        return is_moe, None
+    top_k = f.integer("num_experts_per_tok")
+    _moe_check(f, num_experts, top_k, "num_experts_per_tok")
+    width = f.integer("moe_intermediate_size")
+    shared = f.integer("n_shared_experts", 0, minimum=0)
+    topk_method = f.string("topk_method", topk_method_default)
+    return is_moe, MoESpec(
+        num_experts=num_experts,
+        top_k=top_k,
+        expert_intermediate_size=width,
+        num_shared_experts=shared,
+        shared_intermediate_size=width if shared else 0,
+        router_bias=topk_method == "noaux_tc",  # e_score_correction_bias
+    )
 
 
 def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
@@ -858,27 +921,7 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         indexer_params=indexer,
         sparse_topk=topk,
     )
-    num_experts = f.opt_integer("n_routed_experts")
-    first_dense = f.integer("first_k_dense_replace", 0, minimum=0)
-    freq = f.integer("moe_layer_freq", 1)
-    is_moe = [
-        num_experts is not None and i >= first_dense and i % freq == 0 for i in range(num_layers)
-    ]
-    moe = None
-    if num_experts is not None:
-        top_k = f.integer("num_experts_per_tok")
-        _moe_check(f, num_experts, top_k, "num_experts_per_tok")
-        width = f.integer("moe_intermediate_size")
-        shared = f.integer("n_shared_experts", 0, minimum=0)
-        topk_method = f.string("topk_method", "greedy")
-        moe = MoESpec(
-            num_experts=num_experts,
-            top_k=top_k,
-            expert_intermediate_size=width,
-            num_shared_experts=shared,
-            shared_intermediate_size=width if shared else 0,
-            router_bias=topk_method == "noaux_tc",  # e_score_correction_bias
-        )
+    is_moe, moe = _deepseek_moe(f, num_layers, "greedy")
     return common | {
         "attention": attention,
         "dense_intermediate_size": 0 if all(is_moe) else f.integer("intermediate_size"),
@@ -990,6 +1033,104 @@ def _minimax_m2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _gemma(f: _Fields, data: dict[str, Any], *, global_every: int,
+           qk_norm: bool) -> dict[str, Any]:
+    """Gemma-2 / Gemma-3 text model: the Llama builder (GeGLU is a gated FFN of 3 matrices;
+    explicit ``head_dim``, Gemma-2-9B: 256 with hidden 3584 / 16 heads = 224) plus
+
+    * four RMSNorms per layer (pre/post attention, pre/post FFN: HF Gemma2DecoderLayer);
+    * tied embeddings unless ``tie_word_embeddings`` (in the text config, else at the top
+      level) is false (HF Gemma2Config / Gemma3TextConfig default);
+    * windows: ``layer_types`` if present, else layer i is global iff
+      ``(i + 1) % global_every == 0`` and slides over ``sliding_window`` tokens otherwise
+      (HF Gemma2Config: every 2nd layer global; Gemma3TextConfig: ``sliding_window_pattern``,
+      default 6);
+    * ``attn_logit_softcapping`` / ``final_logit_softcapping`` (Gemma-2 50 / 30; null in
+      Gemma-3, which has per-head q/k RMSNorms instead: ``qk_norm``).
+    """
+    spec = _dense(f, data, qk_norm=qk_norm)
+    num_layers = len(spec["layers"])
+    window = f.opt_integer("sliding_window")
+    windows = _windows_from_layer_types(
+        f, num_layers, {"full_attention": None, "sliding_attention": window})
+    if windows is None:
+        windows = [None if (i + 1) % global_every == 0 else window for i in range(num_layers)]
+    attention = dataclasses.replace(spec["attention"],
+                                    logit_softcap=f.opt_number("attn_logit_softcapping"))
+    return spec | {
+        "attention": attention,
+        "layers": tuple(LayerSpec(is_moe=False, window=w) for w in windows),
+        "post_norms": True,
+        "tie_word_embeddings": f.flag("tie_word_embeddings",
+                                      data.get("tie_word_embeddings") is not False),
+        "final_logit_softcap": f.opt_number("final_logit_softcapping"),
+    }
+
+
+def _glm4_moe(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """GLM-4.5 / GLM-4.5-Air (HF Glm4MoeForCausalLM): the DeepSeek-V3 MoE layout
+    (:func:`_deepseek_moe`; Glm4MoeTopkRouter always holds ``e_score_correction_bias``) with
+    GQA attention: q/k/v biased by ``attention_bias``, o_proj unbiased, optional per-head q/k
+    RMSNorm (``use_qk_norm``). ``partial_rotary_factor`` (0.5) changes neither weights nor
+    the KV cache (keys are cached at full ``head_dim``). The MTP layers
+    (``num_nextn_predict_layers``) are not counted."""
+    common = _common(f, data)
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
+    attention = _gqa_attention(f, common["hidden_size"], qk_norm=f.flag("use_qk_norm", False),
+                               qkv_bias=f.flag("attention_bias", False))
+    is_moe, moe = _deepseek_moe(f, num_layers, "noaux_tc")
+    return common | {
+        "attention": dataclasses.replace(attention, o_bias=False),
+        "dense_intermediate_size": 0 if all(is_moe) else f.integer("intermediate_size"),
+        "gated_mlp": True,
+        "moe": moe,
+        "layers": tuple(LayerSpec(is_moe=m) for m in is_moe),
+    }
+
+
+def _falcon(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """Falcon (HF FalconConfig / FalconAttention / FalconDecoderLayer).
+
+    KV heads: ``num_kv_heads`` with ``new_decoder_architecture`` (Falcon-40B/180B GQA) or
+    without ``multi_query``; 1 (MQA) for ``multi_query`` on the old architecture (Falcon-7B,
+    whose config also says ``num_kv_heads: 71``, which HF ignores there). ``query_key_value``
+    is the fused q/k/v projection, H x (heads + 2 kv) · head_dim with head_dim = H / heads.
+    The MLP is non-gated (``dense_h_to_4h`` H x ``ffn_hidden_size``, default 4H, GELU) and
+    every linear carries a bias iff ``bias``. Embeddings are tied unless
+    ``tie_word_embeddings`` is false (FalconConfig default). Norms are LayerNorms
+    (weight + bias): one per layer in Falcon-7B's parallel block (2H, the same count as two
+    RMSNorm weights), two in the new architecture (4H, counted as 2H: < 0.01% of the model).
+    """
+    common = _common(f, data)
+    hidden = common["hidden_size"]
+    num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
+    heads = f.integer("num_attention_heads")
+    if hidden % heads:
+        raise ConfigError(f"{f.source}: field '{f.prefix}hidden_size' ({hidden}) must be a "
+                          f"multiple of '{f.prefix}num_attention_heads' ({heads})")
+    new_arch = f.flag("new_decoder_architecture", False)
+    multi_query = f.flag("multi_query", True)
+    kv_heads = f.integer("num_kv_heads", heads) if new_arch or not multi_query else 1
+    if heads % kv_heads:
+        raise ConfigError(f"{f.source}: field '{f.prefix}num_kv_heads' ({kv_heads}) must "
+                          f"divide '{f.prefix}num_attention_heads' ({heads})")
+    bias = f.flag("bias", False)
+    head_dim = hidden // heads
+    attention = AttentionSpec(kind=AttentionKind.GQA, num_heads=heads, num_kv_heads=kv_heads,
+                              head_dim=head_dim, v_head_dim=head_dim, qkv_bias=bias,
+                              o_bias=bias)
+    return common | {
+        "attention": attention,
+        "dense_intermediate_size": f.integer("ffn_hidden_size", 4 * hidden),
+        "gated_mlp": False,
+        "mlp_bias": bias,
+        "moe": None,
+        "layers": tuple(LayerSpec(is_moe=False) for _ in range(num_layers)),
+        "tie_word_embeddings": f.flag("tie_word_embeddings", True),
+        "parallel_attn": f.flag("parallel_attn", True),
+    }
+
+
 def _vision_params(data: dict[str, Any]) -> int:
     """Estimated parameters of a wrapper's vision tower from ``vision_config`` (0 if absent).
 
@@ -1055,13 +1196,14 @@ def load_model(name_or_path: str) -> ModelSpec:
     if key is not None and model_type not in ("llama4_text",):
         f = top.obj(key)
         wrapper = model_type
-        text_type = f.data.get("model_type", _FLAT_WRAPPERS.get(model_type, "llama"))
+        text_type = f.data.get("model_type", _FLAT_WRAPPERS.get(
+            model_type, "gemma3_text" if model_type == "gemma3" else "llama"))
         if model_type == "llama4":
             text_type = "llama4_text"
     elif model_type in _FLAT_WRAPPERS:
         wrapper, text_type = model_type, _FLAT_WRAPPERS[model_type]
     elif model_type in ("llava", "llava_next", "mistral3", "internvl_chat", "internvl",
-                        "qwen3_vl", "qwen3_vl_moe"):
+                        "qwen3_vl", "qwen3_vl_moe", "gemma3"):
         raise top.error("text_config", "a JSON object (the wrapper's language model)")
     text_type = _TEXT_ALIASES.get(str(text_type), text_type)
     if text_type == "llama4":
@@ -1072,7 +1214,14 @@ def load_model(name_or_path: str) -> ModelSpec:
         "qwen2": lambda: _dense(f, data, qk_norm=False, qkv_bias=True),
         "qwen3": lambda: _dense(f, data, qk_norm=True),
         "mixtral": lambda: _mixtral(f, data),
-        "qwen3_moe": lambda: _qwen3_moe(f, data),
+        "qwen3_moe": lambda: _qwen_moe(f, data),
+        "qwen2_moe": lambda: _qwen_moe(f, data, qwen2=True),
+        "phi3": lambda: _dense(f, data, qk_norm=False, window_all=True),
+        "gemma2": lambda: _gemma(f, data, global_every=2, qk_norm=False),
+        "gemma3_text": lambda: _gemma(
+            f, data, global_every=f.integer("sliding_window_pattern", 6), qk_norm=True),
+        "glm4_moe": lambda: _glm4_moe(f, data),
+        "falcon": lambda: _falcon(f, data),
         "deepseek_v2": lambda: _deepseek(f, data),
         "deepseek_v3": lambda: _deepseek(f, data),
         "deepseek_v32": lambda: _deepseek(f, data),

@@ -8,7 +8,8 @@ Counts follow the HF ``transformers`` module layout of each family, tensor by te
   r_q x n_h d (or ``q_proj`` H x n_h d when ``q_lora_rank`` is null), ``kv_a_proj_with_mqa``
   H x (r_kv + d_rope), ``kv_b_proj`` r_kv x n_h (d_nope + d_v), ``o_proj`` n_h d_v x H.
 * FFNs: gated (SwiGLU) 3 H I, else 2 H I; with biases 2 I + H (gated) or I + H.
-* Router: H x E, plus E for a router bias (gpt-oss) or DeepSeek's ``e_score_correction_bias``.
+* Router: H x E, plus E for a router bias (gpt-oss) or DeepSeek's ``e_score_correction_bias``,
+  plus H for Qwen2-MoE's sigmoid ``shared_expert_gate`` (H x 1).
 * Norms (RMSNorm weights): two per layer (input, post-attention), the final norm, per-head q/k
   norms of width d (Qwen3), MLA's ``q_a_layernorm`` (r_q) and ``kv_a_layernorm`` (r_kv).
   Llama-4's q/k norm is a weightless L2 norm and adds nothing. MiniMax-M2's full-width q/k
@@ -190,7 +191,8 @@ def shared_expert_params(spec: ModelSpec) -> int:
 
 
 def router_params(spec: ModelSpec) -> int:
-    """Router (gate) of one MoE layer: H x E, plus E for its bias / correction bias.
+    """Router (gate) of one MoE layer: H x E, plus E for its bias / correction bias, plus H
+    for a sigmoid shared-expert gate (Qwen2-MoE ``shared_expert_gate``, an H x 1 linear).
 
     Args:
         spec: the model.
@@ -201,7 +203,8 @@ def router_params(spec: ModelSpec) -> int:
     if spec.moe is None:
         return 0
     e = spec.moe.num_experts
-    return spec.hidden_size * e + (e if spec.moe.router_bias else 0)
+    gate = spec.hidden_size if spec.moe.shared_expert_gate else 0
+    return spec.hidden_size * e + (e if spec.moe.router_bias else 0) + gate
 
 
 def count_params(spec: ModelSpec) -> ParamCount:

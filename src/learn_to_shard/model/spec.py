@@ -45,6 +45,11 @@ class AttentionSpec:
             (``index_topk``); ``None`` for dense attention. Informational: the cost model
             prices attention as dense MLA (an upper bound on attention time at contexts
             above ``sparse_topk``) and does not count the indexer's key cache.
+        logit_softcap: attention-logit soft cap ``c`` (scores become ``c·tanh(s/c)``;
+            Gemma-2 ``attn_logit_softcapping`` 50.0), ``None`` when uncapped. It adds no
+            weights or KV cache; the serving kernels apply it inside the fused attention
+            kernel (FlashAttention-2 >= 2.6 ``softcap``, FlashInfer ``logits_soft_cap``), so
+            the cost model prices a capped layer with the same attention kernel.
     """
 
     kind: AttentionKind
@@ -62,6 +67,7 @@ class AttentionSpec:
     qk_norm_full_width: bool = False
     indexer_params: int = 0
     sparse_topk: int | None = None
+    logit_softcap: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,8 @@ class MoESpec:
         router_bias: router (gate) linear carries a bias (gpt-oss) or a correction bias
             vector (DeepSeek-V3 ``e_score_correction_bias``).
         expert_bias: expert linears carry biases (gpt-oss).
+        shared_expert_gate: the shared expert's output is scaled by a sigmoid gate, a
+            ``H x 1`` linear (Qwen2-MoE ``shared_expert_gate``, HF Qwen2MoeSparseMoeBlock).
     """
 
     num_experts: int
@@ -127,6 +135,7 @@ class MoESpec:
     shared_intermediate_size: int = 0
     router_bias: bool = False
     expert_bias: bool = False
+    shared_expert_gate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +193,14 @@ class ModelSpec:
         source_kind: ``shipped`` (a config in the package), ``file`` (a local file or
             folder, which is read before a shipped name of the same spelling) or
             ``hf-cache`` (a HuggingFace repo id found in the local HF cache).
+        parallel_attn: attention and FFN read the same normed input and their outputs are
+            summed (Falcon ``parallel_attn``, HF FalconDecoderLayer). Informational: the cost
+            model prices the two blocks one after the other (two TP all-reduces per layer,
+            where an engine that fuses the parallel block's reductions needs one), an upper
+            bound on the layer's communication.
+        final_logit_softcap: soft cap on the LM-head logits (Gemma-2
+            ``final_logit_softcapping`` 30.0), ``None`` if none; elementwise on the logits,
+            no weights, not priced separately.
     """
 
     name: str
@@ -207,6 +224,8 @@ class ModelSpec:
     vision_params: int = 0
     wrapper: str | None = None
     source_kind: str = "file"
+    parallel_attn: bool = False
+    final_logit_softcap: float | None = None
 
     @property
     def checkpoint_dtype(self) -> str:
