@@ -297,9 +297,10 @@ def test_reaches_near_optimum_of_a_real_small_problem():
 @pytest.mark.slow
 def test_finds_separated_optimum_across_many_seeds():
     """The learning claim with a wider margin: 16 seeds at 1000 evaluations on the separated
-    landscape. RL reaches the optimum itself in at least 12 (measured rate ≈ 0.9+; with a true
-    rate of 0.9, P(fewer than 12 of 16) ≈ 0.017) and random search (rate 1 − (1 −
-    1/59,049)**1000 ≈ 1.7%) in at most 2."""
+    landscape. RL reaches the optimum itself in at least 12 (measured on one machine, native
+    AVX-512 kernels: 16 of 16; even at a true rate of 0.9, P(fewer than 12 of 16) ≈ 0.017) and
+    random search (rate 1 − (1 − 1/59,049)**1000 ≈ 1.7%; measured 0 of 16, every best two or
+    three heads away) in at most 2."""
     cm = SeparatedProblem()
     rl = sum(RLSearcher().search(cm, 1000, s).best_objective >= 1000.0 for s in range(16))
     rnd = sum(get_searcher("random").search(cm, 1000, s).best_objective >= 1000.0
