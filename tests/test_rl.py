@@ -299,7 +299,7 @@ def test_finds_separated_optimum_across_many_seeds():
     """The learning claim with a wider margin: 16 seeds at 1000 evaluations on the separated
     landscape. RL reaches the optimum itself in at least 12 (measured on one machine, native
     AVX-512 kernels: 16 of 16; even at a true rate of 0.9, P(fewer than 12 of 16) ≈ 0.017) and
-    random search (rate 1 − (1 − 1/59,049)**1000 ≈ 1.7%; measured 0 of 16, every best two or
+    random search (rate 1 − (1 − 1/59,049)**1000 ≈ 1.7%; measured 0 of 16, its best one to
     three heads away) in at most 2."""
     cm = SeparatedProblem()
     rl = sum(RLSearcher().search(cm, 1000, s).best_objective >= 1000.0 for s in range(16))
