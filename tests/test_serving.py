@@ -199,3 +199,14 @@ def test_sglang_random_lengths_are_uniform_up_to_the_nominal():
     assert r.isl.min() >= 1 and r.isl.max() <= 1024 and r.osl.max() <= 512
     assert r.isl.mean() == pytest.approx(512.5, rel=0.01)    # sd of the mean ≈ 0.4%
     assert set(fixed_requests(10, isl=1024, osl=512).isl) == {1024}
+
+
+def test_a_trace_request_beyond_the_context_limit_is_refused(tmp_path):
+    """A trace row longer than the model's max_position_embeddings is bad input (exit 2, one
+    line), as the engines refuse it, not simulated."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,isl,osl\n0,100,10\n0.1,200000,10\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2",
+                                 "--phase", "serve", "--isl", "512", "--osl", "128",
+                                 "--trace", str(trace), "-q"])
+    assert r.exit_code == 2 and "max_position_embeddings" in r.output

@@ -187,7 +187,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[s
         analytical step.
 
     Raises:
-        ConfigError: the workload is not the serve phase, or the plan cannot hold a request.
+        ConfigError: the workload is not the serve phase, a request is longer than the model's
+            ``max_position_embeddings``, or the plan cannot hold a request.
     """
     if cm.workload.phase is not Phase.SERVE:
         raise ConfigError("--concurrency/--request-rate/--trace: simulate the serve phase "
@@ -195,6 +196,12 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[s
     s = est.strategy
     replicas = max(1, est.instances)
     req, conc, share = _instance_requests(cm, load, replicas)
+    limit = cm.model.max_position_embeddings
+    if limit and int((req.isl + req.osl).max()) > limit:
+        worst = int((req.isl + req.osl).max())
+        raise ConfigError(f"--trace: a request of {worst} tokens (isl + osl) exceeds "
+                          f"{cm.model.name}'s max_position_embeddings {limit}; the engines "
+                          f"refuse it")
     step, fit_rel = fit_step_model(cm, s)
     res = simulate(step, req, max_num_seqs=max(1, s.batch),
                    max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
