@@ -210,3 +210,21 @@ def test_kv_pool_counts_at_kv_over_its_free_fraction():
     peak = [cm.evaluate_many(act).peak_memory_bytes[0] for cm in (full, half)]
     grow = peak[1] - peak[0]
     assert grow == pytest.approx(kv, rel=1e-9)
+
+
+def test_norm_all_reduces_appear_in_the_breakdown():
+    """A hidden-split layout's RMSNorm statistics all-reduces (priced in the step) are listed in
+    the plan's collectives, once per layer and once for the final norm; Megatron's has none."""
+    from learn_to_shard.api import make_cost_model, make_workload
+    from learn_to_shard.parallel.strategy import Strategy
+
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", make_workload("decode", context=1024))
+    hidden = cm.evaluate(Strategy(4, 1, 1, 1, 16, (2, 0, 1, 0, 0, 0, 2, 1, 0, 1, 0, 0)))
+    norms = {c.where: c for c in hidden.collectives if "norm" in c.where}
+    assert set(norms) == {"input norm (hidden split)", "post-attention norm (hidden split)",
+                          "final norm (hidden split)"}
+    assert norms["input norm (hidden split)"].per_step == cm.model.num_layers
+    assert all(c.kind == "all-reduce" and c.group == 4 and c.time_s > 0
+               for c in norms.values())
+    megatron = cm.evaluate(Strategy(4, 1, 1, 1, 16, (0, 1, 1, 0, 1, 0, 2, 1, 0, 1, 0, 1)))
+    assert not [c for c in megatron.collectives if "norm" in c.where]

@@ -98,6 +98,13 @@ INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
 _TOKENS_CAP = 2**62
 
 
+def _record_norm(rec: list | None, where: str, tp: np.ndarray, t: np.ndarray) -> None:
+    """Add an RMSNorm statistics all-reduce (4 bytes per token over the TP group, priced by
+    :meth:`CostModel._norm_stats`) to the breakdown ``rec`` of row 0 when it costs time."""
+    if rec is not None and float(t[0]) > 0.0:
+        rec.append((where, "all-reduce", int(tp[0]), float(t[0])))
+
+
 def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     """Layers per stage for ``pp`` stages: explicit, summing to ``num_layers`` (never a floor
     division that drops layers, FC-15); the remainder goes to the first stages. With ``pp``
@@ -1044,7 +1051,9 @@ class CostModel:
                                   + (sh.qkv_params - sh.qkv_replicated_params),
                                   float(sh.qkv_params))
         req_q = _req_linear(c_qkv, lin)
-        total += self._norm_stats(req_q, rows, env["tp"], link)
+        t_nq = self._norm_stats(req_q, rows, env["tp"], link)
+        _record_norm(rec, "input norm (hidden split)", env["tp"], t_nq)
+        total += t_nq
         tq, _, out_q = linear("qkv_proj", c_qkv, lin, H, qkv_n, qkv_params, t, link,
                               where="layer input -> qkv_proj")
         total += tq
@@ -1085,7 +1094,9 @@ class CostModel:
             tu, _, out_u = linear("dense_up", c_up, out_o, H, sh.dense_up_params / H,
                                   sh.dense_up_params, t, link, where="o_proj -> dense_up",
                                   act=True)
-            total += tu + self._norm_stats(req_u, rows, env["tp"], link)
+            t_nu = self._norm_stats(req_u, rows, env["tp"], link)
+            _record_norm(rec, "post-attention norm (hidden split)", env["tp"], t_nu)
+            total += tu + t_nu
             td, _, out_d = linear("dense_down", c_dn, out_u, sh.dense_width, H,
                                   sh.dense_down_params, t, link, where="dense_up -> dense_down")
             total += td
@@ -1313,6 +1324,9 @@ class CostModel:
         for (where, kind, grp), (tt, k) in agg.items():
             recs.append(CollectiveUse(where, kind, grp, tt / k, k))
         t_conv, t_norm, t_lm, t_logits = (float(x[0]) for x in lm_parts)
+        if t_norm > 0.0:
+            recs.append(CollectiveUse("final norm (hidden split)", "all-reduce", int(tp[0]),
+                                      t_norm, 1))
         lab = transition_label(int(lay[0]), int(req_lm[0]))
         if lab and int(tp[0]) > 1:
             recs.append(CollectiveUse("last layer -> lm_head", lab, int(tp[0]), t_conv, 1))
