@@ -151,8 +151,6 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
     if wl.phase is not Phase.SERVE:
         raise PlannerError("--concurrency/--request-rate/--trace: a simulated load needs "
                            "--phase serve")
-    if range_ratio and not 0.0 <= range_ratio < 1.0:
-        raise PlannerError(f"--range-ratio: must be in [0, 1), got {range_ratio}")
     from .serving import load_trace
 
     return ServingLoad(concurrency=concurrency, request_rate_per_s=request_rate,

@@ -29,6 +29,7 @@ from ..cost.model import CostModel
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
+from ..parallel.ops import MEGATRON_DIMS
 from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
 from ..serving.load import ServingLoad, simulate_estimate
@@ -45,8 +46,6 @@ DEFAULT_OFFLINE_PROMPTS = 1000
 _DEVICE_ALIASES = {"h100": "h100-sxm", "gb200": "gb200-nvl72"}
 #: Engine of the table -> cost-model engine profile (SGLang: the defaults, vLLM's accounting).
 _ENGINE_PROFILE = {"vllm": "vllm", "trtllm": "trtllm", "sglang": None}
-#: Megatron's per-operator choice (``search/megatron.py``).
-_MEGATRON_DIMS = (0, 1, 1, 0, 1, 0, 2, 1, 0, 1, 0, 1)
 
 
 @dataclass
@@ -156,7 +155,7 @@ def predict_row(row: dict[str, str]) -> ServingRowResult:
         space = dataclasses.replace(space, tp_values=(tp,), ep_values=(ep,), pp_values=(pp,),
                                     dp_values=(dp,), batch_values=(batch,))
         cm = CostModel(model, cluster, wl, config=cfg, space=space)
-        s = Strategy(tp=tp, ep=ep, pp=pp, dp=dp, batch=batch, dims=_MEGATRON_DIMS)
+        s = Strategy(tp=tp, ep=ep, pp=pp, dp=dp, batch=batch, dims=MEGATRON_DIMS)
         est = cm.evaluate(s)
         if est.violations and any(not v.startswith("memory") for v in est.violations):
             return skip("; ".join(est.violations)[:160])

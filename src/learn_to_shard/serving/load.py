@@ -63,6 +63,8 @@ class ServingLoad:
         if self.request_rate_per_s is not None and not 0 < self.request_rate_per_s < math.inf:
             raise ConfigError(f"--request-rate: must be a positive finite rate, got "
                               f"{self.request_rate_per_s}")
+        if not 0.0 <= self.range_ratio < 1.0:
+            raise ConfigError(f"--range-ratio: must be in [0, 1), got {self.range_ratio}")
         if self.num_prompts is not None and not 1 <= self.num_prompts <= 1_000_000:
             raise ConfigError(f"--num-prompts: must be in 1..1,000,000, got {self.num_prompts}")
 

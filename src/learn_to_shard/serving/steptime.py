@@ -36,7 +36,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cost.model import CostModel
-from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
 from ..workload import Phase, Workload
 
@@ -168,16 +167,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         n_pf = b * wl.isl / wl.osl * share
         fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
                                       n_pf * wl.isl / 2))
-        serve = cm.evaluate(s) if _in_space(cm.space, s) else None
-        if serve is not None and serve.tpot_s > 0:
-            rel = abs(fit - serve.tpot_s) / serve.tpot_s
+        t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
+        if t_model > 0:
+            rel = abs(fit - t_model) / t_model
     return model, rel
-
-
-def _in_space(space: StrategySpace, s: Strategy) -> bool:
-    """Whether ``s``'s degrees and batch are candidates of ``space``."""
-    try:
-        space.encode(s)
-    except ValueError:
-        return False
-    return True
