@@ -228,3 +228,23 @@ def test_norm_all_reduces_appear_in_the_breakdown():
                for c in norms.values())
     megatron = cm.evaluate(Strategy(4, 1, 1, 1, 16, (0, 1, 1, 0, 1, 0, 2, 1, 0, 1, 0, 1)))
     assert not [c for c in megatron.collectives if "norm" in c.where]
+
+
+def test_expert_dispatch_price_does_not_depend_on_the_space_candidates():
+    """The all-to-all volume uses the expected number of destination EP ranks per token,
+    ``ep · (1 − C(E − E/ep, k)/C(E, k))``; a space holding a single EP value must price the
+    same strategy exactly as the full space does."""
+    m = load_model("deepseek-v3")
+    cl = parse_cluster("h200:16")
+    wl = Workload(Phase.DECODE, isl=2000)
+    s = Strategy(tp=1, ep=16, pp=1, dp=16, batch=64, dims=MEGATRON_DIMS)   # DP attention
+    full = CostModel(m, cl, wl)
+    sp = dataclasses.replace(full.space, tp_values=(1,), ep_values=(16,), pp_values=(1,),
+                             dp_values=(16,), batch_values=(64,))
+    one = CostModel(m, cl, wl, space=sp)
+    a, b = full.evaluate(s), one.evaluate(s)
+    assert b.tpot_s == pytest.approx(a.tpot_s, rel=REL)
+    e, k = m.moe.num_experts, m.moe.top_k
+    want = 16 * (1 - math.comb(e - e // 16, k) / math.comb(e, k))
+    assert float(one.dispatch_destinations(np.array([16]))[0]) == pytest.approx(want, rel=REL)
+    assert float(one.dispatch_destinations(np.array([1]))[0]) == 1.0

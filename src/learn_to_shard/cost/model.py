@@ -374,12 +374,6 @@ class CostModel:
             raise UnsupportedModelError(f"{model.name}: a window of the same size is used "
                                         f"both as sliding and as chunked attention")
         self._build_stage_tables()
-        if model.moe is not None:
-            e, k = model.moe.num_experts, model.moe.top_k
-            self._d_ep = {ep: ep * (1.0 - math.comb(e - e // ep, k) / math.comb(e, k))
-                          for ep in self.space.ep_values}
-        else:
-            self._d_ep = {1: 1.0}
 
     # ------------------------------------------------------------------ tables
     def _build_stage_tables(self) -> None:
@@ -470,6 +464,26 @@ class CostModel:
         busiest = np.maximum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.minimum(pairs, 1.0))
         busiest = np.minimum(busiest * self.config.moe_imbalance, cap)
         return np.where(ep_f > 1, busiest / mean, 1.0)
+
+    def dispatch_destinations(self, ep: np.ndarray) -> np.ndarray:
+        """Expected number of distinct EP ranks one token's ``top_k`` experts land on, ``[n]``.
+
+        With ``E`` experts spread evenly over ``ep`` ranks and the ``k`` experts of a token
+        drawn uniformly without replacement, a given rank receives the token unless all ``k``
+        fall outside its ``E/ep`` experts: ``ep · (1 − C(E − E/ep, k) / C(E, k))``
+        (hypergeometric; DeepEP and the engines' all-to-all send a token once per destination
+        rank). A function of ``ep`` alone, whatever the other candidates of the space; 1
+        without MoE or for ``ep = 1``.
+        """
+        ep = np.asarray(ep, dtype=np.int64)
+        moe = self.model.moe
+        if moe is None:
+            return np.ones(ep.shape)
+        e, k = moe.num_experts, moe.top_k
+        uniq, inv = np.unique(ep, return_inverse=True)
+        vals = np.array([u * (1.0 - math.comb(e - e // u, k) / math.comb(e, k)) if u > 1
+                         else 1.0 for u in uniq.tolist()], dtype=np.float64)
+        return vals[inv.reshape(ep.shape)]
 
     def _all_to_all(self, send: np.ndarray, group: np.ndarray, link: _Link) -> np.ndarray:
         """MoE dispatch / combine over ``group`` ranks, hierarchical across nodes
@@ -1116,8 +1130,7 @@ class CostModel:
         local = (x == R) & (dp == 1)
         g_f = g.astype(np.float64)
         rows_g = rows * dp                                    # tokens of the stage group
-        d_ep = np.vectorize(self._d_ep.get, otypes=[np.float64])(ep) if len(self._d_ep) > 1 \
-            else np.ones_like(rows)
+        d_ep = self.dispatch_destinations(ep)
         send = rows_g / g_f * d_ep * etp * H * ab * (1 - 1 / g_f)
         t_a2a = self._all_to_all(send, g, env["link_g"])
         t_disp = np.where(local, 0.0, t_a2a)
