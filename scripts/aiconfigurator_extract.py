@@ -32,6 +32,19 @@ ATTN_HEADS = ((64, 8), (8, 1))                            # Llama-70B at TP1 and
 ATTN_BATCH = (1, 8, 64, 256)
 ATTN_STEPS = (1023, 4095, 16383)                          # KV length = step + 1
 CTX_ISL = (1024, 4096, 16384)
+#: MoE layer shapes (hidden, moe intermediate, top-k, experts) of shipped models:
+#: DeepSeek-V3/R1, Mixtral-8x7B, Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss-120b.
+MOE_SHAPES = ((7168, 2048, 8, 256), (4096, 14336, 2, 8), (2048, 768, 8, 128),
+              (4096, 1536, 8, 128), (2880, 2880, 4, 128))
+MOE_TOKENS = (1, 16, 128, 1024, 8192)
+MOE_TP = (1, 2, 4, 8)
+MOE_EP = (1, 2, 4, 8, 16, 32, 64)
+MOE_DIST = ("balanced", "power_law_1.2")
+A2A_TOKENS = (1, 16, 128, 1024, 4096, 16384)
+#: DeepSeek-V3 MLA module tables: heads per rank, batch, prompt / KV length.
+MLA_HEADS = (128, 64, 32, 16, 8)
+MLA_BATCH = (1, 8, 64, 256)
+MLA_LEN = (1024, 4096, 16384)
 OUT = Path(__file__).resolve().parents[1] / "src" / "learn_to_shard" / "data" / "silicon"
 
 
@@ -64,6 +77,106 @@ def _source(arg: str | None) -> Path:
     return Path(aiconfigurator_core.__file__).parent
 
 
+def _versions(folder: Path, file: str) -> list[Path]:
+    """Version folders under ``folder`` that hold ``file``, newest first."""
+    newest = _newest(folder, file)
+    if newest is None:
+        return []
+    rest = [p for p in folder.iterdir() if (p / file).is_file() and p != newest]
+    rest.sort(key=lambda p: p.name, reverse=True)
+    return [newest, *rest]
+
+
+def _moe_rows(pd, base: Path, system: str, preset: str, rows: list[tuple]) -> None:
+    """Fused MoE layer latencies (``moe/trtllm/*/moe_perf.parquet``): per shape of
+    :data:`MOE_SHAPES`, the newest version that measured it; every dtype measured, tokens
+    :data:`MOE_TOKENS`, expert TP/EP degrees with ``tp · ep <= 64``, balanced and power-law
+    routing. Latency is for the whole routed-expert block of one layer on one measured rank,
+    milliseconds in the source."""
+    done: set[tuple[int, int, int, int]] = set()
+    for d in _versions(base / "moe" / "trtllm", "moe_perf.parquet"):
+        df = pd.read_parquet(d / "moe_perf.parquet")
+        for shape in MOE_SHAPES:
+            if shape in done:
+                continue
+            h, i, k, e = shape
+            sel = df[(df.hidden_size == h) & (df.inter_size == i) & (df.topk == k)
+                     & (df.num_experts == e) & df.num_tokens.isin(MOE_TOKENS)
+                     & df.moe_tp_size.isin(MOE_TP) & df.moe_ep_size.isin(MOE_EP)
+                     & (df.moe_tp_size * df.moe_ep_size <= 64)
+                     & df.distribution.isin(MOE_DIST)]
+            if sel.empty:
+                continue
+            done.add(shape)
+            sel = sel.groupby(["moe_dtype", "num_tokens", "moe_tp_size", "moe_ep_size",
+                               "distribution"], as_index=False).latency.median()
+            for r in sel.itertuples():
+                rows.append((system, preset, f"trtllm-{d.name}", r.moe_dtype, h, i, k, e,
+                             r.num_tokens, r.moe_tp_size, r.moe_ep_size, r.distribution,
+                             r.latency * 1e-3))
+
+
+def _a2a_rows(pd, base: Path, system: str, preset: str, rows: list[tuple]) -> None:
+    """DeepEP dispatch / combine latencies: TensorRT-LLM's ``comm/trtllm/*/moe_a2a_perf``
+    (EP8 on one node, high-throughput and low-latency kernels, bf16 / fp8 / nvfp4 payloads)
+    and SGLang's ``comm/sglang/*/wideep_deepep_{ll,normal}_perf`` (1–8 nodes of 8 GPUs;
+    ``normal`` at 20 SMs, ``transmit_us``), DeepSeek-V3's hidden size 7168 with top-8 of 256
+    experts. Microseconds in the source; ``ep`` = 8 × nodes for the SGLang tables."""
+    d = _newest(base / "comm" / "trtllm", "moe_a2a_perf.parquet")
+    if d is not None:
+        df = pd.read_parquet(d / "moe_a2a_perf.parquet")
+        sel = df[(df.hidden_size == 7168) & (df.topk == 8) & (df.num_experts == 256)
+                 & df.num_tokens.isin(A2A_TOKENS)]
+        sel = sel.groupby(["comm_backend", "phase", "comm_dtype", "ep_size", "node_num",
+                           "num_tokens"], as_index=False).latency.median()
+        for r in sel.itertuples():
+            rows.append((system, preset, f"trtllm-{d.name}", r.comm_backend, r.phase,
+                         r.comm_dtype, r.ep_size, r.node_num, 7168, 8, 256, r.num_tokens,
+                         r.latency * 1e-6))
+    for kind, file in (("ll", "wideep_deepep_ll_perf.parquet"),
+                       ("normal", "wideep_deepep_normal_perf.parquet")):
+        for d in _versions(base / "comm" / "sglang", file):
+            df = pd.read_parquet(d / file)
+            sel = df[(df.hidden_size == 7168) & (df.num_topk == 8) & (df.num_experts == 256)
+                     & df.num_token.isin(A2A_TOKENS)]
+            if kind == "normal":
+                sel = sel[(sel.dispatch_sms == 20) & (sel.combine_sms == 20)]
+            if sel.empty or sel.node_num.nunique() < 2:
+                continue                        # the version that measured several nodes
+            cols = {"dispatch": "dispatch_avg_t_us" if kind == "ll" else "dispatch_transmit_us",
+                    "combine": "combine_avg_t_us" if kind == "ll" else "combine_transmit_us"}
+            for phase, col in cols.items():
+                g = sel.groupby(["node_num", "num_token"], as_index=False)[col].median()
+                for r in g.itertuples():
+                    rows.append((system, preset, f"sglang-{d.name}", f"deepep_{kind}", phase,
+                                 "default", 8 * int(r.node_num), int(r.node_num), 7168, 8, 256,
+                                 int(r.num_token), float(getattr(r, col)) * 1e-6))
+            break
+
+
+def _mla_rows(pd, base: Path, system: str, preset: str, rows: list[tuple]) -> None:
+    """DeepSeek-V3 MLA module latencies (``mla/trtllm/*/mla_{context,generation}_module``:
+    the attention block from the compressed-KV projections to the output projection, one
+    rank with ``heads`` of the 128 heads): context at batch 1–256 over prompts of
+    :data:`MLA_LEN`, generation over KV lengths :data:`MLA_LEN` (``step``), KV bf16 / fp8,
+    GEMMs bf16 / fp8 block-scaled. Milliseconds in the source."""
+    for module, file, length in (
+            ("context", "mla_context_module_perf.parquet", "isl"),
+            ("generation", "mla_generation_module_perf.parquet", "step")):
+        d = _newest(base / "mla" / "trtllm", file)
+        if d is None:
+            continue
+        df = pd.read_parquet(d / file)
+        sel = df[df.num_heads.isin(MLA_HEADS) & df.batch_size.isin(MLA_BATCH)
+                 & df[length].isin(MLA_LEN)]
+        sel = sel.groupby(["kv_cache_dtype", "gemm_type", "num_heads", "batch_size", length],
+                          as_index=False).latency.median()
+        for r in sel.itertuples():
+            rows.append((system, preset, f"trtllm-{d.name}", module, r.kv_cache_dtype,
+                         r.gemm_type, r.num_heads, r.batch_size, int(getattr(r, length)),
+                         r.latency * 1e-3))
+
+
 def main() -> None:
     import pandas as pd
 
@@ -75,8 +188,14 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     gemm, nccl, gen, ctx = [], [], [], []
+    moe: list[tuple] = []
+    a2a: list[tuple] = []
+    mla: list[tuple] = []
     for system, preset in SYSTEMS.items():
         base = data / system
+        _moe_rows(pd, base, system, preset, moe)
+        _a2a_rows(pd, base, system, preset, a2a)
+        _mla_rows(pd, base, system, preset, mla)
         d = _newest(base / "gemm" / "trtllm", "gemm_perf.parquet")
         if d is not None:
             df = pd.read_parquet(d / "gemm_perf.parquet")
@@ -128,6 +247,12 @@ def main() -> None:
                                      gen),
         "context_attention.csv": (("system", "preset", "source", "kv_dtype", "batch", "isl",
                                    "heads", "kv_heads", "head_dim", "latency_s"), ctx),
+        "moe.csv": (("system", "preset", "source", "dtype", "hidden", "inter", "topk",
+                     "experts", "tokens", "moe_tp", "moe_ep", "distribution", "latency_s"), moe),
+        "moe_a2a.csv": (("system", "preset", "source", "backend", "phase", "dtype", "ep",
+                         "nodes", "hidden", "topk", "experts", "tokens", "latency_s"), a2a),
+        "mla.csv": (("system", "preset", "source", "module", "kv_dtype", "gemm_dtype", "heads",
+                     "batch", "length", "latency_s"), mla),
     }
     for name, (cols, rows) in tables.items():
         lines = [",".join(cols)]
