@@ -162,3 +162,78 @@ def test_showcase_parses_with_the_live_parser(showcase, engine, tmp_path_factory
         else:
             assert int(parsed["tensor_parallel_size"]) * int(parsed["data_parallel_size"]) \
                 == ex.gpus_per_server // int(parsed["pipeline_parallel_size"])
+
+
+def _cli(*args):
+    return CliRunner().invoke(app, ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                    *args])
+
+
+def test_export_searches_what_the_exported_engine_launches():
+    """``--export X`` alone searches under engine X (its layouts, degree rules and memory
+    policy): on 7 GPUs Llama-70B's 64 heads rule out TP 7, and TensorRT-LLM's KV fraction is
+    its own 0.9, not the unrestricted accounting's 1.0. The plan goes to stderr, the script to
+    stdout; ``--engine`` naming another engine is one error line, exit 2."""
+    r = _cli("--model", "llama-3.1-70b", "--cluster", "h100-sxm:7", "--export", "vllm")
+    assert r.exit_code == 0, r.output
+    assert "--tensor-parallel-size 7" not in r.stdout and "vllm serve" in r.stdout
+    assert "Best strategy" in r.stderr and "Best strategy" not in r.stdout
+    t = _cli("--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--export", "trtllm", "-q")
+    assert t.exit_code == 0 and "free_gpu_memory_fraction: 0.9" in t.stdout
+    bad = _cli("--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--engine", "sglang",
+               "--export", "vllm")
+    assert bad.exit_code == 2 and "--engine sglang with --export vllm" in bad.output
+
+
+def test_export_names_the_model_the_engine_must_load(tmp_path, monkeypatch):
+    """A local config is served from its folder, a HuggingFace cache snapshot by its repo id,
+    a shipped model folder by its HF id (data/models/SOURCES.md)."""
+    import json
+    import shutil
+
+    from learn_to_shard.model import load_model
+    from learn_to_shard.report.export import model_id_of
+
+    src = Path(load_model("llama-3.1-8b").source)
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    shutil.copy(src, folder / "config.json")
+    assert model_id_of("x", load_model(str(folder))) == str(folder)
+    assert model_id_of("x", load_model(str(folder / "config.json"))) == str(folder)
+    assert model_id_of("x", load_model("qwen3-235b-a22b-nvfp4")) == \
+        "nvidia/Qwen3-235B-A22B-NVFP4"
+    snap = tmp_path / "hub" / "models--acme--Llama-Lab-13B" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(json.loads(src.read_text())))
+    (tmp_path / "hub" / "models--acme--Llama-Lab-13B" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--Llama-Lab-13B" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    m = load_model("acme/Llama-Lab-13B")
+    assert m.source_kind == "hf-cache" and model_id_of(m.name, m) == "acme/Llama-Lab-13B"
+    r = _cli("--model", str(folder), "--cluster", "h100-sxm:1", "--export", "vllm", "-q")
+    assert r.exit_code == 0, r.output
+    assert f"vllm serve {folder} " in r.stdout and "weights must be in that folder" in r.stdout
+
+
+def test_export_accepts_the_longest_request_of_the_load():
+    """With lengths drawn within ±50% (vLLM's --random-range-ratio 0.5) the server must accept
+    int(1.5 × 1024) + int(1.5 × 256) = 1920 tokens, not isl + osl = 1280."""
+    r = _cli("--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--export", "vllm",
+             "--concurrency", "4", "--range-ratio", "0.5", "--num-prompts", "40", "-q")
+    assert r.exit_code == 0, r.output
+    assert "--max-model-len 1920" in r.stdout
+
+
+def test_several_servers_get_their_own_devices_and_ports():
+    """Replicas of one node or less each: one line per server, pinned to disjoint devices
+    and ports, backgrounded, then ``wait``."""
+    cm, plan = _plan("llama-3.1-8b", "h100-sxm:8", "bf16", "sglang")
+    ex = build_export(plan, "sglang", model=cm.model, devices_per_node=8)
+    lines = [ln for ln in ex.text().splitlines() if ln.startswith("CUDA_VISIBLE_DEVICES=")]
+    assert ex.servers > 1 and len(lines) == ex.servers
+    devs = [ln.split()[0].split("=")[1].split(",") for ln in lines]
+    flat = [d for ds in devs for d in ds]
+    assert len(flat) == len(set(flat)) == ex.servers * ex.gpus_per_server
+    ports = [ln.split("--port ")[1].split()[0] for ln in lines]
+    assert len(set(ports)) == len(ports) and all(ln.endswith(" &") for ln in lines)
+    assert ex.text().rstrip().endswith("wait")

@@ -276,3 +276,24 @@ def test_cli_size_refuses_decode(tmp_path):
     r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-8b", "--rate", "3", "--phase",
                                  "decode", "--isl", "1024", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "has no request rate" in r.output
+
+
+def test_grid_and_size_plan_in_the_checkpoint_dtype_as_plan_does():
+    """A grid workload without ``dtype`` plans DeepSeek-V3 in its FP8 checkpoint dtype with a
+    16-bit KV cache (as ``l2s plan``), and ``l2s size`` answers 8 H200 for it, not the 16 a
+    16-bit plan needs; a cell with an engine that exports records its launch script."""
+    g = grid_from_data({"models": ["deepseek-v3"], "clusters": [{"device": "h200",
+                                                               "counts": [8]}],
+                        "workloads": [{"phase": "serve", "isl": 1024, "osl": 256}],
+                        "engines": ["vllm"]})
+    (cell,) = expand(g)
+    row = run_cell(cell)
+    assert row["error"] is None and row["feasible"], row
+    assert (row["dtype"], row["kv_dtype"]) == ("fp8", "bf16")
+    assert str(row["export_command"]).count("vllm serve deepseek-ai/DeepSeek-V3") == 1
+    r = CliRunner().invoke(app, ["size", "--model", "deepseek-v3", "--rate", "5", "--isl",
+                                 "1024", "--osl", "256", "--tpot-slo", "50ms", "--devices",
+                                 "h200", "--max-devices", "16", "-o",
+                                 str(Path(tempfile.mkdtemp()) / "s"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert "fewest devices: 8 × h200" in r.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from .cost.config import CostModelConfig
 from .cost.model import CostModel
 from .errors import ConfigError
@@ -13,6 +15,7 @@ from .report.plan import Plan
 from .search import get_searcher, searcher_names
 from .search.base import ProgressFn, SearchResult
 from .serving import ServingLoad
+from .units import to_ms
 from .workload import DType, Phase, Workload
 
 #: Default evaluation budget (the paper's 4000 simulator calls per search).
@@ -90,13 +93,12 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
 
 def checkpoint_dtypes(model: ModelSpec, dtype: str | None,
                       kv_dtype: str | None) -> tuple[str | None, str | None]:
-    """The weight and KV dtypes to plan with when the user gave none: the weights as the
-    checkpoint stores them (``ModelSpec.checkpoint_dtype``: ``fp8`` for FP8 checkpoints), the
-    KV cache in 16 bits (vLLM ``--kv-cache-dtype auto`` keeps the activation dtype). Explicit
-    values are returned unchanged (``kv_dtype`` None then means: like ``dtype``)."""
-    if dtype is not None:
-        return dtype, kv_dtype
-    return model.checkpoint_dtype, kv_dtype or "bf16"
+    """The weight and KV dtypes to plan with: the weights as given, else as the checkpoint
+    stores them (``ModelSpec.checkpoint_dtype``: ``fp8`` for FP8 checkpoints); the KV cache as
+    given, else in 16 bits whatever the weights (the engines' default: vLLM and SGLang
+    ``--kv-cache-dtype auto`` keep the activation dtype; TensorRT-LLM's ``kv_cache_config``
+    dtype ``auto`` likewise), so typing the checkpoint's own ``--dtype`` changes nothing."""
+    return dtype or model.checkpoint_dtype, kv_dtype or "bf16"
 
 
 def cost_config(engine: str | None = None, gpu_memory_utilization: float | None = None,
@@ -300,7 +302,8 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
         top: how many strategies to simulate (the best, then the alternatives).
 
     Returns:
-        One JSON-ready dict per simulated strategy, best first, each with its ``strategy``.
+        One JSON-ready dict per simulated strategy, best first, each with its ``strategy`` and
+        ``slo`` (:func:`slo_under_load`).
 
     Raises:
         ConfigError: not the serve phase, or a request no plan can hold.
@@ -314,5 +317,36 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
         if not est.feasible:
             continue
         sim = simulate_estimate(cm, est, load)
-        out.append({"strategy": est.strategy.short(), **sim})
+        out.append({"strategy": est.strategy.short(), **sim,
+                    "slo": slo_under_load(cm.workload, sim)})
     return out
+
+
+def slo_under_load(workload: Workload, sim: dict[str, object]) -> dict[str, object]:
+    """The workload's latency SLOs checked against one simulation (``simulate_estimate``).
+
+    The search checks the SLOs on steady-state means; under a load with queueing and prefill
+    stalls the simulated latencies can exceed them. Each SLO is compared with the simulated
+    mean (what the search promised) and the p90 (what a percentile SLO of a serving benchmark
+    reads).
+
+    Returns:
+        ``{"ttft_slo_s", "tpot_slo_s", "met", "p90_met", "missed"}``: ``met`` is True when
+        every given SLO holds on the simulated mean (``True`` when none is given), ``p90_met``
+        likewise on the p90, and ``missed`` lists one line per SLO whose mean is exceeded.
+    """
+    s = cast("dict[str, float]", sim["simulated"])
+    met, p90_met = True, True
+    missed: list[str] = []
+    for name, slo in (("ttft", workload.ttft_slo_s), ("tpot", workload.tpot_slo_s)):
+        if slo is None:
+            continue
+        mean, p90 = float(s[f"mean_{name}_s"]), float(s[f"p90_{name}_s"])
+        if mean > slo:
+            met = False
+            p99 = float(s[f"p99_{name}_s"])
+            missed.append(f"{name.upper()} SLO {to_ms(slo):g} ms: simulated mean "
+                          f"{to_ms(mean):.1f} ms, p99 {to_ms(p99):.1f} ms")
+        p90_met = p90_met and p90 <= slo
+    return {"ttft_slo_s": workload.ttft_slo_s, "tpot_slo_s": workload.tpot_slo_s, "met": met,
+            "p90_met": p90_met, "missed": missed}

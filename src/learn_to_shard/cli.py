@@ -91,7 +91,7 @@ TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g
 DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
                                               "the checkpoint's).")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
-                                                "(default: --dtype).")]
+                                                "(default: bf16, as the engines' auto).")]
 EngineOpt = Annotated[str | None, typer.Option(
     "--engine", help="Serving engine: vllm, sglang and trtllm restrict the search to what "
     "that engine can launch; each sets its memory policy: "
@@ -353,9 +353,9 @@ def plan_cmd(
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
     export: str | None = typer.Option(None, "--export", help="Print the launch command that "
                                       "realises the plan: vllm | sglang | trtllm (with "
-                                      "TensorRT-LLM's --config YAML); choices the engine "
-                                      "cannot express are listed. Pair with --engine X to "
-                                      "search only what X can launch."),
+                                      "TensorRT-LLM's --config YAML) on stdout, the plan on "
+                                      "stderr. Implies --engine X: the search keeps to what X "
+                                      "can launch, under X's memory policy."),
     report: Path | None = ReportOpt,
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
@@ -369,6 +369,7 @@ def plan_cmd(
         _check_output(output, "--output", inputs=((_model_file(model), "--model"),
                                                   (_cluster_file(cluster), "--cluster")))
         _check_export(export)
+        engine = _export_engine(export, engine)
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype), concurrency=concurrency)
@@ -389,7 +390,8 @@ def plan_cmd(
         optima = _engine_optima(cm, result, engine, budget, seed,
                                 gpu_memory_utilization, max_num_batched_tokens) \
             if export is None and not result.interrupted else []
-        launch = _export_text(result, export, cm) if export and result.feasible else None
+        launch = _export_text(result, export, cm, _longest_request(wl, load)) \
+            if export and result.feasible else None
         if load is not None and result.feasible and not result.interrupted:
             sims = simulate_plan(cm, result, load)
     except (PlannerError, InternalError) as exc:
@@ -408,6 +410,13 @@ def plan_cmd(
         _write_report(report, f"l2s plan: {cm.model.name} on {cm.cluster.name}",
                       plan_sections(result, cm.model.is_moe, [r for r, _ in optima]))
     if export is not None:
+        if not (quiet or json_out):
+            from .report.render import render_plan, render_simulation
+
+            plan_con = Console(stderr=True, width=160)
+            render_plan(result, plan_con)
+            if sims:
+                render_simulation(sims, plan_con)
         if launch is None:
             err.print("error: --export: no feasible strategy to export", highlight=False)
             raise typer.Exit(code=1)
@@ -466,11 +475,38 @@ def _check_export(export: str | None) -> None:
         raise PlannerError(f"--export: {export!r} is not one of {', '.join(EXPORT_ENGINES)}")
 
 
-def _export_text(plan: Plan, engine: str, cm: CostModel) -> str:
+def _export_engine(export: str | None, engine: str | None) -> str | None:
+    """The engine profile a plan with ``--export`` searches under: the exported engine (so the
+    command launches as printed); ``--engine`` naming another profile is refused."""
+    if export is None or engine == export:
+        return engine
+    if engine is None:
+        return export
+    raise PlannerError(f"--engine {engine} with --export {export}: the exported strategy must "
+                       f"be one {export} launches; drop --engine, or use --engine {export}")
+
+
+def _longest_request(wl: Workload, load: ServingLoad | None) -> int:
+    """Longest request (prompt + output tokens) the server must accept: ``isl + osl``, or the
+    longest of the simulated load (a trace's requests; lengths drawn up to
+    ``int((1 + range_ratio) · nominal)``, as ``serving.simulate.fixed_requests`` draws them)."""
+    longest = wl.isl + wl.osl
+    if load is None:
+        return longest
+    if load.trace is not None:
+        return max(longest, int((load.trace.isl + load.trace.osl).max()))
+    if load.range_ratio and not load.up_to_nominal:
+        r = 1.0 + load.range_ratio
+        return max(longest, max(1, int(wl.isl * r)) + max(1, int(wl.osl * r)))
+    return longest
+
+
+def _export_text(plan: Plan, engine: str, cm: CostModel, max_model_len: int | None = None
+                 ) -> str:
     """The launch script of ``plan`` for ``engine`` (``report.export.export_command``)."""
     from .report.export import export_command
 
-    return export_command(plan, engine, model=cm.model,
+    return export_command(plan, engine, model=cm.model, max_model_len=max_model_len,
                           devices_per_node=cm.cluster.device.scale_up_domain)
 
 
@@ -763,7 +799,7 @@ def compare_cmd(
 def pareto_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "serve", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
-    tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16", kv_dtype: KvDtypeOpt = None,
+    tpot_slo: TpotOpt = None, dtype: DtypeOpt = None, kv_dtype: KvDtypeOpt = None,
     engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
     export: str | None = typer.Option(None, "--export", help="Engine of the frontier table's "
@@ -910,8 +946,13 @@ def sweep_cmd(
         plot_tokens_per_device(res.rows, out / "tokens_per_device.png")
         plot_cheapest(cheapest(res.rows, spec.prices_per_device_hour), out / "cheapest.png")
     failed = sum(bool(r.get("error")) for r in res.rows)
-    err.print(f"{len(res.ran)} cells run, {res.skipped} skipped, {failed} failed; results: "
-              f"{res.parquet}, {res.csv}", highlight=False)
+    infeasible = [r for r in res.rows if not r.get("error") and r.get("feasible") is False]
+    err.print(f"{len(res.ran)} cells run, {res.skipped} skipped, {failed} failed, "
+              f"{len(infeasible)} infeasible; results: {res.parquet}, {res.csv}",
+              highlight=False)
+    for r in infeasible[:5]:
+        err.print(f"infeasible: {r.get('model')} on {r.get('cluster')} "
+                  f"({r.get('workload')}): {r.get('reasons')}", highlight=False)
     if res.interrupted:
         err.print("interrupted: run the same command again to resume", highlight=False)
         raise typer.Exit(code=130)
@@ -952,7 +993,7 @@ def size_cmd(
     price: str | None = typer.Option(None, "--price", help="Prices per device-hour, "
                                      "KIND=PRICE,… (rank by cost; unpriced kinds by devices)."),
     phase: PhaseOpt = "serve", isl: IslOpt = None, osl: OslOpt = None,
-    ttft_slo: TtftOpt = None, tpot_slo: TpotOpt = None, dtype: DtypeOpt = "bf16",
+    ttft_slo: TtftOpt = None, tpot_slo: TpotOpt = None, dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None, engine: EngineOpt = None,
     gpu_memory_utilization: MemUtilOpt = None, max_num_batched_tokens: BatchedTokensOpt = None,
     method: str = typer.Option("auto", help="Searcher per cluster size (see l2s plan)."),
@@ -977,7 +1018,8 @@ def size_cmd(
             raise PlannerError(f"--rate: must be a positive number of requests/s, got {rate}")
         if max_devices < 1:
             raise PlannerError(f"--max-devices: must be >= 1, got {max_devices}")
-        wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo, dtype, kv_dtype)
+        wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo,
+                       *checkpoint_dtypes(load_model(model), dtype, kv_dtype))
         if wl.phase is Phase.DECODE:
             raise PlannerError("--phase decode has no request rate (steady decoding at a fixed "
                                "context); use --phase serve with --isl/--osl")

@@ -29,6 +29,7 @@ import shlex
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 import yaml
 
@@ -52,7 +53,7 @@ class Export:
         engine: ``vllm``, ``sglang`` or ``trtllm``.
         version: the engine version the flags were written for.
         launcher: the server command (``vllm serve`` …).
-        model_id: the model argument (HF id of a shipped config, else the plan's model name).
+        model_id: the model argument (:func:`model_id_of`: an HF id or a local folder).
         args: the server's flags and values, after the launcher and the model.
         yaml_config: TensorRT-LLM's ``--config`` options as a mapping (``None`` elsewhere).
         servers: how many servers to start (the plan's replicas, times ``dp`` for dense
@@ -61,6 +62,8 @@ class Export:
         nodes_per_server: nodes each server spans (``ceil(gpus / devices per node)``).
         unexpressed: choices of the plan this engine cannot express, and what it runs instead.
         notes: other facts the user needs (multi-node launch, semantics of a flag).
+        devices_per_node: devices per node, to place several servers on a node's devices
+            (:meth:`server_commands`); ``None`` when unknown.
     """
 
     engine: str
@@ -74,6 +77,7 @@ class Export:
     nodes_per_server: int
     unexpressed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    devices_per_node: int | None = None
 
     def command(self, config_path: str = "extra_llm_api_options.yaml") -> str:
         """The launch command line (shell-quoted)."""
@@ -105,25 +109,71 @@ class Export:
             lines.append(f"cat > {config_path} <<'EOF'")
             lines.append(y.rstrip("\n"))
             lines.append("EOF")
-        lines.append(self.command(config_path))
+        lines += self.server_commands(config_path)
         return "\n".join(lines) + "\n"
+
+    def server_commands(self, config_path: str = "extra_llm_api_options.yaml") -> list[str]:
+        """One launch line per server. A single server: :meth:`command`. Several servers of
+        one node or less each: each pinned to its own devices (``CUDA_VISIBLE_DEVICES``,
+        packed ``devices_per_node // gpus_per_server`` to a node, node ``k`` named in a comment)
+        on its own ``--port`` from 8000, started in the background, then ``wait``. Servers
+        spanning several nodes: the command once (the multi-node note says how to start
+        it), with the server count in the header."""
+        one = self.command(config_path)
+        dpn = self.devices_per_node
+        if self.servers <= 1 or self.nodes_per_server > 1 or not dpn:
+            return [one]
+        per_node = max(1, dpn // self.gpus_per_server)
+        out: list[str] = []
+        for i in range(self.servers):
+            node, slot = divmod(i, per_node)
+            if slot == 0 and self.servers > per_node:
+                out.append(f"# node {node}")
+            first = slot * self.gpus_per_server
+            gpus = ",".join(str(first + g) for g in range(self.gpus_per_server))
+            out.append(f"CUDA_VISIBLE_DEVICES={gpus} {one} --port {8000 + slot} &")
+        out.append("wait")
+        return out
 
 
 @cache
 def _hf_ids() -> dict[str, str]:
-    """Shipped config name -> HF repository id, from ``data/models/SOURCES.md``'s table."""
+    """Shipped config name -> HF repository id, from ``data/models/SOURCES.md``'s table
+    (rows of single files ``name.json`` and of model folders ``name/config.json, ...``)."""
     text = resources.files("learn_to_shard").joinpath("data", "models", "SOURCES.md").read_text()
     out = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) > 2 and cells[0].endswith(".json") and "/" in cells[1]:
-            out[cells[0][:-5]] = cells[1].split()[0]
+        if len(cells) < 3 or "/" not in cells[1]:
+            continue
+        first = cells[0].split(",")[0].strip()
+        if first.endswith("/config.json"):
+            out[first.removesuffix("/config.json")] = cells[1].split()[0]
+        elif first.endswith(".json") and "/" not in first:
+            out[first.removesuffix(".json")] = cells[1].split()[0]
     return out
 
 
-def model_id_of(name: str) -> str:
-    """The HF repository id of a shipped model name (the name itself otherwise)."""
-    return _hf_ids().get(name, name)
+def model_id_of(name: str, model: ModelSpec | None = None) -> str:
+    """The model argument an engine's launcher needs to load ``model``.
+
+    * a shipped config: its HF repository id (``data/models/SOURCES.md``);
+    * a HuggingFace cache snapshot (``--model org/name``): the repository id, read back from
+      the cache layout ``models--{org}--{name}/snapshots/{revision}/config.json``
+      (huggingface_hub's cache; the engines resolve the id through the same cache);
+    * a local file or folder: the folder holding ``config.json`` (the engines load a local
+      checkpoint from its folder; the weights must be there too).
+
+    Without ``model``, the shipped name's HF id, else ``name`` itself.
+    """
+    if model is None or model.source_kind == "shipped" or not model.source:
+        return _hf_ids().get(model.name if model is not None else name, name)
+    src = Path(model.source)
+    if model.source_kind == "hf-cache":
+        for part in src.parts:
+            if part.startswith("models--"):
+                return part.removeprefix("models--").replace("--", "/", 1)
+    return str(src.parent if src.suffix == ".json" else src)
 
 
 def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
@@ -148,7 +198,8 @@ def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
 
 
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
-                 devices_per_node: int | None = None) -> Export:
+                 devices_per_node: int | None = None,
+                 max_model_len: int | None = None) -> Export:
     """The launch settings of ``plan.best`` for ``engine``.
 
     Args:
@@ -158,6 +209,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             checkpoint is already block-quantised); without it the plan's layout is checked
             on every block and the checkpoint is taken to be in the plan's weight dtype.
         devices_per_node: devices per node (the scale-up domain), for multi-node servers.
+        max_model_len: longest request (prompt + output tokens) the server must accept;
+            default and minimum the workload's ``isl + osl`` (a length distribution or trace
+            has longer ones).
 
     Returns:
         An :class:`Export`.
@@ -184,7 +238,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     gpus = s.devices // dense_dp
     batch_per_server = s.batch // dense_dp
     nodes = max(1, math.ceil(gpus / devices_per_node)) if devices_per_node else 1
-    max_len = wl.isl + wl.osl
+    max_len = max(wl.isl + wl.osl, max_model_len or 0)
     tokens = int(str(cfg.get("max_num_batched_tokens", 8192)))
     mem_util = float(str(cfg.get("memory_utilization", 0.9)))
     kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))
@@ -285,17 +339,21 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if nodes > 1:
             notes.append("TensorRT-LLM runs a multi-node server under MPI/Slurm "
                          "(trtllm-llmapi-launch), one rank per GPU")
+    if model is not None and model.source_kind == "file":
+        notes.append(f"the model is loaded from the folder {model_id_of(plan.model, model)} "
+                     f"(config.json read by l2s); its weights must be in that folder")
     if unexpressed and plan.engine != engine:
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
     return Export(engine=engine, version=prof.version, launcher=prof.launcher,
-                  model_id=model_id_of(plan.model), args=args, yaml_config=yaml_cfg,
+                  model_id=model_id_of(plan.model, model), args=args, yaml_config=yaml_cfg,
                   servers=servers, gpus_per_server=gpus, nodes_per_server=nodes,
-                  unexpressed=unexpressed, notes=notes)
+                  unexpressed=unexpressed, notes=notes, devices_per_node=devices_per_node)
 
 
 def export_command(plan: Plan, engine: str, *, model: ModelSpec | None = None,
-                   devices_per_node: int | None = None) -> str:
+                   devices_per_node: int | None = None, max_model_len: int | None = None) -> str:
     """The launch text of ``plan`` for ``engine``: :meth:`Export.text` of
     :func:`build_export` (same arguments and errors)."""
-    return build_export(plan, engine, model=model, devices_per_node=devices_per_node).text()
+    return build_export(plan, engine, model=model, devices_per_node=devices_per_node,
+                        max_model_len=max_model_len).text()

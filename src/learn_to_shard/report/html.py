@@ -59,7 +59,10 @@ def _png(fig: Any) -> bytes:
 
 
 def _ms(x: float) -> str:
-    return "—" if x is None or math.isnan(x) else f"{to_ms(x):.3g} ms"
+    if x is None or math.isnan(x):
+        return "—"
+    ms = to_ms(x)
+    return f"{ms:.3g} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
 def layer_figure(e: Estimate, is_moe: bool) -> Figure:
@@ -169,7 +172,8 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None) ->
     head.tables.append((["quantity", "value"], [
         ["degrees", f"TP={s.tp} EP={s.ep} (ETP={s.etp}) PP={s.pp} attention-DP={s.dp}"],
         ["batch", f"{s.batch} sequences per instance"],
-        ["devices", f"{s.devices} per instance × {e.instances} instances"],
+        ["devices", f"{s.devices} per instance × {e.instances} "
+                    f"instance{'s' if e.instances != 1 else ''}"],
         ["throughput", f"{e.tokens_per_s_per_device:,.1f} tokens/s per device"],
         ["TPOT", _ms(e.tpot_s) + (f" (SLO {_ms(wl.tpot_slo_s)})" if wl.tpot_slo_s else "")],
         ["TTFT", _ms(e.ttft_s) + (f" (SLO {_ms(wl.ttft_slo_s)})" if wl.ttft_slo_s else "")],

@@ -35,7 +35,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     wl = plan.workload
     # Model and cluster names are user text (a cluster file's "name"): escaped, not markup.
     head = (f"[bold]{escape(plan.model)}[/] on [bold]{escape(plan.cluster)}[/] · {wl.phase.value} "
-            f"isl={wl.isl} osl={wl.osl} · weights {wl.weight_dtype.value}"
+            + (f"context={wl.isl}" if wl.phase is Phase.DECODE else
+               f"isl={wl.isl}" if wl.phase is Phase.PREFILL else f"isl={wl.isl} osl={wl.osl}")
+            + f" · weights {wl.weight_dtype.value}"
             + (f" (experts {plan.expert_weight_bits:g}-bit)" if plan.expert_weight_bits else "")
             + f", KV {wl.kv_dtype.value} · method {plan.method_used}"
             + (f" (asked: {plan.method})" if plan.method != plan.method_used else ""))
@@ -89,7 +91,8 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     summary.add_column("v")
     summary.add_row("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
                     f"attention-DP={s.dp}  batch={s.batch}")
-    summary.add_row("devices", f"{s.devices} per instance × {e.instances} instances"
+    summary.add_row("devices", f"{s.devices} per instance × {e.instances} "
+                    f"instance{'s' if e.instances != 1 else ''}"
                     + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
     summary.add_row("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit(plan)}  "
                     f"({e.output_tokens_per_s:,.0f} per instance)")
@@ -176,3 +179,12 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
     con.print("[dim]÷ steady: the simulation's means over the analytical estimate at "
               "the same number of running requests (queueing, prefill stalls and bursts are "
               "what the steady state leaves out).[/]")
+    slo = first.get("slo")
+    if isinstance(slo, dict) and slo.get("missed"):
+        ok = [sim["strategy"] for sim in sims[1:]
+              if isinstance(sim.get("slo"), dict) and sim["slo"].get("met")]
+        con.print(f"[bold red]warning:[/] under this load the best plan misses its SLO: "
+                  f"{'; '.join(slo['missed'])}. The search checks SLOs on steady-state means; "
+                  + (f"the simulated alternative {ok[0]} meets them." if ok else
+                     "no simulated alternative meets them: lower the load (--concurrency / "
+                     "--request-rate), relax the SLO or add devices."), highlight=False)

@@ -34,6 +34,7 @@ from ..api import cost_config, make_cost_model, search_plan
 from ..cost.model import CostModel
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
+from ..model.hf_config import load_model
 from ..report.plan import Plan
 from ..search import get_searcher
 from ..search.base import SearchResult
@@ -71,9 +72,10 @@ def _cost_model(cell_problem: str) -> CostModel:
     process: cells that differ only in searcher, budget or seed share it."""
     cell = Cell.model_validate_json(cell_problem)
     e = cell.engine
-    return make_cost_model(cell.model, cell.cluster, cell.workload.workload(),
+    spec = load_model(cell.model)
+    return make_cost_model(spec, cell.cluster, cell.workload.workload(spec),
                            cost_config(e.name, e.gpu_memory_utilization,
-                                       e.max_num_batched_tokens))
+                                       e.max_num_batched_tokens), engine=e.name)
 
 
 def cost_model_of(cell: Cell) -> CostModel:
@@ -99,19 +101,26 @@ def search_cell(cell: Cell) -> SearchResult:
     return searcher.search(cost_model_of(cell), cell.budget, cell.seed)
 
 
-def export_command(plan: Plan, cell: Cell) -> str | None:
-    """The launch command of ``plan`` for the cell's engine, for the ``export_command`` column.
+def export_command(plan: Plan, cell: Cell, cm: CostModel) -> str | None:
+    """The launch script of ``plan`` for the cell's engine (``report.export``: the same text
+    as ``l2s plan --export ENGINE``), for the ``export_command`` column; None when the cell's
+    engine is not one the exporter serves (no engine, or a fitted profile such as
+    ``splitwise-dgx-h100``) or nothing is feasible."""
+    from ..report.export import EXPORT_ENGINES, build_export
 
-    This is the one place a launch-command exporter plugs in (an exporter maps a plan and an
-    engine to, e.g., a ``vllm serve …`` line). None is shipped with the sweep, so the column
-    is empty (null).
-    """
-    return None
+    engine = cell.engine.name
+    if engine not in EXPORT_ENGINES or plan.best is None:
+        return None
+    return build_export(plan, engine, model=cm.model,
+                        devices_per_node=cm.cluster.device.scale_up_domain).text()
 
 
 def _inputs(cell: Cell) -> dict[str, object]:
     wl, e = cell.workload, cell.engine
-    w = wl.workload()
+    try:
+        w = wl.workload(load_model(cell.model))
+    except PlannerError:
+        w = wl.workload()
     try:
         c = parse_cluster(cell.cluster)
         device, count = c.device.name, c.num_devices
@@ -160,7 +169,7 @@ def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, 
         row.update(strategy=s.short(), tp=s.tp, ep=s.ep, etp=s.etp, pp=s.pp, dp=s.dp,
                    batch=s.batch, instance_devices=s.devices, instances=b.instances,
                    placements=json.dumps(s.placements(), sort_keys=True),
-                   export_command=export_command(plan, cell),
+                   export_command=export_command(plan, cell, cm),
                    tokens_per_s_per_device=_finite(b.tokens_per_s_per_device),
                    instance_tokens_per_s=_finite(b.output_tokens_per_s),
                    cluster_tokens_per_s=_finite(b.instances * b.output_tokens_per_s),

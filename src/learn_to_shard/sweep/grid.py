@@ -27,8 +27,9 @@ from pydantic import (
     model_validator,
 )
 
-from ..api import DEFAULT_BUDGET, cost_config, make_workload
+from ..api import DEFAULT_BUDGET, checkpoint_dtypes, cost_config, make_workload
 from ..errors import ConfigError, PlannerError
+from ..model.spec import ModelSpec
 from ..units import parse_duration_s
 from ..workload import Workload
 
@@ -74,7 +75,9 @@ class WorkloadSpec(_Strict):
         context: decode context length, tokens (decode only).
         ttft_slo_s, tpot_slo_s: latency limits, seconds; in the grid file preferably written
             ``ttft_slo: 2s`` and ``tpot_slo: 50ms`` (a unit is required there).
-        dtype, kv_dtype: ``bf16`` or ``fp8`` weights and KV cache (default KV: ``dtype``).
+        dtype, kv_dtype: ``bf16`` or ``fp8`` weights and KV cache; default weights: the
+            checkpoint's (``fp8`` for FP8 checkpoints), KV ``bf16``
+            (:func:`~learn_to_shard.api.checkpoint_dtypes`, as ``l2s plan``).
         rate_rps: offered load, requests/s. Recorded in every row and used by the fleet
             sizing (:mod:`learn_to_shard.sweep.sizing`): how many devices serve it. The search
             itself is not changed by it.
@@ -90,7 +93,7 @@ class WorkloadSpec(_Strict):
     context: PositiveInt | None = None
     ttft_slo_s: PositiveFloat | None = None
     tpot_slo_s: PositiveFloat | None = None
-    dtype: Literal["bf16", "fp8"] = "bf16"
+    dtype: Literal["bf16", "fp8"] | None = None
     kv_dtype: Literal["bf16", "fp8"] | None = None
     rate_rps: PositiveFloat | None = None
     concurrency: PositiveInt | None = None
@@ -106,14 +109,17 @@ class WorkloadSpec(_Strict):
             raise ValueError(str(exc)) from None
         return self
 
-    def workload(self) -> Workload:
-        """The :class:`Workload` this spec describes.
+    def workload(self, model: ModelSpec | None = None) -> Workload:
+        """The :class:`Workload` this spec describes for ``model`` (whose checkpoint sets the
+        default weight dtype; without a model, ``bf16``).
 
         Raises:
             ConfigError: contradictory fields (as ``l2s plan`` refuses them).
         """
+        dtype, kv_dtype = checkpoint_dtypes(model, self.dtype, self.kv_dtype) \
+            if model is not None else (self.dtype or "bf16", self.kv_dtype or "bf16")
         return make_workload(self.phase, isl=self.isl, osl=self.osl, context=self.context,
-                             dtype=self.dtype, kv_dtype=self.kv_dtype,
+                             dtype=dtype, kv_dtype=kv_dtype,
                              ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s,
                              concurrency=self.concurrency)
 
