@@ -113,22 +113,25 @@ class Export:
         return "\n".join(lines) + "\n"
 
     def server_commands(self, config_path: str = "extra_llm_api_options.yaml") -> list[str]:
-        """One launch line per server. A single server: :meth:`command`. Several servers of
-        one node or less each: each pinned to its own devices (``CUDA_VISIBLE_DEVICES``,
-        packed ``devices_per_node // gpus_per_server`` to a node, node ``k`` named in a comment)
-        on its own ``--port`` from 8000, started in the background, then ``wait``. Servers
-        spanning several nodes: the command once (the multi-node note says how to start
-        it), with the server count in the header."""
+        """The launch lines of one node. One server per node (or a server spanning nodes, or
+        the node size unknown): :meth:`command`, once. Several servers on a node: one line per
+        server, each pinned to its own devices (``CUDA_VISIBLE_DEVICES``) on its own
+        ``--port`` from 8000, started in the background, then ``wait``; when the servers fill
+        several nodes, a comment says to run the same lines on each of them."""
         one = self.command(config_path)
         dpn = self.devices_per_node
         if self.servers <= 1 or self.nodes_per_server > 1 or not dpn:
             return [one]
         per_node = max(1, dpn // self.gpus_per_server)
+        nodes = -(-self.servers // per_node)
+        if per_node == 1:
+            return [f"# one server per node: run this on each of {nodes} nodes", one]
         out: list[str] = []
-        for i in range(self.servers):
-            node, slot = divmod(i, per_node)
-            if slot == 0 and self.servers > per_node:
-                out.append(f"# node {node}")
+        if nodes > 1:
+            out.append(f"# {per_node} servers per node: run these lines on each of {nodes} "
+                       f"nodes" + (f" (the last holds {self.servers - per_node * (nodes - 1)})"
+                                   if self.servers % per_node else ""))
+        for slot in range(min(per_node, self.servers)):
             first = slot * self.gpus_per_server
             gpus = ",".join(str(first + g) for g in range(self.gpus_per_server))
             out.append(f"CUDA_VISIBLE_DEVICES={gpus} {one} --port {8000 + slot} &")
