@@ -241,6 +241,13 @@ class RunStore:
                                f"{RUN_FORMAT}); delete it or use another --out")
         return data
 
+    def _fingerprint_of(self, path: Path) -> object:
+        """The fingerprint a run file records; None when it is unreadable."""
+        try:
+            return self._read(path).get("fingerprint")
+        except PlannerError:
+            return None
+
     def check(self, resume: bool) -> int:
         """Refuse a directory that cannot be used; return how many run files it holds.
 
@@ -251,9 +258,12 @@ class RunStore:
         """
         files = self.files()
         if files and not resume:
+            same = all(self._fingerprint_of(f) == self.fingerprint for f in files)
             raise PlannerError(f"--out: {self.directory} holds {len(files)} finished runs of "
-                               "an earlier compare; add --resume to continue it, or choose "
-                               "another --out")
+                               + ("an earlier compare of this problem; add --resume to "
+                                  "continue it, or choose another --out" if same else
+                                  "a compare of another problem; choose another --out or "
+                                  "delete that folder"))
         for f in files:
             other = self._read(f).get("fingerprint")
             if other != self.fingerprint:
