@@ -69,7 +69,7 @@ def test_json_and_table_carry_capacity_and_per_user(phase, kw):
             *[x for k, v in kw.items() for x in (f"--{k}", str(v))], "-q"]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0
-    for row in ("headroom", "KV cache", "per user"):
+    for row in ("headroom", "KV capacity", "KV of this batch", "per user"):
         assert row in r.stdout
     r = CliRunner().invoke(app, [*args, "--json"])
     assert json.loads(r.stdout)["best"]["stages"]

@@ -110,7 +110,7 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     m = e.memory
     summary.add_row("memory/device", f"{to_gib(m.total_bytes):.1f} of {to_gib(m.usable_bytes):.1f}"
                     f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
-                    f"KV cache {to_gib(m.kv_cache_bytes):.1f}, workspace "
+                    f"KV of this batch {to_gib(m.kv_cache_bytes):.1f}, workspace "
                     f"{to_gib(m.workspace_bytes):.2f} GiB")
     free, marginal = memory_headroom(e)
     summary.add_row("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
@@ -122,7 +122,8 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
             f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
             f"{to_gib(float(r['memory_bytes'] or 0)):.1f} GiB"
             for i, r in enumerate(stage_rows(e, plan.num_layers)) if r["layers"]))
-    summary.add_row("KV cache", f"{e.kv_capacity_tokens:,} tokens per instance; longest context "
+    summary.add_row("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the pool "
+                    f"left after weights and workspace); longest context "
                     f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
     if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s):
         summary.add_row("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
