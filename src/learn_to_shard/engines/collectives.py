@@ -30,7 +30,8 @@ _VLLM_UTILS = ("vllm-project/vllm vllm/distributed/device_communicators/all_redu
                "00d618aab60448acdf3fac3e9c4e2e22d0c6c753")
 _VLLM_CUH = ("vllm-project/vllm csrc/custom_all_reduce.cuh @ "
              "c9eabec7d862b69d943f516580c883c20bea5a0e")
-_VLLM_PY = "vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py"
+_VLLM_PY = ("vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py @ "
+            "00d618aab60448acdf3fac3e9c4e2e22d0c6c753")
 _SGL_PY = ("sgl-project/sglang "
            "python/sglang/srt/distributed/device_communicators/custom_all_reduce.py")
 _SGL_ENV = "sgl-project/sglang python/sglang/srt/entrypoints/engine.py _set_envs_and_config"
@@ -75,8 +76,10 @@ class CustomAllReduce:
     def cap_bytes(self, vendor: str, compute_capability: str | None, n: int,
                   symmetric_memory: bool) -> int:
         """Largest message (exclusive, bytes) the custom kernels take for ``n`` ranks; 0 when
-        the vendor is not supported. ``symmetric_memory``: the device has multicast (NVLS)
-        memory, which makes vLLM apply its per-capability caps."""
+        the vendor is not supported. ``symmetric_memory``: vLLM runs with symmetric memory
+        (``CustomAllreduce(symm_mem_enabled=True)``), which makes it apply its per-capability
+        caps; callers pass "the device has NVLS multicast" (assumption: vLLM's symmetric-memory
+        all-reduce is on wherever the hardware supports it)."""
         cap = self.max_bytes.get(vendor, 0)
         if symmetric_memory and compute_capability in self.max_bytes_by_cc:
             cap = min(cap, self.max_bytes_by_cc[compute_capability].get(n, cap))
@@ -115,7 +118,9 @@ CUSTOM_ALL_REDUCE: dict[str, CustomAllReduce] = {
         one_shot_below=((4, 512 * 1024), (8, 256 * 1024)), one_shot_always_at=(2,),
         selectable=False, flags="on by default; --disable-custom-all-reduce turns it off",
         source=(f"{_VLLM_PY} CustomAllreduce (_SUPPORTED_WORLD_SIZES 2, 4, 6, 8; max_size "
-                f"8 MiB; ROCm and CUDA); {_VLLM_UTILS} CUSTOM_ALL_REDUCE_MAX_SIZES; "
+                f"8 MiB, capped by CUSTOM_ALL_REDUCE_MAX_SIZES when symm_mem_enabled; one node "
+                f"only; fully NVLink-connected or 2 ranks; ROCm and CUDA); "
+                f"{_VLLM_UTILS} CUSTOM_ALL_REDUCE_MAX_SIZES; "
                 f"{_VLLM_CUH} allreduce (1-stage at world size 2, or below 512 KiB up to 4 "
                 f"ranks / 256 KiB up to 8; else 2-stage)")),
     "sglang": CustomAllReduce(

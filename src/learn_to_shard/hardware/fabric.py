@@ -12,7 +12,9 @@ fabric carries it decides which all-reduce algorithms exist at all:
   memory over NVLink / xGMI): what the engines' custom one-shot / two-shot all-reduce kernels
   need (vLLM ``CustomAllreduce`` refuses more than two devices that are not fully
   NVLink-connected: ``vllm/distributed/device_communicators/custom_all_reduce.py``
-  ``should_custom_ar``; PCIe-only boxes fall back to NCCL).
+  ``should_custom_ar``; PCIe-only boxes fall back to NCCL). vLLM also runs them on exactly two
+  PCIe devices whose peer-to-peer check passes; that case depends on the board and driver
+  (GeForce cards have P2P disabled) and is not modelled: PCIe domains get NCCL only.
 * **Compute capability** keys the engines' size tables (vLLM ``CUSTOM_ALL_REDUCE_MAX_SIZES``
   per ``"9.0"`` / ``"10.0"``; TensorRT-LLM's strategy table per SM 90 / 100).
 
