@@ -80,10 +80,13 @@ def test_nvls_against_ring_on_an_8_gpu_hgx_board() -> None:
     """On 8 ranks NCCL's own tuning model puts NVLS (25 µs) above ring with the LL protocol
     (6.6 + 14 × 0.6 µs) for small messages — the measured 8×H100 NCCL all-reduce of 2 KiB
     takes 15.7 µs, the ring figure — and NVLS wins once the message is large (it moves S per
-    rank instead of 2(n-1)/n S). The crossover lies between 64 KiB and 64 MiB."""
+    rank instead of 2(n-1)/n S): the crossover is at 1.1 MiB."""
     small, large = _opts("h100-sxm:8", 8, 64 * KiB), _opts("h100-sxm:8", 8, 64 * MiB)
     assert small.time_s("ring") < small.time_s("nvls")            # type: ignore[operator]
     assert large.time_s("nvls") < large.time_s("ring")            # type: ignore[operator]
+    below, above = _opts("h100-sxm:8", 8, 1.0 * MiB), _opts("h100-sxm:8", 8, 1.25 * MiB)
+    assert below.time_s("ring") < below.time_s("nvls")            # type: ignore[operator]
+    assert above.time_s("nvls") < above.time_s("ring")            # type: ignore[operator]
     assert small.time_s("nvls") == pytest.approx(
         NVLS_LATENCY_S + 64 * KiB / (0.565 * 450e9), rel=1e-12)
 
