@@ -15,6 +15,12 @@ github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md):
 
 The logarithmic latency term stands for NCCL's tree/NVLS algorithms at small messages
 (assumption; calibrated in issue 3).
+
+Each collective algorithm on its own (NCCL ring / tree / NVLS, the engines' one-shot / two-shot
+kernels, the fused all-reduce + RMSNorm) is priced by :func:`collective_options` and the
+functions before it at the end of this module, with availability per device
+(:mod:`learn_to_shard.hardware.fabric`) and engine (:mod:`learn_to_shard.engines.collectives`);
+the cost model does not call them yet.
 """
 
 from __future__ import annotations
