@@ -144,7 +144,8 @@ CUSTOM_ALL_REDUCE: dict[str, CustomAllReduce] = {
 #: Engine -> (NVLS reachable, how, source). NCCL enables NVLS by default where the hardware
 #: has it (``NCCL_NVLS_ENABLE``, NCCL environment-variable docs); SGLang overrides it.
 NVLS_IN_ENGINE: dict[str, tuple[bool, str, str]] = {
-    "vllm": (True, "NCCL's NVLS algorithm (NCCL_NVLS_ENABLE default)",
+    "vllm": (True, "NCCL's NVLS algorithm (NCCL_NVLS_ENABLE default; not checked: whether "
+                   "vLLM's own NCCL environment leaves it on)",
              "NCCL environment-variable docs, NCCL_NVLS_ENABLE"),
     "sglang": (True, "only with --enable-nccl-nvls (SGLang sets NCCL_NVLS_ENABLE from it, "
                      "default off)", _SGL_ENV),
