@@ -22,6 +22,7 @@ from learn_to_shard.cost.comm import (
 )
 from learn_to_shard.cost.config import CostModelConfig
 from learn_to_shard.engines.collectives import CUSTOM_ALL_REDUCE
+from learn_to_shard.errors import ConfigError
 from learn_to_shard.fidelity.kernels import collective_algorithm_report
 from learn_to_shard.hardware import device_names, load_device, parse_cluster
 from learn_to_shard.hardware.fabric import FABRICS, UNKNOWN_FABRIC, scale_up_fabric
@@ -190,13 +191,13 @@ def test_fused_rmsnorm_saves_a_launch_and_one_pass() -> None:
 
 def test_bad_arguments_and_one_rank() -> None:
     cl = parse_cluster("h100-sxm:8")
-    with pytest.raises(ValueError, match="collective"):
+    with pytest.raises(ConfigError, match="collective"):
         collective_options(cl, "all-to-all", 8, 1024)
-    with pytest.raises(ValueError, match="engine"):
+    with pytest.raises(ConfigError, match="engine"):
         collective_options(cl, "all-reduce", 8, 1024, engine="tgi")
-    with pytest.raises(ValueError, match="domain"):
+    with pytest.raises(ConfigError, match="domain"):
         collective_options(load_device("h100-sxm"), "all-reduce", 16, 1024)
-    with pytest.raises(ValueError, match="message_bytes"):
+    with pytest.raises(ConfigError, match="message_bytes"):
         collective_options(cl, "all-reduce", 8, 0)
     one = collective_options(cl, "all-gather", 1, 1024)
     assert one.best is None and one.unavailable

@@ -38,6 +38,7 @@ from ..engines.collectives import (
     FUSED_RMSNORM_CAPABILITIES,
     NVLS_IN_ENGINE,
 )
+from ..errors import ConfigError
 from ..hardware.fabric import ScaleUpFabric, scale_up_fabric
 from ..hardware.spec import ClusterSpec, DeviceSpec
 from ..parallel.placement import LAYOUTS, Collective, redistribute
@@ -368,10 +369,10 @@ def ring_time_s(collective: str, n: int, message_bytes: float, bus_bytes_per_s: 
         generation: ``ampere`` / ``hopper`` / ``blackwell`` (LL bandwidth cap).
 
     Raises:
-        ValueError: a collective the ring does not implement, or ``n < 2``.
+        ConfigError: a collective the ring does not implement, or ``n < 2``.
     """
     if collective not in ALGORITHM_COLLECTIVES["ring"] or n < 2:
-        raise ValueError(f"ring: no {collective} over {n} ranks")
+        raise ConfigError(f"ring: no {collective} over {n} ranks")
     steps = 2 * (n - 1) if collective == "all-reduce" else n - 1
     inter = (2 * nodes if nodes > 1 else 0) if collective == "all-reduce" else nodes - 1
     cap = (NCCL_LL_MAX_BYTES_PER_S[generation] if nodes == 1 else
@@ -392,10 +393,10 @@ def tree_time_s(n: int, message_bytes: float, bus_bytes_per_s: float, nodes: int
     at its cheapest protocol; arguments as :func:`ring_time_s`.
 
     Raises:
-        ValueError: ``n < 2``.
+        ConfigError: ``n < 2``.
     """
     if n < 2:
-        raise ValueError(f"tree: no all-reduce over {n} ranks")
+        raise ConfigError(f"tree: no all-reduce over {n} ranks")
     per_node = max(n // nodes, 1)
     cap = (NCCL_LL_MAX_BYTES_PER_S[generation] if nodes == 1 else
            NCCL_LL_MAX_MULTI_NODE_BYTES_PER_S[0 if nodes == 2 else 1])
@@ -424,11 +425,11 @@ def nvls_time_s(collective: str, n: int, message_bytes: float, link_bytes_per_s:
         generation: ``hopper`` or ``blackwell`` (:data:`NVLS_ALLREDUCE_EFFICIENCY`).
 
     Raises:
-        ValueError: an unknown collective, ``n < 2`` or a generation without NVLS.
+        ConfigError: an unknown collective, ``n < 2`` or a generation without NVLS.
     """
     if collective not in ALGORITHM_COLLECTIVES["nvls"] or n < 2 \
             or generation not in NVLS_ALLREDUCE_EFFICIENCY:
-        raise ValueError(f"nvls: no {collective} over {n} ranks on {generation}")
+        raise ConfigError(f"nvls: no {collective} over {n} ranks on {generation}")
     if collective == "all-reduce":
         beta = message_bytes / (NVLS_ALLREDUCE_EFFICIENCY[generation] * link_bytes_per_s)
     else:
@@ -442,10 +443,10 @@ def one_shot_time_s(n: int, message_bytes: float, bus_bytes_per_s: float,
     """One-shot all-reduce: ``α + (n-1) S / B`` (every rank reads every peer's buffer).
 
     Raises:
-        ValueError: ``n < 2``.
+        ConfigError: ``n < 2``.
     """
     if n < 2:
-        raise ValueError(f"one-shot: no all-reduce over {n} ranks")
+        raise ConfigError(f"one-shot: no all-reduce over {n} ranks")
     beta = (n - 1) * message_bytes / bus_bytes_per_s
     return AlgorithmTime("one-shot", "all-reduce", latency_s + beta, latency_s, beta)
 
@@ -455,10 +456,10 @@ def two_shot_time_s(n: int, message_bytes: float, bus_bytes_per_s: float,
     """Two-shot all-reduce: ``2 α + 2(n-1)/n S / B`` (reduce-scatter, then all-gather).
 
     Raises:
-        ValueError: ``n < 2``.
+        ConfigError: ``n < 2``.
     """
     if n < 2:
-        raise ValueError(f"two-shot: no all-reduce over {n} ranks")
+        raise ConfigError(f"two-shot: no all-reduce over {n} ranks")
     beta = 2.0 * (n - 1) / n * message_bytes / bus_bytes_per_s
     return AlgorithmTime("two-shot", "all-reduce", 2 * latency_s + beta, 2 * latency_s, beta)
 
@@ -498,19 +499,19 @@ def collective_options(where: ClusterSpec | DeviceSpec, collective: str | Collec
         reason each other one is not available.
 
     Raises:
-        ValueError: an unknown collective or engine, ``n < 1``, a device group larger than
+        ConfigError: an unknown collective or engine, ``n < 1``, a device group larger than
             one domain, or a message that is not positive.
     """
     coll = collective.value if isinstance(collective, Collective) else str(collective)
     if coll not in ("all-reduce", "all-gather", "reduce-scatter"):
-        raise ValueError(f"collective {coll!r}: one of all-reduce, all-gather, reduce-scatter")
+        raise ConfigError(f"collective {coll!r}: one of all-reduce, all-gather, reduce-scatter")
     if engine is not None and engine not in ENGINE_VENDORS:
-        raise ValueError(f"engine {engine!r}: one of {', '.join(ENGINE_VENDORS)} or None")
+        raise ConfigError(f"engine {engine!r}: one of {', '.join(ENGINE_VENDORS)} or None")
     if n < 1 or not message_bytes > 0:
-        raise ValueError(f"need n >= 1 and message_bytes > 0, got {n}, {message_bytes}")
+        raise ConfigError(f"need n >= 1 and message_bytes > 0, got {n}, {message_bytes}")
     device = where.device if isinstance(where, ClusterSpec) else where
     if isinstance(where, DeviceSpec) and n > device.scale_up_domain:
-        raise ValueError(f"{n} ranks exceed one {device.name} domain of "
+        raise ConfigError(f"{n} ranks exceed one {device.name} domain of "
                          f"{device.scale_up_domain}; pass the ClusterSpec")
     cfg = config or CostModelConfig()
     fabric = scale_up_fabric(device)
