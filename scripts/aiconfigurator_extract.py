@@ -45,6 +45,10 @@ A2A_TOKENS = (1, 16, 128, 1024, 4096, 16384)
 MLA_HEADS = (128, 64, 32, 16, 8)
 MLA_BATCH = (1, 8, 64, 256)
 MLA_LEN = (1024, 4096, 16384)
+#: The engines' own (custom) all-reduce tables, ``comm/<engine>/<newest>/custom_allreduce_perf``:
+#: CUDA-graph rows only (what a decode step replays); bf16, 256 .. 64 Mi elements (powers of 4).
+CUSTOM_AR_ENGINES = ("trtllm", "vllm", "sglang")
+CUSTOM_AR_ELEMS = tuple(4 ** i for i in range(4, 14))
 OUT = Path(__file__).resolve().parents[1] / "src" / "learn_to_shard" / "data" / "silicon"
 
 
@@ -187,7 +191,7 @@ def main() -> None:
     data = _source(args.source) / "systems" / "data"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gemm, nccl, gen, ctx = [], [], [], []
+    gemm, nccl, gen, ctx, car = [], [], [], [], []
     moe: list[tuple] = []
     a2a: list[tuple] = []
     mla: list[tuple] = []
@@ -215,6 +219,24 @@ def main() -> None:
             for r in df.itertuples():
                 nccl.append((system, preset, f"nccl-{d.name}", r.op_name, r.num_gpus,
                              r.message_size * 2, r.latency * 1e-3))
+        for engine in CUSTOM_AR_ENGINES:
+            d = _newest(base / "comm" / engine, "custom_allreduce_perf.parquet")
+            if d is None:
+                continue
+            df = pd.read_parquet(d / "custom_allreduce_perf.parquet")
+            # vLLM / SGLang tables hold eager and CUDA-graph rows (``backend``); TRT-LLM's
+            # hold one implementation. Keep what a captured decode step runs.
+            label = df["backend"] if "backend" in df.columns else pd.Series("trtllm",
+                                                                            index=df.index)
+            df = df.assign(label=label)
+            df = df[(df.allreduce_dtype == "bfloat16") & df.num_gpus.isin(NCCL_GPUS)
+                    & df.message_size.isin(CUSTOM_AR_ELEMS)
+                    & ((df.label == "trtllm") | df.label.str.endswith("_graph"))]
+            df = df.groupby(["label", "num_gpus", "message_size"], as_index=False) \
+                .latency.median()
+            for r in df.itertuples():
+                car.append((system, preset, f"{engine}-{d.name}", engine, r.label, r.num_gpus,
+                            r.message_size * 2, r.latency * 1e-3))
         d = _newest(base / "attention" / "trtllm", "context_attention_perf.parquet")
         if d is not None:
             df = pd.read_parquet(d / "generation_attention_perf.parquet")
@@ -242,6 +264,8 @@ def main() -> None:
                      gemm),
         "nccl.csv": (("system", "preset", "source", "op", "num_gpus", "message_bytes",
                       "latency_s"), nccl),
+        "custom_allreduce.csv": (("system", "preset", "source", "engine", "kernel",
+                                  "num_gpus", "message_bytes", "latency_s"), car),
         "generation_attention.csv": (("system", "preset", "source", "kv_dtype", "batch",
                                       "kv_len", "heads", "kv_heads", "head_dim", "latency_s"),
                                      gen),

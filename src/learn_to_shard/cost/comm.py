@@ -15,16 +15,34 @@ github.com/NVIDIA/nccl-tests doc/PERFORMANCE.md):
 
 The logarithmic latency term stands for NCCL's tree/NVLS algorithms at small messages
 (assumption; calibrated in issue 3).
+
+Each collective algorithm on its own (NCCL ring / tree / NVLS, the engines' one-shot / two-shot
+kernels, the fused all-reduce + RMSNorm) is priced by :func:`collective_options` and the
+functions before it at the end of this module, with availability per device
+(:mod:`learn_to_shard.hardware.fabric`) and engine (:mod:`learn_to_shard.engines.collectives`);
+the cost model does not call them yet.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..engines.collectives import (
+    CUSTOM_ALL_REDUCE,
+    ENGINE_VENDORS,
+    FUSED_RMSNORM,
+    FUSED_RMSNORM_CAPABILITIES,
+    NVLS_IN_ENGINE,
+)
+from ..errors import ConfigError
+from ..hardware.fabric import ScaleUpFabric, scale_up_fabric
+from ..hardware.spec import ClusterSpec, DeviceSpec
 from ..parallel.placement import LAYOUTS, Collective, redistribute
+from .config import CostModelConfig
 
 # Kind codes for vectorised tables.
 NONE, ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL = 0, 1, 2, 3
@@ -147,3 +165,453 @@ def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
     t_bw = np.where(local < n_f, t_split, send / bw_bytes_per_s)
     t = t_bw + np.ceil(np.log2(n_f)) * alpha_s
     return np.where(n_f <= 1, 0.0, t)
+
+
+# ---------------------------------------------------------------------------------------------
+# Collective algorithms, priced one by one (issue 16, item 1): ring, tree, NVLS, the engines'
+# one-shot / two-shot kernels and the fused all-reduce + RMSNorm. The cost model above still
+# prices every collective with :func:`collective_time_s`; nothing here is searched yet.
+#
+# Alpha-beta per algorithm, ``t = latency + S / algbw`` with ``S`` the full buffer in bytes
+# (nccl-tests convention), ``n`` ranks over ``nodes`` scale-up domains, ``B`` the link's
+# per-direction bandwidth times its efficiency (``CostModelConfig.scale_up_efficiency`` /
+# ``scale_out_efficiency``, the same "bus bandwidth" the cost model uses):
+#
+# * ring (NCCL ``RING``): ``steps = 2(n-1)`` (all-reduce) or ``n-1`` (all-gather /
+#   reduce-scatter), ``latency = base + (steps - inter) · intra_step + inter · net_step`` with
+#   ``inter = 2·nodes`` (all-reduce over several domains) or ``nodes - 1``; bandwidth term
+#   ``steps / n · S / (f · B)`` (2(n-1)/n for all-reduce: Patarasuk & Yuan, "Bandwidth optimal
+#   all-reduce algorithms for clusters of workstations", JPDC 69(2), 2009);
+# * tree (NCCL ``TREE``, all-reduce only: a chain inside a node, NCCL 2.4's double binary tree
+#   across nodes, Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth broadcast,
+#   reduction and scan", Parallel Computing 35(12), 2009): ``latency = base + 2 ((n/nodes - 1)
+#   intra_step + log2(nodes) net_step)``, bandwidth term ``2 S / (f · B)``;
+# * each NCCL algorithm is priced at its cheapest protocol (LL, LL128, Simple), as NCCL's own
+#   tuner picks one per call: base latencies, per-step latencies and bandwidth fractions ``f``
+#   are NCCL's tuning model (``src/graph/tuning.cc``: NVIDIA/nccl @ b6475625fbca for ring and
+#   tree, whose values the v2.28.3 copy zhanglin496/nccl-2.28.3-1 @ 850a18f5a2d1 keeps; LL's
+#   bandwidth is also capped at ``llMaxBws``);
+# * NVLS (in-switch reduction, one NVLink domain only): all-reduce ``latency + S / (e · link)``
+#   — every rank sends ``S`` up and receives ``S`` down once, against ring's ``2(n-1)/n S`` —
+#   with NCCL's NVLS latency (25 µs, tuning.cc v2.28.3) and ``e`` the measured NVLS all-reduce
+#   efficiency (:data:`NVLS_ALLREDUCE_EFFICIENCY`); all-gather / reduce-scatter move the ring's
+#   ``(n-1)/n S`` per rank and are assumed at the ring's bus efficiency;
+# * one-shot (vLLM ``cross_device_reduce_1stage``, TensorRT-LLM ``ONESHOT``): every rank reads
+#   the ``n - 1`` peers' whole buffers and reduces locally: ``α_k + (n-1) S / B``;
+# * two-shot (vLLM ``cross_device_reduce_2stage``, TensorRT-LLM ``TWOSHOT``): reduce-scatter
+#   then all-gather by direct peer loads and stores: ``2 α_k + 2(n-1)/n S / B``;
+#   ``α_k`` (:data:`CUSTOM_KERNEL_LATENCY_S`) is one barrier-synchronised pass of these kernels;
+# * RMSNorm after an all-reduce (``then_rmsnorm``): unfused, a separate kernel reads the reduced
+#   row and the residual and writes both back (``4 S`` of HBM traffic plus one kernel launch);
+#   fused into the one-/two-shot kernel (TensorRT-LLM ``RESIDUAL_RMS_NORM``, FlashInfer's
+#   all-reduce fusion) the reduced row stays on chip: ``3 S`` (residual in, residual and
+#   normed row out), no launch. The HBM traffic counts are this module's assumption.
+# ---------------------------------------------------------------------------------------------
+
+#: Algorithm names, in the order they are reported.
+ALGORITHMS = ("ring", "tree", "nvls", "one-shot", "two-shot", "one-shot+rmsnorm",
+              "two-shot+rmsnorm")
+#: Collectives each algorithm implements.
+ALGORITHM_COLLECTIVES: dict[str, tuple[str, ...]] = {
+    "ring": ("all-reduce", "all-gather", "reduce-scatter"),
+    "tree": ("all-reduce",),
+    "nvls": ("all-reduce", "all-gather", "reduce-scatter"),
+    "one-shot": ("all-reduce",), "two-shot": ("all-reduce",),
+    "one-shot+rmsnorm": ("all-reduce",), "two-shot+rmsnorm": ("all-reduce",),
+}
+
+
+@dataclass(frozen=True)
+class NcclProtocol:
+    """One NCCL protocol's cost terms for one algorithm (NCCL ``src/graph/tuning.cc``).
+
+    Attributes:
+        name: ``LL``, ``LL128`` or ``Simple``.
+        base_latency_s: ``baseLat``, seconds per call.
+        nvlink_step_s, pcie_step_s, net_step_s: ``hwLat`` per step on NVLink, PCIe and the
+            network, seconds.
+        bus_fraction: fraction of the bus bandwidth the protocol reaches inside one domain.
+        bus_fraction_multi_node: the same across domains.
+        ll_capped: the bandwidth is also capped at ``llMaxBws`` (:data:`NCCL_LL_MAX_BYTES_PER_S`).
+    """
+
+    name: str
+    base_latency_s: float
+    nvlink_step_s: float
+    pcie_step_s: float
+    net_step_s: float
+    bus_fraction: float
+    bus_fraction_multi_node: float
+    ll_capped: bool
+
+
+#: Ring protocols (tuning.cc: baseLat ring {6.6, 14.0, 8.4} µs; hwLat NVLink {0.6, 1.9, 3.4},
+#: PCI {1.0, 2.5, 5.7}, NET {2.7, 4.0, 14.0} µs; LL at half the bus bandwidth (v2.28.3), LL128
+#: at 0.92).
+RING_PROTOCOLS = (
+    NcclProtocol("LL", 6.6e-6, 0.6e-6, 1.0e-6, 2.7e-6, 0.5, 0.5, True),
+    NcclProtocol("LL128", 14.0e-6, 1.9e-6, 2.5e-6, 4.0e-6, 0.92, 0.92, False),
+    NcclProtocol("Simple", 8.4e-6, 3.4e-6, 5.7e-6, 14.0e-6, 1.0, 1.0, False),
+)
+#: Tree protocols (tuning.cc: baseLat tree {6.8, 14.0, 8.4} µs; hwLat NVLink {0.6, 1.25, 4.0},
+#: PCI {1.0, 1.9, 4.0}, NET {5.0, 8.5, 14} µs (v2.28.3); bus bandwidth × 0.92, LL × 1/3.8,
+#: LL128 × 7/9 in one node and × 120/128 across nodes).
+TREE_PROTOCOLS = (
+    NcclProtocol("LL", 6.8e-6, 0.6e-6, 1.0e-6, 5.0e-6, 0.92 / 3.8, 0.92 / 3.8, True),
+    NcclProtocol("LL128", 14.0e-6, 1.25e-6, 1.9e-6, 8.5e-6, 0.92 * 7 / 9, 0.92 * 120 / 128,
+                 False),
+    NcclProtocol("Simple", 8.4e-6, 4.0e-6, 4.0e-6, 14.0e-6, 0.92, 0.92, False),
+)
+#: LL's bandwidth cap ``llMaxBws`` (tuning.cc v2.28.3), bytes/s, for one node by GPU
+#: generation; across nodes NCCL indexes it by host CPU, and the AMD-host row is used here
+#: (22.5 GB/s for 2 nodes, 19.0 beyond; Intel hosts: 39.0 / 20.4).
+NCCL_LL_MAX_BYTES_PER_S: dict[str, float] = {"ampere": 87.7e9, "hopper": 141.0e9,
+                                             "blackwell": 282.0e9}
+NCCL_LL_MAX_MULTI_NODE_BYTES_PER_S = (22.5e9, 19.0e9)
+#: NCCL's NVLS latency on NVLink (tuning.cc v2.28.3 ``hwLatencies`` NVLINK NVLS Simple, base
+#: 0), seconds.
+NVLS_LATENCY_S = 25e-6
+#: NVLS all-reduce algorithm bandwidth ÷ the scale-up link's per-direction bandwidth. Hopper
+#: 0.565: measured, 8×H100 NCCL 2.29.2 all-reduce of 512 MiB in 2111 µs = 254 GB/s of 450 GB/s
+#: (data/silicon/nccl.csv, the largest message: latency-free). Blackwell 0.49: the Hopper value
+#: × NCCL's own nvlsEfficiency ratio 0.74 / 0.85 (tuning.cc v2.28.3), not fitted on B200.
+NVLS_ALLREDUCE_EFFICIENCY: dict[str, float] = {"hopper": 0.565, "blackwell": 0.565 * 0.74 / 0.85}
+#: One barrier-synchronised pass of the engines' one-/two-shot kernels, seconds. Measured: the
+#: TensorRT-LLM custom all-reduce of 512 bytes on 8×H100 takes 3.17 µs (vLLM's 4.6 µs, SGLang's
+#: 3.3 µs: data/silicon/custom_allreduce.csv, CUDA-graph rows).
+CUSTOM_KERNEL_LATENCY_S = 3.2e-6
+
+
+@dataclass(frozen=True)
+class AlgorithmTime:
+    """The price of one collective algorithm for one message.
+
+    Attributes:
+        algorithm: a name of :data:`ALGORITHMS`.
+        collective: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+        time_s: total seconds (``latency_s + bandwidth_s``, plus the RMSNorm pass if asked).
+        latency_s: the size-independent part, seconds.
+        bandwidth_s: the size-proportional part, seconds.
+        detail: NCCL protocol, fused epilogue, flags or the engine's selection rule.
+    """
+
+    algorithm: str
+    collective: str
+    time_s: float
+    latency_s: float
+    bandwidth_s: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CollectiveOptions:
+    """Every algorithm available for one collective on one group, priced.
+
+    Attributes:
+        collective: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+        n: ranks in the group.
+        message_bytes: the full buffer, bytes (nccl-tests size).
+        engine: the engine whose availability applies (``None``: what the hardware has).
+        options: the available algorithms, cheapest first.
+        unavailable: ``(algorithm, reason)`` for each algorithm that is not.
+    """
+
+    collective: str
+    n: int
+    message_bytes: float
+    engine: str | None
+    options: tuple[AlgorithmTime, ...]
+    unavailable: tuple[tuple[str, str], ...]
+
+    @property
+    def best(self) -> AlgorithmTime | None:
+        """The cheapest available algorithm (``None`` if none is available)."""
+        return self.options[0] if self.options else None
+
+    def time_s(self, algorithm: str) -> float | None:
+        """Seconds of ``algorithm`` (``None`` if it is not available)."""
+        return next((o.time_s for o in self.options if o.algorithm == algorithm), None)
+
+
+def _generation(fabric: ScaleUpFabric) -> str:
+    """``ampere``, ``hopper`` or ``blackwell`` for NCCL's per-generation tables (compute
+    capability 10+ is Blackwell, 9.x Hopper, older or unknown Ampere)."""
+    cc = float(fabric.compute_capability) if fabric.compute_capability else 8.0
+    return "blackwell" if cc >= 10.0 else "hopper" if cc >= 9.0 else "ampere"
+
+
+def _nccl_time(protocols: tuple[NcclProtocol, ...], latency_of: dict[str, float],
+               fraction_of: dict[str, float], bus_bytes_per_s: float, volume_bytes: float,
+               ll_cap_bytes_per_s: float) -> tuple[float, float, str]:
+    """Cheapest protocol: ``(latency_s, bandwidth_s, protocol name)``."""
+    best = (math.inf, 0.0, "")
+    for p in protocols:
+        bw = fraction_of[p.name] * bus_bytes_per_s
+        if p.ll_capped:
+            bw = min(bw, ll_cap_bytes_per_s)
+        lat, beta = latency_of[p.name], volume_bytes / bw
+        if lat + beta < best[0] + best[1]:
+            best = (lat, beta, p.name)
+    return best
+
+
+def ring_time_s(collective: str, n: int, message_bytes: float, bus_bytes_per_s: float,
+                nodes: int = 1, fabric_kind: str = "nvswitch",
+                generation: str = "hopper") -> AlgorithmTime:
+    """NCCL's ring, at its cheapest protocol (formula in the section comment above).
+
+    Args:
+        collective: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+        n: ranks (>= 2); ``nodes``: scale-up domains the group spans (``n`` divisible by it).
+        message_bytes: full buffer S, bytes.
+        bus_bytes_per_s: bus bandwidth of the bottleneck link (scale-out when ``nodes > 1``).
+        fabric_kind: ``pcie`` uses NCCL's PCI step latencies, anything else NVLink's.
+        generation: ``ampere`` / ``hopper`` / ``blackwell`` (LL bandwidth cap).
+
+    Raises:
+        ConfigError: a collective the ring does not implement, or ``n < 2``.
+    """
+    if collective not in ALGORITHM_COLLECTIVES["ring"] or n < 2:
+        raise ConfigError(f"ring: no {collective} over {n} ranks")
+    steps = 2 * (n - 1) if collective == "all-reduce" else n - 1
+    inter = (2 * nodes if nodes > 1 else 0) if collective == "all-reduce" else nodes - 1
+    cap = (NCCL_LL_MAX_BYTES_PER_S[generation] if nodes == 1 else
+           NCCL_LL_MAX_MULTI_NODE_BYTES_PER_S[0 if nodes == 2 else 1])
+    lat = {p.name: p.base_latency_s + (steps - inter) * (p.pcie_step_s if fabric_kind == "pcie"
+                                                         else p.nvlink_step_s)
+           + inter * p.net_step_s for p in RING_PROTOCOLS}
+    frac = {p.name: p.bus_fraction if nodes == 1 else p.bus_fraction_multi_node
+            for p in RING_PROTOCOLS}
+    a, b, proto = _nccl_time(RING_PROTOCOLS, lat, frac, bus_bytes_per_s,
+                             steps / n * message_bytes, cap)
+    return AlgorithmTime("ring", collective, a + b, a, b, f"NCCL ring, {proto} protocol")
+
+
+def tree_time_s(n: int, message_bytes: float, bus_bytes_per_s: float, nodes: int = 1,
+                fabric_kind: str = "nvswitch", generation: str = "hopper") -> AlgorithmTime:
+    """NCCL's tree all-reduce (a chain in each domain, a double binary tree across domains),
+    at its cheapest protocol; arguments as :func:`ring_time_s`.
+
+    Raises:
+        ConfigError: ``n < 2``.
+    """
+    if n < 2:
+        raise ConfigError(f"tree: no all-reduce over {n} ranks")
+    per_node = max(n // nodes, 1)
+    cap = (NCCL_LL_MAX_BYTES_PER_S[generation] if nodes == 1 else
+           NCCL_LL_MAX_MULTI_NODE_BYTES_PER_S[0 if nodes == 2 else 1])
+    log_nodes = math.log2(nodes) if nodes > 1 else 0.0
+    lat = {p.name: p.base_latency_s + 2 * ((per_node - 1) * (
+        p.pcie_step_s if fabric_kind == "pcie" else p.nvlink_step_s) + log_nodes * p.net_step_s)
+        for p in TREE_PROTOCOLS}
+    frac = {p.name: p.bus_fraction if nodes == 1 else p.bus_fraction_multi_node
+            for p in TREE_PROTOCOLS}
+    a, b, proto = _nccl_time(TREE_PROTOCOLS, lat, frac, bus_bytes_per_s, 2.0 * message_bytes,
+                             cap)
+    return AlgorithmTime("tree", "all-reduce", a + b, a, b, f"NCCL tree, {proto} protocol")
+
+
+def nvls_time_s(collective: str, n: int, message_bytes: float, link_bytes_per_s: float,
+                bus_bytes_per_s: float, generation: str = "hopper") -> AlgorithmTime:
+    """NCCL's NVLS (NVLink SHARP) inside one NVLink domain.
+
+    Args:
+        collective: ``all-reduce`` (``S / (e · link)``), ``all-gather`` or ``reduce-scatter``
+            (``(n-1)/n · S / bus``).
+        n: ranks (>= 2).
+        message_bytes: full buffer S, bytes.
+        link_bytes_per_s: the scale-up link's per-direction bandwidth (datasheet).
+        bus_bytes_per_s: the link's bus bandwidth (link × scale-up efficiency).
+        generation: ``hopper`` or ``blackwell`` (:data:`NVLS_ALLREDUCE_EFFICIENCY`).
+
+    Raises:
+        ConfigError: an unknown collective, ``n < 2`` or a generation without NVLS.
+    """
+    if collective not in ALGORITHM_COLLECTIVES["nvls"] or n < 2 \
+            or generation not in NVLS_ALLREDUCE_EFFICIENCY:
+        raise ConfigError(f"nvls: no {collective} over {n} ranks on {generation}")
+    if collective == "all-reduce":
+        beta = message_bytes / (NVLS_ALLREDUCE_EFFICIENCY[generation] * link_bytes_per_s)
+    else:
+        beta = (n - 1) / n * message_bytes / bus_bytes_per_s
+    return AlgorithmTime("nvls", collective, NVLS_LATENCY_S + beta, NVLS_LATENCY_S, beta,
+                         "NCCL NVLS (in-switch reduction)")
+
+
+def one_shot_time_s(n: int, message_bytes: float, bus_bytes_per_s: float,
+                    latency_s: float = CUSTOM_KERNEL_LATENCY_S) -> AlgorithmTime:
+    """One-shot all-reduce: ``α + (n-1) S / B`` (every rank reads every peer's buffer).
+
+    Raises:
+        ConfigError: ``n < 2``.
+    """
+    if n < 2:
+        raise ConfigError(f"one-shot: no all-reduce over {n} ranks")
+    beta = (n - 1) * message_bytes / bus_bytes_per_s
+    return AlgorithmTime("one-shot", "all-reduce", latency_s + beta, latency_s, beta)
+
+
+def two_shot_time_s(n: int, message_bytes: float, bus_bytes_per_s: float,
+                    latency_s: float = CUSTOM_KERNEL_LATENCY_S) -> AlgorithmTime:
+    """Two-shot all-reduce: ``2 α + 2(n-1)/n S / B`` (reduce-scatter, then all-gather).
+
+    Raises:
+        ConfigError: ``n < 2``.
+    """
+    if n < 2:
+        raise ConfigError(f"two-shot: no all-reduce over {n} ranks")
+    beta = 2.0 * (n - 1) / n * message_bytes / bus_bytes_per_s
+    return AlgorithmTime("two-shot", "all-reduce", 2 * latency_s + beta, 2 * latency_s, beta)
+
+
+def rmsnorm_pass_time_s(message_bytes: float, hbm_bytes_per_s: float, fused: bool,
+                        kernel_overhead_s: float) -> float:
+    """Seconds the residual add + RMSNorm after an all-reduce adds: ``3 S / HBM`` fused into
+    the all-reduce kernel, ``4 S / HBM + kernel_overhead_s`` as its own kernel (traffic counts
+    in the section comment above; ``hbm_bytes_per_s`` already times its efficiency)."""
+    return (3.0 if fused else 4.0) * message_bytes / hbm_bytes_per_s \
+        + (0.0 if fused else kernel_overhead_s)
+
+
+def collective_options(where: ClusterSpec | DeviceSpec, collective: str | Collective, n: int,
+                       message_bytes: float, engine: str | None = None,
+                       then_rmsnorm: bool = False,
+                       config: CostModelConfig | None = None) -> CollectiveOptions:
+    """Every algorithm ``engine`` can run for one collective on hardware ``where``, priced.
+
+    Args:
+        where: the cluster (a group of ``n`` consecutive ranks spans ``ceil(n / domain)``
+            scale-up domains) or one device type (the group must fit one domain).
+        collective: ``all-reduce``, ``all-gather`` or ``reduce-scatter`` (or the
+            :class:`~learn_to_shard.parallel.placement.Collective`).
+        n: ranks in the group (>= 1; 1 has no options: nothing to exchange).
+        message_bytes: full buffer, bytes (> 0).
+        engine: ``vllm``, ``sglang``, ``trtllm`` (what that engine can launch, its size caps
+            and selection rules: :mod:`learn_to_shard.engines.collectives`), or ``None``
+            (every algorithm the hardware has, no engine caps).
+        then_rmsnorm: the all-reduce is followed by a residual add + RMSNorm (after every
+            row-parallel layer): every option then includes that pass, separate or fused.
+        config: link and HBM efficiencies and the kernel launch cost (default
+            :class:`CostModelConfig`).
+
+    Returns:
+        :class:`CollectiveOptions` with the available algorithms cheapest first and the
+        reason each other one is not available.
+
+    Raises:
+        ConfigError: an unknown collective or engine, ``n < 1``, a device group larger than
+            one domain, or a message that is not positive.
+    """
+    coll = collective.value if isinstance(collective, Collective) else str(collective)
+    if coll not in ("all-reduce", "all-gather", "reduce-scatter"):
+        raise ConfigError(f"collective {coll!r}: one of all-reduce, all-gather, reduce-scatter")
+    if engine is not None and engine not in ENGINE_VENDORS:
+        raise ConfigError(f"engine {engine!r}: one of {', '.join(ENGINE_VENDORS)} or None")
+    if n < 1 or not message_bytes > 0:
+        raise ConfigError(f"need n >= 1 and message_bytes > 0, got {n}, {message_bytes}")
+    device = where.device if isinstance(where, ClusterSpec) else where
+    if isinstance(where, DeviceSpec) and n > device.scale_up_domain:
+        raise ConfigError(f"{n} ranks exceed one {device.name} domain of "
+                         f"{device.scale_up_domain}; pass the ClusterSpec")
+    cfg = config or CostModelConfig()
+    fabric = scale_up_fabric(device)
+    gen = _generation(fabric)
+    domain = device.scale_up_domain
+    nodes = -(-n // domain)
+    one_domain = nodes == 1
+    up_bus = device.scale_up_bytes_per_s * cfg.scale_up_efficiency
+    bus = up_bus if one_domain else device.scale_out_bytes_per_s * cfg.scale_out_efficiency
+    hbm = device.hbm_bytes_per_s * cfg.hbm_efficiency
+    avail: list[AlgorithmTime] = []
+    missing: list[tuple[str, str]] = []
+    names = [a for a in ALGORITHMS if coll in ALGORITHM_COLLECTIVES[a]
+             and (then_rmsnorm or not a.endswith("+rmsnorm"))]
+
+    def gone(algo: str, why: str) -> None:
+        missing.append((algo, why))
+
+    if n == 1:
+        return CollectiveOptions(coll, n, float(message_bytes), engine, (),
+                                 tuple((a, "one rank: nothing to exchange") for a in names))
+    runs = engine is None or fabric.vendor in ENGINE_VENDORS[engine]
+    if not runs:
+        return CollectiveOptions(coll, n, float(message_bytes), engine, (), tuple(
+            (a, f"{engine} does not run on {fabric.vendor} devices ({device.name})")
+            for a in names))
+    norm_sep = (rmsnorm_pass_time_s(message_bytes, hbm, False, cfg.kernel_overhead_s)
+                if then_rmsnorm else 0.0)
+    norm_fused = rmsnorm_pass_time_s(message_bytes, hbm, True, 0.0) if then_rmsnorm else 0.0
+
+    def add(t: AlgorithmTime, extra: float, detail: str) -> None:
+        avail.append(AlgorithmTime(t.algorithm, coll, t.time_s + extra, t.latency_s,
+                                   t.bandwidth_s, detail))
+
+    sep_note = " + separate RMSNorm kernel" if then_rmsnorm else ""
+    for algo in names:
+        if algo == "ring":
+            t = ring_time_s(coll, n, message_bytes, bus, nodes, fabric.kind, gen)
+            add(t, norm_sep, t.detail + sep_note)
+        elif algo == "tree":
+            t = tree_time_s(n, message_bytes, bus, nodes, fabric.kind, gen)
+            add(t, norm_sep, t.detail + sep_note)
+        elif algo == "nvls":
+            if not fabric.nvls:
+                gone(algo, f"{device.name} has no NVLink SHARP ({fabric.kind}; "
+                           "NVLS needs NVSwitch generation 3 or later)")
+            elif not one_domain:
+                gone(algo, f"the group spans {nodes} NVLink domains")
+            else:
+                t = nvls_time_s(coll, n, message_bytes, device.scale_up_bytes_per_s, up_bus,
+                                gen)
+                how = f"; {NVLS_IN_ENGINE[engine][1]}" if engine else ""
+                add(t, norm_sep, t.detail + how + sep_note)
+        else:
+            kernel = algo.split("+")[0]
+            fused = algo.endswith("+rmsnorm")
+            why = _custom_unavailable(kernel, fused, fabric, device, engine, n, message_bytes,
+                                      one_domain)
+            if why:
+                gone(algo, why)
+                continue
+            fn = one_shot_time_s if kernel == "one-shot" else two_shot_time_s
+            t = fn(n, message_bytes, up_bus)
+            t = AlgorithmTime(algo, coll, t.time_s, t.latency_s, t.bandwidth_s)
+            detail = (f"{engine} custom all-reduce" if engine else "custom all-reduce kernel")
+            if fused:
+                add(t, norm_fused, detail + ", RMSNorm fused"
+                    + (f": {FUSED_RMSNORM[engine][1]}" if engine else ""))
+            else:
+                add(t, norm_sep, detail + sep_note)
+    avail.sort(key=lambda o: (o.time_s, ALGORITHMS.index(o.algorithm)))
+    return CollectiveOptions(coll, n, float(message_bytes), engine, tuple(avail),
+                             tuple(missing))
+
+
+def _custom_unavailable(kernel: str, fused: bool, fabric: ScaleUpFabric, device: DeviceSpec,
+                        engine: str | None, n: int, message_bytes: float,
+                        one_domain: bool) -> str:
+    """Why the one-/two-shot kernel (optionally with the fused RMSNorm) cannot run here
+    (empty string: it can)."""
+    if not one_domain:
+        return "the group spans scale-up domains (peer loads need one NVLink/xGMI domain)"
+    if not fabric.p2p_full_mesh:
+        return (f"{device.name} is not a fully connected peer-to-peer domain ({fabric.kind})")
+    if fused and (fabric.vendor != "nvidia"
+                  or fabric.compute_capability not in FUSED_RMSNORM_CAPABILITIES):
+        return (f"the fused all-reduce + RMSNorm kernels need compute capability "
+                f"{'/'.join(FUSED_RMSNORM_CAPABILITIES)} (FlashInfer / TensorRT-LLM builds)")
+    if engine is None:
+        return ""
+    spec = CUSTOM_ALL_REDUCE[engine]
+    if fabric.vendor not in spec.vendors:
+        return f"{engine}'s custom all-reduce does not run on {fabric.vendor} devices"
+    if n not in spec.world_sizes:
+        return (f"{engine}'s custom all-reduce takes {', '.join(map(str, spec.world_sizes))} "
+                f"ranks, not {n}")
+    cap = spec.cap_bytes(fabric.vendor, fabric.compute_capability, n, fabric.nvls)
+    if message_bytes >= cap:
+        return f"{engine} runs NCCL at {message_bytes:.0f} bytes (custom cap {cap} bytes)"
+    if not spec.selectable and spec.dispatch(n, message_bytes) != kernel:
+        return (f"{engine} runs {spec.dispatch(n, message_bytes)} at {message_bytes:.0f} "
+                f"bytes over {n} ranks (not selectable)")
+    return ""

@@ -18,9 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cost.comm import ALL_REDUCE, GATHER_OR_SCATTER, collective_time_s
+from ..cost.comm import (
+    ALL_REDUCE,
+    GATHER_OR_SCATTER,
+    collective_options,
+    collective_time_s,
+    one_shot_time_s,
+    two_shot_time_s,
+)
 from ..cost.config import CostModelConfig
 from ..cost.model import CostModel
+from ..engines.collectives import CUSTOM_ALL_REDUCE
 from ..hardware.presets import load_device
 from ..hardware.spec import ClusterSpec
 from ..model.hf_config import load_model
@@ -29,7 +37,8 @@ from ..workload import DType, Phase, Workload
 from .fit import coordinate_descent
 from .measurements import data_dir
 
-__all__ = ["OperatorStats", "silicon_dir", "silicon_tables", "silicon_kernels",
+__all__ = ["AlgorithmStats", "collective_algorithm_kernels", "collective_algorithm_report",
+           "OperatorStats", "silicon_dir", "silicon_tables", "silicon_kernels",
            "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon"]
 
 
@@ -66,7 +75,8 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 
 _Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
-_SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv")
+_SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv",
+                  "custom_allreduce.csv")
 
 
 def silicon_tables(root: Path) -> dict[str, list[dict[str, str]]]:
@@ -270,3 +280,102 @@ def fit_silicon(config: CostModelConfig | None = None, folder: str | Path | None
     return out
 
 
+
+
+@dataclass(frozen=True)
+class AlgorithmStats:
+    """Error of one collective algorithm's price against the measured kernels it explains.
+
+    Attributes:
+        table: ``nccl`` (NCCL's own choice per call, priced as the cheapest of the NCCL
+            algorithms the hardware has) or the engine of a custom all-reduce table
+            (``vllm``, ``sglang``: the kernel its dispatch runs at that size; ``trtllm``: its
+            ``AUTO`` strategy, priced as the cheapest of one-shot, two-shot and NCCL).
+        op: ``all_reduce``, ``all_gather`` or ``reduce_scatter``.
+        algorithm: the algorithm the model prices the kernel with (``ring``, ``nvls``,
+            ``one-shot``, ...).
+        preset: device preset.
+        n: kernels compared.
+        median_error: median signed error ``predicted / measured − 1``.
+        median_abs, worst_abs: median and worst absolute error.
+    """
+
+    table: str
+    op: str
+    algorithm: str
+    preset: str
+    n: int
+    median_error: float
+    median_abs: float
+    worst_abs: float
+
+
+_AlgoKernel = tuple[str, str, str, str, int, float, float, float]
+# table, op, algorithm, preset, ranks, message_bytes, predicted_s, measured_s
+
+
+def collective_algorithm_kernels(config: CostModelConfig | None = None,
+                                 tables: dict[str, list[dict[str, str]]] | None = None
+                                 ) -> list[_AlgoKernel]:
+    """Every measured collective of ``nccl.csv`` and ``custom_allreduce.csv`` priced by the
+    per-algorithm layer (:func:`learn_to_shard.cost.comm.collective_options`): NCCL rows by
+    the cheapest NCCL algorithm (ring, tree, NVLS where the hardware has it), vLLM / SGLang
+    rows by the kernel their dispatch runs at that size (one-shot or two-shot, whatever the
+    engine's size cap: the tables were collected by calling the kernel directly), TensorRT-LLM
+    rows (``AUTO``) by the cheapest of one-shot, two-shot and NCCL below its workspace cap and
+    NCCL above. Alltoall rows are left out (no algorithm choice is priced for them)."""
+    cfg = config or CostModelConfig()
+    tabs = tables if tables is not None else silicon_tables(silicon_dir())
+    devices: dict[str, ClusterSpec] = {}
+
+    def cluster(preset: str) -> ClusterSpec:
+        if preset not in devices:
+            devices[preset] = ClusterSpec(load_device(preset), 8)
+        return devices[preset]
+
+    nccl_algos = ("ring", "tree", "nvls")
+    out: list[_AlgoKernel] = []
+    for r in tabs.get("nccl.csv", []):
+        if r["op"] == "alltoall":
+            continue
+        n, size = int(r["num_gpus"]), float(r["message_bytes"])
+        opts = collective_options(cluster(r["preset"]), r["op"].replace("_", "-"), n, size,
+                                  config=cfg)
+        best = next(o for o in opts.options if o.algorithm in nccl_algos)
+        out.append(("nccl", r["op"], best.algorithm, r["preset"], n, size, best.time_s,
+                    float(r["latency_s"])))
+    for r in tabs.get("custom_allreduce.csv", []):
+        n, size, engine = int(r["num_gpus"]), float(r["message_bytes"]), r["engine"]
+        cl = cluster(r["preset"])
+        bus = cl.device.scale_up_bytes_per_s * cfg.scale_up_efficiency
+        if engine == "trtllm":
+            chosen = collective_options(cl, "all-reduce", n, size, engine="trtllm",
+                                        config=cfg).best
+            if chosen is None:
+                continue
+            algo, pred = chosen.algorithm, chosen.time_s
+        else:
+            algo = CUSTOM_ALL_REDUCE[engine].dispatch(n, size)
+            fn = one_shot_time_s if algo == "one-shot" else two_shot_time_s
+            pred = fn(n, size, bus).time_s
+        out.append((engine, "all_reduce", algo, r["preset"], n, size, pred,
+                    float(r["latency_s"])))
+    return [k for k in out if k[6] > 0 and k[7] > 0]
+
+
+def collective_algorithm_report(config: CostModelConfig | None = None,
+                                folder: str | Path | None = None) -> list[AlgorithmStats]:
+    """The errors of :func:`collective_algorithm_kernels` per (table, op, algorithm, device):
+    the fidelity of each collective algorithm's price where measured points exist. Empty
+    when the tables are absent."""
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    groups: dict[tuple[str, str, str, str], list[float]] = {}
+    for table, op, algo, preset, _, _, pred, meas in collective_algorithm_kernels(config,
+                                                                                  tables):
+        groups.setdefault((table, op, algo, preset), []).append(pred / meas - 1.0)
+    out = []
+    for (table, op, algo, preset), errs in sorted(groups.items()):
+        a = [abs(e) for e in errs]
+        out.append(AlgorithmStats(table, op, algo, preset, len(errs), statistics.median(errs),
+                                  statistics.median(a), max(a)))
+    return out

@@ -1,0 +1,171 @@
+"""Which all-reduce / all-gather / reduce-scatter implementations each serving engine runs.
+
+Data only (no pricing: :mod:`learn_to_shard.cost.comm` prices them). Each engine runs NCCL
+(RCCL on AMD) for every collective, where NCCL itself chooses ring, tree or NVLS per call
+(``NCCL_ALGO`` pins one: NCCL environment-variable docs); for the all-reduce after a
+row-parallel layer it runs its own kernels below a size cap:
+
+* **one-shot**: every rank reads all peers' whole buffers over NVLink and reduces locally;
+* **two-shot**: a reduce-scatter then an all-gather, both by direct peer loads/stores;
+* **fused all-reduce + RMSNorm**: the one-/two-shot kernel also adds the residual and applies
+  the next RMSNorm before writing (TensorRT-LLM ``AllReduceFusionOp.RESIDUAL_RMS_NORM``,
+  FlashInfer's ``trtllm_allreduce_fusion`` used by vLLM's ``fuse_allreduce_rms`` pass and
+  SGLang's flashinfer all-reduce fusion).
+
+Every fact names the engine file it was read from. The engine versions pinned in
+:mod:`learn_to_shard.engines` (vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM 1.2.0rc2) could not all
+be read at those exact tags; each source below names the commit that was read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CUSTOM_ALL_REDUCE", "CustomAllReduce", "ENGINE_VENDORS", "FUSED_RMSNORM",
+           "FUSED_RMSNORM_CAPABILITIES", "NVLS_IN_ENGINE", "custom_all_reduce"]
+
+MiB = 1024 * 1024
+
+_VLLM_UTILS = ("vllm-project/vllm vllm/distributed/device_communicators/all_reduce_utils.py @ "
+               "00d618aab60448acdf3fac3e9c4e2e22d0c6c753")
+_VLLM_CUH = ("vllm-project/vllm csrc/custom_all_reduce.cuh @ "
+             "c9eabec7d862b69d943f516580c883c20bea5a0e")
+_VLLM_PY = ("vllm-project/vllm vllm/distributed/device_communicators/custom_all_reduce.py @ "
+            "00d618aab60448acdf3fac3e9c4e2e22d0c6c753")
+_SGL_PY = ("sgl-project/sglang "
+           "python/sglang/srt/distributed/device_communicators/custom_all_reduce.py")
+_SGL_ENV = "sgl-project/sglang python/sglang/srt/entrypoints/engine.py _set_envs_and_config"
+_TRT_UTILS = ("NVIDIA/TensorRT-LLM cpp/tensorrt_llm/common/customAllReduceUtils.h @ "
+              "005b299bd30992a58607c7628bb2009264970f37")
+_TRT_ARGS = "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py TorchLlmArgs.allreduce_strategy"
+
+
+@dataclass(frozen=True)
+class CustomAllReduce:
+    """One engine's own all-reduce kernels and when it runs them.
+
+    Attributes:
+        engine: ``vllm``, ``sglang`` or ``trtllm``.
+        vendors: device vendors it runs on (``nvidia``, ``amd``).
+        world_sizes: group sizes the kernels accept.
+        max_bytes: largest message (bytes, exclusive) per vendor; the engine uses NCCL above.
+        max_bytes_by_cc: tighter caps per (compute capability, world size) where the engine
+            has them (vLLM with symmetric memory available: ``CUSTOM_ALL_REDUCE_MAX_SIZES``).
+        one_shot_below: ``(world size limit, bytes)`` pairs in order: the engine runs
+            one-shot when ``n <= limit`` and ``bytes < threshold`` (first match), else
+            two-shot; empty when the strategy is a user choice (``selectable``).
+        one_shot_always_at: world sizes that always run one-shot (vLLM: 2).
+        selectable: the strategy can be pinned by the user (TensorRT-LLM
+            ``allreduce_strategy: ONESHOT | TWOSHOT | NCCL | AUTO``), so every available
+            kernel is a launchable choice, not only the one the engine's dispatch picks.
+        flags: how to enable / pin it.
+        source: where each fact was read.
+    """
+
+    engine: str
+    vendors: tuple[str, ...]
+    world_sizes: tuple[int, ...]
+    max_bytes: dict[str, int]
+    max_bytes_by_cc: dict[str, dict[int, int]]
+    one_shot_below: tuple[tuple[int, int], ...]
+    one_shot_always_at: tuple[int, ...]
+    selectable: bool
+    flags: str
+    source: str
+
+    def cap_bytes(self, vendor: str, compute_capability: str | None, n: int,
+                  symmetric_memory: bool) -> int:
+        """Largest message (exclusive, bytes) the custom kernels take for ``n`` ranks; 0 when
+        the vendor is not supported. ``symmetric_memory``: vLLM runs with symmetric memory
+        (``CustomAllreduce(symm_mem_enabled=True)``), which makes it apply its per-capability
+        caps; callers pass "the device has NVLS multicast" (assumption: vLLM's symmetric-memory
+        all-reduce is on wherever the hardware supports it)."""
+        cap = self.max_bytes.get(vendor, 0)
+        if symmetric_memory and compute_capability in self.max_bytes_by_cc:
+            cap = min(cap, self.max_bytes_by_cc[compute_capability].get(n, cap))
+        return cap
+
+    def dispatch(self, n: int, message_bytes: float) -> str:
+        """The kernel the engine's own dispatch runs: ``one-shot`` or ``two-shot``."""
+        if n in self.one_shot_always_at:
+            return "one-shot"
+        for limit, below in self.one_shot_below:
+            if n <= limit:
+                return "one-shot" if message_bytes < below else "two-shot"
+        return "two-shot"
+
+
+#: Engine -> device vendors it runs on: vLLM and SGLang on CUDA and ROCm (their install docs:
+#: docs.vllm.ai "GPU installation" lists NVIDIA CUDA and AMD ROCm; docs.sglang.ai "AMD GPUs"),
+#: TensorRT-LLM on NVIDIA GPUs only (its README).
+ENGINE_VENDORS: dict[str, tuple[str, ...]] = {"vllm": ("nvidia", "amd"),
+                                              "sglang": ("nvidia", "amd"),
+                                              "trtllm": ("nvidia",)}
+
+#: Compute capabilities with fused all-reduce + RMSNorm kernels: TensorRT-LLM's strategy
+#: table covers SM 90 and SM 100 (``customAllReduceUtils.h``), FlashInfer's all-reduce fusion
+#: the same Hopper / Blackwell parts (10.3: B300, assumed like 10.0).
+FUSED_RMSNORM_CAPABILITIES = ("9.0", "10.0", "10.3")
+
+#: Engine -> its custom all-reduce kernels.
+CUSTOM_ALL_REDUCE: dict[str, CustomAllReduce] = {
+    "vllm": CustomAllReduce(
+        engine="vllm", vendors=("nvidia", "amd"), world_sizes=(2, 4, 6, 8),
+        max_bytes={"nvidia": 8 * MiB, "amd": 8 * MiB},
+        max_bytes_by_cc={"9.0": {2: 64 * MiB, 4: 32 * MiB, 6: MiB // 2, 8: MiB // 4},
+                         "10.0": {2: 2 * MiB, 4: 2 * MiB, 6: MiB, 8: MiB},
+                         "10.3": {2: 4 * MiB, 4: 4 * MiB, 6: 8 * MiB, 8: 4 * MiB}},
+        one_shot_below=((4, 512 * 1024), (8, 256 * 1024)), one_shot_always_at=(2,),
+        selectable=False, flags="on by default; --disable-custom-all-reduce turns it off",
+        source=(f"{_VLLM_PY} CustomAllreduce (_SUPPORTED_WORLD_SIZES 2, 4, 6, 8; max_size "
+                f"8 MiB, capped by CUSTOM_ALL_REDUCE_MAX_SIZES when symm_mem_enabled; one node "
+                f"only; fully NVLink-connected or 2 ranks; ROCm and CUDA); "
+                f"{_VLLM_UTILS} CUSTOM_ALL_REDUCE_MAX_SIZES; "
+                f"{_VLLM_CUH} allreduce (1-stage at world size 2, or below 512 KiB up to 4 "
+                f"ranks / 256 KiB up to 8; else 2-stage)")),
+    "sglang": CustomAllReduce(
+        engine="sglang", vendors=("nvidia", "amd"), world_sizes=(2, 4, 6, 8),
+        max_bytes={"nvidia": 8 * MiB, "amd": 16 * MiB}, max_bytes_by_cc={},
+        one_shot_below=((4, 512 * 1024), (8, 256 * 1024)), one_shot_always_at=(2,),
+        selectable=False, flags="on by default; --disable-custom-all-reduce turns it off",
+        source=(f"{_SGL_PY} CustomAllreduce (_SUPPORTED_WORLD_SIZES 2, 4, 6, 8; _MAX_CAR_SIZE "
+                "8 MiB, 16 MiB on ROCm); the one-/two-shot split is taken as vLLM's (its "
+                "kernel is a port of vLLM's; assumption, not read in sgl-kernel)")),
+    "trtllm": CustomAllReduce(
+        engine="trtllm", vendors=("nvidia",), world_sizes=(2, 4, 8),
+        max_bytes={"nvidia": 8 * 1000 * 1000}, max_bytes_by_cc={},
+        one_shot_below=(), one_shot_always_at=(), selectable=True,
+        flags="allreduce_strategy: ONESHOT | TWOSHOT | NCCL | AUTO in the --config YAML",
+        source=(f"{_TRT_ARGS} (AUTO, NCCL, UB, MINLATENCY, ONESHOT, TWOSHOT, LOWPRECISION, "
+                f"MNNVL; default AUTO); {_TRT_UTILS} getMaxRequiredWorkspaceSize (8 MB above "
+                "2 ranks, 16 MB at 2) and the AUTO lookup table over TP 2, 4, 8")),
+}
+
+#: Engine -> (NVLS reachable, how, source). NCCL enables NVLS by default where the hardware
+#: has it (``NCCL_NVLS_ENABLE``, NCCL environment-variable docs); SGLang overrides it.
+NVLS_IN_ENGINE: dict[str, tuple[bool, str, str]] = {
+    "vllm": (True, "NCCL's NVLS algorithm (NCCL_NVLS_ENABLE default; not checked: whether "
+                   "vLLM's own NCCL environment leaves it on)",
+             "NCCL environment-variable docs, NCCL_NVLS_ENABLE"),
+    "sglang": (True, "only with --enable-nccl-nvls (SGLang sets NCCL_NVLS_ENABLE from it, "
+                     "default off)", _SGL_ENV),
+    "trtllm": (True, "allreduce_strategy NCCL (or AUTO's NCCL zone): NCCL's NVLS algorithm",
+               _TRT_ARGS),
+}
+
+#: Engine -> (fused all-reduce + RMSNorm available, how, source).
+FUSED_RMSNORM: dict[str, tuple[bool, str, str]] = {
+    "vllm": (True, "--compilation-config '{\"pass_config\": {\"fuse_allreduce_rms\": true}}' "
+                   "(FlashInfer all-reduce fusion)",
+             "vllm-project/vllm vllm/config/compilation.py PassConfig.fuse_allreduce_rms"),
+    "sglang": (True, "FlashInfer all-reduce fusion (--enforce-disable-flashinfer-allreduce-"
+                     "fusion turns it off; --flashinfer-allreduce-fusion-backend picks the "
+                     "kernel)", "SGLang 0.5.23 server flags (engines/data/sglang_flags.json)"),
+    "trtllm": (True, "AllReduceFusionOp.RESIDUAL_RMS_NORM in the model code (one-/two-shot)",
+               f"{_TRT_UTILS} (the AUTO table has a RESIDUAL_RMS_NORM fusion axis)"),
+}
+
+
+def custom_all_reduce(engine: str) -> CustomAllReduce | None:
+    """The custom all-reduce kernels of ``engine`` (``None`` for an engine without them)."""
+    return CUSTOM_ALL_REDUCE.get(engine)
