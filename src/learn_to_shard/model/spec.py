@@ -92,6 +92,12 @@ class QuantSpec:
             must hold whole groups.
         experts_only: only the routed experts are quantised (gpt-oss MXFP4 leaves attention,
             router, embedding and LM head in 16 bits).
+        kv_cache_fp8: the checkpoint ships FP8 KV-cache scales (ModelOpt
+            ``kv_cache_quant_algo`` / compressed-tensors ``kv_cache_scheme`` FP8); the KV
+            cache is planned in FP8 only with ``--kv-dtype fp8`` (engines keep it 16-bit
+            unless asked, vLLM ``--kv-cache-dtype auto``).
+        kept_16bit: module kinds the checkpoint's exclusion list keeps unquantised
+            (:class:`learn_to_shard.model.quant_keys.ExclusionScope`), for the plan.
         source: the file the quantisation was read from.
     """
 
@@ -102,6 +108,8 @@ class QuantSpec:
     int8_activations: bool = False
     group_size: int | None = None
     experts_only: bool = False
+    kv_cache_fp8: bool = False
+    kept_16bit: tuple[str, ...] = ()
     source: str = ""
 
     @property

@@ -11,7 +11,7 @@ from .. import __version__
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
 from ..parallel.strategy import Strategy
 from ..search.base import SearchResult, is_timing_key
-from ..workload import Workload
+from ..workload import DType, Workload
 
 
 def _bit_name(bit: int) -> str:
@@ -175,6 +175,11 @@ def weights_note(cm: CostModel) -> str:
     dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), and, for a
     multimodal wrapper, that its vision tower is not in the memory or time estimates."""
     note = _weights_format(cm)
+    q = cm.model.quant
+    if q is not None and q.kept_16bit:
+        note += f"; the checkpoint keeps {', '.join(q.kept_16bit)} unquantised"
+    if q is not None and q.kv_cache_fp8 and cm.workload.kv_dtype is not DType.FP8:
+        note += "; it ships FP8 KV-cache scales (--kv-dtype fp8 plans the KV cache in FP8)"
     v = cm.model.vision_params
     if v:
         note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) not counted in "
