@@ -38,10 +38,11 @@ from .api import (
     make_workload,
     search_plan,
     simulate_plan,
+    with_images,
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
-from .errors import InternalError, PlannerError
+from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
 from .report.plan import Plan
 from .search.base import SearchInterrupted, interruptible
@@ -86,6 +87,13 @@ PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.")]
 IslOpt = Annotated[int | None, typer.Option(help="Prompt length in tokens (prefill/serve).")]
 OslOpt = Annotated[int | None, typer.Option(help="Output length in tokens (serve).")]
 ContextOpt = Annotated[int | None, typer.Option(help="Context length in tokens (decode).")]
+ImagesOpt = Annotated[int | None, typer.Option(
+    "--images-per-request", help="Vision-language models (prefill/serve): images per prompt; "
+    "each adds its vision tokens to the prompt the language model prefills (the vision "
+    "encoder's own compute is not priced).")]
+ImageTokensOpt = Annotated[int | None, typer.Option(
+    "--image-tokens", help="Prompt tokens per image, where the image size sets them (Qwen-VL: "
+    "ceil(H/32)*ceil(W/32); Llama-4: 144 per 336-px tile); fixed by Gemma-3 / LLaVA configs.")]
 TtftOpt = Annotated[str | None, typer.Option("--ttft-slo", help="TTFT limit, e.g. 2s, 500ms.")]
 TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g. 50ms.")]
 DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
@@ -357,6 +365,7 @@ def plan_cmd(
                                       "cannot express are listed. Pair with --engine X to "
                                       "search only what X can launch."),
     report: Path | None = ReportOpt,
+    images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
@@ -372,6 +381,10 @@ def plan_cmd(
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype), concurrency=concurrency)
+        wl = with_images(wl, spec, images_per_request, image_tokens)
+        if trace is not None and wl.images_per_request:
+            raise ConfigError("--images-per-request with --trace: the trace's isl column is "
+                              "the prompt as prefilled; add the image tokens to it instead")
         load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
                              seed)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)

@@ -69,6 +69,7 @@ from .quant_keys import (
     kv_cache_is_fp8,
 )
 from .spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec, QuantSpec
+from .vision import image_tokens
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -1383,4 +1384,5 @@ def load_model(name_or_path: str) -> ModelSpec:
     return ModelSpec(name=src.name, source=source, source_kind=src.kind, quant=quant,
                      weight_block_size=block, expert_weight_bits=expert_bits,
                      wrapper=wrapper, vision_params=_vision_params(data) if wrapper else 0,
+                     image_tokens=image_tokens(wrapper, data) if wrapper else None,
                      **fields)

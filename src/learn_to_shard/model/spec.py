@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from .vision import ImageTokens
+
 
 class AttentionKind(str, Enum):
     """Attention variant. ``GQA`` covers MHA (kv == heads) and MQA (kv == 1); ``MLA`` is
@@ -206,6 +208,9 @@ class ModelSpec:
             model prices the two blocks one after the other (two TP all-reduces per layer,
             where an engine that fuses the parallel block's reductions needs one), an upper
             bound on the layer's communication.
+        image_tokens: prompt tokens one image adds, for a multimodal wrapper (fixed by
+            the config, or the resolution rule; :mod:`learn_to_shard.model.vision`); ``None``
+            for a plain LM.
         final_logit_softcap: soft cap on the LM-head logits (Gemma-2
             ``final_logit_softcapping`` 30.0), ``None`` if none; elementwise on the logits,
             no weights, not priced separately.
@@ -234,6 +239,7 @@ class ModelSpec:
     source_kind: str = "file"
     parallel_attn: bool = False
     final_logit_softcap: float | None = None
+    image_tokens: ImageTokens | None = None
 
     @property
     def checkpoint_dtype(self) -> str:

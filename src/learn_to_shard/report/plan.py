@@ -133,7 +133,9 @@ class Plan:
             "cluster": self.cluster,
             "workload": {"phase": wl.phase.value, "isl": wl.isl, "osl": wl.osl,
                          "weight_dtype": wl.weight_dtype.value, "kv_dtype": wl.kv_dtype.value,
-                         "ttft_slo_s": wl.ttft_slo_s, "tpot_slo_s": wl.tpot_slo_s},
+                         "ttft_slo_s": wl.ttft_slo_s, "tpot_slo_s": wl.tpot_slo_s}
+            | ({"images_per_request": wl.images_per_request,
+                "tokens_per_image": wl.tokens_per_image} if wl.images_per_request else {}),
             "method": self.method,
             "method_used": self.method_used,
             "feasible": self.feasible,
@@ -184,6 +186,13 @@ def weights_note(cm: CostModel) -> str:
     if v:
         note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) not counted in "
                  f"memory or time")
+    wl = cm.workload
+    if wl.images_per_request:
+        rule = cm.model.image_tokens
+        how = rule.rule if rule is not None and rule.fixed is not None else "--image-tokens"
+        note += (f"; prompt = {wl.isl - wl.image_prompt_tokens} text + "
+                 f"{wl.images_per_request} image(s) x {wl.tokens_per_image} tokens ({how}) = "
+                 f"{wl.isl} tokens prefilled; the vision encoder's compute is not priced")
     return note
 
 
