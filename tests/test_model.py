@@ -69,6 +69,7 @@ SOURCES: dict[str, tuple[float, float | None]] = {
     "phi-3-mini-4k-instruct": (3.8 * B, None),         # Phi-3 report: "3.8 billion"
     "qwen2-57b-a14b": (57.0 * B, None),                # "57B" total, "A14B" active (name)
     "glm-4.5-air": (106.0 * B, None),                  # model card "106B total, 12B active"
+    "phi-3.5-moe-instruct": (41.9 * B, 6.6 * B),       # 41.9B; "6.6B active parameters"
     # ModelOpt NVFP4 checkpoints (real config.json + hf_quant_config.json, SOURCES.md).
     "deepseek-v3.1-nvfp4": (671.0 * B, 37.5 * B),     # DeepSeek-V3 shape: 671B / 37B
     "glm-5.1-nvfp4": (744.0 * B, None),               # the GLM-5 shape (744B)

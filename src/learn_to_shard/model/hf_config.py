@@ -3,7 +3,9 @@
 Supported ``model_type`` values and the HF fields each one reads:
 
 * ``llama``, ``qwen3`` (dense, GQA; Qwen3 adds per-head q/k RMSNorm);
-* ``mixtral`` (every layer MoE, ``sliding_window`` null or int);
+* ``mixtral`` (every layer MoE, ``sliding_window`` null or int) and ``phimoe`` (Phi-3.5-MoE:
+  the same layout, HF PhimoeDecoderLayer, with q/k/v/o biases from ``attention_bias``; its
+  LayerNorm and LM-head biases, 0.3M of 41.9B, are not counted);
 * ``qwen3_moe`` (``decoder_sparse_step``, ``mlp_only_layers``, explicit ``head_dim``);
 * ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2`` (MLA attention, ``first_k_dense_replace`` dense
   layers then an MoE layer every ``moe_layer_freq``, shared experts, FP8 weight blocks);
@@ -83,6 +85,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "qwen3",
     "qwen3_moe",
     "mixtral",
+    "phimoe",
     "deepseek_v2",
     "deepseek_v3",
     "kimi_k2",
@@ -1350,6 +1353,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "qwen2": lambda: _dense(f, data, qk_norm=False, qkv_bias=True),
         "qwen3": lambda: _dense(f, data, qk_norm=True),
         "mixtral": lambda: _mixtral(f, data),
+        "phimoe": lambda: _mixtral(f, data),     # Phi-3.5-MoE: the Mixtral layout + biases
         "qwen3_moe": lambda: _qwen_moe(f, data),
         "qwen2_moe": lambda: _qwen_moe(f, data, qwen2=True),
         "phi3": lambda: _dense(f, data, qk_norm=False, window_all=True),
