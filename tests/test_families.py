@@ -211,6 +211,21 @@ def test_gemma3_text_config_wrapper_and_five_to_one_pattern() -> None:
     assert counts.vision > 0 and counts.active == counts.total - counts.vision
 
 
+def test_llama4_empty_no_rope_layers_means_the_default_pattern(tmp_path: Path) -> None:
+    """RedHatAI's Scout FP8 config (tests/data/README.md) writes ``no_rope_layers: []``; HF
+    Llama4TextConfig reads an empty list as the default (NoPE every 4th layer), so its layers
+    are those of the shipped Scout."""
+    src = Path(__file__).parent / "data" / "llama-4-scout-17b-16e-instruct-fp8-dynamic"
+    data = json.loads((src / "config.json").read_text())
+    assert data["text_config"]["no_rope_layers"] == []
+    del data["quantization_config"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    spec = load_model(str(path))
+    assert spec.layers == load_model("llama-4-scout").layers
+    assert [layer.window for layer in spec.layers][:4] == [8192, 8192, 8192, None]
+
+
 def test_phi35_moe_is_the_mixtral_layout_with_attention_biases() -> None:
     """Phi-3.5-MoE (``phimoe``): every layer routes to 2 of 16 SiLU-gated experts of width
     6400 (HF PhimoeSparseMoeBlock, as Mixtral's); q/k/v/o carry biases (attention_bias); the

@@ -237,3 +237,18 @@ def test_every_format_lists_read_and_metadata_keys_apart() -> None:
     for name, keys in FORMAT_KEYS.items():
         assert "quant_method" in keys.known, name
         assert not keys.read & keys.metadata, name
+
+
+SCOUT_FP8 = Path(__file__).parent / "data" / "llama-4-scout-17b-16e-instruct-fp8-dynamic"
+
+
+def test_real_fp8_checkpoint_keeping_attention_16_bit_is_refused() -> None:
+    """RedHatAI Llama-4-Scout FP8-dynamic (tests/data/README.md) ignores every layer's
+    q/k/v/o projections: an 8-bit MoE whose attention stays 16-bit is not priced (the cost
+    model would count that attention at 8 bits), so it is refused naming the entry."""
+    with pytest.raises(UnsupportedModelError) as exc:
+        load_model(str(SCOUT_FP8))
+    msg = str(exc.value)
+    assert "\n" not in msg and "config.json (quantization_config)" in msg
+    assert "ignore entry 'language_model.model.layers.0.self_attn.q_proj'" in msg
+    assert "8-bit checkpoint" in msg

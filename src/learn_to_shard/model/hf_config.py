@@ -1106,8 +1106,10 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     experts and one shared expert, both of width ``intermediate_size``; dense layers use
     ``intermediate_size_mlp``. Attention: RoPE layers use chunked attention (``window =
     attention_chunk_size``, ``chunked``); NoPE layers are global. ``no_rope_layers[i] == 1`` means
-    layer i uses RoPE; its default makes every 4th layer (``(i + 1) % 4 == 0``) NoPE.
-    ``layer_types`` (``chunked_attention`` / ``full_attention``), when present, wins.
+    layer i uses RoPE; absent, null or empty (``[]``, as RedHatAI's Scout FP8 config writes
+    it) it defaults, as in HF ``Llama4TextConfig``, to NoPE every ``no_rope_layer_interval``
+    (default 4) layers: ``(i + 1) % interval == 0``. ``layer_types`` (``chunked_attention`` /
+    ``full_attention``), when present, wins.
     """
     common = _common(f, data)
     num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
@@ -1126,9 +1128,10 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         f, num_layers, {"full_attention": None, "chunked_attention": chunk}
     )
     if windows is None:
-        rope = f.items("no_rope_layers", num_layers, lambda v: v in (0, 1), "0/1 flags") or [
-            int((i + 1) % 4 != 0) for i in range(num_layers)
-        ]
+        interval = f.integer("no_rope_layer_interval", 4)
+        rope = [] if f.data.get("no_rope_layers") == [] else \
+            f.items("no_rope_layers", num_layers, lambda v: v in (0, 1), "0/1 flags")
+        rope = rope or [int((i + 1) % interval != 0) for i in range(num_layers)]
         windows = [chunk if r else None for r in rope]
     num_experts = f.integer("num_local_experts")
     top_k = f.integer("num_experts_per_tok")
