@@ -252,3 +252,14 @@ def test_real_fp8_checkpoint_keeping_attention_16_bit_is_refused() -> None:
     assert "\n" not in msg and "config.json (quantization_config)" in msg
     assert "ignore entry 'language_model.model.layers.0.self_attn.q_proj'" in msg
     assert "8-bit checkpoint" in msg
+
+
+def test_regex_entries_are_read_without_anchors_and_escapes(tmp_path: Path) -> None:
+    """llm-compressor writes routers as ``re:.*mlp.gate$`` and escaped forms: read as the
+    router (harmless), so a W4A16 Qwen3-MoE quantises every linear layer."""
+    qc = json.loads(json.dumps(CT_W4A16))
+    qc["ignore"] = ["lm_head", "re:.*mlp.gate$", r"re:.*mlp\.gate$"]
+    q = _quant(_with_quant(tmp_path, "qwen3-30b-a3b", qc))
+    assert not q.experts_only and set(q.kept_16bit) == {"embedding / LM head", "router"}
+    qc["ignore"] = ["lm_head", r"re:^model\.layers\.\d+\.self_attn\..*$"]
+    assert _quant(_with_quant(tmp_path, "qwen3-30b-a3b", qc)).experts_only

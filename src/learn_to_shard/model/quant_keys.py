@@ -265,7 +265,9 @@ def exclusion_scope(entries: Any, *, key: str, source: str, moe_layers: Sequence
             f"bits that keeps attention in 16 bits in every layer, only the routed experts)")
 
     for raw in entries:
-        e = raw.lower().removeprefix("re:")
+        # ``re:`` entries (compressed-tensors) are matched by their text without regex
+        # anchors and escapes: ``re:.*mlp\.gate$`` names the router like ``mlp.gate``.
+        e = raw.lower().removeprefix("re:").replace("\\", "").lstrip("^").rstrip("$")
         layers = _entry_layers(e, num_layers)
         if layers is not None and min(layers) >= num_layers:
             kept["MTP layers"] = None          # DeepSeek / GLM MTP layers follow the decoder
