@@ -263,3 +263,16 @@ def test_regex_entries_are_read_without_anchors_and_escapes(tmp_path: Path) -> N
     assert not q.experts_only and set(q.kept_16bit) == {"embedding / LM head", "router"}
     qc["ignore"] = ["lm_head", r"re:^model\.layers\.\d+\.self_attn\..*$"]
     assert _quant(_with_quant(tmp_path, "qwen3-30b-a3b", qc)).experts_only
+
+
+def test_modelopt_awq_zero_points_are_read(tmp_path: Path) -> None:
+    """ModelOpt W4A16_AWQ exports write has_zero_point / pre_quant_scale: zero points add a
+    4-bit entry per group of 128; pre_quant_scale is metadata."""
+    base = {"quant_method": "modelopt", "quant_algo": "W4A16_AWQ", "group_size": 128,
+            "pre_quant_scale": True, "kv_cache_quant_algo": None,
+            "exclude_modules": ["lm_head", "model.visual*"]}
+    sym = _quant(_with_quant(tmp_path, "llama-3.1-8b", base | {"has_zero_point": False}))
+    asym = _quant(_with_quant(tmp_path, "llama-3.1-8b", base | {"has_zero_point": True}))
+    assert sym.weight_bits == 4 + 16 / 128 and asym.weight_bits == 4 + 20 / 128
+    nv = {"quant_method": "modelopt", "quant_algo": "NVFP4", "has_zero_point": True}
+    assert "has_zero_point" in _refusal(tmp_path, "llama-3.1-8b", nv)

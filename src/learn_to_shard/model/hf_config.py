@@ -639,6 +639,11 @@ def _modelopt_quant(algo: Any, q: dict[str, Any], source: str,
             f"{source}: ModelOpt quant_algo {_short(algo)} is not modelled; supported: "
             f"{_SUPPORTED_QUANT}")
     check_keys(q, FORMAT_KEYS["modelopt"], "ModelOpt quantisation", source)
+    zero = q.get("has_zero_point") is True
+    if zero and name not in ("W4A16_AWQ", "W4A8_AWQ", "INT4_AWQ"):
+        raise UnsupportedModelError(f"{source}: has_zero_point true with quant_algo {name} is "
+                                    f"not modelled; supported: false (zero points only with "
+                                    f"the AWQ algorithms)")
     kv_key = "kv_cache_quant_algo" if q.get("kv_cache_quant_algo") is not None \
         else "kv_cache_scheme"
     kv = kv_cache_is_fp8(q.get(kv_key), kv_key, source)
@@ -657,7 +662,7 @@ def _modelopt_quant(algo: Any, q: dict[str, Any], source: str,
                          kept_16bit=scope.kept, source=source)
     g = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 \
         else 128
-    return QuantSpec(f"modelopt:{name}", _group_bits(4, g, zero_point=False),
+    return QuantSpec(f"modelopt:{name}", _group_bits(4, g, zero_point=zero),
                      group_size=g, experts_only=scope.experts_only, kv_cache_fp8=kv,
                      kept_16bit=scope.kept, source=source)
 

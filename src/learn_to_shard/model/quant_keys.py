@@ -44,7 +44,11 @@ Key sets, from the formats' own definitions and the real configs they were check
   ``kv_cache_quant_algo``, ``group_size``, ``exclude_modules``) and the config.json form
   (``quant_method``, ``quant_algo``, ``kv_cache_scheme``, ``config_groups``, ``ignore``,
   ``producer``), as in nvidia/Qwen3-235B-A22B-NVFP4, nvidia/DeepSeek-V3.1-NVFP4,
-  nvidia/GLM-5.1-NVFP4, nvidia/Kimi-K2.6-NVFP4 (aiconfigurator, commit above).
+  nvidia/GLM-5.1-NVFP4, nvidia/Kimi-K2.6-NVFP4 (aiconfigurator, commit above); ModelOpt's
+  AWQ exports add ``has_zero_point`` (zero points stored per group) and ``pre_quant_scale``
+  (one smoothing vector per linear layer's input, negligible bytes), as in the
+  ``hf_quant_config.json`` of a ModelOpt 0.45 W4A16_AWQ export reproduced in a published
+  TensorRT-Edge-LLM recipe log (found by the code index; repository not resolved).
 * ``mxfp4``: HF ``Mxfp4Config`` (``modules_to_not_convert``, ``dequantize``), as in
   openai/gpt-oss-20b/120b.
 """
@@ -106,8 +110,8 @@ FORMAT_KEYS: Mapping[str, FormatKeys] = {
         "transform_config",
         "quantization_status global_compression_ratio version run_compressed provider"),
     "modelopt": _keys("quant_method quant_algo kv_cache_quant_algo kv_cache_scheme group_size "
-                      "exclude_modules ignore",
-                      "producer config_groups"),
+                      "exclude_modules ignore has_zero_point",
+                      "producer config_groups pre_quant_scale"),
     "mxfp4": _keys("quant_method modules_to_not_convert", "dequantize"),
 }
 #: Keys of one compressed-tensors ``config_groups`` entry (compressed-tensors
