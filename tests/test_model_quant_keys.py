@@ -167,6 +167,8 @@ def test_unknown_key_in_hf_quant_config_is_refused(tmp_path: Path) -> None:
     (CT_W4A16 | {"sparsity_config": {"format": "sparse-24-bitmask"}}, "sparsity_config"),
     (CT_W4A16 | {"transform_config": {"config_groups": {}}}, "transform_config"),
     (CT_W4A16 | {"kv_cache_scheme": {"num_bits": 8, "type": "int"}}, "kv_cache_scheme"),
+    (CT_W4A16 | {"format": "marlin-24"}, "format"),          # 2:4 sparse packing
+    (CT_W4A16 | {"format": "naive-quantized"}, "format"),    # 4-bit values in int8 slots
     ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"},
      "kv_cache_quant_algo"),
 ])

@@ -741,6 +741,12 @@ def _compressed_tensors(q: _Fields, source: str, moe_layers: Sequence[bool]) -> 
     bits, kind, strategy, group, sym, a_bits, a_kind = schemes.pop()
     fmt = q.data.get("format")
     low = isinstance(bits, int) and bits < 8
+    for where in [q.data, *groups.values()]:
+        # compressed-tensors CompressionFormat: sparse (marlin-24, sparse-*-bitmask) and
+        # unpacked (naive-quantized: one int8 per value) layouts store other bytes.
+        _one_of(where, "format", (None, "pack-quantized", "int-quantized", "float-quantized",
+                                  "nvfp4-pack-quantized")
+                + (("naive-quantized",) if not low else ()), source)
     scope = _scope(q.data, ("ignore",), source, moe_layers, low)
     experts_only = scope.experts_only or targets_experts.pop()
     if experts_only and not (low and any(moe_layers)):
