@@ -134,3 +134,15 @@ def test_unparsable_image_count_is_one_line_through_the_entry_point() -> None:
                        timeout=120)
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "--images-per-request" in lines[0]
+
+
+def test_pareto_and_compare_take_the_images_flag(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["pareto", "--model", "gemma-3-12b-it", "--cluster", "h100-sxm:1",
+                            "--phase", "serve", "--isl", "256", "--osl", "64",
+                            "--images-per-request", "1", "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "pareto.json").read_text())["workload"]["isl"] == 512
+    r = runner.invoke(app, ["compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                            "--phase", "serve", "--isl", "256", "--osl", "64",
+                            "--images-per-request", "1", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "not a vision-language model" in r.output

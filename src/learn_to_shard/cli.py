@@ -668,6 +668,7 @@ def compare_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted compare in "
                                 "--out: load its finished runs, run the rest."),
     report: Path | None = ReportOpt,
+    images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
     """Run several searchers for N seeds on one problem; print mean/best and ratios.
 
@@ -707,6 +708,7 @@ def compare_cmd(
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype))
+        wl = with_images(wl, spec, images_per_request, image_tokens)
         cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
         store = RunStore(out, problem_fingerprint(cm, budget))
@@ -786,6 +788,7 @@ def pareto_cmd(
                              help="Directory for pareto.png and pareto.json."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
     report: Path | None = ReportOpt,
+    images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
     """Frontier of output tokens/s per device against tokens/s per user (1/TPOT) over every
     degree combination and batch, with the TPOT SLO line; PNG, table and JSON."""
@@ -798,6 +801,7 @@ def pareto_cmd(
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype))
+        wl = with_images(wl, spec, images_per_request, image_tokens)
         if wl.phase is Phase.PREFILL:
             raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
