@@ -211,6 +211,38 @@ def test_gemma3_text_config_wrapper_and_five_to_one_pattern() -> None:
     assert counts.vision > 0 and counts.active == counts.total - counts.vision
 
 
+def test_llama4_empty_no_rope_layers_means_the_default_pattern(tmp_path: Path) -> None:
+    """RedHatAI's Scout FP8 config (tests/data/README.md) writes ``no_rope_layers: []``; HF
+    Llama4TextConfig reads an empty list as the default (NoPE every 4th layer), so its layers
+    are those of the shipped Scout."""
+    src = Path(__file__).parent / "data" / "llama-4-scout-17b-16e-instruct-fp8-dynamic"
+    data = json.loads((src / "config.json").read_text())
+    assert data["text_config"]["no_rope_layers"] == []
+    del data["quantization_config"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    spec = load_model(str(path))
+    assert spec.layers == load_model("llama-4-scout").layers
+    assert [layer.window for layer in spec.layers][:4] == [8192, 8192, 8192, None]
+
+
+def test_phi35_moe_is_the_mixtral_layout_with_attention_biases() -> None:
+    """Phi-3.5-MoE (``phimoe``): every layer routes to 2 of 16 SiLU-gated experts of width
+    6400 (HF PhimoeSparseMoeBlock, as Mixtral's); q/k/v/o carry biases (attention_bias); the
+    LM head is its own matrix (tie_word_embeddings false); GQA 32 / 8 heads of 128."""
+    spec = load_model("phi-3.5-moe-instruct")
+    assert spec.moe is not None and (spec.moe.num_experts, spec.moe.top_k) == (16, 2)
+    assert spec.num_moe_layers == spec.num_layers == 32 and not spec.has_dense_ffn
+    a = spec.attention
+    assert a.qkv_bias and a.o_bias and (a.num_heads, a.num_kv_heads, a.head_dim) == (32, 8, 128)
+    weights = 4096 * (4096 + 2 * 1024) + 4096 * 4096
+    biases = 4096 + 2 * 1024 + 4096
+    assert attention_params(spec) == weights + biases
+    counts = count_params(spec)
+    assert counts.routed_experts == 32 * 16 * 3 * 4096 * 6400
+    assert counts.lm_head == counts.embedding == 32064 * 4096
+
+
 def test_phi3_fused_projections_split_into_q_k_v_and_gate_up(tmp_path: Path) -> None:
     """Phi-3: ``qkv_proj`` (3072 -> 3 x 32 x 96) and ``gate_up_proj`` (3072 -> 2 x 8192) are
     the Llama q/k/v and gate/up matrices side by side; the cost model splits them per head

@@ -69,13 +69,19 @@ SOURCES: dict[str, tuple[float, float | None]] = {
     "phi-3-mini-4k-instruct": (3.8 * B, None),         # Phi-3 report: "3.8 billion"
     "qwen2-57b-a14b": (57.0 * B, None),                # "57B" total, "A14B" active (name)
     "glm-4.5-air": (106.0 * B, None),                  # model card "106B total, 12B active"
+    "phi-3.5-moe-instruct": (41.9 * B, 6.6 * B),       # 41.9B; "6.6B active parameters"
+    # ModelOpt NVFP4 checkpoints (real config.json + hf_quant_config.json, SOURCES.md).
+    "deepseek-v3.1-nvfp4": (671.0 * B, 37.5 * B),     # DeepSeek-V3 shape: 671B / 37B
+    "glm-5.1-nvfp4": (744.0 * B, None),               # the GLM-5 shape (744B)
+    "minimax-m2.5-nvfp4": (230.0 * B, None),          # as minimax-m2.5
 }
 #: Shipped models whose only published size is rounded to one significant figure: their
 #: count is checked against that figure's rounding (SOURCES.md), not to 1%.
 ROUNDED_ONLY: dict[str, int] = {"falcon-7b-instruct": 7}   # model card "7B parameters"
 ACTIVE_EXCLUDES_EMBEDDING = {"gpt-oss-20b", "gpt-oss-120b"}
 #: MoE models whose active count is not published separately (only the total is tested).
-ACTIVE_UNPUBLISHED = {"deepseek-v3.2", "minimax-m2.5", "glm-5",
+ACTIVE_UNPUBLISHED = {"deepseek-v3.2", "minimax-m2.5", "glm-5", "glm-5.1-nvfp4",
+                      "minimax-m2.5-nvfp4",
                       # only rounded ("A14B", "12B active"); computed figures in SOURCES.md
                       "qwen2-57b-a14b", "glm-4.5-air"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import cast
 
 from .cost.config import CostModelConfig
@@ -101,6 +102,62 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None,
     return dtype or model.checkpoint_dtype, kv_dtype or "bf16"
 
 
+#: Most images one request may carry (engines cap them per prompt, e.g. vLLM
+#: ``--limit-mm-per-prompt``; 10,000 is far above any served setting).
+MAX_IMAGES_PER_REQUEST = 10_000
+
+
+def with_images(workload: Workload, model: ModelSpec, images_per_request: int | None,
+                image_tokens: int | None) -> Workload:
+    """The workload with each prompt carrying ``images_per_request`` images: every image adds
+    its vision tokens to the prompt the language model prefills (``isl`` becomes text +
+    images; KV cache and positions count them too). Tokens per image come from the config
+    where it fixes them (``ModelSpec.image_tokens``, e.g. Gemma-3 ``mm_tokens_per_image``
+    256), else from ``image_tokens`` (``--image-tokens``; the rule per wrapper is in
+    :mod:`learn_to_shard.model.vision`). The vision encoder's compute is not priced.
+
+    Args:
+        workload: the text workload (``isl`` = text tokens).
+        model: the model; must be a multimodal wrapper when images are given.
+        images_per_request: images per prompt, ``None`` or 0 for none.
+        image_tokens: tokens per image, needed where the resolution sets them.
+
+    Raises:
+        ConfigError: one line naming the flag: images for a text-only model or for the
+            decode phase, a negative or too large count, ``--image-tokens`` without images,
+            missing where the resolution sets it (the message gives the rule), or different
+            from the count the config fixes.
+    """
+    n = images_per_request or 0
+    if n < 0 or n > MAX_IMAGES_PER_REQUEST:
+        raise ConfigError(f"--images-per-request: must be in [0, {MAX_IMAGES_PER_REQUEST}], "
+                          f"got {n}")
+    if image_tokens is not None and image_tokens < 1:
+        raise ConfigError(f"--image-tokens: must be a positive number of tokens per image, "
+                          f"got {image_tokens}")
+    if n == 0:
+        if image_tokens is not None:
+            raise ConfigError("--image-tokens: give --images-per-request too (tokens per "
+                              "image mean nothing without images)")
+        return workload
+    rule = model.image_tokens
+    if rule is None:
+        raise ConfigError(f"--images-per-request: {model.name} is not a vision-language model "
+                          f"({model.source or 'its config'} has no vision wrapper); drop the "
+                          f"flag, or use the wrapper's config (Gemma-3, Qwen-VL, Llama-4, "
+                          f"LLaVA, InternVL)")
+    if rule.fixed is not None and image_tokens is not None and image_tokens != rule.fixed:
+        raise ConfigError(f"--image-tokens: {model.name}'s config fixes {rule.fixed} tokens "
+                          f"per image ({rule.rule}); drop the flag or give {rule.fixed}")
+    per_image = rule.fixed if rule.fixed is not None else image_tokens
+    if per_image is None:
+        raise ConfigError(f"--image-tokens: {model.name}'s tokens per image depend on the "
+                          f"image size ({model.wrapper}: {rule.rule}); give the count, e.g. "
+                          f"--image-tokens 1024")
+    return dataclasses.replace(workload, isl=workload.isl + n * per_image,
+                               images_per_request=n, tokens_per_image=per_image)
+
+
 def cost_config(engine: str | None = None, gpu_memory_utilization: float | None = None,
                 max_num_batched_tokens: int | None = None) -> CostModelConfig:
     """The cost-model factors for a serving engine, with the engine's two most used memory
@@ -167,7 +224,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
          dtype: str | None = None, kv_dtype: str | None = None,
          ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, method: str = "auto",
          budget: int = DEFAULT_BUDGET, seed: int = 0, engine: str | None = None,
-         config: CostModelConfig | None = None, progress: ProgressFn | None = None) -> Plan:
+         config: CostModelConfig | None = None, progress: ProgressFn | None = None,
+         images_per_request: int | None = None, image_tokens: int | None = None) -> Plan:
     """Find the best parallel strategy for serving ``model`` on ``cluster``.
 
     Args:
@@ -191,6 +249,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
             :func:`cost_config`); exclusive with ``config``.
         config: cost-model factors (default: :func:`cost_config` of ``engine``).
         progress: optional callback receiving evaluation counts.
+        images_per_request, image_tokens: images per prompt of a vision-language model and,
+            where the image size sets it, tokens per image (:func:`with_images`).
 
     Returns:
         A :class:`Plan`; ``plan.feasible`` is False (with ``plan.reasons``) when nothing fits.
@@ -208,6 +268,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype)
     wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=wd, kv_dtype=kd,
                        ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    wl = with_images(wl, spec, images_per_request, image_tokens)
     cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine)
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)

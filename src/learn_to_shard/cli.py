@@ -38,10 +38,11 @@ from .api import (
     make_workload,
     search_plan,
     simulate_plan,
+    with_images,
 )
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
-from .errors import InternalError, PlannerError
+from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
 from .report.plan import Plan
 from .search.base import SearchInterrupted, interruptible
@@ -86,6 +87,13 @@ PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.")]
 IslOpt = Annotated[int | None, typer.Option(help="Prompt length in tokens (prefill/serve).")]
 OslOpt = Annotated[int | None, typer.Option(help="Output length in tokens (serve).")]
 ContextOpt = Annotated[int | None, typer.Option(help="Context length in tokens (decode).")]
+ImagesOpt = Annotated[int | None, typer.Option(
+    "--images-per-request", help="Vision-language models (prefill/serve): images per prompt; "
+    "each adds its vision tokens to the prompt the language model prefills (the vision "
+    "encoder's own compute is not priced).")]
+ImageTokensOpt = Annotated[int | None, typer.Option(
+    "--image-tokens", help="Prompt tokens per image, where the image size sets them (Qwen-VL: "
+    "ceil(H/32)*ceil(W/32); Llama-4: 144 per 336-px tile); fixed by Gemma-3 / LLaVA configs.")]
 TtftOpt = Annotated[str | None, typer.Option("--ttft-slo", help="TTFT limit, e.g. 2s, 500ms.")]
 TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g. 50ms.")]
 DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
@@ -357,6 +365,7 @@ def plan_cmd(
                                       "stderr. Implies --engine X: the search keeps to what X "
                                       "can launch, under X's memory policy."),
     report: Path | None = ReportOpt,
+    images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
@@ -373,6 +382,10 @@ def plan_cmd(
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype), concurrency=concurrency)
+        wl = with_images(wl, spec, images_per_request, image_tokens)
+        if trace is not None and wl.images_per_request:
+            raise ConfigError("--images-per-request with --trace: the trace's isl column is "
+                              "the prompt as prefilled; add the image tokens to it instead")
         load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
                              seed)
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
@@ -691,6 +704,7 @@ def compare_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted compare in "
                                 "--out: load its finished runs, run the rest."),
     report: Path | None = ReportOpt,
+    images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
     """Run several searchers for N seeds on one problem; print mean/best and ratios.
 
@@ -730,6 +744,7 @@ def compare_cmd(
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype))
+        wl = with_images(wl, spec, images_per_request, image_tokens)
         cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
         store = RunStore(out, problem_fingerprint(cm, budget))
@@ -809,6 +824,7 @@ def pareto_cmd(
                              help="Directory for pareto.png and pareto.json."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
     report: Path | None = ReportOpt,
+    images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
     """Frontier of output tokens/s per device against tokens/s per user (1/TPOT) over every
     degree combination and batch, with the TPOT SLO line; PNG, table and JSON."""
@@ -821,6 +837,7 @@ def pareto_cmd(
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype))
+        wl = with_images(wl, spec, images_per_request, image_tokens)
         if wl.phase is Phase.PREFILL:
             raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)

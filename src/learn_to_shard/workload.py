@@ -57,6 +57,12 @@ class Workload:
             known (``--concurrency``); a replica then never runs more than
             ``ceil(concurrency / replicas)`` requests, so larger batches are unattainable and
             the space's ``concurrency`` rule refuses them. ``None``: unbounded.
+        images_per_request: images each prompt carries (vision-language wrappers,
+            ``--images-per-request``); 0 for text-only prompts.
+        tokens_per_image: prompt tokens one image becomes in the language model
+            (``ModelSpec.image_tokens`` or ``--image-tokens``); ``isl`` already includes
+            ``images_per_request * tokens_per_image`` of them (:attr:`image_prompt_tokens`).
+            The vision encoder that produces them is not priced.
 
     Raises:
         ConfigError: on non-integer or non-positive lengths, or an SLO that is not a positive
@@ -72,6 +78,8 @@ class Workload:
     tpot_slo_s: float | None = None
     activation_dtype: DType = DType.BF16
     concurrency: int | None = None
+    images_per_request: int = 0
+    tokens_per_image: int = 0
 
     def __post_init__(self) -> None:
         for name in ("isl", "osl"):
@@ -99,6 +107,26 @@ class Workload:
                     self.concurrency, (int, np.integer)) or self.concurrency < 1:
                 raise ConfigError(f"--concurrency: must be a whole number of clients >= 1, "
                                   f"got {self.concurrency!r}")
+
+        for name, flag in (("images_per_request", "--images-per-request"),
+                           ("tokens_per_image", "--image-tokens")):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ConfigError(f"{flag}: must be a whole number >= 0, got {v!r}")
+        if self.images_per_request and self.phase is Phase.DECODE:
+            raise ConfigError("--images-per-request: needs --phase prefill or serve (for "
+                              "decode, --context already counts every token in the KV cache)")
+        if self.images_per_request and not self.tokens_per_image:
+            raise ConfigError("--image-tokens: images need a positive token count each")
+        if self.image_prompt_tokens >= self.isl:
+            raise ConfigError(f"--isl: {self.isl} prompt tokens cannot hold "
+                              f"{self.image_prompt_tokens} image tokens and any text")
+
+    @property
+    def image_prompt_tokens(self) -> int:
+        """Prompt tokens (of ``isl``) that are images: ``images_per_request *
+        tokens_per_image``."""
+        return self.images_per_request * self.tokens_per_image
 
     @property
     def decode_context(self) -> float:

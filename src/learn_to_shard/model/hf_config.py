@@ -3,7 +3,9 @@
 Supported ``model_type`` values and the HF fields each one reads:
 
 * ``llama``, ``qwen3`` (dense, GQA; Qwen3 adds per-head q/k RMSNorm);
-* ``mixtral`` (every layer MoE, ``sliding_window`` null or int);
+* ``mixtral`` (every layer MoE, ``sliding_window`` null or int) and ``phimoe`` (Phi-3.5-MoE:
+  the same layout, HF PhimoeDecoderLayer, with q/k/v/o biases from ``attention_bias``; its
+  LayerNorm and LM-head biases, 0.3M of 41.9B, are not counted);
 * ``qwen3_moe`` (``decoder_sparse_step``, ``mlp_only_layers``, explicit ``head_dim``);
 * ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2`` (MLA attention, ``first_k_dense_replace`` dense
   layers then an MoE layer every ``moe_layer_freq``, shared experts, FP8 weight blocks);
@@ -31,7 +33,8 @@ Supported ``model_type`` values and the HF fields each one reads:
   ``vision_config``.
 
 Checkpoint formats (``quantization_config`` in config.json, or ModelOpt's
-``hf_quant_config.json`` next to it) are read by :func:`read_quant`. Hybrid models whose
+``hf_quant_config.json`` next to it) are read by :func:`read_quant`; every key in them must be
+known (:mod:`learn_to_shard.model.quant_keys`). Hybrid models whose
 layers keep a recurrent state instead of a KV cache (Gated-DeltaNet linear attention of
 Qwen3-Next / Qwen3.5, Mamba layers of Jamba / Nemotron-H / Falcon-H1) are refused naming the
 layer type.
@@ -49,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -57,7 +60,18 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UnsupportedModelError
 from ..jsonio import loads_strict
+from .quant_keys import (
+    FORMAT_KEYS,
+    GROUP_KEYS,
+    QUANT_ARGS_KEYS,
+    ExclusionScope,
+    FormatKeys,
+    check_keys,
+    exclusion_scope,
+    kv_cache_is_fp8,
+)
 from .spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec, QuantSpec
+from .vision import image_tokens
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -71,6 +85,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "qwen3",
     "qwen3_moe",
     "mixtral",
+    "phimoe",
     "deepseek_v2",
     "deepseek_v3",
     "kimi_k2",
@@ -570,6 +585,13 @@ _SUPPORTED_QUANT = ("fp8 (per-tensor, per-channel, 128x128 blocks), fbgemm_fp8, 
                     "(int4/int8 weight-only, W8A8 int8, fp8, nvfp4), mxfp4")
 
 
+#: Top-level keys of ModelOpt's ``hf_quant_config.json`` (nvidia/Qwen3-235B-A22B-NVFP4,
+#: nvidia/MiniMax-M3-NVFP4 also repeats ``quant_method``; aiconfigurator commit in
+#: :mod:`learn_to_shard.model.quant_keys`).
+_HF_QUANT_KEYS = FormatKeys(frozenset({"quantization"}),
+                            frozenset({"producer", "quant_method"}))
+
+
 def _group_bits(bits: int, group: int | None, *, zero_point: bool) -> float:
     """Stored bits per weight of a group-quantised integer format: the packed value, one
     16-bit scale per ``group`` input elements and, with zero points, one packed ``bits``-bit
@@ -581,19 +603,54 @@ def _group_bits(bits: int, group: int | None, *, zero_point: bool) -> float:
     return bits + (_SCALE16_BITS + (bits if zero_point else 0)) / group
 
 
-def _modelopt_quant(algo: Any, q: dict[str, Any], source: str, is_moe: bool) -> QuantSpec:
-    """A ModelOpt ``quant_algo`` (``hf_quant_config.json`` ``quantization.quant_algo``).
+def _one_of(q: dict[str, Any], key: str, allowed: tuple[Any, ...], source: str) -> None:
+    """Refuses ``q[key]`` (absent = null) unless it is one of ``allowed`` (strings compared
+    lower-cased)."""
+    value = q.get(key)
+    probe = value.lower() if isinstance(value, str) else value
+    if probe not in allowed:
+        shown = ", ".join("null" if a is None else repr(a) for a in allowed)
+        raise UnsupportedModelError(f"{source}: {key} {_short(value)} is not modelled; "
+                                    f"supported: {shown}")
+
+
+def _scope(q: dict[str, Any], keys: tuple[str, ...], source: str, moe_layers: Sequence[bool],
+           below_8_bit: bool) -> ExclusionScope:
+    """The exclusion list under the first of ``keys`` present (see :func:`exclusion_scope`)."""
+    key = next((k for k in keys if q.get(k) is not None), keys[0])
+    return exclusion_scope(q.get(key), key=key, source=source, moe_layers=moe_layers,
+                           below_8_bit=below_8_bit)
+
+
+def _modelopt_quant(algo: Any, q: dict[str, Any], source: str,
+                    moe_layers: Sequence[bool]) -> QuantSpec:
+    """A ModelOpt ``quant_algo`` (``hf_quant_config.json`` ``quantization.quant_algo``, or
+    config.json ``quantization_config`` with ``quant_method`` ``modelopt``).
 
     Raises:
-        UnsupportedModelError: an algorithm the cost model does not price.
+        UnsupportedModelError: an algorithm the cost model does not price, an unknown key,
+            a KV-cache scheme other than FP8, or an exclusion list it cannot price.
+        ConfigError: an NVFP4 ``group_size`` other than 16.
     """
     name = str(algo).upper()
-    excluded = q.get("exclude_modules") or []
-    # A MoE checkpoint that leaves attention unquantised stores only its experts in 4 bits.
-    experts_only = is_moe and isinstance(excluded, list) and any(
-        isinstance(m, str) and "attn" in m for m in excluded)
-    if name.startswith("FP8"):     # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO
-        return QuantSpec(f"modelopt:{name}", 8.0, fp8=True, source=source)
+    fp8 = name.startswith("FP8")      # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO
+    if not fp8 and name not in ("NVFP4", "W4A16_AWQ", "W4A8_AWQ", "INT4_AWQ"):
+        raise UnsupportedModelError(
+            f"{source}: ModelOpt quant_algo {_short(algo)} is not modelled; supported: "
+            f"{_SUPPORTED_QUANT}")
+    check_keys(q, FORMAT_KEYS["modelopt"], "ModelOpt quantisation", source)
+    zero = q.get("has_zero_point") is True
+    if zero and name not in ("W4A16_AWQ", "W4A8_AWQ", "INT4_AWQ"):
+        raise UnsupportedModelError(f"{source}: has_zero_point true with quant_algo {name} is "
+                                    f"not modelled; supported: false (zero points only with "
+                                    f"the AWQ algorithms)")
+    kv_key = "kv_cache_quant_algo" if q.get("kv_cache_quant_algo") is not None \
+        else "kv_cache_scheme"
+    kv = kv_cache_is_fp8(q.get(kv_key), kv_key, source)
+    scope = _scope(q, ("exclude_modules", "ignore"), source, moe_layers, not fp8)
+    if fp8:
+        return QuantSpec(f"modelopt:{name}", 8.0, fp8=True, kv_cache_fp8=kv,
+                         kept_16bit=scope.kept, source=source)
     group = q.get("group_size")
     if name == "NVFP4":
         g = group if isinstance(group, int) and not isinstance(group, bool) else 16
@@ -601,15 +658,13 @@ def _modelopt_quant(algo: Any, q: dict[str, Any], source: str, is_moe: bool) -> 
             raise ConfigError(f"{source}: NVFP4 group_size must be 16 (one FP8 scale per 16 "
                               f"FP4 values), got {_short(group)}")
         return QuantSpec("modelopt:NVFP4", 4.0 + 8.0 / 16, fp4=True, group_size=16,
-                         experts_only=experts_only, source=source)
-    if name in ("W4A16_AWQ", "W4A8_AWQ", "INT4_AWQ"):
-        g = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 \
-            else 128
-        return QuantSpec(f"modelopt:{name}", _group_bits(4, g, zero_point=False),
-                         group_size=g, experts_only=experts_only, source=source)
-    raise UnsupportedModelError(
-        f"{source}: ModelOpt quant_algo {_short(algo)} is not modelled; supported: "
-        f"{_SUPPORTED_QUANT}")
+                         experts_only=scope.experts_only, kv_cache_fp8=kv,
+                         kept_16bit=scope.kept, source=source)
+    g = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 \
+        else 128
+    return QuantSpec(f"modelopt:{name}", _group_bits(4, g, zero_point=zero),
+                     group_size=g, experts_only=scope.experts_only, kv_cache_fp8=kv,
+                     kept_16bit=scope.kept, source=source)
 
 
 def _int_group(q: _Fields, key: str, default: Any) -> int | None:
@@ -622,38 +677,88 @@ def _int_group(q: _Fields, key: str, default: Any) -> int | None:
     return value
 
 
-def _compressed_tensors(q: _Fields, source: str, is_moe: bool) -> QuantSpec:
+def _ct_targets_experts(targets: Any, source: str) -> bool:
+    """compressed-tensors ``targets``: ``True`` when they name routed experts only (``re:``
+    patterns containing ``experts``), ``False`` for ``Linear`` (every linear layer).
+
+    Raises:
+        UnsupportedModelError: any other target list.
+    """
+    if targets is None or (isinstance(targets, list) and "Linear" in targets):
+        return False
+    if isinstance(targets, list) and targets and all(
+            isinstance(t, str) and "expert" in t and "shared" not in t for t in targets):
+        return True
+    raise UnsupportedModelError(
+        f"{source}: config_groups.*.targets {_short(targets)} is not modelled; supported: "
+        f"['Linear'] (every linear layer) or patterns naming the routed experts only")
+
+
+def _compressed_tensors(q: _Fields, source: str, moe_layers: Sequence[bool]) -> QuantSpec:
     """compressed-tensors (llm-compressor) ``config_groups``: every group must quantise its
     weights the same way (``num_bits``, ``type``, ``strategy``, ``group_size``). A MoE model
-    whose ``ignore`` list keeps attention unquantised stores only its experts that way."""
-    ignore = q.data.get("ignore") or []
-    experts_only = is_moe and isinstance(ignore, list) and any(
-        isinstance(m, str) and "attn" in m for m in ignore)
+    whose ``ignore`` list keeps attention unquantised in every layer (or whose groups target
+    the experts only) stores only its experts that way."""
+    check_keys(q.data, FORMAT_KEYS["compressed-tensors"], "quant_method 'compressed-tensors'",
+               source)
+    for key in ("sparsity_config", "transform_config"):
+        if q.data.get(key) not in (None, {}):
+            raise UnsupportedModelError(
+                f"{source}: {key} is set (sparse or rotated weights change what is stored "
+                f"and how it is multiplied); not modelled; supported: null")
+    kv = kv_cache_is_fp8(q.data.get("kv_cache_scheme"), "kv_cache_scheme", source)
     groups = q.data.get("config_groups")
     if q.data.get("format") == "float-quantized" and not groups:
-        return QuantSpec("compressed-tensors:float-quantized", 8.0, fp8=True, source=source)
+        scope = _scope(q.data, ("ignore",), source, moe_layers, False)
+        return QuantSpec("compressed-tensors:float-quantized", 8.0, fp8=True,
+                         kv_cache_fp8=kv, kept_16bit=scope.kept, source=source)
     if not isinstance(groups, dict) or not groups:
         raise q.error("config_groups", "a non-empty object of quantisation groups", groups)
     schemes = set()
+    targets_experts = set()
     for name, group in groups.items():
         w = group.get("weights") if isinstance(group, dict) else None
         if not isinstance(w, dict):
             raise q.error(f"config_groups.{name}.weights", "a JSON object", w)
+        where = f"{source} config_groups.{name}"
+        check_keys(group, GROUP_KEYS, "a compressed-tensors quantisation group", where)
+        if group.get("output_activations") is not None:
+            raise UnsupportedModelError(f"{where}: output_activations are quantised; not "
+                                        f"modelled; supported: null")
         a = group.get("input_activations")
+        check_keys(w, QUANT_ARGS_KEYS, "compressed-tensors weights", f"{where}.weights")
+        if isinstance(a, dict):
+            check_keys(a, QUANT_ARGS_KEYS, "compressed-tensors input_activations",
+                       f"{where}.input_activations")
+        targets_experts.add(_ct_targets_experts(group.get("targets"), where))
         schemes.add((w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("group_size"),
                      w.get("symmetric", True) is not False,
                      a.get("num_bits") if isinstance(a, dict) else None,
                      a.get("type") if isinstance(a, dict) else None))
-    if len(schemes) != 1:
+    if len(schemes) != 1 or len(targets_experts) != 1:
         raise UnsupportedModelError(f"{source}: compressed-tensors config_groups mix weight "
                                     f"schemes {sorted(map(str, schemes))}; not modelled")
     bits, kind, strategy, group, sym, a_bits, a_kind = schemes.pop()
     fmt = q.data.get("format")
+    low = isinstance(bits, int) and bits < 8
+    for where in [q.data, *groups.values()]:
+        # compressed-tensors CompressionFormat: sparse (marlin-24, sparse-*-bitmask) and
+        # unpacked (naive-quantized: one int8 per value) layouts store other bytes.
+        _one_of(where, "format", (None, "pack-quantized", "int-quantized", "float-quantized",
+                                  "nvfp4-pack-quantized")
+                + (("naive-quantized",) if not low else ()), source)
+    scope = _scope(q.data, ("ignore",), source, moe_layers, low)
+    experts_only = scope.experts_only or targets_experts.pop()
+    if experts_only and not (low and any(moe_layers)):
+        raise UnsupportedModelError(f"{source}: config_groups target the routed experts only, "
+                                    f"but the checkpoint is not a 4-bit MoE; not modelled")
     if kind == "float" and bits == 8:
-        return QuantSpec(f"compressed-tensors:{fmt}", 8.0, fp8=True, source=source)
+        return QuantSpec(f"compressed-tensors:{fmt}", 8.0, fp8=True, kv_cache_fp8=kv,
+                         kept_16bit=scope.kept, source=source)
     if kind == "float" and bits == 4 and group == 16:
         return QuantSpec(f"compressed-tensors:{fmt}", 4.5, fp4=True, group_size=16,
-                         experts_only=experts_only, source=source)
+                         experts_only=experts_only, kv_cache_fp8=kv, kept_16bit=scope.kept,
+                         source=source)
     if kind == "int" and bits in (4, 8):
         g = group if strategy == "group" and isinstance(group, int) and group > 0 else None
         if strategy == "group" and g is None:
@@ -662,14 +767,53 @@ def _compressed_tensors(q: _Fields, source: str, is_moe: bool) -> QuantSpec:
         w8a8 = bits == 8 and a_bits == 8 and a_kind == "int"
         return QuantSpec(f"compressed-tensors:{fmt}", _group_bits(bits, g, zero_point=not sym),
                          int8_activations=w8a8, group_size=g,
-                         experts_only=experts_only and bits == 4, source=source)
+                         experts_only=experts_only and bits == 4, kv_cache_fp8=kv,
+                         kept_16bit=scope.kept, source=source)
     raise UnsupportedModelError(
         f"{source}: compressed-tensors weights num_bits {bits!r} type {kind!r} strategy "
         f"{strategy!r} are not modelled; supported: {_SUPPORTED_QUANT}")
 
 
+def _gptq_awq(q: _Fields, method: str, source: str, moe_layers: Sequence[bool]) -> QuantSpec:
+    """GPTQ / AWQ integer weights (bits, group size, zero points); the keys that change what
+    is stored beyond those (a quantised LM head, per-module ``dynamic`` overrides, a partial
+    ``modules_in_block_to_quantize``, an AWQ ``modules_to_not_convert`` list) are read and
+    refused where the cost model cannot price them."""
+    check_keys(q.data, FORMAT_KEYS[method], f"quant_method {method!r}", source)
+    bits_key = "bits" if "bits" in q.data or method == "gptq" else "w_bit"
+    bits = q.integer(bits_key, 4, maximum=8)
+    if bits not in (2, 3, 4, 8):
+        raise q.error(bits_key, "2, 3, 4 or 8", bits)
+    group = _int_group(q, "group_size" if "group_size" in q.data or method == "gptq"
+                       else "q_group_size", 128)
+    kept: tuple[str, ...] = ()
+    experts_only = False
+    if method == "gptq":
+        if q.data.get("lm_head") not in (None, False):
+            raise UnsupportedModelError(f"{source}: lm_head {_short(q.data['lm_head'])}: a "
+                                        f"quantised LM head is not modelled (the cost model "
+                                        f"keeps it in 16 bits); supported: false")
+        for key in ("dynamic", "modules_in_block_to_quantize"):
+            if q.data.get(key) not in (None, {}, []):
+                raise UnsupportedModelError(
+                    f"{source}: {key} is set (per-module bits or a subset of the layers "
+                    f"quantised); not modelled; supported: null")
+        _one_of(q.data, "checkpoint_format", (None, "gptq", "gptq_v2", "marlin",
+                                              "gptq_marlin"), source)
+    else:
+        _one_of(q.data, "version", (None, "gemm", "gemv", "gemv_fast", "exllama", "marlin",
+                                    "ipex"), source)
+        scope = _scope(q.data, ("modules_to_not_convert",), source, moe_layers, bits < 8)
+        kept, experts_only = scope.kept, scope.experts_only
+    # GPTQ checkpoints store qzeros even when symmetric (AutoGPTQ layout); AWQ only with
+    # zero_point (its default).
+    zero = method == "gptq" or q.data.get("zero_point", True) is not False
+    return QuantSpec(method, _group_bits(bits, group, zero_point=zero), group_size=group,
+                     experts_only=experts_only, kept_16bit=kept, source=source)
+
+
 def read_quant(f: _Fields, hf_quant: dict[str, Any] | None, hf_quant_source: str,
-               is_moe: bool) -> QuantSpec | None:
+               moe_layers: Sequence[bool]) -> QuantSpec | None:
     """The checkpoint's weight format, or ``None`` for a 16-bit checkpoint.
 
     Bits per weight (scales included): FP8 8; NVFP4 4 + 8/16 = 4.5 (E2M1 values, one E4M3
@@ -678,25 +822,34 @@ def read_quant(f: _Fields, hf_quant: dict[str, Any] | None, hf_quant_source: str
     points, ``b + 16/g`` symmetric (:func:`_group_bits`). Per-tensor/channel/128×128-block
     scales add under 0.01 bit and are not counted.
 
+    Every key of the section must be known (:mod:`learn_to_shard.model.quant_keys` lists,
+    per format, the keys read and those known as metadata, with sources); exclusion lists
+    are read by :func:`~learn_to_shard.model.quant_keys.exclusion_scope` and a KV-cache
+    scheme by :func:`~learn_to_shard.model.quant_keys.kv_cache_is_fp8`.
+
     Args:
         f: the config.json (or wrapper) fields holding ``quantization_config``.
         hf_quant: ModelOpt ``hf_quant_config.json`` next to config.json, if present (wins).
         hf_quant_source: its path.
-        is_moe: the model has routed experts (MXFP4 checkpoints that keep attention in 16
-            bits quantise only the experts).
+        moe_layers: ``[num_layers]`` whether each decoder layer is an MoE layer (4-bit MoE
+            checkpoints that keep attention in 16 bits quantise only the experts).
 
     Raises:
-        UnsupportedModelError: bitsandbytes, or a method / algorithm not modelled.
+        UnsupportedModelError: bitsandbytes, a method / algorithm not modelled, or a key or
+            value that changes what is stored in a way the cost model does not price (the
+            message names the file, the key and what is supported).
         ConfigError: a ``quantization_config`` without ``quant_method`` or with malformed
             fields (the message names the field).
     """
     if hf_quant is not None:
+        check_keys(hf_quant, _HF_QUANT_KEYS, "a ModelOpt hf_quant_config.json", hf_quant_source)
         section = hf_quant.get("quantization")
         if not isinstance(section, dict) or "quant_algo" not in section:
             raise ConfigError(f"{hf_quant_source}: missing 'quantization.quant_algo' (a "
                               f"ModelOpt hf_quant_config.json)")
         if section["quant_algo"] is not None:
-            return _modelopt_quant(section["quant_algo"], section, hf_quant_source, is_moe)
+            return _modelopt_quant(section["quant_algo"], section,
+                                   f"{hf_quant_source} (quantization)", moe_layers)
     if not f.has("quantization_config"):
         return None
     q = f.obj("quantization_config")
@@ -715,29 +868,26 @@ def read_quant(f: _Fields, hf_quant: dict[str, Any] | None, hf_quant_source: str
             f"it at 16 bits would misstate what fits); give quant_method, one of: "
             f"{_SUPPORTED_QUANT}")
     if method in ("fp8", "fbgemm_fp8"):
-        return QuantSpec(str(method), 8.0, fp8=True, source=source)
+        check_keys(q.data, FORMAT_KEYS[method], f"quant_method {method!r}", source)
+        if method == "fp8":
+            _one_of(q.data, "activation_scheme", (None, "dynamic", "static"), source)
+            _one_of(q.data, "fmt", (None, "e4m3", "float8_e4m3fn"), source)
+            _one_of(q.data, "scale_fmt", (None, "ue8m0"), source)
+        scope = _scope(q.data, ("modules_to_not_convert", "ignored_layers"), source,
+                       moe_layers, False)
+        return QuantSpec(str(method), 8.0, fp8=True, kept_16bit=scope.kept, source=source)
     if method == "mxfp4":
-        keep = q.data.get("modules_to_not_convert") or []
-        experts_only = is_moe and isinstance(keep, list) and any(
-            isinstance(m, str) and "attn" in m for m in keep)
+        check_keys(q.data, FORMAT_KEYS["mxfp4"], "quant_method 'mxfp4'", source)
+        scope = _scope(q.data, ("modules_to_not_convert",), source, moe_layers, True)
         return QuantSpec("mxfp4", 4.0 + 8.0 / 32, fp4=True, group_size=32,
-                         experts_only=experts_only, source=source)
+                         experts_only=scope.experts_only, kept_16bit=scope.kept,
+                         source=source)
     if method in ("gptq", "awq"):
-        bits_key = "bits" if "bits" in q.data or method == "gptq" else "w_bit"
-        bits = q.integer(bits_key, 4, maximum=8)
-        if bits not in (2, 3, 4, 8):
-            raise q.error(bits_key, "2, 3, 4 or 8", bits)
-        group = _int_group(q, "group_size" if "group_size" in q.data or method == "gptq"
-                           else "q_group_size", 128)
-        # GPTQ checkpoints store qzeros even when symmetric (AutoGPTQ layout); AWQ only with
-        # zero_point (its default).
-        zero = method == "gptq" or q.data.get("zero_point", True) is not False
-        return QuantSpec(str(method), _group_bits(bits, group, zero_point=zero),
-                         group_size=group, source=source)
+        return _gptq_awq(q, str(method), source, moe_layers)
     if method == "compressed-tensors":
-        return _compressed_tensors(q, source, is_moe)
+        return _compressed_tensors(q, source, moe_layers)
     if method == "modelopt":
-        return _modelopt_quant(q.data.get("quant_algo"), q.data, source, is_moe)
+        return _modelopt_quant(q.data.get("quant_algo"), q.data, source, moe_layers)
     raise UnsupportedModelError(
         f"{source}: quant_method {_short(method)} is not modelled; supported: "
         f"{_SUPPORTED_QUANT}")
@@ -967,8 +1117,10 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     experts and one shared expert, both of width ``intermediate_size``; dense layers use
     ``intermediate_size_mlp``. Attention: RoPE layers use chunked attention (``window =
     attention_chunk_size``, ``chunked``); NoPE layers are global. ``no_rope_layers[i] == 1`` means
-    layer i uses RoPE; its default makes every 4th layer (``(i + 1) % 4 == 0``) NoPE.
-    ``layer_types`` (``chunked_attention`` / ``full_attention``), when present, wins.
+    layer i uses RoPE; absent, null or empty (``[]``, as RedHatAI's Scout FP8 config writes
+    it) it defaults, as in HF ``Llama4TextConfig``, to NoPE every ``no_rope_layer_interval``
+    (default 4) layers: ``(i + 1) % interval == 0``. ``layer_types`` (``chunked_attention`` /
+    ``full_attention``), when present, wins.
     """
     common = _common(f, data)
     num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
@@ -987,9 +1139,10 @@ def _llama4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         f, num_layers, {"full_attention": None, "chunked_attention": chunk}
     )
     if windows is None:
-        rope = f.items("no_rope_layers", num_layers, lambda v: v in (0, 1), "0/1 flags") or [
-            int((i + 1) % 4 != 0) for i in range(num_layers)
-        ]
+        interval = f.integer("no_rope_layer_interval", 4)
+        rope = [] if f.data.get("no_rope_layers") == [] else \
+            f.items("no_rope_layers", num_layers, lambda v: v in (0, 1), "0/1 flags")
+        rope = rope or [int((i + 1) % interval != 0) for i in range(num_layers)]
         windows = [chunk if r else None for r in rope]
     num_experts = f.integer("num_local_experts")
     top_k = f.integer("num_experts_per_tok")
@@ -1214,6 +1367,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "qwen2": lambda: _dense(f, data, qk_norm=False, qkv_bias=True),
         "qwen3": lambda: _dense(f, data, qk_norm=True),
         "mixtral": lambda: _mixtral(f, data),
+        "phimoe": lambda: _mixtral(f, data),     # Phi-3.5-MoE: the Mixtral layout + biases
         "qwen3_moe": lambda: _qwen_moe(f, data),
         "qwen2_moe": lambda: _qwen_moe(f, data, qwen2=True),
         "phi3": lambda: _dense(f, data, qk_norm=False, window_all=True),
@@ -1237,14 +1391,16 @@ def load_model(name_or_path: str) -> ModelSpec:
             f"wrapper {model_type!r}) is not supported; supported language models: "
             f"{', '.join(builders)}")
     fields = builders[str(text_type)]()
-    is_moe = fields["moe"] is not None
+    moe_layers = [layer.is_moe for layer in fields["layers"]] if fields["moe"] is not None \
+        else [False] * len(fields["layers"])
     # quantization_config sits at the top level (or, rarely, inside the text config).
     qf = top if top.has("quantization_config") or not f.has("quantization_config") else f
-    quant = read_quant(qf, src.quant, src.quant_source, is_moe)
+    quant = read_quant(qf, src.quant, src.quant_source, moe_layers)
     block = _weight_block_size(qf)
     expert_bits = quant.weight_bits if quant is not None and quant.below_8_bit \
         and quant.experts_only else None
     return ModelSpec(name=src.name, source=source, source_kind=src.kind, quant=quant,
                      weight_block_size=block, expert_weight_bits=expert_bits,
                      wrapper=wrapper, vision_params=_vision_params(data) if wrapper else 0,
+                     image_tokens=image_tokens(wrapper, data) if wrapper else None,
                      **fields)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from .vision import ImageTokens
+
 
 class AttentionKind(str, Enum):
     """Attention variant. ``GQA`` covers MHA (kv == heads) and MQA (kv == 1); ``MLA`` is
@@ -92,6 +94,12 @@ class QuantSpec:
             must hold whole groups.
         experts_only: only the routed experts are quantised (gpt-oss MXFP4 leaves attention,
             router, embedding and LM head in 16 bits).
+        kv_cache_fp8: the checkpoint ships FP8 KV-cache scales (ModelOpt
+            ``kv_cache_quant_algo`` / compressed-tensors ``kv_cache_scheme`` FP8); the KV
+            cache is planned in FP8 only with ``--kv-dtype fp8`` (engines keep it 16-bit
+            unless asked, vLLM ``--kv-cache-dtype auto``).
+        kept_16bit: module kinds the checkpoint's exclusion list keeps unquantised
+            (:class:`learn_to_shard.model.quant_keys.ExclusionScope`), for the plan.
         source: the file the quantisation was read from.
     """
 
@@ -102,6 +110,8 @@ class QuantSpec:
     int8_activations: bool = False
     group_size: int | None = None
     experts_only: bool = False
+    kv_cache_fp8: bool = False
+    kept_16bit: tuple[str, ...] = ()
     source: str = ""
 
     @property
@@ -198,6 +208,9 @@ class ModelSpec:
             model prices the two blocks one after the other (two TP all-reduces per layer,
             where an engine that fuses the parallel block's reductions needs one), an upper
             bound on the layer's communication.
+        image_tokens: prompt tokens one image adds, for a multimodal wrapper (fixed by
+            the config, or the resolution rule; :mod:`learn_to_shard.model.vision`); ``None``
+            for a plain LM.
         final_logit_softcap: soft cap on the LM-head logits (Gemma-2
             ``final_logit_softcapping`` 30.0), ``None`` if none; elementwise on the logits,
             no weights, not priced separately.
@@ -226,6 +239,7 @@ class ModelSpec:
     source_kind: str = "file"
     parallel_attn: bool = False
     final_logit_softcap: float | None = None
+    image_tokens: ImageTokens | None = None
 
     @property
     def checkpoint_dtype(self) -> str:

@@ -11,7 +11,7 @@ from .. import __version__
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
 from ..parallel.strategy import Strategy
 from ..search.base import SearchResult, is_timing_key
-from ..workload import Workload
+from ..workload import DType, Workload
 
 
 def _bit_name(bit: int) -> str:
@@ -133,7 +133,9 @@ class Plan:
             "cluster": self.cluster,
             "workload": {"phase": wl.phase.value, "isl": wl.isl, "osl": wl.osl,
                          "weight_dtype": wl.weight_dtype.value, "kv_dtype": wl.kv_dtype.value,
-                         "ttft_slo_s": wl.ttft_slo_s, "tpot_slo_s": wl.tpot_slo_s},
+                         "ttft_slo_s": wl.ttft_slo_s, "tpot_slo_s": wl.tpot_slo_s}
+            | ({"images_per_request": wl.images_per_request,
+                "tokens_per_image": wl.tokens_per_image} if wl.images_per_request else {}),
             "method": self.method,
             "method_used": self.method_used,
             "feasible": self.feasible,
@@ -175,10 +177,22 @@ def weights_note(cm: CostModel) -> str:
     dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), and, for a
     multimodal wrapper, that its vision tower is not in the memory or time estimates."""
     note = _weights_format(cm)
+    q = cm.model.quant
+    if q is not None and q.kept_16bit:
+        note += f"; the checkpoint keeps {', '.join(q.kept_16bit)} unquantised"
+    if q is not None and q.kv_cache_fp8 and cm.workload.kv_dtype is not DType.FP8:
+        note += "; it ships FP8 KV-cache scales (--kv-dtype fp8 plans the KV cache in FP8)"
     v = cm.model.vision_params
     if v:
         note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) not counted in "
                  f"memory or time")
+    wl = cm.workload
+    if wl.images_per_request:
+        rule = cm.model.image_tokens
+        how = rule.rule if rule is not None and rule.fixed is not None else "--image-tokens"
+        note += (f"; prompt = {wl.isl - wl.image_prompt_tokens} text + "
+                 f"{wl.images_per_request} image(s) x {wl.tokens_per_image} tokens ({how}) = "
+                 f"{wl.isl} tokens prefilled; the vision encoder's compute is not priced")
     return note
 
 

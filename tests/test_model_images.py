@@ -1,0 +1,148 @@
+"""``--images-per-request``: each image adds its vision tokens to the prompt the language model
+prefills (``api.with_images``, ``model/vision.py``); bad values are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from learn_to_shard.api import make_cost_model, make_workload, with_images
+from learn_to_shard.cli import app
+from learn_to_shard.errors import ConfigError
+from learn_to_shard.model import load_model
+from learn_to_shard.parallel.strategy import Strategy
+from learn_to_shard.workload import Phase, Workload
+
+runner = CliRunner()
+MODELS = resources.files("learn_to_shard") / "data" / "models"
+
+
+def _serve(isl: int = 512) -> Workload:
+    return make_workload("serve", isl=isl, osl=128)
+
+
+def _cli(*args: str) -> Any:
+    return runner.invoke(app, ["plan", "--cluster", "h100-sxm:2", "--phase", "serve",
+                               "--isl", "512", "--osl", "128", "--method", "megatron-rule",
+                               "--json", "--no-timing", *args])
+
+
+def test_gemma3_images_take_mm_tokens_per_image_from_the_config() -> None:
+    """Gemma-3's config fixes 256 tokens per image (mm_tokens_per_image)."""
+    spec = load_model("gemma-3-12b-it")
+    assert spec.image_tokens is not None and spec.image_tokens.fixed == 256
+    wl = with_images(_serve(), spec, 3, None)
+    assert (wl.isl, wl.images_per_request, wl.tokens_per_image) == (512 + 3 * 256, 3, 256)
+    assert wl.image_prompt_tokens == 768 and wl.max_context == 512 + 768 + 128
+    assert with_images(_serve(), spec, 3, 256) == wl        # the same count may be given
+
+
+def test_image_tokens_are_priced_as_prompt_tokens() -> None:
+    """The language model prefills text + image tokens: the estimate is that of a text
+    prompt of the same total length (the vision encoder itself is not priced)."""
+    spec = load_model("gemma-3-12b-it")
+    imaged = make_cost_model(spec, "h100-sxm:1", with_images(_serve(), spec, 2, None))
+    plain = make_cost_model(spec, "h100-sxm:1", _serve(512 + 2 * 256))
+    text_only = make_cost_model(spec, "h100-sxm:1", _serve())
+    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=8)
+    a, b, c = imaged.evaluate(s), plain.evaluate(s), text_only.evaluate(s)
+    assert a.ttft_s == b.ttft_s and a.memory.kv_cache_bytes == b.memory.kv_cache_bytes
+    assert a.ttft_s > c.ttft_s
+
+
+def test_resolution_dependent_wrappers_need_image_tokens() -> None:
+    spec = load_model("qwen3-vl-32b-instruct")
+    with pytest.raises(ConfigError) as exc:
+        with_images(_serve(), spec, 1, None)
+    msg = str(exc.value)
+    assert "--image-tokens" in msg and "ceil(H/32)*ceil(W/32)" in msg and "\n" not in msg
+    assert with_images(_serve(), spec, 2, 1024).isl == 512 + 2048
+    rule = load_model("llama-4-scout").image_tokens
+    assert rule is not None and rule.fixed is None and rule.rule.startswith("144 per 336-px")
+
+
+def test_llava_tokens_per_image_from_vision_config(tmp_path: Path) -> None:
+    """LLaVA-1.5: (image_size / patch_size)^2 = 576 for 336-px images of 14-px patches."""
+    text = json.loads((MODELS / "llama-3.1-8b.json").read_text())
+    cfg = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
+           "text_config": text, "vision_feature_select_strategy": "default",
+           "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
+                             "image_size": 336, "patch_size": 14, "num_hidden_layers": 24,
+                             "intermediate_size": 4096}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_model(str(path))
+    assert spec.image_tokens is not None and spec.image_tokens.fixed == 576
+
+
+@pytest.mark.parametrize("model, images, tokens, needle", [
+    ("llama-3.1-8b", 1, None, "not a vision-language model"),
+    ("gemma-3-12b-it", -1, None, "--images-per-request: must be in"),
+    ("gemma-3-12b-it", 10_001, None, "--images-per-request: must be in"),
+    ("gemma-3-12b-it", 1, 300, "fixes 256 tokens per image"),
+    ("gemma-3-12b-it", 0, 256, "give --images-per-request too"),
+    ("qwen3-vl-32b-instruct", 1, 0, "--image-tokens: must be a positive"),
+])
+def test_bad_image_values_are_one_line(model: str, images: int, tokens: int | None,
+                                       needle: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        with_images(_serve(), load_model(model), images, tokens)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_workload_checks_its_image_fields() -> None:
+    with pytest.raises(ConfigError, match="--phase prefill or serve"):
+        Workload(Phase.DECODE, isl=4096, images_per_request=1, tokens_per_image=256)
+    with pytest.raises(ConfigError, match="cannot hold"):
+        Workload(Phase.PREFILL, isl=256, images_per_request=1, tokens_per_image=256)
+
+
+def test_cli_images_flag_in_the_plan() -> None:
+    r = _cli("--model", "gemma-3-12b-it", "--images-per-request", "2")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["workload"]["isl"] == 1024 and data["workload"]["images_per_request"] == 2
+    assert "2 image(s) x 256 tokens" in data["weights"]
+    assert "vision encoder's compute is not priced" in data["weights"]
+
+
+@pytest.mark.parametrize("args", [
+    ("--model", "qwen3-vl-32b-instruct", "--images-per-request", "1"),
+    ("--model", "llama-3.1-8b", "--images-per-request", "1"),
+    ("--model", "gemma-3-12b-it", "--images-per-request", "1", "--trace", "t.csv"),
+])
+def test_cli_bad_image_values_exit_2_with_one_line(args: tuple[str, ...]) -> None:
+    r = _cli(*args)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in r.output
+
+
+def test_unparsable_image_count_is_one_line_through_the_entry_point() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "from learn_to_shard.cli import main; main()",
+                        "plan", "--model", "gemma-3-12b-it", "--cluster", "h100-sxm:1",
+                        "--phase", "serve", "--isl", "512", "--osl", "64",
+                        "--images-per-request", "two"], capture_output=True, text=True,
+                       timeout=120)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "--images-per-request" in lines[0]
+
+
+def test_pareto_and_compare_take_the_images_flag(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["pareto", "--model", "gemma-3-12b-it", "--cluster", "h100-sxm:1",
+                            "--phase", "serve", "--isl", "256", "--osl", "64",
+                            "--images-per-request", "1", "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "pareto.json").read_text())["workload"]["isl"] == 512
+    r = runner.invoke(app, ["compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                            "--phase", "serve", "--isl", "256", "--osl", "64",
+                            "--images-per-request", "1", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "not a vision-language model" in r.output
