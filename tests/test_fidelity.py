@@ -69,6 +69,8 @@ def test_evaluate_is_identical_with_the_file_and_with_the_literals(name, cluster
 def test_factors_file_records_its_provenance():
     rows = load_table()
     for name, fit in load_fitted_factors().fits.items():
+        if fit.table == "serving_measurements.csv":
+            continue                # the serving fits: tests/test_serving_fit.py
         spec = next(s for s in CALIBRATIONS if s.name == name)
         assert fit.engine == spec.engine and set(fit.values) == set(spec.grid)
         assert fit.rows == [r.id for r in rows if r.calibration and r.engine == spec.engine]
