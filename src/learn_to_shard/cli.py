@@ -601,7 +601,8 @@ def validate_cmd(
 
         fits = calibrate(measurements) + calibrate_serving()
         for f in fits:
-            con.print(f"fit {f.spec.name} on {len(f.row_ids)} calibration rows: mean |ln "
+            stat = "median" if f.table == "serving_measurements.csv" else "mean"
+            con.print(f"fit {f.spec.name} on {len(f.row_ids)} calibration rows: {stat} |ln "
                       f"error| {f.loss:.3f}; {f.values}", highlight=False)
         if write_factors is not None:
             try:

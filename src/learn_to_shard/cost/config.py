@@ -33,9 +33,13 @@ class FittedFactors(BaseModel):
         engine: engine of the calibration rows fitted on (column ``engine``).
         values: fitted value per :class:`CostModelConfig` field (SI units, as each field's
             name says).
-        rows: ids of the measurement rows fitted on (``calibration = 1``).
+        rows: ids of the measurement rows fitted on (``calibration = 1`` of
+            ``measurements.csv``, or ``split = calibration`` of ``serving_measurements.csv``).
         table: file name of the measurement table the rows are from.
-        loss: mean ``|ln(predicted / measured)|`` over those rows at ``values``.
+        loss: at ``values``: mean ``|ln(predicted / measured)|`` over the rows
+            (``measurements.csv`` fits), or its median over every (row, metric) pair
+            (``serving_measurements.csv`` fits, :func:`learn_to_shard.fidelity.fit.
+            serving_loss`).
         date: UTC date of the fit (ISO 8601).
         commit: git commit of the code that ran the fit (``+dirty``: with uncommitted
             changes; ``unknown``: not run from a checkout).
@@ -340,7 +344,12 @@ def _engine_fit(fit: str) -> dict[str, float]:
 
 
 #: Engine profiles: field values describing one serving engine (and, for host overheads, the
-#: system it ran on). ``_source`` says where each came from. The Splitwise profiles' fitted
+#: system it ran on). ``_source`` says where each came from. The ``vllm``, ``sglang`` and
+#: ``trtllm`` profiles read their engine step overheads (``host_step_overhead_s``,
+#: ``host_seq_overhead_s``) from the fits of the same name in ``data/calibration/
+#: factors.json``, fitted on that engine's calibration rows of the serving table
+#: (``fidelity.fit.SERVING_CALIBRATIONS``); an engine without a fit there (vLLM: none of its
+#: calibration rows states its lengths) keeps the defaults' 0. The Splitwise profiles' fitted
 #: fields are read from ``data/calibration/factors.json`` (the fits of the same name), fitted
 #: on the six calibration rows per system of the Splitwise data (measurements.csv,
 #: ``calibration = 1``): decode at TP2/TP8 batch 1 and TP8 batch 64, prefill of 512 tokens at
