@@ -35,7 +35,8 @@ LITERALS = {
 
 def test_loaded_factors_are_the_literals_they_replace():
     fits = load_fitted_factors().fits
-    assert {k: v.values for k, v in fits.items()} == LITERALS
+    assert {k: v.values for k, v in fits.items()
+            if v.table == "measurements.csv"} == LITERALS   # serving fits: test_serving_fit
     assert CostModelConfig().flops_efficiency == 0.70
     assert CostModelConfig().attention_hbm_efficiency == 0.25
     for name in ("splitwise-dgx-h100", "splitwise-dgx-a100"):
