@@ -86,7 +86,7 @@ class StepTimeModel:
             prefill_pairs: sum over prefill chunks of (chunk tokens × mean earlier tokens each
                 attends to).
             n_seqs: sequences the engine samples in the step (decoding ones + prompts whose
-                prefill completes); prices ``seq_host_s``.
+                prefill completes); prices ``seq_host_s`` (none: 0).
             n_prompts: prompts whose prefill completes in the step; prices ``prompt_host_s``.
 
         Beyond the grid's largest count the token time and the sequences' host time are
@@ -96,14 +96,14 @@ class StepTimeModel:
             + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
             + self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
         if self.seq_host_s is not None:
-            out = out + _interp(np.asarray(n_seqs, dtype=float), self.token_grid,
-                                self.seq_host_s)
+            seqs = np.asarray(n_seqs, dtype=float)
+            out = out + np.where(seqs > 0, _interp(seqs, self.token_grid, self.seq_host_s), 0.0)
         return out + self.prompt_host_s * np.asarray(n_prompts, dtype=float)
 
 
 def _interp(n: np.ndarray, g: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """``t`` at ``n``: linear between the grid points ``g``, linear extrapolation from the last
-    two beyond the last one (the value at the first point below it)."""
+    """``t`` at ``n``: linear between the grid points ``g``, extrapolated linearly from the last
+    two points beyond the last one, and ``t[0]`` below the first."""
     slope = (t[-1] - t[-2]) / (g[-1] - g[-2]) if len(g) > 1 else 0.0
     return np.where(n <= g[-1], np.interp(n, g, t), t[-1] + slope * (n - g[-1]))
 
