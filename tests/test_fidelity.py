@@ -35,7 +35,8 @@ LITERALS = {
 
 def test_loaded_factors_are_the_literals_they_replace():
     fits = load_fitted_factors().fits
-    assert {k: v.values for k, v in fits.items()} == LITERALS
+    assert {k: v.values for k, v in fits.items()
+            if v.table == "measurements.csv"} == LITERALS   # serving fits: test_serving_fit
     assert CostModelConfig().flops_efficiency == 0.70
     assert CostModelConfig().attention_hbm_efficiency == 0.25
     for name in ("splitwise-dgx-h100", "splitwise-dgx-a100"):
@@ -69,6 +70,8 @@ def test_evaluate_is_identical_with_the_file_and_with_the_literals(name, cluster
 def test_factors_file_records_its_provenance():
     rows = load_table()
     for name, fit in load_fitted_factors().fits.items():
+        if fit.table == "serving_measurements.csv":
+            continue                # the serving fits: tests/test_serving_fit.py
         spec = next(s for s in CALIBRATIONS if s.name == name)
         assert fit.engine == spec.engine and set(fit.values) == set(spec.grid)
         assert fit.rows == [r.id for r in rows if r.calibration and r.engine == spec.engine]

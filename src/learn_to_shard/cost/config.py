@@ -33,9 +33,13 @@ class FittedFactors(BaseModel):
         engine: engine of the calibration rows fitted on (column ``engine``).
         values: fitted value per :class:`CostModelConfig` field (SI units, as each field's
             name says).
-        rows: ids of the measurement rows fitted on (``calibration = 1``).
+        rows: ids of the measurement rows fitted on (``calibration = 1`` of
+            ``measurements.csv``, or ``split = calibration`` of ``serving_measurements.csv``).
         table: file name of the measurement table the rows are from.
-        loss: mean ``|ln(predicted / measured)|`` over those rows at ``values``.
+        loss: at ``values``: mean ``|ln(predicted / measured)|`` over the rows
+            (``measurements.csv`` fits), or its median over every (row, metric) pair
+            (``serving_measurements.csv`` fits, :func:`learn_to_shard.fidelity.fit.
+            serving_loss`).
         date: UTC date of the fit (ISO 8601).
         commit: git commit of the code that ran the fit (``+dirty``: with uncommitted
             changes; ``unknown``: not run from a checkout).
@@ -235,6 +239,14 @@ class CostModelConfig:
             hidden]``, vllm-project/vllm vllm/model_executor/layers/fused_moe/fused_moe.py).
             So EP there saves FLOPs but not output traffic (FC-26). False: a rank writes only
             its own pairs.
+        engine: the serving engine (``vllm``, ``sglang``, ``trtllm``) whose scheduler defaults
+            apply; set by its profile, ``None`` for the defaults and the Splitwise profiles.
+        max_num_seqs: running requests one scheduler (one attention-DP rank) admits: vLLM
+            ``--max-num-seqs``, SGLang ``--max-running-requests`` / attention-DP size,
+            TensorRT-LLM ``max_batch_size``. ``None``: the engine's default
+            (:func:`learn_to_shard.engines.default_max_num_seqs`; no cap without ``engine``).
+            The request-level simulation admits at most this many; the analytical search does
+            not read it.
     """
 
     flops_efficiency: float = _DEFAULTS["flops_efficiency"]
@@ -263,6 +275,8 @@ class CostModelConfig:
     scale_out_latency_s: float | None = None
     gemm_shape_half: float = 0.0
     moe_dense_local_outputs: bool = True
+    engine: str | None = None
+    max_num_seqs: int | None = None
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.
@@ -289,6 +303,8 @@ class CostModelConfig:
                 raise bad(name, ">= 1")
         if not self.workspace_width_factor > 0.0:
             raise bad("workspace_width_factor", "> 0")
+        if self.max_num_seqs is not None and not self.max_num_seqs >= 1:
+            raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:
@@ -313,8 +329,27 @@ class CostModelConfig:
         return dataclasses.replace(cls(), **values)
 
 
+def _engine_fit(fit: str) -> dict[str, float]:
+    """The fitted engine-step fields of engine profile ``fit`` (its fit in the factors file:
+    ``host_step_overhead_s`` and ``host_seq_overhead_s``, fitted on that engine's calibration
+    rows of the serving table), or none when the file holds no fit of that name (no
+    calibration row of the engine could be predicted).
+
+    Raises:
+        ConfigError: the fit sets other fields than those two.
+    """
+    if fit not in _FACTORS.fits:
+        return {}
+    return _fitted(fit, ("host_step_overhead_s", "host_seq_overhead_s"))
+
+
 #: Engine profiles: field values describing one serving engine (and, for host overheads, the
-#: system it ran on). ``_source`` says where each came from. The Splitwise profiles' fitted
+#: system it ran on). ``_source`` says where each came from. The ``vllm``, ``sglang`` and
+#: ``trtllm`` profiles read their engine step overheads (``host_step_overhead_s``,
+#: ``host_seq_overhead_s``) from the fits of the same name in ``data/calibration/
+#: factors.json``, fitted on that engine's calibration rows of the serving table
+#: (``fidelity.fit.SERVING_CALIBRATIONS``); an engine without a fit there (vLLM: none of its
+#: calibration rows states its lengths) keeps the defaults' 0. The Splitwise profiles' fitted
 #: fields are read from ``data/calibration/factors.json`` (the fits of the same name), fitted
 #: on the six calibration rows per system of the Splitwise data (measurements.csv,
 #: ``calibration = 1``): decode at TP2/TP8 batch 1 and TP8 batch 64, prefill of 512 tokens at
@@ -323,6 +358,8 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
     "vllm": {
         "_source": "the defaults: gpu_memory_utilization 0.9, on-demand paged KV",
         "kv_reserve_full_request": False,
+        "engine": "vllm",
+        **_engine_fit("vllm"),
     },
     "sglang": {
         "_source": "SGLang 0.5.23: --mem-fraction-static of the device holds weights and the "
@@ -331,6 +368,8 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
                    "KV is charged at mean occupancy as for vLLM "
                    "(sglang/srt/arg_groups/fields/schedule.py)",
         "kv_reserve_full_request": False,
+        "engine": "sglang",
+        **_engine_fit("sglang"),
     },
     "trtllm": {
         "_source": "TensorRT-LLM defaults: kv_cache_free_gpu_mem_fraction 0.9 of the memory "
@@ -345,6 +384,8 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         # gated activation and finalize loop only to expert_first_token_offset[experts per
         # node], the rows of this rank's experts.
         "moe_dense_local_outputs": False,
+        "engine": "trtllm",
+        **_engine_fit("trtllm"),
     },
     "splitwise-dgx-h100": {
         "_source": "fitted on Splitwise DGX-H100 calibration rows (Llama-2-70B FP16): GEMMs "

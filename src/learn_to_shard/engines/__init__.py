@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..units import GIB
 
 #: Operator blocks: each block's choices are checked together (an engine implements a layout
 #: of a block, e.g. column→row for an FFN pair, not each operator independently). The blocks
@@ -196,6 +197,54 @@ ENGINES: dict[str, EngineProfile] = {
 }
 
 
+#: TensorRT-LLM's default ``max_batch_size`` (``BuildConfig``, which ``trtllm-serve``'s
+#: ``get_llm_args`` takes its default from at the pinned commit).
+TRTLLM_MAX_BATCH_SIZE = 2048
+_TRT_BUILD = ("NVIDIA/TensorRT-LLM tensorrt_llm/builder.py @ "
+              "008b2b8d23af95e4e19fa6f354f9c5f6349b2bfc BuildConfig.max_batch_size")
+#: Where each engine's default admission cap is defined (the rule :func:`default_max_num_seqs`
+#: implements).
+ADMISSION_SOURCES: dict[str, str] = {
+    "vllm": f"{_VLLM}: vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (API server: "
+            "1024 on devices of >= 70 GiB that are not an A100, else 256), per DP engine",
+    "sglang": f"{_SGL}: sglang/srt/mem_cache/kv_cache_configurator.py resolve_max_num_reqs "
+              "(per attention-DP worker: KV tokens / context length x 512, clamped to "
+              "[2048, 4096], at most KV tokens // 2)",
+    "trtllm": f"{_TRT_BUILD} = 2048, taken by {_TRT_SERVE} get_llm_args; per attention-DP "
+              "rank",
+}
+
+
+def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: float,
+                         kv_tokens_per_rank: int, context_len: int) -> int:
+    """Running requests one scheduler (one attention-DP rank) admits when the launch does not
+    set the engine's cap (vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``,
+    TensorRT-LLM ``max_batch_size``); the rule and its source per engine are in
+    :data:`ADMISSION_SOURCES`.
+
+    Args:
+        engine: ``vllm``, ``sglang`` or ``trtllm``.
+        device_name: the device preset key (e.g. ``a100-80gb``; vLLM tests the device name for
+            ``a100``).
+        device_memory_bytes: the device's memory capacity, bytes.
+        kv_tokens_per_rank: KV-cache tokens the rank holds (SGLang sizes its cap from them).
+        context_len: the served context length, tokens (SGLang's ``--context-length``).
+
+    Raises:
+        ConfigError: unknown engine.
+    """
+    if engine == "vllm":
+        big = device_memory_bytes >= 70 * GIB and "a100" not in device_name.lower()
+        return 1024 if big else 256
+    if engine == "sglang":
+        estimated = int(kv_tokens_per_rank / max(1, context_len) * 512)
+        estimated = max(min(estimated, 4096), 2048)
+        return max(1, min(estimated, kv_tokens_per_rank // 2))
+    if engine == "trtllm":
+        return TRTLLM_MAX_BATCH_SIZE
+    raise ConfigError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+
+
 def get_engine(name: str) -> EngineProfile:
     """The profile of engine ``name``.
 
@@ -207,4 +256,5 @@ def get_engine(name: str) -> EngineProfile:
     return ENGINES[name]
 
 
-__all__ = ["BLOCKS", "ENGINES", "MEGATRON", "EngineProfile", "Variant", "get_engine"]
+__all__ = ["ADMISSION_SOURCES", "BLOCKS", "ENGINES", "MEGATRON", "TRTLLM_MAX_BATCH_SIZE",
+           "EngineProfile", "Variant", "default_max_num_seqs", "get_engine"]

@@ -26,7 +26,7 @@ from .predict import predict_row, row_config
 
 __all__ = ["calibration_loss", "fit_factors", "coordinate_descent", "CalibrationSpec",
            "CALIBRATIONS", "calibration_rows", "calibrate", "CalibrationResult",
-           "write_factors"]
+           "write_factors", "SERVING_CALIBRATIONS", "serving_loss", "calibrate_serving"]
 
 
 def calibration_loss(rows: Sequence[Measurement], config: CostModelConfig) -> float:
@@ -135,12 +135,15 @@ class CalibrationResult:
         values: fitted value per factor of ``spec.grid`` (SI units, as the factor's name says).
         loss: :func:`calibration_loss` at the fitted values (mean ``|ln(pred / measured)|``).
         row_ids: ids of the calibration rows it was fitted on.
+        table: file name of the table those rows are from (``None``: the one
+            :func:`write_factors` is given).
     """
 
     spec: CalibrationSpec
     values: dict[str, float]
     loss: float
     row_ids: tuple[str, ...]
+    table: str | None = None
 
 
 def calibrate(rows: Sequence[Measurement] | None = None,
@@ -198,7 +201,8 @@ def write_factors(results: Sequence[CalibrationResult], path: str | Path | None 
         path: where to write (default: the shipped file, :func:`~learn_to_shard.cost.config.
             factors_path`).
         table: the measurement table the rows came from (recorded by file name; default the
-            shipped ``measurements.csv``).
+            shipped ``measurements.csv``), for results that do not name their own
+            (:attr:`CalibrationResult.table`).
 
     Raises:
         ConfigError: the file cannot be written (names the path and the OS reason).
@@ -206,12 +210,107 @@ def write_factors(results: Sequence[CalibrationResult], path: str | Path | None 
     out = Path(path) if path is not None else factors_path()
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     commit = _code_commit()
+    default_table = Path(table).name if table is not None else "measurements.csv"
     doc = FactorsFile(fits={r.spec.name: FittedFactors(
         engine=r.spec.engine, values=r.values, rows=list(r.row_ids),
-        table=Path(table).name if table is not None else "measurements.csv",
-        loss=r.loss, date=date, commit=commit) for r in results})
+        table=r.table or default_table, loss=r.loss, date=date, commit=commit)
+        for r in results})
     try:
         out.write_text(json.dumps(doc.model_dump(), indent=2) + "\n")
     except OSError as exc:
         raise ConfigError(f"{out}: cannot write the factors file: {exc.strerror}") from None
+    return out
+
+
+#: Engine step overheads: a fixed host time per engine step (scheduling, input preparation,
+#: launches; ``host_step_overhead_s``) and a host time per sequence in the step (sampling,
+#: per-request bookkeeping; ``host_seq_overhead_s``). Published: the CPU work between forward
+#: passes (scheduling, input preparation, de-tokenising, streaming) is comparable with a small
+#: model's ~5 ms GPU step on H100 (vLLM blog, "vLLM V1: A Major Upgrade to vLLM's Core
+#: Architecture", 2025-01-27, section 1), and vLLM's scheduling overhead, mostly tensor pre-
+#: and post-processing that grows with the batch, took up to half the inference time in
+#: 2024 measurements while SGLang's was much lower (https://mlsys.wuklab.io/posts/
+#: scheduling_overhead). The grids span 0–8 ms per step and 0–100 µs per sequence (at 256
+#: running sequences, up to 26 ms: the order of a whole decode step); 0 is on each, so a fit
+#: can say "none".
+_STEP_GRID: dict[str, tuple[float, ...]] = {
+    "host_step_overhead_s": (0.0, 5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3),
+    "host_seq_overhead_s": (0.0, 5e-6, 1e-5, 2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4)}
+
+#: The serving fits: per engine profile, fitted on that engine's ``split = calibration`` rows
+#: of ``data/serving_measurements.csv`` (the table's declared subset, ``data/README.md``).
+SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = tuple(
+    CalibrationSpec(e, e, _STEP_GRID) for e in ("vllm", "sglang", "trtllm"))
+
+#: Loss of a serving row the simulation cannot predict (counted once per row).
+_UNPREDICTED_LOSS = 5.0
+
+
+def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any]) -> float:
+    """Median ``|ln(simulated / measured)|`` over every (row, metric) pair of ``rows`` of the
+    serving table (TTFT, TPOT, output tokens/s as each row gives them), predicted with each
+    row's engine profile and then ``overrides``; a row that cannot be predicted counts once
+    as :data:`_UNPREDICTED_LOSS`. The median, as ``l2s validate --serving`` reports: a row
+    at the edge of saturation, whose TTFT moves by orders of magnitude with a percent of
+    capacity, does not decide the fit alone.
+
+    Raises:
+        ConfigError: ``rows`` is empty.
+    """
+    from .serving import predict_row
+
+    if not rows:
+        raise ConfigError("serving fit: no rows to fit on")
+    terms: list[float] = []
+    for r in rows:
+        res = predict_row(dict(r), overrides)
+        if res.reason is not None:
+            terms.append(_UNPREDICTED_LOSS)
+            continue
+        terms += [abs(math.log(res.predicted[m] / v)) for m, v in res.measured.items()
+                  if v > 0 and res.predicted.get(m, 0.0) > 0]
+    terms.sort()
+    mid = len(terms) // 2
+    return terms[mid] if len(terms) % 2 else 0.5 * (terms[mid - 1] + terms[mid])
+
+
+def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
+                      specs: Sequence[CalibrationSpec] = SERVING_CALIBRATIONS
+                      ) -> list[CalibrationResult]:
+    """Re-run the serving fits (:data:`SERVING_CALIBRATIONS`) on the serving table's
+    calibration rows (``split = calibration``) only.
+
+    Each fit starts from the engine profile's shipped values and runs coordinate descent
+    (:func:`coordinate_descent`) of :func:`serving_loss` over its grids. A spec whose
+    calibration rows are all unpredictable (e.g. vLLM's: ShareGPT runs whose lengths the
+    source does not state) is left out: nothing can be fitted, and the profile keeps no fitted
+    overhead.
+
+    Args:
+        rows: the serving table's rows (default: the shipped table).
+        specs: the fits to run.
+
+    Returns:
+        One :class:`CalibrationResult` per fitted spec, with ``table`` =
+        ``serving_measurements.csv``.
+    """
+    from .serving import load_rows, predict_row
+
+    table = load_rows() if rows is None else list(rows)
+    out = []
+    for spec in specs:
+        cal = [r for r in table if r.get("split") == "calibration"
+               and r.get("engine") == spec.engine]
+        if not any(predict_row(dict(r)).reason is None for r in cal):
+            continue
+        names = tuple(spec.grid)
+
+        def loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
+                 names: tuple[str, ...] = names) -> float:
+            return serving_loss(cal, {k: getattr(cfg, k) for k in names})
+
+        cfg, best = coordinate_descent(loss, CostModelConfig.for_engine(spec.name), spec.grid)
+        out.append(CalibrationResult(spec, {k: getattr(cfg, k) for k in names}, best,
+                                     tuple(r["id"] for r in cal),
+                                     table="serving_measurements.csv"))
     return out

@@ -18,34 +18,35 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..cost.config import CostModelConfig
-from ..cost.model import CostModel
+from ..cost.model import CostModel, Estimate
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
 from ..parallel.ops import MEGATRON_DIMS
 from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
-from ..serving.load import ServingLoad, simulate_estimate
+from ..serving.load import ServingLoad, engine_max_num_seqs, simulate_estimate
 from ..workload import DType, Phase, Workload
 
-#: Most requests one engine instance runs at once when the row does not say. vLLM's V1 engine
-#: defaults ``max_num_seqs`` to 1024 on GPUs of 70 GiB and more for its API server (older
-#: releases 256); SGLang and TensorRT-LLM size theirs from the KV pool, which the simulation
-#: enforces as well. One cap for every engine: no per-row choice.
-DEFAULT_MAX_NUM_SEQS = 1024
+#: Running requests of a row whose load has no client count (a request rate) and whose
+#: engine sets no cap: more than any row's load reaches (the KV pool limits it further).
+_UNCAPPED = 4096
 #: Requests simulated for an "all at once" (rate = inf) row that does not state its count.
 DEFAULT_OFFLINE_PROMPTS = 1000
 #: Device names of the table that the presets spell differently.
 _DEVICE_ALIASES = {"h100": "h100-sxm", "gb200": "gb200-nvl72"}
-#: Engine of the table -> cost-model engine profile (SGLang: the defaults, vLLM's accounting).
-_ENGINE_PROFILE = {"vllm": "vllm", "trtllm": "trtllm", "sglang": None}
+#: Engine of the table -> cost-model engine profile (memory policy, fitted step overheads,
+#: default admission cap).
+_ENGINE_PROFILE = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang"}
 
 
 @dataclass
@@ -95,8 +96,14 @@ def _lengths(row: dict[str, str]) -> tuple[int, int] | None:
     return None
 
 
-def predict_row(row: dict[str, str]) -> ServingRowResult:
-    """Predict one row (see the module docstring)."""
+def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
+                ) -> ServingRowResult:
+    """Predict one row (see the module docstring).
+
+    The row runs with its engine's profile (:data:`_ENGINE_PROFILE`), then ``overrides``
+    (cost-model fields, e.g. trial values of a fit). The running batch is the row's
+    concurrency within what the engine admits by default
+    (:func:`~learn_to_shard.serving.load.engine_max_num_seqs`; the rows do not set it)."""
     res = ServingRowResult(id=row["id"], split=row.get("split", ""), engine=row["engine"],
                            series=row.get("series", ""), varies=row.get("varies", ""))
 
@@ -148,15 +155,22 @@ def predict_row(row: dict[str, str]) -> ServingRowResult:
         return skip("no load stated")
     try:
         wl = Workload(Phase.SERVE, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd)
-        cfg = CostModelConfig.for_engine(_ENGINE_PROFILE.get(row["engine"]))
-        cap = DEFAULT_MAX_NUM_SEQS * dp
-        batch = int(min(cap, dp * math.ceil((load.concurrency or cap) / dp)))
+        cfg = CostModelConfig.for_engine(_ENGINE_PROFILE.get(row["engine"]),
+                                         **dict(overrides or {}))
         space = StrategySpace.build(model, cluster)
-        space = dataclasses.replace(space, tp_values=(tp,), ep_values=(ep,), pp_values=(pp,),
-                                    dp_values=(dp,), batch_values=(batch,))
-        cm = CostModel(model, cluster, wl, config=cfg, space=space)
-        s = Strategy(tp=tp, ep=ep, pp=pp, dp=dp, batch=batch, dims=MEGATRON_DIMS)
-        est = cm.evaluate(s)
+
+        def at(batch: int) -> tuple[CostModel, Strategy, Estimate]:
+            sp = dataclasses.replace(space, tp_values=(tp,), ep_values=(ep,), pp_values=(pp,),
+                                     dp_values=(dp,), batch_values=(batch,))
+            cm = CostModel(model, cluster, wl, config=cfg, space=sp)
+            s = Strategy(tp=tp, ep=ep, pp=pp, dp=dp, batch=batch, dims=MEGATRON_DIMS)
+            return cm, s, cm.evaluate(s)
+
+        want = dp * math.ceil((load.concurrency or _UNCAPPED) / dp)
+        cm, s, est = at(want)
+        cap = engine_max_num_seqs(cm, dp, est.kv_capacity_tokens)
+        if cap is not None and cap < want:
+            cm, s, est = at(cap)
         if est.violations and any(not v.startswith("memory") for v in est.violations):
             return skip("; ".join(est.violations)[:160])
         if est.kv_capacity_tokens < isl + osl:
@@ -188,12 +202,18 @@ def predict_row(row: dict[str, str]) -> ServingRowResult:
     return res
 
 
-def predict_table(path: str | Path | None = None) -> list[ServingRowResult]:
-    """Predict every row of the serving table (default: the shipped one)."""
+def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """The rows of the serving table (default: the shipped one), as CSV dicts."""
     p = Path(path) if path is not None else default_table()
     with p.open(newline="", encoding="utf-8-sig") as fh:
-        rows = list(csv.DictReader(fh))
-    return [predict_row(r) for r in rows]
+        return list(csv.DictReader(fh))
+
+
+def predict_table(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+                  ) -> list[ServingRowResult]:
+    """Predict every row of the serving table (default: the shipped one), each with its
+    engine profile and then ``overrides`` (:func:`predict_row`)."""
+    return [predict_row(r, overrides) for r in load_rows(path)]
 
 
 def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[str, object]:

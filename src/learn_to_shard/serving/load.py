@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cost.model import CostModel, Estimate
+from ..engines import default_max_num_seqs
 from ..errors import ConfigError
 from ..workload import Phase
 from .simulate import Requests, fixed_requests, poisson_arrivals, simulate
@@ -171,15 +172,37 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
             f"{rate:g} of {load.request_rate_per_s:g} requests/s")
 
 
+def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int | None:
+    """Running requests one instance of ``dp`` attention-DP ranks admits: the per-rank cap
+    ``cm.config.max_num_seqs``, or the engine's default for it
+    (:func:`learn_to_shard.engines.default_max_num_seqs`, from the device and, for SGLang, the
+    rank's share of the instance's ``kv_capacity_tokens`` and the served context
+    ``isl + osl``), times ``dp``; ``None`` when neither is set (no engine named).
+
+    Raises:
+        ConfigError: ``cm.config.engine`` is not an engine of :mod:`learn_to_shard.engines`.
+    """
+    c = cm.config
+    per_rank = c.max_num_seqs
+    if per_rank is None and c.engine:
+        dev = cm.cluster.device
+        per_rank = default_max_num_seqs(c.engine, dev.name, dev.hbm_bytes,
+                                        kv_capacity_tokens // max(1, dp),
+                                        cm.workload.isl + cm.workload.osl)
+    return None if per_rank is None else per_rank * max(1, dp)
+
+
 def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[str, object]:
     """Simulate the plan ``est`` of ``cm`` under ``load`` and set it beside the analytical
     estimate.
 
     One replica is simulated (the most loaded one, see :func:`_instance_requests`) with the
-    engine limits the plan implies: ``max_num_seqs`` = the plan's batch, a token budget of
-    ``max_num_batched_tokens`` per DP rank, and the plan's KV capacity. Cluster figures are that
-    replica's times the number of replicas; per device, divided by all devices of the cluster
-    (idle ones included).
+    engine limits the plan implies: ``max_num_seqs`` = the plan's batch within what the engine
+    admits (:func:`engine_max_num_seqs`), a token budget of ``max_num_batched_tokens`` per DP
+    rank, and the plan's KV capacity. Closed-loop clients beyond ``max_num_seqs`` wait in the
+    queue, and their waiting counts in TTFT (``replica_share`` says how many). Cluster figures
+    are that replica's times the number of replicas; per device, divided by all devices of the
+    cluster (idle ones included).
 
     Returns:
         A JSON-ready dict: the load, the replica's share, the simulated summary (seconds,
@@ -205,7 +228,13 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[s
                           f"{cm.model.name}'s max_position_embeddings {limit}; the engines "
                           f"refuse it")
     step, fit_rel = fit_step_model(cm, s)
-    res = simulate(step, req, max_num_seqs=max(1, s.batch),
+    cap = engine_max_num_seqs(cm, s.dp, est.kv_capacity_tokens)
+    seqs = max(1, s.batch if cap is None else min(s.batch, cap))
+    if conc is not None and conc > seqs:
+        why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
+               else f"the plan's batch {seqs}")
+        share += f"; {conc - seqs} wait in the queue ({seqs} running: {why})"
+    res = simulate(step, req, max_num_seqs=seqs,
                    max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc)
     summ = res.summary()
@@ -228,7 +257,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[s
              "mean_ttft": over(summ["mean_ttft_s"], a_ttft),
              "output_tokens_per_s": over(inst_tps, a_tps)}
     return {"load": load.describe(), "replicas": replicas, "replica_share": share,
-            "requests_simulated": len(req.isl), "max_num_seqs": max(1, s.batch),
+            "requests_simulated": len(req.isl), "max_num_seqs": seqs,
+            "engine_max_num_seqs": cap,
             "simulated": summ,
             "cluster_output_tokens_per_s": inst_tps * replicas,
             "tokens_per_s_per_device": inst_tps * replicas / devices,

@@ -17,9 +17,10 @@ vLLM's ``docs/configuration/optimization.md`` "Chunked Prefill" and its schedule
   requests in admission order (chunked prefill; decode first, as vLLM schedules). A request's
   first token comes at the end of the step that finishes its prompt; it then needs ``osl − 1``
   more decode steps.
-* **Time.** Each step's duration is :meth:`StepTimeModel.step_time_s` of its contents, so a
-  step that carries a prompt chunk stalls every decode in it, and waiting for admission counts
-  in TTFT.
+* **Time.** Each step's duration is :meth:`StepTimeModel.step_time_s` of its contents (tokens,
+  KV read, prefill pairs, and the sequences the engine samples — decoding ones and prompts
+  completing — for its host time), so a step that carries a prompt chunk stalls every decode
+  in it, and waiting for admission counts in TTFT.
 
 Runs of decode-only steps (no prompt to prefill, no admission possible) are advanced in one
 vectorised block up to the next finish or arrival, so a simulation of thousands of requests
@@ -269,7 +270,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             ctx = isl[dec] + generated[dec]
             s0 = float(ctx.sum())
             j = np.arange(k)
-            dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0)
+            dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0, n_dec)
             ends = t + np.cumsum(dts)
             pending = arrival[~admitted & (arrival > t)]
             if len(pending) and kv_free >= int(need.min()) and \
@@ -284,7 +285,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         else:
             ctx_sum = float((isl[dec] + generated[dec]).sum())
             pairs = float((chunk * (prompt_done[pf] + (chunk + 1) / 2)).sum())
-            dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs))
+            n_done = int((prompt_done[pf] + chunk == isl[pf]).sum())    # sampled this step
+            dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done))
             running_time += int(running.sum()) * dt
             t += dt
             steps += 1

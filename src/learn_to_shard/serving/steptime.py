@@ -6,15 +6,26 @@ contents change every iteration: some sequences decode one token each at their o
 some prompts contribute a chunk of prefill tokens. :class:`StepTimeModel` turns one strategy's
 cost-model prices into a function of that content:
 
-``t_step = T_tokens(n_decode + n_prefill) + a_kv · kv_tokens_read + a_pf · prefill_pairs``
+``t_step = T_tokens(n_decode + n_prefill) + a_kv · kv_tokens_read + a_pf · prefill_pairs
++ H_seq(n_seqs) + h_prompt · n_prompts``
 
 * ``T_tokens(n)``: the step time of ``n`` tokens at (almost) no context — decode steps of ``n``
   sequences at context 1, priced by :meth:`~learn_to_shard.cost.model.CostModel.evaluate_many`
   on a grid of ``n`` (powers of two up to the token budget) and interpolated linearly between
   grid points (every term of the cost model is a roofline of affine terms in ``n``, so the
   interpolation is exact at the grid and close between; tested against the model itself).
-  It includes weights read, GEMMs, collectives, pipeline micro-batching and the engine's host
-  time per step (per-sequence host time is folded in as if every token were a sequence).
+  It includes weights read, GEMMs, collectives, pipeline micro-batching and the engine's fixed
+  host time per step (``host_step_overhead_s``), priced with the per-sequence and per-prompt
+  host terms set to 0: a prompt chunk of 8,000 tokens is one sequence to the scheduler.
+* ``H_seq(n)``: the engine's host time for ``n`` sequences in a step (``host_seq_overhead_s``:
+  input preparation, sampling), the cost model's decode step at ``n`` sequences with the term
+  minus without it, on the same grid (so attention-DP ranks sharing the sequences and pipeline
+  micro-batches are accounted as the cost model accounts them). ``n_seqs`` counts the decoding
+  sequences and the prompts whose prefill completes in the step (they are sampled: the cost
+  model's LM-head rows).
+* ``h_prompt``: host time per prompt completing its prefill in the step beyond its sequence
+  share (``host_prefill_overhead_s``), the least-squares slope of the cost model's serve step
+  with the term minus without it over the prompts completing per step.
 * ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
   cost model's decode step time over context at the grid's batches.
 * ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
@@ -35,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost.config import CostModelConfig
 from ..cost.model import CostModel
 from ..parallel.strategy import Strategy
 from ..workload import Phase, Workload
@@ -50,15 +62,22 @@ class StepTimeModel:
         kv_read_s: seconds per key/value token read by decode attention (per instance step).
         prefill_pair_s: seconds per causal (prompt token, earlier token) pair of prefill
             attention.
+        seq_host_s: ``[G]`` engine host time of ``token_grid`` sequences in one step, seconds
+            (``None``: no per-sequence host time).
+        prompt_host_s: engine host time per prompt completing its prefill in a step, beyond
+            its share in ``seq_host_s``, seconds.
     """
 
     token_grid: np.ndarray
     token_time_s: np.ndarray
     kv_read_s: float
     prefill_pair_s: float
+    seq_host_s: np.ndarray | None = None
+    prompt_host_s: float = 0.0
 
     def step_time_s(self, n_tokens: np.ndarray | float, kv_tokens_read: np.ndarray | float,
-                    prefill_pairs: np.ndarray | float) -> np.ndarray:
+                    prefill_pairs: np.ndarray | float, n_seqs: np.ndarray | float = 0.0,
+                    n_prompts: np.ndarray | float = 0.0) -> np.ndarray:
         """Step time, seconds (element-wise over arrays of equal shape).
 
         Args:
@@ -66,20 +85,32 @@ class StepTimeModel:
             kv_tokens_read: sum over decoding sequences of their context length.
             prefill_pairs: sum over prefill chunks of (chunk tokens × mean earlier tokens each
                 attends to).
+            n_seqs: sequences the engine samples in the step (decoding ones + prompts whose
+                prefill completes); prices ``seq_host_s`` (none: 0).
+            n_prompts: prompts whose prefill completes in the step; prices ``prompt_host_s``.
 
-        Beyond the grid's largest token count the time is extrapolated linearly from the last
-        two grid points.
+        Beyond the grid's largest count the token time and the sequences' host time are
+        extrapolated linearly from the last two grid points.
         """
-        n = np.asarray(n_tokens, dtype=float)
-        g, t = self.token_grid, self.token_time_s
-        slope = (t[-1] - t[-2]) / (g[-1] - g[-2]) if len(g) > 1 else 0.0
-        base = np.where(n <= g[-1], np.interp(n, g, t), t[-1] + slope * (n - g[-1]))
-        return base + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
+        out = _interp(np.asarray(n_tokens, dtype=float), self.token_grid, self.token_time_s) \
+            + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
             + self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
+        if self.seq_host_s is not None:
+            seqs = np.asarray(n_seqs, dtype=float)
+            out = out + np.where(seqs > 0, _interp(seqs, self.token_grid, self.seq_host_s), 0.0)
+        return out + self.prompt_host_s * np.asarray(n_prompts, dtype=float)
+
+
+def _interp(n: np.ndarray, g: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``t`` at ``n``: linear between the grid points ``g``, extrapolated linearly from the last
+    two points beyond the last one, and ``t[0]`` below the first."""
+    slope = (t[-1] - t[-2]) / (g[-1] - g[-2]) if len(g) > 1 else 0.0
+    return np.where(n <= g[-1], np.interp(n, g, t), t[-1] + slope * (n - g[-1]))
 
 
 def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
-           osl: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           osl: int = 0, config: CostModelConfig | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Strategy ``s`` priced by the cost model at other batches and lengths.
 
     Args:
@@ -87,6 +118,7 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
         s: degrees and per-operator choices (its batch is ignored).
         phase, isl, osl: the workload to price.
         batches: sequences per instance to price.
+        config: factors to price with instead of ``cm.config``.
 
     Returns:
         ``(tpot_s, ttft_s, output_tokens_per_s)`` per batch, ``[len(batches)]`` each
@@ -97,7 +129,7 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
     space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
                                 pp_values=(s.pp,), dp_values=(s.dp,),
                                 batch_values=tuple(batches))
-    sub = CostModel(cm.model, cm.cluster, wl, config=cm.config, space=space)
+    sub = CostModel(cm.model, cm.cluster, wl, config=config or cm.config, space=space)
     a = np.zeros((len(batches), len(space.nvec)), dtype=np.int64)
     a[:, 4] = np.arange(len(batches))
     a[:, 5:] = np.asarray(s.dims, dtype=np.int64)
@@ -123,39 +155,58 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     budget = int(max_tokens or cm.config.max_num_batched_tokens * s.dp)
     grid = sorted({1 << i for i in range(int(np.log2(max(budget, 1))) + 1)} | {budget})
     grid = [g for g in grid if g % s.dp == 0 or g < s.dp] or [s.dp]
-    t_tok = priced(cm, s, Phase.DECODE, 1, tuple(grid))[0]
+    c = cm.config
+    # Token time: the fixed host time per step stays in, the per-sequence and per-prompt host
+    # terms are priced apart (a prompt chunk is many tokens but one sequence).
+    tok_cfg = dataclasses.replace(c, host_seq_overhead_s=0.0, host_prefill_overhead_s=0.0)
+    t_tok = priced(cm, s, Phase.DECODE, 1, tuple(grid), config=tok_cfg)[0]
+    seq_host = None
+    if c.host_seq_overhead_s:
+        seq_cfg = dataclasses.replace(c, host_prefill_overhead_s=0.0)
+        seq_host = priced(cm, s, Phase.DECODE, 1, tuple(grid), config=seq_cfg)[0] - t_tok
     # Decode attention: slope of step time over context at several batches.
     ctx_hi = max(2, wl.max_context)
     small = tuple(g for g in grid if g <= 256) or (grid[0],)
-    t_hi = priced(cm, s, Phase.DECODE, ctx_hi, small)[0]
+    t_hi = priced(cm, s, Phase.DECODE, ctx_hi, small, config=tok_cfg)[0]
     t_lo = t_tok[: len(small)]
     reads = np.asarray(small, dtype=float) * (ctx_hi - 1)
     kv_read_s = max(float(np.dot(reads, t_hi - t_lo) / np.dot(reads, reads)), 0.0)
     model = StepTimeModel(np.asarray(grid, dtype=float), np.asarray(t_tok, dtype=float),
-                          kv_read_s, 0.0)
+                          kv_read_s, 0.0, None if seq_host is None
+                          else np.asarray(seq_host, dtype=float), 0.0)
     # Prefill attention: the cost model's own serve steps (decode of ``b`` requests plus
-    # ``b·isl/osl`` prompt tokens, each attending to ``isl/2`` earlier ones on average) at a
-    # few batches and prompt lengths, minus their token and decode-attention time.
+    # ``b·isl/osl`` prompt tokens, each attending to ``isl/2`` earlier ones on average, and
+    # ``b/osl`` prompts completing) at a few batches and prompt lengths, minus their token,
+    # decode-attention and host time.
     limit = cm.model.max_position_embeddings or 2**62
     osl = max(1, wl.osl)
     isls = sorted({i for i in (wl.isl // 4, wl.isl // 2, wl.isl, 2 * wl.isl)
                    if i >= 16 and i + osl <= limit} or {wl.isl})
-    pairs_l, extra_l = [], []
+    noprompt_cfg = dataclasses.replace(c, host_prefill_overhead_s=0.0)
+    pairs_l, extra_l, prompts_l, phost_l = [], [], [], []
     for i in isls:
         bs = tuple(b for b in (s.dp * 4, s.dp * 16, s.dp * 64) if b * (1 + i / osl) <= budget)
         if not bs:
             continue
-        t_serve = priced(cm, s, Phase.SERVE, i, bs, osl=osl)[0]
+        t_serve = priced(cm, s, Phase.SERVE, i, bs, osl=osl, config=noprompt_cfg)[0]
         b_arr = np.asarray(bs, dtype=float)
         pf_arr = b_arr * i / osl
-        base = model.step_time_s(b_arr + pf_arr, b_arr * (i + osl / 2), 0.0)
+        done = b_arr / osl
+        base = model.step_time_s(b_arr + pf_arr, b_arr * (i + osl / 2), 0.0, b_arr + done)
         pairs_l.append(pf_arr * i / 2)
         extra_l.append(t_serve - base)
+        if c.host_prefill_overhead_s:
+            prompts_l.append(done)
+            phost_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl)[0] - t_serve)
     pf_pairs_s = 0.0
     if pairs_l:
         pairs, extra = np.concatenate(pairs_l), np.concatenate(extra_l)
         pf_pairs_s = max(float(np.dot(pairs, extra) / np.dot(pairs, pairs)), 0.0)
-    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s)
+    prompt_host_s = 0.0
+    if prompts_l:
+        pr, ph = np.concatenate(prompts_l), np.concatenate(phost_l)
+        prompt_host_s = max(float(np.dot(pr, ph) / np.dot(pr, pr)), 0.0)
+    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s)
     rel = float("nan")
     if wl.phase is Phase.SERVE:
         b = max(s.batch, 1)
@@ -165,8 +216,9 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
             share = budget / step_tokens
         n_dec = b * share
         n_pf = b * wl.isl / wl.osl * share
+        n_done = b / wl.osl * share
         fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
-                                      n_pf * wl.isl / 2))
+                                      n_pf * wl.isl / 2, n_dec + n_done, n_done))
         t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
         if t_model > 0:
             rel = abs(fit - t_model) / t_model

@@ -1,0 +1,183 @@
+"""Engine step overheads and admission caps in the serving simulation: the fit behind the
+shipped per-engine values and its provenance, the step-time model seeing the overheads as the
+cost model does, and the engines' default ``max_num_seqs`` in admission and in the plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from learn_to_shard.api import make_cost_model, make_workload
+from learn_to_shard.cli import app
+from learn_to_shard.cost.config import CostModelConfig, load_fitted_factors
+from learn_to_shard.cost.model import CostModel
+from learn_to_shard.engines import default_max_num_seqs
+from learn_to_shard.errors import ConfigError
+from learn_to_shard.fidelity.fit import SERVING_CALIBRATIONS, calibrate_serving, serving_loss
+from learn_to_shard.fidelity.serving import load_rows, predict_row
+from learn_to_shard.parallel.ops import MEGATRON_DIMS
+from learn_to_shard.parallel.strategy import Strategy
+from learn_to_shard.serving import ServingLoad, fit_step_model, simulate_estimate
+from learn_to_shard.serving.steptime import priced
+from learn_to_shard.workload import Phase
+
+STEP_FIELDS = {"host_step_overhead_s", "host_seq_overhead_s"}
+
+
+def _calibration(engine: str) -> list[dict[str, str]]:
+    return [r for r in load_rows() if r["split"] == "calibration" and r["engine"] == engine]
+
+
+def test_serving_fits_record_their_rows_and_the_profiles_load_them():
+    """Every serving fit in the factors file names exactly its engine's calibration rows of
+    the serving table, sets the two step fields to values on the declared grid, and is what
+    the engine profile carries."""
+    fits = {n: f for n, f in load_fitted_factors().fits.items()
+            if f.table == "serving_measurements.csv"}
+    specs = {s.name: s for s in SERVING_CALIBRATIONS}
+    assert set(fits) == {"sglang", "trtllm"}
+    for name, fit in fits.items():
+        spec = specs[name]
+        assert fit.engine == spec.engine and set(fit.values) == STEP_FIELDS
+        assert fit.rows == [r["id"] for r in _calibration(spec.engine)]
+        assert re.fullmatch(r"[0-9a-f]{40}", fit.commit)
+        cfg = CostModelConfig.for_engine(name)
+        for field, v in fit.values.items():
+            assert v in spec.grid[field]
+            assert getattr(cfg, field) == v
+    # SGLang's fitted step overheads are not zero; vLLM has no fit: none of its calibration
+    # rows can be predicted, so its profile keeps 0.
+    assert fits["sglang"].values["host_step_overhead_s"] > 0
+    assert all(predict_row(r).reason for r in _calibration("vllm"))
+    vllm = CostModelConfig.for_engine("vllm")
+    assert vllm.host_step_overhead_s == vllm.host_seq_overhead_s == 0.0
+
+
+def test_fitted_overheads_lower_the_calibration_loss():
+    """The shipped SGLang values beat no overhead on the rows they were fitted on."""
+    cal = _calibration("sglang")
+    shipped = CostModelConfig.for_engine("sglang")
+    with_fit = serving_loss(cal, {f: getattr(shipped, f) for f in STEP_FIELDS})
+    without = serving_loss(cal, {f: 0.0 for f in STEP_FIELDS})
+    assert with_fit < without
+
+
+@pytest.mark.slow
+def test_serving_fit_reproduces_the_shipped_values():
+    """``calibrate_serving`` on the shipped table lands on the shipped values (~2 min:
+    ``pytest -m slow tests/test_serving_fit.py``)."""
+    fits = load_fitted_factors().fits
+    for res in calibrate_serving():
+        assert res.values == fits[res.spec.name].values
+        assert res.loss == pytest.approx(fits[res.spec.name].loss)
+
+
+@pytest.fixture(scope="module")
+def sglang_70b():
+    """Llama-3.1-70B serving on 8 H100 with host overheads on every term."""
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8",
+                         make_workload("serve", isl=1024, osl=256),
+                         config=CostModelConfig.for_engine("sglang"), engine="sglang")
+    cfg = dataclasses.replace(cm.config, host_step_overhead_s=3e-3, host_seq_overhead_s=4e-5,
+                              host_prefill_overhead_s=1e-3)
+    return CostModel(cm.model, cm.cluster, cm.workload, config=cfg, space=cm.space)
+
+
+@pytest.mark.parametrize("tp,pp,dp", [(8, 1, 1), (4, 2, 1), (2, 1, 4)])
+def test_step_model_sees_the_host_time_as_the_cost_model(sglang_70b, tp, pp, dp):
+    """Decode steps of the step-time model equal the cost model's, host time included (per
+    step, per sequence, with attention-DP ranks and pipeline micro-batches as the cost model
+    counts them); its serve step agrees with the cost model's; and a prompt chunk costs one
+    sequence's host time, not one per token."""
+    cm = sglang_70b
+    s = Strategy(tp=tp, ep=1, pp=pp, dp=dp, batch=64, dims=MEGATRON_DIMS)
+    step, rel = fit_step_model(cm, s)
+    for b in (8, 64, 512):
+        model = priced(cm, s, Phase.DECODE, 1152, (b,))[0][0]
+        fit = float(step.step_time_s(b, b * 1152, 0.0, b))
+        assert fit == pytest.approx(model, rel=2e-3)
+    assert rel < 0.05
+    assert step.prompt_host_s > 0
+    one = float(step.step_time_s(4096, 0.0, 0.0, 1))
+    per_token = float(step.step_time_s(4096, 0.0, 0.0, 4096))
+    no_host = dataclasses.replace(step, seq_host_s=None)
+    assert one - float(no_host.step_time_s(4096, 0.0, 0.0)) == pytest.approx(
+        float(step.step_time_s(1, 0.0, 0.0, 1)) - float(no_host.step_time_s(1, 0.0, 0.0)))
+    assert per_token - one > 4000 * cm.config.host_seq_overhead_s / (dp * 1.01)
+
+
+def test_simulated_tpot_at_one_client_carries_the_step_overhead(sglang_70b):
+    """One client: the simulated TPOT is the cost model's decode step at batch 1 — with the
+    fixed per-step cost in it."""
+    cm = sglang_70b
+    s = Strategy(tp=8, ep=1, pp=1, dp=1, batch=1, dims=MEGATRON_DIMS)
+    est = cm.evaluate(s)
+    sim = simulate_estimate(cm, est, ServingLoad(concurrency=1, num_prompts=3))
+    tpot = sim["simulated"]["mean_tpot_s"]
+    assert sim["sim_over_analytic"]["mean_tpot"] == pytest.approx(1.0, rel=0.05)
+    zero = dataclasses.replace(cm.config, host_step_overhead_s=0.0, host_seq_overhead_s=0.0,
+                               host_prefill_overhead_s=0.0)
+    bare = CostModel(cm.model, cm.cluster, cm.workload, config=zero, space=cm.space)
+    sim0 = simulate_estimate(bare, bare.evaluate(s), ServingLoad(concurrency=1, num_prompts=3))
+    gap = tpot - sim0["simulated"]["mean_tpot_s"]
+    assert gap == pytest.approx(3e-3 + 4e-5, rel=0.02)
+
+
+def test_engine_default_caps():
+    """The pinned engines' default admission caps (sources in engines.ADMISSION_SOURCES)."""
+    gib = 2**30
+    assert default_max_num_seqs("vllm", "h100-sxm", 79.6 * gib, 10**6, 2048) == 1024
+    assert default_max_num_seqs("vllm", "b200", 179 * gib, 10**6, 2048) == 1024
+    assert default_max_num_seqs("vllm", "a100-80gb", 80 * gib, 10**6, 2048) == 256
+    assert default_max_num_seqs("vllm", "l40s", 44.7 * gib, 10**6, 2048) == 256
+    # SGLang: KV tokens / context x 512 clamped to [2048, 4096], at most KV tokens // 2.
+    assert default_max_num_seqs("sglang", "h200", 140 * gib, 100_000, 2048) == 4096
+    assert default_max_num_seqs("sglang", "h200", 140 * gib, 12_000_000, 2_000_000) == 3072
+    assert default_max_num_seqs("sglang", "h200", 140 * gib, 2_000_000, 1_000_000) == 2048
+    assert default_max_num_seqs("sglang", "h200", 140 * gib, 2_000, 128) == 1000
+    assert default_max_num_seqs("trtllm", "h200", 140 * gib, 10**6, 2048) == 2048
+    with pytest.raises(ConfigError, match="unknown engine"):
+        default_max_num_seqs("tgi", "h200", 140 * gib, 10**6, 2048)
+
+
+def test_clients_above_the_cap_wait_in_the_queue():
+    """A plan whose batch exceeds what the engine admits runs only ``max_num_seqs`` requests;
+    the rest wait, which the simulated TTFT shows and the replica share names."""
+    wl = make_workload("serve", isl=128, osl=64)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", wl,
+                         config=CostModelConfig.for_engine("vllm"), engine="vllm")
+    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=64, dims=MEGATRON_DIMS)
+    load = ServingLoad(concurrency=64, num_prompts=256)
+    free = simulate_estimate(cm, cm.evaluate(s), load)
+    capped_cfg = dataclasses.replace(cm.config, max_num_seqs=16)
+    cm16 = CostModel(cm.model, cm.cluster, cm.workload, config=capped_cfg, space=cm.space)
+    capped = simulate_estimate(cm16, cm16.evaluate(s), load)
+    assert free["engine_max_num_seqs"] == 1024 and free["max_num_seqs"] == 64
+    assert "wait" not in str(free["replica_share"])
+    assert capped["max_num_seqs"] == 16
+    assert "48 wait in the queue" in str(capped["replica_share"])
+    assert capped["simulated"]["mean_running"] <= 16 + 1e-9
+    assert capped["simulated"]["mean_ttft_s"] > 3 * free["simulated"]["mean_ttft_s"]
+    assert capped["simulated"]["mean_tpot_s"] < free["simulated"]["mean_tpot_s"]
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        CostModelConfig(max_num_seqs=0)
+
+
+def test_plan_shows_the_queue_beyond_the_engine_cap():
+    """``l2s plan --engine vllm --concurrency`` above vLLM's A100 default of 256: the
+    simulation runs 256 and reports the clients left waiting."""
+    res = CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-8b", "--cluster", "a100-80gb:1", "--phase", "serve",
+        "--isl", "128", "--osl", "128", "--engine", "vllm", "--concurrency", "600",
+        "--num-prompts", "1200", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    sim = doc["simulation"][0]
+    assert sim["engine_max_num_seqs"] == 256 and sim["max_num_seqs"] == 256
+    assert "344 wait in the queue" in sim["replica_share"]
+    assert np.isfinite(sim["simulated"]["mean_ttft_s"])
