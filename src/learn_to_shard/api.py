@@ -351,8 +351,8 @@ def expected_evaluations(cm: CostModel, method: str, budget: int) -> int | None:
     return budget
 
 
-def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
-                  ) -> list[dict[str, object]]:
+def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
+                  export_caps: bool = False) -> list[dict[str, object]]:
     """Check the plan's best ``top`` feasible strategies under a request-level simulation of
     continuous batching (:func:`learn_to_shard.serving.simulate_estimate`).
 
@@ -361,6 +361,9 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
         plan: the plan.
         load: closed-loop concurrency, Poisson rate or trace.
         top: how many strategies to simulate (the best, then the alternatives).
+        export_caps: the engine runs with the launch settings ``--export`` writes (its
+            ``max_num_seqs`` = the plan's batch); False: with the engine's default admission
+            cap (``serving.load.engine_max_num_seqs``), as a server launched without it.
 
     Returns:
         One JSON-ready dict per simulated strategy, best first, each with its ``strategy`` and
@@ -377,7 +380,8 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3
             break
         if not est.feasible:
             continue
-        sim = simulate_estimate(cm, est, load)
+        sim = simulate_estimate(cm, est, load, max_num_seqs=est.strategy.batch
+                                if export_caps else None)
         out.append({"strategy": est.strategy.short(), **sim,
                     "slo": slo_under_load(cm.workload, sim)})
     return out

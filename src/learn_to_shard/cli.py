@@ -406,7 +406,7 @@ def plan_cmd(
         launch = _export_text(result, export, cm, _longest_request(wl, load)) \
             if export and result.feasible else None
         if load is not None and result.feasible and not result.interrupted:
-            sims = simulate_plan(cm, result, load)
+            sims = simulate_plan(cm, result, load, export_caps=export is not None)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     data = result.to_dict(timing=timing)

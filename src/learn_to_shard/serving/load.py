@@ -192,14 +192,16 @@ def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int 
     return None if per_rank is None else per_rank * max(1, dp)
 
 
-def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[str, object]:
+def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
+                      max_num_seqs: int | None = None) -> dict[str, object]:
     """Simulate the plan ``est`` of ``cm`` under ``load`` and set it beside the analytical
     estimate.
 
     One replica is simulated (the most loaded one, see :func:`_instance_requests`) with the
-    engine limits the plan implies: ``max_num_seqs`` = the plan's batch within what the engine
-    admits (:func:`engine_max_num_seqs`), a token budget of ``max_num_batched_tokens`` per DP
-    rank, and the plan's KV capacity. Closed-loop clients beyond ``max_num_seqs`` wait in the
+    engine limits the plan implies: ``max_num_seqs`` running requests per instance (given:
+    what the launch settings set, ``l2s plan --export`` writes the plan's batch; else the
+    plan's batch within what the engine admits by default, :func:`engine_max_num_seqs`), a
+    token budget of ``max_num_batched_tokens`` per DP rank, and the plan's KV capacity. Closed-loop clients beyond ``max_num_seqs`` wait in the
     queue, and their waiting counts in TTFT (``replica_share`` says how many). Cluster figures
     are that replica's times the number of replicas; per device, divided by all devices of the
     cluster (idle ones included).
@@ -228,7 +230,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad) -> dict[s
                           f"{cm.model.name}'s max_position_embeddings {limit}; the engines "
                           f"refuse it")
     step, fit_rel = fit_step_model(cm, s)
-    cap = engine_max_num_seqs(cm, s.dp, est.kv_capacity_tokens)
+    cap = engine_max_num_seqs(cm, s.dp, est.kv_capacity_tokens) if max_num_seqs is None \
+        else max_num_seqs
     seqs = max(1, s.batch if cap is None else min(s.batch, cap))
     if conc is not None and conc > seqs:
         why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
