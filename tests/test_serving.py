@@ -176,7 +176,8 @@ def test_cli_simulates_top_plans(tmp_path):
 
 def test_published_serving_rows_are_predicted_or_explained():
     """Rows of the shipped serving table: one calibration row is predicted with finite
-    TTFT/TPOT/throughput; FP4 and unshipped models are named as not expressible."""
+    TTFT/TPOT/throughput; an FP4 row of a model with a shipped NVFP4 checkpoint is predicted
+    with it, one without (Llama-3.3-70B) is named as not expressible."""
     import csv
 
     from learn_to_shard.fidelity.serving import default_table, predict_row, summarize
@@ -186,8 +187,11 @@ def test_published_serving_rows_are_predicted_or_explained():
     r = predict_row(rows["dc-70b-random-rps1"])
     assert r.reason is None and set(r.measured) == {"ttft_ms", "tpot_ms", "output_tok_s"}
     assert all(np.isfinite(v) and v > 0 for v in r.predicted.values())
-    fp4 = next(x for x in rows.values() if x["weight_dtype"] == "fp4")
-    assert "fp4" in (predict_row(fp4).reason or "")
+    fp4_llama = next(x for x in rows.values()
+                     if x["weight_dtype"] == "fp4" and x["l2s_model"] == "llama-3.1-70b")
+    assert "no NVFP4 checkpoint" in (predict_row(fp4_llama).reason or "")
+    fp4_dsr1 = predict_row(rows["trtperf-dsr1-b200-dep4-1024-1024"])   # via deepseek-v3.1-nvfp4
+    assert fp4_dsr1.reason is None and fp4_dsr1.predicted["output_tok_s"] > 0
     s = summarize([r], "calibration")
     assert s["predicted"] == 1 and s["ttft_ms_n"] == 1
 

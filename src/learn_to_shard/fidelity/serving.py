@@ -9,8 +9,8 @@ and output throughput are set beside the measured ones with the statistic the so
 (mean or median).
 
 A row is "not expressible" (with the reason) when it needs what the planner does not model:
-a model or device it does not ship, FP4 weights, or a dataset whose lengths the source does
-not state.
+a model or device it does not ship, FP4 weights of a model without a shipped NVFP4
+checkpoint (:data:`_FP4_CHECKPOINT`), or a dataset whose lengths the source does not state.
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ _UNCAPPED = 4096
 DEFAULT_OFFLINE_PROMPTS = 1000
 #: Device names of the table that the presets spell differently.
 _DEVICE_ALIASES = {"h100": "h100-sxm", "gb200": "gb200-nvl72"}
+#: FP4 rows: the shipped ModelOpt NVFP4 checkpoint a row's base model is predicted with. The
+#: rows' own checkpoints (nvidia/DeepSeek-R1-FP4, nvidia/DeepSeek-R1-0528-NVFP4-v2,
+#: nvidia/Qwen3-235B-A22B-FP4) are not shipped; these folders have the same architecture
+#: (DeepSeek-V3.1 = DeepSeek-V3/R1 layers and shapes) and the same format (NVFP4, 16-element
+#: groups with FP8 scales, router / LM head in 16 bits: their ``hf_quant_config.json``), so
+#: weight bytes and FP4 GEMM rates follow; per-layer exclusions may differ. Llama-3.3-70B FP4
+#: has no shipped NVFP4 folder and stays unpredicted.
+_FP4_CHECKPOINT = {"deepseek-v3": "deepseek-v3.1-nvfp4",
+                   "qwen3-235b-a22b": "qwen3-235b-a22b-nvfp4"}
 #: Engine of the table -> cost-model engine profile (memory policy, fitted step overheads,
 #: default admission cap).
 _ENGINE_PROFILE = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang"}
@@ -113,7 +122,12 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
 
     if not row.get("l2s_model"):
         return skip("model not shipped")
-    if row.get("weight_dtype") not in ("bf16", "fp8", "mxfp4"):
+    name = row["l2s_model"]
+    if row.get("weight_dtype") == "fp4":
+        if name not in _FP4_CHECKPOINT:
+            return skip(f"no NVFP4 checkpoint of {name} shipped")
+        name = _FP4_CHECKPOINT[name]
+    elif row.get("weight_dtype") not in ("bf16", "fp8", "mxfp4"):
         return skip(f"weights {row.get('weight_dtype')} not modelled")
     lengths = _lengths(row)
     if lengths is None:
@@ -121,7 +135,7 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     isl, osl = lengths
     device = _DEVICE_ALIASES.get(row["hardware"], row["hardware"])
     try:
-        model = load_model(row["l2s_model"])
+        model = load_model(name)
         cluster = parse_cluster(f"{device}:{int(row['gpus'])}")
     except PlannerError as exc:
         return skip(str(exc).split(";")[0])
@@ -131,6 +145,8 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
         return skip(f"attention-DP {dp} does not divide TP {tp_row}")
     tp = tp_row // dp
     wd = DType.FP8 if row["weight_dtype"] == "fp8" else DType.BF16
+    if row["weight_dtype"] == "fp4":        # the 4-bit bytes and rates come from model.quant
+        wd = DType(model.checkpoint_dtype)
     kd = DType.FP8 if row.get("kv_dtype") == "fp8" else DType.BF16
     # SGLang's bench_serving random dataset draws lengths uniformly from 1 to the nominal one
     # (random_range_ratio 0.0, its default): the rows say so in length_dist.
