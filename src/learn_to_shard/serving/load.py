@@ -201,10 +201,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     engine limits the plan implies: ``max_num_seqs`` running requests per instance (given:
     what the launch settings set, ``l2s plan --export`` writes the plan's batch; else the
     plan's batch within what the engine admits by default, :func:`engine_max_num_seqs`), a
-    token budget of ``max_num_batched_tokens`` per DP rank, and the plan's KV capacity. Closed-loop clients beyond ``max_num_seqs`` wait in the
-    queue, and their waiting counts in TTFT (``replica_share`` says how many). Cluster figures
-    are that replica's times the number of replicas; per device, divided by all devices of the
-    cluster (idle ones included).
+    token budget of ``max_num_batched_tokens`` per DP rank, and the plan's KV capacity.
+    Closed-loop clients beyond ``max_num_seqs`` wait in the queue, and their waiting counts in
+    TTFT (``replica_share`` says how many). Cluster figures are that replica's times the number
+    of replicas; per device, divided by all devices of the cluster (idle ones included).
 
     Returns:
         A JSON-ready dict: the load, the replica's share, the simulated summary (seconds,
