@@ -80,6 +80,10 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
             t.add_row(rej.strategy.short(), f"{rej.tokens_per_s_per_device:,.1f}",
                       "\n".join(rej.violations))
         con.print(t)
+    if plan.alternatives or plan.rejected:
+        con.print("[dim]strategy: tp ep pp dp (attention-DP) b (sequences per instance), then "
+                  "one choice per operator in order " + ", ".join(OP_NAMES)
+                  + ": 0 = Shard(0), 1 = Shard(1), ∅ = Replicate()[/]")
 
 
 def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
