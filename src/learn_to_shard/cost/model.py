@@ -69,8 +69,9 @@ import numpy as np
 from ..errors import ConfigError, UnsupportedModelError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
-from ..parallel.ops import CHOICE_NAMES, NUM_OPS, OP_NAMES, Op
-from ..parallel.placement import LAYOUTS, S0, S1, P, R
+from ..parallel.mesh import Mesh
+from ..parallel.ops import CHOICE_NAMES, LAYOUT_IN, LAYOUT_OUT, NUM_OPS, OP_NAMES, Op
+from ..parallel.placement import LAYOUTS, RESOLVE, S0, S1, P, R
 from ..parallel.space import ACTION_LEN, NUM_COARSE, RULE_BIT, RULES, StrategySpace
 from ..parallel.strategy import Strategy
 from ..workload import DType, Phase, Workload
@@ -80,7 +81,6 @@ from .comm import (
     all_to_all_v_time_s,
     collective_time_s,
     transition_label,
-    worst_local_ranks_many,
 )
 from .config import CostModelConfig
 from .shapes import OpShapes
@@ -114,24 +114,22 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if s < rem else 0) for s in range(pp)]
 
 
-def _req_linear(choice: np.ndarray, layout: np.ndarray) -> np.ndarray:
-    """Layout a weight-bearing op needs, given its choice and the arriving layout.
-
-    column (1) -> R; row (0) -> S(1); replicated (2) -> the arriving layout if R or S(0),
-    S(0) from P (reduce-scatter beats all-reduce and splits the work), R from S(1).
-    """
-    keep = np.where(layout == P, S0, np.where(layout == S1, R, layout))
-    return np.where(choice == 1, R, np.where(choice == 0, S1, keep))
+def _layout_in(op: Op, choice: np.ndarray, arriving: np.ndarray) -> np.ndarray:
+    """Layout operator ``op`` needs under ``choice`` when ``arriving`` arrives, ``[n]``
+    (``ChoiceDef.layout_in`` of :data:`learn_to_shard.parallel.ops.OPS`)."""
+    return LAYOUT_IN[op][choice, arriving]
 
 
-def _out_linear(choice: np.ndarray, req: np.ndarray) -> np.ndarray:
-    """Layout a weight-bearing op yields: column -> S(1), row -> P, replicated -> its input."""
-    return np.where(choice == 1, S1, np.where(choice == 0, P, req))
+def _layout_out(op: Op, choice: np.ndarray, ran_on: np.ndarray) -> np.ndarray:
+    """Layout operator ``op`` yields under ``choice`` having run on ``ran_on``, ``[n]``
+    (``ChoiceDef.layout_out``)."""
+    return LAYOUT_OUT[op][choice, ran_on]
 
 
 def _resolve(layout: np.ndarray) -> np.ndarray:
-    """Layout after forcing complete values per token: P -> S(0), S(1) -> R, else unchanged."""
-    return np.where(layout == P, S0, np.where(layout == S1, R, layout))
+    """Layout after forcing complete values per token: P -> S(0), S(1) -> R, else unchanged
+    (:func:`learn_to_shard.parallel.placement.resolve_layout`)."""
+    return RESOLVE[layout]
 
 
 @dataclass
@@ -357,6 +355,8 @@ class CostModel:
         self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
         self._usable = max(dev.hbm_bytes * c.memory_utilization - c.runtime_reserved_bytes, 0.0)
         self._domain = cluster.devices_per_node
+        #: Rank placement: group extents, node straddling, stage hops (one place).
+        self.mesh = Mesh(cluster.num_devices, cluster.devices_per_node)
         # Layer types: unique (is_moe, window) in order of appearance.
         types: list[tuple[bool, int | None]] = []
         seq: list[int] = []
@@ -406,14 +406,11 @@ class CostModel:
         group stays inside one domain, else scale-out (the slowest group sets the step).
 
         Groups are laid out back to back from rank 0 (TP innermost); whether one of them
-        straddles a node is :func:`~learn_to_shard.cost.comm.worst_local_ranks` (the all-to-all
-        asks the same): with 8-GPU nodes, TP6's second group holds ranks 6–11 and crosses a
-        node. A group larger than a one-domain cluster stays on the scale-up link.
+        straddles a node is :meth:`learn_to_shard.parallel.mesh.Mesh.in_node` (the all-to-all
+        asks the mesh the same): with 8-GPU nodes, TP6's second group holds ranks 6–11 and
+        crosses a node. A group larger than a one-domain cluster stays on the scale-up link.
         """
-        d = self._domain
-        intra = (extent <= d) & (worst_local_ranks_many(extent, d, self.cluster.num_devices)
-                                 >= extent)
-        return self._link_of(intra)
+        return self._link_of(self.mesh.in_node(extent))
 
     def _link_of(self, intra: np.ndarray) -> _Link:
         """The scale-up link where ``intra`` is true, else the scale-out one (bandwidth times
@@ -810,8 +807,8 @@ class CostModel:
     def _layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
                    pf: np.ndarray) -> dict:
         """The per-row environment :meth:`_layer` reads: degrees, token counts and links."""
-        g = tp * dp
-        etp = np.maximum(g // np.maximum(ep, 1), 1)
+        axes = Mesh.axes(tp, ep, np.ones_like(tp), dp)
+        g, etp = axes.stage, axes.etp
         return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g,
                     rows=dec + pf, dec=dec, pf=pf, link_tp=self._link(tp),
                     link_g=self._link(g), link_etp=self._link(etp))
@@ -829,7 +826,7 @@ class CostModel:
         t_f = tp.astype(np.float64)
         link = self._link(tp)
         vpad = self._padded_vocab(tp)
-        req = _req_linear(c_lm, lay)
+        req = _layout_in(Op.LM_HEAD, c_lm, lay)
         t_conv = self._conv(lay, req, lm_rows * sh.hidden * ab, tp, link)
         t_norm = self._norm_stats(req, lm_rows, tp, link)
         rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
@@ -837,7 +834,7 @@ class CostModel:
         t_lm = self._roofline(2 * rows_lm * w_local,
                               w_local * self._eb + rows_lm * (sh.hidden + vpad) * ab,
                               self._lm_flops)
-        out = _out_linear(c_lm, req)
+        out = _layout_out(Op.LM_HEAD, c_lm, req)
         t_logits = self._conv(out, np.full(len(lay), R), lm_rows * vpad * c.logits_bytes, tp,
                               link)
         return {"t_conv": t_conv, "t_norm": t_norm, "t_lm": t_lm, "t_logits": t_logits,
@@ -850,21 +847,12 @@ class CostModel:
 
         Stage ``s`` holds ranks ``[s·S, (s+1)·S)`` with ``S = tp·dp``; a hop runs on the
         scale-out link when stage ``s`` and ``s+1`` together span a node boundary, else on
-        the scale-up link (TP4 PP4 on 8-GPU nodes: hops 0→1 and 2→3 stay on NVLink, 1→2
-        crosses). The instance is taken to start on a node boundary.
+        the scale-up link (:meth:`learn_to_shard.parallel.mesh.Mesh.hop_crossings`; TP4 PP4
+        on 8-GPU nodes: hops 0→1 and 2→3 stay on NVLink, 1→2 crosses).
         """
-        d = self._domain
         size = (tp * dp).astype(np.int64)
-        # Crossings depend on (stage size, pp) only: count them once per distinct pair.
-        pairs, inv = np.unique(np.stack([size, np.asarray(pp, dtype=np.int64)], axis=1),
-                               axis=0, return_inverse=True)
-        u_size, u_pp = pairs[:, 0], pairs[:, 1]
-        s = np.arange(max(int(u_pp.max(initial=1)) - 1, 1))[None, :]        # hop index
-        first = s * u_size[:, None]
-        last = (s + 2) * u_size[:, None] - 1
-        crosses = (first // d != last // d) & (self.cluster.num_devices > d)
         hops = np.maximum(pp - 1, 1).astype(np.float64)
-        n_cross = np.where(s < (u_pp - 1)[:, None], crosses, False).sum(axis=1)[inv.reshape(-1)]
+        n_cross = self.mesh.hop_crossings(size, pp)
         inside = self._link_of(np.ones(len(size), dtype=bool))
         outside = self._link_of(np.zeros(len(size), dtype=bool))
         vol = rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
@@ -908,7 +896,7 @@ class CostModel:
 
         # Embedding (stage 0) and its output layout.
         c_emb = dims[:, Op.EMBEDDING]
-        l_emb = np.where(c_emb == 0, P, np.where(c_emb == 1, S1, R))
+        l_emb = _layout_out(Op.EMBEDDING, c_emb, np.full(n, R))
         emb_t = self._stream_pass(rows * sh.hidden)          # the lookup writes H per token
         # Walk the layer sequence (layouts chain from layer to layer).
         idx = np.arange(n)
@@ -1034,7 +1022,8 @@ class CostModel:
                    peak=None, where=None, act=False):
             """conv + compute of one weight-bearing op on the tp (or etp) axis; ``act`` adds
             the FFN activation pass over its output."""
-            req = _req_linear(choice, src)
+            op = Op[name.upper()]
+            req = _layout_in(op, choice, src)
             r_all = rows if rws is None else rws
             tt = conv(where or f"-> {name}", src, req, r_all * k_dim * ab, n_grp, lk)
             r_loc = np.where(req == S0, np.ceil(r_all / n_grp), r_all)
@@ -1048,7 +1037,7 @@ class CostModel:
             if act:
                 comp = comp + self._act_pass(r_loc * n_loc)
             ops[name] = comp
-            return tt + comp, req, _out_linear(choice, req)
+            return tt + comp, req, _layout_out(op, choice, req)
 
         total = np.zeros_like(rows)
         # ---- attention block
@@ -1064,7 +1053,7 @@ class CostModel:
             qkv_params = np.where(c_qkv == 1, sh.qkv_replicated_params * t
                                   + (sh.qkv_params - sh.qkv_replicated_params),
                                   float(sh.qkv_params))
-        req_q = _req_linear(c_qkv, lin)
+        req_q = _layout_in(Op.QKV_PROJ, c_qkv, lin)
         t_nq = self._norm_stats(req_q, rows, env["tp"], link)
         _record_norm(rec, "input norm (hidden split)", env["tp"], t_nq)
         total += t_nq
@@ -1072,7 +1061,7 @@ class CostModel:
                               where="layer input -> qkv_proj")
         total += tq
         # attention core
-        req_a = np.where(c_att == 1, S1, np.where(c_att == 0, S0, R))
+        req_a = _layout_in(Op.ATTENTION, c_att, lin)    # fixed by its own choice
         total += conv("qkv_proj -> attention", out_q, req_a, rows * qkv_n * ab, t, link)
         heads_loc = np.where(c_att == 1, att.num_heads / t, float(att.num_heads))
         kv_heads = np.where(c_att == 1, kv_loc, float(att.num_kv_heads))
@@ -1104,7 +1093,7 @@ class CostModel:
         # ---- FFN block
         if not is_moe:
             c_up, c_dn = dims[:, Op.DENSE_UP], dims[:, Op.DENSE_DOWN]
-            req_u = _req_linear(c_up, out_o)
+            req_u = _layout_in(Op.DENSE_UP, c_up, out_o)
             tu, _, out_u = linear("dense_up", c_up, out_o, H, sh.dense_up_params / H,
                                   sh.dense_up_params, t, link, where="o_proj -> dense_up",
                                   act=True)
@@ -1153,7 +1142,8 @@ class CostModel:
         link_e = env["link_etp"]
 
         def expert(name, choice, src, k_dim, n_dim, params, where, act=False, reduce=False):
-            req = _req_linear(choice, src)
+            op = Op[name.upper()]
+            req = _layout_in(op, choice, src)
             tt = conv(where, src, req, assign * k_dim * ab, etp, link_e)
             r_loc = np.where(req == S0, np.ceil(assign / etp_f), assign)
             w_loc = np.where(choice == 2, params, params / etp_f)
@@ -1170,7 +1160,7 @@ class CostModel:
             if reduce:      # the top-k weighted sum: read every output row, write one per token
                 comp = comp + self._stream_pass(r_out * n_loc * (1.0 + 1.0 / moe.top_k))
             ops[name] = comp
-            return tt + comp, _out_linear(choice, req)
+            return tt + comp, _layout_out(op, choice, req)
 
         tu, out_eu = expert("expert_up", c_eu, lin_e, H, sh.expert_up_params / H,
                             sh.expert_up_params, "dispatch -> expert_up", act=True)
