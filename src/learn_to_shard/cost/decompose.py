@@ -72,6 +72,7 @@ from ..parallel.ops import (
 from ..parallel.placement import Layout, R
 from ..parallel.space import ENGINE_LAYOUT_BIT, NUM_COARSE
 from ..workload import Phase
+from . import aggregate
 from .model import CostModel, _Link
 
 #: Terms of the cost model that break a pure per-operator chain, and how the exact solver
@@ -813,7 +814,9 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
                emb_t2: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Objective, latencies, peak memory and feasibility of feature vectors at one pp.
 
-    Restates ``CostModel._run``'s pipeline, memory and SLO formulas on stage classes.
+    Maps ``z`` to per-stage-class totals and runs them through the cost model's own
+    aggregation (:mod:`learn_to_shard.cost.aggregate`: pipeline, memory, limits, objective),
+    the functions ``CostModel._run`` calls.
 
     Args:
         cm: the cost model.
@@ -837,30 +840,23 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
     def stage_times(tx: np.ndarray, lm_t: np.ndarray, e_t: np.ndarray, host: np.ndarray,
                     p2p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = tx @ cnt.T + first * e_t[..., None] + last * lm_t[..., None] + host[..., None]
-        return t @ mult + (co.pp - 1) * p2p, t.max(axis=-1)
+        return aggregate.pipeline_sums(t, p2p, co.pp, mult)
 
     sum_t, max_t = stage_times(z[..., lay.tx], z[..., lay.lm], emb_t, co.host, co.p2p)
-    nan = np.full(np.broadcast_shapes(sum_t.shape, np.shape(co.batch)), np.nan)
-    if wl.phase is Phase.PREFILL:
-        makespan = sum_t + (co.m_mb - 1) * max_t
-        ttft, tpot = makespan, nan
-        raw = co.batch * float(wl.isl) / makespan * co.replica_frac
-    else:
-        tpot = np.maximum(sum_t, co.m_mb * max_t)
-        raw = co.batch * co.share / tpot * co.replica_frac
-        ttft = nan
-        if lay.step2:
-            assert emb_t2 is not None
-            s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
-            ttft = co.chunk_steps * s2
+    s2 = None
+    if lay.step2:
+        assert emb_t2 is not None
+        s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
+    lat = aggregate.latency(wl, sum_t, max_t, co.m_mb, co.batch, co.share, co.replica_frac,
+                            s2, co.chunk_steps)
     peak = peak_z(st, lay, pp_idx, co, z, ws, kv_free(cm))
-    feas = peak <= cm._usable
-    if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
-        feas = feas & (tpot <= wl.tpot_slo_s)
-    if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
-        feas = feas & (ttft <= wl.ttft_slo_s)
-    return {"objective": np.where(feas, raw, 0.0), "raw": raw, "tpot": tpot, "ttft": ttft,
-            "peak": peak, "feasible": feas}
+    feas = np.ones(np.shape(peak), dtype=bool)
+    for broken in aggregate.limits_broken(wl, cm.usable_bytes, peak, lat.tpot_s,
+                                          lat.ttft_s).values():
+        feas = feas & ~broken
+    raw = lat.tokens_per_s_per_device
+    return {"objective": aggregate.objective(feas, raw), "raw": raw, "tpot": lat.tpot_s,
+            "ttft": lat.ttft_s, "peak": peak, "feasible": feas}
 
 
 def kv_free(cm: CostModel) -> float:
@@ -892,7 +888,7 @@ def peak_z(st: Structure, lay: ZLayout, pp_idx: int, co: Coarse, z: np.ndarray,
         + last * (z[..., lay.lw] * co.lw_factor)[..., None]
     kv = (z[..., lay.kv] @ ntyp.T) * co.s_all[..., None] \
         + (z[..., lay.kv_seq] @ ntyp.T) * co.s_seq[..., None]
-    return (w + kv / kv_free + ws[..., None]).max(axis=-1)
+    return aggregate.stage_memory_bytes(w, kv, ws[..., None], kv_free).max(axis=-1)
 
 
 # ---------------------------------------------------------------------------------- checking
@@ -1050,7 +1046,7 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
         both_nan = np.isnan(x) & np.isnan(y)
         return both_nan | (np.abs(x - y) <= rel * np.maximum(np.abs(y), 1e-300))
 
-    usable = cm._usable
+    usable = cm.usable_bytes
     near = np.abs(ref.peak_memory_bytes - usable) <= rel * usable
     checks = {
         "structure": pred["valid"] == valid_ref,

@@ -75,6 +75,7 @@ from ..parallel.placement import LAYOUTS, RESOLVE, S0, S1, P, R
 from ..parallel.space import ACTION_LEN, NUM_COARSE, RULE_BIT, RULES, StrategySpace
 from ..parallel.strategy import Strategy
 from ..workload import DType, Phase, Workload
+from . import aggregate
 from .comm import (
     GATHER_OR_SCATTER,
     TRANSITION_KIND,
@@ -86,11 +87,7 @@ from .config import CostModelConfig
 from .shapes import OpShapes
 
 # Cost-side violation bits (after the structural RULES bits).
-_COST_RULES = (
-    ("memory", "does not fit in device memory"),
-    ("tpot_slo", "TPOT above the SLO"),
-    ("ttft_slo", "TTFT above the SLO"),
-)
+_COST_RULES = aggregate.LIMITS
 _COST_BIT = {name: 1 << (len(RULES) + i) for i, (name, _) in enumerate(_COST_RULES)}
 INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
 #: Cap on reported token capacities (models without full-attention layers hold unbounded
@@ -396,6 +393,12 @@ class CostModel:
         self._bounds = bounds
         self._type_counts = counts
 
+    @property
+    def usable_bytes(self) -> float:
+        """Device memory a strategy may use, bytes: ``memory_utilization × HBM −
+        runtime_reserved_bytes`` (``CostModelConfig``; at least 0)."""
+        return self._usable
+
     def stage_layers(self, pp: int) -> list[int]:
         """Layers per stage for ``pp`` stages (:func:`stage_layer_counts`)."""
         return stage_layer_counts(self.model.num_layers, pp)
@@ -644,26 +647,17 @@ class CostModel:
         ph = self._phase_rows(pp, dp, batch)
         m_mb = ph["m"]
         dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
-        isl = float(wl.isl)
         step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
         stage_t, p2p = step["stage_t"], step["p2p"]
-        sum_t = (stage_t.sum(axis=1) + (pp - 1) * p2p)
-        max_t = stage_t.max(axis=1)
-        if wl.phase is Phase.PREFILL:
-            makespan = sum_t + (m_mb - 1) * max_t
-            ttft = makespan
-            tpot = np.full(n, np.nan)
-            instance_tps = batch * isl / makespan
-        else:
-            tpot = np.maximum(sum_t, m_mb * max_t)
-            instance_tps = batch * ph["share"] / tpot
-            if wl.phase is Phase.SERVE:
-                st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
-                t2 = st2["stage_t"].sum(axis=1) + (pp - 1) * st2["p2p"]
-                ttft = ph["chunk_steps"] * t2
-            else:
-                ttft = np.full(n, np.nan)
-        tps_dev = instance_tps * self.replica_fraction(tp * dp * pp)
+        sum_t, max_t = aggregate.pipeline_sums(stage_t, p2p, pp)
+        t2 = None
+        if wl.phase is Phase.SERVE:
+            st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
+            t2 = aggregate.pipeline_sums(st2["stage_t"], st2["p2p"], pp)[0]
+        lat = aggregate.latency(wl, sum_t, max_t, m_mb, batch, ph["share"],
+                                self.replica_fraction(tp * dp * pp), t2, ph["chunk_steps"])
+        tpot, ttft = lat.tpot_s, lat.ttft_s
+        instance_tps, tps_dev = lat.instance_tokens_per_s, lat.tokens_per_s_per_device
 
         # Memory.
         w_layer, kv_layer_per_seq = step["w_type"], step["kv_type_per_seq"]
@@ -677,12 +671,10 @@ class CostModel:
         stage_w = stage_w + first * step["emb_w"][:, None] + last * step["lm_w"][:, None]
         ws = step["ws"]
         in_use = stage_ids < pp[:, None]
-        # The KV pool may only take a fraction f of what weights and workspace leave
-        # (TRT-LLM's kv_cache_free_gpu_mem_fraction); f = 1 is vLLM's accounting.
         f = c.kv_cache_free_fraction
-        stage_mem = np.where(in_use, stage_w + stage_kv / f + ws[:, None], 0.0)
+        stage_mem = np.where(in_use, aggregate.stage_memory_bytes(stage_w, stage_kv,
+                                                                  ws[:, None], f), 0.0)
         peak = stage_mem.max(axis=1)
-        fits = peak <= self._usable
         # Largest batch that fits: KV and workspace scale with batch, weights do not.
         ws_fixed = wl.phase is Phase.SERVE           # budget-sized, does not grow with batch
         var = np.where(in_use, stage_kv / f + (0.0 if ws_fixed else ws[:, None]), 0.0)
@@ -707,14 +699,12 @@ class CostModel:
         if self.model.max_position_embeddings:
             max_context = np.minimum(max_context, float(self.model.max_position_embeddings))
 
-        bits = bits | np.where(~fits, _COST_BIT["memory"], 0)
-        if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
-            bits = bits | np.where(tpot > wl.tpot_slo_s, _COST_BIT["tpot_slo"], 0)
-        if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
-            bits = bits | np.where(ttft > wl.ttft_slo_s, _COST_BIT["ttft_slo"], 0)
+        for name, broken in aggregate.limits_broken(wl, self._usable, peak, tpot,
+                                                     ttft).items():
+            bits = bits | np.where(broken, _COST_BIT[name], 0)
         feasible = bits == 0
         batch_est = BatchEstimate(
-            feasible=feasible, objective=np.where(feasible, tps_dev, 0.0),
+            feasible=feasible, objective=aggregate.objective(feasible, tps_dev),
             tokens_per_s_per_device=tps_dev, tpot_s=tpot, ttft_s=ttft,
             peak_memory_bytes=peak, max_batch=max_batch, violation_bits=bits,
             kv_capacity_tokens=kv_capacity.astype(np.int64),

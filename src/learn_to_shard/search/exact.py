@@ -423,7 +423,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         mem_lb[rows] = np.where(att_ok[kk], pk, np.inf).min(axis=1)
     if np.isnan(mem_lb).any():
         raise DecompositionError("memory lower bound is NaN; refusing to prune on it")
-    fits = mem_lb <= cm._usable * (1 + _SLACK)
+    fits = mem_lb <= cm.usable_bytes * (1 + _SLACK)
     if cell_hi is not None:
         cell_hi = np.minimum(cell_hi, _memory_cap(cm, st, lay, co, zmem, att_ok,
                                                   mt_all.ws))
@@ -704,7 +704,7 @@ def _memory_cap(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, zmem: np
     choice, so the cap is closed-form."""
     out = np.zeros(len(co), dtype=np.int64)
     kvf = kv_free(cm)
-    usable = cm._usable * (1 + _SLACK)
+    usable = cm.usable_bytes * (1 + _SLACK)
     sp = cm.space
     for p, rows in _by_pp(co):
         cls = st.classes[p]
