@@ -3,8 +3,8 @@
 For one choice of degrees and batch, :class:`~learn_to_shard.cost.model.CostModel` prices the
 12 per-operator choices as a chain of layouts (module docstring there). This module turns that
 chain into small tables, **evaluating the cost model's own per-layer code**
-(:meth:`CostModel._layer`, ``_layer_weights``, ``_kv_per_seq``, ``_workspace``, ``_conv``,
-``_norm_stats``, ``_roofline``, ``_link``) on structured rows, so that the exact solver
+(:meth:`CostModel._layer`, ``_layer_weights``, ``_kv_per_seq``, ``workspace_bytes``) on
+structured rows, so that the exact solver
 (:mod:`learn_to_shard.search.exact`) sees the same numbers as ``evaluate_many``:
 
 * **Layer time.** For layer type ``t`` (MoE or dense, window) with incoming layout ``L`` and the
@@ -24,21 +24,22 @@ chain into small tables, **evaluating the cost model's own per-layer code**
   type)``; a pipeline stage holds counts of pairs.
 * **Boundary terms.** Embedding time and the pipeline send are choice-independent; the LM head's
   time depends on (last layer's output layout, lm_head choice).
-* **Called, or restated.** The layer (``_layer``), its environment (``_layer_env``), the LM-head
-  block (``_lm_head``), host time (``_host_time``), the stage-to-stage send (``_p2p``) and the
-  micro-batching / phase split (``_phase_rows``) are the cost model's own methods, called here.
-  A few lines still have no method of their own and are restated: the embedding's time and
-  output layout, embedding/LM weight bytes, resident sequences per rank, the serve workspace's
-  token budget (:func:`mem_tables`), and the pipeline, memory (``kv_cache_free_fraction``) and
-  SLO formulas (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole
+* **Called, not restated.** The layer (``_layer``), its environment (``_layer_env``), the
+  LM-head block (``_lm_head``), host time (``_host_time``), the stage-to-stage send (``_p2p``),
+  the micro-batching / phase split (``_phase_rows``) and the boundary terms
+  (``embedding_time_s``, ``embedding_weight_bytes``, ``lm_head_rows``, ``resident_sequences``,
+  ``workspace_bytes``) are the cost model's own methods, called here; the embedding's output
+  layout and the option sets come from :data:`learn_to_shard.parallel.ops.OPS`; the pipeline,
+  memory and limit formulas are :mod:`learn_to_shard.cost.aggregate`'s, which ``CostModel``
+  calls too (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole
   decomposition with ``evaluate_many`` on random strategies — the exact searcher runs it on
   every problem and raises :class:`DecompositionError` on a mismatch — and
   ``tests/test_exact.py`` does so across random models, configurations and phases, so a
   cost-model change that this module does not follow fails loudly instead of silently.
 * **Memory.** Per-layer weights are additive over operators (``_layer_weights``: one term per
   operator choice); KV per sequence depends on the attention choice only (``_kv_per_seq``);
-  workspace is choice-independent (``_workspace``); embedding and LM head weights depend on their
-  own choice.
+  workspace is choice-independent (``workspace_bytes``); embedding and LM head weights depend
+  on their own choice.
 
 What breaks a pure chain (and how :mod:`~learn_to_shard.search.exact` handles it, exactly):
 see :data:`CHAIN_BREAKS`.
@@ -402,12 +403,11 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     ph = cm._phase_rows(pp, dp, batch)
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
-    t_f = tp.astype(np.float64)
 
     def p2p_of(rows: np.ndarray) -> np.ndarray:
         return cm._p2p(rows, tp, dp, pp)
 
-    s_all = np.ceil(batch / dp)
+    s_all, s_seq = cm.resident_sequences(batch, dp, tp)
     key_cols = np.stack([a[:, 0], a[:, 1], a[:, 3], dec, pf, pf_seqs], axis=1)
     _, first, inv = np.unique(key_cols, axis=0, return_index=True, return_inverse=True)
     keys = Keys(tp_idx=a[first, 0], ep_idx=a[first, 1], dp_idx=a[first, 3], tp=tp[first],
@@ -418,7 +418,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 devices=(tp * dp * pp).astype(np.float64),
                 replica_frac=cm.replica_fraction(tp * dp * pp), m_mb=m_mb.astype(np.float64),
                 key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
-                s_all=s_all, s_seq=np.ceil(s_all / t_f), chunk_steps=chunk_steps,
+                s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
                 host=_host_time(cm, dec, pf_seqs), host2=_host_time(cm, dec, pf_seqs2),
                 share=ph["share"])
@@ -493,7 +493,7 @@ def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
     """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (``CostModel._lm_head``
     for every incoming layout and choice)."""
     k = len(keys.tp)
-    lm_rows = np.maximum(dec + pf_seqs, 1e-9)
+    lm_rows = cm.lm_head_rows(dec, pf_seqs)
     out = np.empty((k, N_LAYOUTS, NC))
     lw = np.empty((k, NC))
     for lay_code in range(N_LAYOUTS):
@@ -501,7 +501,7 @@ def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
             lm = cm._lm_head(np.full(k, lay_code, dtype=np.int64),
                              np.full(k, ch, dtype=np.int64), keys.tp, lm_rows)
             out[:, lay_code, ch] = lm["t_conv"] + lm["t_norm"] + lm["t_lm"] + lm["t_logits"]
-            lw[:, ch] = lm["w_local"] * cm._eb
+            lw[:, ch] = lm["w_bytes"]
     return out, lw
 
 
@@ -588,7 +588,7 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             FG.append(None)
             outs.append(f_o.reshape(k, N_AO, nd))
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
-    emb_t = cm._stream_pass((keys.dec + pf) * cm.shapes.hidden)
+    emb_t = cm.embedding_time_s(keys.dec + pf)
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
 
 
@@ -663,17 +663,9 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     # The engine's layout rule is joint per block: Structure.engine_ok applies it instead.
     bits = (cm.space.rule_bits_many(act) & ~ENGINE_LAYOUT_BIT).reshape(u, nv)[inv]
     allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, NC)
-    eb = float(getattr(cm, "_eb", cm._wb))
-    vpad = cm._padded_vocab(tp)
-    t_f = tp.astype(np.float64)
-    hid = cm.shapes.hidden
-    ew = np.stack([vpad * hid / t_f, vpad * hid / t_f, vpad * hid], axis=1) * eb
+    ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1)
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
-    lm_rows = np.maximum(keys.dec + keys.pf_seqs, 1e-9)
-    # Serve: the engine sizes its workspace for the scheduler's token budget (``_step``).
-    ws_rows = np.full(k, float(cm.config.max_num_batched_tokens)) \
-        if cm.workload.phase is Phase.SERVE else keys.dec + keys.pf
-    ws = cm._workspace(ws_rows, lm_rows, tp, etp, vpad)
+    ws = cm.workspace_bytes(keys.dec, keys.pf, keys.pf_seqs, tp, etp)
     return MemTables(W0=W0, dW=dW, KV=KV, EW=ew, LW=lw, ws=np.broadcast_to(ws, (k,)).copy(),
                      allowed=allowed)
 

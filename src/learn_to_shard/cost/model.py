@@ -70,7 +70,16 @@ from ..errors import ConfigError, UnsupportedModelError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.mesh import Mesh
-from ..parallel.ops import CHOICE_NAMES, LAYOUT_IN, LAYOUT_OUT, NUM_OPS, OP_NAMES, Op
+from ..parallel.ops import (
+    CHOICE_NAMES,
+    DIM0,
+    LAYOUT_IN,
+    LAYOUT_OUT,
+    NUM_OPS,
+    OP_NAMES,
+    REPLICATED,
+    Op,
+)
 from ..parallel.placement import LAYOUTS, RESOLVE, S0, S1, P, R
 from ..parallel.space import ACTION_LEN, NUM_COARSE, RULE_BIT, RULES, StrategySpace
 from ..parallel.strategy import Strategy
@@ -810,7 +819,8 @@ class CostModel:
 
         Returns:
             ``t_conv, t_norm, t_lm, t_logits`` (seconds), ``req`` / ``out`` layouts, ``w_local``
-            (parameters per device).
+            (parameters per device) and ``w_bytes`` (their bytes, 16-bit for quantised
+            checkpoints).
         """
         sh, c, ab = self.shapes, self.config, self._ab
         t_f = tp.astype(np.float64)
@@ -828,7 +838,7 @@ class CostModel:
         t_logits = self._conv(out, np.full(len(lay), R), lm_rows * vpad * c.logits_bytes, tp,
                               link)
         return {"t_conv": t_conv, "t_norm": t_norm, "t_lm": t_lm, "t_logits": t_logits,
-                "req": req, "out": out, "w_local": w_local}
+                "req": req, "out": out, "w_local": w_local, "w_bytes": w_local * self._eb}
 
     def _p2p(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
              pp: np.ndarray) -> np.ndarray:
@@ -863,12 +873,10 @@ class CostModel:
         """
         n = len(a)
         tp, ep, pp, dp = deg["tp"], deg["ep"], deg["pp"], deg["dp"]
-        _wl, sh, m, c = self.workload, self.shapes, self.model, self.config
-        t_f = tp.astype(np.float64)
+        m, c = self.model, self.config
         env = self._layer_env(tp, ep, dp, dec, pf)
         rows, g, etp = env["rows"], env["g"], env["etp"]          # rows: tokens per DP rank
         link_tp, link_g, link_etp = env["link_tp"], env["link_g"], env["link_etp"]
-        vpad = self._padded_vocab(tp)
         recs: list[tuple[str, str, int, float, int]] = []     # detail records
         op_time: dict[str, float] = {}
 
@@ -887,7 +895,7 @@ class CostModel:
         # Embedding (stage 0) and its output layout.
         c_emb = dims[:, Op.EMBEDDING]
         l_emb = _layout_out(Op.EMBEDDING, c_emb, np.full(n, R))
-        emb_t = self._stream_pass(rows * sh.hidden)          # the lookup writes H per token
+        emb_t = self.embedding_time_s(rows)
         # Walk the layer sequence (layouts chain from layer to layer).
         idx = np.arange(n)
         layer_t = np.empty((n, self.model.num_layers))
@@ -901,10 +909,10 @@ class CostModel:
             lay = type_out[ti][lay, idx]
         # LM head on the last stage.
         c_lm = dims[:, Op.LM_HEAD]
-        lm_rows = np.maximum(dec + pf_seqs, 1e-9)
+        lm_rows = self.lm_head_rows(dec, pf_seqs)
         lm = self._lm_head(lay, c_lm, tp, lm_rows)
         t_conv, t_norm, t_lm, t_logits = lm["t_conv"], lm["t_norm"], lm["t_lm"], lm["t_logits"]
-        req, out_lm, lm_w_local = lm["req"], lm["out"], lm["w_local"]
+        req, out_lm = lm["req"], lm["out"]
         lm_total = t_conv + t_norm + t_lm + t_logits
 
         # Stage sums.
@@ -931,17 +939,13 @@ class CostModel:
                                 for cap in capped], axis=1)
         kv_fixed_type = np.where(np.asarray(capped)[None, :], kv_type, 0.0)
         c_att = dims[:, Op.ATTENTION]
-        seqs_total = np.ceil(deg["batch"] / dp)
-        kv_seqs_rank = np.where(c_att == 0, np.ceil(seqs_total / t_f), seqs_total)
-        emb_w = np.where(c_emb == 2, vpad * sh.hidden, vpad * sh.hidden / t_f) * self._eb
-        lm_w = lm_w_local * self._eb
+        s_all, s_seq = self.resident_sequences(deg["batch"], dp, tp)
+        kv_seqs_rank = np.where(c_att == DIM0, s_seq, s_all)
+        emb_w = self.embedding_weight_bytes(c_emb, tp)
+        lm_w = lm["w_bytes"]
         if m.tie_word_embeddings:
             lm_w = np.where(pp > 1, lm_w, 0.0)   # shared with the embedding on one stage
-        # Serve: the engine sizes its activation workspace for the scheduler's token budget
-        # (vLLM profiles the peak at max_num_batched_tokens, FC-20), whatever the batch.
-        ws_rows = np.full(n, float(c.max_num_batched_tokens)) \
-            if self.workload.phase is Phase.SERVE else rows
-        ws = self._workspace(ws_rows, lm_rows, tp, etp, vpad)
+        ws = self.workspace_bytes(dec, pf, pf_seqs, tp, etp)
         out = {"stage_t": stage_t, "p2p": p2p, "w_type": w_type, "kv_type_per_seq": kv_type,
                "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws,
                "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type}
@@ -952,6 +956,46 @@ class CostModel:
             out["collectives"] = [r for r in recs]
             out["op_time"] = op_time
         return out
+
+    # ------------------------------------------------------------------ boundary terms
+    # Read by _step and by the exact solver's tables (cost/decompose.py) alike.
+    def embedding_time_s(self, rows: np.ndarray) -> np.ndarray:
+        """The embedding lookup of ``rows`` tokens per rank: a memory-bound pass writing
+        ``hidden`` activations per token (:meth:`_stream_pass`), seconds, ``[n]``."""
+        return self._stream_pass(rows * self.shapes.hidden)
+
+    def embedding_weight_bytes(self, choice: np.ndarray, tp: np.ndarray) -> np.ndarray:
+        """Embedding table bytes per device, ``[n]``: the padded vocabulary × hidden, split by
+        ``tp`` unless replicated, 16-bit for quantised checkpoints."""
+        vpad, h = self._padded_vocab(tp), self.shapes.hidden
+        return np.where(choice == REPLICATED, vpad * h,
+                        vpad * h / tp.astype(np.float64)) * self._eb
+
+    @staticmethod
+    def lm_head_rows(dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray:
+        """Rows the LM head computes per DP rank in a step: one per decoding sequence and per
+        prompt completing its prefill (at least 1e-9, so empty steps stay finite), ``[n]``."""
+        return np.maximum(dec + pf_seqs, 1e-9)
+
+    @staticmethod
+    def resident_sequences(batch: np.ndarray, dp: np.ndarray, tp: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """Sequences whose KV one rank holds, ``[n]`` each: ``ceil(batch / dp)``, and with
+        attention split over sequences (``Shard(0)``) its ``ceil(· / tp)`` share."""
+        s_all = np.ceil(batch / dp)
+        return s_all, np.ceil(s_all / tp.astype(np.float64))
+
+    def workspace_bytes(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
+                        tp: np.ndarray, etp: np.ndarray) -> np.ndarray:
+        """Activation workspace per device for a step of ``dec`` decode sequences, ``pf``
+        prompt tokens and ``pf_seqs`` completing prompts per DP rank (:meth:`_workspace`),
+        bytes, ``[n]``. Serve: sized for the scheduler's token budget whatever the batch
+        (vLLM profiles the peak at ``max_num_batched_tokens``, FC-20)."""
+        rows = dec + pf
+        ws_rows = np.full(np.shape(rows), float(self.config.max_num_batched_tokens)) \
+            if self.workload.phase is Phase.SERVE else rows
+        return self._workspace(ws_rows, self.lm_head_rows(dec, pf_seqs), tp, etp,
+                               self._padded_vocab(tp))
 
     def _padded_vocab(self, tp: np.ndarray) -> np.ndarray:
         """Vocabulary as the engine pads it, ``[n]``: to a multiple of ``vocab_padding``
