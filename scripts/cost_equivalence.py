@@ -26,11 +26,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from cost_snapshot import FIELDS  # every BatchEstimate field (scripts/cost_snapshot.py)
 
 ROOT = Path(__file__).resolve().parents[1]
-FIELDS = ("feasible", "objective", "tokens_per_s_per_device", "tpot_s", "ttft_s",
-          "peak_memory_bytes", "max_batch", "violation_bits", "kv_capacity_tokens",
-          "max_context_tokens")
 #: Random action vectors evaluated per problem.
 ROWS = 512
 
