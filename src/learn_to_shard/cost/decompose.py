@@ -25,8 +25,8 @@ structured rows, so that the exact solver
 * **Boundary terms.** Embedding time and the pipeline send are choice-independent; the LM head's
   time depends on (last layer's output layout, lm_head choice).
 * **Called, not restated.** The layer (``_layer``), its environment (``_layer_env``), the
-  LM-head block (``_lm_head``), host time (``_host_time``), the stage-to-stage send (``_p2p``),
-  the micro-batching / phase split (``_phase_rows``) and the boundary terms
+  LM-head block (``_lm_head``), host time (``_host_time``), the stage-to-stage send
+  (``p2p_time_s``), the micro-batching / phase split (``phase_rows``) and the boundary terms
   (``embedding_time_s``, ``embedding_weight_bytes``, ``lm_head_rows``, ``resident_sequences``,
   ``workspace_bytes``) are the cost model's own methods, called here; the embedding's output
   layout and the option sets come from :data:`learn_to_shard.parallel.ops.OPS`; the pipeline,
@@ -128,7 +128,7 @@ class Structure:
     """Static structure of one cost model: layer types, pairs, stage classes, option sets.
 
     Attributes:
-        types: ``(is_moe, window)`` per layer type (the cost model's ``_types``).
+        types: ``(is_moe, window)`` per layer type (the cost model's ``layer_types``).
         pairs: ``(type, previous type)`` per distinct pair, previous ``-1`` for the first layer.
         first_pair: index of the first layer's pair.
         last_type: type of the last layer.
@@ -169,8 +169,8 @@ class Structure:
         Returns:
             The :class:`Structure`.
         """
-        types = list(cm._types)
-        lt = [int(x) for x in cm._layer_type]
+        types = list(cm.layer_types)
+        lt = [int(x) for x in cm.layer_type_of]
         pair_of_layer, pairs = [], []
         for i, t in enumerate(lt):
             key = (t, lt[i - 1] if i else -1)
@@ -384,7 +384,7 @@ def _host_time(cm: CostModel, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarra
 def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     """Choice-independent quantities of coarse index rows, and their distinct table keys.
 
-    Uses ``CostModel._phase_rows`` (micro-batching, phase split) and ``CostModel._p2p``.
+    Uses ``CostModel.phase_rows`` (micro-batching, phase split) and ``CostModel.p2p_time_s``.
 
     Args:
         cm: the cost model.
@@ -400,12 +400,12 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     pp = np.asarray(sp.pp_values, dtype=np.int64)[a[:, 2]]
     dp = np.asarray(sp.dp_values, dtype=np.int64)[a[:, 3]]
     batch = np.asarray(sp.batch_values, dtype=np.int64)[a[:, 4]]
-    ph = cm._phase_rows(pp, dp, batch)
+    ph = cm.phase_rows(pp, dp, batch)
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
 
     def p2p_of(rows: np.ndarray) -> np.ndarray:
-        return cm._p2p(rows, tp, dp, pp)
+        return cm.p2p_time_s(rows, tp, dp, pp)
 
     s_all, s_seq = cm.resident_sequences(batch, dp, tp)
     key_cols = np.stack([a[:, 0], a[:, 1], a[:, 3], dec, pf, pf_seqs], axis=1)
@@ -647,7 +647,7 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
 
     dims = np.tile(var, (u, 1))
     W0, dW, KV = [], [], []
-    tokens = cm._kv_tokens()
+    tokens = cm.kv_tokens_per_sequence()
     a0 = 1 + NC * int(Op.ATTENTION)
     for is_moe, window in st.types:
         w = cm._layer_weights(dims, rep(tp), rep(ep), rep(etp), is_moe).reshape(u, nv)[inv]

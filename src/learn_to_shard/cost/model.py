@@ -371,8 +371,10 @@ class CostModel:
             if key not in types:
                 types.append(key)
             seq.append(types.index(key))
-        self._types = types
-        self._layer_type = np.asarray(seq, dtype=np.int64)
+        #: The distinct layer types ``(is_moe, window)``, in order of first appearance.
+        self.layer_types = types
+        #: ``[num_layers]`` int64: each layer's index into :attr:`layer_types`.
+        self.layer_type_of = np.asarray(seq, dtype=np.int64)
         # Window sizes used by chunked (not sliding) attention; a layer type is identified by
         # (is_moe, window), so one size cannot be both.
         self._chunked = frozenset(layer.window for layer in model.layers if layer.chunked)
@@ -389,14 +391,14 @@ class CostModel:
         max_pp = max(pps)
         self._max_pp = max_pp
         bounds = np.full((len(pps), max_pp + 1), n_layers, dtype=np.int64)
-        counts = np.zeros((len(pps), max_pp, len(self._types)), dtype=np.float64)
+        counts = np.zeros((len(pps), max_pp, len(self.layer_types)), dtype=np.float64)
         for i, pp in enumerate(pps):
             stages = self.stage_layers(pp)
             start = 0
             for s, n_s in enumerate(stages):
                 bounds[i, s] = start
                 for li in range(start, start + n_s):
-                    counts[i, s, self._layer_type[li]] += 1
+                    counts[i, s, self.layer_type_of[li]] += 1
                 start += n_s
             bounds[i, len(stages):] = n_layers
         self._bounds = bounds
@@ -653,7 +655,7 @@ class CostModel:
         wl = self.workload
         c = self.config
 
-        ph = self._phase_rows(pp, dp, batch)
+        ph = self.phase_rows(pp, dp, batch)
         m_mb = ph["m"]
         dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
         step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
@@ -741,7 +743,7 @@ class CostModel:
         n_dev = float(self.cluster.num_devices)
         return np.floor(n_dev / np.maximum(devices, 1).astype(np.float64)) / n_dev
 
-    def _phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
+    def phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
         """Micro-batching and the phase split, per row (module docstring, "Pipeline" and
         "Phases").
 
@@ -840,7 +842,7 @@ class CostModel:
         return {"t_conv": t_conv, "t_norm": t_norm, "t_lm": t_lm, "t_logits": t_logits,
                 "req": req, "out": out, "w_local": w_local, "w_bytes": w_local * self._eb}
 
-    def _p2p(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
+    def p2p_time_s(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
              pp: np.ndarray) -> np.ndarray:
         """Stage-to-stage send of one micro-batch's activations (each TP rank sends its
         ``1/tp`` slice), seconds, averaged over the ``pp − 1`` hops; 0 without pipelining.
@@ -887,7 +889,7 @@ class CostModel:
         env4 = {k: _Link(rep(v.bw), rep(v.alpha)) if isinstance(v, _Link) else rep(v)
                 for k, v in env.items()}
         type_t, type_out = [], []
-        for is_moe, window in self._types:
+        for is_moe, window in self.layer_types:
             t_layer, l_out, _ = self._layer(env4, D4, L0, is_moe, window, ctx, None)
             type_t.append(t_layer.reshape(4, n))
             type_out.append(l_out.reshape(4, n))
@@ -901,7 +903,7 @@ class CostModel:
         layer_t = np.empty((n, self.model.num_layers))
         lay = l_emb
         walk: dict[tuple[int, int], int] = {}     # (layer type, incoming layout) -> layers
-        for li, ti in enumerate(self._layer_type):
+        for li, ti in enumerate(self.layer_type_of):
             if detail:
                 key = (int(ti), int(lay[0]))
                 walk[key] = walk.get(key, 0) + 1
@@ -927,14 +929,14 @@ class CostModel:
         host = self._host_time(dec, pf_seqs)
         if host is not None:
             stage_t = np.where(stage_ids < pp[:, None], stage_t + host[:, None], 0.0)
-        p2p = self._p2p(rows, tp, dp, pp)
+        p2p = self.p2p_time_s(rows, tp, dp, pp)
 
         # Memory terms per layer type (weights, KV per sequence per rank).
         w_type = np.stack([self._layer_weights(dims, tp, ep, etp, is_moe)
-                           for is_moe, _ in self._types], axis=1)
-        kv_type = np.stack([self._kv_per_seq(dims, tp, window, self._kv_tokens())
-                            for _, window in self._types], axis=1)
-        capped = [w is not None and c.window_kv_capped for _, w in self._types]
+                           for is_moe, _ in self.layer_types], axis=1)
+        kv_type = np.stack([self._kv_per_seq(dims, tp, window, self.kv_tokens_per_sequence())
+                            for _, window in self.layer_types], axis=1)
+        capped = [w is not None and c.window_kv_capped for _, w in self.layer_types]
         kv_tok_type = np.stack([np.zeros(n) if cap else self._kv_per_seq(dims, tp, None, 1.0)
                                 for cap in capped], axis=1)
         kv_fixed_type = np.where(np.asarray(capped)[None, :], kv_type, 0.0)
@@ -1005,7 +1007,7 @@ class CostModel:
         q = c.vocab_padding * (np.ones_like(tp) if c.vocab_split_divisible else tp)
         return (np.ceil(self.shapes.vocab / q) * q).astype(np.float64)
 
-    def _kv_tokens(self) -> float:
+    def kv_tokens_per_sequence(self) -> float:
         """Tokens of KV held per sequence: decode ``isl``; prefill ``isl``; serve ``isl + osl``
         when the scheduler reserves a request's whole KV on admission
         (``config.kv_reserve_full_request``, TRT-LLM's GUARANTEED_NO_EVICT), else the mean
@@ -1348,7 +1350,7 @@ class CostModel:
         env1 = self._layer_env(tp, ep, dp, dec, pf)
         agg: dict[tuple[str, str, int], list] = {}
         for (ti, lay_in), count in walk.items():
-            is_moe, window = self._types[ti]
+            is_moe, window = self.layer_types[ti]
             rec: list = []
             _, _, ops = self._layer(env1, dims, np.array([lay_in]), is_moe, window, ctx, rec)
             for where, kind, grp, tt in rec:
