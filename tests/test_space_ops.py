@@ -138,6 +138,7 @@ def test_a_need_added_to_one_choice_reaches_the_rules(monkeypatch):
     new_ops = OPS[:Op.O_PROJ] + (patched,) + OPS[Op.O_PROJ + 1:]
     monkeypatch.setattr("learn_to_shard.parallel.space.present_ops",
                         lambda model: tuple(d for d in new_ops if d.present(model)))
+    sp = StrategySpace.build(m, parse_cluster("h100-sxm:8"))     # rules are read per space
     assert sp.rule_bits_many(a[None])[0] & RULE_BIT["ffn"]
 
 

@@ -10,6 +10,7 @@ boxes get TP=2 × PP=3), capped by the model (heads, experts, layers).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -333,22 +334,31 @@ class StrategySpace:
             ok |= (c == np.asarray(tup, dtype=np.int64)).all(axis=1)
         return ok
 
-    def _needs(self, dims: np.ndarray) -> dict[tuple[str, int, str, bool], np.ndarray]:
-        """Which rows need each divisibility rule: ``(rule, size, axis, multiple_ok)`` -> ``[n]``
-        bool, the union over the model's operators of the choices whose
-        :class:`~learn_to_shard.parallel.ops.Need` names it (sizes from the model and this
-        space's vocabulary multiple; rules that do not apply to the model are left out)."""
-        out: dict[tuple[str, int, str, bool], np.ndarray] = {}
+    @functools.cached_property
+    def _need_table(self) -> tuple[tuple[tuple[str, int, str, bool],
+                                         tuple[tuple[int, int], ...]], ...]:
+        """Per divisibility rule ``(rule, size, axis, multiple_ok)``, the ``(operator, choice)``
+        pairs whose :class:`~learn_to_shard.parallel.ops.Need` names it, over the model's
+        operators (sizes from the model and this space's vocabulary multiple; rules that do not
+        apply to the model are left out). Fixed for the space, so built once."""
+        out: dict[tuple[str, int, str, bool], list[tuple[int, int]]] = {}
         for od in present_ops(self.model):
-            col = dims[:, int(od.op)]
             for ch in od.choices:
                 for need in ch.needs:
                     size = need.size(self.model, self.vocab_multiple)
-                    if size is None:
-                        continue
-                    key = (need.rule, size, od.axis, need.multiple_ok)
-                    hit = col == int(ch.choice)
-                    out[key] = out[key] | hit if key in out else hit
+                    if size is not None:
+                        key = (need.rule, size, od.axis, need.multiple_ok)
+                        out.setdefault(key, []).append((int(od.op), int(ch.choice)))
+        return tuple((key, tuple(pairs)) for key, pairs in out.items())
+
+    def _needs(self, dims: np.ndarray) -> dict[tuple[str, int, str, bool], np.ndarray]:
+        """Which rows need each divisibility rule of :attr:`_need_table`, ``[n]`` bool each."""
+        out: dict[tuple[str, int, str, bool], np.ndarray] = {}
+        for key, pairs in self._need_table:
+            mask = dims[:, pairs[0][0]] == pairs[0][1]
+            for op, choice in pairs[1:]:
+                mask |= dims[:, op] == choice
+            out[key] = mask
         return out
 
     def _split_dims(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray, *,
