@@ -8,14 +8,21 @@ certified over that grid only) and the ratio of the two wall times is printed: t
 space's grid plus the integer refinement certifies over every batch 1 … 2**16. The process pins
 itself to one CPU and one BLAS/OpenMP thread.
 
-    .venv/bin/python bench/exact_speed.py [--context 16384] [--repeat 3]
+With ``--against REV`` the exact search alone runs on this tree and on an older commit (a
+``git worktree`` of it, ``bench/_against.py``), alternating in child processes under the same
+load, and the new/old speed ratio (old wall time / new wall time; issue 11: at least 0.8) and
+both optima are printed.
+
+    .venv/bin/python bench/exact_speed.py [--context 16384] [--repeat 3] [--against REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -48,9 +55,38 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=16384)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best time counts")
     ap.add_argument("--no-pin", action="store_true", help="do not pin to one CPU")
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="run the exact search on this older commit too; print new/old")
+    ap.add_argument("--rounds", type=int, default=2, help="with --against: runs per tree")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     pin = "not pinned" if args.no_pin else _pin_one_core()
     cm = make_cost_model(args.model, args.cluster, make_workload("decode", context=args.context))
+    if args.child:
+        t_best, obj = float("inf"), 0.0
+        grid = cm.space
+        for _ in range(args.repeat):
+            cm.space = grid
+            t0 = time.perf_counter()
+            obj = ExactSearcher().search(cm, None, 0).best_objective
+            t_best = min(t_best, time.perf_counter() - t0)
+        print(json.dumps({"exact_s": t_best, "objective": obj}))
+        return
+    if args.against:
+        from _against import run_against
+
+        child = ["--model", args.model, "--cluster", args.cluster, "--context",
+                 str(args.context), "--repeat", str(args.repeat)] + \
+            (["--no-pin"] if args.no_pin else [])
+        new, old = run_against(args.against, Path(__file__).resolve(), child, args.rounds,
+                               {"exact_s": "min", "objective": "max"})
+        print(f"scenario: {args.model} decode context={args.context} on {args.cluster}; "
+              f"this tree vs {args.against}, alternating, best of {args.rounds} x "
+              f"{args.repeat} each ({pin})")
+        print(f"exact: new {new['exact_s']:.2f} s, old {old['exact_s']:.2f} s, new/old speed = "
+              f"{old['exact_s'] / new['exact_s']:.2f}x; optimum new {new['objective']:.6f}, "
+              f"old {old['objective']:.6f} tokens/s/device")
+        return
     pow2 = tuple(1 << i for i in range(17))
     old = CostModel(cm.model, cm.cluster, cm.workload, cm.config,
                     space=StrategySpace.build(cm.model, cm.cluster, batch_values=pow2))

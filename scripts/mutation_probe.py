@@ -1,11 +1,13 @@
 """Mutation probe over the cost-term definitions: is every one-line change caught by a test?
 
-Each mutant is one exact-string replacement in ``cost/model.py`` or ``cost/comm.py`` (a
-factor doubled, a term dropped, a ``+``/``-`` swapped). For each, the source tree is copied
-to a scratch folder, the mutant applied there (the working tree is never touched), and a
-fast test subset run against the copy; a mutant is *killed* when some test fails, a
-*survivor* otherwise. Results and the reason each survivor is harmless (or the test that now
-kills it) are recorded in ``docs/validation.md`` ("Mutation probe").
+Each mutant is one exact-string replacement in ``cost/model.py``, ``cost/comm.py``,
+``cost/aggregate.py``, ``parallel/ops.py``, ``parallel/placement.py`` or ``parallel/mesh.py``
+(a factor doubled, a term dropped, a ``+``/``-`` swapped, a layout or rank rule changed).
+For each, the source tree is copied to a scratch folder, the mutant applied there (the
+working tree is never touched), and a fast test subset run against the copy; a mutant is
+*killed* when some test fails, a *survivor* otherwise. Results and the reason each survivor
+is harmless (or the test that now kills it) are recorded in ``docs/validation.md``
+("Mutation probe").
 
 Run (3–8 minutes on two cores; not part of the default test suite)::
 
@@ -32,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The fast subset run against each mutant: golden and term tests, field cases, shapes,
 #: strategy space.
 TESTS = ("tests/test_cost_terms.py", "tests/test_cost_model.py", "tests/test_field_cases.py",
-         "tests/test_shapes.py", "tests/test_space.py")
+         "tests/test_shapes.py", "tests/test_space.py", "tests/test_space_ops.py",
+         "tests/test_cost_snapshot.py")
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,8 @@ class Mutant:
     new: str
 
 
-M, C = "cost/model.py", "cost/comm.py"
+M, C, A = "cost/model.py", "cost/comm.py", "cost/aggregate.py"
+OD, PL, ME = "parallel/ops.py", "parallel/placement.py", "parallel/mesh.py"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("all-reduce bus bytes x1/2", C, "[2.0 * frac * full_bytes, frac * full_bytes,",
            "[frac * full_bytes, frac * full_bytes,"),
@@ -104,16 +108,31 @@ MUTANTS: tuple[Mutant, ...] = (
            "c.host_seq_overhead_s * (dec + 2 * pf_seqs)"),
     Mutant("host time per prompt x2", M, "+ c.host_prefill_overhead_s * pf_seqs)",
            "+ 2 * c.host_prefill_overhead_s * pf_seqs)"),
-    Mutant("pipeline: p2p hops pp instead of pp-1", M,
-           "sum_t = (stage_t.sum(axis=1) + (pp - 1) * p2p)",
-           "sum_t = (stage_t.sum(axis=1) + pp * p2p)"),
-    Mutant("pipeline: no bubble term in TPOT", M, "tpot = np.maximum(sum_t, m_mb * max_t)",
+    Mutant("pipeline: p2p hops pp instead of pp-1", A,
+           "return total + (pp - 1) * p2p, stage_t.max(axis=-1)",
+           "return total + pp * p2p, stage_t.max(axis=-1)"),
+    Mutant("pipeline: no bubble term in TPOT", A, "tpot = np.maximum(sum_t, m_mb * max_t)",
            "tpot = sum_t"),
-    Mutant("prefill makespan m instead of m-1", M, "makespan = sum_t + (m_mb - 1) * max_t",
+    Mutant("prefill makespan m instead of m-1", A, "makespan = sum_t + (m_mb - 1) * max_t",
            "makespan = sum_t + m_mb * max_t"),
-    Mutant("KV pool fraction ignored", M,
-           "stage_mem = np.where(in_use, stage_w + stage_kv / f + ws[:, None], 0.0)",
-           "stage_mem = np.where(in_use, stage_w + stage_kv + ws[:, None], 0.0)"),
+    Mutant("KV pool fraction ignored", A,
+           "return weight_bytes + kv_bytes / kv_free_fraction + workspace_bytes",
+           "return weight_bytes + kv_bytes + workspace_bytes"),
+    Mutant("row-parallel output R instead of P", OD,
+           "ChoiceDef(Choice.SHARD0, Layout.S1, Layout.P, row[0], row[1]),",
+           "ChoiceDef(Choice.SHARD0, Layout.S1, Layout.R, row[0], row[1]),"),
+    Mutant("replicated weight: P resolved by all-reduce (R) instead of reduce-scatter", PL,
+           "return {Layout.P: Layout.S0, Layout.S1: Layout.R}.get(lay, lay)",
+           "return {Layout.P: Layout.R, Layout.S1: Layout.R}.get(lay, lay)"),
+    Mutant("head split without the heads rule", OD,
+           "ChoiceDef(Choice.SHARD1, Layout.S1, Layout.S1, (HEADS, KV_HEADS)),",
+           "ChoiceDef(Choice.SHARD1, Layout.S1, Layout.S1, (KV_HEADS,)),"),
+    Mutant("mesh: a group that fills a node exactly straddles", ME,
+           "return (ext <= self.devices_per_node) & (self.local_ranks(ext) >= ext)",
+           "return (ext < self.devices_per_node) & (self.local_ranks(ext) >= ext)"),
+    Mutant("mesh: stage hops never cross nodes", ME,
+           "crosses = (first // d != last // d) & (self.num_devices > d)",
+           "crosses = (first // d != last // d) & (self.num_devices < 0)"),
 )
 
 
@@ -153,7 +172,7 @@ def main() -> int:
     chosen = [m for m in MUTANTS if args.k in m.label]
     with tempfile.TemporaryDirectory(prefix="l2s-mutants-") as tmp:
         base = Path(tmp) / "clean"
-        for part in ("src", "tests", "pyproject.toml"):
+        for part in ("src", "tests", "scripts", "pyproject.toml"):
             src = ROOT / part
             if src.is_dir():
                 shutil.copytree(src, base / part, ignore=shutil.ignore_patterns("__pycache__"))

@@ -449,7 +449,7 @@ def test_pipeline_hops_inside_a_node_use_nvlink():
 
     def hop(cluster, tp, pp, rows=64.0):
         cm = CostModel(m, parse_cluster(cluster), wl)
-        return float(cm._p2p(np.array([rows]), one * tp, one, one * pp)[0])
+        return float(cm.p2p_time_s(np.array([rows]), one * tp, one, one * pp)[0])
 
     cm = CostModel(m, parse_cluster("h100-sxm:16"), wl)
     vol = 64.0 * m.hidden_size * 2 / 4

@@ -25,7 +25,6 @@ the cost model does not call them yet.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -41,6 +40,10 @@ from ..engines.collectives import (
 from ..errors import ConfigError
 from ..hardware.fabric import ScaleUpFabric, scale_up_fabric
 from ..hardware.spec import ClusterSpec, DeviceSpec
+
+# Rank placement is the mesh's (parallel/mesh.py); worst_local_ranks is re-exported here.
+from ..parallel.mesh import worst_local_ranks as worst_local_ranks
+from ..parallel.mesh import worst_local_ranks_many
 from ..parallel.placement import LAYOUTS, Collective, redistribute
 from .config import CostModelConfig
 
@@ -89,41 +92,6 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
     )
     lat = np.select([kind == ALL_REDUCE, kind != NONE], [2.0 * steps, steps], 0.0) * alpha_s
     return np.where((kind == NONE) | (n_f <= 1), 0.0, bus / bw_bytes_per_s + lat)
-
-
-@functools.lru_cache(maxsize=4096)
-def worst_local_ranks(n: int, domain: int, total: int) -> int:
-    """Fewest ranks of its own group that any rank shares its node with (itself included),
-    for the whole groups of ``n`` consecutive ranks laid out back to back from rank 0 over
-    ``total`` ranks in nodes of ``domain``. ``n`` when every group stays inside a node.
-
-    Example: ``n = 6`` on 8-rank nodes: ranks 6–7 share node 0 with no more of group 1, so 2.
-    """
-    if total <= domain or n <= 1:
-        return max(n, 1)                 # one domain (or one rank): no group can straddle
-    worst = n
-    period = n * domain // math.gcd(n, domain)           # the layout repeats every lcm
-    # Whole groups only (a trailing fragment of fewer than n ranks is not a group); a cluster
-    # smaller than one group holds the one group it can.
-    last = max(total - n, 0)
-    for start in range(0, min(last, period - 1) + 1, n):
-        r, end = start, min(start + n, total)
-        while r < end:
-            stop = min(end, (r // domain + 1) * domain)
-            worst = min(worst, stop - r)
-            r = stop
-    return worst
-
-
-def worst_local_ranks_many(n: np.ndarray, domain: int, total: int | None = None) -> np.ndarray:
-    """:func:`worst_local_ranks` element-wise over group sizes ``n`` (any shape; computed once
-    per distinct size); ``total`` defaults to ``n · domain`` (groups tile the layout)."""
-    n_i = np.maximum(np.asarray(n), 1).astype(np.int64)
-    uniq, inv = np.unique(n_i, return_inverse=True)
-    local = np.array([float(worst_local_ranks(int(u), domain,
-                                              total if total is not None else int(u) * domain))
-                      for u in uniq])
-    return local[inv.reshape(n_i.shape)]
 
 
 def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,

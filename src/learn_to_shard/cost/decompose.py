@@ -3,8 +3,8 @@
 For one choice of degrees and batch, :class:`~learn_to_shard.cost.model.CostModel` prices the
 12 per-operator choices as a chain of layouts (module docstring there). This module turns that
 chain into small tables, **evaluating the cost model's own per-layer code**
-(:meth:`CostModel._layer`, ``_layer_weights``, ``_kv_per_seq``, ``_workspace``, ``_conv``,
-``_norm_stats``, ``_roofline``, ``_link``) on structured rows, so that the exact solver
+(:meth:`CostModel._layer`, ``_layer_weights``, ``_kv_per_seq``, ``workspace_bytes``) on
+structured rows, so that the exact solver
 (:mod:`learn_to_shard.search.exact`) sees the same numbers as ``evaluate_many``:
 
 * **Layer time.** For layer type ``t`` (MoE or dense, window) with incoming layout ``L`` and the
@@ -24,21 +24,22 @@ chain into small tables, **evaluating the cost model's own per-layer code**
   type)``; a pipeline stage holds counts of pairs.
 * **Boundary terms.** Embedding time and the pipeline send are choice-independent; the LM head's
   time depends on (last layer's output layout, lm_head choice).
-* **Called, or restated.** The layer (``_layer``), its environment (``_layer_env``), the LM-head
-  block (``_lm_head``), host time (``_host_time``), the stage-to-stage send (``_p2p``) and the
-  micro-batching / phase split (``_phase_rows``) are the cost model's own methods, called here.
-  A few lines still have no method of their own and are restated: the embedding's time and
-  output layout, embedding/LM weight bytes, resident sequences per rank, the serve workspace's
-  token budget (:func:`mem_tables`), and the pipeline, memory (``kv_cache_free_fraction``) and
-  SLO formulas (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole
+* **Called, not restated.** The layer (``_layer``), its environment (``_layer_env``), the
+  LM-head block (``_lm_head``), host time (``_host_time``), the stage-to-stage send
+  (``p2p_time_s``), the micro-batching / phase split (``phase_rows``) and the boundary terms
+  (``embedding_time_s``, ``embedding_weight_bytes``, ``lm_head_rows``, ``resident_sequences``,
+  ``workspace_bytes``) are the cost model's own methods, called here; the embedding's output
+  layout and the option sets come from :data:`learn_to_shard.parallel.ops.OPS`; the pipeline,
+  memory and limit formulas are :mod:`learn_to_shard.cost.aggregate`'s, which ``CostModel``
+  calls too (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole
   decomposition with ``evaluate_many`` on random strategies — the exact searcher runs it on
   every problem and raises :class:`DecompositionError` on a mismatch — and
   ``tests/test_exact.py`` does so across random models, configurations and phases, so a
   cost-model change that this module does not follow fails loudly instead of silently.
 * **Memory.** Per-layer weights are additive over operators (``_layer_weights``: one term per
   operator choice); KV per sequence depends on the attention choice only (``_kv_per_seq``);
-  workspace is choice-independent (``_workspace``); embedding and LM head weights depend on their
-  own choice.
+  workspace is choice-independent (``workspace_bytes``); embedding and LM head weights depend
+  on their own choice.
 
 What breaks a pure chain (and how :mod:`~learn_to_shard.search.exact` handles it, exactly):
 see :data:`CHAIN_BREAKS`.
@@ -59,10 +60,20 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import InternalError
-from ..parallel.ops import NUM_OPS, Op
-from ..parallel.placement import S1, P, R
+from ..parallel.ops import (
+    DIM0,
+    LAYOUT_OUT,
+    NUM_CHOICES,
+    NUM_OPS,
+    REPLICATED,
+    Op,
+    block_ops,
+    block_options,
+)
+from ..parallel.placement import Layout, R
 from ..parallel.space import ENGINE_LAYOUT_BIT, NUM_COARSE
 from ..workload import Phase
+from . import aggregate
 from .model import CostModel, _Link
 
 #: Terms of the cost model that break a pure per-operator chain, and how the exact solver
@@ -86,21 +97,30 @@ CHAIN_BREAKS: tuple[str, ...] = (
     "jointly with the first",
 )
 
-#: Incoming layout of the first layer for each embedding choice (as ``CostModel._step``).
-EMB_LAYOUT = np.array([P, S1, R], dtype=np.int64)
+#: Incoming layout of the first layer for each embedding choice (``ChoiceDef.layout_out`` of
+#: the embedding in :data:`learn_to_shard.parallel.ops.OPS`; token ids arrive replicated).
+EMB_LAYOUT = np.ascontiguousarray(LAYOUT_OUT[Op.EMBEDDING][:, R])
+#: Activation layouts an operator can receive (``len(Layout)``).
+N_LAYOUTS = len(Layout)
+NC = NUM_CHOICES
+#: The hub: the attention block's operators (``qkv_proj, attention, o_proj``), every choice
+#: tuple ``HUB [N_HUB, 3]`` (option index ``h = (q·NC + a)·NC + o``, ``block_options``).
+HUB_OPS = block_ops("attention")
+assert HUB_OPS == (Op.QKV_PROJ, Op.ATTENTION, Op.O_PROJ), "the hub is qkv -> attention -> o"
+HUB = block_options(HUB_OPS)
+N_HUB = len(HUB)
+HUB_Q, HUB_A, HUB_O = (np.ascontiguousarray(HUB[:, j]) for j in range(len(HUB_OPS)))
+#: ``(attention, o_proj)`` options (``ao = h % N_AO``): what the FFN input depends on.
+AO = block_options(HUB_OPS[1:])
+N_AO = len(AO)
 
-# Hub index h = q*9 + a*3 + o; ao = a*3 + o = h % 9.
-HUB_Q = np.arange(27) // 9
-HUB_A = (np.arange(27) // 3) % 3
-HUB_O = np.arange(27) % 3
 
-
-def _combos(n: int) -> np.ndarray:
-    """All ``3**n`` choice tuples, ``[3**n, n]``, last column fastest."""
-    if n == 0:
-        return np.zeros((1, 0), dtype=np.int64)
-    g = np.meshgrid(*[np.arange(3)] * n, indexing="ij")
-    return np.stack([x.ravel() for x in g], axis=1).astype(np.int64)
+def _options(block: str, present: bool) -> np.ndarray:
+    """The choice tuples of an engine block's operators, ``[NC**n, n]`` (``block_options``),
+    or the single all-replicated tuple where the model lacks the block."""
+    ops = block_ops(block)
+    return block_options(ops) if present else np.full((1, len(ops)), REPLICATED,
+                                                      dtype=np.int64)
 
 
 @dataclass
@@ -108,7 +128,7 @@ class Structure:
     """Static structure of one cost model: layer types, pairs, stage classes, option sets.
 
     Attributes:
-        types: ``(is_moe, window)`` per layer type (the cost model's ``_types``).
+        types: ``(is_moe, window)`` per layer type (the cost model's ``layer_types``).
         pairs: ``(type, previous type)`` per distinct pair, previous ``-1`` for the first layer.
         first_pair: index of the first layer's pair.
         last_type: type of the last layer.
@@ -149,8 +169,8 @@ class Structure:
         Returns:
             The :class:`Structure`.
         """
-        types = list(cm._types)
-        lt = [int(x) for x in cm._layer_type]
+        types = list(cm.layer_types)
+        lt = [int(x) for x in cm.layer_type_of]
         pair_of_layer, pairs = [], []
         for i, t in enumerate(lt):
             key = (t, lt[i - 1] if i else -1)
@@ -159,14 +179,10 @@ class Structure:
             pair_of_layer.append(pairs.index(key))
         m = cm.model
         has_dense, has_moe, has_shared = m.has_dense_ffn, m.is_moe, m.has_shared_experts
-        d_opts = _combos(2) if has_dense else np.array([[2, 2]], dtype=np.int64)
-        r_opts = np.arange(3, dtype=np.int64) if has_moe else np.array([2], dtype=np.int64)
-        if has_moe:
-            eg = _combos(2)
-            sg = _combos(2) if has_shared else np.array([[2, 2]], dtype=np.int64)
-            g_opts = np.array([[*x, *y] for x in eg for y in sg], dtype=np.int64)
-        else:
-            g_opts = np.array([[2, 2, 2, 2]], dtype=np.int64)
+        d_opts = _options("dense", has_dense)
+        r_opts = _options("router", has_moe)[:, 0]
+        eg, sg = _options("experts", has_moe), _options("shared", has_moe and has_shared)
+        g_opts = np.array([[*x, *y] for x in eg for y in sg], dtype=np.int64)
         n_pairs, n_types = len(pairs), len(types)
         classes: list[tuple[np.ndarray, ...] | None] = []
         for pp in cm.space.pp_values:
@@ -189,7 +205,7 @@ class Structure:
         engine_ok: dict[str, np.ndarray] = {}
         sp = cm.space
         if sp.engine is not None:
-            three = np.arange(3)[:, None]
+            three = np.arange(NC)[:, None]
             engine_ok = {
                 "hub": sp.block_ok("attention", np.stack([HUB_Q, HUB_A, HUB_O], axis=1)),
                 "emb": sp.block_ok("embedding", three),
@@ -368,7 +384,7 @@ def _host_time(cm: CostModel, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarra
 def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     """Choice-independent quantities of coarse index rows, and their distinct table keys.
 
-    Uses ``CostModel._phase_rows`` (micro-batching, phase split) and ``CostModel._p2p``.
+    Uses ``CostModel.phase_rows`` (micro-batching, phase split) and ``CostModel.p2p_time_s``.
 
     Args:
         cm: the cost model.
@@ -384,15 +400,14 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     pp = np.asarray(sp.pp_values, dtype=np.int64)[a[:, 2]]
     dp = np.asarray(sp.dp_values, dtype=np.int64)[a[:, 3]]
     batch = np.asarray(sp.batch_values, dtype=np.int64)[a[:, 4]]
-    ph = cm._phase_rows(pp, dp, batch)
+    ph = cm.phase_rows(pp, dp, batch)
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
-    t_f = tp.astype(np.float64)
 
     def p2p_of(rows: np.ndarray) -> np.ndarray:
-        return cm._p2p(rows, tp, dp, pp)
+        return cm.p2p_time_s(rows, tp, dp, pp)
 
-    s_all = np.ceil(batch / dp)
+    s_all, s_seq = cm.resident_sequences(batch, dp, tp)
     key_cols = np.stack([a[:, 0], a[:, 1], a[:, 3], dec, pf, pf_seqs], axis=1)
     _, first, inv = np.unique(key_cols, axis=0, return_index=True, return_inverse=True)
     keys = Keys(tp_idx=a[first, 0], ep_idx=a[first, 1], dp_idx=a[first, 3], tp=tp[first],
@@ -403,7 +418,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 devices=(tp * dp * pp).astype(np.float64),
                 replica_frac=cm.replica_fraction(tp * dp * pp), m_mb=m_mb.astype(np.float64),
                 key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
-                s_all=s_all, s_seq=np.ceil(s_all / t_f), chunk_steps=chunk_steps,
+                s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
                 host=_host_time(cm, dec, pf_seqs), host2=_host_time(cm, dec, pf_seqs2),
                 share=ph["share"])
@@ -478,15 +493,15 @@ def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
     """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (``CostModel._lm_head``
     for every incoming layout and choice)."""
     k = len(keys.tp)
-    lm_rows = np.maximum(dec + pf_seqs, 1e-9)
-    out = np.empty((k, 4, 3))
-    lw = np.empty((k, 3))
-    for lay_code in range(4):
-        for ch in range(3):
+    lm_rows = cm.lm_head_rows(dec, pf_seqs)
+    out = np.empty((k, N_LAYOUTS, NC))
+    lw = np.empty((k, NC))
+    for lay_code in range(N_LAYOUTS):
+        for ch in range(NC):
             lm = cm._lm_head(np.full(k, lay_code, dtype=np.int64),
                              np.full(k, ch, dtype=np.int64), keys.tp, lm_rows)
             out[:, lay_code, ch] = lm["t_conv"] + lm["t_norm"] + lm["t_lm"] + lm["t_logits"]
-            lw[:, ch] = lm["w_local"] * cm._eb
+            lw[:, ch] = lm["w_bytes"]
     return out, lw
 
 
@@ -509,17 +524,18 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
         (0.0 if wl.phase is Phase.PREFILL else float(wl.decode_context))
     env = _env(cm, keys, pf)
     k = len(keys)
-    base = np.full(NUM_OPS, 2, dtype=np.int64)
+    base = np.full(NUM_OPS, REPLICATED, dtype=np.int64)
     # Hub rows with the reference (replicated) FFN. The attention block is
     # X(L, qkv, attention) + Y(attention, o_proj) (the attention core requires a layout fixed by
     # its own choice), so 36 rows (L, q, a; o = 2) and 9 rows (a, o; L = R, q = 2) give all
     # 4 x 27: A[L, q, a, o] = X[L, q, a] + Y[a, o] - Y[a, 2].
-    lqa = np.stack(np.meshgrid(np.arange(4), np.arange(3), np.arange(3), indexing="ij"),
-                   axis=-1).reshape(36, 3)
-    hub = np.tile(base, (45, 1))
-    hub[:36, Op.QKV_PROJ], hub[:36, Op.ATTENTION] = lqa[:, 1], lqa[:, 2]
-    hub[36:, Op.ATTENTION], hub[36:, Op.O_PROJ] = np.arange(9) // 3, np.arange(9) % 3
-    lin_hub = np.concatenate([lqa[:, 0], np.full(9, R)])
+    lqa = np.stack(np.meshgrid(np.arange(N_LAYOUTS), np.arange(NC), np.arange(NC),
+                               indexing="ij"), axis=-1).reshape(-1, 3)
+    n_x = len(lqa)
+    hub = np.tile(base, (n_x + N_AO, 1))
+    hub[:n_x, Op.QKV_PROJ], hub[:n_x, Op.ATTENTION] = lqa[:, 1], lqa[:, 2]
+    hub[n_x:, Op.ATTENTION], hub[n_x:, Op.O_PROJ] = AO[:, 0], AO[:, 1]
+    lin_hub = np.concatenate([lqa[:, 0], np.full(N_AO, R)])
     n_hub = len(hub)
     A: list[np.ndarray] = []
     FR: list[np.ndarray | None] = []
@@ -530,47 +546,49 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     for is_moe, window in st.types:
         if is_moe:
             nr, ng = len(st.r_opts), len(st.g_opts)
-            ffn = np.tile(base, (9 * (nr + ng), 1))
-            ao = np.concatenate([np.repeat(np.arange(9), nr), np.repeat(np.arange(9), ng)])
-            ffn[:9 * nr, Op.ROUTER] = np.tile(st.r_opts, 9)
+            ffn = np.tile(base, (N_AO * (nr + ng), 1))
+            ao = np.concatenate([np.repeat(np.arange(N_AO), nr),
+                                 np.repeat(np.arange(N_AO), ng)])
+            ffn[:N_AO * nr, Op.ROUTER] = np.tile(st.r_opts, N_AO)
             gcols = (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN)
             for j, col in enumerate(gcols):
-                ffn[9 * nr:, col] = np.tile(st.g_opts[:, j], 9)
+                ffn[N_AO * nr:, col] = np.tile(st.g_opts[:, j], N_AO)
         else:
             nd = len(st.d_opts)
-            ffn = np.tile(base, (9 * nd, 1))
-            ao = np.repeat(np.arange(9), nd)
-            ffn[:, Op.DENSE_UP] = np.tile(st.d_opts[:, 0], 9)
-            ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], 9)
-        ffn[:, Op.ATTENTION] = ao // 3
-        ffn[:, Op.O_PROJ] = ao % 3
+            ffn = np.tile(base, (N_AO * nd, 1))
+            ao = np.repeat(np.arange(N_AO), nd)
+            ffn[:, Op.DENSE_UP] = np.tile(st.d_opts[:, 0], N_AO)
+            ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], N_AO)
+        ffn[:, Op.ATTENTION] = AO[ao, 0]
+        ffn[:, Op.O_PROJ] = AO[ao, 1]
         dims = np.concatenate([hub, ffn])
         lin = np.concatenate([lin_hub, np.full(len(ffn), R)])
         tt, lo = _layer_rows(cm, env, dims, lin, is_moe, window, ctx)
         rows += k * len(dims)
-        x = tt[:, :36].reshape(k, 4, 3, 3)                   # [K, L, q, a]
-        y = tt[:, 36:45].reshape(k, 3, 3)                     # [K, a, o]
-        a_full = x[:, :, :, :, None] + (y - y[:, :, 2:3])[:, None, None, :, :]
-        A.append(a_full.reshape(k, 4, 27))
+        x = tt[:, :n_x].reshape(k, N_LAYOUTS, NC, NC)       # [K, L, q, a]
+        y = tt[:, n_x:n_x + N_AO].reshape(k, NC, NC)          # [K, a, o]
+        a_full = x[:, :, :, :, None] \
+            + (y - y[:, :, REPLICATED:REPLICATED + 1])[:, None, None, :, :]
+        A.append(a_full.reshape(k, N_LAYOUTS, N_HUB))
         f_t, f_o = tt[:, n_hub:], lo[:, n_hub:]
         if is_moe:
-            r_ref = int(np.flatnonzero(st.r_opts == 2)[0])
-            g_ref = int(np.flatnonzero((st.g_opts == 2).all(axis=1))[0])
-            tr = f_t[:, :9 * nr].reshape(k, 9, nr)
-            tg = f_t[:, 9 * nr:].reshape(k, 9, ng)
+            r_ref = int(np.flatnonzero(st.r_opts == REPLICATED)[0])
+            g_ref = int(np.flatnonzero((st.g_opts == REPLICATED).all(axis=1))[0])
+            tr = f_t[:, :N_AO * nr].reshape(k, N_AO, nr)
+            tg = f_t[:, N_AO * nr:].reshape(k, N_AO, ng)
             FR.append(tr - tr[:, :, r_ref:r_ref + 1])
             FG.append(tg - tg[:, :, g_ref:g_ref + 1])
             FD.append(None)
-            outs.append(f_o[:, 9 * nr:].reshape(k, 9, ng))
+            outs.append(f_o[:, N_AO * nr:].reshape(k, N_AO, ng))
         else:
-            d_ref = int(np.flatnonzero((st.d_opts == 2).all(axis=1))[0])
-            td = f_t.reshape(k, 9, nd)
+            d_ref = int(np.flatnonzero((st.d_opts == REPLICATED).all(axis=1))[0])
+            td = f_t.reshape(k, N_AO, nd)
             FD.append(td - td[:, :, d_ref:d_ref + 1])
             FR.append(None)
             FG.append(None)
-            outs.append(f_o.reshape(k, 9, nd))
+            outs.append(f_o.reshape(k, N_AO, nd))
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
-    emb_t = cm._stream_pass((keys.dec + pf) * cm.shapes.hidden)
+    emb_t = cm.embedding_time_s(keys.dec + pf)
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
 
 
@@ -619,9 +637,9 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     inv = inv.reshape(-1)
     u = len(first)
     # Row 0: all replicated; row 1 + 3*op + c: operator op takes choice c.
-    var = np.full((1 + 3 * NUM_OPS, NUM_OPS), 2, dtype=np.int64)
+    var = np.full((1 + NC * NUM_OPS, NUM_OPS), REPLICATED, dtype=np.int64)
     for op in range(NUM_OPS):
-        var[1 + 3 * op:4 + 3 * op, op] = np.arange(3)
+        var[1 + NC * op:1 + NC * (op + 1), op] = np.arange(NC)
     nv = len(var)
 
     def rep(x: np.ndarray) -> np.ndarray:
@@ -629,14 +647,14 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
 
     dims = np.tile(var, (u, 1))
     W0, dW, KV = [], [], []
-    tokens = cm._kv_tokens()
-    a0 = 1 + 3 * int(Op.ATTENTION)
+    tokens = cm.kv_tokens_per_sequence()
+    a0 = 1 + NC * int(Op.ATTENTION)
     for is_moe, window in st.types:
         w = cm._layer_weights(dims, rep(tp), rep(ep), rep(etp), is_moe).reshape(u, nv)[inv]
         W0.append(w[:, 0])
-        dW.append((w[:, 1:] - w[:, :1]).reshape(k, NUM_OPS, 3))
+        dW.append((w[:, 1:] - w[:, :1]).reshape(k, NUM_OPS, NC))
         kv = cm._kv_per_seq(dims, rep(tp), window, tokens).reshape(u, nv)[inv]
-        KV.append(kv[:, a0:a0 + 3])
+        KV.append(kv[:, a0:a0 + NC])
     # Structural validity per choice: rule bits of the variant minus those of all-replicated
     # (every choice-dependent rule is a disjunction over operators, and replicated breaks none).
     act = np.zeros((u * nv, NUM_COARSE + NUM_OPS), dtype=np.int64)
@@ -644,18 +662,10 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     act[:, NUM_COARSE:] = dims
     # The engine's layout rule is joint per block: Structure.engine_ok applies it instead.
     bits = (cm.space.rule_bits_many(act) & ~ENGINE_LAYOUT_BIT).reshape(u, nv)[inv]
-    allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, 3)
-    eb = float(getattr(cm, "_eb", cm._wb))
-    vpad = cm._padded_vocab(tp)
-    t_f = tp.astype(np.float64)
-    hid = cm.shapes.hidden
-    ew = np.stack([vpad * hid / t_f, vpad * hid / t_f, vpad * hid], axis=1) * eb
+    allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, NC)
+    ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1)
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
-    lm_rows = np.maximum(keys.dec + keys.pf_seqs, 1e-9)
-    # Serve: the engine sizes its workspace for the scheduler's token budget (``_step``).
-    ws_rows = np.full(k, float(cm.config.max_num_batched_tokens)) \
-        if cm.workload.phase is Phase.SERVE else keys.dec + keys.pf
-    ws = cm._workspace(ws_rows, lm_rows, tp, etp, vpad)
+    ws = cm.workspace_bytes(keys.dec, keys.pf, keys.pf_seqs, tp, etp)
     return MemTables(W0=W0, dW=dW, KV=KV, EW=ew, LW=lw, ws=np.broadcast_to(ws, (k,)).copy(),
                      allowed=allowed)
 
@@ -713,22 +723,22 @@ def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
     k = len(mt.ws)
     f = lay.size
     nd, nr, ng = len(st.d_opts), len(st.r_opts), len(st.g_opts)
-    hub = np.zeros((k, 27, f))
-    emb = np.zeros((k, 27, 3, f))
-    dense = np.zeros((k, 27, nd, f))
-    router = np.zeros((k, 27, nr, f))
-    group = np.zeros((k, 27, ng, f))
-    lm = np.zeros((k, 4, 3, f))
-    ao = np.arange(27) % 9
-    hi = np.arange(27)
+    hub = np.zeros((k, N_HUB, f))
+    emb = np.zeros((k, N_HUB, NC, f))
+    dense = np.zeros((k, N_HUB, nd, f))
+    router = np.zeros((k, N_HUB, nr, f))
+    group = np.zeros((k, N_HUB, ng, f))
+    lm = np.zeros((k, N_LAYOUTS, NC, f))
+    ao = np.arange(N_HUB) % N_AO
+    hi = np.arange(N_HUB)
     for t, (is_moe, _) in enumerate(st.types):
         wcol = lay.w.start + t
         dw = mt.dW[t]
         hub[:, :, wcol] = (mt.W0[t][:, None] + dw[:, Op.QKV_PROJ][:, HUB_Q]
                            + dw[:, Op.ATTENTION][:, HUB_A] + dw[:, Op.O_PROJ][:, HUB_O])
         kv = mt.KV[t][:, HUB_A]
-        hub[:, :, lay.kv.start + t] = np.where(HUB_A == 0, 0.0, kv)
-        hub[:, :, lay.kv_seq.start + t] = np.where(HUB_A == 0, kv, 0.0)
+        hub[:, :, lay.kv.start + t] = np.where(HUB_A == DIM0, 0.0, kv)      # DIM0: sequences
+        hub[:, :, lay.kv_seq.start + t] = np.where(HUB_A == DIM0, kv, 0.0)
         if is_moe:
             router[:, :, :, wcol] = dw[:, Op.ROUTER][:, st.r_opts][:, None, :]
             g_sum = sum(dw[:, op][:, st.g_opts[:, j]] for j, op in enumerate(
@@ -796,7 +806,9 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
                emb_t2: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Objective, latencies, peak memory and feasibility of feature vectors at one pp.
 
-    Restates ``CostModel._run``'s pipeline, memory and SLO formulas on stage classes.
+    Maps ``z`` to per-stage-class totals and runs them through the cost model's own
+    aggregation (:mod:`learn_to_shard.cost.aggregate`: pipeline, memory, limits, objective),
+    the functions ``CostModel._run`` calls.
 
     Args:
         cm: the cost model.
@@ -820,30 +832,23 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
     def stage_times(tx: np.ndarray, lm_t: np.ndarray, e_t: np.ndarray, host: np.ndarray,
                     p2p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = tx @ cnt.T + first * e_t[..., None] + last * lm_t[..., None] + host[..., None]
-        return t @ mult + (co.pp - 1) * p2p, t.max(axis=-1)
+        return aggregate.pipeline_sums(t, p2p, co.pp, mult)
 
     sum_t, max_t = stage_times(z[..., lay.tx], z[..., lay.lm], emb_t, co.host, co.p2p)
-    nan = np.full(np.broadcast_shapes(sum_t.shape, np.shape(co.batch)), np.nan)
-    if wl.phase is Phase.PREFILL:
-        makespan = sum_t + (co.m_mb - 1) * max_t
-        ttft, tpot = makespan, nan
-        raw = co.batch * float(wl.isl) / makespan * co.replica_frac
-    else:
-        tpot = np.maximum(sum_t, co.m_mb * max_t)
-        raw = co.batch * co.share / tpot * co.replica_frac
-        ttft = nan
-        if lay.step2:
-            assert emb_t2 is not None
-            s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
-            ttft = co.chunk_steps * s2
+    s2 = None
+    if lay.step2:
+        assert emb_t2 is not None
+        s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
+    lat = aggregate.latency(wl, sum_t, max_t, co.m_mb, co.batch, co.share, co.replica_frac,
+                            s2, co.chunk_steps)
     peak = peak_z(st, lay, pp_idx, co, z, ws, kv_free(cm))
-    feas = peak <= cm._usable
-    if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
-        feas = feas & (tpot <= wl.tpot_slo_s)
-    if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
-        feas = feas & (ttft <= wl.ttft_slo_s)
-    return {"objective": np.where(feas, raw, 0.0), "raw": raw, "tpot": tpot, "ttft": ttft,
-            "peak": peak, "feasible": feas}
+    feas = np.ones(np.shape(peak), dtype=bool)
+    for broken in aggregate.limits_broken(wl, cm.usable_bytes, peak, lat.tpot_s,
+                                          lat.ttft_s).values():
+        feas = feas & ~broken
+    raw = lat.tokens_per_s_per_device
+    return {"objective": aggregate.objective(feas, raw), "raw": raw, "tpot": lat.tpot_s,
+            "ttft": lat.ttft_s, "peak": peak, "feasible": feas}
 
 
 def kv_free(cm: CostModel) -> float:
@@ -875,7 +880,7 @@ def peak_z(st: Structure, lay: ZLayout, pp_idx: int, co: Coarse, z: np.ndarray,
         + last * (z[..., lay.lw] * co.lw_factor)[..., None]
     kv = (z[..., lay.kv] @ ntyp.T) * co.s_all[..., None] \
         + (z[..., lay.kv_seq] @ ntyp.T) * co.s_seq[..., None]
-    return (w + kv / kv_free + ws[..., None]).max(axis=-1)
+    return aggregate.stage_memory_bytes(w, kv, ws[..., None], kv_free).max(axis=-1)
 
 
 # ---------------------------------------------------------------------------------- checking
@@ -894,13 +899,13 @@ def part_indices(st: Structure, dims: np.ndarray) -> dict[str, np.ndarray]:
     """
     d = np.asarray(dims, dtype=np.int64)
     n = len(d)
-    hub = d[:, Op.QKV_PROJ] * 9 + d[:, Op.ATTENTION] * 3 + d[:, Op.O_PROJ]
-    dense = d[:, Op.DENSE_UP] * 3 + d[:, Op.DENSE_DOWN] if st.has_dense else np.zeros(n, int)
+    hub = (d[:, Op.QKV_PROJ] * NC + d[:, Op.ATTENTION]) * NC + d[:, Op.O_PROJ]
+    dense = d[:, Op.DENSE_UP] * NC + d[:, Op.DENSE_DOWN] if st.has_dense else np.zeros(n, int)
     router = d[:, Op.ROUTER] if st.has_moe else np.zeros(n, int)
     if st.has_moe:
-        group = d[:, Op.EXPERT_UP] * 3 + d[:, Op.EXPERT_DOWN]
+        group = d[:, Op.EXPERT_UP] * NC + d[:, Op.EXPERT_DOWN]
         if st.has_shared:
-            group = group * 9 + d[:, Op.SHARED_EXPERT_UP] * 3 + d[:, Op.SHARED_EXPERT_DOWN]
+            group = (group * NC + d[:, Op.SHARED_EXPERT_UP]) * NC + d[:, Op.SHARED_EXPERT_DOWN]
     else:
         group = np.zeros(n, int)
     return {"hub": hub, "emb": d[:, Op.EMBEDDING], "dense": dense, "router": router,
@@ -920,7 +925,7 @@ def assemble_z(pa: Parts, k: np.ndarray, ix: dict[str, np.ndarray]) -> np.ndarra
     """
     h = ix["hub"]
     phi = ix["dense"] if pa.last_dense else ix["group"]
-    ell = pa.last_out[k, h % 9, phi]
+    ell = pa.last_out[k, h % N_AO, phi]
     return (pa.hub[k, h] + pa.emb[k, h, ix["emb"]] + pa.dense[k, h, ix["dense"]]
             + pa.router[k, h, ix["router"]] + pa.group[k, h, ix["group"]]
             + pa.lm[k, ell, ix["lm"]])
@@ -961,7 +966,7 @@ def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None
     if step2 is None:
         step2 = cm.workload.phase is Phase.SERVE
     neutral = a.copy()
-    neutral[:, NUM_COARSE:] = 2
+    neutral[:, NUM_COARSE:] = REPLICATED
     coarse_ok = (cm.space.rule_bits_many(neutral) & ~ENGINE_LAYOUT_BIT) == 0
     out = {"valid": np.zeros(n, bool), "objective": np.zeros(n), "raw": np.full(n, np.nan),
            "tpot": np.full(n, np.nan), "ttft": np.full(n, np.nan),
@@ -1021,7 +1026,7 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
     nvec = sp.nvec
     cand = rng.integers(0, nvec, size=(8 * n, len(nvec)))
     neutral = cand.copy()
-    neutral[:, NUM_COARSE:] = 2
+    neutral[:, NUM_COARSE:] = REPLICATED
     cand = cand[(sp.rule_bits_many(neutral) & ~ENGINE_LAYOUT_BIT) == 0][:n]
     if not len(cand):
         return 0
@@ -1033,7 +1038,7 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
         both_nan = np.isnan(x) & np.isnan(y)
         return both_nan | (np.abs(x - y) <= rel * np.maximum(np.abs(y), 1e-300))
 
-    usable = cm._usable
+    usable = cm.usable_bytes
     near = np.abs(ref.peak_memory_bytes - usable) <= rel * usable
     checks = {
         "structure": pred["valid"] == valid_ref,

@@ -69,28 +69,34 @@ import numpy as np
 from ..errors import ConfigError, UnsupportedModelError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
-from ..parallel.ops import CHOICE_NAMES, NUM_OPS, OP_NAMES, Op
-from ..parallel.placement import LAYOUTS, S0, S1, P, R
+from ..parallel.mesh import Mesh
+from ..parallel.ops import (
+    CHOICE_NAMES,
+    DIM0,
+    LAYOUT_IN,
+    LAYOUT_OUT,
+    NUM_OPS,
+    OP_NAMES,
+    REPLICATED,
+    Op,
+)
+from ..parallel.placement import LAYOUTS, RESOLVE, S0, S1, P, R
 from ..parallel.space import ACTION_LEN, NUM_COARSE, RULE_BIT, RULES, StrategySpace
 from ..parallel.strategy import Strategy
 from ..workload import DType, Phase, Workload
+from . import aggregate
 from .comm import (
     GATHER_OR_SCATTER,
     TRANSITION_KIND,
     all_to_all_v_time_s,
     collective_time_s,
     transition_label,
-    worst_local_ranks_many,
 )
 from .config import CostModelConfig
 from .shapes import OpShapes
 
 # Cost-side violation bits (after the structural RULES bits).
-_COST_RULES = (
-    ("memory", "does not fit in device memory"),
-    ("tpot_slo", "TPOT above the SLO"),
-    ("ttft_slo", "TTFT above the SLO"),
-)
+_COST_RULES = aggregate.LIMITS
 _COST_BIT = {name: 1 << (len(RULES) + i) for i, (name, _) in enumerate(_COST_RULES)}
 INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
 #: Cap on reported token capacities (models without full-attention layers hold unbounded
@@ -114,24 +120,22 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if s < rem else 0) for s in range(pp)]
 
 
-def _req_linear(choice: np.ndarray, layout: np.ndarray) -> np.ndarray:
-    """Layout a weight-bearing op needs, given its choice and the arriving layout.
-
-    column (1) -> R; row (0) -> S(1); replicated (2) -> the arriving layout if R or S(0),
-    S(0) from P (reduce-scatter beats all-reduce and splits the work), R from S(1).
-    """
-    keep = np.where(layout == P, S0, np.where(layout == S1, R, layout))
-    return np.where(choice == 1, R, np.where(choice == 0, S1, keep))
+def _layout_in(op: Op, choice: np.ndarray, arriving: np.ndarray) -> np.ndarray:
+    """Layout operator ``op`` needs under ``choice`` when ``arriving`` arrives, ``[n]``
+    (``ChoiceDef.layout_in`` of :data:`learn_to_shard.parallel.ops.OPS`)."""
+    return LAYOUT_IN[op][choice, arriving]
 
 
-def _out_linear(choice: np.ndarray, req: np.ndarray) -> np.ndarray:
-    """Layout a weight-bearing op yields: column -> S(1), row -> P, replicated -> its input."""
-    return np.where(choice == 1, S1, np.where(choice == 0, P, req))
+def _layout_out(op: Op, choice: np.ndarray, ran_on: np.ndarray) -> np.ndarray:
+    """Layout operator ``op`` yields under ``choice`` having run on ``ran_on``, ``[n]``
+    (``ChoiceDef.layout_out``)."""
+    return LAYOUT_OUT[op][choice, ran_on]
 
 
 def _resolve(layout: np.ndarray) -> np.ndarray:
-    """Layout after forcing complete values per token: P -> S(0), S(1) -> R, else unchanged."""
-    return np.where(layout == P, S0, np.where(layout == S1, R, layout))
+    """Layout after forcing complete values per token: P -> S(0), S(1) -> R, else unchanged
+    (:func:`learn_to_shard.parallel.placement.resolve_layout`)."""
+    return RESOLVE[layout]
 
 
 @dataclass
@@ -357,6 +361,8 @@ class CostModel:
         self._hbm = dev.hbm_bytes_per_s * c.hbm_efficiency
         self._usable = max(dev.hbm_bytes * c.memory_utilization - c.runtime_reserved_bytes, 0.0)
         self._domain = cluster.devices_per_node
+        #: Rank placement: group extents, node straddling, stage hops (one place).
+        self.mesh = Mesh(cluster.num_devices, cluster.devices_per_node)
         # Layer types: unique (is_moe, window) in order of appearance.
         types: list[tuple[bool, int | None]] = []
         seq: list[int] = []
@@ -365,8 +371,10 @@ class CostModel:
             if key not in types:
                 types.append(key)
             seq.append(types.index(key))
-        self._types = types
-        self._layer_type = np.asarray(seq, dtype=np.int64)
+        #: The distinct layer types ``(is_moe, window)``, in order of first appearance.
+        self.layer_types = types
+        #: ``[num_layers]`` int64: each layer's index into :attr:`layer_types`.
+        self.layer_type_of = np.asarray(seq, dtype=np.int64)
         # Window sizes used by chunked (not sliding) attention; a layer type is identified by
         # (is_moe, window), so one size cannot be both.
         self._chunked = frozenset(layer.window for layer in model.layers if layer.chunked)
@@ -383,18 +391,24 @@ class CostModel:
         max_pp = max(pps)
         self._max_pp = max_pp
         bounds = np.full((len(pps), max_pp + 1), n_layers, dtype=np.int64)
-        counts = np.zeros((len(pps), max_pp, len(self._types)), dtype=np.float64)
+        counts = np.zeros((len(pps), max_pp, len(self.layer_types)), dtype=np.float64)
         for i, pp in enumerate(pps):
             stages = self.stage_layers(pp)
             start = 0
             for s, n_s in enumerate(stages):
                 bounds[i, s] = start
                 for li in range(start, start + n_s):
-                    counts[i, s, self._layer_type[li]] += 1
+                    counts[i, s, self.layer_type_of[li]] += 1
                 start += n_s
             bounds[i, len(stages):] = n_layers
         self._bounds = bounds
         self._type_counts = counts
+
+    @property
+    def usable_bytes(self) -> float:
+        """Device memory a strategy may use, bytes: ``memory_utilization × HBM −
+        runtime_reserved_bytes`` (``CostModelConfig``; at least 0)."""
+        return self._usable
 
     def stage_layers(self, pp: int) -> list[int]:
         """Layers per stage for ``pp`` stages (:func:`stage_layer_counts`)."""
@@ -406,14 +420,11 @@ class CostModel:
         group stays inside one domain, else scale-out (the slowest group sets the step).
 
         Groups are laid out back to back from rank 0 (TP innermost); whether one of them
-        straddles a node is :func:`~learn_to_shard.cost.comm.worst_local_ranks` (the all-to-all
-        asks the same): with 8-GPU nodes, TP6's second group holds ranks 6–11 and crosses a
-        node. A group larger than a one-domain cluster stays on the scale-up link.
+        straddles a node is :meth:`learn_to_shard.parallel.mesh.Mesh.in_node` (the all-to-all
+        asks the mesh the same): with 8-GPU nodes, TP6's second group holds ranks 6–11 and
+        crosses a node. A group larger than a one-domain cluster stays on the scale-up link.
         """
-        d = self._domain
-        intra = (extent <= d) & (worst_local_ranks_many(extent, d, self.cluster.num_devices)
-                                 >= extent)
-        return self._link_of(intra)
+        return self._link_of(self.mesh.in_node(extent))
 
     def _link_of(self, intra: np.ndarray) -> _Link:
         """The scale-up link where ``intra`` is true, else the scale-out one (bandwidth times
@@ -644,29 +655,20 @@ class CostModel:
         wl = self.workload
         c = self.config
 
-        ph = self._phase_rows(pp, dp, batch)
+        ph = self.phase_rows(pp, dp, batch)
         m_mb = ph["m"]
         dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
-        isl = float(wl.isl)
         step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
         stage_t, p2p = step["stage_t"], step["p2p"]
-        sum_t = (stage_t.sum(axis=1) + (pp - 1) * p2p)
-        max_t = stage_t.max(axis=1)
-        if wl.phase is Phase.PREFILL:
-            makespan = sum_t + (m_mb - 1) * max_t
-            ttft = makespan
-            tpot = np.full(n, np.nan)
-            instance_tps = batch * isl / makespan
-        else:
-            tpot = np.maximum(sum_t, m_mb * max_t)
-            instance_tps = batch * ph["share"] / tpot
-            if wl.phase is Phase.SERVE:
-                st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
-                t2 = st2["stage_t"].sum(axis=1) + (pp - 1) * st2["p2p"]
-                ttft = ph["chunk_steps"] * t2
-            else:
-                ttft = np.full(n, np.nan)
-        tps_dev = instance_tps * self.replica_fraction(tp * dp * pp)
+        sum_t, max_t = aggregate.pipeline_sums(stage_t, p2p, pp)
+        t2 = None
+        if wl.phase is Phase.SERVE:
+            st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
+            t2 = aggregate.pipeline_sums(st2["stage_t"], st2["p2p"], pp)[0]
+        lat = aggregate.latency(wl, sum_t, max_t, m_mb, batch, ph["share"],
+                                self.replica_fraction(tp * dp * pp), t2, ph["chunk_steps"])
+        tpot, ttft = lat.tpot_s, lat.ttft_s
+        instance_tps, tps_dev = lat.instance_tokens_per_s, lat.tokens_per_s_per_device
 
         # Memory.
         w_layer, kv_layer_per_seq = step["w_type"], step["kv_type_per_seq"]
@@ -680,12 +682,10 @@ class CostModel:
         stage_w = stage_w + first * step["emb_w"][:, None] + last * step["lm_w"][:, None]
         ws = step["ws"]
         in_use = stage_ids < pp[:, None]
-        # The KV pool may only take a fraction f of what weights and workspace leave
-        # (TRT-LLM's kv_cache_free_gpu_mem_fraction); f = 1 is vLLM's accounting.
         f = c.kv_cache_free_fraction
-        stage_mem = np.where(in_use, stage_w + stage_kv / f + ws[:, None], 0.0)
+        stage_mem = np.where(in_use, aggregate.stage_memory_bytes(stage_w, stage_kv,
+                                                                  ws[:, None], f), 0.0)
         peak = stage_mem.max(axis=1)
-        fits = peak <= self._usable
         # Largest batch that fits: KV and workspace scale with batch, weights do not.
         ws_fixed = wl.phase is Phase.SERVE           # budget-sized, does not grow with batch
         var = np.where(in_use, stage_kv / f + (0.0 if ws_fixed else ws[:, None]), 0.0)
@@ -710,14 +710,12 @@ class CostModel:
         if self.model.max_position_embeddings:
             max_context = np.minimum(max_context, float(self.model.max_position_embeddings))
 
-        bits = bits | np.where(~fits, _COST_BIT["memory"], 0)
-        if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
-            bits = bits | np.where(tpot > wl.tpot_slo_s, _COST_BIT["tpot_slo"], 0)
-        if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
-            bits = bits | np.where(ttft > wl.ttft_slo_s, _COST_BIT["ttft_slo"], 0)
+        for name, broken in aggregate.limits_broken(wl, self._usable, peak, tpot,
+                                                     ttft).items():
+            bits = bits | np.where(broken, _COST_BIT[name], 0)
         feasible = bits == 0
         batch_est = BatchEstimate(
-            feasible=feasible, objective=np.where(feasible, tps_dev, 0.0),
+            feasible=feasible, objective=aggregate.objective(feasible, tps_dev),
             tokens_per_s_per_device=tps_dev, tpot_s=tpot, ttft_s=ttft,
             peak_memory_bytes=peak, max_batch=max_batch, violation_bits=bits,
             kv_capacity_tokens=kv_capacity.astype(np.int64),
@@ -745,7 +743,7 @@ class CostModel:
         n_dev = float(self.cluster.num_devices)
         return np.floor(n_dev / np.maximum(devices, 1).astype(np.float64)) / n_dev
 
-    def _phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
+    def phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
         """Micro-batching and the phase split, per row (module docstring, "Pipeline" and
         "Phases").
 
@@ -810,8 +808,8 @@ class CostModel:
     def _layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
                    pf: np.ndarray) -> dict:
         """The per-row environment :meth:`_layer` reads: degrees, token counts and links."""
-        g = tp * dp
-        etp = np.maximum(g // np.maximum(ep, 1), 1)
+        axes = Mesh.axes(tp, ep, np.ones_like(tp), dp)
+        g, etp = axes.stage, axes.etp
         return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g,
                     rows=dec + pf, dec=dec, pf=pf, link_tp=self._link(tp),
                     link_g=self._link(g), link_etp=self._link(etp))
@@ -823,13 +821,14 @@ class CostModel:
 
         Returns:
             ``t_conv, t_norm, t_lm, t_logits`` (seconds), ``req`` / ``out`` layouts, ``w_local``
-            (parameters per device).
+            (parameters per device) and ``w_bytes`` (their bytes, 16-bit for quantised
+            checkpoints).
         """
         sh, c, ab = self.shapes, self.config, self._ab
         t_f = tp.astype(np.float64)
         link = self._link(tp)
         vpad = self._padded_vocab(tp)
-        req = _req_linear(c_lm, lay)
+        req = _layout_in(Op.LM_HEAD, c_lm, lay)
         t_conv = self._conv(lay, req, lm_rows * sh.hidden * ab, tp, link)
         t_norm = self._norm_stats(req, lm_rows, tp, link)
         rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
@@ -837,34 +836,25 @@ class CostModel:
         t_lm = self._roofline(2 * rows_lm * w_local,
                               w_local * self._eb + rows_lm * (sh.hidden + vpad) * ab,
                               self._lm_flops)
-        out = _out_linear(c_lm, req)
+        out = _layout_out(Op.LM_HEAD, c_lm, req)
         t_logits = self._conv(out, np.full(len(lay), R), lm_rows * vpad * c.logits_bytes, tp,
                               link)
         return {"t_conv": t_conv, "t_norm": t_norm, "t_lm": t_lm, "t_logits": t_logits,
-                "req": req, "out": out, "w_local": w_local}
+                "req": req, "out": out, "w_local": w_local, "w_bytes": w_local * self._eb}
 
-    def _p2p(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
+    def p2p_time_s(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
              pp: np.ndarray) -> np.ndarray:
         """Stage-to-stage send of one micro-batch's activations (each TP rank sends its
         ``1/tp`` slice), seconds, averaged over the ``pp − 1`` hops; 0 without pipelining.
 
         Stage ``s`` holds ranks ``[s·S, (s+1)·S)`` with ``S = tp·dp``; a hop runs on the
         scale-out link when stage ``s`` and ``s+1`` together span a node boundary, else on
-        the scale-up link (TP4 PP4 on 8-GPU nodes: hops 0→1 and 2→3 stay on NVLink, 1→2
-        crosses). The instance is taken to start on a node boundary.
+        the scale-up link (:meth:`learn_to_shard.parallel.mesh.Mesh.hop_crossings`; TP4 PP4
+        on 8-GPU nodes: hops 0→1 and 2→3 stay on NVLink, 1→2 crosses).
         """
-        d = self._domain
         size = (tp * dp).astype(np.int64)
-        # Crossings depend on (stage size, pp) only: count them once per distinct pair.
-        pairs, inv = np.unique(np.stack([size, np.asarray(pp, dtype=np.int64)], axis=1),
-                               axis=0, return_inverse=True)
-        u_size, u_pp = pairs[:, 0], pairs[:, 1]
-        s = np.arange(max(int(u_pp.max(initial=1)) - 1, 1))[None, :]        # hop index
-        first = s * u_size[:, None]
-        last = (s + 2) * u_size[:, None] - 1
-        crosses = (first // d != last // d) & (self.cluster.num_devices > d)
         hops = np.maximum(pp - 1, 1).astype(np.float64)
-        n_cross = np.where(s < (u_pp - 1)[:, None], crosses, False).sum(axis=1)[inv.reshape(-1)]
+        n_cross = self.mesh.hop_crossings(size, pp)
         inside = self._link_of(np.ones(len(size), dtype=bool))
         outside = self._link_of(np.zeros(len(size), dtype=bool))
         vol = rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
@@ -885,12 +875,10 @@ class CostModel:
         """
         n = len(a)
         tp, ep, pp, dp = deg["tp"], deg["ep"], deg["pp"], deg["dp"]
-        _wl, sh, m, c = self.workload, self.shapes, self.model, self.config
-        t_f = tp.astype(np.float64)
+        m, c = self.model, self.config
         env = self._layer_env(tp, ep, dp, dec, pf)
         rows, g, etp = env["rows"], env["g"], env["etp"]          # rows: tokens per DP rank
         link_tp, link_g, link_etp = env["link_tp"], env["link_g"], env["link_etp"]
-        vpad = self._padded_vocab(tp)
         recs: list[tuple[str, str, int, float, int]] = []     # detail records
         op_time: dict[str, float] = {}
 
@@ -901,21 +889,21 @@ class CostModel:
         env4 = {k: _Link(rep(v.bw), rep(v.alpha)) if isinstance(v, _Link) else rep(v)
                 for k, v in env.items()}
         type_t, type_out = [], []
-        for is_moe, window in self._types:
+        for is_moe, window in self.layer_types:
             t_layer, l_out, _ = self._layer(env4, D4, L0, is_moe, window, ctx, None)
             type_t.append(t_layer.reshape(4, n))
             type_out.append(l_out.reshape(4, n))
 
         # Embedding (stage 0) and its output layout.
         c_emb = dims[:, Op.EMBEDDING]
-        l_emb = np.where(c_emb == 0, P, np.where(c_emb == 1, S1, R))
-        emb_t = self._stream_pass(rows * sh.hidden)          # the lookup writes H per token
+        l_emb = _layout_out(Op.EMBEDDING, c_emb, np.full(n, R))
+        emb_t = self.embedding_time_s(rows)
         # Walk the layer sequence (layouts chain from layer to layer).
         idx = np.arange(n)
         layer_t = np.empty((n, self.model.num_layers))
         lay = l_emb
         walk: dict[tuple[int, int], int] = {}     # (layer type, incoming layout) -> layers
-        for li, ti in enumerate(self._layer_type):
+        for li, ti in enumerate(self.layer_type_of):
             if detail:
                 key = (int(ti), int(lay[0]))
                 walk[key] = walk.get(key, 0) + 1
@@ -923,10 +911,10 @@ class CostModel:
             lay = type_out[ti][lay, idx]
         # LM head on the last stage.
         c_lm = dims[:, Op.LM_HEAD]
-        lm_rows = np.maximum(dec + pf_seqs, 1e-9)
+        lm_rows = self.lm_head_rows(dec, pf_seqs)
         lm = self._lm_head(lay, c_lm, tp, lm_rows)
         t_conv, t_norm, t_lm, t_logits = lm["t_conv"], lm["t_norm"], lm["t_lm"], lm["t_logits"]
-        req, out_lm, lm_w_local = lm["req"], lm["out"], lm["w_local"]
+        req, out_lm = lm["req"], lm["out"]
         lm_total = t_conv + t_norm + t_lm + t_logits
 
         # Stage sums.
@@ -941,29 +929,25 @@ class CostModel:
         host = self._host_time(dec, pf_seqs)
         if host is not None:
             stage_t = np.where(stage_ids < pp[:, None], stage_t + host[:, None], 0.0)
-        p2p = self._p2p(rows, tp, dp, pp)
+        p2p = self.p2p_time_s(rows, tp, dp, pp)
 
         # Memory terms per layer type (weights, KV per sequence per rank).
         w_type = np.stack([self._layer_weights(dims, tp, ep, etp, is_moe)
-                           for is_moe, _ in self._types], axis=1)
-        kv_type = np.stack([self._kv_per_seq(dims, tp, window, self._kv_tokens())
-                            for _, window in self._types], axis=1)
-        capped = [w is not None and c.window_kv_capped for _, w in self._types]
+                           for is_moe, _ in self.layer_types], axis=1)
+        kv_type = np.stack([self._kv_per_seq(dims, tp, window, self.kv_tokens_per_sequence())
+                            for _, window in self.layer_types], axis=1)
+        capped = [w is not None and c.window_kv_capped for _, w in self.layer_types]
         kv_tok_type = np.stack([np.zeros(n) if cap else self._kv_per_seq(dims, tp, None, 1.0)
                                 for cap in capped], axis=1)
         kv_fixed_type = np.where(np.asarray(capped)[None, :], kv_type, 0.0)
         c_att = dims[:, Op.ATTENTION]
-        seqs_total = np.ceil(deg["batch"] / dp)
-        kv_seqs_rank = np.where(c_att == 0, np.ceil(seqs_total / t_f), seqs_total)
-        emb_w = np.where(c_emb == 2, vpad * sh.hidden, vpad * sh.hidden / t_f) * self._eb
-        lm_w = lm_w_local * self._eb
+        s_all, s_seq = self.resident_sequences(deg["batch"], dp, tp)
+        kv_seqs_rank = np.where(c_att == DIM0, s_seq, s_all)
+        emb_w = self.embedding_weight_bytes(c_emb, tp)
+        lm_w = lm["w_bytes"]
         if m.tie_word_embeddings:
             lm_w = np.where(pp > 1, lm_w, 0.0)   # shared with the embedding on one stage
-        # Serve: the engine sizes its activation workspace for the scheduler's token budget
-        # (vLLM profiles the peak at max_num_batched_tokens, FC-20), whatever the batch.
-        ws_rows = np.full(n, float(c.max_num_batched_tokens)) \
-            if self.workload.phase is Phase.SERVE else rows
-        ws = self._workspace(ws_rows, lm_rows, tp, etp, vpad)
+        ws = self.workspace_bytes(dec, pf, pf_seqs, tp, etp)
         out = {"stage_t": stage_t, "p2p": p2p, "w_type": w_type, "kv_type_per_seq": kv_type,
                "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws,
                "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type}
@@ -975,6 +959,46 @@ class CostModel:
             out["op_time"] = op_time
         return out
 
+    # ------------------------------------------------------------------ boundary terms
+    # Read by _step and by the exact solver's tables (cost/decompose.py) alike.
+    def embedding_time_s(self, rows: np.ndarray) -> np.ndarray:
+        """The embedding lookup of ``rows`` tokens per rank: a memory-bound pass writing
+        ``hidden`` activations per token (:meth:`_stream_pass`), seconds, ``[n]``."""
+        return self._stream_pass(rows * self.shapes.hidden)
+
+    def embedding_weight_bytes(self, choice: np.ndarray, tp: np.ndarray) -> np.ndarray:
+        """Embedding table bytes per device, ``[n]``: the padded vocabulary × hidden, split by
+        ``tp`` unless replicated, 16-bit for quantised checkpoints."""
+        vpad, h = self._padded_vocab(tp), self.shapes.hidden
+        return np.where(choice == REPLICATED, vpad * h,
+                        vpad * h / tp.astype(np.float64)) * self._eb
+
+    @staticmethod
+    def lm_head_rows(dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray:
+        """Rows the LM head computes per DP rank in a step: one per decoding sequence and per
+        prompt completing its prefill (at least 1e-9, so empty steps stay finite), ``[n]``."""
+        return np.maximum(dec + pf_seqs, 1e-9)
+
+    @staticmethod
+    def resident_sequences(batch: np.ndarray, dp: np.ndarray, tp: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """Sequences whose KV one rank holds, ``[n]`` each: ``ceil(batch / dp)``, and with
+        attention split over sequences (``Shard(0)``) its ``ceil(· / tp)`` share."""
+        s_all = np.ceil(batch / dp)
+        return s_all, np.ceil(s_all / tp.astype(np.float64))
+
+    def workspace_bytes(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
+                        tp: np.ndarray, etp: np.ndarray) -> np.ndarray:
+        """Activation workspace per device for a step of ``dec`` decode sequences, ``pf``
+        prompt tokens and ``pf_seqs`` completing prompts per DP rank (:meth:`_workspace`),
+        bytes, ``[n]``. Serve: sized for the scheduler's token budget whatever the batch
+        (vLLM profiles the peak at ``max_num_batched_tokens``, FC-20)."""
+        rows = dec + pf
+        ws_rows = np.full(np.shape(rows), float(self.config.max_num_batched_tokens)) \
+            if self.workload.phase is Phase.SERVE else rows
+        return self._workspace(ws_rows, self.lm_head_rows(dec, pf_seqs), tp, etp,
+                               self._padded_vocab(tp))
+
     def _padded_vocab(self, tp: np.ndarray) -> np.ndarray:
         """Vocabulary as the engine pads it, ``[n]``: to a multiple of ``vocab_padding``
         (vLLM/SGLang; a split then needs it divisible by ``tp``, the ``vocab`` rule), or of
@@ -983,7 +1007,7 @@ class CostModel:
         q = c.vocab_padding * (np.ones_like(tp) if c.vocab_split_divisible else tp)
         return (np.ceil(self.shapes.vocab / q) * q).astype(np.float64)
 
-    def _kv_tokens(self) -> float:
+    def kv_tokens_per_sequence(self) -> float:
         """Tokens of KV held per sequence: decode ``isl``; prefill ``isl``; serve ``isl + osl``
         when the scheduler reserves a request's whole KV on admission
         (``config.kv_reserve_full_request``, TRT-LLM's GUARANTEED_NO_EVICT), else the mean
@@ -1034,7 +1058,8 @@ class CostModel:
                    peak=None, where=None, act=False):
             """conv + compute of one weight-bearing op on the tp (or etp) axis; ``act`` adds
             the FFN activation pass over its output."""
-            req = _req_linear(choice, src)
+            op = Op[name.upper()]
+            req = _layout_in(op, choice, src)
             r_all = rows if rws is None else rws
             tt = conv(where or f"-> {name}", src, req, r_all * k_dim * ab, n_grp, lk)
             r_loc = np.where(req == S0, np.ceil(r_all / n_grp), r_all)
@@ -1048,7 +1073,7 @@ class CostModel:
             if act:
                 comp = comp + self._act_pass(r_loc * n_loc)
             ops[name] = comp
-            return tt + comp, req, _out_linear(choice, req)
+            return tt + comp, req, _layout_out(op, choice, req)
 
         total = np.zeros_like(rows)
         # ---- attention block
@@ -1064,7 +1089,7 @@ class CostModel:
             qkv_params = np.where(c_qkv == 1, sh.qkv_replicated_params * t
                                   + (sh.qkv_params - sh.qkv_replicated_params),
                                   float(sh.qkv_params))
-        req_q = _req_linear(c_qkv, lin)
+        req_q = _layout_in(Op.QKV_PROJ, c_qkv, lin)
         t_nq = self._norm_stats(req_q, rows, env["tp"], link)
         _record_norm(rec, "input norm (hidden split)", env["tp"], t_nq)
         total += t_nq
@@ -1072,7 +1097,7 @@ class CostModel:
                               where="layer input -> qkv_proj")
         total += tq
         # attention core
-        req_a = np.where(c_att == 1, S1, np.where(c_att == 0, S0, R))
+        req_a = _layout_in(Op.ATTENTION, c_att, lin)    # fixed by its own choice
         total += conv("qkv_proj -> attention", out_q, req_a, rows * qkv_n * ab, t, link)
         heads_loc = np.where(c_att == 1, att.num_heads / t, float(att.num_heads))
         kv_heads = np.where(c_att == 1, kv_loc, float(att.num_kv_heads))
@@ -1104,7 +1129,7 @@ class CostModel:
         # ---- FFN block
         if not is_moe:
             c_up, c_dn = dims[:, Op.DENSE_UP], dims[:, Op.DENSE_DOWN]
-            req_u = _req_linear(c_up, out_o)
+            req_u = _layout_in(Op.DENSE_UP, c_up, out_o)
             tu, _, out_u = linear("dense_up", c_up, out_o, H, sh.dense_up_params / H,
                                   sh.dense_up_params, t, link, where="o_proj -> dense_up",
                                   act=True)
@@ -1153,7 +1178,8 @@ class CostModel:
         link_e = env["link_etp"]
 
         def expert(name, choice, src, k_dim, n_dim, params, where, act=False, reduce=False):
-            req = _req_linear(choice, src)
+            op = Op[name.upper()]
+            req = _layout_in(op, choice, src)
             tt = conv(where, src, req, assign * k_dim * ab, etp, link_e)
             r_loc = np.where(req == S0, np.ceil(assign / etp_f), assign)
             w_loc = np.where(choice == 2, params, params / etp_f)
@@ -1170,7 +1196,7 @@ class CostModel:
             if reduce:      # the top-k weighted sum: read every output row, write one per token
                 comp = comp + self._stream_pass(r_out * n_loc * (1.0 + 1.0 / moe.top_k))
             ops[name] = comp
-            return tt + comp, _out_linear(choice, req)
+            return tt + comp, _layout_out(op, choice, req)
 
         tu, out_eu = expert("expert_up", c_eu, lin_e, H, sh.expert_up_params / H,
                             sh.expert_up_params, "dispatch -> expert_up", act=True)
@@ -1324,7 +1350,7 @@ class CostModel:
         env1 = self._layer_env(tp, ep, dp, dec, pf)
         agg: dict[tuple[str, str, int], list] = {}
         for (ti, lay_in), count in walk.items():
-            is_moe, window = self._types[ti]
+            is_moe, window = self.layer_types[ti]
             rec: list = []
             _, _, ops = self._layer(env1, dims, np.array([lay_in]), is_moe, window, ctx, rec)
             for where, kind, grp, tt in rec:

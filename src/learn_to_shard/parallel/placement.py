@@ -10,7 +10,9 @@ one into another; pricing is :mod:`learn_to_shard.cost.comm`'s job.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, IntEnum
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +45,34 @@ class Partial:
 
 Placement = Shard | Replicate | Partial
 
-# Integer codes used by the vectorised cost model (index into LAYOUTS).
-R, S0, S1, P = 0, 1, 2, 3
+class Layout(IntEnum):
+    """Activation layout codes used by the vectorised cost model (index into
+    :data:`LAYOUTS`); a code space of its own, apart from the per-operator
+    :class:`~learn_to_shard.parallel.ops.Choice` codes."""
+
+    R = 0
+    S0 = 1
+    S1 = 2
+    P = 3
+
+
+# The codes as plain ints (for array code).
+R, S0, S1, P = int(Layout.R), int(Layout.S0), int(Layout.S1), int(Layout.P)
 LAYOUTS: tuple[Placement, ...] = (Replicate(), Shard(0), Shard(1), Partial())
+
+
+def resolve_layout(layout: int) -> Layout:
+    """The layout an operator that runs on the arriving token split (a replicated weight)
+    works on: complete values per token, so ``P`` → ``S(0)`` (a reduce-scatter: cheaper than
+    an all-reduce, and it splits the work) and ``S(1)`` → ``R`` (an all-gather); ``R`` and
+    ``S(0)`` are kept."""
+    lay = Layout(layout)
+    return {Layout.P: Layout.S0, Layout.S1: Layout.R}.get(lay, lay)
+
+
+#: ``[len(Layout)]`` int64: :func:`resolve_layout` as a table for array code.
+RESOLVE = np.array([resolve_layout(x) for x in Layout], dtype=np.int64)
+RESOLVE.setflags(write=False)
 
 
 class Collective(str, Enum):

@@ -10,14 +10,16 @@ boxes get TP=2 × PP=3), capped by the model (heads, experts, layers).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..engines import BLOCKS, EngineProfile
 from ..hardware.spec import ClusterSpec
-from ..model.spec import AttentionKind, ModelSpec
-from .ops import NUM_OPS, OP_NAMES, REPLICATED, Op
+from ..model.spec import ModelSpec
+from .mesh import Mesh
+from .ops import NUM_CHOICES, NUM_OPS, OP_NAMES, OPS, REPLICATED, OpDef, present_ops
 from .strategy import Strategy
 
 NUM_COARSE = 5
@@ -187,7 +189,7 @@ class StrategySpace:
         """Number of choices per action component, shape ``[ACTION_LEN]`` (MultiDiscrete)."""
         coarse = [len(self.tp_values), len(self.ep_values), len(self.pp_values),
                   len(self.dp_values), len(self.batch_values)]
-        return np.array(coarse + [3] * NUM_OPS, dtype=np.int64)
+        return np.array(coarse + [NUM_CHOICES] * NUM_OPS, dtype=np.int64)
 
     @property
     def size(self) -> int:
@@ -253,70 +255,34 @@ class StrategySpace:
         tp, ep, pp, dp, batch = d["tp"], d["ep"], d["pp"], d["dp"], d["batch"]
         dims = a[:, NUM_COARSE:]
         m = self.model
-        att = m.attention
-        g = tp * dp
-        etp = np.maximum(g // np.maximum(ep, 1), 1)
+        axes = Mesh.axes(tp, ep, pp, dp)
+        g, etp = axes.stage, axes.etp
         bits = np.zeros(len(a), dtype=np.int64)
 
         def flag(name: str, broken: np.ndarray) -> None:
             nonlocal bits
             bits = bits | np.where(broken, RULE_BIT[name], 0)
 
-        def div(x: int, t: np.ndarray) -> np.ndarray:
-            return (x % t) == 0
-
-        op = lambda o: dims[:, int(o)]  # noqa: E731
-        has_dense, has_moe, has_shared = m.has_dense_ffn, m.is_moe, m.has_shared_experts
-        split = tp > 1
-
         flag("devices", tp * dp * pp > self.cluster.num_devices)
-        head_split = (op(Op.QKV_PROJ) == 1) | (op(Op.ATTENTION) == 1) | (op(Op.O_PROJ) == 0)
-        flag("heads", split & head_split & ~div(att.num_heads, tp))
-        if att.kind is AttentionKind.GQA:
-            kv_ok = div(att.num_kv_heads, tp) | ((tp % att.num_kv_heads) == 0)
-            flag("kv_heads", split & ((op(Op.QKV_PROJ) == 1) | (op(Op.ATTENTION) == 1)) & ~kv_ok)
-        h = m.hidden_size
-        hidden_split = ((op(Op.EMBEDDING) == 1) | (op(Op.QKV_PROJ) == 0) | (op(Op.O_PROJ) == 1)
-                        | (op(Op.LM_HEAD) == 0))
-        if has_dense:
-            hidden_split |= (op(Op.DENSE_UP) == 0) | (op(Op.DENSE_DOWN) == 1)
-        if has_moe:
-            hidden_split |= op(Op.ROUTER) == 0
-        if has_shared:
-            hidden_split |= (op(Op.SHARED_EXPERT_UP) == 0) | (op(Op.SHARED_EXPERT_DOWN) == 1)
-        bad_hidden = split & hidden_split & ~div(h, tp)
-        ffn_bad = np.zeros(len(a), dtype=bool)
-        if has_dense:
-            ffn_split = (op(Op.DENSE_UP) == 1) | (op(Op.DENSE_DOWN) == 0)
-            ffn_bad |= split & ffn_split & ~div(m.dense_intermediate_size, tp)
-        if has_moe and m.moe is not None:
-            moe = m.moe
-            esplit = etp > 1
-            e_ffn = (op(Op.EXPERT_UP) == 1) | (op(Op.EXPERT_DOWN) == 0)
-            e_hid = (op(Op.EXPERT_UP) == 0) | (op(Op.EXPERT_DOWN) == 1)
-            ffn_bad |= esplit & e_ffn & ~div(moe.expert_intermediate_size, etp)
-            bad_hidden |= esplit & e_hid & ~div(h, etp)
-            if has_shared:
-                s_ffn = (op(Op.SHARED_EXPERT_UP) == 1) | (op(Op.SHARED_EXPERT_DOWN) == 0)
-                width = moe.num_shared_experts * moe.shared_intermediate_size
-                ffn_bad |= split & s_ffn & ~div(width, tp)
-            flag("experts", ~div(moe.num_experts, ep))
+        # Per-operator divisibility rules (ops.OPS: ChoiceDef.needs): for each (rule, size,
+        # axis) the choices that need it, then one divisibility test over the group.
+        for (rule, size, axis, multiple_ok), mask in self._needs(dims).items():
+            grp = axes.extent(axis)
+            ok = (size % grp) == 0
+            if multiple_ok:
+                ok |= (grp % size) == 0
+            flag(rule, (grp > 1) & mask & ~ok)
+        moe = m.moe
+        if m.is_moe and moe is not None:
+            flag("experts", (moe.num_experts % ep) != 0)
             flag("ep_group", (g % ep) != 0)
-            flag("router", split & (op(Op.ROUTER) == 1) & ~div(moe.num_experts, tp))
         else:
             flag("experts", ep != 1)
-        flag("hidden", bad_hidden)
-        flag("ffn", ffn_bad)
         flag("layers", pp > m.num_layers)
         flag("batch", (batch % dp) != 0)
         if self.max_concurrency is not None:
             replicas = np.maximum(self.cluster.num_devices // np.maximum(tp * dp * pp, 1), 1)
             flag("concurrency", batch > -(-self.max_concurrency // replicas))
-        if self.vocab_multiple:
-            q = self.vocab_multiple
-            padded = -(-m.vocab_size // q) * q
-            vocab_split = (op(Op.EMBEDDING) == 0) | (op(Op.LM_HEAD) == 1)
-            flag("vocab", split & vocab_split & ~div(padded, tp))
         if m.weight_block_size is not None:
             flag("quant_block", self._quant_block_bad(dims, tp, etp))
         quant = m.quant
@@ -348,9 +314,7 @@ class StrategySpace:
     def block_present(self, block: str) -> bool:
         """Whether the model has the operators of ``block`` (a key of ``engines.BLOCKS``);
         absent ones are ignored by the layout rule, as by :func:`active_heads`."""
-        m = self.model
-        return {"dense": m.has_dense_ffn, "router": m.is_moe, "experts": m.is_moe,
-                "shared": m.has_shared_experts}.get(block, True)
+        return any(od.present(self.model) for od in OPS if od.block == block)
 
     def block_ok(self, block: str, choices: np.ndarray) -> np.ndarray:
         """Whether the engine implements each row of choices of one operator block.
@@ -370,45 +334,58 @@ class StrategySpace:
             ok |= (c == np.asarray(tup, dtype=np.int64)).all(axis=1)
         return ok
 
+    @functools.cached_property
+    def _need_table(self) -> tuple[tuple[tuple[str, int, str, bool],
+                                         tuple[tuple[int, int], ...]], ...]:
+        """Per divisibility rule ``(rule, size, axis, multiple_ok)``, the ``(operator, choice)``
+        pairs whose :class:`~learn_to_shard.parallel.ops.Need` names it, over the model's
+        operators (sizes from the model and this space's vocabulary multiple; rules that do not
+        apply to the model are left out). Fixed for the space, so built once."""
+        out: dict[tuple[str, int, str, bool], list[tuple[int, int]]] = {}
+        for od in present_ops(self.model):
+            for ch in od.choices:
+                for need in ch.needs:
+                    size = need.size(self.model, self.vocab_multiple)
+                    if size is not None:
+                        key = (need.rule, size, od.axis, need.multiple_ok)
+                        out.setdefault(key, []).append((int(od.op), int(ch.choice)))
+        return tuple((key, tuple(pairs)) for key, pairs in out.items())
+
+    def _needs(self, dims: np.ndarray) -> dict[tuple[str, int, str, bool], np.ndarray]:
+        """Which rows need each divisibility rule of :attr:`_need_table`, ``[n]`` bool each."""
+        out: dict[tuple[str, int, str, bool], np.ndarray] = {}
+        for key, pairs in self._need_table:
+            mask = dims[:, pairs[0][0]] == pairs[0][1]
+            for op, choice in pairs[1:]:
+                mask |= dims[:, op] == choice
+            out[key] = mask
+        return out
+
     def _split_dims(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray, *,
                     experts_only: bool = False
                     ) -> list[tuple[np.ndarray, int, np.ndarray, bool]]:
-        """Every (is-split mask, full size, group, is-K) of the sharded weight dims.
+        """Every (is-split mask, full size, group, is-K) of the sharded weight dims of the
+        checkpoint's quantised operators (``OpDef.quantised``; ``experts_only``: the routed
+        experts alone), from each choice's :class:`~learn_to_shard.parallel.ops.WeightShard`.
 
-        ``is-K`` marks a split of a weight's input dim (row parallel: ``dense_down`` /
-        ``expert_down`` / ``o_proj`` Shard(0) and up / qkv Shard(0) over the hidden dim);
-        the others split output columns (column parallel, Shard(1) of up / qkv, Shard(1) of
-        down / o over the hidden dim). GQA ``qkv_proj`` column splits are checked per
-        projection (q: heads·d, k/v: KV heads·d, replicated when tp > kv heads).
+        ``is-K`` marks a split of a weight's input dim (row parallel); the others split output
+        columns. GQA ``qkv_proj`` column splits are checked per projection (q: heads·d, k/v:
+        KV heads·d, replicated when the KV heads do not divide the group).
         """
         m = self.model
-        h = m.hidden_size
-        d = lambda o: dims[:, int(o)]  # noqa: E731
+        group = {"tp": tp, "etp": etp}
         out: list[tuple[np.ndarray, int, np.ndarray, bool]] = []
-
-        def pair(up: Op, down: Op, width: int, g: np.ndarray) -> None:
-            out.append((d(up) == 1, width, g, False))
-            out.append((d(down) == 0, width, g, True))
-            out.append((d(up) == 0, h, g, True))
-            out.append((d(down) == 1, h, g, False))
-
-        if not experts_only:
-            att = m.attention
-            if att.kind is AttentionKind.GQA:
-                out.append((d(Op.QKV_PROJ) == 1, att.num_heads * att.head_dim, tp, False))
-                kv = att.num_kv_heads
-                kv_split = (d(Op.QKV_PROJ) == 1) & ((kv % np.maximum(tp, 1)) == 0)
-                out.append((kv_split, kv * att.head_dim, tp, False))
-                out.append((d(Op.QKV_PROJ) == 0, h, tp, True))
-                out.append((d(Op.O_PROJ) == 0, att.num_heads * att.v_head_dim, tp, True))
-                out.append((d(Op.O_PROJ) == 1, h, tp, False))
-            if m.has_dense_ffn:
-                pair(Op.DENSE_UP, Op.DENSE_DOWN, m.dense_intermediate_size, tp)
-            if m.has_shared_experts and m.moe is not None:
-                pair(Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN,
-                     m.moe.num_shared_experts * m.moe.shared_intermediate_size, tp)
-        if m.is_moe and m.moe is not None:
-            pair(Op.EXPERT_UP, Op.EXPERT_DOWN, m.moe.expert_intermediate_size, etp)
+        for od in present_ops(m):
+            if not od.quantised or (experts_only and od.block != "experts"):
+                continue
+            grp = group[od.axis]
+            col = dims[:, int(od.op)]
+            for ch in od.choices:
+                for sh in ch.shards(m):
+                    mask = col == int(ch.choice)
+                    if sh.only_if_divides is not None:
+                        mask = mask & ((sh.only_if_divides(m) % np.maximum(grp, 1)) == 0)
+                    out.append((mask, sh.size(m), grp, sh.is_k))
         return out
 
     def _quant_group_bad(self, dims: np.ndarray, tp: np.ndarray, etp: np.ndarray
@@ -467,22 +444,17 @@ def active_heads(space: StrategySpace) -> np.ndarray:
     """Heads that can change an estimate, ``[ACTION_LEN]`` bool.
 
     A head is inactive if it has one choice, or if it is the per-operator dimension of an
-    operator the model does not have: ``dense_up``/``dense_down`` when every layer is MoE,
-    ``router``/``expert_*`` for a dense model, ``shared_expert_*`` without shared experts
-    (the validity rules and the cost model skip exactly these; a test checks it).
+    operator the model does not have (``OpDef.present``): ``dense_up``/``dense_down`` when
+    every layer is MoE, ``router``/``expert_*`` for a dense model, ``shared_expert_*`` without
+    shared experts (the validity rules and the cost model skip exactly these; a test checks
+    it).
     """
     nvec = space.nvec
     active = nvec > 1
-    m = space.model
-    off: list[Op] = []
-    if not m.has_dense_ffn:
-        off += [Op.DENSE_UP, Op.DENSE_DOWN]
-    if not m.is_moe:
-        off += [Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN]
-    if not m.has_shared_experts:
-        off += [Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN]
-    for op in off:
-        active[NUM_COARSE + int(op)] = False
+    od: OpDef
+    for od in OPS:
+        if not od.present(space.model):
+            active[NUM_COARSE + int(od.op)] = False
     return active
 
 

@@ -43,6 +43,11 @@ import numpy as np
 
 from ..cost.decompose import (
     CHAIN_BREAKS,
+    HUB,
+    HUB_A,
+    N_AO,
+    N_HUB,
+    N_LAYOUTS,
     Coarse,
     DecompositionError,
     Parts,
@@ -60,7 +65,7 @@ from ..cost.decompose import (
     verify,
 )
 from ..cost.model import CostModel
-from ..parallel.ops import MEGATRON_DIMS, NUM_OPS, Op
+from ..parallel.ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, REPLICATED, Op
 from ..parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE, StrategySpace
 from ..parallel.strategy import Strategy
 from . import register
@@ -133,7 +138,7 @@ class Certificate:
     table_rows: int = 0
     candidates: int = 0
     pairs_evaluated: int = 0
-    choices_per_combo: int = 3 ** NUM_OPS
+    choices_per_combo: int = NUM_CHOICES ** NUM_OPS
     verified: int = 0
     optimum_rel_err: float = 0.0
     any_batch: bool = False
@@ -240,40 +245,41 @@ def _expand(state: dict[str, np.ndarray], mask: np.ndarray, name: str) -> dict[s
 def _candidates(st: Structure, pa: Parts, key_offset: int) -> _Cands:
     """Products of the per-group Pareto sets, per setting and hub (step 3 of the algorithm)."""
     k = pa.hub.shape[0]
-    h9 = np.arange(27) % 9
+    h_ao = np.arange(N_HUB) % N_AO
 
     def bcast(ok: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(ok[:, None, :], (k, 27, ok.shape[1])).reshape(k * 27, -1)
+        return np.broadcast_to(ok[:, None, :], (k, N_HUB, ok.shape[1])).reshape(k * N_HUB, -1)
 
     def prune(part: np.ndarray, ok: np.ndarray, cls: np.ndarray | None = None) -> np.ndarray:
         n = part.shape[2]
         # Features equal across a group's options cannot decide dominance: compare the rest.
         cols = np.flatnonzero((part.max(axis=2) != part.min(axis=2)).any(axis=(0, 1)))
-        return pareto_mask(part[..., cols].reshape(k * 27, n, len(cols)), bcast(ok),
-                           None if cls is None else cls.reshape(k * 27, n)).reshape(k, 27, n)
+        return pareto_mask(part[..., cols].reshape(k * N_HUB, n, len(cols)), bcast(ok),
+                           None if cls is None else cls.reshape(k * N_HUB, n)
+                           ).reshape(k, N_HUB, n)
 
-    last_cls = pa.last_out[:, h9, :]                        # [K, 27, nφ]
+    last_cls = pa.last_out[:, h_ao, :]                      # [K, N_HUB, nφ]
     m_emb = prune(pa.emb, pa.emb_ok)
     m_dense = prune(pa.dense, pa.dense_ok, last_cls if pa.last_dense else None)
     m_router = prune(pa.router, pa.router_ok)
     m_group = prune(pa.group, pa.group_ok, None if pa.last_dense else last_cls)
-    m_lm = pareto_mask(pa.lm.reshape(k * 4, 3, -1),
-                       np.repeat(pa.lm_ok, 4, axis=0)).reshape(k, 4, 3)
+    m_lm = pareto_mask(pa.lm.reshape(k * N_LAYOUTS, NUM_CHOICES, -1),
+                       np.repeat(pa.lm_ok, N_LAYOUTS, axis=0)).reshape(k, N_LAYOUTS, NUM_CHOICES)
     kk, hh = np.nonzero(pa.hub_ok)
     state = {"k": kk, "hub": hh}
     for name, mask in (("emb", m_emb), ("dense", m_dense), ("router", m_router),
                        ("group", m_group)):
         state = _expand(state, mask, name)
     phi = state["dense"] if pa.last_dense else state["group"]
-    ell = pa.last_out[state["k"], state["hub"] % 9, phi]
+    ell = pa.last_out[state["k"], state["hub"] % N_AO, phi]
     i, o = np.nonzero(m_lm[state["k"], ell])
     state = {kk_: v[i] for kk_, v in state.items()}
     state["lm"] = o
     z = assemble_z(pa, state["k"], state)
-    dims = np.full((len(z), NUM_OPS), 2, dtype=np.int64)
+    dims = np.full((len(z), NUM_OPS), REPLICATED, dtype=np.int64)
     h = state["hub"]
     dims[:, Op.EMBEDDING] = state["emb"]
-    dims[:, Op.QKV_PROJ], dims[:, Op.ATTENTION], dims[:, Op.O_PROJ] = h // 9, (h // 3) % 3, h % 3
+    dims[:, [Op.QKV_PROJ, Op.ATTENTION, Op.O_PROJ]] = HUB[h]
     dims[:, Op.DENSE_UP] = st.d_opts[state["dense"], 0]
     dims[:, Op.DENSE_DOWN] = st.d_opts[state["dense"], 1]
     dims[:, Op.ROUTER] = st.r_opts[state["router"]]
@@ -291,7 +297,7 @@ def _memory_floor(st: Structure, lay: ZLayout, mt, k: int) -> tuple[np.ndarray, 
     weights of every operator and that choice's KV) and ``[K, 3]`` whether the attention
     choice is allowed at all. Features stay finite (an infinite one times a zero stage count
     would be NaN): disallowed choices are masked by the caller."""
-    z = np.zeros((k, 3, lay.size))
+    z = np.zeros((k, NUM_CHOICES, lay.size))
     ok = mt.allowed
     big = np.where(ok, 0.0, np.inf)
     for t, (is_moe, _) in enumerate(st.types):
@@ -300,7 +306,7 @@ def _memory_floor(st: Structure, lay: ZLayout, mt, k: int) -> tuple[np.ndarray, 
             [Op.DENSE_UP, Op.DENSE_DOWN]
         if is_moe and st.has_shared:
             ops += [Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN]
-        # Replicated (2) is always allowed, so every minimum is finite.
+        # Replicated is always allowed, so every minimum is finite.
         w = mt.W0[t] + sum((mt.dW[t][:, op] + big[:, op]).min(axis=1) for op in ops)
         z[:, :, lay.w.start + t] = w[:, None]
         z[:, 0, lay.kv_seq.start + t] = mt.KV[t][:, 0]
@@ -313,7 +319,7 @@ def _memory_floor(st: Structure, lay: ZLayout, mt, k: int) -> tuple[np.ndarray, 
 def _feature_floor(pa: Parts) -> np.ndarray:
     """``[K, 3, F]``: per attention choice, a component-wise lower bound on the features of
     every allowed candidate (hub plus each group's smallest allowed contribution)."""
-    def floor(part: np.ndarray, ok: np.ndarray) -> np.ndarray:      # [K, 27, n, F] -> [K, 27, F]
+    def floor(part: np.ndarray, ok: np.ndarray) -> np.ndarray:      # [K, H, n, F] -> [K, H, F]
         return np.where(ok[:, None, :, None], part, np.inf).min(axis=2)
 
     z = (np.where(pa.hub_ok[:, :, None], pa.hub, np.inf) + floor(pa.emb, pa.emb_ok)
@@ -321,8 +327,7 @@ def _feature_floor(pa: Parts) -> np.ndarray:
          + floor(pa.group, pa.group_ok))
     lm = np.where(pa.lm_ok[:, None, :, None], pa.lm, np.inf).min(axis=(1, 2))   # [K, F]
     z = z + lm[:, None, :]
-    att = (np.arange(27) // 3) % 3
-    return np.stack([z[:, att == a].min(axis=1) for a in range(3)], axis=1)
+    return np.stack([z[:, HUB_A == a].min(axis=1) for a in range(NUM_CHOICES)], axis=1)
 
 
 def _by_pp(co: Coarse):
@@ -391,7 +396,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     else:
         coarse = np.unique(np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE), axis=0)
     cert.degree_combos = len(coarse)
-    full = np.full((len(coarse), ACTION_LEN), 2, dtype=np.int64)
+    full = np.full((len(coarse), ACTION_LEN), REPLICATED, dtype=np.int64)
     full[:, :NUM_COARSE] = coarse
     valid = (sp.rule_bits_many(full) & ~ENGINE_LAYOUT_BIT) == 0     # layouts: step 3
     cert.pruned_structure = int((~valid).sum())
@@ -418,7 +423,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         mem_lb[rows] = np.where(att_ok[kk], pk, np.inf).min(axis=1)
     if np.isnan(mem_lb).any():
         raise DecompositionError("memory lower bound is NaN; refusing to prune on it")
-    fits = mem_lb <= cm._usable * (1 + _SLACK)
+    fits = mem_lb <= cm.usable_bytes * (1 + _SLACK)
     if cell_hi is not None:
         cell_hi = np.minimum(cell_hi, _memory_cap(cm, st, lay, co, zmem, att_ok,
                                                   mt_all.ws))
@@ -439,13 +444,13 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     cert.settings = len(keys)
     # 3a. Tables per setting (in chunks) and, from per-group minima, a lower bound on every
     #     candidate's features per attention choice; candidates themselves are built lazily.
-    n_opt = max(len(st.g_opts), len(st.d_opts), 3)
-    per_key = 27 * n_opt * (lay.size + 1) + 108 * st.n_types
+    n_opt = max(len(st.g_opts), len(st.d_opts), NUM_CHOICES)
+    per_key = N_HUB * n_opt * (lay.size + 1) + N_LAYOUTS * N_HUB * st.n_types
     kstep = max(1, KEY_CHUNK_CELLS // per_key)
     emb_t = np.empty(len(keys))
     emb_t2 = np.empty(len(keys)) if step2 else None
     ws = np.empty(len(keys))
-    zlb = np.full((len(keys), 3, lay.size), np.inf)
+    zlb = np.full((len(keys), NUM_CHOICES, lay.size), np.inf)
 
     def parts_of(idx: np.ndarray) -> Parts:
         ks = keys.take(idx)
@@ -699,7 +704,7 @@ def _memory_cap(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, zmem: np
     choice, so the cap is closed-form."""
     out = np.zeros(len(co), dtype=np.int64)
     kvf = kv_free(cm)
-    usable = cm._usable * (1 + _SLACK)
+    usable = cm.usable_bytes * (1 + _SLACK)
     sp = cm.space
     for p, rows in _by_pp(co):
         cls = st.classes[p]
@@ -777,7 +782,7 @@ def _closest_actions(st: Structure, co: Coarse, mt, rows: np.ndarray) -> list[np
     out = []
     for row in rows:
         k = int(co.key[row])
-        dims = np.full(NUM_OPS, 2, dtype=np.int64)
+        dims = np.full(NUM_OPS, REPLICATED, dtype=np.int64)
         for op in range(NUM_OPS):
             cost = sum(mt.dW[t][k, op] for t in range(st.n_types))
             if op == Op.ATTENTION:
