@@ -1,7 +1,8 @@
 """Mutation probe over the cost-term definitions: is every one-line change caught by a test?
 
-Each mutant is one exact-string replacement in ``cost/model.py``, ``cost/comm.py``,
-``cost/aggregate.py``, ``parallel/ops.py``, ``parallel/placement.py`` or ``parallel/mesh.py``
+Each mutant is one exact-string replacement in ``cost/terms.py``, ``cost/model.py``,
+``cost/comm.py``, ``cost/aggregate.py``, ``parallel/ops.py``, ``parallel/placement.py`` or
+``parallel/mesh.py``
 (a factor doubled, a term dropped, a ``+``/``-`` swapped, a layout or rank rule changed).
 For each, the source tree is copied to a scratch folder, the mutant applied there (the
 working tree is never touched), and a fast test subset run against the copy; a mutant is
@@ -50,6 +51,7 @@ class Mutant:
 
 
 M, C, A = "cost/model.py", "cost/comm.py", "cost/aggregate.py"
+T = "cost/terms.py"
 OD, PL, ME = "parallel/ops.py", "parallel/placement.py", "parallel/mesh.py"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("all-reduce bus bytes x1/2", C, "[2.0 * frac * full_bytes, frac * full_bytes,",
@@ -64,37 +66,37 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("hierarchical a2a: NIC share over NVLink", C,
            "send * (n_f - local) / peers / bw_bytes_per_s)",
            "send * (n_f - local) / peers / scale_up_bw_bytes_per_s)"),
-    Mutant("norm all-reduce bytes x2", M, "return collective_time_s(kind, n, rows * 4.0,",
+    Mutant("norm all-reduce bytes x2", T, "return collective_time_s(kind, n, rows * 4.0,",
            "return collective_time_s(kind, n, rows * 8.0,"),
-    Mutant("GEMM FLOPs x2 (attention-side linear)", M,
+    Mutant("GEMM FLOPs x2 (attention-side linear)", T,
            "            fl = 2 * r_loc * w_loc\n            by = w_loc * wb + r_loc * (k_loc + "
            "n_loc) * ab\n            comp = self._roofline(fl, by, (peak",
            "            fl = 4 * r_loc * w_loc\n            by = w_loc * wb + r_loc * (k_loc + "
            "n_loc) * ab\n            comp = self._roofline(fl, by, (peak"),
-    Mutant("GEMM activation bytes x2", M,
+    Mutant("GEMM activation bytes x2", T,
            "            by = w_loc * wb + r_loc * (k_loc + n_loc) * ab\n            comp = "
            "self._roofline(fl, by, (peak",
            "            by = w_loc * wb + 2 * r_loc * (k_loc + n_loc) * ab\n            comp = "
            "self._roofline(fl, by, (peak"),
-    Mutant("replicated weights split", M,
+    Mutant("replicated weights split", T,
            "w_loc = np.where(choice == 2, params, params / n_grp)\n            k_loc",
            "w_loc = np.where(choice == 2, params / n_grp, params / n_grp)\n            k_loc"),
-    Mutant("GQA attention FLOPs x1.5", M,
+    Mutant("GQA attention FLOPs x1.5", T,
            "fl = 2 * heads_loc * (att.head_dim + att.v_head_dim) * (dec_loc",
            "fl = 3 * heads_loc * (att.head_dim + att.v_head_dim) * (dec_loc"),
-    Mutant("MLA absorbed decode FLOPs +50%", M,
+    Mutant("MLA absorbed decode FLOPs +50%", T,
            "(dec_loc * span_dec * (2 * kv_lora + att.qk_rope_head_dim)",
            "(dec_loc * span_dec * (3 * kv_lora + 1.5 * att.qk_rope_head_dim)"),
-    Mutant("MLA latent cache read twice", M,
+    Mutant("MLA latent cache read twice", T,
            "by = (dec_loc * span_dec + pf_loc) * lat * self._kvb",
            "by = (2 * dec_loc * span_dec + pf_loc) * lat * self._kvb"),
-    Mutant("activation pass bytes: gated output x2", M,
+    Mutant("activation pass bytes: gated output x2", T,
            "out = 0.5 if self.model.gated_mlp else 1.0", "out = 1.0"),
-    Mutant("kernel overhead x2", M, "        return np.maximum(flops / peak, bytes_ / (hbm or "
+    Mutant("kernel overhead x2", T, "        return np.maximum(flops / peak, bytes_ / (hbm or "
            "self._hbm)) \\\n            + self.config.kernel_overhead_s",
            "        return np.maximum(flops / peak, bytes_ / (hbm or self._hbm)) \\\n"
            "            + 2 * self.config.kernel_overhead_s"),
-    Mutant("busiest EP rank: no sqrt term", M,
+    Mutant("busiest EP rank: no sqrt term", T,
            "np.maximum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.minimum(pairs, 1.0))",
            "np.maximum(mean, np.minimum(pairs, 1.0))"),
     Mutant("serve step-budget share 1 -> 1.2", M,
@@ -103,10 +105,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("serve prompt tokens per step x1/2", M,
            "pf_seqs, pf, ctx = dec / osl, dec * isl / osl, wl.decode_context",
            "pf_seqs, pf, ctx = dec / osl, dec * isl / osl / 2, wl.decode_context"),
-    Mutant("host time per sequence counts prefills twice", M,
+    Mutant("host time per sequence counts prefills twice", T,
            "c.host_seq_overhead_s * (dec + pf_seqs)",
            "c.host_seq_overhead_s * (dec + 2 * pf_seqs)"),
-    Mutant("host time per prompt x2", M, "+ c.host_prefill_overhead_s * pf_seqs)",
+    Mutant("host time per prompt x2", T, "+ c.host_prefill_overhead_s * pf_seqs)",
            "+ 2 * c.host_prefill_overhead_s * pf_seqs)"),
     Mutant("pipeline: p2p hops pp instead of pp-1", A,
            "return total + (pp - 1) * p2p, stage_t.max(axis=-1)",

@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 from learn_to_shard.api import make_cost_model, make_workload, search_plan
 from learn_to_shard.cost import CostModel, CostModelConfig
-from learn_to_shard.cost.decompose import DecompositionError, Structure, predict_many, verify
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.hardware.spec import ClusterSpec, DeviceSpec
 from learn_to_shard.model.spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec, MoESpec
@@ -40,6 +39,7 @@ from learn_to_shard.search.exact import (
     solve_any_batch,
     try_exact,
 )
+from learn_to_shard.search.exact_tables import DecompositionError, Structure, predict_many, verify
 from learn_to_shard.search.megatron import MegatronSearcher
 from learn_to_shard.workload import Phase, Workload
 
@@ -413,7 +413,7 @@ def test_decomposition_matches_cost_model_on_shipped_models(name, cluster, kw):
 
 def test_verify_catches_a_wrong_term(monkeypatch):
     """A decomposition that drifts from the cost model raises instead of answering."""
-    import learn_to_shard.cost.decompose as dec
+    import learn_to_shard.search.exact_tables as dec
 
     cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", make_workload("decode", context=4096))
     orig = dec.mem_tables

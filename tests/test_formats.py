@@ -191,8 +191,8 @@ def test_malformed_quantisation_names_the_field(tmp_path: Path, qc: dict, field:
 def test_exact_searcher_tables_price_formats_like_the_cost_model(
         tmp_path: Path, name: str, cluster: str, qc: dict | None) -> None:
     """The exact searcher's decomposed tables restate the cost model's weight bytes and GEMM
-    rates (decompose.verify compares them with evaluate_many on sampled strategies)."""
-    from learn_to_shard.cost.decompose import verify
+    rates (exact_tables.verify compares them with evaluate_many on sampled strategies)."""
+    from learn_to_shard.search.exact_tables import verify
 
     spec = load_model(name) if qc is None else _with_quant(tmp_path, name, qc)
     cm = CostModel(spec, parse_cluster(cluster), Workload(Phase.DECODE, isl=4096,

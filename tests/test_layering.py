@@ -59,14 +59,10 @@ def test_imports_flow_one_way():
 #: Private members a module still reads from another module, as ``module -> names``
 #: (``import _X`` for a private name imported by name). This list may only shrink: a new
 #: access fails ``test_no_module_reaches_into_another_modules_private_members``, and an entry
-#: no longer used fails it too, so it is removed. ``cost/decompose.py`` evaluates
-#: ``CostModel``'s per-layer term functions on structured rows for the exact DP (issue 11:
-#: per-operator term tables in ``cost/terms.py`` that both read are to replace them).
-ALLOWED_PRIVATE: dict[str, set[str]] = {
-    "cost/decompose.py": {
-        "_kv_per_seq", "_layer", "_layer_env", "_layer_weights", "_lm_head", "import _Link",
-    },
-}
+#: no longer used fails it too, so it is removed. It is empty: the exact solver's tables
+#: (``search/exact_tables.py``) read the per-operator terms through the public methods of
+#: ``cost/terms.py``.
+ALLOWED_PRIVATE: dict[str, set[str]] = {}
 #: Underscore names that are public API by convention (namedtuple, enum).
 _PUBLIC_BY_CONVENTION = {"_replace", "_asdict", "_fields", "_make", "_value_", "_name_",
                          "_missing_", "_generate_next_value_"}

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from learn_to_shard.api import make_cost_model, make_workload
-from learn_to_shard.cost import decompose
 from learn_to_shard.engines import BLOCKS, MEGATRON
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.model import load_model
@@ -32,6 +31,7 @@ from learn_to_shard.parallel.ops import (
 )
 from learn_to_shard.parallel.placement import Layout, redistribute
 from learn_to_shard.parallel.space import NUM_COARSE, RULE_BIT, RULES, StrategySpace, active_heads
+from learn_to_shard.search import exact_tables
 
 
 def test_one_definition_per_operator_in_action_order():
@@ -88,7 +88,7 @@ def test_attention_and_embedding_layouts():
     assert (att[Choice.SHARD0] == Layout.S0).all() and (att[Choice.SHARD1] == Layout.S1).all()
     assert (att[Choice.REPLICATE] == Layout.R).all()
     assert (LAYOUT_OUT[Op.ATTENTION] == att).all()              # yields what it ran on
-    assert decompose.EMB_LAYOUT.tolist() == [Layout.P, Layout.S1, Layout.R]
+    assert exact_tables.EMB_LAYOUT.tolist() == [Layout.P, Layout.S1, Layout.R]
 
 
 def test_every_need_names_a_rule_and_a_choice_dim():
@@ -143,14 +143,14 @@ def test_a_need_added_to_one_choice_reaches_the_rules(monkeypatch):
 
 
 def test_solver_option_sets_are_derived():
-    assert decompose.N_HUB == NUM_CHOICES ** 3 and decompose.N_AO == NUM_CHOICES ** 2
-    assert block_options(block_ops("attention")).shape == (decompose.N_HUB, 3)
+    assert exact_tables.N_HUB == NUM_CHOICES ** 3 and exact_tables.N_AO == NUM_CHOICES ** 2
+    assert block_options(block_ops("attention")).shape == (exact_tables.N_HUB, 3)
     dims = np.random.default_rng(0).integers(0, NUM_CHOICES, size=(50, 12))
-    st = decompose.Structure.of(make_cost_model("deepseek-v2-lite", "h100-sxm:8",
+    st = exact_tables.Structure.of(make_cost_model("deepseek-v2-lite", "h100-sxm:8",
                                                 make_workload(context=1024)))
-    ix = decompose.part_indices(st, dims)
+    ix = exact_tables.part_indices(st, dims)
     hub_cols = [Op.QKV_PROJ, Op.ATTENTION, Op.O_PROJ]
-    assert (decompose.HUB[ix["hub"]] == dims[:, hub_cols]).all()
+    assert (exact_tables.HUB[ix["hub"]] == dims[:, hub_cols]).all()
     assert (st.d_opts[ix["dense"]] == dims[:, [Op.DENSE_UP, Op.DENSE_DOWN]]).all()
     group_cols = [Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN]
     assert (st.g_opts[ix["group"]] == dims[:, group_cols]).all()

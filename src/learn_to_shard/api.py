@@ -314,7 +314,7 @@ def _auto_search(cm: CostModel, budget: int, seed: int, progress: ProgressFn | N
     """``auto``: the exact optimum if it needs at most ``work_limit`` units of work, else
     ``rl`` (else ``megatron``); ``notes["auto"]`` says what happened. The choice depends only
     on the problem (work is counted, not timed). A failed self-check of the exact search
-    (:class:`~learn_to_shard.cost.decompose.DecompositionError`) propagates."""
+    (:class:`~learn_to_shard.search.exact_tables.DecompositionError`) propagates."""
     from .search.exact import DEFAULT_WORK_LIMIT, ExactSearcher, ExactWorkLimit
 
     limit = DEFAULT_WORK_LIMIT if work_limit is None else work_limit

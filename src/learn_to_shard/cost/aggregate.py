@@ -1,8 +1,9 @@
 """One aggregation of per-stage totals into what a strategy is judged by.
 
 ``CostModel._run`` (every action vector, :meth:`~learn_to_shard.cost.model.CostModel.
-evaluate_many`) and the exact solver's feature vectors (:func:`learn_to_shard.cost.decompose.
-evaluate_z`, :func:`~learn_to_shard.cost.decompose.peak_z`, which hold stages as classes with
+evaluate_many`) and the exact solver's feature vectors
+(:func:`learn_to_shard.search.exact_tables.evaluate_z`,
+:func:`~learn_to_shard.search.exact_tables.peak_z`, which hold stages as classes with
 multiplicities) both turn per-stage times and memory into the pipeline latencies, throughput,
 memory peak, limit checks and objective through these functions, so the formulas exist once
 (module docstring of :mod:`learn_to_shard.cost.model`, "Pipeline", "Memory", "Phases"):

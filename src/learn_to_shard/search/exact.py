@@ -2,7 +2,7 @@
 
 For fixed degrees and batch the per-operator choices form a chain of layouts (DESIGN §2, §4):
 each operator's time depends on its own choice and the layout it receives, each layout change on
-its two neighbours. :mod:`learn_to_shard.cost.decompose` turns the cost model into per-operator
+its two neighbours. :mod:`learn_to_shard.search.exact_tables` turns the cost model into per-operator
 tables by evaluating the model's own per-layer code; this module solves the problem exactly.
 
 Algorithm (every pruning step is admissible, so the result is the optimum of
@@ -27,9 +27,9 @@ Algorithm (every pruning step is admissible, so the result is the optimum of
    pipeline stage classes, memory and SLOs — until the bound falls below the best found.
 5. **Check.** The decomposition is compared with ``evaluate_many`` on random strategies before
    the search, and the optimum is re-evaluated with ``evaluate_many`` after it; a disagreement
-   raises :class:`~learn_to_shard.cost.decompose.DecompositionError`.
+   raises :class:`~learn_to_shard.search.exact_tables.DecompositionError`.
 
-What breaks a pure chain and how each is handled: :data:`~learn_to_shard.cost.decompose.
+What breaks a pure chain and how each is handled: :data:`~learn_to_shard.search.exact_tables.
 CHAIN_BREAKS` (all exactly; nothing is approximated).
 """
 
@@ -41,7 +41,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..cost.decompose import (
+from ..cost.model import CostModel
+from ..parallel.ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, REPLICATED, Op
+from ..parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE, StrategySpace
+from ..parallel.strategy import Strategy
+from . import register
+from .base import BudgetedEvaluator, ProgressFn, SearchResult
+from .exact_tables import (
     CHAIN_BREAKS,
     HUB,
     HUB_A,
@@ -64,12 +70,6 @@ from ..cost.decompose import (
     step_tables,
     verify,
 )
-from ..cost.model import CostModel
-from ..parallel.ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, REPLICATED, Op
-from ..parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE, StrategySpace
-from ..parallel.strategy import Strategy
-from . import register
-from .base import BudgetedEvaluator, ProgressFn, SearchResult
 
 #: Keys per table/candidate chunk (bounds peak memory of the vectorised tables).
 KEY_CHUNK_CELLS = 3_000_000

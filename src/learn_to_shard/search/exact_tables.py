@@ -2,10 +2,11 @@
 
 For one choice of degrees and batch, :class:`~learn_to_shard.cost.model.CostModel` prices the
 12 per-operator choices as a chain of layouts (module docstring there). This module turns that
-chain into small tables, **evaluating the cost model's own per-layer code**
-(:meth:`CostModel._layer`, ``_layer_weights``, ``_kv_per_seq``, ``workspace_bytes``) on
-structured rows, so that the exact solver
-(:mod:`learn_to_shard.search.exact`) sees the same numbers as ``evaluate_many``:
+chain into small tables, **evaluating the per-operator term definitions**
+(:class:`learn_to_shard.cost.terms.OperatorTerms`: ``layer``, ``layer_weights``,
+``kv_per_seq``, ``workspace_bytes``, public methods of every ``CostModel``) on structured
+rows, so that the exact solver (:mod:`learn_to_shard.search.exact`) sees the same numbers as
+``evaluate_many``:
 
 * **Layer time.** For layer type ``t`` (MoE or dense, window) with incoming layout ``L`` and the
   hub ``h = (qkv_proj, attention, o_proj)``, the time is
@@ -14,21 +15,22 @@ structured rows, so that the exact solver
   the expert group ``g = (expert_up, expert_down, shared_up, shared_down)``, additively
   (``F = R[(a,o), r] + G[(a,o), g]``). It holds because the attention core requires a layout
   fixed by its own choice, so o_proj's input, and hence the FFN input, depend on
-  ``(attention, o_proj)`` only. The tables are obtained by differencing ``_layer`` rows against a
+  ``(attention, o_proj)`` only. The tables are obtained by differencing ``layer`` rows against a
   reference (all-replicated) FFN; the hub table itself is built as ``X(L, q, a) + Y(a, o)``
   (45 rows instead of 108) for the same reason. The layer's output layout is
-  ``out_t[(a,o), φ]``. These separations are facts of ``_layer``'s code, checked by
+  ``out_t[(a,o), φ]``. These separations are facts of ``OperatorTerms.layer``'s code, checked by
   :func:`verify`.
 * **Chain across layers.** Layer ``i``'s incoming layout is the embedding's layout for the first
   layer and layer ``i−1``'s output otherwise, so each layer is a *pair* ``(type, previous
   type)``; a pipeline stage holds counts of pairs.
 * **Boundary terms.** Embedding time and the pipeline send are choice-independent; the LM head's
   time depends on (last layer's output layout, lm_head choice).
-* **Called, not restated.** The layer (``_layer``), its environment (``_layer_env``), the
-  LM-head block (``_lm_head``), host time (``_host_time``), the stage-to-stage send
-  (``p2p_time_s``), the micro-batching / phase split (``phase_rows``) and the boundary terms
-  (``embedding_time_s``, ``embedding_weight_bytes``, ``lm_head_rows``, ``resident_sequences``,
-  ``workspace_bytes``) are the cost model's own methods, called here; the embedding's output
+* **Called, not restated.** The layer (``layer``), its environment (``layer_env``), the
+  LM-head block (``lm_head``), host time (``host_time_s``), the stage-to-stage send
+  (``p2p_time_s``) and the boundary terms (``embedding_time_s``, ``embedding_weight_bytes``,
+  ``lm_head_rows``, ``resident_sequences``, ``workspace_bytes``) are public methods of
+  :class:`~learn_to_shard.cost.terms.OperatorTerms`, and the micro-batching / phase split
+  (``phase_rows``) of ``CostModel``, called here; the embedding's output
   layout and the option sets come from :data:`learn_to_shard.parallel.ops.OPS`; the pipeline,
   memory and limit formulas are :mod:`learn_to_shard.cost.aggregate`'s, which ``CostModel``
   calls too (:func:`evaluate_z`, :func:`peak_z`). :func:`verify` compares the whole
@@ -36,8 +38,8 @@ structured rows, so that the exact solver
   every problem and raises :class:`DecompositionError` on a mismatch — and
   ``tests/test_exact.py`` does so across random models, configurations and phases, so a
   cost-model change that this module does not follow fails loudly instead of silently.
-* **Memory.** Per-layer weights are additive over operators (``_layer_weights``: one term per
-  operator choice); KV per sequence depends on the attention choice only (``_kv_per_seq``);
+* **Memory.** Per-layer weights are additive over operators (``layer_weights``: one term per
+  operator choice); KV per sequence depends on the attention choice only (``kv_per_seq``);
   workspace is choice-independent (``workspace_bytes``); embedding and LM head weights depend
   on their own choice.
 
@@ -59,6 +61,9 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..cost import aggregate
+from ..cost.model import CostModel
+from ..cost.terms import Link
 from ..errors import InternalError
 from ..parallel.ops import (
     DIM0,
@@ -73,8 +78,6 @@ from ..parallel.ops import (
 from ..parallel.placement import Layout, R
 from ..parallel.space import ENGINE_LAYOUT_BIT, NUM_COARSE
 from ..workload import Phase
-from . import aggregate
-from .model import CostModel, _Link
 
 #: Terms of the cost model that break a pure per-operator chain, and how the exact solver
 #: treats each one (all exactly; none is bounded or approximated).
@@ -376,8 +379,8 @@ class Coarse:
 
 
 def _host_time(cm: CostModel, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray:
-    """Host time added to every stage's step (``CostModel._host_time``; zeros when none)."""
-    host = cm._host_time(dec, pf_seqs)
+    """Host time added to every stage's step (``OperatorTerms.host_time_s``; zeros when none)."""
+    host = cm.host_time_s(dec, pf_seqs)
     return np.zeros(np.shape(dec)) if host is None else host
 
 
@@ -427,15 +430,15 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
 
 # ---------------------------------------------------------------------------------- tables
 def _env(cm: CostModel, keys: Keys, pf: np.ndarray) -> dict:
-    """The per-row environment ``CostModel._layer`` reads (``CostModel._layer_env``)."""
-    return cm._layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf)
+    """The per-row environment ``OperatorTerms.layer`` reads (``OperatorTerms.layer_env``)."""
+    return cm.layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf)
 
 
 def _repeat_env(env: dict, reps: int) -> dict:
     out: dict[str, Any] = {}
     for k, v in env.items():
-        if isinstance(v, _Link):
-            out[k] = _Link(np.repeat(v.bw, reps), np.repeat(v.alpha, reps))
+        if isinstance(v, Link):
+            out[k] = Link(np.repeat(v.bw, reps), np.repeat(v.alpha, reps))
         else:
             out[k] = np.repeat(v, reps)
     return out
@@ -443,7 +446,7 @@ def _repeat_env(env: dict, reps: int) -> dict:
 
 def _layer_rows(cm: CostModel, env: dict, dims: np.ndarray, lin: np.ndarray, is_moe: bool,
                 window: int | None, ctx: float) -> tuple[np.ndarray, np.ndarray]:
-    """``CostModel._layer`` on every (key, row) pair: times and output layouts ``[K, R]``."""
+    """``OperatorTerms.layer`` on every (key, row) pair: times and output layouts ``[K, R]``."""
     k = len(env["tp"])
     r = len(dims)
     t_out = np.empty((k, r))
@@ -451,11 +454,11 @@ def _layer_rows(cm: CostModel, env: dict, dims: np.ndarray, lin: np.ndarray, is_
     step = max(1, 200_000 // max(r, 1))
     for s in range(0, k, step):
         e: dict[str, Any]
-        e = {kk: (_Link(v.bw[s:s + step], v.alpha[s:s + step]) if isinstance(v, _Link)
+        e = {kk: (Link(v.bw[s:s + step], v.alpha[s:s + step]) if isinstance(v, Link)
                   else v[s:s + step]) for kk, v in env.items()}
         kc = len(e["tp"])
         er = _repeat_env(e, r)
-        tt, lo, _ = cm._layer(er, np.tile(dims, (kc, 1)), np.tile(lin, kc), is_moe, window,
+        tt, lo, _ = cm.layer(er, np.tile(dims, (kc, 1)), np.tile(lin, kc), is_moe, window,
                               ctx, None)
         t_out[s:s + kc] = tt.reshape(kc, r)
         l_out[s:s + kc] = lo.reshape(kc, r)
@@ -475,7 +478,7 @@ class StepTables:
             (``nG`` options for MoE types, ``nD`` for dense types).
         LM: ``[K, 4, 3]``: LM-head time by incoming layout and lm_head choice.
         emb_t: ``[K]``: embedding time.
-        rows: number of table rows evaluated through ``CostModel._layer``.
+        rows: number of table rows evaluated through ``OperatorTerms.layer``.
     """
 
     A: list[np.ndarray]
@@ -490,7 +493,7 @@ class StepTables:
 
 def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-    """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (``CostModel._lm_head``
+    """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (``OperatorTerms.lm_head``
     for every incoming layout and choice)."""
     k = len(keys.tp)
     lm_rows = cm.lm_head_rows(dec, pf_seqs)
@@ -498,7 +501,7 @@ def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
     lw = np.empty((k, NC))
     for lay_code in range(N_LAYOUTS):
         for ch in range(NC):
-            lm = cm._lm_head(np.full(k, lay_code, dtype=np.int64),
+            lm = cm.lm_head(np.full(k, lay_code, dtype=np.int64),
                              np.full(k, ch, dtype=np.int64), keys.tp, lm_rows)
             out[:, lay_code, ch] = lm["t_conv"] + lm["t_norm"] + lm["t_lm"] + lm["t_logits"]
             lw[:, ch] = lm["w_bytes"]
@@ -650,10 +653,10 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     tokens = cm.kv_tokens_per_sequence()
     a0 = 1 + NC * int(Op.ATTENTION)
     for is_moe, window in st.types:
-        w = cm._layer_weights(dims, rep(tp), rep(ep), rep(etp), is_moe).reshape(u, nv)[inv]
+        w = cm.layer_weights(dims, rep(tp), rep(ep), rep(etp), is_moe).reshape(u, nv)[inv]
         W0.append(w[:, 0])
         dW.append((w[:, 1:] - w[:, :1]).reshape(k, NUM_OPS, NC))
-        kv = cm._kv_per_seq(dims, rep(tp), window, tokens).reshape(u, nv)[inv]
+        kv = cm.kv_per_seq(dims, rep(tp), window, tokens).reshape(u, nv)[inv]
         KV.append(kv[:, a0:a0 + NC])
     # Structural validity per choice: rule bits of the variant minus those of all-replicated
     # (every choice-dependent rule is a disjunction over operators, and replicated breaks none).
@@ -1000,7 +1003,7 @@ def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None
 
 class DecompositionError(InternalError):
     """The decomposition disagrees with ``CostModel.evaluate_many`` (the cost model changed in
-    a way :mod:`learn_to_shard.cost.decompose` does not follow): a bug, surfaced as such."""
+    a way :mod:`learn_to_shard.search.exact_tables` does not follow): a bug, surfaced as such."""
 
 
 def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
