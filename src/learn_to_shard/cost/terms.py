@@ -24,6 +24,7 @@ operator's price is registered, see ``docs/design.md`` "Adding an operator").
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,20 @@ from .comm import (
 )
 from .config import CostModelConfig
 from .shapes import OpShapes
+
+#: A per-layer operator term: ``term(terms, env, dims, lin, is_moe, window, ctx) -> [n]``
+#: seconds, with the arguments of :meth:`OperatorTerms.layer` (no ``rec``). It must be a
+#: non-negative time that depends on the choices only through ``attention`` / ``qkv_proj``
+#: (with ``lin``) or through one FFN block, as the built-in terms do, so that the exact
+#: solver's tables (:mod:`learn_to_shard.search.exact_tables`, checked by its ``verify``)
+#: decompose it too.
+LayerTerm = Callable[["OperatorTerms", dict, np.ndarray, np.ndarray, bool, "int | None", float],
+                     np.ndarray]
+#: Extra operator terms added to every layer by :meth:`OperatorTerms.layer`, by operator
+#: name (the name becomes a key of ``Estimate.op_time_s``). Empty in the shipped model: the
+#: registration point of a new operator's price (``docs/design.md``, "Adding an operator";
+#: worked example ``tests/test_cost_extra_op.py``).
+EXTRA_LAYER_TERMS: dict[str, LayerTerm] = {}
 
 
 def _record_norm(rec: list | None, where: str, tp: np.ndarray, t: np.ndarray) -> None:
@@ -511,8 +526,19 @@ class OperatorTerms:
 
         Returns:
             ``(time_s [n], out_layout [n], op_time)`` with ``op_time`` the compute time of
-            each fused operator by name, ``[n]`` seconds each (conversions excluded).
+            each fused operator by name, ``[n]`` seconds each (conversions excluded), the
+            terms of :data:`EXTRA_LAYER_TERMS` included (added to ``time_s`` too).
         """
+        total, out, ops = self._layer_ops(env, dims, lin, is_moe, window, ctx, rec)
+        for name, term in EXTRA_LAYER_TERMS.items():
+            ops[name] = term(self, env, dims, lin, is_moe, window, ctx)
+            total = total + ops[name]
+        return total, out, ops
+
+    def _layer_ops(self, env: dict, dims: np.ndarray, lin: np.ndarray, is_moe: bool,
+                   window: int | None, ctx: float, rec: list | None
+                   ) -> tuple[np.ndarray, np.ndarray, dict]:
+        """The built-in operators of :meth:`layer` (same arguments and result)."""
         sh, m, c = self.shapes, self.model, self.config
         ab, wb = self._ab, self._wb
         t, rows = env["t"], env["rows"]
