@@ -33,10 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The fast subset run against each mutant: golden and term tests, field cases, shapes,
-#: strategy space.
+#: strategy space, the extra-operator worked example.
 TESTS = ("tests/test_cost_terms.py", "tests/test_cost_model.py", "tests/test_field_cases.py",
          "tests/test_shapes.py", "tests/test_space.py", "tests/test_space_ops.py",
-         "tests/test_cost_snapshot.py")
+         "tests/test_cost_snapshot.py", "tests/test_cost_extra_op.py")
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("busiest EP rank: no sqrt term", T,
            "np.maximum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.minimum(pairs, 1.0))",
            "np.maximum(mean, np.minimum(pairs, 1.0))"),
+    Mutant("registered extra operator term not added to the layer time", T,
+           "            total = total + ops[name]\n",
+           "            total = total + 0.0 * ops[name]\n"),
     Mutant("serve step-budget share 1 -> 1.2", M,
            "need = seq_dp * (1.0 + float(wl.isl) / float(wl.osl))",
            "need = seq_dp * (1.2 + float(wl.isl) / float(wl.osl))"),
