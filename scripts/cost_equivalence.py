@@ -35,7 +35,11 @@ ROWS = 512
 
 def dump(out: Path, examples: int) -> None:
     """Draw ``examples`` problems per phase and write their evaluations to ``out`` (npz)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    import learn_to_shard
+
+    # The problems come from the dumped tree's own tests/ (its test_exact.py imports that
+    # tree's modules), next to the src/ that PYTHONPATH puts first.
+    sys.path.insert(0, str(Path(learn_to_shard.__file__).resolve().parents[2] / "tests"))
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from test_exact import problems  # type: ignore[import-not-found]
