@@ -159,7 +159,10 @@ def problems(draw, max_rows: int, phase: Phase, max_devices: int = 8,
                                                     host_prefill_overhead_s=2e-6),
                                   dict(kv_cache_free_fraction=0.8, window_kv_capped=False),
                                   dict(gemm_shape_half=16.0, moe_imbalance=1.5),
-                                  dict(kv_reserve_full_request=False)]))
+                                  dict(kv_reserve_full_request=False),
+                                  dict(moe_a2a_kernel="deepep_auto", two_batch_overlap=True),
+                                  dict(moe_a2a_kernel="deepep_normal",
+                                       moe_dispatch_payload="fp8")]))
     fields = CostModelConfig.__dataclass_fields__
     cfg = CostModelConfig(**{k: v for k, v in extra.items() if k in fields})
     # Reference: the first degrees of the space, every operator replicated, the middle batch.

@@ -10,6 +10,7 @@ markup off, so ``[/]`` in it is text, not a tag.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -44,6 +45,7 @@ from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
+from .model.spec import ModelSpec
 from .report.plan import Plan
 from .search.base import SearchInterrupted, interruptible
 from .serving import ServingLoad
@@ -366,6 +368,14 @@ def plan_cmd(
                                       "can launch, under X's memory policy."),
     report: Path | None = ReportOpt,
     images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
+    moe_a2a: str | None = typer.Option(None, "--moe-a2a", help="Expert all-to-all kernels "
+                                       "of a MoE server: deepep (normal kernels for prefill, "
+                                       "low-latency for decode), deepep-normal, deepep-ll; "
+                                       "default: the engine's own all-to-all."),
+    two_batch_overlap: bool = typer.Option(False, "--two-batch-overlap", help="Overlap MoE "
+                                           "dispatch/combine with the other micro-batch's "
+                                           "experts (SGLang --enable-two-batch-overlap, vLLM "
+                                           "--enable-dbo)."),
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
@@ -388,7 +398,9 @@ def plan_cmd(
                               "the prompt as prefilled; add the image tokens to it instead")
         load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
                              seed)
-        cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
+        cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
+                                          max_num_batched_tokens),
+                           spec, engine, moe_a2a, two_batch_overlap)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
@@ -486,6 +498,34 @@ def _check_export(export: str | None) -> None:
 
     if export is not None and export not in EXPORT_ENGINES:
         raise PlannerError(f"--export: {export!r} is not one of {', '.join(EXPORT_ENGINES)}")
+
+
+#: ``--moe-a2a`` value -> ``CostModelConfig.moe_a2a_kernel``.
+MOE_A2A_FLAGS = {"deepep": "deepep_auto", "deepep-normal": "deepep_normal",
+                 "deepep-ll": "deepep_low_latency"}
+
+
+def _moe_options(cfg: CostModelConfig, model: ModelSpec, engine: str | None,
+                 moe_a2a: str | None, two_batch_overlap: bool) -> CostModelConfig:
+    """``cfg`` with the MoE communication options of ``--moe-a2a`` / ``--two-batch-overlap``.
+
+    Raises:
+        PlannerError: an unknown ``--moe-a2a``, either option on a dense model, or on
+            TensorRT-LLM (its DeepEP / overlap settings are not among the flags this planner
+            checks exports against).
+    """
+    if moe_a2a is None and not two_batch_overlap:
+        return cfg
+    flag = "--moe-a2a" if moe_a2a is not None else "--two-batch-overlap"
+    if moe_a2a is not None and moe_a2a not in MOE_A2A_FLAGS:
+        raise PlannerError(f"--moe-a2a: {moe_a2a!r} is not one of {', '.join(MOE_A2A_FLAGS)}")
+    if not model.is_moe:
+        raise PlannerError(f"{flag}: {model.name} is dense (no expert all-to-all)")
+    if engine == "trtllm":
+        raise PlannerError(f"{flag} with --engine trtllm: not expressible in its launch "
+                           f"settings; use --engine sglang or vllm")
+    return dataclasses.replace(cfg, moe_a2a_kernel=MOE_A2A_FLAGS.get(moe_a2a or "", None),
+                               two_batch_overlap=two_batch_overlap)
 
 
 def _export_engine(export: str | None, engine: str | None) -> str | None:

@@ -136,6 +136,108 @@ def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
 
 
 # ---------------------------------------------------------------------------------------------
+# Expert all-to-all as DeepEP runs it (issue "Serving under load", item 4): the payload in the
+# precision the engine sends, tokens sent once per destination node in the normal
+# (high-throughput) kernels, and the kernels' fixed cost. Priced beside the cost model's
+# :func:`all_to_all_v_time_s` and checked against the measured DeepEP tables
+# (``data/silicon/moe_a2a.csv``, :func:`learn_to_shard.fidelity.kernels.expert_a2a_report`);
+# the cost model does not call it yet.
+# ---------------------------------------------------------------------------------------------
+
+#: Bytes per hidden element of a dispatched / combined token, scales included:
+#: BF16; FP8 e4m3 with one FP32 scale per 128 channels (DeepEP's FP8 dispatch; SGLang's DeepEP
+#: path quantises dispatch this way unless ``SGLANG_DEEPEP_BF16_DISPATCH`` is set,
+#: sgl-project/sglang ``sglang_per_token_group_quant_fp8(hidden_states, 128)``); NVFP4 with one
+#: FP8 scale per 16 elements (TensorRT-LLM's ``moe_a2a`` ``nvfp4`` payload). Combine runs in
+#: BF16 in every kernel of the tables (their ``nvfp4`` / ``fp8`` combine rows measure as the
+#: BF16 ones: ``moe_a2a.csv``).
+A2A_PAYLOAD_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / 128.0, "nvfp4": 0.5 + 1.0 / 16.0}
+
+#: DeepEP kernel modes: ``normal`` (high-throughput: across nodes a token crosses the NIC once
+#: per destination node and is forwarded over NVLink, DeepEP's internode kernels) and
+#: ``low_latency`` (one RDMA write per destination rank, no forwarding; DeepEP's
+#: low-latency kernels). deepseek-ai/DeepEP README, "Normal kernels with NVLink and RDMA
+#: forwarding" / "Low-latency kernels with pure RDMA".
+A2A_MODES = ("normal", "low_latency")
+
+#: Fixed cost of one DeepEP dispatch or combine, seconds, per mode: the median over the
+#: one-node (EP8, H100 / H200) rows of ``moe_a2a.csv`` of measured time minus the transfer time
+#: :func:`expert_a2a_time_s` prices (its calibration subset; the multi-node rows are held out).
+#: ``tests/test_collectives.py`` recomputes both from the table.
+A2A_FLOOR_S = {"normal": 6.2e-05, "low_latency": 4.8e-05}
+
+
+def expected_destinations(bins: np.ndarray | int, experts: int, top_k: int) -> np.ndarray:
+    """Expected number of the ``bins`` equal groups of experts (ranks, or nodes) that receive a
+    token routed to ``top_k`` of ``experts`` experts drawn uniformly without replacement:
+    ``b · (1 − C(E − E/b, k) / C(E, k))`` (hypergeometric; ``1`` for ``b = 1``). Group-limited
+    routing (DeepSeek-V3 ``topk_group``) is not modelled: it can only lower the count.
+
+    Args:
+        bins: ``[n]`` groups (each holding ``experts / bins`` experts).
+        experts, top_k: the model's routed experts and experts per token.
+    """
+    b = np.atleast_1d(np.asarray(bins, dtype=np.int64))
+    uniq, inv = np.unique(b, return_inverse=True)
+    vals = np.array([u * (1.0 - math.comb(experts - experts // u, top_k)
+                          / math.comb(experts, top_k)) if u > 1 else 1.0
+                     for u in uniq.tolist()], dtype=np.float64)
+    return vals[inv.reshape(b.shape)]
+
+
+def expert_a2a_time_s(tokens_per_rank: np.ndarray | float, ep: np.ndarray | int, *,
+                      hidden: int, top_k: int, experts: int, payload: str, mode: str,
+                      domain: int, scale_up_bytes_per_s: float,
+                      scale_out_bytes_per_s: float) -> np.ndarray:
+    """One MoE dispatch (or combine) over ``ep`` expert-parallel ranks as DeepEP runs it,
+    seconds, ``[n]``.
+
+    Each rank holds ``tokens_per_rank`` tokens of ``hidden`` elements, sent in ``payload``
+    precision (:data:`A2A_PAYLOAD_BYTES`) to the ranks holding their ``top_k`` experts, once
+    per destination rank (``d_r`` = :func:`expected_destinations` over the ``ep`` ranks). The
+    ranks fill nodes of ``domain`` devices (``N = ceil(ep / domain)`` nodes).
+
+    * one node, or ``low_latency``: a rank sends ``T · d_r · (ep−1)/ep`` tokens; the share for
+      its ``local − 1`` same-node peers over NVLink and the rest over the NIC in parallel,
+      the slower setting the time (as :func:`all_to_all_v_time_s`);
+    * ``normal`` across nodes: a token crosses the NIC once per remote destination node
+      (``d_n`` = :func:`expected_destinations` over the ``N`` nodes, ``T · d_n · (N−1)/N``
+      tokens), and every (token, destination rank) pair but the rank's own is carried over
+      NVLink (directly or forwarded), ``T · d_r · (ep−1)/ep`` tokens; the slower link sets
+      the time;
+
+    plus the kernel's fixed cost :data:`A2A_FLOOR_S`. Bandwidths are the effective
+    per-direction link rates (preset × efficiency, as :meth:`CostModel.link`).
+
+    Raises:
+        ConfigError: unknown ``payload`` or ``mode``.
+    """
+    if payload not in A2A_PAYLOAD_BYTES:
+        raise ConfigError(f"payload: {payload!r} is not one of {', '.join(A2A_PAYLOAD_BYTES)}")
+    if mode not in A2A_MODES:
+        raise ConfigError(f"mode: {mode!r} is not one of {', '.join(A2A_MODES)}")
+    t = np.atleast_1d(np.asarray(tokens_per_rank, dtype=np.float64))
+    ep_i = np.broadcast_to(np.atleast_1d(np.asarray(ep, dtype=np.int64)), t.shape)
+    ep_f = ep_i.astype(np.float64)
+    per_token = hidden * A2A_PAYLOAD_BYTES[payload]
+    local = np.minimum(ep_f, float(domain))
+    nodes = np.ceil(ep_f / domain)
+    d_r = expected_destinations(ep_i, experts, top_k)
+    pairs = t * d_r * (ep_f - 1.0) / np.maximum(ep_f, 1.0) * per_token     # bytes off-rank
+    peers = np.maximum(ep_f - 1.0, 1.0)
+    direct = np.maximum(pairs * (local - 1.0) / peers / scale_up_bytes_per_s,
+                        pairs * (ep_f - local) / peers / scale_out_bytes_per_s)
+    if mode == "normal":
+        d_n = expected_destinations(nodes.astype(np.int64), experts, top_k)
+        nic = t * d_n * (nodes - 1.0) / np.maximum(nodes, 1.0) * per_token
+        forwarded = np.maximum(nic / scale_out_bytes_per_s, pairs / scale_up_bytes_per_s)
+        transfer = np.where(nodes > 1, forwarded, direct)
+    else:
+        transfer = direct
+    return np.where(ep_f <= 1, 0.0, transfer + A2A_FLOOR_S[mode])
+
+
+# ---------------------------------------------------------------------------------------------
 # Collective algorithms, priced one by one (issue 16, item 1): ring, tree, NVLS, the engines'
 # one-shot / two-shot kernels and the fused all-reduce + RMSNorm. The cost model above still
 # prices every collective with :func:`collective_time_s`; nothing here is searched yet.

@@ -138,6 +138,12 @@ _NON_NEGATIVE = ("kernel_overhead_s", "runtime_reserved_bytes", "host_step_overh
 _AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance")
 
 
+#: Expert all-to-all kernels :attr:`CostModelConfig.moe_a2a_kernel` may name (None: the
+#: engines' default all-to-all).
+MOE_A2A_KERNELS: tuple[str | None, ...] = (None, "deepep_normal", "deepep_low_latency",
+                                           "deepep_auto")
+
+
 @dataclass(frozen=True, slots=True)
 class CostModelConfig:
     """Tunable factors.
@@ -247,6 +253,26 @@ class CostModelConfig:
             (:func:`learn_to_shard.engines.default_max_num_seqs`; no cap without ``engine``).
             The request-level simulation admits at most this many; the analytical search does
             not read it.
+        moe_a2a_kernel: the expert all-to-all kernels the engine runs: ``None`` (the engines'
+            default: the activation dtype, one copy per destination rank, no fixed cost;
+            :func:`~learn_to_shard.cost.comm.all_to_all_v_time_s`), ``deepep_normal``,
+            ``deepep_low_latency`` or ``deepep_auto`` (normal kernels for steps that prefill,
+            low-latency ones for pure decode steps): DeepEP as priced by
+            :func:`~learn_to_shard.cost.comm.expert_a2a_time_s` (SGLang
+            ``--moe-a2a-backend deepep --deepep-mode``, vLLM ``--all2all-backend
+            deepep_high_throughput`` / ``deepep_low_latency``), where experts are split by EP
+            alone.
+        moe_dispatch_payload: DeepEP dispatch precision, ``bf16`` / ``fp8`` / ``nvfp4``
+            (:data:`~learn_to_shard.cost.comm.A2A_PAYLOAD_BYTES`); ``None``: FP8 for FP8
+            weights (SGLang's DeepEP path quantises dispatch to FP8 for its FP8 kernels), else
+            BF16. Combine is BF16.
+        two_batch_overlap: the step runs as two micro-batches whose MoE dispatch and combine
+            overlap the other's compute (SGLang ``--enable-two-batch-overlap``, vLLM
+            ``--enable-dbo``): the routed and shared experts take ``max(their compute,
+            dispatch + combine)`` instead of the sum (the overlap bounded by the slower side;
+            only the experts' own compute counts as cover, not the attention's or the
+            router's, which keeps the layer separable for the exact solver; running the GEMMs
+            on half-size micro-batches is not priced).
     """
 
     flops_efficiency: float = _DEFAULTS["flops_efficiency"]
@@ -277,6 +303,9 @@ class CostModelConfig:
     moe_dense_local_outputs: bool = True
     engine: str | None = None
     max_num_seqs: int | None = None
+    moe_a2a_kernel: str | None = None
+    moe_dispatch_payload: str | None = None
+    two_batch_overlap: bool = False
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.
@@ -305,6 +334,10 @@ class CostModelConfig:
             raise bad("workspace_width_factor", "> 0")
         if self.max_num_seqs is not None and not self.max_num_seqs >= 1:
             raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
+        if self.moe_a2a_kernel not in MOE_A2A_KERNELS:
+            raise bad("moe_a2a_kernel", "one of " + ", ".join(str(k) for k in MOE_A2A_KERNELS))
+        if self.moe_dispatch_payload not in (None, "bf16", "fp8", "nvfp4"):
+            raise bad("moe_dispatch_payload", "bf16, fp8, nvfp4 or None")
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:

@@ -46,6 +46,7 @@ from .comm import (
     TRANSITION_KIND,
     all_to_all_v_time_s,
     collective_time_s,
+    expert_a2a_time_s,
     transition_label,
 )
 from .config import CostModelConfig
@@ -288,6 +289,47 @@ class OperatorTerms:
         vals = np.array([u * (1.0 - math.comb(e - e // u, k) / math.comb(e, k)) if u > 1
                          else 1.0 for u in uniq.tolist()], dtype=np.float64)
         return vals[inv.reshape(ep.shape)]
+
+    def _moe_a2a_s(self, send: np.ndarray, tokens_per_rank: np.ndarray, group: np.ndarray,
+                   ep: np.ndarray, etp: np.ndarray, env: dict
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """MoE dispatch and combine times over the ``group`` ranks, seconds, ``[n]`` each.
+
+        Without an expert all-to-all kernel (``config.moe_a2a_kernel`` None): both are
+        :meth:`_all_to_all` of ``send`` bytes per rank (the activation dtype, one copy per
+        destination rank). With DeepEP (``deepep_normal`` / ``deepep_low_latency`` /
+        ``deepep_auto``: normal kernels for steps that prefill, low-latency ones for pure
+        decode steps, SGLang ``--deepep-mode auto``), where experts are split by EP alone
+        (``etp == 1``, ``ep == group``):
+        :func:`~learn_to_shard.cost.comm.expert_a2a_time_s` of the ``tokens_per_rank`` with
+        the dispatch payload ``config.moe_dispatch_payload`` (None: FP8 for FP8 weights, else
+        BF16) and a BF16 combine; other layouts keep the default price.
+        """
+        base = self._all_to_all(send, group, env["link_g"])
+        c = self.config
+        if c.moe_a2a_kernel is None or self.model.moe is None:
+            return base, base
+        moe, dev = self.model.moe, self.cluster.device
+        payload = c.moe_dispatch_payload or (
+            "fp8" if self.workload.weight_dtype is DType.FP8 else "bf16")
+        up = dev.scale_up_bytes_per_s * c.scale_up_efficiency
+        out = dev.scale_out_bytes_per_s * c.scale_out_efficiency
+
+        def kernel(mode: str, pl: str) -> np.ndarray:
+            return expert_a2a_time_s(tokens_per_rank, ep, hidden=self.shapes.hidden,
+                                     top_k=moe.top_k, experts=moe.num_experts, payload=pl,
+                                     mode=mode, domain=self._domain,
+                                     scale_up_bytes_per_s=up, scale_out_bytes_per_s=out)
+
+        if c.moe_a2a_kernel == "deepep_auto":
+            prefill = np.asarray(env["pf"]) > 0
+            disp = np.where(prefill, kernel("normal", payload), kernel("low_latency", payload))
+            comb = np.where(prefill, kernel("normal", "bf16"), kernel("low_latency", "bf16"))
+        else:
+            mode = "normal" if c.moe_a2a_kernel == "deepep_normal" else "low_latency"
+            disp, comb = kernel(mode, payload), kernel(mode, "bf16")
+        deepep = (etp == 1) & (ep == group)
+        return np.where(deepep, disp, base), np.where(deepep, comb, base)
 
     def _all_to_all(self, send: np.ndarray, group: np.ndarray, link: Link) -> np.ndarray:
         """MoE dispatch / combine over ``group`` ranks, hierarchical across nodes
@@ -655,17 +697,19 @@ class OperatorTerms:
                               t, link, where="moe input -> router")
         total += tr + conv("router -> top-k", out_r, x, rows * moe.num_experts * ab, t, link)
         # routed experts
+        before_experts = np.array(total, dtype=np.float64, copy=True)   # total grows in place
         local = (x == R) & (dp == 1)
         g_f = g.astype(np.float64)
         rows_g = rows * dp                                    # tokens of the stage group
         d_ep = self.dispatch_destinations(ep)
         send = rows_g / g_f * d_ep * etp * H * ab * (1 - 1 / g_f)
-        t_a2a = self._all_to_all(send, g, env["link_g"])
-        t_disp = np.where(local, 0.0, t_a2a)
+        t_dispatch, t_combine = self._moe_a2a_s(send, rows_g / g_f, g, ep, etp, env)
         if rec is not None and not bool(local[0]) and g[0] > 1:
-            rec.append(("moe dispatch", "all-to-all", int(g[0]), float(t_a2a[0])))
-            rec.append(("moe combine", "all-to-all", int(g[0]), float(t_a2a[0])))
-        total += 2 * t_disp
+            rec.append(("moe dispatch", "all-to-all", int(g[0]), float(t_dispatch[0])))
+            rec.append(("moe combine", "all-to-all", int(g[0]), float(t_combine[0])))
+        t_comm = np.where(local, 0.0, t_dispatch + t_combine)
+        if not c.two_batch_overlap:
+            total += t_comm
         # Token-expert pairs on the busiest EP rank; routing skew only unbalances ranks when
         # experts are spread over several (ep > 1): with ep = 1 every rank holds every expert.
         assign = rows_g * moe.top_k / ep * self._busiest_rank_factor(rows_g, ep)
@@ -720,6 +764,8 @@ class OperatorTerms:
                                     where="shared_expert_up -> shared_expert_down")
             total += tsu + tsd + conv("shared_expert -> moe output", out_sd, l_moe,
                                       rows * H * ab, t, link)
+        if c.two_batch_overlap:      # dispatch/combine hidden behind the other half's experts
+            total += np.maximum(t_comm - (total - before_experts), 0.0)
         return total, l_moe, ops
 
     def kv_exchange_bytes(self, prompt_tokens: np.ndarray | float) -> np.ndarray:

@@ -37,7 +37,8 @@ from ..workload import DType, Phase, Workload
 from .fit import coordinate_descent
 from .measurements import data_dir
 
-__all__ = ["AlgorithmStats", "collective_algorithm_kernels", "collective_algorithm_report",
+__all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a_report",
+           "collective_algorithm_kernels", "collective_algorithm_report",
            "OperatorStats", "silicon_dir", "silicon_tables", "silicon_kernels",
            "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon"]
 
@@ -76,7 +77,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 _Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
 _SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv",
-                  "custom_allreduce.csv")
+                  "custom_allreduce.csv", "moe_a2a.csv")
 
 
 def silicon_tables(root: Path) -> dict[str, list[dict[str, str]]]:
@@ -379,3 +380,101 @@ def collective_algorithm_report(config: CostModelConfig | None = None,
         out.append(AlgorithmStats(table, op, algo, preset, len(errs), statistics.median(errs),
                                   statistics.median(a), max(a)))
     return out
+
+
+#: ``moe_a2a.csv`` backend -> DeepEP kernel mode (:data:`learn_to_shard.cost.comm.A2A_MODES`).
+_A2A_MODE = {"trtllm_deepep_ht": "normal", "deepep_normal": "normal",
+             "trtllm_deepep_ll": "low_latency", "deepep_ll": "low_latency"}
+#: ``moe_a2a.csv`` payload label of a dispatch row -> priced payload. SGLang's rows say
+#: ``default``: its DeepEP path dispatches FP8 (``A2A_PAYLOAD_BYTES``); TensorRT-LLM's ``fp4``
+#: low-latency label is its NVFP4 payload. Combine rows are priced in BF16 whatever the label.
+_A2A_PAYLOAD = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4",
+                "default": "fp8"}
+
+
+@dataclass(frozen=True)
+class ExpertA2AStats:
+    """Error of :func:`learn_to_shard.cost.comm.expert_a2a_time_s` (and, beside it, of the cost
+    model's current all-to-all price) on one group of measured DeepEP kernels.
+
+    Attributes:
+        split: ``calibration`` (one-node rows, where the kernels' fixed cost is fitted) or
+            ``held-out`` (several nodes).
+        mode, phase: DeepEP kernel mode and ``dispatch`` / ``combine``.
+        n: kernels compared.
+        median_error: median signed ``predicted / measured − 1`` of ``expert_a2a_time_s``.
+        median_abs: its median absolute error.
+        model_median_error: the same for the cost model's all-to-all price
+            (:meth:`CostModel.all_to_all_time_s`, BF16 payload, no fixed cost).
+    """
+
+    split: str
+    mode: str
+    phase: str
+    n: int
+    median_error: float
+    median_abs: float
+    model_median_error: float
+
+
+def expert_a2a_kernels(config: CostModelConfig | None = None,
+                       tables: dict[str, list[dict[str, str]]] | None = None,
+                       floor: bool = True) -> list[tuple[str, str, str, float, float, float]]:
+    """Every H100 / H200 row of ``moe_a2a.csv`` priced by
+    :func:`~learn_to_shard.cost.comm.expert_a2a_time_s` (DeepSeek-V3's hidden 7168, top-8 of
+    256 experts, the row's EP, tokens, kernel mode and payload; links as the cost model's:
+    device preset × ``scale_up_efficiency`` / ``scale_out_efficiency``) and by the cost model's
+    all-to-all (:meth:`CostModel.all_to_all_time_s` with the send volume its MoE layer uses).
+
+    Returns:
+        ``(split, mode, phase, predicted_s, model_s, measured_s)`` per row; ``floor=False``
+        leaves out the fixed cost (the transfer alone, from which it is fitted).
+    """
+    from ..cost import comm
+
+    cfg = config or CostModelConfig()
+    tabs = tables if tables is not None else silicon_tables(silicon_dir())
+    stub = load_model("deepseek-v3")
+    assert stub.moe is not None
+    hidden, k, e = stub.hidden_size, stub.moe.top_k, stub.moe.num_experts
+    out = []
+    cms: dict[tuple[str, int], CostModel] = {}
+    for r in tabs.get("moe_a2a.csv", []):
+        if r["preset"] not in ("h100-sxm", "h200") or int(r["hidden"]) != hidden:
+            continue
+        dev = load_device(r["preset"])
+        ep, tokens = int(r["ep"]), float(r["tokens"])
+        mode = _A2A_MODE[r["backend"]]
+        payload = _A2A_PAYLOAD[r["dtype"]] if r["phase"] == "dispatch" else "bf16"
+        pred = float(comm.expert_a2a_time_s(
+            tokens, ep, hidden=hidden, top_k=k, experts=e, payload=payload, mode=mode,
+            domain=dev.scale_up_domain,
+            scale_up_bytes_per_s=dev.scale_up_bytes_per_s * cfg.scale_up_efficiency,
+            scale_out_bytes_per_s=dev.scale_out_bytes_per_s * cfg.scale_out_efficiency)[0])
+        if not floor:
+            pred -= comm.A2A_FLOOR_S[mode]
+        key = (r["preset"], ep)
+        if key not in cms:
+            cl = ClusterSpec(dev, max(ep, dev.scale_up_domain))
+            cms[key] = CostModel(stub, cl, Workload(Phase.DECODE, isl=1), config=cfg,
+                                 space=StrategySpace.build(stub, cl, (1,)))
+        cm = cms[key]
+        d = float(cm.dispatch_destinations(np.array([ep]))[0])
+        model = cm.all_to_all_time_s(tokens * d * hidden * 2.0 * (1 - 1 / ep), ep)
+        split = "calibration" if int(r["nodes"]) == 1 else "held-out"
+        out.append((split, mode, r["phase"], pred, model, float(r["latency_s"])))
+    return out
+
+
+def expert_a2a_report(config: CostModelConfig | None = None,
+                      folder: str | Path | None = None) -> list[ExpertA2AStats]:
+    """:func:`expert_a2a_kernels`' errors per (split, mode, phase). Empty when the table is
+    absent."""
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for split, mode, phase, pred, model, meas in expert_a2a_kernels(config, tables):
+        groups.setdefault((split, mode, phase), []).append((pred / meas - 1, model / meas - 1))
+    return [ExpertA2AStats(split, mode, phase, len(v), statistics.median(p for p, _ in v),
+                           statistics.median(abs(p) for p, _ in v),
+                           statistics.median(m for _, m in v))
+            for (split, mode, phase), v in sorted(groups.items())]

@@ -248,6 +248,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     fp8_weights = wl.weight_dtype is DType.FP8
     native_quant = model is not None and model.weight_block_size is not None
     fp8_kv = wl.kv_dtype is DType.FP8
+    a2a_value = cfg.get("moe_a2a_kernel")          # CostModelConfig.moe_a2a_kernel
+    a2a = str(a2a_value) if a2a_value is not None else None
+    tbo = bool(cfg.get("two_batch_overlap"))
     if wl.phase is not Phase.SERVE:
         notes.append(f"the plan is for the {wl.phase.value} phase; the engine serves mixed "
                      f"steps, so its numbers apply to a server fed only {wl.phase.value} work")
@@ -281,6 +284,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--quantization", "fp8"]
         if fp8_kv:
             args += ["--kv-cache-dtype", "fp8"]
+        if moe and a2a is not None and s.ep > 1:
+            args += ["--all2all-backend", "deepep_low_latency" if a2a == "deepep_low_latency"
+                     else "deepep_high_throughput"]
+            if a2a == "deepep_auto":
+                unexpressed.append("moe all-to-all: the plan priced DeepEP's normal kernels "
+                                   "for steps that prefill and its low-latency ones for pure "
+                                   "decode steps; vLLM runs one mode per server: exported as "
+                                   "deepep_high_throughput")
+        if moe and tbo:
+            args += ["--enable-dbo"]
         if nodes > 1:
             notes.append("vLLM runs a multi-node server on a Ray cluster spanning the nodes "
                          "(start Ray first); --data-parallel-size-local splits DP ranks")
@@ -307,6 +320,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--quantization", "fp8"]
         if fp8_kv:
             args += ["--kv-cache-dtype", "fp8_e4m3"]
+        if moe and a2a is not None and s.ep > 1:
+            args += ["--moe-a2a-backend", "deepep", "--deepep-mode",
+                     {"deepep_auto": "auto", "deepep_normal": "normal"}.get(a2a, "low_latency")]
+        if moe and tbo:
+            args += ["--enable-two-batch-overlap"]
         if nodes > 1:
             args += ["--nnodes", str(nodes), "--node-rank", "0",
                      "--dist-init-addr", "NODE0_HOST:5000"]

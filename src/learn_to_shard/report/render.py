@@ -50,7 +50,10 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         con.print(f"engine {plan.engine or 'defaults'}: memory utilisation "
                   f"{cfg['memory_utilization']:g}, KV fraction {cfg['kv_cache_free_fraction']:g}, "
                   f"max {cfg['max_num_batched_tokens']} batched tokens, KV reserved "
-                  f"{'per whole request' if cfg['kv_reserve_full_request'] else 'on demand'}",
+                  f"{'per whole request' if cfg['kv_reserve_full_request'] else 'on demand'}"
+                  + (f", MoE all-to-all {str(cfg.get('moe_a2a_kernel')).replace('_', ' ')}"
+                     if cfg.get("moe_a2a_kernel") else "")
+                  + (", two-batch overlap" if cfg.get("two_batch_overlap") else ""),
                   highlight=False)
     s = plan.search
     wall_s = cast(float, s.get("wall_s", 0))

@@ -1,0 +1,85 @@
+"""DeepEP expert all-to-all and two-batch overlap as engine options (``--moe-a2a``,
+``--two-batch-overlap``; ``CostModelConfig.moe_a2a_kernel`` / ``two_batch_overlap``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from learn_to_shard.api import cost_config, make_cost_model, make_workload
+from learn_to_shard.cli import app
+from learn_to_shard.cost.comm import expert_a2a_time_s
+from learn_to_shard.engines.flags import check_args
+from learn_to_shard.errors import ConfigError
+from learn_to_shard.parallel import MEGATRON_DIMS, Strategy
+from learn_to_shard.report.export import build_export
+
+WL = make_workload("serve", isl=2000, osl=500, dtype="fp8")
+EP32 = Strategy(tp=1, ep=32, pp=1, dp=32, batch=2048, dims=MEGATRON_DIMS)
+
+
+def _cm(**opts):
+    return make_cost_model("deepseek-v3", "h200:32", WL,
+                           dataclasses.replace(cost_config("sglang"), **opts))
+
+
+def _moe(e):
+    return {c.where: c.time_s for c in e.collectives if c.where.startswith("moe ")}
+
+
+def test_deepep_prices_dispatch_and_combine_with_the_kernel_model():
+    """DeepSeek-V3 at EP32 over 4 nodes, serve (every step prefills, so ``auto`` runs the
+    normal kernels): dispatch is expert_a2a_time_s with the FP8 payload of an FP8 checkpoint,
+    combine with BF16; the default all-to-all prices both the same."""
+    base, deepep = _cm(), _cm(moe_a2a_kernel="deepep_auto")
+    b, d = _moe(base.evaluate(EP32)), _moe(deepep.evaluate(EP32))
+    assert b["moe dispatch"] == b["moe combine"]
+    dev, c = deepep.cluster.device, deepep.config
+    tokens = 2048 / 32 * (1 + 2000 / 500) * float(
+        deepep._step_share(np.array([2048 / 32.0]))[0])
+    kw = dict(hidden=7168, top_k=8, experts=256, mode="normal", domain=8,
+              scale_up_bytes_per_s=dev.scale_up_bytes_per_s * c.scale_up_efficiency,
+              scale_out_bytes_per_s=dev.scale_out_bytes_per_s * c.scale_out_efficiency)
+    assert d["moe dispatch"] == pytest.approx(
+        float(expert_a2a_time_s(tokens, 32, payload="fp8", **kw)[0]), rel=1e-9)
+    assert d["moe combine"] == pytest.approx(
+        float(expert_a2a_time_s(tokens, 32, payload="bf16", **kw)[0]), rel=1e-9)
+    assert deepep.evaluate(EP32).tpot_s < base.evaluate(EP32).tpot_s
+
+
+def test_two_batch_overlap_hides_communication_up_to_the_experts_compute():
+    """With the overlap the layer pays max(experts, dispatch + combine) instead of the sum:
+    TPOT falls by at most the communication it hides, and never below the run without
+    communication."""
+    on = _cm(moe_a2a_kernel="deepep_auto", two_batch_overlap=True).evaluate(EP32)
+    off = _cm(moe_a2a_kernel="deepep_auto").evaluate(EP32)
+    comm = sum(_moe(off).values())
+    moe_layers = 58
+    assert off.tpot_s - moe_layers * comm - 1e-9 <= on.tpot_s < off.tpot_s
+
+
+def test_options_are_checked_and_exported():
+    with pytest.raises(ConfigError, match="moe_a2a_kernel"):
+        dataclasses.replace(cost_config(), moe_a2a_kernel="pplx")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h200:8",
+                                 "--context", "2048", "--moe-a2a", "deepep"])
+    assert r.exit_code == 2 and "is dense" in r.output
+    r = CliRunner().invoke(app, ["plan", "--model", "deepseek-v3", "--cluster", "h200:16",
+                                 "--context", "2048", "--moe-a2a", "deepep", "--engine",
+                                 "trtllm"])
+    assert r.exit_code == 2 and "not expressible" in r.output
+    cm = _cm(moe_a2a_kernel="deepep_auto", two_batch_overlap=True)
+    from learn_to_shard.api import search_plan
+
+    plan = search_plan(cm, method="exact", engine="sglang")
+    assert plan.best is not None and plan.best.strategy.ep > 1
+    for engine, want in (("sglang", ["--moe-a2a-backend", "deepep", "--deepep-mode", "auto",
+                                     "--enable-two-batch-overlap"]),
+                         ("vllm", ["--all2all-backend", "deepep_high_throughput",
+                                   "--enable-dbo"])):
+        ex = build_export(plan, engine, model=cm.model, devices_per_node=8)
+        assert all(w in ex.args for w in want), ex.args
+        assert check_args(engine, ex.args) == []
