@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import tiny_dense
+from conftest import tiny_dense, tiny_moe
 
 # The golden tests' explicit factors and hand formulas (roofline, linear, activation pass).
 from test_cost_model import CFG, _act, _linear, _roof  # noqa: E402
@@ -248,3 +248,31 @@ def test_expert_dispatch_price_does_not_depend_on_the_space_candidates():
     want = 16 * (1 - math.comb(e - e // 16, k) / math.comb(e, k))
     assert float(one.dispatch_destinations(np.array([16]))[0]) == pytest.approx(want, rel=REL)
     assert float(one.dispatch_destinations(np.array([1]))[0]) == 1.0
+
+
+def test_collective_bytes_in_the_breakdown():
+    """Each collective of the breakdown carries the volume it is priced on: Megatron TP2
+    decode of one sequence all-reduces ``H`` 16-bit activations per token before each norm
+    and all-gathers the fp32 logits; PP2 sends each rank's ``H / tp`` slice; with a sequence
+    split the MoE dispatch sends ``N/g · D(ep) · etp · H · 2 · (1 − 1/g)`` bytes per rank."""
+    H, vpad = 1024, 32000
+    m = tiny_dense()
+    cm = CostModel(m, parse_cluster("h100-sxm:4"), Workload(Phase.DECODE, isl=1000))
+    e = cm.evaluate(Strategy(tp=2, ep=1, pp=2, dp=1, batch=2))
+    by = {c.where: c for c in e.collectives}
+    rows = 1.0                                    # 2 sequences over 2 micro-batches
+    assert by["layer input -> qkv_proj"].bytes == rows * H * 2
+    assert by["o_proj -> dense_up"].bytes == rows * H * 2
+    assert by["lm_head -> logits"].bytes == rows * vpad * 4
+    assert by["stage -> stage"].bytes == rows * H * 2 / 2
+    for c in e.collectives:
+        assert c.bytes > 0, c
+    mm = tiny_moe()
+    cm = CostModel(mm, parse_cluster("h100-sxm:2"), Workload(Phase.DECODE, isl=1000))
+    e = cm.evaluate(Strategy(tp=1, ep=2, pp=1, dp=2, batch=2))
+    d = {c.where: c for c in e.collectives}
+    g, n_tok = 2, 2.0                                # tokens of the stage group
+    d_ep = 2 * (1 - math.comb(2, 2) / math.comb(4, 2))
+    send = n_tok / g * d_ep * 1 * H * 2 * (1 - 1 / g)
+    assert d["moe dispatch"].bytes == pytest.approx(send, rel=1e-12)
+    assert d["moe combine"].bytes == pytest.approx(send, rel=1e-12)

@@ -149,6 +149,11 @@ class CollectiveUse:
         group: group size (ranks).
         time_s: one occurrence, seconds (for one micro-batch).
         per_step: occurrences per micro-batch pass through the model (e.g. number of layers).
+        bytes: the volume one occurrence is priced on (mean over the layers it occurs in):
+            the full tensor for all-reduce, all-gather, reduce-scatter and a layout
+            all-to-all (nccl-tests' size, :func:`learn_to_shard.cost.comm.
+            collective_time_s`); what each rank sends for the MoE dispatch / combine; one
+            rank's slice for the stage-to-stage send-recv.
     """
 
     where: str
@@ -156,6 +161,7 @@ class CollectiveUse:
     group: int
     time_s: float
     per_step: int
+    bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -622,7 +628,9 @@ class CostModel(OperatorTerms):
                "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type}
         if detail:
             self._detail(out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, walk,
-                         link_tp, link_g, link_etp, emb_t, (t_conv, t_norm, t_lm, t_logits),
+                         link_tp, link_g, link_etp, emb_t,
+                         (t_conv, t_norm, t_lm, t_logits, lm["b_conv"], lm["b_norm"],
+                          lm["b_logits"]),
                          lay, req, out_lm, p2p, pp, recs, op_time)
             out["collectives"] = [r for r in recs]
             out["op_time"] = op_time
@@ -639,28 +647,32 @@ class CostModel(OperatorTerms):
             is_moe, window = self.layer_types[ti]
             rec: list = []
             _, _, ops = self.layer(env1, dims, np.array([lay_in]), is_moe, window, ctx, rec)
-            for where, kind, grp, tt in rec:
+            for where, kind, grp, tt, nbytes in rec:
                 key = (where, kind, grp)
-                agg.setdefault(key, [0.0, 0])
-                agg[key][0] += tt * count          # total, averaged below
+                agg.setdefault(key, [0.0, 0, 0.0])
+                agg[key][0] += tt * count          # totals, averaged below
                 agg[key][1] += count
+                agg[key][2] += nbytes * count
             for name, arr in ops.items():
                 op_time[name] = op_time.get(name, 0.0) + float(arr[0]) * count
-        for (where, kind, grp), (tt, k) in agg.items():
-            recs.append(CollectiveUse(where, kind, grp, tt / k, k))
-        t_conv, t_norm, t_lm, t_logits = (float(x[0]) for x in lm_parts)
+        for (where, kind, grp), (tt, k, nb) in agg.items():
+            recs.append(CollectiveUse(where, kind, grp, tt / k, k, nb / k))
+        t_conv, t_norm, t_lm, t_logits, b_conv, b_norm, b_logits = (float(x[0])
+                                                                    for x in lm_parts)
         if t_norm > 0.0:
             recs.append(CollectiveUse("final norm (hidden split)", "all-reduce", int(tp[0]),
-                                      t_norm, 1))
+                                      t_norm, 1, b_norm))
         lab = transition_label(int(lay[0]), int(req_lm[0]))
         if lab and int(tp[0]) > 1:
-            recs.append(CollectiveUse("last layer -> lm_head", lab, int(tp[0]), t_conv, 1))
+            recs.append(CollectiveUse("last layer -> lm_head", lab, int(tp[0]), t_conv, 1,
+                                      b_conv))
         lab = transition_label(int(out_lm[0]), R)
         if lab and int(tp[0]) > 1:
-            recs.append(CollectiveUse("lm_head -> logits", lab, int(tp[0]), t_logits, 1))
+            recs.append(CollectiveUse("lm_head -> logits", lab, int(tp[0]), t_logits, 1,
+                                      b_logits))
         if pp[0] > 1:
             recs.append(CollectiveUse("stage -> stage", "send-recv", 2, float(p2p[0]),
-                                      int(pp[0]) - 1))
+                                      int(pp[0]) - 1, float(self.p2p_bytes(rows, tp)[0])))
         op_time["embedding"] = float(emb_t[0])
         op_time["lm_head"] = t_lm
 

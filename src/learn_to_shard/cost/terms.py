@@ -67,11 +67,12 @@ LayerTerm = Callable[["OperatorTerms", dict, np.ndarray, np.ndarray, bool, "int 
 EXTRA_LAYER_TERMS: dict[str, LayerTerm] = {}
 
 
-def _record_norm(rec: list | None, where: str, tp: np.ndarray, t: np.ndarray) -> None:
+def _record_norm(rec: list | None, where: str, tp: np.ndarray, t: np.ndarray,
+                 rows: np.ndarray) -> None:
     """Add an RMSNorm statistics all-reduce (4 bytes per token over the TP group, priced by
     :meth:`OperatorTerms._norm_stats`) to the breakdown ``rec`` of row 0 when it costs time."""
     if rec is not None and float(t[0]) > 0.0:
-        rec.append((where, "all-reduce", int(tp[0]), float(t[0])))
+        rec.append((where, "all-reduce", int(tp[0]), float(t[0]), float(rows[0]) * 4.0))
 
 
 def _layout_in(op: Op, choice: np.ndarray, arriving: np.ndarray) -> np.ndarray:
@@ -430,15 +431,17 @@ class OperatorTerms:
 
         Returns:
             ``t_conv, t_norm, t_lm, t_logits`` (seconds), ``req`` / ``out`` layouts, ``w_local``
-            (parameters per device) and ``w_bytes`` (their bytes, 16-bit for quantised
-            checkpoints).
+            (parameters per device), ``w_bytes`` (their bytes, 16-bit for quantised
+            checkpoints) and the volumes of the three collectives, ``b_conv``, ``b_norm``,
+            ``b_logits`` (bytes, full tensors).
         """
         sh, c, ab = self.shapes, self.config, self._ab
         t_f = tp.astype(np.float64)
         link = self._link(tp)
         vpad = self._padded_vocab(tp)
         req = _layout_in(Op.LM_HEAD, c_lm, lay)
-        t_conv = self._conv(lay, req, lm_rows * sh.hidden * ab, tp, link)
+        b_conv = lm_rows * sh.hidden * ab
+        t_conv = self._conv(lay, req, b_conv, tp, link)
         t_norm = self._norm_stats(req, lm_rows, tp, link)
         rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
         w_local = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
@@ -446,10 +449,11 @@ class OperatorTerms:
                               w_local * self._eb + rows_lm * (sh.hidden + vpad) * ab,
                               self._lm_flops)
         out = _layout_out(Op.LM_HEAD, c_lm, req)
-        t_logits = self._conv(out, np.full(len(lay), R), lm_rows * vpad * c.logits_bytes, tp,
-                              link)
+        b_logits = lm_rows * vpad * c.logits_bytes
+        t_logits = self._conv(out, np.full(len(lay), R), b_logits, tp, link)
         return {"t_conv": t_conv, "t_norm": t_norm, "t_lm": t_lm, "t_logits": t_logits,
-                "req": req, "out": out, "w_local": w_local, "w_bytes": w_local * self._eb}
+                "req": req, "out": out, "w_local": w_local, "w_bytes": w_local * self._eb,
+                "b_conv": b_conv, "b_norm": lm_rows * 4.0, "b_logits": b_logits}
 
     def p2p_time_s(self, rows: np.ndarray, tp: np.ndarray, dp: np.ndarray,
                    pp: np.ndarray) -> np.ndarray:
@@ -466,10 +470,15 @@ class OperatorTerms:
         n_cross = self.mesh.hop_crossings(size, pp)
         inside = self._link_of(np.ones(len(size), dtype=bool))
         outside = self._link_of(np.zeros(len(size), dtype=bool))
-        vol = rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
+        vol = self.p2p_bytes(rows, tp)
         t_in, t_out = vol / inside.bw + inside.alpha, vol / outside.bw + outside.alpha
         mean = (n_cross * t_out + (hops - n_cross) * t_in) / hops
         return np.where(pp > 1, mean, 0.0)
+
+    def p2p_bytes(self, rows: np.ndarray, tp: np.ndarray) -> np.ndarray:
+        """Bytes each TP rank sends to the next stage for ``rows`` tokens: its ``1/tp`` slice
+        of the ``hidden`` activations, ``[n]``."""
+        return rows * self.shapes.hidden * self._ab / tp.astype(np.float64)
 
     # ------------------------------------------------------------------ boundary terms
     # Read by CostModel._step and by the exact solver's tables (search/exact_tables.py) alike.
@@ -564,7 +573,8 @@ class OperatorTerms:
             is_moe, window: the layer kind (an entry of :attr:`layer_types`).
             ctx: mean KV length of the decode sequences, tokens.
             rec: when a list, the collectives of row 0 are appended to it as
-                ``(where, kind, group, time_s)``.
+                ``(where, kind, group, time_s, bytes)`` (``bytes`` as
+                :attr:`learn_to_shard.cost.model.CollectiveUse.bytes`).
 
         Returns:
             ``(time_s [n], out_layout [n], op_time)`` with ``op_time`` the compute time of
@@ -593,7 +603,8 @@ class OperatorTerms:
             if rec is not None:
                 label = transition_label(int(src[0]), int(dst[0]))
                 if label and int(n[0]) > 1:
-                    rec.append((where, label, int(n[0]), float(tt[0])))
+                    rec.append((where, label, int(n[0]), float(tt[0]),
+                                float(np.ravel(full_bytes)[0])))
             return tt
 
         def local_rows(layout):
@@ -636,7 +647,7 @@ class OperatorTerms:
                                   float(sh.qkv_params))
         req_q = _layout_in(Op.QKV_PROJ, c_qkv, lin)
         t_nq = self._norm_stats(req_q, rows, env["tp"], link)
-        _record_norm(rec, "input norm (hidden split)", env["tp"], t_nq)
+        _record_norm(rec, "input norm (hidden split)", env["tp"], t_nq, rows)
         total += t_nq
         tq, _, out_q = linear("qkv_proj", c_qkv, lin, H, qkv_n, qkv_params, t, link,
                               where="layer input -> qkv_proj")
@@ -666,7 +677,8 @@ class OperatorTerms:
         t_kvx = self._kv_exchange_time_s(split_seq, env)
         if rec is not None and float(t_kvx[0]) > 0.0:
             rec.append(("attention K/V exchange (context parallel)", "all-gather",
-                        int(env["tp"][0]), float(t_kvx[0])))
+                        int(env["tp"][0]), float(t_kvx[0]),
+                        float(self.kv_exchange_bytes(env["pf"])[0])))
         total += t_kvx
         to, _, out_o = linear("o_proj", c_o, req_a, sh.attn_out, H, sh.o_params, t, link,
                               where="attention -> o_proj")
@@ -679,7 +691,7 @@ class OperatorTerms:
                                   sh.dense_up_params, t, link, where="o_proj -> dense_up",
                                   act=True)
             t_nu = self._norm_stats(req_u, rows, env["tp"], link)
-            _record_norm(rec, "post-attention norm (hidden split)", env["tp"], t_nu)
+            _record_norm(rec, "post-attention norm (hidden split)", env["tp"], t_nu, rows)
             total += tu + t_nu
             td, _, out_d = linear("dense_down", c_dn, out_u, sh.dense_width, H,
                                   sh.dense_down_params, t, link, where="dense_up -> dense_down")
@@ -705,8 +717,10 @@ class OperatorTerms:
         send = rows_g / g_f * d_ep * etp * H * ab * (1 - 1 / g_f)
         t_dispatch, t_combine = self._moe_a2a_s(send, rows_g / g_f, g, ep, etp, env)
         if rec is not None and not bool(local[0]) and g[0] > 1:
-            rec.append(("moe dispatch", "all-to-all", int(g[0]), float(t_dispatch[0])))
-            rec.append(("moe combine", "all-to-all", int(g[0]), float(t_combine[0])))
+            rec.append(("moe dispatch", "all-to-all", int(g[0]), float(t_dispatch[0]),
+                        float(send[0])))
+            rec.append(("moe combine", "all-to-all", int(g[0]), float(t_combine[0]),
+                        float(send[0])))
         t_comm = np.where(local, 0.0, t_dispatch + t_combine)
         if not c.two_batch_overlap:
             total += t_comm
