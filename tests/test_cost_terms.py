@@ -276,3 +276,13 @@ def test_collective_bytes_in_the_breakdown():
     send = n_tok / g * d_ep * 1 * H * 2 * (1 - 1 / g)
     assert d["moe dispatch"].bytes == pytest.approx(send, rel=1e-12)
     assert d["moe combine"].bytes == pytest.approx(send, rel=1e-12)
+
+
+def test_redistribute_takes_placements_and_integer_codes_alike():
+    """``redistribute`` accepts a placement, a Python int or a numpy integer code."""
+    from learn_to_shard.parallel.placement import LAYOUTS, redistribute
+
+    for i in range(len(LAYOUTS)):
+        for j in range(len(LAYOUTS)):
+            want = redistribute(LAYOUTS[i], LAYOUTS[j])
+            assert redistribute(i, j) == want == redistribute(np.int64(i), np.int64(j))

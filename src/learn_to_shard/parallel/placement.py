@@ -114,6 +114,7 @@ def redistribute(src: Placement | int, dst: Placement | int) -> Collective | Non
     Returns:
         The collective, or ``None`` when no communication is needed.
     """
-    s = src if isinstance(src, int) else LAYOUTS.index(src)
-    d = dst if isinstance(dst, int) else LAYOUTS.index(dst)
-    return _TRANSITION[(s, d)]
+    def code(p: Placement | int) -> int:
+        return LAYOUTS.index(p) if isinstance(p, Placement) else int(p)   # numpy ints too
+
+    return _TRANSITION[(code(src), code(dst))]

@@ -158,7 +158,7 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
         idx = np.arange(0, len(tr.isl), replicas)
         assert tr.arrival_s is not None
         return (Requests(tr.isl[idx], tr.osl[idx], tr.arrival_s[idx]), None,
-                f"every {replicas}th request of the trace" if replicas > 1 else "the trace")
+                f"one request in {replicas} of the trace" if replicas > 1 else "the trace")
     n_total = load.num_prompts or DEFAULT_NUM_PROMPTS
     n = max(1, math.ceil(n_total / replicas))
     base = fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
