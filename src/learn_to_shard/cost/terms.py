@@ -23,7 +23,6 @@ operator's price is registered, see ``docs/design.md`` "Adding an operator").
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,6 +45,7 @@ from .comm import (
     TRANSITION_KIND,
     all_to_all_v_time_s,
     collective_time_s,
+    expected_destinations,
     expert_a2a_time_s,
     transition_label,
 )
@@ -285,11 +285,7 @@ class OperatorTerms:
         moe = self.model.moe
         if moe is None:
             return np.ones(ep.shape)
-        e, k = moe.num_experts, moe.top_k
-        uniq, inv = np.unique(ep, return_inverse=True)
-        vals = np.array([u * (1.0 - math.comb(e - e // u, k) / math.comb(e, k)) if u > 1
-                         else 1.0 for u in uniq.tolist()], dtype=np.float64)
-        return vals[inv.reshape(ep.shape)]
+        return expected_destinations(ep, moe.num_experts, moe.top_k).reshape(ep.shape)
 
     def _moe_a2a_s(self, send: np.ndarray, tokens_per_rank: np.ndarray, group: np.ndarray,
                    ep: np.ndarray, etp: np.ndarray, env: dict
