@@ -415,7 +415,8 @@ def plan_cmd(
         optima = _engine_optima(cm, result, engine, budget, seed,
                                 gpu_memory_utilization, max_num_batched_tokens) \
             if export is None and not result.interrupted else []
-        launch = _export_text(result, export, cm, _longest_request(wl, load)) \
+        longest = load.longest_request_tokens(wl.isl, wl.osl) if load is not None else None
+        launch = _export_text(result, export, cm, longest) \
             if export and result.feasible else None
         if load is not None and result.feasible and not result.interrupted:
             sims = simulate_plan(cm, result, load, export_caps=export is not None)
@@ -537,21 +538,6 @@ def _export_engine(export: str | None, engine: str | None) -> str | None:
         return export
     raise PlannerError(f"--engine {engine} with --export {export}: the exported strategy must "
                        f"be one {export} launches; drop --engine, or use --engine {export}")
-
-
-def _longest_request(wl: Workload, load: ServingLoad | None) -> int:
-    """Longest request (prompt + output tokens) the server must accept: ``isl + osl``, or the
-    longest of the simulated load (a trace's requests; lengths drawn up to
-    ``int((1 + range_ratio) · nominal)``, as ``serving.simulate.fixed_requests`` draws them)."""
-    longest = wl.isl + wl.osl
-    if load is None:
-        return longest
-    if load.trace is not None:
-        return max(longest, int((load.trace.isl + load.trace.osl).max()))
-    if load.range_ratio and not load.up_to_nominal:
-        r = 1.0 + load.range_ratio
-        return max(longest, max(1, int(wl.isl * r)) + max(1, int(wl.osl * r)))
-    return longest
 
 
 def _export_text(plan: Plan, engine: str, cm: CostModel, max_model_len: int | None = None

@@ -14,7 +14,7 @@ from ..cost.model import CostModel, Estimate
 from ..engines import default_max_num_seqs
 from ..errors import ConfigError
 from ..workload import Phase
-from .simulate import Requests, fixed_requests, poisson_arrivals, simulate
+from .simulate import Requests, fixed_requests, length_range, poisson_arrivals, simulate
 from .steptime import fit_step_model, priced
 
 #: Requests per simulation when none is given (``vllm bench serve --num-prompts`` default).
@@ -68,6 +68,15 @@ class ServingLoad:
             raise ConfigError(f"--range-ratio: must be in [0, 1), got {self.range_ratio}")
         if self.num_prompts is not None and not 1 <= self.num_prompts <= 1_000_000:
             raise ConfigError(f"--num-prompts: must be in 1..1,000,000, got {self.num_prompts}")
+
+    def longest_request_tokens(self, isl: int, osl: int) -> int:
+        """Longest request (prompt + output tokens) this load sends around a nominal
+        ``isl``/``osl``: a trace's longest, else the top of the drawn lengths
+        (:func:`~learn_to_shard.serving.simulate.length_range`), at least ``isl + osl``."""
+        if self.trace is not None:
+            return max(isl + osl, int((self.trace.isl + self.trace.osl).max()))
+        r, up = self.range_ratio, self.up_to_nominal
+        return max(isl + osl, length_range(isl, r, up)[1] + length_range(osl, r, up)[1])
 
     def describe(self) -> str:
         """One line naming the load, e.g. ``closed loop, concurrency 64``."""

@@ -89,14 +89,21 @@ def fixed_requests(n: int, isl: int, osl: int, range_ratio: float = 0.0, seed: i
     rng = np.random.default_rng(seed)
 
     def draw(x: int) -> np.ndarray:
-        if up_to_nominal:
-            return rng.integers(max(1, int(x * range_ratio)), x + 1, size=n)
-        if range_ratio == 0.0:
+        if range_ratio == 0.0 and not up_to_nominal:
             return np.full(n, x, dtype=np.int64)
-        lo, hi = max(1, int(x * (1 - range_ratio))), max(1, int(x * (1 + range_ratio)))
+        lo, hi = length_range(x, range_ratio, up_to_nominal)
         return rng.integers(lo, hi + 1, size=n)
 
     return Requests(isl=draw(isl), osl=draw(osl))
+
+
+def length_range(x: int, range_ratio: float, up_to_nominal: bool = False) -> tuple[int, int]:
+    """The lengths :func:`fixed_requests` draws around a nominal ``x`` tokens, inclusive:
+    ``[max(1, x·(1 − r)), max(1, x·(1 + r))]``, or ``[max(1, x·r), x]`` with
+    ``up_to_nominal`` (both rounded down, as the benchmark scripts do)."""
+    if up_to_nominal:
+        return max(1, int(x * range_ratio)), x
+    return max(1, int(x * (1 - range_ratio))), max(1, int(x * (1 + range_ratio)))
 
 
 def poisson_arrivals(n: int, rate_per_s: float, seed: int = 0) -> np.ndarray:
