@@ -603,9 +603,6 @@ class OperatorTerms:
                                 float(np.ravel(full_bytes)[0])))
             return tt
 
-        def local_rows(layout):
-            return np.where(layout == S0, np.ceil(rows / t), rows)
-
         def linear(name, choice, src, k_dim, n_dim, params, n_grp, lk, rws=None,
                    peak=None, where=None, act=False):
             """conv + compute of one weight-bearing op on the tp (or etp) axis; ``act`` adds
