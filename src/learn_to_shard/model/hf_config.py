@@ -368,12 +368,14 @@ class _Source:
         kind: ``shipped``, ``file`` (a local file or folder) or ``hf-cache``.
         quant: the ``hf_quant_config.json`` object next to it, or ``None``.
         quant_source: that file's path.
+        repo_id: the HF repository id of an ``hf-cache`` source.
     """
 
     def __init__(self, data: dict[str, Any], source: str, name: str, kind: str,
-                 quant: dict[str, Any] | None = None, quant_source: str = "") -> None:
+                 quant: dict[str, Any] | None = None, quant_source: str = "",
+                 repo_id: str | None = None) -> None:
         self.data, self.source, self.name, self.kind = data, source, name, kind
-        self.quant, self.quant_source = quant, quant_source
+        self.quant, self.quant_source, self.repo_id = quant, quant_source, repo_id
 
 
 def _sibling_quant(config: Path | Traversable) -> tuple[dict[str, Any] | None, str]:
@@ -418,7 +420,7 @@ def _read(name_or_path: str) -> _Source:
             _read_text(quant_path, "hf_quant_config.json"), str(quant_path),
             "a ModelOpt hf_quant_config.json")
         return _Source(data, str(config), name_or_path.split("/")[1], "hf-cache", quant,
-                       str(quant_path or ""))
+                       str(quant_path or ""), repo_id=name_or_path)
     if path.is_dir():
         path = path / "config.json"
     elif not local and not looks_like_path:
@@ -1399,7 +1401,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     block = _weight_block_size(qf)
     expert_bits = quant.weight_bits if quant is not None and quant.below_8_bit \
         and quant.experts_only else None
-    return ModelSpec(name=src.name, source=source, source_kind=src.kind, quant=quant,
+    return ModelSpec(name=src.name, source=source, source_kind=src.kind, repo_id=src.repo_id,
+                     quant=quant,
                      weight_block_size=block, expert_weight_bits=expert_bits,
                      wrapper=wrapper, vision_params=_vision_params(data) if wrapper else 0,
                      image_tokens=image_tokens(wrapper, data) if wrapper else None,

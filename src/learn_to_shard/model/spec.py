@@ -214,6 +214,8 @@ class ModelSpec:
         final_logit_softcap: soft cap on the LM-head logits (Gemma-2
             ``final_logit_softcapping`` 30.0), ``None`` if none; elementwise on the logits,
             no weights, not priced separately.
+        repo_id: the HuggingFace repository id ``org/name`` of a config read from the local
+            HF cache (``source_kind`` ``hf-cache``), ``None`` otherwise.
     """
 
     name: str
@@ -240,6 +242,7 @@ class ModelSpec:
     parallel_attn: bool = False
     final_logit_softcap: float | None = None
     image_tokens: ImageTokens | None = None
+    repo_id: str | None = None
 
     @property
     def checkpoint_dtype(self) -> str:

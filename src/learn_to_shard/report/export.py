@@ -161,9 +161,8 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     """The model argument an engine's launcher needs to load ``model``.
 
     * a shipped config: its HF repository id (``data/models/SOURCES.md``);
-    * a HuggingFace cache snapshot (``--model org/name``): the repository id, read back from
-      the cache layout ``models--{org}--{name}/snapshots/{revision}/config.json``
-      (huggingface_hub's cache; the engines resolve the id through the same cache);
+    * a HuggingFace cache snapshot (``--model org/name``): the repository id
+      (``ModelSpec.repo_id``; the engines resolve it through the same cache);
     * a local file or folder: the folder holding ``config.json`` (the engines load a local
       checkpoint from its folder; the weights must be there too).
 
@@ -171,11 +170,9 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     """
     if model is None or model.source_kind == "shipped" or not model.source:
         return _hf_ids().get(model.name if model is not None else name, name)
+    if model.repo_id is not None:
+        return model.repo_id
     src = Path(model.source)
-    if model.source_kind == "hf-cache":
-        for part in src.parts:
-            if part.startswith("models--"):
-                return part.removeprefix("models--").replace("--", "/", 1)
     return str(src.parent if src.suffix == ".json" else src)
 
 
