@@ -711,7 +711,8 @@ def _render_serving_check(con: Console) -> None:
                       f"{s['tpot_ms_median_abs_err']:.1%} (n={s['tpot_ms_n']}), output tok/s "
                       f"{s['output_tok_s_median_abs_err']:.1%} (n={s['output_tok_s_n']}); "
                       f"sweep directions {s['sweep_directions']}; "
-                      f"{s['predicted']}/{s['rows']} rows predicted", highlight=False)
+                      f"{s['predicted']}/{s['rows']} rows predicted", highlight=False,
+                      soft_wrap=True)
 
 
 @app.command("compare")

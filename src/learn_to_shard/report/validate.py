@@ -129,7 +129,7 @@ def render_validation(report: ValidationReport, console: Any = None, rows: bool 
         con.print(f"TP sweep {sw.sweep}: tp {list(sw.tps)} {mark}{tie}", highlight=False)
     if report.operators and rows:
         render_silicon(report.operators, con)
-    con.print(report.summary_line(), highlight=False)
+    con.print(report.summary_line(), highlight=False, soft_wrap=True)   # one line, unwrapped
 
 
 
