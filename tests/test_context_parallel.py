@@ -133,3 +133,48 @@ def test_export_carries_decode_context_parallel(engine: str) -> None:
         assert "--decode-context-parallel-size" not in text
     assert np.isfinite(p.best.tpot_s)
     assert MEGATRON_DIMS is not None
+
+
+def test_coarse_grid_is_the_filtered_product() -> None:
+    """The exact searcher's degree grid is the full product of the heads, in its order, less
+    exactly the rows that break the ``context_parallel`` rule."""
+    from learn_to_shard.parallel.space import NUM_COARSE, RULE_BIT
+    from learn_to_shard.search.exact import coarse_grid
+
+    m = load_model("llama-3.1-70b")
+    cl = make_cost_model("llama-3.1-70b", "h100-sxm:32",
+                         make_workload("decode", context=4096)).cluster
+    sp = StrategySpace.build(m, cl, batch_values=(1, 3, 8))
+    nvec = sp.nvec[:NUM_COARSE]
+    grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
+    full = np.stack([g.ravel() for g in grids], axis=1)
+    a = np.full((len(full), len(sp.nvec)), 2, dtype=np.int64)
+    a[:, :NUM_COARSE] = full
+    keep = (sp.rule_bits_many(a) & RULE_BIT["context_parallel"]) == 0
+    assert len(sp.cp_values) > 2
+    np.testing.assert_array_equal(coarse_grid(sp), full[keep])
+
+
+def test_long_context_cases_with_and_without_cp() -> None:
+    """The issue's long-context cases (``scripts/long_context.py`` prints them). Llama-3.1-405B
+    at 131,072 tokens on 16 × H100: the optimum uses TP16 with cp = 2 and beats the best
+    plan without cp (TP8 × PP2), and at its degrees cp = 1 does not fit (the KV copies).
+    Llama-4-Scout at 10M tokens on 16 × H200: cp cannot apply (TP16 does not divide its 40
+    heads, TP8 holds no KV copies), so both plans are the same."""
+    from learn_to_shard.api import plan
+
+    kw = dict(phase="decode", method="exact")
+    big = plan(model="llama-3.1-405b", cluster="h100-sxm:16", context=131072, **kw)
+    big1 = plan(model="llama-3.1-405b", cluster="h100-sxm:16", context=131072,
+                context_parallel=False, **kw)
+    assert big.best is not None and big1.best is not None
+    assert big.best.strategy.cp == 2 and big1.best.strategy.cp == 1
+    assert big.best.tokens_per_s_per_device > big1.best.tokens_per_s_per_device
+    cm = make_cost_model("llama-3.1-405b", "h100-sxm:16",
+                         make_workload("decode", context=131072))
+    assert not cm.evaluate(dataclasses.replace(big.best.strategy, cp=1)).feasible
+    scout = plan(model="llama-4-scout", cluster="h200:16", context=10_000_000, **kw)
+    scout1 = plan(model="llama-4-scout", cluster="h200:16", context=10_000_000,
+                  context_parallel=False, **kw)
+    assert scout.best is not None and scout.best.feasible
+    assert scout.best.strategy == scout1.best.strategy and scout.best.strategy.cp == 1

@@ -11,8 +11,9 @@ aiconfigurator's ``tp × attention_dp = moe_tp × moe_ep``, FC-38), so an expert
 ``etp`` consecutive ranks. ``cp`` (decode context parallelism) re-splits the TP group of the
 attention for decode: ``tp / cp`` head groups of ``cp`` ranks, each rank holding ``1/cp`` of every
 sequence's KV tokens (vLLM's interleaved DCP groups; the cp group is priced on the link of
-``cp`` consecutive ranks, which a TP group inside one node always is). Instances are laid out back to back from rank 0 of the cluster,
-whose nodes (scale-up domains) hold ``devices_per_node`` consecutive ranks.
+``cp`` consecutive ranks, which a TP group inside one node always is). Instances are laid out
+back to back from rank 0 of the cluster, whose nodes (scale-up domains) hold
+``devices_per_node`` consecutive ranks.
 
 :class:`Mesh` answers, vectorised over rows of degrees: each axis's group extent, whether every
 group of an axis stays inside one node (else it rides the scale-out link), how many ranks of its

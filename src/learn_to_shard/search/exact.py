@@ -396,10 +396,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     check_time()
     sp = cm.space
     # 1. Degrees.
-    nvec = sp.nvec[:NUM_COARSE]
     if only is None:
-        grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
-        coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+        coarse = coarse_grid(sp)
     elif tops is not None:
         coarse = np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE)
     else:
@@ -687,9 +685,36 @@ def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
     return [float(x) for x in cm.evaluate_many(np.array(actions)).objective]
 
 
+def coarse_grid(sp: StrategySpace) -> np.ndarray:
+    """Every coarse index row of ``sp`` whose ``(tp, cp)`` pair meets the
+    ``context_parallel`` rule, ``[M, NUM_COARSE]``, in the lexicographic order of the full
+    product of the heads (the rows the full product would keep after that rule, without
+    building the product: with ``cp`` it is up to ``len(cp_values)`` times larger)."""
+    tpv = np.asarray(sp.tp_values, dtype=np.int64)
+    cpv = np.asarray(sp.cp_values, dtype=np.int64)
+    kv = max(sp.model.attention.num_kv_heads, 1)
+    ok = (cpv[None, :] == 1) | (tpv[:, None] % (cpv[None, :] * kv) == 0)    # [T, C]
+    n_cp = ok.sum(axis=1)
+    cp_of = np.zeros((len(tpv), max(int(n_cp.max()), 1)), dtype=np.int64)
+    for t in range(len(tpv)):
+        cp_of[t, :n_cp[t]] = np.flatnonzero(ok[t])
+    heads = [len(sp.tp_values), len(sp.ep_values), len(sp.pp_values), len(sp.dp_values)]
+    grids = np.meshgrid(*[np.arange(v) for v in heads], indexing="ij")
+    outer = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    nb = len(sp.batch_values)
+    reps = n_cp[outer[:, 0]] * nb
+    rows = np.repeat(outer, reps, axis=0)
+    j = np.arange(len(rows)) - np.repeat(np.cumsum(reps) - reps, reps)
+    out = np.empty((len(rows), NUM_COARSE), dtype=np.int64)
+    out[:, :CP_HEAD] = rows
+    out[:, CP_HEAD] = cp_of[rows[:, 0], j // nb]
+    out[:, BATCH_HEAD] = j % nb
+    return out
+
+
 def _cell_tops(sp: StrategySpace, coarse: np.ndarray) -> np.ndarray:
-    """Per valid coarse row ``[M, NUM_COARSE]``: the largest multiple of dp below the next valid grid
-    batch of the same degrees (or up to the grid's largest batch), ``[M]``; the row's *cell*
+    """Per valid coarse row ``[M, NUM_COARSE]``: the largest multiple of dp below the next valid
+    grid batch of the same degrees (or up to the grid's largest batch), ``[M]``; the row's *cell*
     is the multiples of dp in ``(batch, top]`` (empty when ``top <= batch``)."""
     bvals = np.asarray(sp.batch_values, dtype=np.int64)
     dpv = np.asarray(sp.dp_values, dtype=np.int64)[coarse[:, DP_HEAD]]
@@ -732,7 +757,7 @@ def _memory_cap(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, zmem: np
             k_seq = np.where(b_seq > 0, np.floor(room / b_seq), np.where(room >= 0, 2**40, -1))
         tp = np.asarray(sp.tp_values, dtype=np.int64)[c.actions[:, TP_HEAD]]
         cpv = np.asarray(sp.cp_values, dtype=np.int64)[c.actions[:, CP_HEAD]]
-        grp = np.maximum(tp // cpv, 1).astype(np.float64)           # sequence-split groups of the TP group
+        grp = np.maximum(tp // cpv, 1).astype(np.float64)   # sequence-split groups of the TP group
         k = np.minimum(k_all, k_seq * grp[:, None, None]).min(axis=2)   # [R, 3] sequences/rank
         k = np.where(att_ok[c.key], k, -1).max(axis=1)
         dpv = np.asarray(sp.dp_values, dtype=np.int64)[c.actions[:, DP_HEAD]]
