@@ -543,6 +543,14 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
         (0.0 if wl.phase is Phase.PREFILL else float(wl.decode_context))
     env = _env(cm, keys, pf)
     k = len(keys)
+    # The FFN rows enter only as differences within a key (attention's time cancels), and
+    # nothing else of a key reaches them through ``cp``: price them once per key group that
+    # differs only in cp (``verify`` checks the whole decomposition against the cost model).
+    grp_cols = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx, keys.dec, pf], axis=1)
+    _, g_first, g_inv = np.unique(grp_cols, axis=0, return_index=True, return_inverse=True)
+    g_inv = g_inv.reshape(-1)
+    env_g = {kk: (Link(v.bw[g_first], v.alpha[g_first]) if isinstance(v, Link) else v[g_first])
+             for kk, v in env.items()}
     base = np.full(NUM_OPS, REPLICATED, dtype=np.int64)
     # Hub rows with the reference (replicated) FFN. The attention block is
     # X(L, qkv, attention) + Y(attention, o_proj) (the attention core requires a layout fixed by
@@ -555,7 +563,6 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     hub[:n_x, Op.QKV_PROJ], hub[:n_x, Op.ATTENTION] = lqa[:, 1], lqa[:, 2]
     hub[n_x:, Op.ATTENTION], hub[n_x:, Op.O_PROJ] = AO[:, 0], AO[:, 1]
     lin_hub = np.concatenate([lqa[:, 0], np.full(N_AO, R)])
-    n_hub = len(hub)
     A: list[np.ndarray] = []
     FR: list[np.ndarray | None] = []
     FG: list[np.ndarray | None] = []
@@ -580,16 +587,15 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], N_AO)
         ffn[:, Op.ATTENTION] = AO[ao, 0]
         ffn[:, Op.O_PROJ] = AO[ao, 1]
-        dims = np.concatenate([hub, ffn])
-        lin = np.concatenate([lin_hub, np.full(len(ffn), R)])
-        tt, lo = _layer_rows(cm, env, dims, lin, is_moe, window, ctx)
-        rows += k * len(dims)
+        tt, _ = _layer_rows(cm, env, hub, lin_hub, is_moe, window, ctx)
+        f_t, f_o = _layer_rows(cm, env_g, ffn, np.full(len(ffn), R), is_moe, window, ctx)
+        f_t, f_o = f_t[g_inv], f_o[g_inv]
+        rows += k * len(hub) + len(g_first) * len(ffn)
         x = tt[:, :n_x].reshape(k, N_LAYOUTS, NC, NC)       # [K, L, q, a]
         y = tt[:, n_x:n_x + N_AO].reshape(k, NC, NC)          # [K, a, o]
         a_full = x[:, :, :, :, None] \
             + (y - y[:, :, REPLICATED:REPLICATED + 1])[:, None, None, :, :]
         A.append(a_full.reshape(k, N_LAYOUTS, N_HUB))
-        f_t, f_o = tt[:, n_hub:], lo[:, n_hub:]
         if is_moe:
             r_ref = int(np.flatnonzero(st.r_opts == REPLICATED)[0])
             g_ref = int(np.flatnonzero((st.g_opts == REPLICATED).all(axis=1))[0])
