@@ -669,12 +669,17 @@ def _cell(key: str, v: object) -> object:
 
 
 def code_version() -> str:
-    """``git describe --always --dirty`` of the checkout, ``unknown`` without git."""
+    """The checkout's short commit, with ``+changes`` when ``src/`` or ``scripts/`` differ
+    from it (what the numbers depend on); ``unknown`` without git."""
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--", "src", "scripts"],
+                                 cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head + ("+changes" if changed else "")
 
 
 def print_summary(console: Console, rows: Sequence[dict[str, object]]) -> None:
