@@ -441,12 +441,15 @@ def _fmt_ratio(r: float) -> str:
 
 #: CSV columns, in order.
 COLUMNS: tuple[str, ...] = (
-    "scenario", "model", "moe", "cluster", "devices", "phase", "isl", "osl", "context",
+    "scenario", "label", "model", "moe", "cluster", "devices", "phase", "isl", "osl", "context",
     "weight_dtype", "ttft_slo_ms", "tpot_slo_ms", "slo",
     *(f"{r}_tps_per_device" for r in RUNS), *(f"{r}_strategy" for r in RUNS),
     *(f"opt_over_{r}" for r in RUNS[1:]), "opt_over_best_engine", "best_engine",
     "opt_tpot_ms", "opt_ttft_ms",
-    "diff_coarse_vs_megatron_layout", "diff_ops", "ablation", "block_ablation",
+    *(f"megatron_layout_over_{e}" for e in ENGINE_NAMES),
+    "diff_coarse_vs_megatron_layout", "diff_coarse_vs_best_engine",
+    *(f"diff_coarse_{e}_vs_megatron_layout" for e in ENGINE_NAMES),
+    "diff_ops", "ablation", "block_ablation",
     "same_degrees_ratio",
     "same_degrees_why", "opt_comm_ms", "opt_compute_ms", "same_degrees_comm_ms",
     "same_degrees_compute_ms",
@@ -493,9 +496,9 @@ def study_row(sc: Scenario, m: ModelSpec, wl: Workload, cms: dict[str, tuple[Cos
     (:func:`search_all` on :func:`cost_models` of :func:`problem`)."""
     opt = runs["optimum"]
     row: dict[str, object] = {
-        "scenario": sc.key, "model": sc.model, "moe": m.is_moe, "cluster": sc.cluster,
-        "devices": sc.devices, "phase": sc.phase, "isl": sc.isl or "", "osl": sc.osl or "",
-        "context": sc.context or "", "weight_dtype": wl.weight_dtype.value,
+        "scenario": sc.key, "label": sc.label(), "model": sc.model, "moe": m.is_moe,
+        "cluster": sc.cluster, "devices": sc.devices, "phase": sc.phase, "isl": sc.isl or "",
+        "osl": sc.osl or "", "context": sc.context or "", "weight_dtype": wl.weight_dtype.value,
         "ttft_slo_ms": "" if sc.ttft_slo_s is None else sc.ttft_slo_s * 1e3,
         "tpot_slo_ms": "" if sc.tpot_slo_s is None else sc.tpot_slo_s * 1e3, "slo": sc.slo}
     for name, r in runs.items():
@@ -506,14 +509,21 @@ def study_row(sc: Scenario, m: ModelSpec, wl: Workload, cms: dict[str, tuple[Cos
     best_engine = max(ENGINE_NAMES, key=lambda e: runs[e].objective)
     row["best_engine"] = best_engine if runs[best_engine].objective > 0 else ""
     row["opt_over_best_engine"] = ratio(opt.objective, runs[best_engine].objective)
+    ml = runs["megatron_layout"]
+    for e in ENGINE_NAMES:
+        row[f"megatron_layout_over_{e}"] = ratio(ml.objective, runs[e].objective)
+        es = runs[e].strategy
+        row[f"diff_coarse_{e}_vs_megatron_layout"] = \
+            coarse_diff(ml.strategy, es) if ml.strategy and es else ""
     blank = {k: "" for k in COLUMNS if k not in row}
     row.update(blank)
     if opt.strategy is not None and opt.estimate is not None:
         for key, v in (("opt_tpot_ms", opt.estimate.tpot_s), ("opt_ttft_ms", opt.estimate.ttft_s)):
             if math.isfinite(v):
                 row[key] = v * 1e3
-        ml = runs["megatron_layout"].strategy
-        row["diff_coarse_vs_megatron_layout"] = coarse_diff(opt.strategy, ml) if ml else ""
+        for col, other in (("diff_coarse_vs_megatron_layout", ml.strategy),
+                           ("diff_coarse_vs_best_engine", runs[best_engine].strategy)):
+            row[col] = coarse_diff(opt.strategy, other) if other else ""
         row.update(mechanism(m, cms["optimum"][0], opt))
     return row
 
@@ -615,18 +625,32 @@ def markdown(rows: Sequence[dict[str, object]], command: str, code: str, wall_s:
                 "| scenario | ratio | optimum | best restricted | degrees (restricted → "
                 "optimum) | operators ≠ Megatron | ablation per operator | per block | "
                 "Megatron dims at the optimum's degrees |", "|---|---|---|---|---|---|---|---|---|"]
-        other = "megatron_layout" if col == "opt_over_megatron_layout" else None
+        meg = col == "opt_over_megatron_layout"
         for r in winners(rows, col):
-            o = other or str(r["best_engine"])
+            o = "megatron_layout" if meg else str(r["best_engine"])
             rs = r[f"{o}_strategy"] or "nothing fits"
             sd = r["same_degrees_ratio"]
             sdt = (_fmt_ratio(num(sd)) if isinstance(sd, float) else "") + (
                 f" ({r['same_degrees_why']})" if r["same_degrees_why"] else "")
-            label = next(s.label() for s in SCENARIOS if s.key == r["scenario"])
-            out.append(f"| {r['scenario']} {label} | {_fmt_ratio(num(r[col]))} | "
-                       f"`{r['optimum_strategy']}` | {o}: `{rs}` | "
-                       f"{r['diff_coarse_vs_megatron_layout'] if other else ''} | "
+            diff = r["diff_coarse_vs_megatron_layout" if meg else "diff_coarse_vs_best_engine"]
+            out.append(f"| {r['scenario']} {r['label']} | {_fmt_ratio(num(r[col]))} | "
+                       f"`{r['optimum_strategy']}` | {o}: `{rs}` | {diff} | "
                        f"{r['diff_ops']} | {r['ablation']} | {r['block_ablation']} | {sdt} |")
+    out += ["", f"**Where an engine's degree rules cost more than {(WIN - 1) * 100:g} %** "
+            "(the best Megatron-layout strategy ÷ the best the engine can launch; vLLM and "
+            "TensorRT-LLM run Megatron's layout, so the gap is their degree rules; SGLang's "
+            "space contains the Megatron layout's):", "",
+            "| scenario | engine | Megatron layout ÷ engine | optimum ÷ engine | best Megatron "
+            "layout | engine's best | degrees (engine → Megatron layout) |",
+            "|---|---|---|---|---|---|---|"]
+    for e in ENGINE_NAMES:
+        for r in winners(rows, f"megatron_layout_over_{e}"):
+            out.append(f"| {r['scenario']} {r['label']} | {e} | "
+                       f"{_fmt_ratio(num(r[f'megatron_layout_over_{e}']))} | "
+                       f"{_fmt_ratio(num(r[f'opt_over_{e}']))} | "
+                       f"`{r['megatron_layout_strategy']}` | "
+                       f"`{r[f'{e}_strategy'] or 'nothing fits'}` | "
+                       f"{r[f'diff_coarse_{e}_vs_megatron_layout']} |")
     out += ["", END]
     return "\n".join(out)
 
