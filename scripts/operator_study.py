@@ -31,7 +31,7 @@ optimum with that one operator set back to Megatron's choice, and the optimum ag
 Megatron's dims at the same degrees (collective and compute time per pass of each).
 
 Run (the committed CSV and the block of ``docs/results.md`` between the ``operator-study``
-markers; about 10 minutes on one core)::
+markers; 4–6 minutes on one core; 4.1 min pinned to one core with one BLAS thread here)::
 
     .venv/bin/python scripts/operator_study.py --write-docs
     .venv/bin/python scripts/operator_study.py --quick          # 6 scenarios, a smoke test
