@@ -20,7 +20,6 @@ from learn_to_shard.cost.model import CostModel
 from learn_to_shard.engines import ENGINES
 from learn_to_shard.hardware.spec import ClusterSpec
 from learn_to_shard.model.hf_config import load_model
-from learn_to_shard.parallel.ops import MEGATRON_DIMS
 from learn_to_shard.parallel.space import StrategySpace
 from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.workload import Phase, Workload
@@ -119,20 +118,18 @@ def test_export_carries_decode_context_parallel(engine: str) -> None:
     """The exported command has ``--decode-context-parallel-size cp`` for a cp plan, and it is
     a flag of the engine's pinned parser snapshot."""
     from learn_to_shard.api import plan
-    from learn_to_shard.report.export import export_command
+    from learn_to_shard.engines.flags import check_args
+    from learn_to_shard.report.export import build_export
 
-    p = plan(model="llama-3.1-70b", cluster="h100-sxm:16", phase="decode", context=131072,
+    p = plan(model="llama-3.1-405b", cluster="h100-sxm:16", phase="decode", context=131072,
              method="exact", engine=engine)
     assert p.best is not None and p.best.feasible
     s = p.best.strategy
-    ex = export_command(p, engine)
-    text = " ".join(ex.args) if hasattr(ex, "args") else str(ex)
-    if s.cp > 1:
-        assert f"--decode-context-parallel-size {s.cp}" in text
-    else:
-        assert "--decode-context-parallel-size" not in text
-    assert np.isfinite(p.best.tpot_s)
-    assert MEGATRON_DIMS is not None
+    ex = build_export(p, engine, model=load_model("llama-3.1-405b"), devices_per_node=8)
+    text = " ".join(ex.args)
+    assert s.cp == 2                   # TP16 over 8 KV heads: the two copies become shards
+    assert f"--decode-context-parallel-size {s.cp}" in text
+    assert check_args(engine, ex.args) == []
 
 
 def test_coarse_grid_is_the_filtered_product() -> None:

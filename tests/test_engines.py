@@ -92,3 +92,18 @@ def test_layout_rule_is_the_only_joint_rule():
     bits = cm.space.rule_bits_many(a)
     layout = (bits & RULE_BIT["engine_layout"]) != 0
     assert layout.all()            # Megatron shards attention: all-replicated is refused
+
+
+def test_engines_command_lists_every_fact() -> None:
+    """``l2s engines`` prints each profile with its facts (what the profile docstring says)."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+    from learn_to_shard.engines import ENGINES
+
+    r = CliRunner().invoke(app, ["engines"])
+    assert r.exit_code == 0, r.output
+    for eng in ENGINES.values():
+        assert f"{eng.title} {eng.version}" in r.output
+        assert eng.facts and all(f.split()[0] in r.output for f, _ in eng.facts)
+    assert "--decode-context-parallel-size" in r.output

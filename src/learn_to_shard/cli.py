@@ -946,6 +946,24 @@ def devices_cmd() -> None:
         typer.echo(name)
 
 
+@app.command("engines")
+def engines_cmd() -> None:
+    """List the serving-engine profiles: pinned version, what l2s assumes each can launch,
+    and the source of every fact."""
+    from rich.table import Table
+
+    from .engines import ENGINES
+
+    con = Console(markup=False) if sys.stdout.isatty() else Console(width=160, markup=False)
+    for eng in ENGINES.values():
+        t = Table(title=f"{eng.title} {eng.version} ({eng.launcher})", show_lines=True)
+        t.add_column("fact")
+        t.add_column("source")
+        for fact, src in eng.facts:
+            t.add_row(fact, src)
+        con.print(t)
+
+
 def _sweep_progress(quiet: bool, label: str):
     """A progress bar over cells and the two callbacks :func:`run_sweep` drives it with."""
     prog = _progress(quiet)

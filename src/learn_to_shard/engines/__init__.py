@@ -86,7 +86,7 @@ class EngineProfile:
             its TP group (``cp > 1``; the flag is :attr:`dcp_flag`). False: ``cp`` is 1.
         dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
-        facts: ``(fact, source)`` pairs, shown in ``docs/engines.md`` and the export notes.
+        facts: ``(fact, source)`` pairs, listed by ``l2s engines``.
     """
 
     name: str
