@@ -21,10 +21,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CUSTOM_ALL_REDUCE", "CustomAllReduce", "ENGINE_VENDORS", "FUSED_RMSNORM",
-           "FUSED_RMSNORM_CAPABILITIES", "NVLS_IN_ENGINE", "custom_all_reduce"]
+__all__ = ["ALGORITHMS", "CUSTOM_ALL_REDUCE", "CustomAllReduce", "ENGINE_VENDORS", "FUSED_RMSNORM",
+           "FUSED_RMSNORM_CAPABILITIES", "NCCL_ALGORITHMS", "NVLS_IN_ENGINE", "custom_all_reduce"]
 
 MiB = 1024 * 1024
+
+#: Collective algorithm names (priced by :mod:`learn_to_shard.cost.comm`): NCCL's ``ring``,
+#: ``tree`` and ``nvls``, the engines' ``one-shot`` / ``two-shot`` kernels and those kernels
+#: with the residual add + RMSNorm fused (``+rmsnorm``).
+ALGORITHMS = ("ring", "tree", "nvls", "one-shot", "two-shot", "one-shot+rmsnorm",
+              "two-shot+rmsnorm")
+#: The algorithms NCCL (RCCL) chooses among by itself, what an engine falls back to.
+NCCL_ALGORITHMS = ("ring", "tree", "nvls")
 
 _VLLM_UTILS = ("vllm-project/vllm vllm/distributed/device_communicators/all_reduce_utils.py @ "
                "00d618aab60448acdf3fac3e9c4e2e22d0c6c753")
