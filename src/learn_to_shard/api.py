@@ -309,6 +309,98 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
     return Plan.from_search(cm, result, method, engine=engine)
 
 
+#: ``--collectives`` values besides the engines' settings and the algorithm names:
+#: ``alpha-beta`` (the calibrated formula, the default), ``auto`` (the cheapest algorithm the
+#: device and engine have, per collective) and ``search`` (:func:`search_collectives`).
+COLLECTIVE_MODES = ("alpha-beta", "auto", "search")
+
+
+def collectives_config(cfg: CostModelConfig, value: str, engine: str | None,
+                       cluster: ClusterSpec) -> CostModelConfig:
+    """``cfg`` with the collective pricing of ``l2s plan --collectives value``.
+
+    Args:
+        cfg: the factors (their ``engine`` decides which settings exist).
+        value: ``alpha-beta``, ``auto``, an algorithm of
+            :data:`~learn_to_shard.cost.comm.ALGORITHMS` (forced where it can run, NCCL's
+            cheapest elsewhere), or a launch setting of ``engine``
+            (:data:`~learn_to_shard.engines.collectives.COLLECTIVE_SETTINGS`). ``search`` is
+            not a single configuration: see :func:`search_collectives`.
+        engine: the engine profile.
+        cluster: the cluster (the settings that differ on its device).
+
+    Raises:
+        ConfigError: an unknown value (the message lists the valid ones for the engine).
+    """
+    from .cost.comm import ALGORITHMS, settings_for
+    from .engines.collectives import collective_setting
+    from .hardware.fabric import scale_up_fabric
+
+    if value == "alpha-beta":
+        return dataclasses.replace(cfg, collective_algorithm="alpha-beta",
+                                   collective_tiers=None, collective_setting=None)
+    if value == "auto" or value in ALGORITHMS:
+        return dataclasses.replace(cfg, collective_algorithm=value, collective_tiers=None,
+                                   collective_setting=None)
+    setting = collective_setting(engine, value) if engine else None
+    if setting is None or value == "search":
+        names = [st.name for st in settings_for(engine, scale_up_fabric(cluster.device))] \
+            if engine else []
+        where = f"{engine} on {cluster.device.name}" if engine else "without --engine"
+        raise ConfigError(f"--collectives: {value!r} is not one of "
+                          f"{', '.join([*COLLECTIVE_MODES, *names, *ALGORITHMS])} ({where}; "
+                          f"engine settings need --engine)")
+    return dataclasses.replace(cfg, collective_algorithm="auto",
+                               collective_tiers=setting.tiers,
+                               collective_setting=setting.name)
+
+
+def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGET,
+                       seed: int = 0, progress: ProgressFn | None = None,
+                       auto_work_limit: int | None = None, engine: str | None = None) -> Plan:
+    """``l2s plan --collectives search``: searcher ``method`` once per collective launch
+    setting of the engine that differs on this device
+    (:func:`~learn_to_shard.engines.collectives.settings_for`), the best plan kept.
+
+    The setting is engine-level (one per server process: a flag, a ``--config`` key), so it is
+    an outer axis around the per-strategy search, not a per-operator head: every searcher sees
+    the same space, and ``exact`` certifies the optimum within each setting (hence over all).
+    Without an engine there is one setting, ``auto`` (the cheapest algorithm the device has).
+
+    Returns:
+        The best setting's :class:`Plan` (highest tokens/s per device; ties keep the earlier
+        setting, the engine's default first); ``plan.search["collective_settings"]`` holds each
+        setting's best tokens/s per device (0 where nothing is feasible) and
+        ``plan.search["collective_setting"]`` the winner.
+
+    Raises:
+        As :func:`search_plan`.
+    """
+    from .cost.comm import settings_for
+    from .hardware.fabric import scale_up_fabric
+
+    settings = settings_for(engine, scale_up_fabric(cm.cluster.device)) if engine else ()
+    names = [st.name for st in settings] or ["auto"]
+    best: Plan | None = None
+    scores: dict[str, float] = {}
+    for name in names:
+        cfg = collectives_config(cm.config, name, engine, cm.cluster)
+        p = search_plan(CostModel(cm.model, cm.cluster, cm.workload, config=cfg,
+                                  space=cm.space),
+                        method=method, budget=budget, seed=seed, progress=progress,
+                        auto_work_limit=auto_work_limit, engine=engine)
+        scores[name] = p.best.tokens_per_s_per_device if p.best is not None else 0.0
+        if best is None or (p.best is not None and (
+                best.best is None
+                or p.best.tokens_per_s_per_device > best.best.tokens_per_s_per_device)):
+            best = p
+    assert best is not None
+    best.search["collective_settings"] = scores
+    best.search["collective_setting"] = str(best.cost_model.get("collective_setting")
+                                            or "auto")
+    return best
+
+
 def _auto_search(cm: CostModel, budget: int, seed: int, progress: ProgressFn | None,
                  work_limit: int | None) -> SearchResult:
     """``auto``: the exact optimum if it needs at most ``work_limit`` units of work, else

@@ -33,10 +33,12 @@ from rich.progress import (
 from .api import (
     DEFAULT_BUDGET,
     checkpoint_dtypes,
+    collectives_config,
     cost_config,
     expected_evaluations,
     make_cost_model,
     make_workload,
+    search_collectives,
     search_plan,
     simulate_plan,
     with_images,
@@ -376,6 +378,16 @@ def plan_cmd(
                                            "dispatch/combine with the other micro-batch's "
                                            "experts (SGLang --enable-two-batch-overlap, vLLM "
                                            "--enable-dbo)."),
+    collectives: str = typer.Option("alpha-beta", "--collectives", help="How all-reduce / "
+                                    "all-gather / reduce-scatter are priced: alpha-beta (the "
+                                    "calibrated formula, default); auto (the cheapest "
+                                    "algorithm the device and engine have); an algorithm "
+                                    "(ring, tree, nvls, one-shot, two-shot, one-shot+rmsnorm, "
+                                    "two-shot+rmsnorm); a launch setting of --engine (e.g. "
+                                    "engine-default, nccl-only, enable-nccl-nvls, "
+                                    "fuse-allreduce-rms, strategy-oneshot); or "
+                                    "search: one search per setting of the engine, the best "
+                                    "kept (--export prints its flags)."),
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
@@ -402,14 +414,18 @@ def plan_cmd(
                                           max_num_batched_tokens),
                            spec, engine, moe_a2a, two_batch_overlap)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
+        if collectives not in ("alpha-beta", "search"):
+            cm = make_cost_model(spec, cm.cluster, wl,
+                                 collectives_config(cfg, collectives, engine, cm.cluster),
+                                 engine=engine)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
             try:
                 with interruptible(method, seed, budget):
-                    result = search_plan(cm, method=method, budget=budget, seed=seed,
-                                         progress=lambda k: prog.advance(task, k),
-                                         engine=engine)
+                    run = search_collectives if collectives == "search" else search_plan
+                    result = run(cm, method=method, budget=budget, seed=seed,
+                                 progress=lambda k: prog.advance(task, k), engine=engine)
             except SearchInterrupted as stop:
                 result = Plan.from_search(cm, stop.result, method, engine=engine)
         optima = _engine_optima(cm, result, engine, budget, seed,

@@ -33,12 +33,14 @@ import numpy as np
 
 from ..engines.collectives import ALGORITHMS as _ALGORITHMS
 from ..engines.collectives import (
+    COLLECTIVE_SETTINGS,
     CUSTOM_ALL_REDUCE,
     ENGINE_VENDORS,
     FUSED_RMSNORM,
     FUSED_RMSNORM_CAPABILITIES,
     NCCL_ALGORITHMS,
     NVLS_IN_ENGINE,
+    CollectiveSetting,
 )
 from ..errors import ConfigError
 from ..hardware.fabric import ScaleUpFabric, scale_up_fabric
@@ -886,3 +888,45 @@ class CollectivePricer:
             best = np.where(take, t, best)
             pick = np.where(take, np.asarray(idx)[j], pick)
         return best, pick
+
+
+# ------------------------------------------------------------- which launch settings differ
+_CUSTOM_KERNELS = ("one-shot", "two-shot")
+_FUSED_KERNELS = ("one-shot+rmsnorm", "two-shot+rmsnorm")
+
+
+def hardware_algorithms(fabric: ScaleUpFabric, engine: str | None) -> tuple[str, ...]:
+    """Algorithms of :data:`ALGORITHMS` that ``engine`` (``None``: any) can run on some group
+    and message on a device with ``fabric``: ring and tree wherever the engine runs, NVLS on
+    NVLink SHARP, the custom kernels on a fully connected peer-to-peer domain of a vendor the
+    engine's kernels support, the fused ones also at :data:`FUSED_RMSNORM_CAPABILITIES`
+    (the static part of the rules :func:`collective_options` applies; sizes and group sizes
+    narrow them further per call)."""
+    if engine is not None and fabric.vendor not in ENGINE_VENDORS.get(engine, ()):
+        return ()
+    out = ["ring", "tree"] + (["nvls"] if fabric.nvls else [])
+    spec = CUSTOM_ALL_REDUCE.get(engine) if engine is not None else None
+    if fabric.p2p_full_mesh and (spec is None or fabric.vendor in spec.vendors):
+        out += list(_CUSTOM_KERNELS)
+        if fabric.vendor == "nvidia" and fabric.compute_capability in \
+                FUSED_RMSNORM_CAPABILITIES:
+            out += list(_FUSED_KERNELS)
+    return tuple(a for a in ALGORITHMS if a in out)
+
+
+def settings_for(engine: str, fabric: ScaleUpFabric) -> tuple[CollectiveSetting, ...]:
+    """The launch settings of ``engine`` (:data:`~learn_to_shard.engines.collectives.
+    COLLECTIVE_SETTINGS`) that differ on a device with ``fabric``: each setting's tiers
+    reduced to :func:`hardware_algorithms` (empty tiers dropped), and a setting whose
+    reduced tiers equal an earlier one's left out (e.g. SGLang's ``--enable-nccl-nvls`` on
+    a device without NVLS); empty when the engine does not run there."""
+    have = set(hardware_algorithms(fabric, engine))
+    seen: set[tuple[tuple[str, ...], ...]] = set()
+    out = []
+    for s in COLLECTIVE_SETTINGS.get(engine, ()):
+        reduced = tuple(t for t in (tuple(a for a in tier if a in have) for tier in s.tiers)
+                        if t)
+        if reduced and reduced not in seen:
+            seen.add(reduced)
+            out.append(s)
+    return tuple(out)
