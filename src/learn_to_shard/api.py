@@ -360,44 +360,56 @@ def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAUL
                        auto_work_limit: int | None = None, engine: str | None = None) -> Plan:
     """``l2s plan --collectives search``: searcher ``method`` once per collective launch
     setting of the engine that differs on this device
-    (:func:`~learn_to_shard.engines.collectives.settings_for`), the best plan kept.
+    (:func:`~learn_to_shard.cost.comm.settings_for`) and, where the engine can launch them
+    (:data:`~learn_to_shard.engines.collectives.SEQUENCE_PARALLEL_PASS`) and ``cm.config``
+    does not fix them, with sequence parallelism off, on, and on with GEMM overlap; the best
+    plan is kept.
 
-    The setting is engine-level (one per server process: a flag, a ``--config`` key), so it is
-    an outer axis around the per-strategy search, not a per-operator head: every searcher sees
-    the same space, and ``exact`` certifies the optimum within each setting (hence over all).
-    Without an engine there is one setting, ``auto`` (the cheapest algorithm the device has).
+    These are engine-level settings (one per server process: a flag, a ``--config`` key, a
+    compile pass), so they are an outer axis around the per-strategy search, not
+    per-operator heads: every searcher sees the same space, and ``exact`` certifies the
+    optimum within each setting (hence over all). Without an engine there is one setting,
+    ``auto`` (the cheapest algorithm the device has).
 
     Returns:
-        The best setting's :class:`Plan` (highest tokens/s per device; ties keep the earlier
-        setting, the engine's default first); ``plan.search["collective_settings"]`` holds each
-        setting's best tokens/s per device (0 where nothing is feasible) and
-        ``plan.search["collective_setting"]`` the winner.
+        The best variant's :class:`Plan` (highest tokens/s per device; ties keep the earlier
+        one, the engine's default first); ``plan.search["collective_settings"]`` holds each
+        variant's best tokens/s per device (0 where nothing is feasible; names ``SETTING``,
+        ``SETTING+sp``, ``SETTING+sp+overlap``) and ``plan.search["collective_setting"]``
+        the winner.
 
     Raises:
         As :func:`search_plan`.
     """
     from .cost.comm import settings_for
+    from .engines.collectives import SEQUENCE_PARALLEL_PASS
     from .hardware.fabric import scale_up_fabric
 
     settings = settings_for(engine, scale_up_fabric(cm.cluster.device)) if engine else ()
     names = [st.name for st in settings] or ["auto"]
+    fixed = cm.config.sequence_parallel or cm.config.gemm_overlap
+    sp_opts = [(cm.config.sequence_parallel, cm.config.gemm_overlap, "")]
+    if engine in SEQUENCE_PARALLEL_PASS and not fixed:
+        sp_opts += [(True, False, "+sp"), (True, True, "+sp+overlap")]
     best: Plan | None = None
+    best_name = ""
     scores: dict[str, float] = {}
     for name in names:
-        cfg = collectives_config(cm.config, name, engine, cm.cluster)
-        p = search_plan(CostModel(cm.model, cm.cluster, cm.workload, config=cfg,
-                                  space=cm.space),
-                        method=method, budget=budget, seed=seed, progress=progress,
-                        auto_work_limit=auto_work_limit, engine=engine)
-        scores[name] = p.best.tokens_per_s_per_device if p.best is not None else 0.0
-        if best is None or (p.best is not None and (
-                best.best is None
-                or p.best.tokens_per_s_per_device > best.best.tokens_per_s_per_device)):
-            best = p
+        for sp, overlap, suffix in sp_opts:
+            cfg = dataclasses.replace(collectives_config(cm.config, name, engine, cm.cluster),
+                                      sequence_parallel=sp, gemm_overlap=overlap)
+            p = search_plan(CostModel(cm.model, cm.cluster, cm.workload, config=cfg,
+                                      space=cm.space),
+                            method=method, budget=budget, seed=seed, progress=progress,
+                            auto_work_limit=auto_work_limit, engine=engine)
+            scores[name + suffix] = p.best.tokens_per_s_per_device if p.best else 0.0
+            if best is None or (p.best is not None and (
+                    best.best is None
+                    or p.best.tokens_per_s_per_device > best.best.tokens_per_s_per_device)):
+                best, best_name = p, name + suffix
     assert best is not None
     best.search["collective_settings"] = scores
-    best.search["collective_setting"] = str(best.cost_model.get("collective_setting")
-                                            or "auto")
+    best.search["collective_setting"] = best_name
     return best
 
 

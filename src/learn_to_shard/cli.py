@@ -388,6 +388,13 @@ def plan_cmd(
                                     "fuse-allreduce-rms, strategy-oneshot); or "
                                     "search: one search per setting of the engine, the best "
                                     "kept (--export prints its flags)."),
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Run the "
+                                           "all-reduce before each norm as reduce-scatter, "
+                                           "norm on token shards, all-gather (vLLM "
+                                           "pass_config enable_sp)."),
+    gemm_overlap: bool = typer.Option(False, "--gemm-overlap", help="Overlap all-gathers / "
+                                      "reduce-scatters with the adjacent GEMM (async TP; vLLM "
+                                      "pass_config fuse_gemm_comms)."),
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
@@ -413,6 +420,8 @@ def plan_cmd(
         cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
                                           max_num_batched_tokens),
                            spec, engine, moe_a2a, two_batch_overlap)
+        cfg = dataclasses.replace(cfg, sequence_parallel=sequence_parallel,
+                                  gemm_overlap=gemm_overlap)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
         if collectives not in ("alpha-beta", "search"):
             cm = make_cost_model(spec, cm.cluster, wl,

@@ -67,6 +67,13 @@ TRANSITION_KIND = np.array([[_KIND_CODE[redistribute(s, d)] for d in range(len(L
                             for s in range(len(LAYOUTS))], dtype=np.int64)
 
 
+#: ``[4, 4]`` True where layout src -> dst is a reduce-scatter (the other
+#: ``GATHER_OR_SCATTER`` transitions are all-gathers).
+TRANSITION_REDUCE_SCATTER = np.array(
+    [[redistribute(s, d) is Collective.REDUCE_SCATTER for d in range(len(LAYOUTS))]
+     for s in range(len(LAYOUTS))], dtype=bool)
+
+
 def transition_label(src: int, dst: int) -> str | None:
     """Human name of the collective for layout codes ``src -> dst`` (None if free)."""
     coll = redistribute(int(src), int(dst))

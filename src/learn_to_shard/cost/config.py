@@ -135,7 +135,8 @@ COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("alpha-beta", "auto", *ALGORITHMS)
 #: Fields that are fractions of a peak or of memory: each must lie in (0, 1].
 _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
               "scale_out_efficiency", "memory_utilization", "kv_cache_free_fraction",
-              "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency")
+              "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency",
+              "gemm_overlap_efficiency")
 #: Fields that are times, sizes or shape constants: each must be >= 0.
 _NON_NEGATIVE = ("kernel_overhead_s", "runtime_reserved_bytes", "host_step_overhead_s",
                  "host_seq_overhead_s", "host_prefill_overhead_s", "scale_up_latency_s",
@@ -297,6 +298,19 @@ class CostModelConfig:
             call, NCCL elsewhere); ``None``: one tier of every algorithm.
         collective_setting: the name of the engine launch setting ``collective_tiers`` came
             from (``report.export`` prints its flags); ``None`` for none.
+        sequence_parallel: the all-reduce of a row-parallel output before a norm runs as a
+            reduce-scatter, the norm on the token shard, and an all-gather before the next
+            GEMM (``OperatorTerms._conv_parts``; vLLM ``pass_config.enable_sp``). An
+            engine-level compile option, like the collective algorithm.
+        gemm_overlap: an all-gather into a GEMM, and the reduce-scatter of the attention
+            output projection's result, overlap that GEMM (async TP / collective matmul,
+            vLLM ``pass_config.fuse_gemm_comms``), priced ``min(comm + gemm, max(comm, gemm)
+            / gemm_overlap_efficiency)``; the reduce-scatter after a layer's last GEMM (into
+            the next layer) is not overlapped, which keeps layers separable for the exact
+            solver.
+        gemm_overlap_efficiency: the overlapped pair runs at ``max(comm, gemm) / e``: the
+            GEMM split into per-rank chunks runs below its whole-matrix rate and the first
+            chunk cannot overlap. 0.8 is an assumption (no measurement of it here).
     """
 
     flops_efficiency: float = _DEFAULTS["flops_efficiency"]
@@ -333,6 +347,9 @@ class CostModelConfig:
     collective_algorithm: str = "alpha-beta"
     collective_tiers: tuple[tuple[str, ...], ...] | None = None
     collective_setting: str | None = None
+    sequence_parallel: bool = False
+    gemm_overlap: bool = False
+    gemm_overlap_efficiency: float = 0.8
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.

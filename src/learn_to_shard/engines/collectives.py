@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 __all__ = ["ALGORITHMS", "COLLECTIVE_SETTINGS", "CUSTOM_ALL_REDUCE", "CollectiveSetting",
            "CustomAllReduce", "ENGINE_VENDORS", "FUSED_RMSNORM", "FUSED_RMSNORM_CAPABILITIES",
-           "NCCL_ALGORITHMS", "NVLS_IN_ENGINE", "collective_setting", "custom_all_reduce"]
+           "NCCL_ALGORITHMS", "NVLS_IN_ENGINE", "SEQUENCE_PARALLEL_PASS", "collective_setting",
+           "custom_all_reduce"]
 
 MiB = 1024 * 1024
 
@@ -277,3 +278,13 @@ def collective_setting(engine: str, name: str) -> CollectiveSetting | None:
     """The setting ``name`` of ``engine`` (``None`` when it has none of that name)."""
     return next((s for s in COLLECTIVE_SETTINGS.get(engine, ()) if s.name == name), None)
 
+
+#: Engine -> ``(sequence_parallel, gemm_overlap)`` keys of its compile configuration that
+#: launch them: vLLM's ``--compilation-config '{"pass_config": {...}}'`` (PassConfig
+#: ``enable_sp``: "Enable sequence parallelism", ``fuse_gemm_comms``: "Enable async TP", which
+#: rewrites the sequence-parallel reduce-scatter / all-gather around GEMMs, so it needs
+#: ``enable_sp``; vllm-project/vllm vllm/config/compilation.py PassConfig). vLLM turns
+#: ``enable_sp`` off by itself when the hidden size is below a device-dependent threshold
+#: (same docstring; not modelled). SGLang 0.5.23 and TensorRT-LLM's ``trtllm-serve`` have no
+#: option for either among the flags / YAML keys read here (engines/data/*_flags.json).
+SEQUENCE_PARALLEL_PASS: dict[str, tuple[str, str]] = {"vllm": ("enable_sp", "fuse_gemm_comms")}

@@ -24,6 +24,7 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from dataclasses import dataclass, field
@@ -250,6 +251,36 @@ def _collectives(cfg: dict[str, object], engine: str, group: int, args: list[str
     return {}
 
 
+def _sequence_parallel(cfg: dict[str, object], engine: str, group: int, args: list[str],
+                       unexpressed: list[str]) -> None:
+    """Add the compile options of ``sequence_parallel`` / ``gemm_overlap``
+    (:data:`~learn_to_shard.engines.collectives.SEQUENCE_PARALLEL_PASS`) to ``args``, merged
+    into one ``--compilation-config`` JSON with any pass the collective setting enabled; an
+    engine without them gets an ``unexpressed`` line. Nothing when neither is on or the TP
+    group is one device."""
+    from ..engines.collectives import SEQUENCE_PARALLEL_PASS
+
+    wanted = [name for name in ("sequence_parallel", "gemm_overlap") if cfg.get(name)]
+    if not wanted or group <= 1:
+        return
+    keys = SEQUENCE_PARALLEL_PASS.get(engine)
+    if keys is None:
+        unexpressed.append(f"{' and '.join(w.replace('_', ' ') for w in wanted)}: the plan "
+                           f"priced it, but {engine} has no launch option for it here; its "
+                           f"collectives run as all-reduces")
+        return
+    passes = {keys[0]: True} if "sequence_parallel" in wanted else {}
+    if "gemm_overlap" in wanted:
+        passes.update({keys[0]: True, keys[1]: True})
+    if "--compilation-config" in args:
+        i = args.index("--compilation-config") + 1
+        merged = json.loads(args[i])
+        merged.setdefault("pass_config", {}).update(passes)
+        args[i] = json.dumps(merged)
+    else:
+        args += ["--compilation-config", json.dumps({"pass_config": passes})]
+
+
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  devices_per_node: int | None = None,
                  max_model_len: int | None = None) -> Export:
@@ -411,6 +442,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             notes.append("TensorRT-LLM runs a multi-node server under MPI/Slurm "
                          "(trtllm-llmapi-launch), one rank per GPU")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
+    _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
     if model is not None and model.source_kind == "file":
         notes.append(f"the model is loaded from the folder {model_id_of(plan.model, model)} "
                      f"(config.json read by l2s); its weights must be in that folder")
