@@ -20,7 +20,11 @@ Each collective algorithm on its own (NCCL ring / tree / NVLS, the engines' one-
 kernels, the fused all-reduce + RMSNorm) is priced by :func:`collective_options` and the
 functions before it at the end of this module, with availability per device
 (:mod:`learn_to_shard.hardware.fabric`) and engine (:mod:`learn_to_shard.engines.collectives`);
-the cost model does not call them yet.
+:class:`CollectivePricer` is their vectorised twin, which the cost model calls when
+``CostModelConfig.collective_algorithm`` is not ``alpha-beta`` (``OperatorTerms._collective_s``
+in :mod:`learn_to_shard.cost.terms`). Which algorithm runs is an engine launch setting
+(:data:`learn_to_shard.engines.collectives.COLLECTIVE_SETTINGS`, :func:`settings_for`),
+searched as an outer axis around the strategy search (``l2s plan --collectives search``).
 """
 
 from __future__ import annotations
@@ -251,8 +255,9 @@ def expert_a2a_time_s(tokens_per_rank: np.ndarray | float, ep: np.ndarray | int,
 
 # ---------------------------------------------------------------------------------------------
 # Collective algorithms, priced one by one (issue 16, item 1): ring, tree, NVLS, the engines'
-# one-shot / two-shot kernels and the fused all-reduce + RMSNorm. The cost model above still
-# prices every collective with :func:`collective_time_s`; nothing here is searched yet.
+# one-shot / two-shot kernels and the fused all-reduce + RMSNorm. The cost model prices
+# collectives with :func:`collective_time_s` by default and with :class:`CollectivePricer`
+# (below, the same formulas vectorised) when ``CostModelConfig.collective_algorithm`` asks.
 #
 # Alpha-beta per algorithm, ``t = latency + S / algbw`` with ``S`` the full buffer in bytes
 # (nccl-tests convention), ``n`` ranks over ``nodes`` scale-up domains, ``B`` the link's
