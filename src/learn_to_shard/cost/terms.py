@@ -749,9 +749,11 @@ class OperatorTerms:
             n_loc = np.where(choice == 1, n_dim / n_grp, n_dim)
             fl = 2 * r_loc * w_loc
             by = w_loc * wb + r_loc * (k_loc + n_loc) * ab
-            gemm = self._roofline(fl, by, (peak or self._gemm_flops)
+            comp = self._roofline(fl, by, (peak or self._gemm_flops)
                                   * self._shape_eff(r_loc, k_loc, n_loc))
-            comp = gemm + self._act_pass(r_loc * n_loc) if act else gemm
+            gemm = comp
+            if act:
+                comp = comp + self._act_pass(r_loc * n_loc)
             ops[name] = comp
             if split:
                 if c.gemm_overlap:
