@@ -174,3 +174,32 @@ def test_cli_collectives_option() -> None:
     assert r.exit_code == 2 and "need --engine" in r.output
     with pytest.raises(ConfigError, match="--collectives"):
         collectives_config(CostModelConfig(), "search", None, parse_cluster("h100-sxm:8"))
+
+
+def test_ctrl_c_inside_one_setting_carries_that_settings_cost_model() -> None:
+    """An interrupt during one setting's search returns its best so far with the cost model
+    it was priced under (the CLI re-evaluates the answer with it), not the alpha-beta one."""
+    from learn_to_shard.api import CollectiveSearchInterrupted
+    from learn_to_shard.search.base import interruptible
+
+    seen = [0]
+
+    def stop_late(k: int) -> None:
+        seen[0] += k
+        if seen[0] >= 1300:
+            raise KeyboardInterrupt
+
+    wl = make_workload("decode", context=2048)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", wl, cost_config("trtllm"),
+                         engine="trtllm")
+    with pytest.raises(CollectiveSearchInterrupted) as info, interruptible("megatron", 0, 1000):
+        search_collectives(cm, method="megatron", budget=1000, progress=stop_late,
+                           engine="trtllm")
+    stop = info.value
+    assert stop.cost_model.config.collective_setting in ("engine-default", "strategy-nccl",
+                                                         "strategy-oneshot", "strategy-twoshot")
+    assert cm.config.collective_algorithm == "alpha-beta"
+    assert stop.result.interrupted and stop.result.evaluations > 0
+    assert stop.result.best_action is not None
+    assert stop.cost_model.evaluate(stop.result.best_action).tokens_per_s_per_device == \
+        pytest.approx(stop.result.best_objective, rel=1e-12)

@@ -14,7 +14,7 @@ from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
-from .search.base import ProgressFn, SearchResult
+from .search.base import ProgressFn, SearchInterrupted, SearchResult, interruptible
 from .serving import ServingLoad
 from .units import to_ms
 from .workload import DType, Phase, Workload
@@ -355,6 +355,20 @@ def collectives_config(cfg: CostModelConfig, value: str, engine: str | None,
                                collective_setting=setting.name)
 
 
+class CollectiveSearchInterrupted(SearchInterrupted):
+    """Ctrl-C during one setting's search of :func:`search_collectives`.
+
+    Attributes:
+        result: that search's best before the interrupt.
+        cost_model: the cost model (that setting's configuration) it was searched under, to
+            re-evaluate ``result`` with (:meth:`Plan.from_search`).
+    """
+
+    def __init__(self, result: SearchResult, cost_model: CostModel) -> None:
+        super().__init__(result)
+        self.cost_model = cost_model
+
+
 def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGET,
                        seed: int = 0, progress: ProgressFn | None = None,
                        auto_work_limit: int | None = None, engine: str | None = None) -> Plan:
@@ -379,7 +393,9 @@ def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAUL
         the winner.
 
     Raises:
-        As :func:`search_plan`.
+        As :func:`search_plan`; Ctrl-C raises :class:`CollectiveSearchInterrupted` (the
+        interrupted setting's best so far, each setting's search runs in its own
+        :func:`~learn_to_shard.search.base.interruptible` block).
     """
     from .cost.comm import settings_for
     from .engines.collectives import SEQUENCE_PARALLEL_PASS
@@ -398,10 +414,14 @@ def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAUL
         for sp, overlap, suffix in sp_opts:
             cfg = dataclasses.replace(collectives_config(cm.config, name, engine, cm.cluster),
                                       sequence_parallel=sp, gemm_overlap=overlap)
-            p = search_plan(CostModel(cm.model, cm.cluster, cm.workload, config=cfg,
-                                      space=cm.space),
-                            method=method, budget=budget, seed=seed, progress=progress,
-                            auto_work_limit=auto_work_limit, engine=engine)
+            cm_s = CostModel(cm.model, cm.cluster, cm.workload, config=cfg, space=cm.space)
+            try:
+                with interruptible(method, seed, budget):    # this setting's own evaluators
+                    p = search_plan(cm_s, method=method, budget=budget, seed=seed,
+                                    progress=progress, auto_work_limit=auto_work_limit,
+                                    engine=engine)
+            except SearchInterrupted as stop:
+                raise CollectiveSearchInterrupted(stop.result, cm_s) from None
             scores[name + suffix] = p.best.tokens_per_s_per_device if p.best else 0.0
             if best is None or (p.best is not None and (
                     best.best is None

@@ -32,6 +32,7 @@ from rich.progress import (
 
 from .api import (
     DEFAULT_BUDGET,
+    CollectiveSearchInterrupted,
     checkpoint_dtypes,
     collectives_config,
     cost_config,
@@ -436,7 +437,9 @@ def plan_cmd(
                     result = run(cm, method=method, budget=budget, seed=seed,
                                  progress=lambda k: prog.advance(task, k), engine=engine)
             except SearchInterrupted as stop:
-                result = Plan.from_search(cm, stop.result, method, engine=engine)
+                cm_stop = stop.cost_model if isinstance(stop, CollectiveSearchInterrupted) \
+                    else cm
+                result = Plan.from_search(cm_stop, stop.result, method, engine=engine)
         optima = _engine_optima(cm, result, engine, budget, seed,
                                 gpu_memory_utilization, max_num_batched_tokens) \
             if export is None and not result.interrupted else []
