@@ -85,25 +85,29 @@ def build(case: dict[str, Any]) -> Any:
 
 
 def encode_values(cm: Any, values: np.ndarray) -> np.ndarray:
-    """Decoded action rows ``[n, 17]`` (tp, ep, pp, dp, batch, dims) -> index rows of
-    ``cm.space`` (a batch missing from the grid is added to the space)."""
+    """Decoded action rows ``[n, A]`` (the coarse heads' values in ``COARSE_HEADS`` order,
+    then the per-operator choices) -> index rows of ``cm.space`` (a batch missing from the
+    grid is added to the space)."""
+    from learn_to_shard.parallel.space import BATCH_HEAD, COARSE_HEADS
+
     sp = cm.space
-    extra = sorted({int(b) for b in values[:, 4]} - set(sp.batch_values))
+    extra = sorted({int(b) for b in values[:, BATCH_HEAD]} - set(sp.batch_values))
     if extra:
         cm.space = sp = sp.with_batches(extra)
     out = values.copy()
-    for col, cand in enumerate((sp.tp_values, sp.ep_values, sp.pp_values, sp.dp_values,
-                                sp.batch_values)):
-        lookup = {v: i for i, v in enumerate(cand)}
+    for col, head in enumerate(COARSE_HEADS):
+        lookup = {v: i for i, v in enumerate(getattr(sp, f"{head}_values"))}
         out[:, col] = [lookup[int(v)] for v in values[:, col]]
     return out
 
 
 def decode_values(cm: Any, actions: np.ndarray) -> np.ndarray:
     """Index rows of ``cm.space`` -> decoded value rows (see :func:`encode_values`)."""
+    from learn_to_shard.parallel.space import COARSE_HEADS
+
     d = cm.space.degrees_many(actions)
     out = actions.copy()
-    for col, name in enumerate(("tp", "ep", "pp", "dp", "batch")):
+    for col, name in enumerate(COARSE_HEADS):
         out[:, col] = d[name]
     return out
 
@@ -202,7 +206,7 @@ def snapshot() -> dict[str, Any]:
 
 
 def save(snap: dict[str, Any], path: Path) -> None:
-    """Write the snapshot as one compressed ``.npz``: ``values`` ``[cases, N, 17]``, one
+    """Write the snapshot as one compressed ``.npz``: ``values`` ``[cases, N, A]``, one
     array per field ``[cases, N]``, and ``meta`` (JSON: the cases and plan breakdowns)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = json.dumps({"cases": snap["cases"], "plans": snap["plans"]})

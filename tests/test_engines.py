@@ -8,7 +8,7 @@ import pytest
 from learn_to_shard.api import cost_config, make_cost_model, make_workload, search_plan
 from learn_to_shard.engines import BLOCKS, ENGINES, MEGATRON
 from learn_to_shard.parallel.ops import MEGATRON_DIMS, OP_NAMES
-from learn_to_shard.parallel.space import RULE_BIT
+from learn_to_shard.parallel.space import NUM_COARSE, RULE_BIT
 from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.search.exact import ExactSearcher
 from learn_to_shard.search.megatron import MegatronSearcher
@@ -88,7 +88,7 @@ def test_layout_rule_is_the_only_joint_rule():
     cm = _cm("qwen3-30b-a3b", "h100-sxm:8", "vllm")
     rng = np.random.default_rng(0)
     a = cm.space.sample(rng, 2000)
-    a[:, 5:] = 2                                          # all replicated
+    a[:, NUM_COARSE:] = 2                                 # all replicated
     bits = cm.space.rule_bits_many(a)
     layout = (bits & RULE_BIT["engine_layout"]) != 0
     assert layout.all()            # Megatron shards attention: all-replicated is refused

@@ -150,7 +150,7 @@ def problems(draw, max_rows: int, phase: Phase, max_devices: int = 8,
 
     heads = dict(tp_values=sub(full.tp_values), ep_values=sub(full.ep_values),
                  pp_values=sub(full.pp_values), dp_values=sub(full.dp_values),
-                 batch_values=sub(full.batch_values))
+                 cp_values=sub(full.cp_values), batch_values=sub(full.batch_values))
     sp = StrategySpace(m, big, **heads)
     assume(1 <= valid_coarse(sp) and valid_coarse(sp) * 3 ** r <= max_rows)
     isl = draw(st.sampled_from([16, 200, 3000]))
@@ -218,6 +218,7 @@ def _describe(cm: CostModel, best: float, arg: np.ndarray | None, raw: float) ->
     event(f"model: {kind}, {m.attention.kind.value}")
     event(f"phase: {cm.workload.phase.value}")
     event(f"largest tp in space: {max(cm.space.tp_values)}")
+    event(f"cp > 1 in space: {max(cm.space.cp_values) > 1}")
     if arg is None:
         a = np.full((4096, ACTION_LEN), 2, dtype=np.int64)
         a[:] = cm.space.sample(np.random.default_rng(0), 4096)

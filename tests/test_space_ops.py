@@ -30,7 +30,14 @@ from learn_to_shard.parallel.ops import (
     block_options,
 )
 from learn_to_shard.parallel.placement import Layout, redistribute
-from learn_to_shard.parallel.space import NUM_COARSE, RULE_BIT, RULES, StrategySpace, active_heads
+from learn_to_shard.parallel.space import (
+    ACTION_LEN,
+    NUM_COARSE,
+    RULE_BIT,
+    RULES,
+    StrategySpace,
+    active_heads,
+)
 from learn_to_shard.search import exact_tables
 
 
@@ -127,7 +134,7 @@ def test_a_need_added_to_one_choice_reaches_the_rules(monkeypatch):
     (hidden split) in ``OPS`` is enforced by ``rule_bits_many`` with no other change."""
     m = load_model("llama-3.1-8b")
     sp = StrategySpace.build(m, parse_cluster("h100-sxm:8"))
-    a = sp.encode(dataclasses.replace(sp.decode(np.zeros(17, dtype=np.int64)), tp=8,
+    a = sp.encode(dataclasses.replace(sp.decode(np.zeros(ACTION_LEN, dtype=np.int64)), tp=8,
                                       dims=(2,) * 3 + (1,) + (2,) * 8))
     assert sp.rule_bits_many(a[None])[0] & RULE_BIT["ffn"] == 0
     o = OPS[Op.O_PROJ]

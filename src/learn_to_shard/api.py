@@ -196,7 +196,7 @@ def cost_config(engine: str | None = None, gpu_memory_utilization: float | None 
 
 def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload: Workload,
                     config: CostModelConfig | None = None,
-                    engine: str | None = None) -> CostModel:
+                    engine: str | None = None, context_parallel: bool = True) -> CostModel:
     """Load model and cluster (names, paths or specs) and build the cost model.
 
     Args:
@@ -206,16 +206,22 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
         engine: a serving engine of :data:`learn_to_shard.engines.ENGINES` (``vllm``,
             ``sglang``, ``trtllm``): the strategy space is restricted to what it can launch.
             Other names (e.g. the fitted ``splitwise-*`` profiles) restrict nothing.
+        context_parallel: whether the space has decode context parallelism (``cp > 1``,
+            :attr:`~learn_to_shard.parallel.space.StrategySpace.cp_values`); False: ``cp = 1``.
 
     Raises:
         ConfigError, UnsupportedModelError: on bad model or cluster input.
     """
+    import dataclasses
+
     from .engines import ENGINES
     from .parallel.space import StrategySpace
 
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
     space = StrategySpace.build(m, c, engine=ENGINES[engine]) if engine in ENGINES else None
+    if not context_parallel:
+        space = dataclasses.replace(space or StrategySpace.build(m, c), cp_values=(1,))
     return CostModel(m, c, workload, config=config, space=space)
 
 
@@ -225,7 +231,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
          ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, method: str = "auto",
          budget: int = DEFAULT_BUDGET, seed: int = 0, engine: str | None = None,
          config: CostModelConfig | None = None, progress: ProgressFn | None = None,
-         images_per_request: int | None = None, image_tokens: int | None = None) -> Plan:
+         images_per_request: int | None = None, image_tokens: int | None = None,
+         context_parallel: bool = True) -> Plan:
     """Find the best parallel strategy for serving ``model`` on ``cluster``.
 
     Args:
@@ -251,6 +258,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         progress: optional callback receiving evaluation counts.
         images_per_request, image_tokens: images per prompt of a vision-language model and,
             where the image size sets it, tokens per image (:func:`with_images`).
+        context_parallel: search decode context parallelism (``cp``; default on).
 
     Returns:
         A :class:`Plan`; ``plan.feasible`` is False (with ``plan.reasons``) when nothing fits.
@@ -269,7 +277,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=wd, kv_dtype=kd,
                        ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
     wl = with_images(wl, spec, images_per_request, image_tokens)
-    cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine)
+    cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine,
+                         context_parallel=context_parallel)
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 

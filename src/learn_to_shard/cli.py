@@ -396,6 +396,11 @@ def plan_cmd(
     gemm_overlap: bool = typer.Option(False, "--gemm-overlap", help="Overlap all-gathers / "
                                       "reduce-scatters with the adjacent GEMM (async TP; vLLM "
                                       "pass_config fuse_gemm_comms)."),
+    context_parallel: bool = typer.Option(True, "--context-parallel/--no-context-parallel",
+                                          help="Search decode context parallelism (cp: each "
+                                          "sequence's KV split by tokens over cp ranks of "
+                                          "the TP group, vLLM/SGLang "
+                                          "--decode-context-parallel-size)."),
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
@@ -423,11 +428,12 @@ def plan_cmd(
                            spec, engine, moe_a2a, two_batch_overlap)
         cfg = dataclasses.replace(cfg, sequence_parallel=sequence_parallel,
                                   gemm_overlap=gemm_overlap)
-        cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
+        cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
+                             context_parallel=context_parallel)
         if collectives not in ("alpha-beta", "search"):
             cm = make_cost_model(spec, cm.cluster, wl,
                                  collectives_config(cfg, collectives, engine, cm.cluster),
-                                 engine=engine)
+                                 engine=engine, context_parallel=context_parallel)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
@@ -597,7 +603,8 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, budget: int,
     rows = []
     for name, prof in ENGINES.items():
         cfg = _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens)
-        cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name)
+        cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name,
+                               context_parallel=max(cm.space.cp_values) > 1)
         p = search_plan(cm_e, method="exact", budget=budget, seed=seed, engine=name)
         ex = build_export(plan, name, model=cm.model,
                           devices_per_node=cm.cluster.device.scale_up_domain)

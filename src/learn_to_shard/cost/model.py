@@ -77,7 +77,7 @@ from ..parallel.ops import (
     Op,
 )
 from ..parallel.placement import LAYOUTS, R
-from ..parallel.space import ACTION_LEN, NUM_COARSE, RULE_BIT, RULES, StrategySpace
+from ..parallel.space import ACTION_LEN, NUM_COARSE, PP_HEAD, RULE_BIT, RULES, StrategySpace
 from ..parallel.strategy import Strategy
 from ..workload import Phase, Workload
 from . import aggregate
@@ -391,7 +391,7 @@ class CostModel(OperatorTerms):
         deg = sp.degrees_many(a)
         tp, _ep, pp, dp, batch = deg["tp"], deg["ep"], deg["pp"], deg["dp"], deg["batch"]
         dims = a[:, NUM_COARSE:]
-        pp_idx = a[:, 2]
+        pp_idx = a[:, PP_HEAD]
         bits = sp.rule_bits_many(a)
         wl = self.workload
         c = self.config
@@ -445,7 +445,9 @@ class CostModel(OperatorTerms):
         room_kv = np.maximum(f * (self.usable_bytes - stage_w - ws[:, None]) - fixed_stage, 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             cap_rank = np.where(in_use & (tok_stage > 0), room_kv / tok_stage, np.inf).min(axis=1)
-        holders = dp * np.where(dims[:, Op.ATTENTION] == 0, tp, 1)
+        # (``kv_tok_type`` is already the 1/cp share of a token, so cp adds no holders.)
+        holders = dp * np.where(dims[:, Op.ATTENTION] == 0,
+                                np.maximum(tp // deg["cp"], 1), 1)
         kv_capacity = np.floor(np.minimum(cap_rank * holders, float(_TOKENS_CAP)))
         max_context = np.floor(kv_capacity / batch)
         if self.model.max_position_embeddings:
@@ -549,9 +551,9 @@ class CostModel(OperatorTerms):
             pf_seqs: prompts completing their prefill in the step per DP rank (LM-head rows).
         """
         n = len(a)
-        tp, ep, pp, dp = deg["tp"], deg["ep"], deg["pp"], deg["dp"]
+        tp, ep, pp, dp, cp = deg["tp"], deg["ep"], deg["pp"], deg["dp"], deg["cp"]
         m, c = self.model, self.config
-        env = self.layer_env(tp, ep, dp, dec, pf)
+        env = self.layer_env(tp, ep, dp, dec, pf, cp)
         rows, g, etp = env["rows"], env["g"], env["etp"]          # rows: tokens per DP rank
         link_tp, link_g, link_etp = env["link_tp"], env["link_g"], env["link_etp"]
         recs: list[tuple[str, str, int, float, int]] = []     # detail records
@@ -594,7 +596,7 @@ class CostModel(OperatorTerms):
 
         # Stage sums.
         cum = np.concatenate([np.zeros((n, 1)), np.cumsum(layer_t, axis=1)], axis=1)
-        bnd = self._bounds[a[:, 2]]                                   # [n, max_pp+1]
+        bnd = self._bounds[a[:, PP_HEAD]]                                   # [n, max_pp+1]
         stage_t = np.take_along_axis(cum, bnd[:, 1:], 1) - np.take_along_axis(cum, bnd[:, :-1], 1)
         stage_ids = np.arange(self._max_pp)[None, :]
         stage_t = np.where(stage_ids < pp[:, None], stage_t, 0.0)
@@ -609,14 +611,15 @@ class CostModel(OperatorTerms):
         # Memory terms per layer type (weights, KV per sequence per rank).
         w_type = np.stack([self.layer_weights(dims, tp, ep, etp, is_moe)
                            for is_moe, _ in self.layer_types], axis=1)
-        kv_type = np.stack([self.kv_per_seq(dims, tp, window, self.kv_tokens_per_sequence())
+        kv_type = np.stack([self.kv_per_seq(dims, tp, window, self.kv_tokens_per_sequence(), cp)
                             for _, window in self.layer_types], axis=1)
         capped = [w is not None and c.window_kv_capped for _, w in self.layer_types]
-        kv_tok_type = np.stack([np.zeros(n) if cap else self.kv_per_seq(dims, tp, None, 1.0)
+        kv_tok_type = np.stack([np.zeros(n) if cap
+                                else self.kv_per_seq(dims, tp, None, 1.0, cp)
                                 for cap in capped], axis=1)
         kv_fixed_type = np.where(np.asarray(capped)[None, :], kv_type, 0.0)
         c_att = dims[:, Op.ATTENTION]
-        s_all, s_seq = self.resident_sequences(deg["batch"], dp, tp)
+        s_all, s_seq = self.resident_sequences(deg["batch"], dp, tp, cp)
         kv_seqs_rank = np.where(c_att == DIM0, s_seq, s_all)
         emb_w = self.embedding_weight_bytes(c_emb, tp)
         lm_w = lm["w_bytes"]
@@ -627,7 +630,7 @@ class CostModel(OperatorTerms):
                "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws,
                "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type}
         if detail:
-            self._detail(out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, walk,
+            self._detail(out, dims, tp, dp, ep, etp, cp, g, rows, dec, pf, ctx, walk,
                          link_tp, link_g, link_etp, emb_t,
                          (t_conv, t_norm, t_lm, t_logits, lm["b_conv"], lm["b_norm"],
                           lm["b_logits"]),
@@ -637,11 +640,11 @@ class CostModel(OperatorTerms):
         return out
 
     # ------------------------------------------------------------------ breakdown
-    def _detail(self, out, dims, tp, dp, ep, etp, g, rows, dec, pf, ctx, walk, link_tp,
+    def _detail(self, out, dims, tp, dp, ep, etp, cp, g, rows, dec, pf, ctx, walk, link_tp,
                 link_g, link_etp, emb_t, lm_parts, lay, req_lm, out_lm, p2p, pp, recs,
                 op_time) -> None:
         """Fill the breakdown of row 0: collectives per micro-batch pass and op times."""
-        env1 = self.layer_env(tp, ep, dp, dec, pf)
+        env1 = self.layer_env(tp, ep, dp, dec, pf, cp)
         agg: dict[tuple[str, str, int], list] = {}
         for (ti, lay_in), count in walk.items():
             is_moe, window = self.layer_types[ti]

@@ -413,21 +413,23 @@ class OperatorTerms:
                 + c.host_prefill_overhead_s * pf_seqs)
 
     def layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
-                  pf: np.ndarray) -> dict:
+                  pf: np.ndarray, cp: np.ndarray | None = None) -> dict:
         """The per-row environment :meth:`layer` reads, from ``[n]`` degrees and the step's
         ``dec`` decode sequences and ``pf`` prompt tokens per attention-DP rank.
 
         Returns:
-            ``t`` (tp as float), ``tp``, ``dp``, ``ep``, ``etp`` and ``g = tp·dp`` (the stage
-            group, :meth:`learn_to_shard.parallel.mesh.Mesh.axes`), ``rows = dec + pf``,
-            ``dec``, ``pf`` (all ``[n]``) and the :class:`Link` of the TP, stage and ETP
-            groups (``link_tp``, ``link_g``, ``link_etp``).
+            ``t`` (tp as float), ``tp``, ``dp``, ``ep``, ``etp``, ``cp`` (decode context
+            parallelism, default 1) and ``g = tp·dp`` (the stage group,
+            :meth:`learn_to_shard.parallel.mesh.Mesh.axes`), ``rows = dec + pf``, ``dec``,
+            ``pf`` (all ``[n]``) and the :class:`Link` of the TP, stage, ETP and CP groups
+            (``link_tp``, ``link_g``, ``link_etp``, ``link_cp``).
         """
-        axes = Mesh.axes(tp, ep, np.ones_like(tp), dp)
+        axes = Mesh.axes(tp, ep, np.ones_like(tp), dp, cp)
         g, etp = axes.stage, axes.etp
-        return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g,
+        return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g, cp=axes.cp,
                     rows=dec + pf, dec=dec, pf=pf, link_tp=self._link(tp),
-                    link_g=self._link(g), link_etp=self._link(etp))
+                    link_g=self._link(g), link_etp=self._link(etp),
+                    link_cp=self._link(axes.cp))
 
     def lm_head(self, lay: np.ndarray, c_lm: np.ndarray, tp: np.ndarray,
                 lm_rows: np.ndarray) -> dict:
@@ -506,12 +508,14 @@ class OperatorTerms:
         return np.maximum(dec + pf_seqs, 1e-9)
 
     @staticmethod
-    def resident_sequences(batch: np.ndarray, dp: np.ndarray, tp: np.ndarray
-                           ) -> tuple[np.ndarray, np.ndarray]:
+    def resident_sequences(batch: np.ndarray, dp: np.ndarray, tp: np.ndarray,
+                           cp: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Sequences whose KV one rank holds, ``[n]`` each: ``ceil(batch / dp)``, and with
-        attention split over sequences (``Shard(0)``) its ``ceil(· / tp)`` share."""
+        attention split over sequences (``Shard(0)``) its ``ceil(· / (tp / cp))`` share (the
+        ``cp`` ranks of a group hold token shards of the same sequences; ``cp`` default 1)."""
         s_all = np.ceil(batch / dp)
-        return s_all, np.ceil(s_all / tp.astype(np.float64))
+        grp = tp if cp is None else np.maximum(tp // np.asarray(cp, dtype=np.int64), 1)
+        return s_all, np.ceil(s_all / grp.astype(np.float64))
 
     def workspace_bytes(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
                         tp: np.ndarray, etp: np.ndarray) -> np.ndarray:
@@ -791,22 +795,42 @@ class OperatorTerms:
         heads_loc = np.where(c_att == 1, att.num_heads / t, float(att.num_heads))
         kv_heads = np.where(c_att == 1, kv_loc, float(att.num_kv_heads))
         split_seq = c_att == 0
-        dec_loc = np.where(split_seq, np.ceil(env["dec"] / t), env["dec"])
         pf_loc = np.where(split_seq, np.ceil(env["pf"] / t), env["pf"])
+        # Decode attention over ``cp`` context-parallel ranks: ``tp / cp`` head (or sequence)
+        # groups, each rank reading ``1/cp`` of every sequence's KV (:meth:`_dcp_time_s`).
+        cp = env["cp"]
+        a_grp = np.maximum(env["tp"] // cp, 1)        # (cp > tp only in invalid rows)
+        a_f = a_grp.astype(np.float64)
+        heads_dec = np.where(c_att == 1, att.num_heads / a_f, float(att.num_heads))
+        dec_loc = np.where(split_seq, np.ceil(env["dec"] / a_f), env["dec"])
         span_dec, span_pf = self._spans(window, ctx)
+        span_dec_r = span_dec / cp.astype(np.float64)
         if att.kind is AttentionKind.MLA:
             lat = float(sh.kv_elems_per_token)
             kv_lora = float(att.kv_lora_rank or 0)
-            fl = 2 * heads_loc * (dec_loc * span_dec * (2 * kv_lora + att.qk_rope_head_dim)
-                                  + pf_loc * span_pf * (att.head_dim + att.v_head_dim))
-            by = (dec_loc * span_dec + pf_loc) * lat * self._kvb
+            fl = 2 * (heads_dec * dec_loc * span_dec_r * (2 * kv_lora + att.qk_rope_head_dim)
+                      + heads_loc * pf_loc * span_pf * (att.head_dim + att.v_head_dim))
+            by = (dec_loc * span_dec_r + pf_loc) * lat * self._kvb
         else:
-            fl = 2 * heads_loc * (att.head_dim + att.v_head_dim) * (dec_loc * span_dec
-                                                                    + pf_loc * span_pf)
-            by = (dec_loc * span_dec + pf_loc) * kv_heads * sh.kv_out_per_head * self._kvb
-        by = by + (dec_loc + pf_loc) * (heads_loc * (att.head_dim + att.v_head_dim)) * ab
+            kv_dec = np.where(c_att == 1, np.where(att.num_kv_heads % a_grp == 0,
+                                                   att.num_kv_heads / a_f, 1.0),
+                              float(att.num_kv_heads))
+            fl = 2 * (att.head_dim + att.v_head_dim) * (heads_dec * dec_loc * span_dec_r
+                                                        + heads_loc * pf_loc * span_pf)
+            by = (dec_loc * span_dec_r * kv_dec + pf_loc * kv_heads) * sh.kv_out_per_head \
+                * self._kvb
+        by = by + (dec_loc * heads_dec + pf_loc * heads_loc) \
+            * (att.head_dim + att.v_head_dim) * ab
         ops["attention"] = self._roofline(fl, by, self._attn_flops, self._attn_hbm)
         total += ops["attention"]
+        t_dcp_q, t_dcp_o = self._dcp_time_s(dec_loc, heads_dec, env)
+        if rec is not None and int(cp[0]) > 1 and float(dec_loc[0]) > 0.0:
+            q_b, o_b = self.dcp_exchange_bytes(dec_loc, heads_dec)
+            rec.append(("decode context parallel: queries", "all-gather", int(cp[0]),
+                        float(t_dcp_q[0]), float(q_b[0])))
+            rec.append(("decode context parallel: partial outputs + LSE", "reduce-scatter",
+                        int(cp[0]), float(t_dcp_o[0]), float(o_b[0])))
+        total += t_dcp_q + t_dcp_o
         t_kvx = self._kv_exchange_time_s(split_seq, env)
         if rec is not None and float(t_kvx[0]) > 0.0:
             rec.append(("attention K/V exchange (context parallel)", "all-gather",
@@ -920,6 +944,43 @@ class OperatorTerms:
             total += np.maximum(t_comm - (total - before_experts), 0.0)
         return total, l_moe, ops
 
+    def dcp_exchange_bytes(self, dec_loc: np.ndarray, heads_dec: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """Full buffers of the two collectives of decode context parallelism per layer, bytes,
+        ``[n]`` each: the queries all-gathered over the ``cp`` group, ``dec · h · d_q`` at the
+        activation dtype, and the partial outputs reduce-scattered back with their
+        log-sum-exp, ``dec · h · (d_o · act_bytes + 4)``; ``dec`` decode sequences and ``h``
+        heads of the ``tp / cp`` head group a rank attends for. GQA ``d_q = head_dim``,
+        ``d_o = v_head_dim``; MLA (absorbed decode) the latent widths ``kv_lora + rope`` and
+        ``kv_lora``. vLLM ``--dcp-comm-backend ag_rs`` (query all-gather, output
+        reduce-scatter with LSE correction; vllm-project/vllm
+        docs/serving/context_parallel_deployment.md @ 020505c2af90 and the v0.33.0 flag
+        snapshot); the ``a2a`` backend moves the same partial outputs."""
+        att = self.model.attention
+        if att.kind is AttentionKind.MLA:
+            kv_lora = float(att.kv_lora_rank or 0)
+            d_q, d_o = kv_lora + att.qk_rope_head_dim, kv_lora
+        else:
+            d_q, d_o = float(att.head_dim), float(att.v_head_dim)
+        rows_h = dec_loc * heads_dec
+        return rows_h * d_q * self._ab, rows_h * (d_o * self._ab + 4.0)
+
+    def _dcp_time_s(self, dec_loc: np.ndarray, heads_dec: np.ndarray, env: dict
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Decode context-parallel exchange of one layer, seconds, ``[n]`` each: the query
+        all-gather and the output reduce-scatter of :meth:`dcp_exchange_bytes` over ``cp``
+        ranks on the CP group's link, not overlapped with compute; zero for ``cp = 1`` or no
+        decode rows. Prefill tokens are attended as without ``cp`` (each rank computes the new
+        tokens' K/V for its heads and keeps its ``1/cp`` of them); the attention of a later
+        prefill chunk to its earlier, token-sharded chunks is priced the same way, without
+        the gather it needs (an optimistic simplification)."""
+        cp = env["cp"]
+        kind = np.where((cp > 1) & (dec_loc > 0), GATHER_OR_SCATTER, 0)
+        q_b, o_b = self.dcp_exchange_bytes(dec_loc, heads_dec)
+        link = env["link_cp"]
+        return (collective_time_s(kind, cp, q_b, link.bw, link.alpha),
+                collective_time_s(kind, cp, o_b, link.bw, link.alpha))
+
     def kv_exchange_bytes(self, prompt_tokens: np.ndarray | float) -> np.ndarray:
         """K and V bytes of one layer for ``prompt_tokens`` prompt tokens, all KV heads
         (GQA ``kv_heads · (head_dim + v_head_dim)``, MLA the latent ``kv_lora + rope``
@@ -1010,12 +1071,15 @@ class OperatorTerms:
         return min(ctx, w), (isl / 2 if isl <= w else w - w * w / (2 * isl))
 
     def kv_per_seq(self, dims: np.ndarray, tp: np.ndarray, window: int | None,
-                   tokens: float) -> np.ndarray:
+                   tokens: float, cp: np.ndarray | None = None) -> np.ndarray:
         """KV bytes per device per resident sequence for one layer, ``[n]``.
 
         GQA head split: ``kv/tp`` heads, or 1 head replicated when ``tp > kv``; MLA head
         split: the whole latent (replicated, FC-23); sequence split / replicated: all heads
-        (the per-rank sequence count is divided separately for a sequence split).
+        (the per-rank sequence count is divided separately for a sequence split). Decode
+        context parallelism (``cp``, default 1) keeps ``1/cp`` of every sequence's tokens per
+        rank (vLLM DCP: the copies that ``tp > kv`` would replicate hold disjoint tokens
+        instead).
         """
         att = self.model.attention
         t = tp.astype(np.float64)
@@ -1029,7 +1093,9 @@ class OperatorTerms:
             per_tok_arr = np.where(c_att == 1, head_split, per_tok)
         else:
             per_tok_arr = np.full(len(dims), per_tok)
-        return per_tok_arr * held
+        if cp is None:
+            return per_tok_arr * held
+        return per_tok_arr * held / np.asarray(cp, dtype=np.float64)
 
     def _workspace(self, rows: np.ndarray, lm_rows: np.ndarray, tp: np.ndarray,
                    etp: np.ndarray, vpad: np.ndarray) -> np.ndarray:

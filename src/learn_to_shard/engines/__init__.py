@@ -82,6 +82,9 @@ class EngineProfile:
         adp_all_or_none: attention-DP covers the whole group (attention TP 1) or is off:
             ``tp == 1 or dp == 1``.
         variants: offered non-Megatron layouts (:class:`Variant`).
+        decode_context_parallel: the engine shards the KV cache by tokens over ``cp`` ranks of
+            its TP group (``cp > 1``; the flag is :attr:`dcp_flag`). False: ``cp`` is 1.
+        dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
         facts: ``(fact, source)`` pairs, shown in ``docs/engines.md`` and the export notes.
     """
@@ -95,6 +98,8 @@ class EngineProfile:
     ep_full_or_none: bool
     adp_all_or_none: bool
     variants: tuple[Variant, ...] = ()
+    decode_context_parallel: bool = False
+    dcp_flag: str = ""
     launcher: str = ""
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
@@ -120,12 +125,18 @@ ENGINES: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
         name="vllm", title="vLLM", version="0.33.0", source=_VLLM, memory_profile="vllm",
         vocab_multiple=64, ep_full_or_none=True, adp_all_or_none=False,
+        decode_context_parallel=True, dcp_flag="--decode-context-parallel-size",
         launcher="vllm serve",
         facts=(
             ("axes: --tensor-parallel-size, --pipeline-parallel-size, --data-parallel-size "
-             "(attention-DP ranks of one MoE engine), --enable-expert-parallel; "
-             "--decode-context-parallel-size exists but l2s has no CP axis",
+             "(attention-DP ranks of one MoE engine), --enable-expert-parallel",
              f"{_VLLM}: vllm/config/parallel.py ParallelConfig"),
+            ("--decode-context-parallel-size (l2s cp) shards each sequence's KV cache by "
+             "tokens (interleaved) over cp ranks inside the TP group, for MLA and GQA; it adds "
+             "no GPUs and lies in [1, tp / num_kv_heads]; --dcp-comm-backend ag_rs gathers the "
+             "queries and reduce-scatters the partial outputs",
+             "vllm-project/vllm docs/serving/context_parallel_deployment.md @ 020505c2af90; "
+             f"{_VLLM} flag snapshot (--dcp-comm-backend choices a2a, ag_rs)"),
             ("MoE: without --enable-expert-parallel experts are tensor-parallel over "
              "tp × dp (ep 1); with it each of the tp × dp ranks owns whole experts "
              "(ep = tp × dp, etp 1); no other split",
@@ -150,7 +161,8 @@ ENGINES: dict[str, EngineProfile] = {
     "sglang": EngineProfile(
         name="sglang", title="SGLang", version="0.5.23", source=_SGL,
         memory_profile="sglang", vocab_multiple=64, ep_full_or_none=False,
-        adp_all_or_none=False, launcher="python -m sglang.launch_server",
+        adp_all_or_none=False, decode_context_parallel=True,
+        dcp_flag="--decode-context-parallel-size", launcher="python -m sglang.launch_server",
         variants=(
             Variant("dense", (2, 2), ("--moe-dense-tp-size", "1"),
                     source=f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py "
@@ -162,6 +174,9 @@ ENGINES: dict[str, EngineProfile] = {
              "--ep-size the expert-parallel width (moe TP = tp-size / ep-size), --pp-size",
              f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py, "
              "sglang/srt/runtime_context.py parallel_widths_of"),
+            ("--decode-context-parallel-size (alias --dcp-size) shards the KV cache by tokens "
+             "over cp ranks of the TP group (l2s cp; --dcp-comm-backend a2a, ag_rs or "
+             "fi_a2a)", f"{_SGL} flag snapshot: dest dcp_size"),
             ("--enable-dp-attention is a deprecated spelling (resolves to --attn-dp-size; "
              "'remove after 2026-12-31'): never exported",
              f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py enable_dp_attention"),
@@ -187,6 +202,10 @@ ENGINES: dict[str, EngineProfile] = {
             ("enable_attention_dp: attention runs data parallel over the whole "
              "tensor_parallel_size (attention TP 1), so l2s needs tp == 1 or dp == 1",
              f"{_TRT_ARGS} enable_attention_dp"),
+            ("--cp_size (context_parallel_size) exists; its decode mapping (Helix: KV "
+             "sharded over cp in attention, TP over all ranks in the FFN) was not checked "
+             "against l2s's cp, so l2s plans cp 1 for TensorRT-LLM",
+             f"{_TRT_SERVE} flag snapshot"),
             ("vocabulary padded to a multiple of tp_size at checkpoint conversion (no rule)",
              "NVIDIA/TensorRT-LLM tensorrt_llm/models/convert_utils.py pad_vocab_size"),
             ("memory: the KV cache takes --kv_cache_free_gpu_memory_fraction (0.9) of the "

@@ -8,9 +8,12 @@ so a TP group is ``tp`` consecutive ranks, a pipeline stage ``g = tp · dp`` con
 (the stage group), and stage ``s`` holds ranks ``[s·g, (s+1)·g)``. MoE layers run the same
 ``g`` ranks of a stage as ``ep × etp`` with ``etp = g / ep`` innermost (TRT-LLM /
 aiconfigurator's ``tp × attention_dp = moe_tp × moe_ep``, FC-38), so an expert-TP group is
-``etp`` consecutive ranks. ``cp`` (context parallelism) has room in :data:`AXES` with extent 1:
-no strategy sets it today. Instances are laid out back to back from rank 0 of the cluster,
-whose nodes (scale-up domains) hold ``devices_per_node`` consecutive ranks.
+``etp`` consecutive ranks. ``cp`` (decode context parallelism) re-splits the TP group of the
+attention for decode: ``tp / cp`` head groups of ``cp`` ranks, each rank holding ``1/cp`` of every
+sequence's KV tokens (vLLM's interleaved DCP groups; the cp group is priced on the link of
+``cp`` consecutive ranks, which a TP group inside one node always is). Instances are laid out
+back to back from rank 0 of the cluster, whose nodes (scale-up domains) hold
+``devices_per_node`` consecutive ranks.
 
 :class:`Mesh` answers, vectorised over rows of degrees: each axis's group extent, whether every
 group of an axis stays inside one node (else it rides the scale-out link), how many ranks of its
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Named mesh axes, outermost first. ``ep`` and ``etp`` re-split the stage group ``tp · dp``
-#: of the MoE layers; ``cp`` is reserved (extent 1).
+#: of the MoE layers; ``cp`` re-splits the TP group for decode attention.
 AXES: tuple[str, ...] = ("pp", "dp", "tp", "ep", "etp", "cp")
 
 
@@ -74,7 +77,7 @@ class MeshAxes:
     Attributes:
         pp, dp, tp, ep: the strategy's degrees.
         etp: expert-TP extent ``max(tp · dp // ep, 1)``.
-        cp: context-parallel extent (1: reserved).
+        cp: decode context-parallel extent (a divisor of ``tp``; 1: none).
     """
 
     pp: np.ndarray
@@ -114,12 +117,14 @@ class Mesh:
     devices_per_node: int
 
     @staticmethod
-    def axes(tp: np.ndarray, ep: np.ndarray, pp: np.ndarray, dp: np.ndarray) -> MeshAxes:
-        """Group extents of every axis for rows of degrees, ``[n]`` each."""
+    def axes(tp: np.ndarray, ep: np.ndarray, pp: np.ndarray, dp: np.ndarray,
+             cp: np.ndarray | None = None) -> MeshAxes:
+        """Group extents of every axis for rows of degrees, ``[n]`` each (``cp`` default 1)."""
         tp, ep = np.asarray(tp, dtype=np.int64), np.asarray(ep, dtype=np.int64)
         pp, dp = np.asarray(pp, dtype=np.int64), np.asarray(dp, dtype=np.int64)
         etp = np.maximum((tp * dp) // np.maximum(ep, 1), 1)
-        return MeshAxes(pp=pp, dp=dp, tp=tp, ep=ep, etp=etp, cp=np.ones_like(tp))
+        cpa = np.ones_like(tp) if cp is None else np.asarray(cp, dtype=np.int64)
+        return MeshAxes(pp=pp, dp=dp, tp=tp, ep=ep, etp=etp, cp=cpa)
 
     @staticmethod
     def rank(pp_i: int, dp_i: int, tp_i: int, dp: int, tp: int) -> int:

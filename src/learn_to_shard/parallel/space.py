@@ -1,10 +1,12 @@
 """The strategy space: candidate values of each head, the integer action vector, validity rules.
 
-Action vector (``A = 5 + 12`` integers, gymnasium ``MultiDiscrete``):
-``[tp_idx, ep_idx, pp_idx, dp_idx, batch_idx, dim_0, ..., dim_11]`` — the paper's four coarse
-heads (TP, EP, PP, batch; arXiv 2509.00217 §3) plus attention-DP, then one ``{0, 1, ∅}`` head per
-fused operator. Candidate degrees are powers of two and divisors of the device count (so 6-GPU
-boxes get TP=2 × PP=3), capped by the model (heads, experts, layers).
+Action vector (``A = 6 + 12`` integers, gymnasium ``MultiDiscrete``):
+``[tp_idx, ep_idx, pp_idx, dp_idx, cp_idx, batch_idx, dim_0, ..., dim_11]`` — the paper's four
+coarse heads (TP, EP, PP, batch; arXiv 2509.00217 §3) plus attention-DP and decode context
+parallelism (``cp``: the KV cache of every sequence split by tokens over ``cp`` ranks of the TP
+group), then one ``{0, 1, ∅}`` head per fused operator. Candidate degrees are powers of two and
+divisors of the device count (so 6-GPU boxes get TP=2 × PP=3), capped by the model (heads,
+experts, layers; ``cp`` by the TP degree over the KV heads).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from .mesh import Mesh
 from .ops import NUM_CHOICES, NUM_OPS, OP_NAMES, OPS, REPLICATED, OpDef, present_ops
 from .strategy import Strategy
 
-NUM_COARSE = 5
-TP_HEAD, EP_HEAD, PP_HEAD, DP_HEAD, BATCH_HEAD = range(NUM_COARSE)
+NUM_COARSE = 6
+TP_HEAD, EP_HEAD, PP_HEAD, DP_HEAD, CP_HEAD, BATCH_HEAD = range(NUM_COARSE)
+#: Names of the coarse heads, in action-vector order (the :class:`Strategy` fields they set).
+COARSE_HEADS = ("tp", "ep", "pp", "dp", "cp", "batch")
 ACTION_LEN = NUM_COARSE + NUM_OPS
 
 #: Largest TP degree considered: beyond one NVL72-class scale-up domain TP is never useful.
@@ -63,6 +67,9 @@ RULES: tuple[tuple[str, str], ...] = (
      "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1)"),
     ("engine_layout", "the engine's kernels do not implement this per-operator layout "
      "(engines run Megatron's layout plus the variants their profile lists)"),
+    ("context_parallel", "cp must divide tp and be at most tp / num_key_value_heads (MLA: tp): "
+     "decode context parallelism shards the KV cache by tokens over the ranks that would "
+     "otherwise hold the same KV heads (vLLM --decode-context-parallel-size)"),
 )
 RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
 #: The one rule that depends on several operators' choices jointly (per block, see
@@ -134,6 +141,10 @@ class StrategySpace:
             is then the grid the budgeted searchers sample, and the exact searcher certifies
             over every integer (set by :meth:`build` when no ``batch_values`` are given). False:
             the batch is one of ``batch_values`` exactly.
+        cp_values: decode context-parallel candidates (:meth:`build`: the TP candidates up to
+            ``max(tp) / num_key_value_heads``; ``(1,)``: no context parallelism). A ``cp``
+            needs ``tp`` a multiple of ``cp · num_key_value_heads`` (the ``context_parallel``
+            rule).
     """
 
     model: ModelSpec
@@ -147,6 +158,7 @@ class StrategySpace:
     max_concurrency: int | None = None
     engine: EngineProfile | None = None
     any_batch: bool = False
+    cp_values: tuple[int, ...] = (1,)
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec,
@@ -174,8 +186,12 @@ class StrategySpace:
         pp = _candidates(min(model.num_layers, n), n)
         dp = _candidates(n, n)
         batch = batch_values or batch_grid(dp)
+        cp_max = max(tp) // max(model.attention.num_kv_heads, 1)
+        if engine is not None and not engine.decode_context_parallel:
+            cp_max = 1
+        cp = tuple(v for v in tp if v <= cp_max) or (1,)
         return cls(model, cluster, tp, ep, pp, dp, tuple(batch), vocab_multiple, engine=engine,
-                   any_batch=not batch_values)
+                   any_batch=not batch_values, cp_values=cp)
 
     def with_batches(self, extra: tuple[int, ...] | list[int]) -> StrategySpace:
         """This space with the batches ``extra`` added to the batch candidates (sorted union;
@@ -188,7 +204,7 @@ class StrategySpace:
     def nvec(self) -> np.ndarray:
         """Number of choices per action component, shape ``[ACTION_LEN]`` (MultiDiscrete)."""
         coarse = [len(self.tp_values), len(self.ep_values), len(self.pp_values),
-                  len(self.dp_values), len(self.batch_values)]
+                  len(self.dp_values), len(self.cp_values), len(self.batch_values)]
         return np.array(coarse + [NUM_CHOICES] * NUM_OPS, dtype=np.int64)
 
     @property
@@ -207,11 +223,12 @@ class StrategySpace:
                      "routed experts; 1 for dense models",
                "pp": "powers of two and divisors of the device count, up to the layers",
                "dp": "powers of two and divisors of the device count",
+               "cp": "TP candidates up to the largest tp over the KV heads",
                "batch": "the space's batch candidates"}
         coarse = []
         for head, values in (("tp", self.tp_values), ("ep", self.ep_values),
                              ("pp", self.pp_values), ("dp", self.dp_values),
-                             ("batch", self.batch_values)):
+                             ("cp", self.cp_values), ("batch", self.batch_values)):
             v = getattr(s, head)
             if v not in values:
                 shown = ", ".join(map(str, values[:12])) + (", …" if len(values) > 12 else "")
@@ -226,16 +243,19 @@ class StrategySpace:
         return Strategy(tp=self.tp_values[int(a[TP_HEAD])], ep=self.ep_values[int(a[EP_HEAD])],
                         pp=self.pp_values[int(a[PP_HEAD])], dp=self.dp_values[int(a[DP_HEAD])],
                         batch=self.batch_values[int(a[BATCH_HEAD])],
-                        dims=tuple(int(d) for d in a[NUM_COARSE:]))
+                        dims=tuple(int(d) for d in a[NUM_COARSE:]),
+                        cp=self.cp_values[int(a[CP_HEAD])])
 
     def degrees_many(self, actions: np.ndarray) -> dict[str, np.ndarray]:
-        """Vectorised decode of the coarse heads: arrays ``tp, ep, pp, dp, batch``, ``[n]``."""
+        """Vectorised decode of the coarse heads: arrays ``tp, ep, pp, dp, cp, batch``,
+        ``[n]``."""
         a = np.asarray(actions, dtype=np.int64)
         return {
             "tp": np.asarray(self.tp_values, dtype=np.int64)[a[:, TP_HEAD]],
             "ep": np.asarray(self.ep_values, dtype=np.int64)[a[:, EP_HEAD]],
             "pp": np.asarray(self.pp_values, dtype=np.int64)[a[:, PP_HEAD]],
             "dp": np.asarray(self.dp_values, dtype=np.int64)[a[:, DP_HEAD]],
+            "cp": np.asarray(self.cp_values, dtype=np.int64)[a[:, CP_HEAD]],
             "batch": np.asarray(self.batch_values, dtype=np.int64)[a[:, BATCH_HEAD]],
         }
 
@@ -280,6 +300,9 @@ class StrategySpace:
             flag("experts", ep != 1)
         flag("layers", pp > m.num_layers)
         flag("batch", (batch % dp) != 0)
+        cp = d["cp"]
+        flag("context_parallel",
+             (cp > 1) & ((tp % (cp * max(m.attention.num_kv_heads, 1))) != 0))
         if self.max_concurrency is not None:
             replicas = np.maximum(self.cluster.num_devices // np.maximum(tp * dp * pp, 1), 1)
             flag("concurrency", batch > -(-self.max_concurrency // replicas))

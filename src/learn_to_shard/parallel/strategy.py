@@ -26,6 +26,10 @@ class Strategy:
         batch: concurrent sequences per instance (decode/serve) or prompts per step (prefill).
         dims: per-operator choice, ``len == 12`` in :class:`~learn_to_shard.parallel.ops.Op`
             order, each 0 (``Shard(0)``), 1 (``Shard(1)``) or 2 (replicated).
+        cp: decode context-parallel degree: every sequence's KV cache is split by tokens over
+            ``cp`` ranks of the TP group, which then hold ``tp / cp``-way head groups for
+            decode attention (vLLM / SGLang ``--decode-context-parallel-size``; no extra
+            devices). 1: none. Whether it divides ``tp`` is the space's ``context_parallel`` rule.
     """
 
     tp: int
@@ -34,10 +38,13 @@ class Strategy:
     dp: int
     batch: int
     dims: tuple[int, ...] = MEGATRON_DIMS
+    cp: int = 1
 
     def __post_init__(self) -> None:
         if len(self.dims) != NUM_OPS or any(d not in (0, 1, 2) for d in self.dims):
             raise ValueError(f"dims must be {NUM_OPS} values in {{0,1,2}}, got {self.dims}")
+        if self.cp < 1:
+            raise ValueError(f"cp must be >= 1, got {self.cp}")
 
     @property
     def devices(self) -> int:
@@ -54,6 +61,8 @@ class Strategy:
         return {name: CHOICE_NAMES[d] for name, d in zip(OP_NAMES, self.dims, strict=False)}
 
     def short(self) -> str:
-        """Compact one-line description, e.g. ``tp8 ep1 pp1 dp1 b64 [0,1,1,0,...]``."""
+        """Compact one-line description, e.g. ``tp8 ep1 pp1 dp1 b64 [0,1,1,0,...]`` (``cp2``
+        after ``dp`` when ``cp > 1``)."""
         dims = "".join("01∅"[d] for d in self.dims)
-        return f"tp{self.tp} ep{self.ep} pp{self.pp} dp{self.dp} b{self.batch} [{dims}]"
+        cp = f" cp{self.cp}" if self.cp > 1 else ""
+        return f"tp{self.tp} ep{self.ep} pp{self.pp} dp{self.dp}{cp} b{self.batch} [{dims}]"

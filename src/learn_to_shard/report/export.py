@@ -7,11 +7,13 @@ engine profiles in :mod:`learn_to_shard.engines` (pinned versions, sources there
 * **vLLM 0.33.0** (``vllm serve``): ``--tensor-parallel-size tp``, ``--pipeline-parallel-size
   pp``; MoE attention-DP as ``--data-parallel-size dp`` and ``ep = tp × dp`` as
   ``--enable-expert-parallel``; ``--max-num-seqs`` is per DP rank (vllm/config/scheduler.py)
-  and per scheduled batch, so it is ``batch / dp / micro_batches``.
+  and per scheduled batch, so it is ``batch / dp / micro_batches``; ``cp`` as
+  ``--decode-context-parallel-size``.
 * **SGLang 0.5.23** (``python -m sglang.launch_server``): ``--tp-size tp × dp`` (the whole
   stage group), ``--attn-dp-size dp``, ``--ep-size ep``, ``--pp-size pp``;
   ``--max-running-requests`` is the instance total (its scheduler divides it by
-  ``attn_dp_size``, sglang/srt/model_executor/pool_configurator.py).
+  ``attn_dp_size``, sglang/srt/model_executor/pool_configurator.py); ``cp`` as
+  ``--decode-context-parallel-size``.
 * **TensorRT-LLM** (``trtllm-serve``): ``--tp_size tp × dp``, ``--pp_size``, ``--ep_size``;
   ``enable_attention_dp``, ``moe_tensor_parallel_size``, ``moe_expert_parallel_size`` and
   ``kv_cache_config`` in the ``--config`` YAML; ``--max_batch_size`` per attention-DP rank.
@@ -356,6 +358,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--data-parallel-size", str(dp)]
         if moe and s.ep > 1:
             args += ["--enable-expert-parallel"]
+        if s.cp > 1:
+            args += ["--decode-context-parallel-size", str(s.cp)]
         args += ["--max-num-seqs", str(seqs), "--max-model-len", str(max_len),
                  "--max-num-batched-tokens", str(tokens),
                  "--gpu-memory-utilization", f"{mem_util:g}"]
@@ -388,6 +392,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--ep-size", str(s.ep)]
         if s.pp > 1:
             args += ["--pp-size", str(s.pp)]
+        if s.cp > 1:
+            args += ["--decode-context-parallel-size", str(s.cp)]
         if model is not None and model.is_moe and model.has_dense_ffn and dp > 1:
             dense = tuple(s.dims[OP_NAMES.index(o)] for o in BLOCKS["dense"])
             if dense == (2, 2):
@@ -418,6 +424,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                f"covers the whole group (attention TP 1); exported as "
                                f"enable_attention_dp over {group} ranks")
         args += ["--tp_size", str(group)]
+        if s.cp > 1:
+            unexpressed.append(f"cp={s.cp}: decode context parallelism inside the TP group; "
+                               "TensorRT-LLM's --cp_size (Helix) maps ranks differently and "
+                               "is not exported: exported without it (the KV cache is then "
+                               "replicated over the KV heads' copies)")
         if s.pp > 1:
             args += ["--pp_size", str(s.pp)]
         if moe and s.ep > 1:

@@ -170,7 +170,8 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None) ->
     e = plan.best
     s = e.strategy
     head.tables.append((["quantity", "value"], [
-        ["degrees", f"TP={s.tp} EP={s.ep} (ETP={s.etp}) PP={s.pp} attention-DP={s.dp}"],
+        ["degrees", f"TP={s.tp} EP={s.ep} (ETP={s.etp}) PP={s.pp} attention-DP={s.dp}"
+                    + (f" decode-CP={s.cp}" if s.cp > 1 else "")],
         ["batch", f"{s.batch} sequences per instance"],
         ["devices", f"{s.devices} per instance × {e.instances} "
                     f"instance{'s' if e.instances != 1 else ''}"],

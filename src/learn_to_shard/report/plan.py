@@ -270,7 +270,8 @@ def estimate_to_dict(e: Estimate, wl: Workload, num_layers: int | None = None
 def _estimate_core(e: Estimate, wl: Workload, s: Strategy) -> dict[str, object]:
     return {
         "strategy": {"tp": s.tp, "ep": s.ep, "etp": s.etp, "pp": s.pp, "dp": s.dp,
-                     "batch": s.batch, "devices": s.devices, "placements": s.placements()},
+                     "cp": s.cp, "batch": s.batch, "devices": s.devices,
+                     "placements": s.placements()},
         "feasible": e.feasible,
         "violations": list(e.violations),
         "tokens_per_s_per_device": e.tokens_per_s_per_device,

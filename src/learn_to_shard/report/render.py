@@ -96,8 +96,9 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     summary = Table(title=title, show_header=False)
     summary.add_column("k", style="bold")
     summary.add_column("v")
+    cp = f"  decode-CP={s.cp}" if s.cp > 1 else ""
     summary.add_row("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
-                    f"attention-DP={s.dp}  batch={s.batch}")
+                    f"attention-DP={s.dp}{cp}  batch={s.batch}")
     summary.add_row("devices", f"{s.devices} per instance × {e.instances} "
                     f"instance{'s' if e.instances != 1 else ''}"
                     + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))

@@ -43,7 +43,16 @@ import numpy as np
 
 from ..cost.model import CostModel
 from ..parallel.ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, REPLICATED, Op
-from ..parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE, StrategySpace
+from ..parallel.space import (
+    ACTION_LEN,
+    BATCH_HEAD,
+    CP_HEAD,
+    DP_HEAD,
+    ENGINE_LAYOUT_BIT,
+    NUM_COARSE,
+    TP_HEAD,
+    StrategySpace,
+)
 from ..parallel.strategy import Strategy
 from . import register
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
@@ -387,10 +396,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     check_time()
     sp = cm.space
     # 1. Degrees.
-    nvec = sp.nvec[:NUM_COARSE]
     if only is None:
-        grids = np.meshgrid(*[np.arange(v) for v in nvec], indexing="ij")
-        coarse = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+        coarse = coarse_grid(sp)
     elif tops is not None:
         coarse = np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE)
     else:
@@ -557,7 +564,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     open_cells = None
     if ub_cell is not None and cell_hi is not None:
         r_open = np.flatnonzero((ub_cell > 0.0) & (ub_cell * (1 + _SLACK) >= best))
-        open_cells = (co.actions[r_open, :4].copy(), co.batch[r_open].astype(np.int64),
+        open_cells = (co.actions[r_open, :BATCH_HEAD].copy(), co.batch[r_open].astype(np.int64),
                       cell_hi[r_open].astype(np.int64))
 
     def action(row: int, dims: np.ndarray) -> np.ndarray:
@@ -624,14 +631,14 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     cm2 = copy.copy(cm)
     while len(lo):
         cert.batch_cells_open += len(lo)
-        dpv = np.asarray(sp.dp_values, dtype=np.int64)[deg[:, 3]]
+        dpv = np.asarray(sp.dp_values, dtype=np.int64)[deg[:, DP_HEAD]]
         mid = lo + -(-(hi - lo) // (2 * dpv)) * dpv             # middle multiple of dp
         batches = np.concatenate([lo, mid])
         tops = np.concatenate([mid - dpv, hi])
         sp2 = sp.with_batches(np.unique(batches).tolist())
         only = np.empty((len(batches), NUM_COARSE), dtype=np.int64)
-        only[:, :4] = np.concatenate([deg, deg])
-        only[:, 4] = np.searchsorted(np.asarray(sp2.batch_values), batches)
+        only[:, :BATCH_HEAD] = np.concatenate([deg, deg])
+        only[:, BATCH_HEAD] = np.searchsorted(np.asarray(sp2.batch_values), batches)
         cm2.space = sp2
         left = None if time_limit_s is None else max(
             time_limit_s - (time.perf_counter() - t0), 1e-3)
@@ -656,7 +663,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     seen: set[tuple[int, ...]] = set()
     top: list[Strategy] = []
     for o, x in pool:
-        key = (x.tp, x.ep, x.pp, x.dp)
+        key = (x.tp, x.ep, x.pp, x.dp, x.cp)
         if o > 0 and key not in seen:
             seen.add(key)
             top.append(x)
@@ -678,18 +685,45 @@ def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
     return [float(x) for x in cm.evaluate_many(np.array(actions)).objective]
 
 
+def coarse_grid(sp: StrategySpace) -> np.ndarray:
+    """Every coarse index row of ``sp`` whose ``(tp, cp)`` pair meets the
+    ``context_parallel`` rule, ``[M, NUM_COARSE]``, in the lexicographic order of the full
+    product of the heads (the rows the full product would keep after that rule, without
+    building the product: with ``cp`` it is up to ``len(cp_values)`` times larger)."""
+    tpv = np.asarray(sp.tp_values, dtype=np.int64)
+    cpv = np.asarray(sp.cp_values, dtype=np.int64)
+    kv = max(sp.model.attention.num_kv_heads, 1)
+    ok = (cpv[None, :] == 1) | (tpv[:, None] % (cpv[None, :] * kv) == 0)    # [T, C]
+    n_cp = ok.sum(axis=1)
+    cp_of = np.zeros((len(tpv), max(int(n_cp.max()), 1)), dtype=np.int64)
+    for t in range(len(tpv)):
+        cp_of[t, :n_cp[t]] = np.flatnonzero(ok[t])
+    heads = [len(sp.tp_values), len(sp.ep_values), len(sp.pp_values), len(sp.dp_values)]
+    grids = np.meshgrid(*[np.arange(v) for v in heads], indexing="ij")
+    outer = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    nb = len(sp.batch_values)
+    reps = n_cp[outer[:, 0]] * nb
+    rows = np.repeat(outer, reps, axis=0)
+    j = np.arange(len(rows)) - np.repeat(np.cumsum(reps) - reps, reps)
+    out = np.empty((len(rows), NUM_COARSE), dtype=np.int64)
+    out[:, :CP_HEAD] = rows
+    out[:, CP_HEAD] = cp_of[rows[:, 0], j // nb]
+    out[:, BATCH_HEAD] = j % nb
+    return out
+
+
 def _cell_tops(sp: StrategySpace, coarse: np.ndarray) -> np.ndarray:
-    """Per valid coarse row ``[M, 5]``: the largest multiple of dp below the next valid grid
-    batch of the same degrees (or up to the grid's largest batch), ``[M]``; the row's *cell*
+    """Per valid coarse row ``[M, NUM_COARSE]``: the largest multiple of dp below the next valid
+    grid batch of the same degrees (or up to the grid's largest batch), ``[M]``; the row's *cell*
     is the multiples of dp in ``(batch, top]`` (empty when ``top <= batch``)."""
     bvals = np.asarray(sp.batch_values, dtype=np.int64)
-    dpv = np.asarray(sp.dp_values, dtype=np.int64)[coarse[:, 3]]
-    b = bvals[coarse[:, 4]]
+    dpv = np.asarray(sp.dp_values, dtype=np.int64)[coarse[:, DP_HEAD]]
+    b = bvals[coarse[:, BATCH_HEAD]]
     cap = int(bvals.max())
-    order = np.lexsort((b, coarse[:, 3], coarse[:, 2], coarse[:, 1], coarse[:, 0]))
+    order = np.lexsort((b,) + tuple(coarse[:, h] for h in range(BATCH_HEAD - 1, -1, -1)))
     nxt = np.full(len(b), cap + 1, dtype=np.int64)
     if len(order) > 1:
-        same = (coarse[order[1:], :4] == coarse[order[:-1], :4]).all(axis=1)
+        same = (coarse[order[1:], :BATCH_HEAD] == coarse[order[:-1], :BATCH_HEAD]).all(axis=1)
         nxt[order[:-1]] = np.where(same, b[order[1:]], cap + 1)
     return ((np.minimum(nxt - 1, cap)) // dpv) * dpv
 
@@ -721,10 +755,12 @@ def _memory_cap(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, zmem: np
         with np.errstate(divide="ignore", invalid="ignore"):
             k_all = np.where(b_all > 0, np.floor(room / b_all), np.where(room >= 0, 2**40, -1))
             k_seq = np.where(b_seq > 0, np.floor(room / b_seq), np.where(room >= 0, 2**40, -1))
-        tp = np.asarray(sp.tp_values, dtype=np.int64)[c.actions[:, 0]].astype(np.float64)
-        k = np.minimum(k_all, k_seq * tp[:, None, None]).min(axis=2)   # [R, 3] sequences/rank
+        tp = np.asarray(sp.tp_values, dtype=np.int64)[c.actions[:, TP_HEAD]]
+        cpv = np.asarray(sp.cp_values, dtype=np.int64)[c.actions[:, CP_HEAD]]
+        grp = np.maximum(tp // cpv, 1).astype(np.float64)   # sequence-split groups of the TP group
+        k = np.minimum(k_all, k_seq * grp[:, None, None]).min(axis=2)   # [R, 3] sequences/rank
         k = np.where(att_ok[c.key], k, -1).max(axis=1)
-        dpv = np.asarray(sp.dp_values, dtype=np.int64)[c.actions[:, 3]]
+        dpv = np.asarray(sp.dp_values, dtype=np.int64)[c.actions[:, DP_HEAD]]
         out[rows] = (np.clip(k, -1, 2**40) * dpv).astype(np.int64)
     return out
 

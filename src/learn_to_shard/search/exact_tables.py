@@ -76,7 +76,16 @@ from ..parallel.ops import (
     block_options,
 )
 from ..parallel.placement import Layout, R
-from ..parallel.space import ENGINE_LAYOUT_BIT, NUM_COARSE
+from ..parallel.space import (
+    BATCH_HEAD,
+    CP_HEAD,
+    DP_HEAD,
+    ENGINE_LAYOUT_BIT,
+    EP_HEAD,
+    NUM_COARSE,
+    PP_HEAD,
+    TP_HEAD,
+)
 from ..workload import Phase
 
 #: Terms of the cost model that break a pure per-operator chain, and how the exact solver
@@ -302,11 +311,12 @@ class ZLayout:
 
 @dataclass
 class Keys:
-    """Distinct (tp, ep, dp, per-rank tokens) settings: what the per-operator tables depend on.
+    """Distinct (tp, ep, dp, cp, per-rank tokens) settings: what the per-operator tables depend
+    on.
 
     Attributes:
-        tp_idx, ep_idx, dp_idx: indices into the space's candidate lists, ``[K]``.
-        tp, ep, dp: degrees, ``[K]``.
+        tp_idx, ep_idx, dp_idx, cp_idx: indices into the space's candidate lists, ``[K]``.
+        tp, ep, dp, cp: degrees, ``[K]``.
         dec, pf, pf_seqs: decode sequences, prefill tokens and completing prompts per attention
             DP rank in one main step (as ``CostModel._run``), ``[K]``.
         pf2, pf_seqs2: the serve TTFT step's prefill chunk and completing prompts, ``[K]``.
@@ -315,9 +325,11 @@ class Keys:
     tp_idx: np.ndarray
     ep_idx: np.ndarray
     dp_idx: np.ndarray
+    cp_idx: np.ndarray
     tp: np.ndarray
     ep: np.ndarray
     dp: np.ndarray
+    cp: np.ndarray
     dec: np.ndarray
     pf: np.ndarray
     pf_seqs: np.ndarray
@@ -391,18 +403,20 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
 
     Args:
         cm: the cost model.
-        coarse: ``[M, 5]`` coarse indices (tp, ep, pp, dp, batch), structurally valid.
+        coarse: ``[M, NUM_COARSE]`` coarse indices (tp, ep, pp, dp, cp, batch),
+            structurally valid.
 
     Returns:
         ``(Coarse, Keys)``; ``Coarse.key`` indexes the keys.
     """
     sp = cm.space
     a = np.asarray(coarse, dtype=np.int64)
-    tp = np.asarray(sp.tp_values, dtype=np.int64)[a[:, 0]]
-    ep = np.asarray(sp.ep_values, dtype=np.int64)[a[:, 1]]
-    pp = np.asarray(sp.pp_values, dtype=np.int64)[a[:, 2]]
-    dp = np.asarray(sp.dp_values, dtype=np.int64)[a[:, 3]]
-    batch = np.asarray(sp.batch_values, dtype=np.int64)[a[:, 4]]
+    tp = np.asarray(sp.tp_values, dtype=np.int64)[a[:, TP_HEAD]]
+    ep = np.asarray(sp.ep_values, dtype=np.int64)[a[:, EP_HEAD]]
+    pp = np.asarray(sp.pp_values, dtype=np.int64)[a[:, PP_HEAD]]
+    dp = np.asarray(sp.dp_values, dtype=np.int64)[a[:, DP_HEAD]]
+    cp = np.asarray(sp.cp_values, dtype=np.int64)[a[:, CP_HEAD]]
+    batch = np.asarray(sp.batch_values, dtype=np.int64)[a[:, BATCH_HEAD]]
     ph = cm.phase_rows(pp, dp, batch)
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
@@ -410,14 +424,16 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     def p2p_of(rows: np.ndarray) -> np.ndarray:
         return cm.p2p_time_s(rows, tp, dp, pp)
 
-    s_all, s_seq = cm.resident_sequences(batch, dp, tp)
-    key_cols = np.stack([a[:, 0], a[:, 1], a[:, 3], dec, pf, pf_seqs], axis=1)
+    s_all, s_seq = cm.resident_sequences(batch, dp, tp, cp)
+    key_cols = np.stack([a[:, TP_HEAD], a[:, EP_HEAD], a[:, DP_HEAD], a[:, CP_HEAD], dec, pf,
+                         pf_seqs], axis=1)
     _, first, inv = np.unique(key_cols, axis=0, return_index=True, return_inverse=True)
-    keys = Keys(tp_idx=a[first, 0], ep_idx=a[first, 1], dp_idx=a[first, 3], tp=tp[first],
-                ep=ep[first], dp=dp[first], dec=dec[first], pf=pf[first],
+    keys = Keys(tp_idx=a[first, TP_HEAD], ep_idx=a[first, EP_HEAD], dp_idx=a[first, DP_HEAD],
+                cp_idx=a[first, CP_HEAD], tp=tp[first], ep=ep[first], dp=dp[first],
+                cp=cp[first], dec=dec[first], pf=pf[first],
                 pf_seqs=pf_seqs[first], pf2=pf2[first], pf_seqs2=pf_seqs2[first])
     tie = cm.model.tie_word_embeddings
-    co = Coarse(actions=a, pp_idx=a[:, 2], pp=pp, batch=batch,
+    co = Coarse(actions=a, pp_idx=a[:, PP_HEAD], pp=pp, batch=batch,
                 devices=(tp * dp * pp).astype(np.float64),
                 replica_frac=cm.replica_fraction(tp * dp * pp), m_mb=m_mb.astype(np.float64),
                 key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
@@ -431,7 +447,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
 # ---------------------------------------------------------------------------------- tables
 def _env(cm: CostModel, keys: Keys, pf: np.ndarray) -> dict:
     """The per-row environment ``OperatorTerms.layer`` reads (``OperatorTerms.layer_env``)."""
-    return cm.layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf)
+    return cm.layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf, keys.cp)
 
 
 def _repeat_env(env: dict, reps: int) -> dict:
@@ -631,11 +647,12 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
         The :class:`MemTables`.
     """
     k = len(keys)
-    tp, ep, dp = keys.tp, keys.ep, keys.dp
+    tp, ep, dp, cp = keys.tp, keys.ep, keys.dp, keys.cp
     g = tp * dp
     etp = np.maximum(g // np.maximum(ep, 1), 1)
-    # Choice-dependent terms depend on the degrees only: build them per distinct (tp, ep, dp).
-    deg = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx], axis=1)
+    # Choice-dependent terms depend on the degrees only: build them per distinct
+    # (tp, ep, dp, cp).
+    deg = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx, keys.cp_idx], axis=1)
     _, first, inv = np.unique(deg, axis=0, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     u = len(first)
@@ -656,12 +673,13 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
         w = cm.layer_weights(dims, rep(tp), rep(ep), rep(etp), is_moe).reshape(u, nv)[inv]
         W0.append(w[:, 0])
         dW.append((w[:, 1:] - w[:, :1]).reshape(k, NUM_OPS, NC))
-        kv = cm.kv_per_seq(dims, rep(tp), window, tokens).reshape(u, nv)[inv]
+        kv = cm.kv_per_seq(dims, rep(tp), window, tokens, rep(cp)).reshape(u, nv)[inv]
         KV.append(kv[:, a0:a0 + NC])
     # Structural validity per choice: rule bits of the variant minus those of all-replicated
     # (every choice-dependent rule is a disjunction over operators, and replicated breaks none).
     act = np.zeros((u * nv, NUM_COARSE + NUM_OPS), dtype=np.int64)
-    act[:, 0], act[:, 1], act[:, 3] = rep(keys.tp_idx), rep(keys.ep_idx), rep(keys.dp_idx)
+    act[:, TP_HEAD], act[:, EP_HEAD] = rep(keys.tp_idx), rep(keys.ep_idx)
+    act[:, DP_HEAD], act[:, CP_HEAD] = rep(keys.dp_idx), rep(keys.cp_idx)
     act[:, NUM_COARSE:] = dims
     # The engine's layout rule is joint per block: Structure.engine_ok applies it instead.
     bits = (cm.space.rule_bits_many(act) & ~ENGINE_LAYOUT_BIT).reshape(u, nv)[inv]

@@ -66,14 +66,14 @@ class MegatronRuleSearcher:
         tps = [i for i, v in enumerate(sp.tp_values) if v <= node]
         chosen_tp = None
         for i in sorted(tps, key=lambda i: -sp.tp_values[i]):
-            a = np.concatenate([[i, ep_i, 0, dp_i, 0], dims])
+            a = np.concatenate([[i, ep_i, 0, dp_i, 0, 0], dims])     # cp 1, first batch
             if sp.rule_bits_many(a[None, :])[0] == 0:
                 chosen_tp = i
                 break
         if chosen_tp is None:
             return ev.result(self.name, seed, notes={"rule": "no valid TP inside one node"})
         for pp_i in range(len(sp.pp_values)):
-            rows = np.array([np.concatenate([[chosen_tp, ep_i, pp_i, dp_i, b], dims])
+            rows = np.array([np.concatenate([[chosen_tp, ep_i, pp_i, dp_i, 0, b], dims])
                              for b in range(len(sp.batch_values))])
             est = ev.evaluate_many(rows)
             if est.feasible.any():

@@ -48,6 +48,7 @@ import numpy as np
 
 from ..cost.config import CostModelConfig
 from ..cost.model import CostModel
+from ..parallel.space import BATCH_HEAD, NUM_COARSE
 from ..parallel.strategy import Strategy
 from ..workload import Phase, Workload
 
@@ -127,12 +128,12 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
     wl = Workload(phase, isl=isl, osl=osl, weight_dtype=cm.workload.weight_dtype,
                   kv_dtype=cm.workload.kv_dtype)
     space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
-                                pp_values=(s.pp,), dp_values=(s.dp,),
+                                pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
                                 batch_values=tuple(batches))
     sub = CostModel(cm.model, cm.cluster, wl, config=config or cm.config, space=space)
     a = np.zeros((len(batches), len(space.nvec)), dtype=np.int64)
-    a[:, 4] = np.arange(len(batches))
-    a[:, 5:] = np.asarray(s.dims, dtype=np.int64)
+    a[:, BATCH_HEAD] = np.arange(len(batches))
+    a[:, NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
     est = sub.evaluate_many(a)
     return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device * s.devices
 
