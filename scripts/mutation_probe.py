@@ -66,8 +66,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("hierarchical a2a: NIC share over NVLink", C,
            "send * (n_f - local) / peers / bw_bytes_per_s)",
            "send * (n_f - local) / peers / scale_up_bw_bytes_per_s)"),
-    Mutant("norm all-reduce bytes x2", T, "return collective_time_s(kind, n, rows * 4.0,",
-           "return collective_time_s(kind, n, rows * 8.0,"),
+    Mutant("norm all-reduce bytes x2", T, "return self._collective_s(kind, n, rows * 4.0,",
+           "return self._collective_s(kind, n, rows * 8.0,"),
     Mutant("GEMM FLOPs x2 (attention-side linear)", T,
            "            fl = 2 * r_loc * w_loc\n            by = w_loc * wb + r_loc * (k_loc + "
            "n_loc) * ab\n            comp = self._roofline(fl, by, (peak",

@@ -14,7 +14,7 @@ from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
-from .search.base import ProgressFn, SearchResult
+from .search.base import ProgressFn, SearchInterrupted, SearchResult, interruptible
 from .serving import ServingLoad
 from .units import to_ms
 from .workload import DType, Phase, Workload
@@ -316,6 +316,130 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
                           f"{', '.join(['auto', *searcher_names()])}") from None
     result = searcher.search(cm, budget, seed, progress)
     return Plan.from_search(cm, result, method, engine=engine)
+
+
+#: ``--collectives`` values besides the engines' settings and the algorithm names:
+#: ``alpha-beta`` (the calibrated formula, the default), ``auto`` (the cheapest algorithm the
+#: device and engine have, per collective) and ``search`` (:func:`search_collectives`).
+COLLECTIVE_MODES = ("alpha-beta", "auto", "search")
+
+
+def collectives_config(cfg: CostModelConfig, value: str, engine: str | None,
+                       cluster: ClusterSpec) -> CostModelConfig:
+    """``cfg`` with the collective pricing of ``l2s plan --collectives value``.
+
+    Args:
+        cfg: the factors (their ``engine`` decides which settings exist).
+        value: ``alpha-beta``, ``auto``, an algorithm of
+            :data:`~learn_to_shard.cost.comm.ALGORITHMS` (forced where it can run, NCCL's
+            cheapest elsewhere), or a launch setting of ``engine``
+            (:data:`~learn_to_shard.engines.collectives.COLLECTIVE_SETTINGS`). ``search`` is
+            not a single configuration: see :func:`search_collectives`.
+        engine: the engine profile.
+        cluster: the cluster (the settings that differ on its device).
+
+    Raises:
+        ConfigError: an unknown value (the message lists the valid ones for the engine).
+    """
+    from .cost.comm import ALGORITHMS, settings_for
+    from .engines.collectives import collective_setting
+    from .hardware.fabric import scale_up_fabric
+
+    if value == "alpha-beta":
+        return dataclasses.replace(cfg, collective_algorithm="alpha-beta",
+                                   collective_tiers=None, collective_setting=None)
+    if value == "auto" or value in ALGORITHMS:
+        return dataclasses.replace(cfg, collective_algorithm=value, collective_tiers=None,
+                                   collective_setting=None)
+    setting = collective_setting(engine, value) if engine else None
+    if setting is None or value == "search":
+        names = [st.name for st in settings_for(engine, scale_up_fabric(cluster.device))] \
+            if engine else []
+        where = f"{engine} on {cluster.device.name}" if engine else "without --engine"
+        raise ConfigError(f"--collectives: {value!r} is not one of "
+                          f"{', '.join([*COLLECTIVE_MODES, *names, *ALGORITHMS])} ({where}; "
+                          f"engine settings need --engine)")
+    return dataclasses.replace(cfg, collective_algorithm="auto",
+                               collective_tiers=setting.tiers,
+                               collective_setting=setting.name)
+
+
+class CollectiveSearchInterrupted(SearchInterrupted):
+    """Ctrl-C during one setting's search of :func:`search_collectives`.
+
+    Attributes:
+        result: that search's best before the interrupt.
+        cost_model: the cost model (that setting's configuration) it was searched under, to
+            re-evaluate ``result`` with (:meth:`Plan.from_search`).
+    """
+
+    def __init__(self, result: SearchResult, cost_model: CostModel) -> None:
+        super().__init__(result)
+        self.cost_model = cost_model
+
+
+def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGET,
+                       seed: int = 0, progress: ProgressFn | None = None,
+                       auto_work_limit: int | None = None, engine: str | None = None) -> Plan:
+    """``l2s plan --collectives search``: searcher ``method`` once per collective launch
+    setting of the engine that differs on this device
+    (:func:`~learn_to_shard.cost.comm.settings_for`) and, where the engine can launch them
+    (:data:`~learn_to_shard.engines.collectives.SEQUENCE_PARALLEL_PASS`) and ``cm.config``
+    does not fix them, with sequence parallelism off, on, and on with GEMM overlap; the best
+    plan is kept.
+
+    These are engine-level settings (one per server process: a flag, a ``--config`` key, a
+    compile pass), so they are an outer axis around the per-strategy search, not
+    per-operator heads: every searcher sees the same space, and ``exact`` certifies the
+    optimum within each setting (hence over all). Without an engine there is one setting,
+    ``auto`` (the cheapest algorithm the device has).
+
+    Returns:
+        The best variant's :class:`Plan` (highest tokens/s per device; ties keep the earlier
+        one, the engine's default first); ``plan.search["collective_settings"]`` holds each
+        variant's best tokens/s per device (0 where nothing is feasible; names ``SETTING``,
+        ``SETTING+sp``, ``SETTING+sp+overlap``) and ``plan.search["collective_setting"]``
+        the winner.
+
+    Raises:
+        As :func:`search_plan`; Ctrl-C raises :class:`CollectiveSearchInterrupted` (the
+        interrupted setting's best so far, each setting's search runs in its own
+        :func:`~learn_to_shard.search.base.interruptible` block).
+    """
+    from .cost.comm import settings_for
+    from .engines.collectives import SEQUENCE_PARALLEL_PASS
+    from .hardware.fabric import scale_up_fabric
+
+    settings = settings_for(engine, scale_up_fabric(cm.cluster.device)) if engine else ()
+    names = [st.name for st in settings] or ["auto"]
+    fixed = cm.config.sequence_parallel or cm.config.gemm_overlap
+    sp_opts = [(cm.config.sequence_parallel, cm.config.gemm_overlap, "")]
+    if engine in SEQUENCE_PARALLEL_PASS and not fixed:
+        sp_opts += [(True, False, "+sp"), (True, True, "+sp+overlap")]
+    best: Plan | None = None
+    best_name = ""
+    scores: dict[str, float] = {}
+    for name in names:
+        for sp, overlap, suffix in sp_opts:
+            cfg = dataclasses.replace(collectives_config(cm.config, name, engine, cm.cluster),
+                                      sequence_parallel=sp, gemm_overlap=overlap)
+            cm_s = CostModel(cm.model, cm.cluster, cm.workload, config=cfg, space=cm.space)
+            try:
+                with interruptible(method, seed, budget):    # this setting's own evaluators
+                    p = search_plan(cm_s, method=method, budget=budget, seed=seed,
+                                    progress=progress, auto_work_limit=auto_work_limit,
+                                    engine=engine)
+            except SearchInterrupted as stop:
+                raise CollectiveSearchInterrupted(stop.result, cm_s) from None
+            scores[name + suffix] = p.best.tokens_per_s_per_device if p.best else 0.0
+            if best is None or (p.best is not None and (
+                    best.best is None
+                    or p.best.tokens_per_s_per_device > best.best.tokens_per_s_per_device)):
+                best, best_name = p, name + suffix
+    assert best is not None
+    best.search["collective_settings"] = scores
+    best.search["collective_setting"] = best_name
+    return best
 
 
 def _auto_search(cm: CostModel, budget: int, seed: int, progress: ProgressFn | None,

@@ -32,11 +32,14 @@ from rich.progress import (
 
 from .api import (
     DEFAULT_BUDGET,
+    CollectiveSearchInterrupted,
     checkpoint_dtypes,
+    collectives_config,
     cost_config,
     expected_evaluations,
     make_cost_model,
     make_workload,
+    search_collectives,
     search_plan,
     simulate_plan,
     with_images,
@@ -376,6 +379,23 @@ def plan_cmd(
                                            "dispatch/combine with the other micro-batch's "
                                            "experts (SGLang --enable-two-batch-overlap, vLLM "
                                            "--enable-dbo)."),
+    collectives: str = typer.Option("alpha-beta", "--collectives", help="How all-reduce / "
+                                    "all-gather / reduce-scatter are priced: alpha-beta (the "
+                                    "calibrated formula, default); auto (the cheapest "
+                                    "algorithm the device and engine have); an algorithm "
+                                    "(ring, tree, nvls, one-shot, two-shot, one-shot+rmsnorm, "
+                                    "two-shot+rmsnorm); a launch setting of --engine (e.g. "
+                                    "engine-default, nccl-only, enable-nccl-nvls, "
+                                    "fuse-allreduce-rms, strategy-oneshot); or "
+                                    "search: one search per setting of the engine, the best "
+                                    "kept (--export prints its flags)."),
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Run the "
+                                           "all-reduce before each norm as reduce-scatter, "
+                                           "norm on token shards, all-gather (vLLM "
+                                           "pass_config enable_sp)."),
+    gemm_overlap: bool = typer.Option(False, "--gemm-overlap", help="Overlap all-gathers / "
+                                      "reduce-scatters with the adjacent GEMM (async TP; vLLM "
+                                      "pass_config fuse_gemm_comms)."),
     context_parallel: bool = typer.Option(True, "--context-parallel/--no-context-parallel",
                                           help="Search decode context parallelism (cp: each "
                                           "sequence's KV split by tokens over cp ranks of "
@@ -406,18 +426,26 @@ def plan_cmd(
         cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
                                           max_num_batched_tokens),
                            spec, engine, moe_a2a, two_batch_overlap)
+        cfg = dataclasses.replace(cfg, sequence_parallel=sequence_parallel,
+                                  gemm_overlap=gemm_overlap)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
                              context_parallel=context_parallel)
+        if collectives not in ("alpha-beta", "search"):
+            cm = make_cost_model(spec, cm.cluster, wl,
+                                 collectives_config(cfg, collectives, engine, cm.cluster),
+                                 engine=engine, context_parallel=context_parallel)
         total = expected_evaluations(cm, method, budget)
         with _progress(quiet or json_out) as prog:
             task = prog.add_task(f"{method} search", total=total)
             try:
                 with interruptible(method, seed, budget):
-                    result = search_plan(cm, method=method, budget=budget, seed=seed,
-                                         progress=lambda k: prog.advance(task, k),
-                                         engine=engine)
+                    run = search_collectives if collectives == "search" else search_plan
+                    result = run(cm, method=method, budget=budget, seed=seed,
+                                 progress=lambda k: prog.advance(task, k), engine=engine)
             except SearchInterrupted as stop:
-                result = Plan.from_search(cm, stop.result, method, engine=engine)
+                cm_stop = stop.cost_model if isinstance(stop, CollectiveSearchInterrupted) \
+                    else cm
+                result = Plan.from_search(cm_stop, stop.result, method, engine=engine)
         optima = _engine_optima(cm, result, engine, budget, seed,
                                 gpu_memory_utilization, max_num_batched_tokens) \
             if export is None and not result.interrupted else []

@@ -20,22 +20,31 @@ Each collective algorithm on its own (NCCL ring / tree / NVLS, the engines' one-
 kernels, the fused all-reduce + RMSNorm) is priced by :func:`collective_options` and the
 functions before it at the end of this module, with availability per device
 (:mod:`learn_to_shard.hardware.fabric`) and engine (:mod:`learn_to_shard.engines.collectives`);
-the cost model does not call them yet.
+:class:`CollectivePricer` is their vectorised twin, which the cost model calls when
+``CostModelConfig.collective_algorithm`` is not ``alpha-beta`` (``OperatorTerms._collective_s``
+in :mod:`learn_to_shard.cost.terms`). Which algorithm runs is an engine launch setting
+(:data:`learn_to_shard.engines.collectives.COLLECTIVE_SETTINGS`, :func:`settings_for`),
+searched as an outer axis around the strategy search (``l2s plan --collectives search``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
+from ..engines.collectives import ALGORITHMS as _ALGORITHMS
 from ..engines.collectives import (
+    COLLECTIVE_SETTINGS,
     CUSTOM_ALL_REDUCE,
     ENGINE_VENDORS,
     FUSED_RMSNORM,
     FUSED_RMSNORM_CAPABILITIES,
+    NCCL_ALGORITHMS,
     NVLS_IN_ENGINE,
+    CollectiveSetting,
 )
 from ..errors import ConfigError
 from ..hardware.fabric import ScaleUpFabric, scale_up_fabric
@@ -60,6 +69,13 @@ _KIND_CODE = {None: NONE, Collective.ALL_REDUCE: ALL_REDUCE,
 #: :func:`learn_to_shard.parallel.placement.redistribute` (the one place the rules live).
 TRANSITION_KIND = np.array([[_KIND_CODE[redistribute(s, d)] for d in range(len(LAYOUTS))]
                             for s in range(len(LAYOUTS))], dtype=np.int64)
+
+
+#: ``[4, 4]`` True where layout src -> dst is a reduce-scatter (the other
+#: ``GATHER_OR_SCATTER`` transitions are all-gathers).
+TRANSITION_REDUCE_SCATTER = np.array(
+    [[redistribute(s, d) is Collective.REDUCE_SCATTER for d in range(len(LAYOUTS))]
+     for s in range(len(LAYOUTS))], dtype=bool)
 
 
 def transition_label(src: int, dst: int) -> str | None:
@@ -239,8 +255,9 @@ def expert_a2a_time_s(tokens_per_rank: np.ndarray | float, ep: np.ndarray | int,
 
 # ---------------------------------------------------------------------------------------------
 # Collective algorithms, priced one by one (issue 16, item 1): ring, tree, NVLS, the engines'
-# one-shot / two-shot kernels and the fused all-reduce + RMSNorm. The cost model above still
-# prices every collective with :func:`collective_time_s`; nothing here is searched yet.
+# one-shot / two-shot kernels and the fused all-reduce + RMSNorm. The cost model prices
+# collectives with :func:`collective_time_s` by default and with :class:`CollectivePricer`
+# (below, the same formulas vectorised) when ``CostModelConfig.collective_algorithm`` asks.
 #
 # Alpha-beta per algorithm, ``t = latency + S / algbw`` with ``S`` the full buffer in bytes
 # (nccl-tests convention), ``n`` ranks over ``nodes`` scale-up domains, ``B`` the link's
@@ -278,9 +295,9 @@ def expert_a2a_time_s(tokens_per_rank: np.ndarray | float, ep: np.ndarray | int,
 #   normed row out), no launch. The HBM traffic counts are this module's assumption.
 # ---------------------------------------------------------------------------------------------
 
-#: Algorithm names, in the order they are reported.
-ALGORITHMS = ("ring", "tree", "nvls", "one-shot", "two-shot", "one-shot+rmsnorm",
-              "two-shot+rmsnorm")
+#: Algorithm names, in the order they are reported (defined with the engines' data,
+#: :data:`learn_to_shard.engines.collectives.ALGORITHMS`).
+ALGORITHMS = _ALGORITHMS
 #: Collectives each algorithm implements.
 ALGORITHM_COLLECTIVES: dict[str, tuple[str, ...]] = {
     "ring": ("all-reduce", "all-gather", "reduce-scatter"),
@@ -534,11 +551,18 @@ def two_shot_time_s(n: int, message_bytes: float, bus_bytes_per_s: float,
     return AlgorithmTime("two-shot", "all-reduce", 2 * latency_s + beta, 2 * latency_s, beta)
 
 
+@overload
 def rmsnorm_pass_time_s(message_bytes: float, hbm_bytes_per_s: float, fused: bool,
-                        kernel_overhead_s: float) -> float:
+                        kernel_overhead_s: float) -> float: ...
+@overload
+def rmsnorm_pass_time_s(message_bytes: np.ndarray, hbm_bytes_per_s: float, fused: bool,
+                        kernel_overhead_s: float) -> np.ndarray: ...
+def rmsnorm_pass_time_s(message_bytes: float | np.ndarray, hbm_bytes_per_s: float,
+                        fused: bool, kernel_overhead_s: float) -> float | np.ndarray:
     """Seconds the residual add + RMSNorm after an all-reduce adds: ``3 S / HBM`` fused into
     the all-reduce kernel, ``4 S / HBM + kernel_overhead_s`` as its own kernel (traffic counts
-    in the section comment above; ``hbm_bytes_per_s`` already times its efficiency)."""
+    in the section comment above; ``hbm_bytes_per_s`` already times its efficiency); ``S``
+    a number of bytes or an array of them (the result has its shape)."""
     return (3.0 if fused else 4.0) * message_bytes / hbm_bytes_per_s \
         + (0.0 if fused else kernel_overhead_s)
 
@@ -685,3 +709,236 @@ def _custom_unavailable(kernel: str, fused: bool, fabric: ScaleUpFabric, device:
         return (f"{engine} runs {spec.dispatch(n, message_bytes)} at {message_bytes:.0f} "
                 f"bytes over {n} ranks (not selectable)")
     return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The same algorithms, vectorised over rows of (kind, ranks, bytes, domains), for the cost model
+# (``CostModelConfig.collective_algorithm`` other than ``alpha-beta``). Every formula and
+# availability rule is the one of the scalar functions above; ``tests/test_collective_choice.py``
+# checks the two element by element on a grid of sizes, groups and devices.
+# ---------------------------------------------------------------------------------------------
+
+#: Algorithm tiers of ``auto``: one tier holding every algorithm (the cheapest available runs).
+AUTO_TIERS: tuple[tuple[str, ...], ...] = (ALGORITHMS,)
+
+
+def forced_tiers(algorithm: str) -> tuple[tuple[str, ...], ...]:
+    """Tiers of a forced algorithm: ``algorithm`` where it can run, else NCCL's cheapest of
+    :data:`~learn_to_shard.engines.collectives.NCCL_ALGORITHMS` (what an engine runs when its
+    own kernel does not take the call: vLLM's ``should_custom_ar`` falls back to NCCL;
+    ``NCCL_ALGO`` naming an algorithm a call cannot use lets NCCL pick another)."""
+    return ((algorithm,), NCCL_ALGORITHMS)
+
+
+class CollectivePricer:
+    """Every collective algorithm priced over rows at once, with its availability (the
+    vectorised twin of :func:`collective_options`).
+
+    Args:
+        device: the device type (its fabric, :func:`~learn_to_shard.hardware.fabric.
+            scale_up_fabric`, decides NVLS and the custom kernels; its links and HBM the
+            rates).
+        engine: ``vllm``, ``sglang``, ``trtllm`` (that engine's kernels, caps and dispatch,
+            :mod:`learn_to_shard.engines.collectives`) or ``None`` (every algorithm the
+            hardware has).
+        config: link and HBM efficiencies and the kernel launch cost.
+
+    Raises:
+        ConfigError: an unknown engine.
+    """
+
+    def __init__(self, device: DeviceSpec, engine: str | None,
+                 config: CostModelConfig) -> None:
+        if engine is not None and engine not in ENGINE_VENDORS:
+            raise ConfigError(f"engine {engine!r}: one of {', '.join(ENGINE_VENDORS)} or None")
+        self.device, self.engine, self.config = device, engine, config
+        self.fabric = scale_up_fabric(device)
+        self.generation = _generation(self.fabric)
+        self.runs = engine is None or self.fabric.vendor in ENGINE_VENDORS[engine]
+        self.up_bus = device.scale_up_bytes_per_s * config.scale_up_efficiency
+        self.out_bus = device.scale_out_bytes_per_s * config.scale_out_efficiency
+        self.hbm = device.hbm_bytes_per_s * config.hbm_efficiency
+
+    # -------------------------------------------------------------- per algorithm, [k]
+    def _nccl(self, protocols: tuple[NcclProtocol, ...], steps: np.ndarray, inter: np.ndarray,
+              chain: np.ndarray, volume: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Cheapest protocol of one NCCL algorithm: ``base + chain · hw_step + inter · net +
+        volume / bw`` per protocol (as :func:`_nccl_time`), minimum over protocols."""
+        one = nodes <= 1
+        bus = np.where(one, self.up_bus, self.out_bus)
+        cap = np.where(one, NCCL_LL_MAX_BYTES_PER_S[self.generation],
+                       np.where(nodes == 2, NCCL_LL_MAX_MULTI_NODE_BYTES_PER_S[0],
+                                NCCL_LL_MAX_MULTI_NODE_BYTES_PER_S[1]))
+        pcie = self.fabric.kind == "pcie"
+        best = np.full(np.shape(volume), np.inf)
+        for p in protocols:
+            bw = np.where(one, p.bus_fraction, p.bus_fraction_multi_node) * bus
+            if p.ll_capped:
+                bw = np.minimum(bw, cap)
+            lat = p.base_latency_s + chain * (p.pcie_step_s if pcie else p.nvlink_step_s) \
+                + inter * p.net_step_s
+            best = np.minimum(best, lat + volume / bw)
+        return best
+
+    def _ring(self, ar: np.ndarray, n: np.ndarray, s: np.ndarray,
+              nodes: np.ndarray) -> np.ndarray:
+        steps = np.where(ar, 2.0 * (n - 1.0), n - 1.0)
+        inter = np.where(ar, np.where(nodes > 1, 2.0 * nodes, 0.0), nodes - 1.0)
+        return self._nccl(RING_PROTOCOLS, steps, inter, steps - inter, steps / n * s, nodes)
+
+    def _tree(self, n: np.ndarray, s: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        per_node = np.maximum(np.floor(n / nodes), 1.0)
+        log_nodes = np.where(nodes > 1, np.log2(np.maximum(nodes, 1.0)), 0.0)
+        return self._nccl(TREE_PROTOCOLS, np.zeros_like(n), 2.0 * log_nodes,
+                          2.0 * (per_node - 1.0), 2.0 * s, nodes)
+
+    def _nvls(self, ar: np.ndarray, n: np.ndarray, s: np.ndarray) -> np.ndarray:
+        eff = NVLS_ALLREDUCE_EFFICIENCY[self.generation]
+        beta = np.where(ar, s / (eff * self.device.scale_up_bytes_per_s),
+                        (n - 1.0) / n * s / self.up_bus)
+        return NVLS_LATENCY_S + beta
+
+    def _custom_ok(self, kernel: str, fused: bool, n: np.ndarray,
+                   s: np.ndarray) -> np.ndarray | bool:
+        """Rows where the one-/two-shot kernel (optionally fused) can run, given one domain
+        (:func:`_custom_unavailable`'s rules)."""
+        f = self.fabric
+        if not f.p2p_full_mesh:
+            return False
+        if fused and (f.vendor != "nvidia"
+                      or f.compute_capability not in FUSED_RMSNORM_CAPABILITIES):
+            return False
+        if self.engine is None:
+            return True
+        spec = CUSTOM_ALL_REDUCE[self.engine]
+        if f.vendor not in spec.vendors:
+            return False
+        ok = np.zeros(np.shape(n), dtype=bool)
+        for w in spec.world_sizes:
+            at = n == w
+            ok |= at & (s < spec.cap_bytes(f.vendor, f.compute_capability, w, f.nvls))
+        if not spec.selectable:
+            one = np.isin(n, spec.one_shot_always_at)
+            done = one.copy()
+            for limit, below in spec.one_shot_below:
+                hit = ~done & (n <= limit)
+                one |= hit & (s < below)
+                done |= hit
+            ok &= one if kernel == "one-shot" else ~one
+        return ok
+
+    def algorithm_times_s(self, kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
+                          nodes: np.ndarray, then_rmsnorm: bool = False) -> np.ndarray:
+        """Seconds of each algorithm of :data:`ALGORITHMS` per row, ``[len(ALGORITHMS), k]``;
+        ``inf`` where it is not available (the rules of :func:`collective_options`).
+
+        Args:
+            kind: ``ALL_REDUCE`` or ``GATHER_OR_SCATTER`` (all-gather and reduce-scatter cost
+                the same in every algorithm here), ``[k]``; other kinds have no algorithm.
+            n: ranks in the group, ``[k]`` (rows with ``n < 2`` have none available).
+            full_bytes: full buffer S, bytes, ``[k]``.
+            nodes: scale-up domains the group spans, ``[k]`` (>= 1).
+            then_rmsnorm: the all-reduce is followed by a residual add + RMSNorm: every
+                option includes that pass (:func:`rmsnorm_pass_time_s`), separate or fused;
+                without it the fused algorithms are unavailable.
+        """
+        kind = np.asarray(kind)
+        n_f = np.asarray(n, dtype=np.float64)
+        s = np.asarray(full_bytes, dtype=np.float64)
+        nodes_f = np.maximum(np.asarray(nodes, dtype=np.float64), 1.0)
+        shape = np.broadcast(kind, n_f, s, nodes_f).shape
+        kind, n_f, s, nodes_f = (np.broadcast_to(a, shape) for a in (kind, n_f, s, nodes_f))
+        ar, ag = kind == ALL_REDUCE, kind == GATHER_OR_SCATTER
+        live = (ar | ag) & (n_f >= 2) & self.runs
+        n_safe = np.maximum(n_f, 2.0)
+        one_domain = nodes_f <= 1
+        sep = rmsnorm_pass_time_s(s, self.hbm, False, self.config.kernel_overhead_s) \
+            if then_rmsnorm else 0.0
+        fused_norm = rmsnorm_pass_time_s(s, self.hbm, True, 0.0) if then_rmsnorm else 0.0
+        out = np.full((len(ALGORITHMS), *shape), np.inf)
+        out[0] = np.where(live, self._ring(ar, n_safe, s, nodes_f) + sep, np.inf)
+        out[1] = np.where(live & ar, self._tree(n_safe, s, nodes_f) + sep, np.inf)
+        if self.fabric.nvls and self.generation in NVLS_ALLREDUCE_EFFICIENCY:
+            out[2] = np.where(live & one_domain, self._nvls(ar, n_safe, s) + sep, np.inf)
+        custom = live & ar & one_domain
+        for i, algo in enumerate(ALGORITHMS[3:], start=3):
+            kernel, fused = algo.split("+")[0], algo.endswith("+rmsnorm")
+            if fused and not then_rmsnorm:
+                continue
+            ok = custom & self._custom_ok(kernel, fused, n_f, s)
+            k_lat = CUSTOM_KERNEL_LATENCY_S
+            t = k_lat + (n_safe - 1.0) * s / self.up_bus if kernel == "one-shot" \
+                else 2.0 * k_lat + 2.0 * (n_safe - 1.0) / n_safe * s / self.up_bus
+            out[i] = np.where(ok, t + (fused_norm if fused else sep), np.inf)
+        return out
+
+    def time_s(self, kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
+               nodes: np.ndarray, tiers: tuple[tuple[str, ...], ...] = AUTO_TIERS,
+               then_rmsnorm: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The algorithm a setting runs per row and its seconds.
+
+        Args:
+            kind, n, full_bytes, nodes, then_rmsnorm: as :meth:`algorithm_times_s`.
+            tiers: algorithm names in order of preference: the first tier with an available
+                algorithm is used, its cheapest algorithm runs (NCCL's tuner and the engines'
+                dispatch modelled as picking the cheapest inside a tier). :data:`AUTO_TIERS`:
+                the cheapest available of all.
+
+        Returns:
+            ``(seconds [k], algorithm index [k])``: ``inf`` and ``-1`` where nothing in the
+            tiers is available.
+        """
+        times = self.algorithm_times_s(kind, n, full_bytes, nodes, then_rmsnorm)
+        best = np.full(times.shape[1:], np.inf)
+        pick = np.full(times.shape[1:], -1, dtype=np.int64)
+        for tier in tiers:
+            idx = [ALGORITHMS.index(a) for a in tier]
+            sub = times[idx]
+            j = np.argmin(sub, axis=0)
+            t = np.take_along_axis(sub, j[None], axis=0)[0]
+            take = ~np.isfinite(best) & np.isfinite(t)
+            best = np.where(take, t, best)
+            pick = np.where(take, np.asarray(idx)[j], pick)
+        return best, pick
+
+
+# ------------------------------------------------------------- which launch settings differ
+_CUSTOM_KERNELS = ("one-shot", "two-shot")
+_FUSED_KERNELS = ("one-shot+rmsnorm", "two-shot+rmsnorm")
+
+
+def hardware_algorithms(fabric: ScaleUpFabric, engine: str | None) -> tuple[str, ...]:
+    """Algorithms of :data:`ALGORITHMS` that ``engine`` (``None``: any) can run on some group
+    and message on a device with ``fabric``: ring and tree wherever the engine runs, NVLS on
+    NVLink SHARP, the custom kernels on a fully connected peer-to-peer domain of a vendor the
+    engine's kernels support, the fused ones also at :data:`FUSED_RMSNORM_CAPABILITIES`
+    (the static part of the rules :func:`collective_options` applies; sizes and group sizes
+    narrow them further per call)."""
+    if engine is not None and fabric.vendor not in ENGINE_VENDORS.get(engine, ()):
+        return ()
+    out = ["ring", "tree"] + (["nvls"] if fabric.nvls else [])
+    spec = CUSTOM_ALL_REDUCE.get(engine) if engine is not None else None
+    if fabric.p2p_full_mesh and (spec is None or fabric.vendor in spec.vendors):
+        out += list(_CUSTOM_KERNELS)
+        if fabric.vendor == "nvidia" and fabric.compute_capability in \
+                FUSED_RMSNORM_CAPABILITIES:
+            out += list(_FUSED_KERNELS)
+    return tuple(a for a in ALGORITHMS if a in out)
+
+
+def settings_for(engine: str, fabric: ScaleUpFabric) -> tuple[CollectiveSetting, ...]:
+    """The launch settings of ``engine`` (:data:`~learn_to_shard.engines.collectives.
+    COLLECTIVE_SETTINGS`) that differ on a device with ``fabric``: each setting's tiers
+    reduced to :func:`hardware_algorithms` (empty tiers dropped), and a setting whose
+    reduced tiers equal an earlier one's left out (e.g. SGLang's ``--enable-nccl-nvls`` on
+    a device without NVLS); empty when the engine does not run there."""
+    have = set(hardware_algorithms(fabric, engine))
+    seen: set[tuple[tuple[str, ...], ...]] = set()
+    out = []
+    for s in COLLECTIVE_SETTINGS.get(engine, ()):
+        reduced = tuple(t for t in (tuple(a for a in tier if a in have) for tier in s.tiers)
+                        if t)
+        if reduced and reduced not in seen:
+            seen.add(reduced)
+            out.append(s)
+    return tuple(out)

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..engines.collectives import ALGORITHMS
 from ..errors import ConfigError
 from ..jsonio import loads_strict
 
@@ -126,10 +127,16 @@ _FACTORS = load_fitted_factors()
 #: Calibrated :class:`CostModelConfig` defaults (fit ``defaults``).
 _DEFAULTS = _fitted("defaults", ("flops_efficiency", "attention_hbm_efficiency"))
 
+#: Values of :attr:`CostModelConfig.collective_algorithm`: the calibrated formula, the
+#: cheapest available algorithm, or one algorithm of
+#: :data:`learn_to_shard.engines.collectives.ALGORITHMS`.
+COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("alpha-beta", "auto", *ALGORITHMS)
+
 #: Fields that are fractions of a peak or of memory: each must lie in (0, 1].
 _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
               "scale_out_efficiency", "memory_utilization", "kv_cache_free_fraction",
-              "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency")
+              "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency",
+              "gemm_overlap_efficiency")
 #: Fields that are times, sizes or shape constants: each must be >= 0.
 _NON_NEGATIVE = ("kernel_overhead_s", "runtime_reserved_bytes", "host_step_overhead_s",
                  "host_seq_overhead_s", "host_prefill_overhead_s", "scale_up_latency_s",
@@ -273,6 +280,37 @@ class CostModelConfig:
             only the experts' own compute counts as cover, not the attention's or the
             router's, which keeps the layer separable for the exact solver; running the GEMMs
             on half-size micro-batches is not priced).
+        collective_algorithm: how all-reduce, all-gather and reduce-scatter are priced
+            (:data:`COLLECTIVE_ALGORITHMS`): ``alpha-beta`` (the default) the calibrated
+            formula :func:`~learn_to_shard.cost.comm.collective_time_s`; ``auto`` the
+            algorithm the run picks, priced by :class:`~learn_to_shard.cost.comm.
+            CollectivePricer` (the cheapest available one of ``collective_tiers``' first
+            tier that has one; without tiers the cheapest of all that the device and
+            ``engine`` have); an algorithm name (``ring``, ``nvls``, ``one-shot``,
+            ``two-shot+rmsnorm``, ...) that algorithm where it can run, else NCCL's cheapest
+            (:func:`~learn_to_shard.cost.comm.forced_tiers`). All-to-alls and sends keep
+            their formulas. The algorithm is an engine-level setting (one per server
+            process), searched as an outer axis by ``l2s plan --collectives search``, not a
+            per-operator choice.
+        collective_tiers: with ``auto``: algorithm names in order of preference, as an
+            engine launch setting runs them (:data:`learn_to_shard.engines.collectives.
+            COLLECTIVE_SETTINGS`: e.g. vLLM runs its custom kernel wherever it takes the
+            call, NCCL elsewhere); ``None``: one tier of every algorithm.
+        collective_setting: the name of the engine launch setting ``collective_tiers`` came
+            from (``report.export`` prints its flags); ``None`` for none.
+        sequence_parallel: the all-reduce of a row-parallel output before a norm runs as a
+            reduce-scatter, the norm on the token shard, and an all-gather before the next
+            GEMM (``OperatorTerms._conv_parts``; vLLM ``pass_config.enable_sp``). An
+            engine-level compile option, like the collective algorithm.
+        gemm_overlap: an all-gather into a GEMM, and the reduce-scatter of the attention
+            output projection's result, overlap that GEMM (async TP / collective matmul,
+            vLLM ``pass_config.fuse_gemm_comms``), priced ``min(comm + gemm, max(comm, gemm)
+            / gemm_overlap_efficiency)``; the reduce-scatter after a layer's last GEMM (into
+            the next layer) is not overlapped, which keeps layers separable for the exact
+            solver.
+        gemm_overlap_efficiency: the overlapped pair runs at ``max(comm, gemm) / e``: the
+            GEMM split into per-rank chunks runs below its whole-matrix rate and the first
+            chunk cannot overlap. 0.8 is an assumption (no measurement of it here).
     """
 
     flops_efficiency: float = _DEFAULTS["flops_efficiency"]
@@ -306,6 +344,12 @@ class CostModelConfig:
     moe_a2a_kernel: str | None = None
     moe_dispatch_payload: str | None = None
     two_batch_overlap: bool = False
+    collective_algorithm: str = "alpha-beta"
+    collective_tiers: tuple[tuple[str, ...], ...] | None = None
+    collective_setting: str | None = None
+    sequence_parallel: bool = False
+    gemm_overlap: bool = False
+    gemm_overlap_efficiency: float = 0.8
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.
@@ -338,6 +382,15 @@ class CostModelConfig:
             raise bad("moe_a2a_kernel", "one of " + ", ".join(str(k) for k in MOE_A2A_KERNELS))
         if self.moe_dispatch_payload not in (None, "bf16", "fp8", "nvfp4"):
             raise bad("moe_dispatch_payload", "bf16, fp8, nvfp4 or None")
+        if self.collective_algorithm not in COLLECTIVE_ALGORITHMS:
+            raise bad("collective_algorithm", "one of " + ", ".join(COLLECTIVE_ALGORITHMS))
+        if self.collective_tiers is not None:
+            if self.collective_algorithm != "auto":
+                raise bad("collective_tiers", "None unless collective_algorithm is 'auto'")
+            if not self.collective_tiers or any(
+                    not tier or a not in ALGORITHMS for tier in self.collective_tiers
+                    for a in tier):
+                raise bad("collective_tiers", "non-empty tiers of " + ", ".join(ALGORITHMS))
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from ..engines.collectives import ENGINE_VENDORS
 from ..errors import UnsupportedModelError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
@@ -41,12 +43,19 @@ from ..parallel.ops import (
 from ..parallel.placement import RESOLVE, S0, S1, P, R
 from ..workload import DType, Phase, Workload
 from .comm import (
+    ALL_REDUCE,
+    AUTO_TIERS,
     GATHER_OR_SCATTER,
+    NONE,
     TRANSITION_KIND,
+    TRANSITION_REDUCE_SCATTER,
+    CollectivePricer,
     all_to_all_v_time_s,
     collective_time_s,
     expected_destinations,
     expert_a2a_time_s,
+    forced_tiers,
+    rmsnorm_pass_time_s,
     transition_label,
 )
 from .config import CostModelConfig
@@ -439,7 +448,7 @@ class OperatorTerms:
         vpad = self._padded_vocab(tp)
         req = _layout_in(Op.LM_HEAD, c_lm, lay)
         b_conv = lm_rows * sh.hidden * ab
-        t_conv = self._conv(lay, req, b_conv, tp, link)
+        t_conv = self._conv(lay, req, b_conv, tp, link, then_norm=True)
         t_norm = self._norm_stats(req, lm_rows, tp, link)
         rows_lm = np.where(req == S0, np.ceil(lm_rows / t_f), lm_rows)
         w_local = np.where(c_lm == 2, sh.hidden * vpad, sh.hidden * vpad / t_f)
@@ -540,16 +549,109 @@ class OperatorTerms:
             else float(wl.decode_context)
 
     def _conv(self, src: np.ndarray, dst: np.ndarray, full_bytes: np.ndarray, n: np.ndarray,
-              link: Link) -> np.ndarray:
+              link: Link, then_norm: bool = False) -> np.ndarray:
+        """The collective converting layout ``src`` to ``dst`` over ``n`` ranks riding
+        ``link`` (kind :data:`~learn_to_shard.cost.comm.TRANSITION_KIND`), ``full_bytes`` the
+        full tensor, seconds, ``[n]``: :meth:`_collective_s`. ``then_norm``: a residual add +
+        RMSNorm follows (the layer input and the post-attention norm, the final norm before
+        the LM head), which the fused all-reduce + RMSNorm kernels absorb, or which
+        ``config.sequence_parallel`` runs on token shards (:meth:`_conv_parts`)."""
+        if then_norm and self.config.sequence_parallel:
+            t_rs, t_ag, t_rest = self._conv_parts(src, dst, full_bytes, n, link, then_norm)
+            return t_rs + t_ag + t_rest
+        return self._collective_s(TRANSITION_KIND[src, dst], n, full_bytes, link, then_norm)
+
+    def _conv_parts(self, src: np.ndarray, dst: np.ndarray, full_bytes: np.ndarray,
+                    n: np.ndarray, link: Link, then_norm: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_conv` split into ``(reduce-scatter, all-gather, rest)`` seconds, ``[n]``
+        each (what ``gemm_overlap`` can hide behind a GEMM, and what it cannot).
+
+        With ``config.sequence_parallel`` an all-reduce followed by a norm (``then_norm``: a
+        row-parallel output before the residual add + RMSNorm) becomes a reduce-scatter, the
+        norm on the ``1/n`` token shard, and an all-gather before the next GEMM (vLLM's
+        sequence-parallel compile pass, Megatron-LM's sequence parallelism: Korthikanti et al.,
+        "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023): the two
+        collectives move the all-reduce's ``2 (n−1)/n · S`` bytes, each priced by
+        :meth:`_collective_s` as an all-gather / reduce-scatter of the full ``S``, and
+        ``rest`` carries the norm pass's saving, ``−(1 − 1/n)`` of its ``4 S`` bytes of HBM
+        traffic (:func:`~learn_to_shard.cost.comm.rmsnorm_pass_time_s`; the pass itself is
+        not priced elsewhere, so only the difference enters).
+        """
         kind = TRANSITION_KIND[src, dst]
-        return collective_time_s(kind, n, full_bytes, link.bw, link.alpha)
+        t = self._collective_s(kind, n, full_bytes, link, then_norm)
+        gs = kind == GATHER_OR_SCATTER
+        rs = gs & TRANSITION_REDUCE_SCATTER[src, dst]
+        t_rs, t_ag, rest = np.where(rs, t, 0.0), np.where(gs & ~rs, t, 0.0), \
+            np.where(gs, 0.0, t)
+        if self.config.sequence_parallel and then_norm:
+            sp = kind == ALL_REDUCE
+            half = self._collective_s(np.where(sp, GATHER_OR_SCATTER, NONE), n, full_bytes,
+                                      link)
+            n_f = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+            saving = -4.0 * np.asarray(full_bytes, dtype=np.float64) * (1.0 - 1.0 / n_f) \
+                / self._hbm
+            t_rs, t_ag = np.where(sp, half, t_rs), np.where(sp, half, t_ag)
+            rest = np.where(sp, saving, rest)
+        return t_rs, t_ag, rest
+
+    def _overlap_s(self, comm_s: np.ndarray, gemm_s: np.ndarray) -> np.ndarray:
+        """A collective overlapped with the GEMM next to it (``config.gemm_overlap``: async
+        TP / collective matmul), seconds, ``[n]``: ``min(comm + gemm, max(comm, gemm) / e)``
+        with ``e = config.gemm_overlap_efficiency`` (bounded by the slower side; never
+        slower than running them one after the other); ``gemm`` alone where there is no
+        collective."""
+        e = self.config.gemm_overlap_efficiency
+        return np.where(comm_s > 0.0,
+                        np.minimum(comm_s + gemm_s, np.maximum(comm_s, gemm_s) / e), gemm_s)
+
+    def _collective_s(self, kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
+                      link: Link, then_norm: bool = False) -> np.ndarray:
+        """One collective per row, seconds, ``[n]``, as ``config.collective_algorithm`` says.
+
+        ``alpha-beta``: :func:`~learn_to_shard.cost.comm.collective_time_s` on ``link``.
+        Otherwise all-reduce, all-gather and reduce-scatter are priced by the algorithm the
+        setting runs (:meth:`~learn_to_shard.cost.comm.CollectivePricer.time_s` with the
+        config's tiers; the group spans one scale-up domain when
+        :meth:`~learn_to_shard.parallel.mesh.Mesh.in_node` says so — the test ``link`` was
+        chosen by — else ``max(ceil(n / domain), 2)`` domains); rows where no algorithm of
+        the setting is available (an engine that does not run on the device) and
+        all-to-alls keep the alpha-beta price. With ``then_norm`` the algorithms' price
+        includes the RMSNorm pass (:func:`~learn_to_shard.cost.comm.rmsnorm_pass_time_s`,
+        separate or fused); the cost model prices no separate norm pass elsewhere, so the
+        separate pass is subtracted again: what remains is the collective plus, for a fused
+        kernel, the saving of the fusion (one kernel launch and one activation pass).
+        """
+        base = collective_time_s(kind, n, full_bytes, link.bw, link.alpha)
+        c = self.config
+        if c.collective_algorithm == "alpha-beta":
+            return base
+        pricer = self._collective_pricer
+        tiers = c.collective_tiers or (AUTO_TIERS if c.collective_algorithm == "auto"
+                                       else forced_tiers(c.collective_algorithm))
+        n_arr = np.broadcast_to(np.asarray(n), np.shape(base))
+        nodes = np.where(self.mesh.in_node(n_arr), 1.0,
+                         np.maximum(np.ceil(n_arr / float(self._domain)), 2.0))
+        t, _ = pricer.time_s(kind, n_arr, full_bytes, nodes, tiers, then_norm)
+        if then_norm:
+            t = t - rmsnorm_pass_time_s(np.asarray(full_bytes, dtype=np.float64), pricer.hbm,
+                                        False, c.kernel_overhead_s)
+        return np.where(np.isfinite(t), t, base)
+
+    @cached_property
+    def _collective_pricer(self) -> CollectivePricer:
+        """The :class:`~learn_to_shard.cost.comm.CollectivePricer` of this device and the
+        config's engine (``None`` for a profile that is no engine of
+        :data:`~learn_to_shard.engines.collectives.ENGINE_VENDORS`), built once."""
+        engine = self.config.engine if self.config.engine in ENGINE_VENDORS else None
+        return CollectivePricer(self.cluster.device, engine, self.config)
 
     def _norm_stats(self, layout: np.ndarray, rows: np.ndarray, n: np.ndarray,
                     link: Link) -> np.ndarray:
-        """RMSNorm over a hidden-split activation: all-reduce of one fp32 per token."""
-        from .comm import ALL_REDUCE
+        """RMSNorm over a hidden-split activation: all-reduce of one fp32 per token
+        (:meth:`_collective_s`)."""
         kind = np.where(layout == S1, ALL_REDUCE, 0)
-        return collective_time_s(kind, n, rows * 4.0, link.bw, link.alpha)
+        return self._collective_s(kind, n, rows * 4.0, link)
 
     # ------------------------------------------------------------------ one layer
     def layer(self, env: dict, dims: np.ndarray, lin: np.ndarray, is_moe: bool,
@@ -598,8 +700,30 @@ class OperatorTerms:
         H = sh.hidden
         ops: dict[str, np.ndarray] = {}
 
-        def conv(where: str, src, dst, full_bytes, n, lk) -> np.ndarray:
-            tt = self._conv(src, dst, full_bytes, n, lk)
+        split = c.sequence_parallel or c.gemm_overlap
+
+        def conv_parts(where: str, src, dst, full_bytes, n, lk, then_norm=False):
+            """``(reduce-scatter, all-gather, rest)`` seconds of one conversion
+            (:meth:`_conv_parts`); the breakdown records each collective it issues."""
+            parts = self._conv_parts(src, dst, full_bytes, n, lk, then_norm)
+            if rec is not None and int(n[0]) > 1:
+                label = transition_label(int(src[0]), int(dst[0]))
+                nb = float(np.ravel(full_bytes)[0])
+                if label == "all-reduce" and float(parts[0][0]) > 0.0:    # sequence parallel
+                    rec.append((f"{where} (sequence parallel)", "reduce-scatter", int(n[0]),
+                                float(parts[0][0]), nb))
+                    rec.append((f"{where} (sequence parallel)", "all-gather", int(n[0]),
+                                float(parts[1][0]), nb))
+                elif label:
+                    rec.append((where, label, int(n[0]),
+                                float(parts[0][0] + parts[1][0] + parts[2][0]), nb))
+            return parts
+
+        def conv(where: str, src, dst, full_bytes, n, lk, then_norm=False) -> np.ndarray:
+            if split:
+                t_rs, t_ag, t_rest = conv_parts(where, src, dst, full_bytes, n, lk, then_norm)
+                return t_rs + t_ag + t_rest
+            tt = self._conv(src, dst, full_bytes, n, lk, then_norm)
             if rec is not None:
                 label = transition_label(int(src[0]), int(dst[0]))
                 if label and int(n[0]) > 1:
@@ -608,13 +732,21 @@ class OperatorTerms:
             return tt
 
         def linear(name, choice, src, k_dim, n_dim, params, n_grp, lk, rws=None,
-                   peak=None, where=None, act=False):
+                   peak=None, where=None, act=False, then_norm=False, after=None):
             """conv + compute of one weight-bearing op on the tp (or etp) axis; ``act`` adds
-            the FFN activation pass over its output."""
+            the FFN activation pass over its output; ``then_norm``: a norm sits between the
+            conversion and the op (:meth:`_conv`); ``after``: the compute of the GEMM that
+            produced ``src`` (a reduce-scatter of its output overlaps it under
+            ``gemm_overlap``, :meth:`_overlap_s`)."""
             op = Op[name.upper()]
             req = _layout_in(op, choice, src)
             r_all = rows if rws is None else rws
-            tt = conv(where or f"-> {name}", src, req, r_all * k_dim * ab, n_grp, lk)
+            if split:
+                t_rs, t_ag, t_rest = conv_parts(where or f"-> {name}", src, req,
+                                                r_all * k_dim * ab, n_grp, lk, then_norm)
+            else:
+                tt = conv(where or f"-> {name}", src, req, r_all * k_dim * ab, n_grp, lk,
+                          then_norm)
             r_loc = np.where(req == S0, np.ceil(r_all / n_grp), r_all)
             w_loc = np.where(choice == 2, params, params / n_grp)
             k_loc = np.where(choice == 0, k_dim / n_grp, k_dim)
@@ -623,9 +755,17 @@ class OperatorTerms:
             by = w_loc * wb + r_loc * (k_loc + n_loc) * ab
             comp = self._roofline(fl, by, (peak or self._gemm_flops)
                                   * self._shape_eff(r_loc, k_loc, n_loc))
+            gemm = comp
             if act:
                 comp = comp + self._act_pass(r_loc * n_loc)
             ops[name] = comp
+            if split:
+                if c.gemm_overlap:
+                    # all-gather -> this GEMM; reduce-scatter of the previous GEMM's output
+                    tt = t_rest + (self._overlap_s(t_ag, gemm) - gemm) + (
+                        self._overlap_s(t_rs, after) - after if after is not None else t_rs)
+                else:
+                    tt = t_rs + t_ag + t_rest
             return tt + comp, req, _layout_out(op, choice, req)
 
         total = np.zeros_like(rows)
@@ -647,7 +787,7 @@ class OperatorTerms:
         _record_norm(rec, "input norm (hidden split)", env["tp"], t_nq, rows)
         total += t_nq
         tq, _, out_q = linear("qkv_proj", c_qkv, lin, H, qkv_n, qkv_params, t, link,
-                              where="layer input -> qkv_proj")
+                              where="layer input -> qkv_proj", then_norm=True)
         total += tq
         # attention core
         req_a = _layout_in(Op.ATTENTION, c_att, lin)    # fixed by its own choice
@@ -706,7 +846,7 @@ class OperatorTerms:
             req_u = _layout_in(Op.DENSE_UP, c_up, out_o)
             tu, _, out_u = linear("dense_up", c_up, out_o, H, sh.dense_up_params / H,
                                   sh.dense_up_params, t, link, where="o_proj -> dense_up",
-                                  act=True)
+                                  act=True, then_norm=True, after=ops["o_proj"])
             t_nu = self._norm_stats(req_u, rows, env["tp"], link)
             _record_norm(rec, "post-attention norm (hidden split)", env["tp"], t_nu, rows)
             total += tu + t_nu
@@ -719,7 +859,12 @@ class OperatorTerms:
         assert moe is not None
         dp, g, ep, etp = env["dp"], env["g"], env["ep"], env["etp"]
         x = np.where(out_o == P, np.where(dp == 1, R, S0), _resolve(out_o))
-        total += conv("o_proj -> moe", out_o, x, rows * H * ab, t, link)
+        if c.gemm_overlap:      # the reduce-scatter of o_proj's output overlaps o_proj
+            m_rs, m_ag, m_rest = conv_parts("o_proj -> moe", out_o, x, rows * H * ab, t, link,
+                                            then_norm=True)
+            total += self._overlap_s(m_rs, ops["o_proj"]) - ops["o_proj"] + m_ag + m_rest
+        else:
+            total += conv("o_proj -> moe", out_o, x, rows * H * ab, t, link, then_norm=True)
         # router
         c_r = dims[:, Op.ROUTER]
         tr, _, out_r = linear("router", c_r, x, H, float(moe.num_experts), sh.router_params,

@@ -21,10 +21,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CUSTOM_ALL_REDUCE", "CustomAllReduce", "ENGINE_VENDORS", "FUSED_RMSNORM",
-           "FUSED_RMSNORM_CAPABILITIES", "NVLS_IN_ENGINE", "custom_all_reduce"]
+__all__ = ["ALGORITHMS", "COLLECTIVE_SETTINGS", "CUSTOM_ALL_REDUCE", "CollectiveSetting",
+           "CustomAllReduce", "ENGINE_VENDORS", "FUSED_RMSNORM", "FUSED_RMSNORM_CAPABILITIES",
+           "NCCL_ALGORITHMS", "NVLS_IN_ENGINE", "SEQUENCE_PARALLEL_PASS", "collective_setting",
+           "custom_all_reduce"]
 
 MiB = 1024 * 1024
+
+#: Collective algorithm names (priced by :mod:`learn_to_shard.cost.comm`): NCCL's ``ring``,
+#: ``tree`` and ``nvls``, the engines' ``one-shot`` / ``two-shot`` kernels and those kernels
+#: with the residual add + RMSNorm fused (``+rmsnorm``).
+ALGORITHMS = ("ring", "tree", "nvls", "one-shot", "two-shot", "one-shot+rmsnorm",
+              "two-shot+rmsnorm")
+#: The algorithms NCCL (RCCL) chooses among by itself, what an engine falls back to.
+NCCL_ALGORITHMS = ("ring", "tree", "nvls")
 
 _VLLM_UTILS = ("vllm-project/vllm vllm/distributed/device_communicators/all_reduce_utils.py @ "
                "00d618aab60448acdf3fac3e9c4e2e22d0c6c753")
@@ -169,3 +179,112 @@ FUSED_RMSNORM: dict[str, tuple[bool, str, str]] = {
 def custom_all_reduce(engine: str) -> CustomAllReduce | None:
     """The custom all-reduce kernels of ``engine`` (``None`` for an engine without them)."""
     return CUSTOM_ALL_REDUCE.get(engine)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch settings that decide which algorithm runs. An engine picks them once per server
+# process (a flag, a YAML key, an NCCL environment variable), not per operator, so the planner
+# searches them as an outer axis (``l2s plan --collectives search``: one search per setting,
+# the best kept), never as a per-operator head.
+# ---------------------------------------------------------------------------------------------
+
+_CUSTOM = ("one-shot", "two-shot")
+_FUSED = ("one-shot+rmsnorm", "two-shot+rmsnorm")
+_SGL_ARGS = "sgl-project/sglang python/sglang/srt/server_args.py ServerArgs"
+
+
+@dataclass(frozen=True)
+class CollectiveSetting:
+    """One launch setting of an engine's collectives and the algorithms it lets run.
+
+    Attributes:
+        name: the setting's name (``l2s plan --collectives NAME``; never an algorithm name
+            or ``alpha-beta`` / ``auto`` / ``search``).
+        engine: ``vllm``, ``sglang`` or ``trtllm``.
+        tiers: algorithm names in order of preference: per collective, the first tier with an
+            algorithm that can run is used and its cheapest one runs
+            (:class:`learn_to_shard.cost.comm.CollectivePricer`). E.g. vLLM runs its custom
+            kernel wherever the kernel takes the call (``should_custom_ar``) and NCCL
+            elsewhere: ``((one-shot, two-shot), (ring, tree, nvls))``; NCCL's tuner and an
+            engine's table-driven choice inside a tier are modelled as the cheapest.
+        args: server flags that select it (checked against the pinned flag snapshots).
+        yaml: TensorRT-LLM ``--config`` keys that select it.
+        env: environment variables that select it.
+        source: where the flags and the engine's behaviour were read.
+    """
+
+    name: str
+    engine: str
+    tiers: tuple[tuple[str, ...], ...]
+    args: tuple[str, ...] = ()
+    yaml: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+
+
+#: Engine -> its collective launch settings, the engine's default first.
+COLLECTIVE_SETTINGS: dict[str, tuple[CollectiveSetting, ...]] = {
+    "vllm": (
+        CollectiveSetting("engine-default", "vllm", (_CUSTOM, NCCL_ALGORITHMS),
+                          source=f"{_VLLM_PY} should_custom_ar (custom kernel below its cap, "
+                                 "else NCCL)"),
+        CollectiveSetting("fuse-allreduce-rms", "vllm", (_FUSED, _CUSTOM, NCCL_ALGORITHMS),
+                          args=("--compilation-config",
+                                '{"pass_config": {"fuse_allreduce_rms": true}}'),
+                          source=FUSED_RMSNORM["vllm"][2]),
+        CollectiveSetting("disable-custom-ar", "vllm", (NCCL_ALGORITHMS,),
+                          args=("--disable-custom-all-reduce",), source=_VLLM_PY),
+    ),
+    "sglang": (
+        CollectiveSetting("engine-default", "sglang", (_FUSED, _CUSTOM, ("ring", "tree")),
+                          source=f"{_SGL_PY}; {_SGL_ENV} (NCCL_NVLS_ENABLE off unless "
+                                 "--enable-nccl-nvls); the FlashInfer all-reduce + RMSNorm "
+                                 "fusion on where it applies (its enable flag is deprecated in "
+                                 "the 0.5.23 snapshot, --enforce-disable-flashinfer-allreduce-"
+                                 "fusion turns it off; engines/data/sglang_flags.json)"),
+        CollectiveSetting("enable-nccl-nvls", "sglang", (_FUSED, _CUSTOM, NCCL_ALGORITHMS),
+                          args=("--enable-nccl-nvls",), source=_SGL_ENV),
+        CollectiveSetting("no-allreduce-fusion", "sglang", (_CUSTOM, ("ring", "tree")),
+                          args=("--enforce-disable-flashinfer-allreduce-fusion",),
+                          source=f"{_SGL_ARGS}.enforce_disable_flashinfer_allreduce_fusion"),
+        CollectiveSetting("nccl-only", "sglang", (("ring", "tree"),),
+                          args=("--disable-custom-all-reduce",
+                                "--enforce-disable-flashinfer-allreduce-fusion"),
+                          source=_SGL_PY),
+        CollectiveSetting("nccl-only+nvls", "sglang", (NCCL_ALGORITHMS,),
+                          args=("--disable-custom-all-reduce",
+                                "--enforce-disable-flashinfer-allreduce-fusion",
+                                "--enable-nccl-nvls"),
+                          source=_SGL_ENV),
+    ),
+    "trtllm": (
+        CollectiveSetting("engine-default", "trtllm", (ALGORITHMS,),
+                          yaml=(("allreduce_strategy", "AUTO"),),
+                          source=f"{_TRT_ARGS}; {_TRT_UTILS} (AUTO: a tuned table over TP "
+                                 "size and message size, modelled as the cheapest)"),
+        CollectiveSetting("strategy-nccl", "trtllm", (NCCL_ALGORITHMS,),
+                          yaml=(("allreduce_strategy", "NCCL"),), source=_TRT_ARGS),
+        CollectiveSetting("strategy-oneshot", "trtllm",
+                          (("one-shot+rmsnorm", "one-shot"), NCCL_ALGORITHMS),
+                          yaml=(("allreduce_strategy", "ONESHOT"),), source=_TRT_ARGS),
+        CollectiveSetting("strategy-twoshot", "trtllm",
+                          (("two-shot+rmsnorm", "two-shot"), NCCL_ALGORITHMS),
+                          yaml=(("allreduce_strategy", "TWOSHOT"),), source=_TRT_ARGS),
+    ),
+}
+
+
+def collective_setting(engine: str, name: str) -> CollectiveSetting | None:
+    """The setting ``name`` of ``engine`` (``None`` when it has none of that name)."""
+    return next((s for s in COLLECTIVE_SETTINGS.get(engine, ()) if s.name == name), None)
+
+
+#: Engine -> ``(sequence_parallel, gemm_overlap)`` keys of its compile configuration that
+#: launch them: vLLM's ``--compilation-config '{"pass_config": {...}}'`` (PassConfig
+#: ``enable_sp``: "Enable sequence parallelism", ``fuse_gemm_comms``: "Enable async TP", which
+#: rewrites the sequence-parallel reduce-scatter / all-gather around GEMMs, so it needs
+#: ``enable_sp``; vllm-project/vllm vllm/config/compilation.py PassConfig). vLLM turns
+#: ``enable_sp`` off by itself when the hidden size is below a device-dependent threshold
+#: (same docstring; not modelled). SGLang 0.5.23 and TensorRT-LLM's ``trtllm-serve`` have no
+#: option for either among the flags / YAML keys read here (engines/data/*_flags.json).
+SEQUENCE_PARALLEL_PASS: dict[str, tuple[str, str]] = {"vllm": ("enable_sp", "fuse_gemm_comms")}

@@ -26,6 +26,7 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Export:
         notes: other facts the user needs (multi-node launch, semantics of a flag).
         devices_per_node: devices per node, to place several servers on a node's devices
             (:meth:`server_commands`); ``None`` when unknown.
+        env: environment variables the server needs (the NCCL algorithm a plan priced with
+            ``--collectives`` pinned to one), exported before the launch lines by :meth:`text`.
     """
 
     engine: str
@@ -80,6 +83,7 @@ class Export:
     unexpressed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     devices_per_node: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     def command(self, config_path: str = "extra_llm_api_options.yaml") -> str:
         """The launch command line (shell-quoted)."""
@@ -111,6 +115,7 @@ class Export:
             lines.append(f"cat > {config_path} <<'EOF'")
             lines.append(y.rstrip("\n"))
             lines.append("EOF")
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
         lines += self.server_commands(config_path)
         return "\n".join(lines) + "\n"
 
@@ -197,6 +202,85 @@ def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
         run = ", ".join(f"{o}={CHOICE_NAMES[c]}" for o, c in zip(ops, ran, strict=True))
         out.append(f"{block}: plan has {have}; {prof.title} runs {run}")
     return out
+
+
+#: NCCL ``NCCL_ALGO`` value of each NCCL algorithm (NCCL environment-variable docs:
+#: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-algo).
+NCCL_ALGO_ENV = {"ring": "Ring", "tree": "Tree", "nvls": "NVLS"}
+
+
+def _collectives(cfg: dict[str, object], engine: str, group: int, args: list[str],
+                 yaml_cfg: dict[str, object] | None, unexpressed: list[str],
+                 notes: list[str]) -> dict[str, str]:
+    """Add the launch settings of the collective pricing the plan used
+    (``CostModelConfig.collective_algorithm`` / ``collective_setting``) to ``args`` /
+    ``yaml_cfg`` and return the environment it needs; a pricing no setting of ``engine``
+    pins is listed in ``unexpressed``. Nothing for the default ``alpha-beta`` pricing or a
+    TP group of one (no collective)."""
+    from ..engines.collectives import collective_setting
+
+    algo = str(cfg.get("collective_algorithm") or "alpha-beta")
+    name = cfg.get("collective_setting")
+    if algo == "alpha-beta" or group <= 1:
+        return {}
+    if name is not None:
+        st = collective_setting(engine, str(name))
+        if st is None:
+            unexpressed.append(f"collectives: the plan priced setting {name!r}, which is no "
+                               f"{engine} setting; rerun with --engine {engine}")
+            return {}
+        args += list(st.args)
+        if yaml_cfg is not None:
+            yaml_cfg.update(dict(st.yaml))
+        notes.append(f"collectives: setting {st.name} (l2s plan --collectives)")
+        return dict(st.env)
+    if algo in NCCL_ALGO_ENV:
+        if engine == "trtllm" and yaml_cfg is not None:
+            yaml_cfg["allreduce_strategy"] = "NCCL"
+        else:
+            args += ["--disable-custom-all-reduce"]
+            if engine == "sglang" and algo == "nvls":
+                args += ["--enable-nccl-nvls"]
+        notes.append(f"collectives: NCCL pinned to its {algo} algorithm (NCCL_ALGO)")
+        return {"NCCL_ALGO": NCCL_ALGO_ENV[algo]}
+    if engine == "trtllm" and yaml_cfg is not None and algo in (
+            "one-shot", "two-shot", "one-shot+rmsnorm", "two-shot+rmsnorm"):
+        yaml_cfg["allreduce_strategy"] = "ONESHOT" if algo.startswith("one") else "TWOSHOT"
+        return {}
+    unexpressed.append(f"collectives: priced as {algo!r}, which no single {engine} launch "
+                       f"setting pins; use --collectives search for the best setting "
+                       f"{engine} launches")
+    return {}
+
+
+def _sequence_parallel(cfg: dict[str, object], engine: str, group: int, args: list[str],
+                       unexpressed: list[str]) -> None:
+    """Add the compile options of ``sequence_parallel`` / ``gemm_overlap``
+    (:data:`~learn_to_shard.engines.collectives.SEQUENCE_PARALLEL_PASS`) to ``args``, merged
+    into one ``--compilation-config`` JSON with any pass the collective setting enabled; an
+    engine without them gets an ``unexpressed`` line. Nothing when neither is on or the TP
+    group is one device."""
+    from ..engines.collectives import SEQUENCE_PARALLEL_PASS
+
+    wanted = [name for name in ("sequence_parallel", "gemm_overlap") if cfg.get(name)]
+    if not wanted or group <= 1:
+        return
+    keys = SEQUENCE_PARALLEL_PASS.get(engine)
+    if keys is None:
+        unexpressed.append(f"{' and '.join(w.replace('_', ' ') for w in wanted)}: the plan "
+                           f"priced it, but {engine} has no launch option for it here; its "
+                           f"collectives run as all-reduces")
+        return
+    passes = {keys[0]: True} if "sequence_parallel" in wanted else {}
+    if "gemm_overlap" in wanted:
+        passes.update({keys[0]: True, keys[1]: True})
+    if "--compilation-config" in args:
+        i = args.index("--compilation-config") + 1
+        merged = json.loads(args[i])
+        merged.setdefault("pass_config", {}).update(passes)
+        args[i] = json.dumps(merged)
+    else:
+        args += ["--compilation-config", json.dumps({"pass_config": passes})]
 
 
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
@@ -368,6 +452,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if nodes > 1:
             notes.append("TensorRT-LLM runs a multi-node server under MPI/Slurm "
                          "(trtllm-llmapi-launch), one rank per GPU")
+    env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
+    _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
     if model is not None and model.source_kind == "file":
         notes.append(f"the model is loaded from the folder {model_id_of(plan.model, model)} "
                      f"(config.json read by l2s); its weights must be in that folder")
@@ -377,7 +463,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     return Export(engine=engine, version=prof.version, launcher=prof.launcher,
                   model_id=model_id_of(plan.model, model), args=args, yaml_config=yaml_cfg,
                   servers=servers, gpus_per_server=gpus, nodes_per_server=nodes,
-                  unexpressed=unexpressed, notes=notes, devices_per_node=devices_per_node)
+                  unexpressed=unexpressed, notes=notes, devices_per_node=devices_per_node,
+                  env=env)
 
 
 def export_command(plan: Plan, engine: str, *, model: ModelSpec | None = None,
