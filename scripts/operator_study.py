@@ -273,12 +273,13 @@ SCENARIOS: tuple[Scenario, ...] = (
 def megatron_layout_profile() -> EngineProfile:
     """A profile that allows only Megatron-LM's per-operator layout in every block
     (:data:`learn_to_shard.engines.MEGATRON`, the layout ``parallel.ops.MEGATRON_DIMS``
-    spells) and restricts no degree (``ep_full_or_none`` and ``adp_all_or_none`` off), with
-    vLLM's vocabulary padding (64, the space's default). A space built with it is the full
-    space with the per-operator choices fixed to Megatron's."""
+    spells) and restricts no degree (``ep_full_or_none`` and ``adp_all_or_none`` off; decode
+    context parallelism allowed), with vLLM's vocabulary padding (64, the space's default). A
+    space built with it is the full space with the per-operator choices fixed to Megatron's."""
     return EngineProfile(name="megatron-layout", title="Megatron layout", version="-",
                          source="learn_to_shard.engines.MEGATRON", memory_profile="vllm",
-                         vocab_multiple=64, ep_full_or_none=False, adp_all_or_none=False)
+                         vocab_multiple=64, ep_full_or_none=False, adp_all_or_none=False,
+                         decode_context_parallel=True)
 
 
 @dataclass
@@ -319,11 +320,25 @@ def problem(sc: Scenario) -> tuple[ModelSpec, ClusterSpec, Workload]:
     return m, parse_cluster(sc.cluster), wl
 
 
+#: ``--collectives``: the settings every unrestricted run (optimum, Megatron layout,
+#: ``megatron``) takes the best of — each collective at its cheapest available algorithm
+#: (``collective_algorithm="auto"``), without and with sequence parallelism and GEMM overlap
+#: (Megatron-LM has sequence parallelism too); the engine runs search each engine's own
+#: launch settings (:func:`learn_to_shard.api.search_collectives`).
+COLLECTIVE_VARIANTS = ({}, {"sequence_parallel": True},
+                       {"sequence_parallel": True, "gemm_overlap": True})
+#: Whether :func:`cost_models` / :func:`search_all` run the ``--collectives`` study.
+COLLECTIVES = {"on": False}
+
+
 def cost_models(m: ModelSpec, c: ClusterSpec, wl: Workload
                 ) -> dict[str, tuple[CostModel, str]]:
     """The cost model and searcher of each run of :data:`RUNS`, all on the default cost
-    configuration; the spaces as the module docstring lists them."""
+    configuration (with ``--collectives``: collective algorithms ``auto``); the spaces as the
+    module docstring lists them."""
     cfg = cost_config(None)
+    if COLLECTIVES["on"]:
+        cfg = dataclasses.replace(cfg, collective_algorithm="auto")
     meg_space = StrategySpace.build(m, c, engine=megatron_layout_profile())
     out: dict[str, tuple[CostModel, str]] = {
         "optimum": (make_cost_model(m, c, wl, cfg), "exact"),
@@ -463,7 +478,8 @@ def search_all(cms: dict[str, tuple[CostModel, str]], stage: StageFn | None = No
     """Run each searcher of :func:`cost_models` on its cost model, in :data:`RUNS` order.
 
     Args:
-        cms: run name -> (cost model, searcher name).
+        cms: run name -> (cost model, searcher name); with ``--collectives`` an unrestricted
+            run's entry is replaced by the variant whose optimum won.
         stage: called with each run's name before it starts.
     """
     runs: dict[str, Run] = {}
@@ -471,8 +487,33 @@ def search_all(cms: dict[str, tuple[CostModel, str]], stage: StageFn | None = No
         if stage is not None:
             stage(name)
         cm, method = cms[name]
-        runs[name] = _search(cm, method)
+        if not COLLECTIVES["on"]:
+            runs[name] = _search(cm, method)
+        elif name in ENGINE_NAMES:
+            runs[name] = _engine_collectives(cm, name)
+        else:
+            tried = [(_search(vcm, method), vcm)
+                     for vcm in (_variant(cm, v) for v in COLLECTIVE_VARIANTS)]
+            runs[name], best_cm = max(tried, key=lambda t: t[0].objective)
+            cms[name] = (best_cm, method)       # the ablations re-price on the winner's model
     return runs
+
+
+def _variant(cm: CostModel, overrides: dict[str, bool]) -> CostModel:
+    """``cm`` with the cost-model options ``overrides`` (same space)."""
+    return CostModel(cm.model, cm.cluster, cm.workload,
+                     config=dataclasses.replace(cm.config, **overrides), space=cm.space)
+
+
+def _engine_collectives(cm: CostModel, engine: str) -> Run:
+    """The best exact plan over ``engine``'s collective launch settings
+    (:func:`learn_to_shard.api.search_collectives`)."""
+    from learn_to_shard.api import search_collectives
+
+    p = search_collectives(cm, method="exact", engine=engine)
+    if p.best is None or not p.feasible:
+        return Run(0.0, None, None)
+    return Run(float(p.best.tokens_per_s_per_device), p.best.strategy, p.best)
 
 
 def run_scenario(sc: Scenario, stage: StageFn | None = None) -> dict[str, object]:
@@ -739,6 +780,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"CSV path (default {DEFAULT_CSV.relative_to(ROOT)} for the full run)")
     ap.add_argument("--only", default=None,
                     help="comma-separated scenario keys (e.g. g11,t55) instead of all")
+    ap.add_argument("--collectives", action="store_true",
+                    help="price collectives at their cheapest available algorithm and take "
+                         "the best with and without sequence parallelism / GEMM overlap; the "
+                         "engine runs search their own collective launch settings (default "
+                         "CSV docs/data/operator_study_collectives.csv; no --write-docs)")
     ap.add_argument("--write-docs", action="store_true",
                     help="rewrite the operator-study block of docs/results.md (full run only)")
     args = ap.parse_args(argv)
@@ -753,11 +799,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         chosen = [s for s in SCENARIOS if s.key in keys]
     partial = args.quick or bool(args.only)
+    COLLECTIVES["on"] = args.collectives
+    if args.write_docs and args.collectives:
+        print("error: --write-docs: not with --collectives (its summary is written by hand)",
+              file=sys.stderr)
+        return 2
     if args.write_docs and partial:
         print("error: --write-docs: only with the full run (drop --quick / --only)",
               file=sys.stderr)
         return 2
-    out = args.out if args.out is not None else (None if partial else DEFAULT_CSV)
+    default = DEFAULT_CSV.with_name("operator_study_collectives.csv") if args.collectives \
+        else DEFAULT_CSV
+    out = args.out if args.out is not None else (None if partial else default)
     console = Console(stderr=True)
     rows: list[dict[str, object]] = []
     t0 = time.perf_counter()
