@@ -969,7 +969,8 @@ class OperatorTerms:
                     ) -> tuple[np.ndarray, np.ndarray]:
         """Decode context-parallel exchange of one layer, seconds, ``[n]`` each: the query
         all-gather and the output reduce-scatter of :meth:`dcp_exchange_bytes` over ``cp``
-        ranks on the CP group's link, not overlapped with compute; zero for ``cp = 1`` or no
+        ranks on the CP group's link (:meth:`_collective_s`: the configured collective
+        algorithm), not overlapped with compute; zero for ``cp = 1`` or no
         decode rows. Prefill tokens are attended as without ``cp`` (each rank computes the new
         tokens' K/V for its heads and keeps its ``1/cp`` of them); the attention of a later
         prefill chunk to its earlier, token-sharded chunks is priced the same way, without
@@ -978,8 +979,8 @@ class OperatorTerms:
         kind = np.where((cp > 1) & (dec_loc > 0), GATHER_OR_SCATTER, 0)
         q_b, o_b = self.dcp_exchange_bytes(dec_loc, heads_dec)
         link = env["link_cp"]
-        return (collective_time_s(kind, cp, q_b, link.bw, link.alpha),
-                collective_time_s(kind, cp, o_b, link.bw, link.alpha))
+        return (self._collective_s(kind, cp, q_b, link),
+                self._collective_s(kind, cp, o_b, link))
 
     def kv_exchange_bytes(self, prompt_tokens: np.ndarray | float) -> np.ndarray:
         """K and V bytes of one layer for ``prompt_tokens`` prompt tokens, all KV heads
@@ -1003,16 +1004,15 @@ class OperatorTerms:
         obtain the complete KV values"; SGLang prefill CP,
         https://docs.sglang.io/docs/advanced_features/prefill_cp: "all-gather on the KV
         cache"). Priced as one all-gather over ``tp`` of :meth:`kv_exchange_bytes` of the
-        step's ``pf`` prompt tokens, on the TP group's link, not overlapped with compute.
+        step's ``pf`` prompt tokens, on the TP group's link (:meth:`_collective_s`), not
+        overlapped with compute.
         Decode tokens are whole sequences and never exchange.
         """
         t, dec, pf = env["t"], env["dec"], env["pf"]
         seqs = np.maximum(dec, pf / float(self.workload.isl))
         split_prompt = split_seq & (t > 1) & (pf > 0) & (seqs < t)
         kind = np.where(split_prompt, GATHER_OR_SCATTER, 0)
-        link = env["link_tp"]
-        return collective_time_s(kind, env["tp"], self.kv_exchange_bytes(pf), link.bw,
-                                 link.alpha)
+        return self._collective_s(kind, env["tp"], self.kv_exchange_bytes(pf), env["link_tp"])
 
     # ------------------------------------------------------------------ memory terms
     def layer_weights(self, dims: np.ndarray, tp: np.ndarray, ep: np.ndarray,
