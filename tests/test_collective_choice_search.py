@@ -203,3 +203,23 @@ def test_ctrl_c_inside_one_setting_carries_that_settings_cost_model() -> None:
     assert stop.result.best_action is not None
     assert stop.cost_model.evaluate(stop.result.best_action).tokens_per_s_per_device == \
         pytest.approx(stop.result.best_objective, rel=1e-12)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--cluster", "a100-80gb:8", "--collectives", "nvls"], "needs NVLink SHARP"),
+    (["--cluster", "l40s:8", "--collectives", "one-shot"], "fully connected peer-to-peer"),
+    (["--cluster", "mi300x:8", "--engine", "sglang", "--collectives", "enable-nccl-nvls"],
+     "changes nothing on mi300x"),
+    (["--cluster", "h100-sxm:8", "--gemm-overlap"], "needs --sequence-parallel"),
+])
+def test_collective_options_the_hardware_cannot_run_are_one_line_errors(args, says) -> None:
+    """A forced algorithm the device lacks, a setting that changes nothing on the device (its
+    flags would turn on what the hardware does not have) and GEMM overlap without the
+    sequence parallelism it overlaps are refused in one line, exit 2."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--phase", "decode",
+                                 "--context", "4096", *args])
+    assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output

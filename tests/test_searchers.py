@@ -234,3 +234,44 @@ def test_problem_fingerprint_names_what_differs():
         == {"cluster", "budget"}
     assert {k for k in a if a[k] != problem_fingerprint(_cm(tiny_dense()), 100)[k]} \
         == {"model"}
+
+
+@pytest.mark.parametrize("method", ["random", "sa", "mcmc"])
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_budgeted_searchers_find_launchable_plans_under_an_engine(method: str,
+                                                                  engine: str) -> None:
+    """With ``--engine`` the space is the engine's layouts; a uniform draw over every operator
+    choice almost never hits one, so the budgeted searchers sample and move among the
+    engine's block layouts (``StrategySpace.sample`` / ``launchable``) and find a plan that
+    breaks no rule, the engine's included."""
+    from learn_to_shard.api import plan
+
+    p = plan(model="llama-3.1-8b", cluster="h100-sxm:8", phase="serve", isl=1024, osl=128,
+             engine=engine, method=method, budget=400, seed=0)
+    assert p.best is not None and p.feasible and not p.best.violations
+
+
+def test_launchable_redraws_only_disallowed_blocks() -> None:
+    """``launchable`` keeps allowed blocks, redraws the others among the engine's layouts,
+    and without an engine returns the actions unchanged without drawing."""
+    from learn_to_shard.engines import BLOCKS, ENGINES
+    from learn_to_shard.model.hf_config import load_model
+    from learn_to_shard.parallel.ops import OP_NAMES
+
+    m = load_model("qwen3-30b-a3b")
+    cl = parse_cluster("h100-sxm:8")
+    free = StrategySpace.build(m, cl)
+    rng = np.random.default_rng(0)
+    a = free.sample(rng, 256)
+    state = np.random.default_rng(1)
+    before = state.bit_generator.state
+    np.testing.assert_array_equal(free.launchable(a, state), a)
+    assert state.bit_generator.state == before
+    sp = StrategySpace.build(m, cl, engine=ENGINES["sglang"])
+    b = sp.launchable(a, np.random.default_rng(2))
+    for block, ops in BLOCKS.items():
+        cols = [NUM_COARSE + OP_NAMES.index(o) for o in ops]
+        assert sp.block_ok(block, b[:, cols]).all()
+        kept = sp.block_ok(block, a[:, cols])
+        np.testing.assert_array_equal(b[kept][:, cols], a[kept][:, cols])
+    np.testing.assert_array_equal(b[:, :NUM_COARSE], a[:, :NUM_COARSE])

@@ -339,7 +339,11 @@ def collectives_config(cfg: CostModelConfig, value: str, engine: str | None,
         cluster: the cluster (the settings that differ on its device).
 
     Raises:
-        ConfigError: an unknown value (the message lists the valid ones for the engine).
+        ConfigError: an unknown value (the message lists the valid ones for the engine), an
+            algorithm the device does not have (NVLS without NVLink SHARP; one-/two-shot
+            without a fully connected peer-to-peer domain), or a setting that does not differ
+            on the device (its flags would be exported for hardware that lacks what they turn
+            on).
     """
     from .cost.comm import ALGORITHMS, settings_for
     from .engines.collectives import collective_setting
@@ -348,10 +352,25 @@ def collectives_config(cfg: CostModelConfig, value: str, engine: str | None,
     if value == "alpha-beta":
         return dataclasses.replace(cfg, collective_algorithm="alpha-beta",
                                    collective_tiers=None, collective_setting=None)
+    fabric = scale_up_fabric(cluster.device)
+    if value in ALGORITHMS:
+        lacks = ("NVLink SHARP (NVSwitch generation 3 or later)" if value == "nvls"
+                 and not fabric.nvls else
+                 "a fully connected peer-to-peer domain" if "shot" in value
+                 and not fabric.p2p_full_mesh else "")
+        if lacks:
+            raise ConfigError(f"--collectives: {value!r} needs {lacks}, which "
+                              f"{cluster.device.name} does not have; use auto, or one of the "
+                              "algorithms it has")
     if value == "auto" or value in ALGORITHMS:
         return dataclasses.replace(cfg, collective_algorithm=value, collective_tiers=None,
                                    collective_setting=None)
     setting = collective_setting(engine, value) if engine else None
+    differs = {st.name for st in settings_for(engine, fabric)} if engine else set()
+    if setting is not None and value != "search" and setting.name not in differs:
+        raise ConfigError(f"--collectives: {value!r} changes nothing on {cluster.device.name} "
+                          f"({engine}'s settings that do: "
+                          f"{', '.join(sorted(differs)) or 'none'})")
     if setting is None or value == "search":
         names = [st.name for st in settings_for(engine, scale_up_fabric(cluster.device))] \
             if engine else []

@@ -393,9 +393,10 @@ def plan_cmd(
                                            "all-reduce before each norm as reduce-scatter, "
                                            "norm on token shards, all-gather (vLLM "
                                            "pass_config enable_sp)."),
-    gemm_overlap: bool = typer.Option(False, "--gemm-overlap", help="Overlap all-gathers / "
-                                      "reduce-scatters with the adjacent GEMM (async TP; vLLM "
-                                      "pass_config fuse_gemm_comms)."),
+    gemm_overlap: bool = typer.Option(False, "--gemm-overlap", help="Overlap the all-gathers / "
+                                      "reduce-scatters of --sequence-parallel (which it needs) "
+                                      "with the adjacent GEMM (async TP; vLLM pass_config "
+                                      "fuse_gemm_comms)."),
     context_parallel: bool = typer.Option(True, "--context-parallel/--no-context-parallel",
                                           help="Search decode context parallelism (cp: each "
                                           "sequence's KV split by tokens over cp ranks of "
@@ -426,6 +427,10 @@ def plan_cmd(
         cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
                                           max_num_batched_tokens),
                            spec, engine, moe_a2a, two_batch_overlap)
+        if gemm_overlap and not sequence_parallel:
+            raise ConfigError("--gemm-overlap: overlaps the all-gathers / reduce-scatters of "
+                              "sequence parallelism, so it needs --sequence-parallel too (vLLM's "
+                              "fuse_gemm_comms needs enable_sp)")
         cfg = dataclasses.replace(cfg, sequence_parallel=sequence_parallel,
                                   gemm_overlap=gemm_overlap)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,

@@ -459,8 +459,44 @@ class StrategySpace:
         return tuple(f"{name}: {text}" for name, text in RULES if bits & RULE_BIT[name])
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` uniform action vectors, ``[n, ACTION_LEN]`` (the paper's random walk draws)."""
-        return rng.integers(0, self.nvec, size=(n, ACTION_LEN), dtype=np.int64)
+        """``n`` uniform action vectors, ``[n, ACTION_LEN]`` (the paper's random walk draws).
+
+        With an engine, each operator block the model has takes one of the layouts the engine
+        implements (:meth:`EngineProfile.allowed`), uniformly: the engine's space is those
+        layouts, and a uniform draw over all ``3^12`` choices would almost never hit one (the
+        ``engine_layout`` rule), leaving the budgeted searchers with nothing launchable. The
+        draw over the coarse heads, and without an engine the whole draw, is unchanged.
+        """
+        a = rng.integers(0, self.nvec, size=(n, ACTION_LEN), dtype=np.int64)
+        if self.engine is None:
+            return a
+        for block, ops in BLOCKS.items():
+            if not self.block_present(block):
+                continue
+            allowed = np.asarray(self.engine.allowed(block), dtype=np.int64)
+            cols = [NUM_COARSE + OP_NAMES.index(o) for o in ops]
+            a[:, cols] = allowed[rng.integers(0, len(allowed), size=n)]
+        return a
+
+    def launchable(self, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """``actions`` (``[n, ACTION_LEN]``) with every operator block the engine does not
+        implement redrawn uniformly among the layouts it does (the ``engine_layout`` rule;
+        :meth:`sample`); unchanged, and no random number drawn, without an engine. The
+        local-move searchers (``sa``, ``mcmc``) apply it to their proposals, so that a move
+        of one operator head becomes a move between launchable block layouts."""
+        a = np.array(actions, dtype=np.int64, copy=True)
+        if self.engine is None:
+            return a
+        for block, ops in BLOCKS.items():
+            cols = [NUM_COARSE + OP_NAMES.index(o) for o in ops]
+            bad = ~self.block_ok(block, a[:, cols])
+            if bad.any():
+                allowed = np.asarray(self.engine.allowed(block), dtype=np.int64)
+                rows = np.flatnonzero(bad)
+                pick = allowed[rng.integers(0, len(allowed), size=len(rows))]
+                for j, col in enumerate(cols):
+                    a[rows, col] = pick[:, j]
+        return a
 
 
 def active_heads(space: StrategySpace) -> np.ndarray:

@@ -59,6 +59,14 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     wall_s = cast(float, s.get("wall_s", 0))
     con.print(f"searched {s.get('evaluations')} strategies in {float(wall_s):.2f} s "
               f"(space {s.get('space_size'):.3g})")
+    factors = plan.cost_model or {}
+    algo = factors.get("collective_algorithm")
+    if algo and algo != "alpha-beta":
+        won = s.get("collective_setting") or factors.get("collective_setting") or algo
+        extra = "".join(f", {name.replace('_', ' ')}" for name in
+                        ("sequence_parallel", "gemm_overlap") if factors.get(name))
+        con.print(f"collectives: {won} ({algo} pricing{extra})", highlight=False,
+                  markup=False)
     if not plan.feasible or plan.best is None:
         con.print("[bold red]No feasible plan.[/]")
         for r in plan.reasons:

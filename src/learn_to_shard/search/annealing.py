@@ -96,6 +96,8 @@ class AnnealingSearcher:
         accepted = 0
         for i in range(moves):
             cand = neighbour(current, nvec, rng, active)
+            if cost_model.space.engine is not None:
+                cand = cost_model.space.launchable(cand[None, :], rng)[0]
             f_new, _, _ = ev.evaluate_one(cand)
             delta = f_new - f_cur
             t = cosine_temperature(i, moves, self.initial_temperature)

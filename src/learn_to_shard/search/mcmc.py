@@ -88,6 +88,8 @@ class MCMCSearcher:
                 current, c_cur = best.copy(), c_best
                 resets += 1
             cand = neighbour(current, nvec, rng, active)
+            if cost_model.space.engine is not None:
+                cand = cost_model.space.launchable(cand[None, :], rng)[0]
             f, _, _ = ev.evaluate_one(cand)
             c_new = token_cost_ms(f)
             u = rng.random()       # always drawn: the random stream does not depend on costs
