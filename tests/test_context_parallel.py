@@ -128,7 +128,7 @@ def test_export_carries_decode_context_parallel(engine: str) -> None:
     ex = build_export(p, engine, model=load_model("llama-3.1-405b"), devices_per_node=8)
     text = " ".join(ex.args)
     assert s.cp == 2                   # TP16 over 8 KV heads: the two copies become shards
-    assert f"--decode-context-parallel-size {s.cp}" in text
+    assert f"--decode-context-parallel-size {s.cp} --dcp-comm-backend ag_rs" in text
     assert check_args(engine, ex.args) == []
 
 

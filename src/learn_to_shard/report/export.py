@@ -8,12 +8,12 @@ engine profiles in :mod:`learn_to_shard.engines` (pinned versions, sources there
   pp``; MoE attention-DP as ``--data-parallel-size dp`` and ``ep = tp × dp`` as
   ``--enable-expert-parallel``; ``--max-num-seqs`` is per DP rank (vllm/config/scheduler.py)
   and per scheduled batch, so it is ``batch / dp / micro_batches``; ``cp`` as
-  ``--decode-context-parallel-size``.
+  ``--decode-context-parallel-size`` with ``--dcp-comm-backend ag_rs`` (the exchange priced).
 * **SGLang 0.5.23** (``python -m sglang.launch_server``): ``--tp-size tp × dp`` (the whole
   stage group), ``--attn-dp-size dp``, ``--ep-size ep``, ``--pp-size pp``;
   ``--max-running-requests`` is the instance total (its scheduler divides it by
   ``attn_dp_size``, sglang/srt/model_executor/pool_configurator.py); ``cp`` as
-  ``--decode-context-parallel-size``.
+  ``--decode-context-parallel-size`` with ``--dcp-comm-backend ag_rs``.
 * **TensorRT-LLM** (``trtllm-serve``): ``--tp_size tp × dp``, ``--pp_size``, ``--ep_size``;
   ``enable_attention_dp``, ``moe_tensor_parallel_size``, ``moe_expert_parallel_size`` and
   ``kv_cache_config`` in the ``--config`` YAML; ``--max_batch_size`` per attention-DP rank.
@@ -359,7 +359,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if moe and s.ep > 1:
             args += ["--enable-expert-parallel"]
         if s.cp > 1:
-            args += ["--decode-context-parallel-size", str(s.cp)]
+            args += ["--decode-context-parallel-size", str(s.cp), "--dcp-comm-backend", "ag_rs"]
         args += ["--max-num-seqs", str(seqs), "--max-model-len", str(max_len),
                  "--max-num-batched-tokens", str(tokens),
                  "--gpu-memory-utilization", f"{mem_util:g}"]
@@ -393,7 +393,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if s.pp > 1:
             args += ["--pp-size", str(s.pp)]
         if s.cp > 1:
-            args += ["--decode-context-parallel-size", str(s.cp)]
+            args += ["--decode-context-parallel-size", str(s.cp), "--dcp-comm-backend", "ag_rs"]
         if model is not None and model.is_moe and model.has_dense_ffn and dp > 1:
             dense = tuple(s.dims[OP_NAMES.index(o)] for o in BLOCKS["dense"])
             if dense == (2, 2):

@@ -92,7 +92,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                       "\n".join(rej.violations))
         con.print(t)
     if plan.alternatives or plan.rejected:
-        con.print("[dim]strategy: tp ep pp dp (attention-DP) b (sequences per instance), then "
+        con.print("[dim]strategy: tp ep pp dp (attention-DP) [cp (decode context parallelism, "
+                  "shown when > 1)] b (sequences per instance), then "
                   "one choice per operator in order " + ", ".join(OP_NAMES)
                   + ": 0 = Shard(0), 1 = Shard(1), ∅ = Replicate()[/]")
 
