@@ -375,9 +375,10 @@ def collectives_config(cfg: CostModelConfig, value: str, engine: str | None,
         names = [st.name for st in settings_for(engine, scale_up_fabric(cluster.device))] \
             if engine else []
         where = f"{engine} on {cluster.device.name}" if engine else "without --engine"
+        hint = "" if engine else "; engine settings need --engine"
         raise ConfigError(f"--collectives: {value!r} is not one of "
-                          f"{', '.join([*COLLECTIVE_MODES, *names, *ALGORITHMS])} ({where}; "
-                          f"engine settings need --engine)")
+                          f"{', '.join([*COLLECTIVE_MODES, *names, *ALGORITHMS])} "
+                          f"({where}{hint})")
     return dataclasses.replace(cfg, collective_algorithm="auto",
                                collective_tiers=setting.tiers,
                                collective_setting=setting.name)
