@@ -68,6 +68,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import ModelSpec
+from ..parallel.mesh import Mesh
 from ..parallel.ops import (
     CHOICE_NAMES,
     DIM0,
@@ -446,8 +447,7 @@ class CostModel(OperatorTerms):
         with np.errstate(divide="ignore", invalid="ignore"):
             cap_rank = np.where(in_use & (tok_stage > 0), room_kv / tok_stage, np.inf).min(axis=1)
         # (``kv_tok_type`` is already the 1/cp share of a token, so cp adds no holders.)
-        holders = dp * np.where(dims[:, Op.ATTENTION] == 0,
-                                np.maximum(tp // deg["cp"], 1), 1)
+        holders = dp * np.where(dims[:, Op.ATTENTION] == 0, Mesh.head_groups(tp, deg["cp"]), 1)
         kv_capacity = np.floor(np.minimum(cap_rank * holders, float(_TOKENS_CAP)))
         max_context = np.floor(kv_capacity / batch)
         if self.model.max_position_embeddings:

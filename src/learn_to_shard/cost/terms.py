@@ -514,7 +514,7 @@ class OperatorTerms:
         attention split over sequences (``Shard(0)``) its ``ceil(· / (tp / cp))`` share (the
         ``cp`` ranks of a group hold token shards of the same sequences; ``cp`` default 1)."""
         s_all = np.ceil(batch / dp)
-        grp = tp if cp is None else np.maximum(tp // np.asarray(cp, dtype=np.int64), 1)
+        grp = tp if cp is None else Mesh.head_groups(tp, cp)
         return s_all, np.ceil(s_all / grp.astype(np.float64))
 
     def workspace_bytes(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
@@ -774,7 +774,7 @@ class OperatorTerms:
         att = m.attention
         qkv_n = float(sh.qkv_out)
         if att.kind is AttentionKind.GQA:
-            kv_loc = np.where(att.num_kv_heads % env["tp"] == 0, att.num_kv_heads / t, 1.0)
+            kv_loc = self._kv_heads_per_rank(env["tp"])
             split_params = H * (sh.q_out / t + kv_loc * sh.kv_out_per_head) * t
             qkv_params = np.where(c_qkv == 1, split_params, sh.qkv_params)
         else:
@@ -799,7 +799,7 @@ class OperatorTerms:
         # Decode attention over ``cp`` context-parallel ranks: ``tp / cp`` head (or sequence)
         # groups, each rank reading ``1/cp`` of every sequence's KV (:meth:`_dcp_time_s`).
         cp = env["cp"]
-        a_grp = np.maximum(env["tp"] // cp, 1)        # (cp > tp only in invalid rows)
+        a_grp = Mesh.head_groups(env["tp"], cp)
         a_f = a_grp.astype(np.float64)
         heads_dec = np.where(c_att == 1, att.num_heads / a_f, float(att.num_heads))
         dec_loc = np.where(split_seq, np.ceil(env["dec"] / a_f), env["dec"])
@@ -812,8 +812,7 @@ class OperatorTerms:
                       + heads_loc * pf_loc * span_pf * (att.head_dim + att.v_head_dim))
             by = (dec_loc * span_dec_r + pf_loc) * lat * self._kvb
         else:
-            kv_dec = np.where(c_att == 1, np.where(att.num_kv_heads % a_grp == 0,
-                                                   att.num_kv_heads / a_f, 1.0),
+            kv_dec = np.where(c_att == 1, self._kv_heads_per_rank(a_grp),
                               float(att.num_kv_heads))
             fl = 2 * (att.head_dim + att.v_head_dim) * (heads_dec * dec_loc * span_dec_r
                                                         + heads_loc * pf_loc * span_pf)
@@ -1030,7 +1029,7 @@ class OperatorTerms:
         att = m.attention
         c_qkv = dims[:, Op.QKV_PROJ]
         if att.kind is AttentionKind.GQA:
-            kv_loc = np.where(att.num_kv_heads % tp == 0, att.num_kv_heads / t, 1.0)
+            kv_loc = self._kv_heads_per_rank(tp)
             qkv_col = sh.hidden * (sh.q_out / t + kv_loc * sh.kv_out_per_head)
         else:
             qkv_col = sh.qkv_replicated_params + (sh.qkv_params - sh.qkv_replicated_params) / t
@@ -1070,6 +1069,13 @@ class OperatorTerms:
             return (ctx if ctx < w else w / 2), (q * w * w + r * r) / (2 * isl)
         return min(ctx, w), (isl / 2 if isl <= w else w - w * w / (2 * isl))
 
+    def _kv_heads_per_rank(self, group: np.ndarray) -> np.ndarray:
+        """GQA KV heads one rank holds when ``group`` ranks split the heads, ``[n]`` float:
+        ``kv / group`` where that divides, else one head replicated (``group > kv``, as
+        vLLM/SGLang replicate KV heads; FC-02/FC-04)."""
+        kv = self.model.attention.num_kv_heads
+        return np.where(kv % group == 0, kv / np.asarray(group, dtype=np.float64), 1.0)
+
     def kv_per_seq(self, dims: np.ndarray, tp: np.ndarray, window: int | None,
                    tokens: float, cp: np.ndarray | None = None) -> np.ndarray:
         """KV bytes per device per resident sequence for one layer, ``[n]``.
@@ -1082,13 +1088,12 @@ class OperatorTerms:
         instead).
         """
         att = self.model.attention
-        t = tp.astype(np.float64)
         capped = window is not None and self.config.window_kv_capped
         held = min(tokens, float(window)) if capped and window is not None else tokens
         per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
         c_att = dims[:, Op.ATTENTION]
         if att.kind is AttentionKind.GQA:
-            kv_loc = np.where(att.num_kv_heads % tp == 0, att.num_kv_heads / t, 1.0)
+            kv_loc = self._kv_heads_per_rank(tp)
             head_split = kv_loc * self.shapes.kv_out_per_head * self._kvb
             per_tok_arr = np.where(c_att == 1, head_split, per_tok)
         else:

@@ -127,6 +127,14 @@ class Mesh:
         return MeshAxes(pp=pp, dp=dp, tp=tp, ep=ep, etp=etp, cp=cpa)
 
     @staticmethod
+    def head_groups(tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+        """Groups the TP group's decode attention runs in, ``tp / cp`` per row, ``[n]`` int64
+        (at least 1: ``cp > tp`` occurs only in rows the ``context_parallel`` rule refuses):
+        head groups under a head split, sequence groups under a sequence split, each of
+        ``cp`` ranks holding token shards of the same sequences."""
+        return np.maximum(np.asarray(tp, dtype=np.int64) // np.asarray(cp, dtype=np.int64), 1)
+
+    @staticmethod
     def rank(pp_i: int, dp_i: int, tp_i: int, dp: int, tp: int) -> int:
         """The rank of coordinates ``(pp_i, dp_i, tp_i)`` in an instance of ``dp × tp`` ranks
         per stage: TP innermost, then DP, then PP."""

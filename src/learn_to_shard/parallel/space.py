@@ -300,9 +300,7 @@ class StrategySpace:
             flag("experts", ep != 1)
         flag("layers", pp > m.num_layers)
         flag("batch", (batch % dp) != 0)
-        cp = d["cp"]
-        flag("context_parallel",
-             (cp > 1) & ((tp % (cp * max(m.attention.num_kv_heads, 1))) != 0))
+        flag("context_parallel", ~self.cp_ok(tp, d["cp"]))
         if self.max_concurrency is not None:
             replicas = np.maximum(self.cluster.num_devices // np.maximum(tp * dp * pp, 1), 1)
             flag("concurrency", batch > -(-self.max_concurrency // replicas))
@@ -320,6 +318,14 @@ class StrategySpace:
                 ok &= self.block_ok(block, dims[:, cols])
             flag("engine_layout", ~ok)
         return bits
+
+    def cp_ok(self, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+        """Whether each ``(tp, cp)`` pair meets the ``context_parallel`` rule (broadcast, bool):
+        ``cp = 1``, or ``tp`` a multiple of ``cp · num_key_value_heads`` (vLLM's decode
+        context parallelism: ``cp`` divides ``tp`` and is at most ``tp / num_kv_heads``)."""
+        kv = max(self.model.attention.num_kv_heads, 1)
+        tp, cp = np.asarray(tp, dtype=np.int64), np.asarray(cp, dtype=np.int64)
+        return (cp == 1) | ((tp % (cp * kv)) == 0)
 
     def _engine_degrees_bad(self, tp: np.ndarray, ep: np.ndarray,
                             dp: np.ndarray) -> np.ndarray:
@@ -470,13 +476,20 @@ class StrategySpace:
         a = rng.integers(0, self.nvec, size=(n, ACTION_LEN), dtype=np.int64)
         if self.engine is None:
             return a
-        for block, ops in BLOCKS.items():
-            if not self.block_present(block):
-                continue
-            allowed = np.asarray(self.engine.allowed(block), dtype=np.int64)
-            cols = [NUM_COARSE + OP_NAMES.index(o) for o in ops]
-            a[:, cols] = allowed[rng.integers(0, len(allowed), size=n)]
+        for block in BLOCKS:
+            if self.block_present(block):
+                self._redraw_block(a, block, np.arange(n), rng)
         return a
+
+    def _redraw_block(self, a: np.ndarray, block: str, rows: np.ndarray,
+                      rng: np.random.Generator) -> None:
+        """Set ``block``'s operator heads of ``a[rows]`` (in place) to layouts drawn uniformly
+        among those the engine implements."""
+        assert self.engine is not None
+        allowed = np.asarray(self.engine.allowed(block), dtype=np.int64)
+        pick = allowed[rng.integers(0, len(allowed), size=len(rows))]
+        for j, op in enumerate(BLOCKS[block]):
+            a[rows, NUM_COARSE + OP_NAMES.index(op)] = pick[:, j]
 
     def launchable(self, actions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """``actions`` (``[n, ACTION_LEN]``) with every operator block the engine does not
@@ -489,13 +502,9 @@ class StrategySpace:
             return a
         for block, ops in BLOCKS.items():
             cols = [NUM_COARSE + OP_NAMES.index(o) for o in ops]
-            bad = ~self.block_ok(block, a[:, cols])
-            if bad.any():
-                allowed = np.asarray(self.engine.allowed(block), dtype=np.int64)
-                rows = np.flatnonzero(bad)
-                pick = allowed[rng.integers(0, len(allowed), size=len(rows))]
-                for j, col in enumerate(cols):
-                    a[rows, col] = pick[:, j]
+            bad = np.flatnonzero(~self.block_ok(block, a[:, cols]))
+            if len(bad):
+                self._redraw_block(a, block, bad, rng)
         return a
 
 

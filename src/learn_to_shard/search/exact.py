@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..cost.model import CostModel
+from ..parallel.mesh import Mesh
 from ..parallel.ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, REPLICATED, Op
 from ..parallel.space import (
     ACTION_LEN,
@@ -50,7 +51,6 @@ from ..parallel.space import (
     DP_HEAD,
     ENGINE_LAYOUT_BIT,
     NUM_COARSE,
-    TP_HEAD,
     StrategySpace,
 )
 from ..parallel.strategy import Strategy
@@ -691,9 +691,7 @@ def coarse_grid(sp: StrategySpace) -> np.ndarray:
     product of the heads (the rows the full product would keep after that rule, without
     building the product: with ``cp`` it is up to ``len(cp_values)`` times larger)."""
     tpv = np.asarray(sp.tp_values, dtype=np.int64)
-    cpv = np.asarray(sp.cp_values, dtype=np.int64)
-    kv = max(sp.model.attention.num_kv_heads, 1)
-    ok = (cpv[None, :] == 1) | (tpv[:, None] % (cpv[None, :] * kv) == 0)    # [T, C]
+    ok = sp.cp_ok(tpv[:, None], np.asarray(sp.cp_values, dtype=np.int64)[None, :])  # [T, C]
     n_cp = ok.sum(axis=1)
     cp_of = np.zeros((len(tpv), max(int(n_cp.max()), 1)), dtype=np.int64)
     for t in range(len(tpv)):
@@ -755,12 +753,11 @@ def _memory_cap(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, zmem: np
         with np.errstate(divide="ignore", invalid="ignore"):
             k_all = np.where(b_all > 0, np.floor(room / b_all), np.where(room >= 0, 2**40, -1))
             k_seq = np.where(b_seq > 0, np.floor(room / b_seq), np.where(room >= 0, 2**40, -1))
-        tp = np.asarray(sp.tp_values, dtype=np.int64)[c.actions[:, TP_HEAD]]
-        cpv = np.asarray(sp.cp_values, dtype=np.int64)[c.actions[:, CP_HEAD]]
-        grp = np.maximum(tp // cpv, 1).astype(np.float64)   # sequence-split groups of the TP group
+        d = sp.degrees_many(c.actions)
+        grp = Mesh.head_groups(d["tp"], d["cp"]).astype(np.float64)  # sequence-split groups
         k = np.minimum(k_all, k_seq * grp[:, None, None]).min(axis=2)   # [R, 3] sequences/rank
         k = np.where(att_ok[c.key], k, -1).max(axis=1)
-        dpv = np.asarray(sp.dp_values, dtype=np.int64)[c.actions[:, DP_HEAD]]
+        dpv = d["dp"]
         out[rows] = (np.clip(k, -1, 2**40) * dpv).astype(np.int64)
     return out
 

@@ -77,7 +77,6 @@ from ..parallel.ops import (
 )
 from ..parallel.placement import Layout, R
 from ..parallel.space import (
-    BATCH_HEAD,
     CP_HEAD,
     DP_HEAD,
     ENGINE_LAYOUT_BIT,
@@ -411,12 +410,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     """
     sp = cm.space
     a = np.asarray(coarse, dtype=np.int64)
-    tp = np.asarray(sp.tp_values, dtype=np.int64)[a[:, TP_HEAD]]
-    ep = np.asarray(sp.ep_values, dtype=np.int64)[a[:, EP_HEAD]]
-    pp = np.asarray(sp.pp_values, dtype=np.int64)[a[:, PP_HEAD]]
-    dp = np.asarray(sp.dp_values, dtype=np.int64)[a[:, DP_HEAD]]
-    cp = np.asarray(sp.cp_values, dtype=np.int64)[a[:, CP_HEAD]]
-    batch = np.asarray(sp.batch_values, dtype=np.int64)[a[:, BATCH_HEAD]]
+    d = sp.degrees_many(a)
+    tp, ep, pp, dp, cp, batch = d["tp"], d["ep"], d["pp"], d["dp"], d["cp"], d["batch"]
     ph = cm.phase_rows(pp, dp, batch)
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
@@ -450,6 +445,12 @@ def _env(cm: CostModel, keys: Keys, pf: np.ndarray) -> dict:
     return cm.layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf, keys.cp)
 
 
+def _take_env(env: dict, idx: np.ndarray | slice) -> dict:
+    """The rows ``idx`` of an environment (:meth:`OperatorTerms.layer_env`)."""
+    return {k: (Link(v.bw[idx], v.alpha[idx]) if isinstance(v, Link) else v[idx])
+            for k, v in env.items()}
+
+
 def _repeat_env(env: dict, reps: int) -> dict:
     out: dict[str, Any] = {}
     for k, v in env.items():
@@ -469,9 +470,7 @@ def _layer_rows(cm: CostModel, env: dict, dims: np.ndarray, lin: np.ndarray, is_
     l_out = np.empty((k, r), dtype=np.int64)
     step = max(1, 200_000 // max(r, 1))
     for s in range(0, k, step):
-        e: dict[str, Any]
-        e = {kk: (Link(v.bw[s:s + step], v.alpha[s:s + step]) if isinstance(v, Link)
-                  else v[s:s + step]) for kk, v in env.items()}
+        e = _take_env(env, slice(s, s + step))
         kc = len(e["tp"])
         er = _repeat_env(e, r)
         tt, lo, _ = cm.layer(er, np.tile(dims, (kc, 1)), np.tile(lin, kc), is_moe, window,
@@ -549,8 +548,7 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     grp_cols = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx, keys.dec, pf], axis=1)
     _, g_first, g_inv = np.unique(grp_cols, axis=0, return_index=True, return_inverse=True)
     g_inv = g_inv.reshape(-1)
-    env_g = {kk: (Link(v.bw[g_first], v.alpha[g_first]) if isinstance(v, Link) else v[g_first])
-             for kk, v in env.items()}
+    env_g = _take_env(env, g_first)
     base = np.full(NUM_OPS, REPLICATED, dtype=np.int64)
     # Hub rows with the reference (replicated) FFN. The attention block is
     # X(L, qkv, attention) + Y(attention, o_proj) (the attention core requires a layout fixed by
