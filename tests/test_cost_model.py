@@ -35,6 +35,15 @@ def _linear(dev, rows, k, n, params):
     return _roof(dev, 2 * rows * params, params * 2 + rows * (k + n) * 2)
 
 
+def _expert_roof(dev, flops, n_bytes, k, n):
+    """An expert GEMM of local shape ``[·, k] · [k, n]``: the roofline at the rate times the
+    narrow-GEMM factor ``k/(k + x) · n/(n + x)``, ``x = expert_shape_half``."""
+    x = CFG.expert_shape_half
+    peak = dev.peak_bf16_flops_per_s * CFG.flops_efficiency * k / (k + x) * n / (n + x)
+    return max(flops / peak, n_bytes / (dev.hbm_bytes_per_s * CFG.hbm_efficiency)) \
+        + CFG.kernel_overhead_s
+
+
 def _act(dev, up_elems):
     """Gated activation pass: read the gate+up outputs, write half (SiluAndMul), 2 B each."""
     return up_elems * 1.5 * 2 / (dev.hbm_bytes_per_s * CFG.hbm_efficiency) + CFG.kernel_overhead_s
@@ -100,7 +109,8 @@ def test_golden_dense_tp2_adds_two_allreduces_per_layer():
 
 
 def test_golden_moe_local_routing_and_all_to_all():
-    """MoE: tp=1 routes locally (no collective); ep=2, dp=2 dispatches by all-to-all whose
+    """MoE: tp=1 routes locally (no collective), the expert block with its fixed cost and the
+    narrow-GEMM rate; ep=2, dp=2 dispatches by all-to-all whose
     volume is N/g · D(ep) · etp · H · bytes · (1 − 1/g), D(2) = 2·(1 − C(2,2)/C(4,2)) = 5/3."""
     m = tiny_moe()
     cl = parse_cluster("h100-sxm:2")
@@ -111,8 +121,9 @@ def test_golden_moe_local_routing_and_all_to_all():
     assert e1.collectives == ()
     # Expert compute at batch 1: 2 token-expert pairs, 2 of 4 experts touched.
     H, FFN = 1024, 512
-    up = (_roof(dev, 2 * 2 * 2 * H * FFN, 2 * 2 * H * FFN * 2 + 2 * (H + 2 * FFN) * 2)
-          + _act(dev, 2 * 2 * FFN))
+    up = (_expert_roof(dev, 2 * 2 * 2 * H * FFN, 2 * 2 * H * FFN * 2 + 2 * (H + 2 * FFN) * 2,
+                       H, 2 * FFN)
+          + _act(dev, 2 * 2 * FFN) + CFG.moe_block_overhead_s)
     assert e1.op_time_s["expert_up"] == pytest.approx(2 * up, rel=REL)
     e2 = cm.evaluate(Strategy(tp=1, ep=2, pp=1, dp=2, batch=2))
     a2a = [c for c in e2.collectives if c.where == "moe dispatch"]
@@ -136,21 +147,21 @@ def test_golden_busiest_ep_rank_and_dense_local_outputs():
     mean = pairs / 2
     busiest = mean + math.sqrt(2 * mean * math.log(2))
     touched = 2 * (1 - (1 - 2 / 4) ** 8)            # of the rank's 2 experts
-    up = (_roof(dev, 2 * busiest * 2 * H * FFN,
-                touched * 2 * H * FFN * 2 + (busiest * H + pairs * 2 * FFN) * 2)
-          + _act(dev, pairs * 2 * FFN))
+    up = (_expert_roof(dev, 2 * busiest * 2 * H * FFN,
+                       touched * 2 * H * FFN * 2 + (busiest * H + pairs * 2 * FFN) * 2, H, 2 * FFN)
+          + _act(dev, pairs * 2 * FFN) + CFG.moe_block_overhead_s)
     assert e.op_time_s["expert_up"] == pytest.approx(2 * up, rel=REL)
     own = CostModel(m, cl, Workload(Phase.DECODE, isl=1000),
                     config=dataclasses.replace(CFG, moe_dense_local_outputs=False))
     e_own = own.evaluate(Strategy(tp=2, ep=2, pp=1, dp=1, batch=8))
-    up_own = (_roof(dev, 2 * busiest * 2 * H * FFN,
-                    touched * 2 * H * FFN * 2 + busiest * (H + 2 * FFN) * 2)
-              + _act(dev, busiest * 2 * FFN))
+    up_own = (_expert_roof(dev, 2 * busiest * 2 * H * FFN,
+                           touched * 2 * H * FFN * 2 + busiest * (H + 2 * FFN) * 2, H, 2 * FFN)
+              + _act(dev, busiest * 2 * FFN) + CFG.moe_block_overhead_s)
     assert e_own.op_time_s["expert_up"] == pytest.approx(2 * up_own, rel=REL)
     # expert_down writes the same rows (H wide), then the top-k sum reads them all and writes
     # one row per token.
-    down = (_roof(dev, 2 * busiest * FFN * H,
-                  touched * FFN * H * 2 + (busiest * FFN + pairs * H) * 2)
+    down = (_expert_roof(dev, 2 * busiest * FFN * H,
+                         touched * FFN * H * 2 + (busiest * FFN + pairs * H) * 2, FFN, H)
             + _stream(dev, pairs * H * (1 + 1 / 2)))
     assert e.op_time_s["expert_down"] == pytest.approx(2 * down, rel=REL)
 

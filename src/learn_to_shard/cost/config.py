@@ -138,9 +138,10 @@ _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
               "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency",
               "gemm_overlap_efficiency")
 #: Fields that are times, sizes or shape constants: each must be >= 0.
-_NON_NEGATIVE = ("kernel_overhead_s", "runtime_reserved_bytes", "host_step_overhead_s",
-                 "host_seq_overhead_s", "host_prefill_overhead_s", "scale_up_latency_s",
-                 "scale_out_latency_s", "gemm_shape_half")
+_NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s", "runtime_reserved_bytes",
+                 "host_step_overhead_s", "host_seq_overhead_s", "host_prefill_overhead_s",
+                 "scale_up_latency_s", "scale_out_latency_s", "gemm_shape_half",
+                 "expert_shape_half")
 #: Fields that must be >= 1 (counts, multipliers of an expected maximum).
 _AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance")
 
@@ -311,6 +312,26 @@ class CostModelConfig:
         gemm_overlap_efficiency: the overlapped pair runs at ``max(comm, gemm) / e``: the
             GEMM split into per-rank chunks runs below its whole-matrix rate and the first
             chunk cannot overlap. 0.8 is an assumption (no measurement of it here).
+        moe_block_overhead_s: fixed time of one MoE layer's routed-expert block per step,
+            beyond its two expert GEMMs' roofline and ``kernel_overhead_s`` (the routing,
+            token permutation, expert-offset, activation-quantisation and finalize kernels a
+            fused MoE launches), seconds; added where a rank holds tokens for its experts.
+            20 µs, *fitted on measured kernels* together with the ``trtllm`` profile's
+            ``expert_shape_half`` (``fidelity.kernels.fit_moe_kernels``): the balanced-routing
+            rows of ``data/silicon/moe.csv`` (TensorRT-LLM's MoE block, aiconfigurator-core
+            0.12.0) of DeepSeek-V3, Mixtral-8x7B and Qwen3-30B-A3B on H100/H200/B200 in
+            bf16/fp8/fp8 block-scaled, median |ln error| 0.42 → 0.14; held out,
+            Qwen3-235B-A22B's rows, 0.45 → 0.14. One value for every device and dtype.
+        expert_shape_half: the expert GEMMs' rate falls with their local ``K`` and ``N`` as
+            ``K/(K + x) · N/(N + x)``: many narrow expert GEMMs (expert TP splits ``N`` of the
+            up and ``K`` of the down projection) run below a few wide ones (EP), and grouped
+            expert GEMMs below a dense GEMM of the same size; 0 = off. A property of the MoE
+            kernels, so engine profiles set it: ``trtllm`` 1024, fitted with
+            ``moe_block_overhead_s`` on TensorRT-LLM's kernels (the measured EP8 time is
+            0.3–0.6 of expert-TP8's above 1,024 tokens; without the curve the model says
+            0.5–0.75). 0 elsewhere: vLLM's Triton fused MoE shows no EP advantage on one
+            H200 node (FC-26: prefill MoE 3.4 ms per layer with EP8, 3.1 ms with TP8), and
+            SGLang's default MoE kernel is of the same Triton lineage (assumption).
     """
 
     flops_efficiency: float = _DEFAULTS["flops_efficiency"]
@@ -350,6 +371,8 @@ class CostModelConfig:
     sequence_parallel: bool = False
     gemm_overlap: bool = False
     gemm_overlap_efficiency: float = 0.8
+    moe_block_overhead_s: float = 20e-6
+    expert_shape_half: float = 0.0
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.
@@ -470,6 +493,10 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         # gated activation and finalize loop only to expert_first_token_offset[experts per
         # node], the rows of this rank's experts.
         "moe_dense_local_outputs": False,
+        # Its grouped expert GEMMs slow down with narrow local shapes (expert TP): fitted on
+        # its measured MoE kernels with moe_block_overhead_s (fidelity.kernels.fit_moe_kernels,
+        # data/silicon/moe.csv). vLLM's Triton fused MoE shows no such EP advantage (FC-26).
+        "expert_shape_half": 1024.0,
         "engine": "trtllm",
         **_engine_fit("trtllm"),
     },

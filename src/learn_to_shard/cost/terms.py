@@ -911,10 +911,13 @@ class OperatorTerms:
             r_out = np.where(req == S0, np.ceil(pairs_out / etp_f), pairs_out)
             by = touched * w_loc * self._ewb + (r_loc * k_loc + r_out * n_loc) * ab
             m_exp = r_loc / np.maximum(touched, 1.0)          # tokens per local expert
-            comp = self._roofline(fl, by,
-                                  self._expert_flops * self._shape_eff(m_exp, k_loc, n_loc))
-            if act:
-                comp = comp + self._act_pass(r_out * n_loc)
+            x0 = c.expert_shape_half
+            narrow = k_loc / (k_loc + x0) * n_loc / (n_loc + x0)
+            comp = self._roofline(fl, by, self._expert_flops * narrow
+                                  * self._shape_eff(m_exp, k_loc, n_loc))
+            if act:         # the block's fixed cost once per layer, with its first GEMM
+                comp = comp + self._act_pass(r_out * n_loc) \
+                    + np.where(r_loc > 0, c.moe_block_overhead_s, 0.0)
             if reduce:      # the top-k weighted sum: read every output row, write one per token
                 comp = comp + self._stream_pass(r_out * n_loc * (1.0 + 1.0 / moe.top_k))
             ops[name] = comp

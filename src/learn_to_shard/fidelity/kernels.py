@@ -13,7 +13,7 @@ import csv
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,9 @@ from ..engines.collectives import CUSTOM_ALL_REDUCE
 from ..hardware.presets import load_device
 from ..hardware.spec import ClusterSpec
 from ..model.hf_config import load_model
+from ..parallel.ops import MEGATRON_DIMS
 from ..parallel.space import StrategySpace
+from ..parallel.strategy import Strategy
 from ..workload import DType, Phase, Workload
 from .fit import coordinate_descent
 from .measurements import data_dir
@@ -40,7 +42,9 @@ from .measurements import data_dir
 __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a_report",
            "collective_algorithm_kernels", "collective_algorithm_report",
            "OperatorStats", "silicon_dir", "silicon_tables", "silicon_kernels",
-           "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon"]
+           "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon",
+           "MOE_SHAPES", "MOE_CALIBRATION_MODELS", "MOE_FIT_GRID", "MoEKernel", "moe_kernels",
+           "MoEStats", "moe_kernel_report", "fit_moe_kernels"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 _Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
 _SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv",
-                  "custom_allreduce.csv", "moe_a2a.csv")
+                  "custom_allreduce.csv", "moe_a2a.csv", "moe.csv")
 
 
 def silicon_tables(root: Path) -> dict[str, list[dict[str, str]]]:
@@ -478,3 +482,173 @@ def expert_a2a_report(config: CostModelConfig | None = None,
                            statistics.median(abs(p) for p, _ in v),
                            statistics.median(m for _, m in v))
             for (split, mode, phase), v in sorted(groups.items())]
+
+
+#: The MoE shapes of ``moe.csv`` (hidden, expert width, top-k, experts) and the shipped config
+#: of each; ``moe_kernels`` prices a row through that model's MoE layer.
+MOE_SHAPES: dict[tuple[int, int, int, int], str] = {
+    (7168, 2048, 8, 256): "deepseek-v3",
+    (4096, 14336, 2, 8): "mixtral-8x7b",
+    (2048, 768, 8, 128): "qwen3-30b-a3b",
+    (4096, 1536, 8, 128): "qwen3-235b-a22b",
+}
+#: Shapes whose rows the MoE block constants are fitted on; the others are held out.
+MOE_CALIBRATION_MODELS: tuple[str, ...] = ("deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b")
+#: The table's weight dtypes the model prices (NVFP4 and MXFP4 rows need the 4-bit
+#: checkpoints of the same shapes and are left out).
+_MOE_DTYPES = {"bfloat16": DType.BF16, "fp8": DType.FP8, "fp8_block": DType.FP8}
+#: Grid of :func:`fit_moe_kernels`: the fixed cost per MoE block (s) and the narrow-GEMM
+#: half-width of the expert GEMMs' local K and N (what ships in ``CostModelConfig``).
+MOE_FIT_GRID: dict[str, tuple[float, ...]] = {
+    "moe_block_overhead_s": tuple(x * 1e-6 for x in (0, 4, 8, 12, 16, 20, 24, 28, 32)),
+    "expert_shape_half": (0.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0),
+}
+
+
+@dataclass(frozen=True)
+class MoEKernel:
+    """One measured routed-expert block (``moe.csv``) beside the cost model's price of it.
+
+    Attributes:
+        model: shipped config of the row's shape; preset: device; dtype: the table's weight
+            dtype; tokens: tokens entering the layer (all of them, before dispatch);
+            moe_tp, moe_ep: expert TP and EP degrees; split: ``calibration`` or ``held-out``
+            (:data:`MOE_CALIBRATION_MODELS`).
+        predicted_s: the model's ``expert_up + expert_down`` time of one layer (act pass,
+            top-k reduce and the block's fixed cost included), seconds.
+        measured_s: the table's latency, seconds.
+    """
+
+    model: str
+    preset: str
+    dtype: str
+    tokens: int
+    moe_tp: int
+    moe_ep: int
+    split: str
+    predicted_s: float
+    measured_s: float
+
+
+def moe_kernels(config: CostModelConfig | None = None,
+                tables: dict[str, list[dict[str, str]]] | None = None,
+                distribution: str = "balanced") -> list[MoEKernel]:
+    """Every H100 / H200 / B200 row of ``moe.csv`` with ``distribution`` routing, in a dtype the
+    model prices, predicted by the cost model's MoE layer: the row's shape (its shipped config,
+    :data:`MOE_SHAPES`), TP ``moe_tp · moe_ep`` with EP ``moe_ep`` (expert TP ``moe_tp``),
+    Megatron's dims, a decode step of ``tokens`` sequences, ``expert_up + expert_down`` of one
+    MoE layer. ``config`` defaults to the ``trtllm`` profile (the table's kernels are
+    TensorRT-LLM's: each rank writes only its own pairs).
+
+    The table's ``balanced`` rows spread tokens evenly over the experts; the model's
+    busiest-rank factor (balls into bins) still applies, a small excess at large token counts.
+    """
+    cfg = config or CostModelConfig.for_engine("trtllm")
+    tabs = tables if tables is not None else silicon_tables(silicon_dir())
+    groups: dict[tuple, list[dict[str, str]]] = {}
+    for r in tabs.get("moe.csv", []):
+        shape = (int(r["hidden"]), int(r["inter"]), int(r["topk"]), int(r["experts"]))
+        if (r["distribution"] != distribution or shape not in MOE_SHAPES
+                or r["dtype"] not in _MOE_DTYPES
+                or r["preset"] not in ("h100-sxm", "h200", "b200")):
+            continue
+        key = (MOE_SHAPES[shape], r["preset"], r["dtype"], int(r["moe_tp"]), int(r["moe_ep"]))
+        groups.setdefault(key, []).append(r)
+    models = {name: load_model(name) for name in {k[0] for k in groups}}
+    out = []
+    for (name, preset, dtype, etp, ep), rows in sorted(groups.items()):
+        model = models[name]
+        g = etp * ep
+        cluster = ClusterSpec(load_device(preset), max(g, 8))
+        tokens = tuple(sorted({int(r["tokens"]) for r in rows}))
+        space = StrategySpace.build(model, cluster)
+        space = replace(space, tp_values=(g,), ep_values=(ep,), pp_values=(1,), dp_values=(1,),
+                        batch_values=tokens)
+        cm = CostModel(model, cluster, Workload(Phase.DECODE, isl=128,
+                                                weight_dtype=_MOE_DTYPES[dtype]),
+                       config=cfg, space=space)
+        layers = sum(1 for layer in model.layers if layer.is_moe)
+        split = "calibration" if name in MOE_CALIBRATION_MODELS else "held-out"
+        for r in rows:
+            est = cm.evaluate(Strategy(tp=g, ep=ep, pp=1, dp=1, batch=int(r["tokens"]),
+                                       dims=MEGATRON_DIMS))
+            pred = (est.op_time_s["expert_up"] + est.op_time_s["expert_down"]) / layers
+            out.append(MoEKernel(name, preset, dtype, int(r["tokens"]), etp, ep, split, pred,
+                                 float(r["latency_s"])))
+    return out
+
+
+@dataclass(frozen=True)
+class MoEStats:
+    """:func:`moe_kernels`' error on one group of rows.
+
+    Attributes:
+        split, preset: the group; tokens: ``<=16``, ``<=1024`` or ``>1024``.
+        n: rows; median_error: median signed ``predicted / measured − 1``; median_abs: median
+        absolute error; ep_over_tp: median over (device, dtype, shape, tokens) of the
+        measured EP-only time over the expert-TP-only time at 8 ranks, beside the predicted
+        ratio (``(measured, predicted)``; ``None`` where the group has no such pair).
+    """
+
+    split: str
+    preset: str
+    tokens: str
+    n: int
+    median_error: float
+    median_abs: float
+    ep_over_tp: tuple[float, float] | None
+
+
+def _token_class(tokens: int) -> str:
+    return "<=16" if tokens <= 16 else "<=1024" if tokens <= 1024 else ">1024"
+
+
+def moe_kernel_report(config: CostModelConfig | None = None,
+                      folder: str | Path | None = None) -> list[MoEStats]:
+    """:func:`moe_kernels`' errors per (split, device, token class). Empty without the table."""
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    ks = moe_kernels(config, tables)
+    groups: dict[tuple[str, str, str], list[MoEKernel]] = {}
+    for k in ks:
+        groups.setdefault((k.split, k.preset, _token_class(k.tokens)), []).append(k)
+    at8 = {(k.model, k.preset, k.dtype, k.tokens, k.moe_ep): k for k in ks
+           if k.moe_tp * k.moe_ep == 8 and k.moe_ep in (1, 8)}
+    out = []
+    for (split, preset, tok), rows in sorted(groups.items()):
+        pairs = [(at8[(m, p, d, t, 8)], at8[(m, p, d, t, 1)])
+                 for (m, p, d, t, e) in at8 if e == 8 and (m, p, d, t, 1) in at8
+                 and p == preset and _token_class(t) == tok
+                 and (m in MOE_CALIBRATION_MODELS) == (split == "calibration")]
+        ratio = (statistics.median(a.measured_s / b.measured_s for a, b in pairs),
+                 statistics.median(a.predicted_s / b.predicted_s for a, b in pairs)) \
+            if pairs else None
+        errs = [k.predicted_s / k.measured_s - 1 for k in rows]
+        out.append(MoEStats(split, preset, tok, len(rows), statistics.median(errs),
+                            statistics.median(abs(e) for e in errs), ratio))
+    return out
+
+
+def fit_moe_kernels(config: CostModelConfig | None = None, folder: str | Path | None = None,
+                    grid: dict[str, tuple[float, ...]] | None = None
+                    ) -> tuple[dict[str, float], float, float]:
+    """Fit the MoE block factors of ``grid`` (default :data:`MOE_FIT_GRID`) on the calibration
+    rows of ``moe.csv`` (:data:`MOE_CALIBRATION_MODELS`, balanced routing, every device and
+    dtype the model prices), starting from ``config`` (default: the ``trtllm`` profile):
+    coordinate descent, loss median ``|ln(predicted / measured)|``. ~10 s per trial value
+    (the default grid, from zero, ~8 min).
+
+    Returns:
+        (fitted values, calibration loss, held-out loss at those values).
+    """
+    base = config or CostModelConfig.for_engine("trtllm")
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+
+    def losses(cfg: CostModelConfig) -> tuple[float, float]:
+        ks = moe_kernels(cfg, tables)
+        cal = [abs(math.log(k.predicted_s / k.measured_s)) for k in ks if k.split == "calibration"]
+        held = [abs(math.log(k.predicted_s / k.measured_s)) for k in ks if k.split != "calibration"]
+        return statistics.median(cal), statistics.median(held) if held else math.nan
+
+    g = grid or MOE_FIT_GRID
+    cfg, loss = coordinate_descent(lambda c: losses(c)[0], base, g)
+    return {k: float(getattr(cfg, k)) for k in g}, loss, losses(cfg)[1]

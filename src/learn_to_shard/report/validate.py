@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fidelity.kernels import KernelFit, OperatorStats
+from ..fidelity.kernels import KernelFit, MoEStats, OperatorStats
 from ..fidelity.measurements import KIND_LABEL, KINDS
 from ..fidelity.predict import RowResult
 from ..fidelity.stats import TIE_TOLERANCE, ValidationReport
@@ -158,6 +158,31 @@ def render_kernel_fits(fits: Sequence[KernelFit], console: Any = None) -> None:
                       str(f.n) if i == 0 else "", name, f"{f.shipped[name]:g}", f"{value:g}",
                       f"{100 * f.median_abs_before:.0f}% -> {100 * f.median_abs_after:.0f}%"
                       if i == 0 else "")
+    con.print(t)
+
+
+def render_moe_kernels(shipped: Sequence[MoEStats], without: Sequence[MoEStats],
+                       console: Any = None) -> None:
+    """Print the routed-expert block against ``moe.csv``: median signed error per (split,
+    device, token class) at the shipped factors and ``without`` (the block's fixed cost and
+    narrow-GEMM curve off), and the EP8-over-expert-TP8 time ratio, measured and predicted
+    (shipped, and without)."""
+    from rich.console import Console
+
+    con = console or Console()
+    t = _table("MoE expert block vs measured kernels (data/silicon/moe.csv, balanced routing; "
+               "CostModelConfig.moe_block_overhead_s, expert_shape_half)",
+               ("split", "device", "tokens", "kernels", "median error",
+                "without block cost and curve", "EP8 / TP8 measured", "predicted",
+                "predicted without"))
+    before = {(s.split, s.preset, s.tokens): s for s in without}
+    for s in shipped:
+        b = before.get((s.split, s.preset, s.tokens))
+        ratio, old = s.ep_over_tp, b.ep_over_tp if b else None
+        t.add_row(s.split, s.preset, s.tokens, str(s.n), f"{100 * s.median_error:+.0f}%",
+                  f"{100 * b.median_error:+.0f}%" if b else "",
+                  f"{ratio[0]:.2f}" if ratio else "", f"{ratio[1]:.2f}" if ratio else "",
+                  f"{old[1]:.2f}" if old else "")
     con.print(t)
 
 
