@@ -59,19 +59,21 @@ from .base import BudgetedEvaluator, ProgressFn, SearchResult
 from .exact_tables import (
     CHAIN_BREAKS,
     HUB,
-    HUB_A,
     N_AO,
     N_HUB,
     N_LAYOUTS,
     Coarse,
     DecompositionError,
+    MemTables,
     Parts,
+    StepTables,
     Structure,
     ZLayout,
     assemble_z,
     build_parts,
     coarse_terms,
     evaluate_z,
+    feature_floor,
     kv_free,
     mem_tables,
     needs_step2,
@@ -82,6 +84,9 @@ from .exact_tables import (
 
 #: Keys per table/candidate chunk (bounds peak memory of the vectorised tables).
 KEY_CHUNK_CELLS = 3_000_000
+#: Keys per chunk of the feature floors (step 3a): a floor holds ``[K, 27, n]`` arrays for
+#: a few feature columns only, so its chunks are larger than :data:`KEY_CHUNK_CELLS` allows.
+FLOOR_CHUNK_CELLS = 6_000_000
 #: (degree combination, candidate) pairs per vectorised evaluation chunk.
 PAIR_CHUNK = 400_000
 #: Relative slack when comparing bounds with the incumbent (float rounding only).
@@ -325,20 +330,6 @@ def _memory_floor(st: Structure, lay: ZLayout, mt, k: int) -> tuple[np.ndarray, 
     return z, ok[:, Op.ATTENTION]
 
 
-def _feature_floor(pa: Parts) -> np.ndarray:
-    """``[K, 3, F]``: per attention choice, a component-wise lower bound on the features of
-    every allowed candidate (hub plus each group's smallest allowed contribution)."""
-    def floor(part: np.ndarray, ok: np.ndarray) -> np.ndarray:      # [K, H, n, F] -> [K, H, F]
-        return np.where(ok[:, None, :, None], part, np.inf).min(axis=2)
-
-    z = (np.where(pa.hub_ok[:, :, None], pa.hub, np.inf) + floor(pa.emb, pa.emb_ok)
-         + floor(pa.dense, pa.dense_ok) + floor(pa.router, pa.router_ok)
-         + floor(pa.group, pa.group_ok))
-    lm = np.where(pa.lm_ok[:, None, :, None], pa.lm, np.inf).min(axis=(1, 2))   # [K, F]
-    z = z + lm[:, None, :]
-    return np.stack([z[:, HUB_A == a].min(axis=1) for a in range(NUM_CHOICES)], axis=1)
-
-
 def _by_pp(co: Coarse):
     """Yield (pp index, row indices) groups."""
     for p in np.unique(co.pp_idx):
@@ -459,7 +450,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     ws = np.empty(len(keys))
     zlb = np.full((len(keys), NUM_CHOICES, lay.size), np.inf)
 
-    def parts_of(idx: np.ndarray) -> Parts:
+    def tables_of(idx: np.ndarray) -> tuple[MemTables, list[StepTables]]:
         ks = keys.take(idx)
         mt = mem_tables(cm, st, ks)
         tabs = [step_tables(cm, st, ks)]
@@ -470,11 +461,14 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         if emb_t2 is not None:
             emb_t2[idx] = tabs[1].emb_t
         ws[idx] = mt.ws
-        return build_parts(st, mt, tabs)
+        return mt, tabs
 
-    for s in range(0, len(keys), kstep):
-        idx = np.arange(s, min(s + kstep, len(keys)))
-        zlb[idx] = _feature_floor(parts_of(idx))
+    # The floors need no per-candidate arrays, so their chunks can be larger (fewer, longer
+    # calls of the cost model's layer code).
+    fstep = max(kstep, FLOOR_CHUNK_CELLS // (N_HUB * n_opt * 4))
+    for s in range(0, len(keys), fstep):
+        idx = np.arange(s, min(s + fstep, len(keys)))
+        zlb[idx] = feature_floor(st, *tables_of(idx))
         # Rows per setting are fixed by the model's structure, so after the first chunk the
         # rows every remaining setting will build are known: stop now rather than later.
         check_time(upcoming=cert.table_rows // (idx[-1] + 1) * (len(keys) - idx[-1] - 1))
@@ -511,7 +505,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         new = new[[int(k_) not in cache for k_ in new]]
         for s in range(0, len(new), kstep):
             idx = new[s:s + kstep]
-            cand = _candidates(st, parts_of(idx), 0)
+            cand = _candidates(st, build_parts(st, *tables_of(idx)), 0)
             cert.candidates += len(cand.z)
             bounds = np.searchsorted(cand.key, np.arange(len(idx) + 1))
             for j, k_ in enumerate(idx):
