@@ -64,6 +64,7 @@ from .exact_tables import (
     N_LAYOUTS,
     Coarse,
     DecompositionError,
+    Keys,
     MemTables,
     Parts,
     StepTables,
@@ -199,6 +200,37 @@ class ExactSolution:
     certificate: Certificate
     curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
     open_cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+@dataclass
+class SettingCache:
+    """What :func:`solve` computed per setting, kept between its calls on one cost model.
+
+    The batch branch and bound of :func:`solve_any_batch` solves a cell's lower end again
+    at every split (and a split's middle becomes the lower end of the next round), so most
+    of its settings were already tabulated. Entries depend only on the setting (every
+    :class:`~learn_to_shard.search.exact_tables.Keys` field, as values) and on the cost
+    model, never on the batch grid or on the incumbent, so a cache is valid for every call
+    on the same cost model or a copy differing only in its batch candidates.
+
+    Attributes:
+        floors: setting -> ``(zlb [3, F], emb_t, emb_t2, ws)``: the feature floor per
+            attention choice, the embedding time of the main / TTFT step (seconds; ``nan``
+            without a TTFT step) and the workspace bytes.
+        cands: setting -> ``(z [C, F], dims [C, 12])``: the non-dominated candidates.
+    """
+
+    floors: dict[tuple[float, ...], tuple[np.ndarray, float, float, float]] = field(
+        default_factory=dict)
+    cands: dict[tuple[float, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+def _setting_ids(keys: Keys) -> list[tuple[float, ...]]:
+    """Each setting as a tuple of all its :class:`Keys` fields (the :class:`SettingCache`
+    key)."""
+    cols = np.stack([np.asarray(getattr(keys, f), dtype=np.float64)
+                     for f in Keys.__dataclass_fields__], axis=1)
+    return [tuple(r) for r in cols.tolist()]
 
 
 # ---------------------------------------------------------------------------------- Pareto
@@ -341,7 +373,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
           verify_samples: int = 64, progress: ProgressFn | None = None,
           work_limit: int | None = None, incumbent: float = 0.0,
           only: np.ndarray | None = None, cells: bool = False,
-          tops: np.ndarray | None = None) -> ExactSolution:
+          tops: np.ndarray | None = None,
+          setting_cache: SettingCache | None = None) -> ExactSolution:
     """The optimum of ``cm`` over its whole strategy space, with a certificate.
 
     Args:
@@ -362,6 +395,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
             optimum as ``open_cells``.
         tops: with ``only`` (distinct rows), each row's cell top instead of the next grid
             batch.
+        setting_cache: per-setting floors and candidates from earlier calls on this cost
+            model (read and extended; :class:`SettingCache`); ``None``: none kept.
 
     Returns:
         An :class:`ExactSolution`.
@@ -427,12 +462,16 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
                                                   mt_all.ws))
     cert.pruned_memory = int((~fits).sum())
     # Smallest-memory strategies of the combinations nearest to fitting: what is reported when
-    # nothing is feasible (the evaluator then names the limits they break).
-    closest = _closest_actions(st, co, mt_all, np.argsort(mem_lb, kind="stable")[:32])
+    # nothing is feasible (the evaluator then names the limits they break); built only then.
+    co_all = co
+
+    def closest() -> list[np.ndarray]:
+        return _closest_actions(st, co_all, mt_all, np.argsort(mem_lb, kind="stable")[:32])
+
     check_time()
     if not fits.any():
         cert.wall_s = time.perf_counter() - t0
-        return ExactSolution(None, 0.0, [], [], closest, cert)
+        return ExactSolution(None, 0.0, [], [], closest(), cert)
     co = co.take(np.flatnonzero(fits))
     if cell_hi is not None:
         cell_hi = cell_hi[fits]
@@ -449,6 +488,13 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     emb_t2 = np.empty(len(keys)) if step2 else None
     ws = np.empty(len(keys))
     zlb = np.full((len(keys), NUM_CHOICES, lay.size), np.inf)
+    kc = SettingCache() if setting_cache is None else setting_cache
+    ids = _setting_ids(keys)
+    hit = np.array([i_ in kc.floors for i_ in ids], dtype=bool)
+    for h in np.flatnonzero(hit).tolist():
+        zlb[h], emb_t[h], e2, ws[h] = kc.floors[ids[h]]
+        if emb_t2 is not None:
+            emb_t2[h] = e2
 
     def tables_of(idx: np.ndarray) -> tuple[MemTables, list[StepTables]]:
         ks = keys.take(idx)
@@ -466,12 +512,18 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     # The floors need no per-candidate arrays, so their chunks can be larger (fewer, longer
     # calls of the cost model's layer code).
     fstep = max(kstep, FLOOR_CHUNK_CELLS // (N_HUB * n_opt * 4))
-    for s in range(0, len(keys), fstep):
-        idx = np.arange(s, min(s + fstep, len(keys)))
+    todo = np.flatnonzero(~hit)
+    for s in range(0, len(todo), fstep):
+        idx = todo[s:s + fstep]
         zlb[idx] = feature_floor(st, *tables_of(idx))
+        for h in idx.tolist():
+            kc.floors[ids[h]] = (zlb[h].copy(), float(emb_t[h]),
+                                 float(emb_t2[h]) if emb_t2 is not None else np.nan,
+                                 float(ws[h]))
         # Rows per setting are fixed by the model's structure, so after the first chunk the
         # rows every remaining setting will build are known: stop now rather than later.
-        check_time(upcoming=cert.table_rows // (idx[-1] + 1) * (len(keys) - idx[-1] - 1))
+        done = s + len(idx)
+        check_time(upcoming=cert.table_rows // done * (len(todo) - done))
     # 4a. Upper bound per combination: the floor's objective, best attention choice.
     ub = np.zeros(len(co))
     for p, rows in _by_pp(co):
@@ -503,14 +555,17 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         rows = chunk[(ub[chunk] > 0.0) & (ub[chunk] * (1 + _SLACK) >= best)]
         new = np.unique(co.key[rows])
         new = new[[int(k_) not in cache for k_ in new]]
+        for k_ in new[[ids[int(k_)] in kc.cands for k_ in new]]:
+            cache[int(k_)] = kc.cands[ids[int(k_)]]
+        new = new[[int(k_) not in cache for k_ in new]]
         for s in range(0, len(new), kstep):
             idx = new[s:s + kstep]
             cand = _candidates(st, build_parts(st, *tables_of(idx)), 0)
             cert.candidates += len(cand.z)
             bounds = np.searchsorted(cand.key, np.arange(len(idx) + 1))
             for j, k_ in enumerate(idx):
-                cache[int(k_)] = (cand.z[bounds[j]:bounds[j + 1]],
-                                  cand.dims[bounds[j]:bounds[j + 1]])
+                cache[int(k_)] = kc.cands[ids[int(k_)]] = (cand.z[bounds[j]:bounds[j + 1]],
+                                                           cand.dims[bounds[j]:bounds[j + 1]])
             check_time()
         for p in np.unique(co.pp_idx[rows]):
             rr = rows[co.pp_idx[rows] == p]
@@ -581,7 +636,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     cert.wall_s = time.perf_counter() - t0
     curve_all = np.concatenate(curve) if curve else np.zeros(0)
     if found <= 0.0 or not top_actions:
-        return ExactSolution(None, 0.0, [], rej_actions, closest, cert, curve_all, open_cells)
+        return ExactSolution(None, 0.0, [], rej_actions, closest(), cert, curve_all,
+                             open_cells)
     return ExactSolution(top_actions[0], found, top_actions, rej_actions, [], cert, curve_all,
                          open_cells)
 
@@ -611,8 +667,9 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     """
     t0 = time.perf_counter()
     sp = cm.space
+    kc = SettingCache()
     sol = solve(cm, time_limit_s, keep, verify_samples, progress, work_limit,
-                cells=sp.any_batch)
+                cells=sp.any_batch, setting_cache=kc)
     cert = sol.certificate
     cert.any_batch = sp.any_batch
     if sol.open_cells is None or not len(sol.open_cells[0]):
@@ -638,7 +695,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
             time_limit_s - (time.perf_counter() - t0), 1e-3)
         work_left = None if work_limit is None else max(work_limit - cert.work, 0)
         sol2 = solve(cm2, left, keep, 0, progress, work_left, incumbent=best, only=only,
-                     cells=True, tops=tops)
+                     cells=True, tops=tops, setting_cache=kc)
         c2 = sol2.certificate
         cert.batch_integers_solved += c2.solved
         for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
@@ -928,5 +985,5 @@ def try_exact(cost_model: CostModel, time_limit_s: float | None = None,
 register("exact", ExactSearcher)
 
 __all__ = ["DEFAULT_WORK_LIMIT", "Certificate", "ExactLimitExceeded", "ExactSearcher",
-           "ExactSolution", "ExactTimeout", "ExactWorkLimit", "pareto_mask", "solve",
-           "try_exact"]
+           "ExactSolution", "ExactTimeout", "ExactWorkLimit", "SettingCache", "pareto_mask",
+           "solve", "try_exact"]

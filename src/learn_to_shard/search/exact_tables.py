@@ -1134,7 +1134,8 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
     cand = cand[(sp.rule_bits_many(neutral) & ~ENGINE_LAYOUT_BIT) == 0][:n]
     if not len(cand):
         return 0
-    pred = predict_many(cm, cand, st)
+    # The TTFT step is priced only where TTFT is checked below (or limits feasibility).
+    pred = predict_many(cm, cand, st, step2=needs_step2(cm))
     ref = cm.evaluate_many(cand)
     valid_ref = (ref.violation_bits & ((1 << len(_rules())) - 1)) == 0
 
