@@ -886,17 +886,14 @@ def feature_floor(st: Structure, mt: MemTables, tabs: list[StepTables]) -> np.nd
     cols: dict[str, dict[int, np.ndarray]] = {name: {} for name in GROUPS}
     for name, col, val, add in _group_terms(st, mt, tabs, lay):
         acc = cols[name]
-        if add and col in acc:
-            acc[col] = acc[col] + val
-        else:
-            acc[col] = np.broadcast_to(val, (k, N_HUB, val.shape[-1]))
+        acc[col] = acc[col] + val if add and col in acc else val   # [K, 27 or 1, n]
     hub, lm = _hub_lm(st, mt, tabs, lay)
     z = np.where(ok["hub"][:, :, None], hub, np.inf)
     for name in GROUPS:
         g_ok = ok[name]
         fl = np.empty((k, N_HUB, lay.size))
         fl[:] = np.where(g_ok.any(axis=1), 0.0, np.inf)[:, None, None]
-        for col, val in cols[name].items():
+        for col, val in cols[name].items():     # hub-independent columns: minimised once
             fl[:, :, col] = np.where(g_ok[:, None, :], val, np.inf).min(axis=2)
         z = z + fl
     lm_fl = np.where(ok["lm"][:, None, :, None], lm, np.inf).min(axis=(1, 2))   # [K, F]
