@@ -96,8 +96,8 @@ _SLACK = 1e-12
 #: search run by ``--method auto`` and by ``l2s compare``'s fraction-of-optimum column. Work is
 #: counted, not timed, so the choice is a deterministic function of the problem, the same on a
 #: loaded machine as on an idle one. On the project's 2-core machines one core does about
-#: 0.5-0.7 million units per second (GPT-MoE-1.6T decode at 16k on 24,576 H100s: 1.24 million
-#: units, ~2 s), so the limit corresponds to roughly 20-30 s there.
+#: 0.4-0.6 million units per second (GPT-MoE-1.6T decode at 16k on 24,576 H100s: 3.2 million
+#: units, 6-8 s; ``bench/exact_speed.py``), so the limit corresponds to roughly 25-40 s there.
 DEFAULT_WORK_LIMIT = 15_000_000
 
 
