@@ -11,14 +11,21 @@ The process pins itself to one CPU and one BLAS/OpenMP thread. Model loading and
 construction are inside the timed region (they are part of what a user waits for); Python
 start-up and imports are not.
 
-    .venv/bin/python bench/plan_speed.py [--repeat 3] [--case llama-3.1-8b ...]
+With ``--against REV`` the same plans (default grid only) run on this tree and on an older
+commit (a ``git worktree`` of it, ``bench/_against.py``), alternating in child processes under
+the same load; per case the new and old wall times, the speed-up (old / new) and whether the
+two trees found the same optimum (objective and strategy) are printed.
+
+    .venv/bin/python bench/plan_speed.py [--repeat 3] [--case llama-3.1-8b ...] [--against REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -92,9 +99,25 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best time counts")
     ap.add_argument("--case", action="append", help="model name of a case (default: all)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin to one CPU")
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="run the same plans on this older commit too; print old/new")
+    ap.add_argument("--rounds", type=int, default=2, help="with --against: runs per tree")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     pin = "not pinned" if args.no_pin else _pin_one_core()
     cases = [c for c in CASES if not args.case or c[0] in args.case]
+    if args.child:
+        out: dict[str, float | str] = {}
+        for case in cases:
+            runs = [_plan(case, pow2=False) for _ in range(args.repeat)]
+            out[f"{case[0]}/s"] = min(r[0] for r in runs)
+            out[f"{case[0]}/objective"] = runs[-1][1]
+            out[f"{case[0]}/strategy"] = runs[-1][2]
+        print(json.dumps(out))
+        return
+    if args.against:
+        _against_main(args, cases, pin)
+        return
     print(f"l2s plan wall time, auto search + 3 engine optima ({pin}; best of {args.repeat})")
     print(f"{'case':<44} {'any-int s':>9} {'pow2 s':>7} {'ratio':>6} {'goal':>5}  "
           f"optimum gain  strategy")
@@ -114,6 +137,32 @@ def main() -> None:
         print(f"{label:<44} {t_new:9.2f} {t_old:7.2f} {t_new / t_old:5.2f}x "
               f"{'met' if t_new <= TARGET_S else 'NOT':>5}  {gain:>12}  {short}")
     print(f"goal <= {TARGET_S:g} s met on {met}/{len(cases)} cases")
+
+
+def _against_main(args: argparse.Namespace, cases: list[tuple[str, str, str, int, int]],
+                  pin: str) -> None:
+    """``--against REV``: each case on this tree and on ``REV``, alternating child runs."""
+    from _against import run_against
+
+    child = ["--repeat", str(args.repeat)] + [a for c in cases for a in ("--case", c[0])] \
+        + (["--no-pin"] if args.no_pin else [])
+    best = {f"{c[0]}/{k}": how for c in cases
+            for k, how in (("s", "min"), ("objective", "max"), ("strategy", "max"))}
+    new, old = run_against(args.against, Path(__file__).resolve(), child, args.rounds, best)
+    print(f"l2s plan wall time, auto search + 3 engine optima: this tree vs {args.against}, "
+          f"alternating, best of {args.rounds} x {args.repeat} each ({pin})")
+    print(f"{'case':<44} {'new s':>6} {'old s':>6} {'old/new':>7} {'goal':>5}  same optimum")
+    met = 0
+    for case in cases:
+        n_s, o_s = float(new[f"{case[0]}/s"]), float(old[f"{case[0]}/s"])
+        same = all(new[f"{case[0]}/{k}"] == old[f"{case[0]}/{k}"]
+                   for k in ("objective", "strategy"))
+        met += n_s <= TARGET_S
+        label = f"{case[0]} {case[1]} {case[2]} {case[3]}/{case[4]}"
+        print(f"{label:<44} {n_s:6.2f} {o_s:6.2f} {o_s / n_s:6.2f}x "
+              f"{'met' if n_s <= TARGET_S else 'NOT':>5}  "
+              f"{'yes' if same else 'NO'}  {new[f'{case[0]}/strategy']}")
+    print(f"goal <= {TARGET_S:g} s met on {met}/{len(cases)} cases (this tree)")
 
 
 if __name__ == "__main__":

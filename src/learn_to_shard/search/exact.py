@@ -59,19 +59,22 @@ from .base import BudgetedEvaluator, ProgressFn, SearchResult
 from .exact_tables import (
     CHAIN_BREAKS,
     HUB,
-    HUB_A,
     N_AO,
     N_HUB,
     N_LAYOUTS,
     Coarse,
     DecompositionError,
+    Keys,
+    MemTables,
     Parts,
+    StepTables,
     Structure,
     ZLayout,
     assemble_z,
     build_parts,
     coarse_terms,
     evaluate_z,
+    feature_floor,
     kv_free,
     mem_tables,
     needs_step2,
@@ -82,6 +85,9 @@ from .exact_tables import (
 
 #: Keys per table/candidate chunk (bounds peak memory of the vectorised tables).
 KEY_CHUNK_CELLS = 3_000_000
+#: Keys per chunk of the feature floors (step 3a): a floor holds ``[K, 27, n]`` arrays for
+#: a few feature columns only, so its chunks are larger than :data:`KEY_CHUNK_CELLS` allows.
+FLOOR_CHUNK_CELLS = 6_000_000
 #: (degree combination, candidate) pairs per vectorised evaluation chunk.
 PAIR_CHUNK = 400_000
 #: Relative slack when comparing bounds with the incumbent (float rounding only).
@@ -90,8 +96,8 @@ _SLACK = 1e-12
 #: search run by ``--method auto`` and by ``l2s compare``'s fraction-of-optimum column. Work is
 #: counted, not timed, so the choice is a deterministic function of the problem, the same on a
 #: loaded machine as on an idle one. On the project's 2-core machines one core does about
-#: 0.5-0.7 million units per second (GPT-MoE-1.6T decode at 16k on 24,576 H100s: 1.24 million
-#: units, ~2 s), so the limit corresponds to roughly 20-30 s there.
+#: 0.4-0.6 million units per second (GPT-MoE-1.6T decode at 16k on 24,576 H100s: 3.2 million
+#: units, 6-8 s; ``bench/exact_speed.py``), so the limit corresponds to roughly 25-40 s there.
 DEFAULT_WORK_LIMIT = 15_000_000
 
 
@@ -194,6 +200,37 @@ class ExactSolution:
     certificate: Certificate
     curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
     open_cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+@dataclass
+class SettingCache:
+    """What :func:`solve` computed per setting, kept between its calls on one cost model.
+
+    The batch branch and bound of :func:`solve_any_batch` solves a cell's lower end again
+    at every split (and a split's middle becomes the lower end of the next round), so most
+    of its settings were already tabulated. Entries depend only on the setting (every
+    :class:`~learn_to_shard.search.exact_tables.Keys` field, as values) and on the cost
+    model, never on the batch grid or on the incumbent, so a cache is valid for every call
+    on the same cost model or a copy differing only in its batch candidates.
+
+    Attributes:
+        floors: setting -> ``(zlb [3, F], emb_t, emb_t2, ws)``: the feature floor per
+            attention choice, the embedding time of the main / TTFT step (seconds; ``nan``
+            without a TTFT step) and the workspace bytes.
+        cands: setting -> ``(z [C, F], dims [C, 12])``: the non-dominated candidates.
+    """
+
+    floors: dict[tuple[float, ...], tuple[np.ndarray, float, float, float]] = field(
+        default_factory=dict)
+    cands: dict[tuple[float, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+def _setting_ids(keys: Keys) -> list[tuple[float, ...]]:
+    """Each setting as a tuple of all its :class:`Keys` fields (the :class:`SettingCache`
+    key)."""
+    cols = np.stack([np.asarray(getattr(keys, f), dtype=np.float64)
+                     for f in Keys.__dataclass_fields__], axis=1)
+    return [tuple(r) for r in cols.tolist()]
 
 
 # ---------------------------------------------------------------------------------- Pareto
@@ -325,20 +362,6 @@ def _memory_floor(st: Structure, lay: ZLayout, mt, k: int) -> tuple[np.ndarray, 
     return z, ok[:, Op.ATTENTION]
 
 
-def _feature_floor(pa: Parts) -> np.ndarray:
-    """``[K, 3, F]``: per attention choice, a component-wise lower bound on the features of
-    every allowed candidate (hub plus each group's smallest allowed contribution)."""
-    def floor(part: np.ndarray, ok: np.ndarray) -> np.ndarray:      # [K, H, n, F] -> [K, H, F]
-        return np.where(ok[:, None, :, None], part, np.inf).min(axis=2)
-
-    z = (np.where(pa.hub_ok[:, :, None], pa.hub, np.inf) + floor(pa.emb, pa.emb_ok)
-         + floor(pa.dense, pa.dense_ok) + floor(pa.router, pa.router_ok)
-         + floor(pa.group, pa.group_ok))
-    lm = np.where(pa.lm_ok[:, None, :, None], pa.lm, np.inf).min(axis=(1, 2))   # [K, F]
-    z = z + lm[:, None, :]
-    return np.stack([z[:, HUB_A == a].min(axis=1) for a in range(NUM_CHOICES)], axis=1)
-
-
 def _by_pp(co: Coarse):
     """Yield (pp index, row indices) groups."""
     for p in np.unique(co.pp_idx):
@@ -350,7 +373,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
           verify_samples: int = 64, progress: ProgressFn | None = None,
           work_limit: int | None = None, incumbent: float = 0.0,
           only: np.ndarray | None = None, cells: bool = False,
-          tops: np.ndarray | None = None) -> ExactSolution:
+          tops: np.ndarray | None = None,
+          setting_cache: SettingCache | None = None) -> ExactSolution:
     """The optimum of ``cm`` over its whole strategy space, with a certificate.
 
     Args:
@@ -371,6 +395,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
             optimum as ``open_cells``.
         tops: with ``only`` (distinct rows), each row's cell top instead of the next grid
             batch.
+        setting_cache: per-setting floors and candidates from earlier calls on this cost
+            model (read and extended; :class:`SettingCache`); ``None``: none kept.
 
     Returns:
         An :class:`ExactSolution`.
@@ -436,12 +462,16 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
                                                   mt_all.ws))
     cert.pruned_memory = int((~fits).sum())
     # Smallest-memory strategies of the combinations nearest to fitting: what is reported when
-    # nothing is feasible (the evaluator then names the limits they break).
-    closest = _closest_actions(st, co, mt_all, np.argsort(mem_lb, kind="stable")[:32])
+    # nothing is feasible (the evaluator then names the limits they break); built only then.
+    co_all = co
+
+    def closest() -> list[np.ndarray]:
+        return _closest_actions(st, co_all, mt_all, np.argsort(mem_lb, kind="stable")[:32])
+
     check_time()
     if not fits.any():
         cert.wall_s = time.perf_counter() - t0
-        return ExactSolution(None, 0.0, [], [], closest, cert)
+        return ExactSolution(None, 0.0, [], [], closest(), cert)
     co = co.take(np.flatnonzero(fits))
     if cell_hi is not None:
         cell_hi = cell_hi[fits]
@@ -458,8 +488,15 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     emb_t2 = np.empty(len(keys)) if step2 else None
     ws = np.empty(len(keys))
     zlb = np.full((len(keys), NUM_CHOICES, lay.size), np.inf)
+    kc = SettingCache() if setting_cache is None else setting_cache
+    ids = _setting_ids(keys)
+    hit = np.array([i_ in kc.floors for i_ in ids], dtype=bool)
+    for h in np.flatnonzero(hit).tolist():
+        zlb[h], emb_t[h], e2, ws[h] = kc.floors[ids[h]]
+        if emb_t2 is not None:
+            emb_t2[h] = e2
 
-    def parts_of(idx: np.ndarray) -> Parts:
+    def tables_of(idx: np.ndarray) -> tuple[MemTables, list[StepTables]]:
         ks = keys.take(idx)
         mt = mem_tables(cm, st, ks)
         tabs = [step_tables(cm, st, ks)]
@@ -470,14 +507,23 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         if emb_t2 is not None:
             emb_t2[idx] = tabs[1].emb_t
         ws[idx] = mt.ws
-        return build_parts(st, mt, tabs)
+        return mt, tabs
 
-    for s in range(0, len(keys), kstep):
-        idx = np.arange(s, min(s + kstep, len(keys)))
-        zlb[idx] = _feature_floor(parts_of(idx))
+    # The floors need no per-candidate arrays, so their chunks can be larger (fewer, longer
+    # calls of the cost model's layer code).
+    fstep = max(kstep, FLOOR_CHUNK_CELLS // (N_HUB * n_opt * 4))
+    todo = np.flatnonzero(~hit)
+    for s in range(0, len(todo), fstep):
+        idx = todo[s:s + fstep]
+        zlb[idx] = feature_floor(st, *tables_of(idx))
+        for h in idx.tolist():
+            kc.floors[ids[h]] = (zlb[h].copy(), float(emb_t[h]),
+                                 float(emb_t2[h]) if emb_t2 is not None else np.nan,
+                                 float(ws[h]))
         # Rows per setting are fixed by the model's structure, so after the first chunk the
         # rows every remaining setting will build are known: stop now rather than later.
-        check_time(upcoming=cert.table_rows // (idx[-1] + 1) * (len(keys) - idx[-1] - 1))
+        done = s + len(idx)
+        check_time(upcoming=cert.table_rows // done * (len(todo) - done))
     # 4a. Upper bound per combination: the floor's objective, best attention choice.
     ub = np.zeros(len(co))
     for p, rows in _by_pp(co):
@@ -509,14 +555,17 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         rows = chunk[(ub[chunk] > 0.0) & (ub[chunk] * (1 + _SLACK) >= best)]
         new = np.unique(co.key[rows])
         new = new[[int(k_) not in cache for k_ in new]]
+        for k_ in new[[ids[int(k_)] in kc.cands for k_ in new]]:
+            cache[int(k_)] = kc.cands[ids[int(k_)]]
+        new = new[[int(k_) not in cache for k_ in new]]
         for s in range(0, len(new), kstep):
             idx = new[s:s + kstep]
-            cand = _candidates(st, parts_of(idx), 0)
+            cand = _candidates(st, build_parts(st, *tables_of(idx)), 0)
             cert.candidates += len(cand.z)
             bounds = np.searchsorted(cand.key, np.arange(len(idx) + 1))
             for j, k_ in enumerate(idx):
-                cache[int(k_)] = (cand.z[bounds[j]:bounds[j + 1]],
-                                  cand.dims[bounds[j]:bounds[j + 1]])
+                cache[int(k_)] = kc.cands[ids[int(k_)]] = (cand.z[bounds[j]:bounds[j + 1]],
+                                                           cand.dims[bounds[j]:bounds[j + 1]])
             check_time()
         for p in np.unique(co.pp_idx[rows]):
             rr = rows[co.pp_idx[rows] == p]
@@ -587,7 +636,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     cert.wall_s = time.perf_counter() - t0
     curve_all = np.concatenate(curve) if curve else np.zeros(0)
     if found <= 0.0 or not top_actions:
-        return ExactSolution(None, 0.0, [], rej_actions, closest, cert, curve_all, open_cells)
+        return ExactSolution(None, 0.0, [], rej_actions, closest(), cert, curve_all,
+                             open_cells)
     return ExactSolution(top_actions[0], found, top_actions, rej_actions, [], cert, curve_all,
                          open_cells)
 
@@ -617,8 +667,9 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     """
     t0 = time.perf_counter()
     sp = cm.space
+    kc = SettingCache()
     sol = solve(cm, time_limit_s, keep, verify_samples, progress, work_limit,
-                cells=sp.any_batch)
+                cells=sp.any_batch, setting_cache=kc)
     cert = sol.certificate
     cert.any_batch = sp.any_batch
     if sol.open_cells is None or not len(sol.open_cells[0]):
@@ -644,7 +695,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
             time_limit_s - (time.perf_counter() - t0), 1e-3)
         work_left = None if work_limit is None else max(work_limit - cert.work, 0)
         sol2 = solve(cm2, left, keep, 0, progress, work_left, incumbent=best, only=only,
-                     cells=True, tops=tops)
+                     cells=True, tops=tops, setting_cache=kc)
         c2 = sol2.certificate
         cert.batch_integers_solved += c2.solved
         for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
@@ -934,5 +985,5 @@ def try_exact(cost_model: CostModel, time_limit_s: float | None = None,
 register("exact", ExactSearcher)
 
 __all__ = ["DEFAULT_WORK_LIMIT", "Certificate", "ExactLimitExceeded", "ExactSearcher",
-           "ExactSolution", "ExactTimeout", "ExactWorkLimit", "pareto_mask", "solve",
-           "try_exact"]
+           "ExactSolution", "ExactTimeout", "ExactWorkLimit", "SettingCache", "pareto_mask",
+           "solve", "try_exact"]

@@ -56,6 +56,7 @@ this is what makes Pareto pruning of the per-operator choices exact.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -461,6 +462,12 @@ def _repeat_env(env: dict, reps: int) -> dict:
     return out
 
 
+#: Rows per call of ``OperatorTerms.layer`` in :func:`_layer_rows`: its ~100 elementwise
+#: passes then work on arrays that stay in the core's cache (measured 1.7x faster per row than
+#: 200,000-row calls on the project's machines; ``bench/plan_speed.py``).
+LAYER_CHUNK_ROWS = 16_384
+
+
 def _layer_rows(cm: CostModel, env: dict, dims: np.ndarray, lin: np.ndarray, is_moe: bool,
                 window: int | None, ctx: float) -> tuple[np.ndarray, np.ndarray]:
     """``OperatorTerms.layer`` on every (key, row) pair: times and output layouts ``[K, R]``."""
@@ -468,7 +475,7 @@ def _layer_rows(cm: CostModel, env: dict, dims: np.ndarray, lin: np.ndarray, is_
     r = len(dims)
     t_out = np.empty((k, r))
     l_out = np.empty((k, r), dtype=np.int64)
-    step = max(1, 200_000 // max(r, 1))
+    step = max(1, LAYER_CHUNK_ROWS // max(r, 1))
     for s in range(0, k, step):
         e = _take_env(env, slice(s, s + step))
         kc = len(e["tp"])
@@ -509,17 +516,15 @@ class StepTables:
 def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """LM-head time ``[K, 4, 3]`` and untied LM weight bytes ``[K, 3]`` (``OperatorTerms.lm_head``
-    for every incoming layout and choice)."""
+    for every incoming layout and choice, in one call on ``K · 12`` rows)."""
     k = len(keys.tp)
-    lm_rows = cm.lm_head_rows(dec, pf_seqs)
-    out = np.empty((k, N_LAYOUTS, NC))
-    lw = np.empty((k, NC))
-    for lay_code in range(N_LAYOUTS):
-        for ch in range(NC):
-            lm = cm.lm_head(np.full(k, lay_code, dtype=np.int64),
-                             np.full(k, ch, dtype=np.int64), keys.tp, lm_rows)
-            out[:, lay_code, ch] = lm["t_conv"] + lm["t_norm"] + lm["t_lm"] + lm["t_logits"]
-            lw[:, ch] = lm["w_bytes"]
+    n = N_LAYOUTS * NC
+    lm_rows = np.broadcast_to(cm.lm_head_rows(dec, pf_seqs), (k,))
+    lay_code = np.tile(np.repeat(np.arange(N_LAYOUTS, dtype=np.int64), NC), k)
+    ch = np.tile(np.arange(NC, dtype=np.int64), k * N_LAYOUTS)
+    lm = cm.lm_head(lay_code, ch, np.repeat(keys.tp, n), np.repeat(lm_rows, n))
+    out = (lm["t_conv"] + lm["t_norm"] + lm["t_lm"] + lm["t_logits"]).reshape(k, N_LAYOUTS, NC)
+    lw = np.broadcast_to(lm["w_bytes"], (k * n,)).reshape(k, N_LAYOUTS, NC)[:, -1, :].copy()
     return out, lw
 
 
@@ -733,6 +738,102 @@ class Parts:
     last_dense: bool
 
 
+#: Option-bearing groups of :class:`Parts` (each ``[K, 27, n, F]``), in the order their
+#: floors are summed by :func:`feature_floor`.
+GROUPS = ("emb", "dense", "router", "group")
+
+
+def _group_terms(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLayout
+                 ) -> Iterator[tuple[str, int, np.ndarray, bool]]:
+    """The entries of the option-bearing groups' feature arrays, one column at a time.
+
+    Yields ``(group, column, values, add)``: ``values`` broadcasts to ``[K, 27, n]`` (key,
+    hub, the group's option); ``add`` False sets the column (the arrays start at zero),
+    True adds to it. Applied in order, these give :func:`build_parts`'s ``emb``, ``dense``,
+    ``router`` and ``group`` arrays; :func:`feature_floor` minimises the same values per
+    column without building the arrays. Columns never yielded stay zero.
+    """
+    k = len(mt.ws)
+    ao = np.arange(N_HUB) % N_AO
+    hi = np.arange(N_HUB)
+    for t, (is_moe, _) in enumerate(st.types):
+        wcol = lay.w.start + t
+        dw = mt.dW[t]
+        if is_moe:
+            yield "router", wcol, dw[:, Op.ROUTER][:, st.r_opts][:, None, :], False
+            g_sum = sum(dw[:, op][:, st.g_opts[:, j]] for j, op in enumerate(
+                (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
+                 Op.SHARED_EXPERT_DOWN)))
+            yield "group", wcol, cast(np.ndarray, g_sum)[:, None, :], False
+        else:
+            yield "dense", wcol, (dw[:, Op.DENSE_UP][:, st.d_opts[:, 0]]
+                                  + dw[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]])[:, None, :], False
+    yield "emb", lay.ew, mt.EW[:, None, :], False
+    for si, tb in enumerate(tabs):
+        tx0 = lay.tx.start if si == 0 else lay.tx2.start
+        for p, (t, pt) in enumerate(st.pairs):
+            col = tx0 + p
+            is_moe = st.types[t][0]
+            a_t = tb.A[t]                                     # [K, 4, 27]
+            fr, fg, fd = tb.FR[t], tb.FG[t], tb.FD[t]
+            if is_moe:
+                assert fr is not None and fg is not None
+                yield "router", col, fr[:, ao, :], True
+                yield "group", col, fg[:, ao, :], True
+            else:
+                assert fd is not None
+                yield "dense", col, fd[:, ao, :], True
+            if pt < 0:
+                yield "emb", col, np.transpose(a_t[:, EMB_LAYOUT, :], (0, 2, 1)), True
+                continue
+            o = tb.out[pt][:, ao, :]                          # [K, 27, nφ] layouts
+            # a_t[k, o[k, h, j], h]: the next layer's hub time given this output layout.
+            val = a_t[np.arange(k)[:, None, None], o, hi[None, :, None]]
+            yield ("group" if st.types[pt][0] else "dense"), col, val, True
+
+
+def _hub_lm(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLayout
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The hub part ``[K, 27, F]`` and the LM-head part ``[K, 4, 3, F]`` of :class:`Parts`."""
+    k = len(mt.ws)
+    hub = np.zeros((k, N_HUB, lay.size))
+    lm = np.zeros((k, N_LAYOUTS, NC, lay.size))
+    for t in range(st.n_types):
+        wcol = lay.w.start + t
+        dw = mt.dW[t]
+        hub[:, :, wcol] = (mt.W0[t][:, None] + dw[:, Op.QKV_PROJ][:, HUB_Q]
+                           + dw[:, Op.ATTENTION][:, HUB_A] + dw[:, Op.O_PROJ][:, HUB_O])
+        kv = mt.KV[t][:, HUB_A]
+        hub[:, :, lay.kv.start + t] = np.where(HUB_A == DIM0, 0.0, kv)      # DIM0: sequences
+        hub[:, :, lay.kv_seq.start + t] = np.where(HUB_A == DIM0, kv, 0.0)
+    lm[:, :, :, lay.lw] = mt.LW[:, None, :]
+    for si, tb in enumerate(tabs):
+        lm[:, :, :, lay.lm if si == 0 else lay.lm2] = tb.LM
+    return hub, lm
+
+
+def _allowed(st: Structure, mt: MemTables) -> dict[str, np.ndarray]:
+    """Per group, ``[K, n]`` whether each option breaks no structural (or engine) rule:
+    ``hub``, ``emb``, ``dense``, ``router``, ``group``, ``lm``."""
+    k = len(mt.ws)
+    ok = mt.allowed
+    out = {"hub": ok[:, Op.QKV_PROJ][:, HUB_Q] & ok[:, Op.ATTENTION][:, HUB_A]
+           & ok[:, Op.O_PROJ][:, HUB_O],
+           "emb": ok[:, Op.EMBEDDING],
+           "dense": ok[:, Op.DENSE_UP][:, st.d_opts[:, 0]]
+           & ok[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]],
+           "router": ok[:, Op.ROUTER][:, st.r_opts],
+           "lm": ok[:, Op.LM_HEAD]}
+    group_ok = np.ones((k, len(st.g_opts)), dtype=bool)
+    for j, op in enumerate((Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
+                            Op.SHARED_EXPERT_DOWN)):
+        group_ok &= ok[:, op][:, st.g_opts[:, j]]
+    out["group"] = group_ok
+    if st.engine_ok:
+        out = {name: v & st.engine_ok[name] for name, v in out.items()}
+    return out
+
+
 def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
     """Assemble the per-group feature contributions from the tables.
 
@@ -747,82 +848,57 @@ def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
     lay = ZLayout(st.n_pairs, st.n_types, len(tabs) > 1)
     k = len(mt.ws)
     f = lay.size
-    nd, nr, ng = len(st.d_opts), len(st.r_opts), len(st.g_opts)
-    hub = np.zeros((k, N_HUB, f))
-    emb = np.zeros((k, N_HUB, NC, f))
-    dense = np.zeros((k, N_HUB, nd, f))
-    router = np.zeros((k, N_HUB, nr, f))
-    group = np.zeros((k, N_HUB, ng, f))
-    lm = np.zeros((k, N_LAYOUTS, NC, f))
-    ao = np.arange(N_HUB) % N_AO
-    hi = np.arange(N_HUB)
-    for t, (is_moe, _) in enumerate(st.types):
-        wcol = lay.w.start + t
-        dw = mt.dW[t]
-        hub[:, :, wcol] = (mt.W0[t][:, None] + dw[:, Op.QKV_PROJ][:, HUB_Q]
-                           + dw[:, Op.ATTENTION][:, HUB_A] + dw[:, Op.O_PROJ][:, HUB_O])
-        kv = mt.KV[t][:, HUB_A]
-        hub[:, :, lay.kv.start + t] = np.where(HUB_A == DIM0, 0.0, kv)      # DIM0: sequences
-        hub[:, :, lay.kv_seq.start + t] = np.where(HUB_A == DIM0, kv, 0.0)
-        if is_moe:
-            router[:, :, :, wcol] = dw[:, Op.ROUTER][:, st.r_opts][:, None, :]
-            g_sum = sum(dw[:, op][:, st.g_opts[:, j]] for j, op in enumerate(
-                (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
-                 Op.SHARED_EXPERT_DOWN)))
-            group[:, :, :, wcol] = cast(np.ndarray, g_sum)[:, None, :]
+    n_opt = {"emb": NC, "dense": len(st.d_opts), "router": len(st.r_opts),
+             "group": len(st.g_opts)}
+    arrays = {name: np.zeros((k, N_HUB, n, f)) for name, n in n_opt.items()}
+    for name, col, val, add in _group_terms(st, mt, tabs, lay):
+        if add:
+            arrays[name][:, :, :, col] += val
         else:
-            dense[:, :, :, wcol] = (dw[:, Op.DENSE_UP][:, st.d_opts[:, 0]]
-                                    + dw[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]])[:, None, :]
-    emb[:, :, :, lay.ew] = mt.EW[:, None, :]
-    lm[:, :, :, lay.lw] = mt.LW[:, None, :]
-    for si, tb in enumerate(tabs):
-        tx0 = lay.tx.start if si == 0 else lay.tx2.start
-        lmc = lay.lm if si == 0 else lay.lm2
-        lm[:, :, :, lmc] = tb.LM
-        for p, (t, pt) in enumerate(st.pairs):
-            col = tx0 + p
-            is_moe = st.types[t][0]
-            a_t = tb.A[t]                                     # [K, 4, 27]
-            fr, fg, fd = tb.FR[t], tb.FG[t], tb.FD[t]
-            if is_moe:
-                assert fr is not None and fg is not None
-                router[:, :, :, col] += fr[:, ao, :]
-                group[:, :, :, col] += fg[:, ao, :]
-            else:
-                assert fd is not None
-                dense[:, :, :, col] += fd[:, ao, :]
-            if pt < 0:
-                emb[:, :, :, col] += np.transpose(a_t[:, EMB_LAYOUT, :], (0, 2, 1))
-                continue
-            o = tb.out[pt][:, ao, :]                          # [K, 27, nφ] layouts
-            # a_t[k, o[k, h, j], h]: the next layer's hub time given this output layout.
-            val = a_t[np.arange(k)[:, None, None], o, hi[None, :, None]]
-            if st.types[pt][0]:
-                group[:, :, :, col] += val
-            else:
-                dense[:, :, :, col] += val
-    ok = mt.allowed
-    hub_ok = ok[:, Op.QKV_PROJ][:, HUB_Q] & ok[:, Op.ATTENTION][:, HUB_A] \
-        & ok[:, Op.O_PROJ][:, HUB_O]
-    dense_ok = ok[:, Op.DENSE_UP][:, st.d_opts[:, 0]] & ok[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]]
-    group_ok = np.ones((k, ng), dtype=bool)
-    for j, op in enumerate((Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
-                            Op.SHARED_EXPERT_DOWN)):
-        group_ok &= ok[:, op][:, st.g_opts[:, j]]
-    last_dense = not st.types[st.last_type][0]
-    emb_ok = ok[:, Op.EMBEDDING]
-    router_ok = ok[:, Op.ROUTER][:, st.r_opts]
-    lm_ok = ok[:, Op.LM_HEAD]
-    if st.engine_ok:
-        eo = st.engine_ok
-        hub_ok, emb_ok, dense_ok = hub_ok & eo["hub"], emb_ok & eo["emb"], dense_ok & eo["dense"]
-        router_ok, group_ok, lm_ok = router_ok & eo["router"], group_ok & eo["group"], \
-            lm_ok & eo["lm"]
-    return Parts(layout=lay, hub=hub, hub_ok=hub_ok, emb=emb, emb_ok=emb_ok,
-                 dense=dense, dense_ok=dense_ok, router=router,
-                 router_ok=router_ok, group=group, group_ok=group_ok,
-                 lm=lm, lm_ok=lm_ok, last_out=tabs[0].out[st.last_type],
-                 last_dense=last_dense)
+            arrays[name][:, :, :, col] = val
+    hub, lm = _hub_lm(st, mt, tabs, lay)
+    ok = _allowed(st, mt)
+    return Parts(layout=lay, hub=hub, hub_ok=ok["hub"], emb=arrays["emb"], emb_ok=ok["emb"],
+                 dense=arrays["dense"], dense_ok=ok["dense"], router=arrays["router"],
+                 router_ok=ok["router"], group=arrays["group"], group_ok=ok["group"],
+                 lm=lm, lm_ok=ok["lm"], last_out=tabs[0].out[st.last_type],
+                 last_dense=not st.types[st.last_type][0])
+
+
+def feature_floor(st: Structure, mt: MemTables, tabs: list[StepTables]) -> np.ndarray:
+    """``[K, 3, F]``: per attention choice, a component-wise lower bound on the features of
+    every allowed candidate (hub plus each group's smallest allowed contribution, plus the
+    LM head's smallest), infinite where the choice has no allowed hub.
+
+    The same numbers as minimising :func:`build_parts`'s arrays over each group's allowed
+    options, computed column by column from :func:`_group_terms` without building the
+    ``[K, 27, n, F]`` arrays (the columns a group never writes are zero; a group with no
+    allowed option is infinite everywhere).
+
+    Args:
+        st: structure.
+        mt: memory tables (validity included).
+        tabs: ``[main]`` or ``[main, ttft]`` step tables for the same keys.
+    """
+    lay = ZLayout(st.n_pairs, st.n_types, len(tabs) > 1)
+    k = len(mt.ws)
+    ok = _allowed(st, mt)
+    cols: dict[str, dict[int, np.ndarray]] = {name: {} for name in GROUPS}
+    for name, col, val, add in _group_terms(st, mt, tabs, lay):
+        acc = cols[name]
+        acc[col] = acc[col] + val if add and col in acc else val   # [K, 27 or 1, n]
+    hub, lm = _hub_lm(st, mt, tabs, lay)
+    z = np.where(ok["hub"][:, :, None], hub, np.inf)
+    for name in GROUPS:
+        g_ok = ok[name]
+        fl = np.empty((k, N_HUB, lay.size))
+        fl[:] = np.where(g_ok.any(axis=1), 0.0, np.inf)[:, None, None]
+        for col, val in cols[name].items():     # hub-independent columns: minimised once
+            fl[:, :, col] = np.where(g_ok[:, None, :], val, np.inf).min(axis=2)
+        z = z + fl
+    lm_fl = np.where(ok["lm"][:, None, :, None], lm, np.inf).min(axis=(1, 2))   # [K, F]
+    z = z + lm_fl[:, None, :]
+    return np.stack([z[:, HUB_A == a].min(axis=1) for a in range(NC)], axis=1)
 
 
 # ---------------------------------------------------------------------------------- evaluation
@@ -1055,7 +1131,8 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
     cand = cand[(sp.rule_bits_many(neutral) & ~ENGINE_LAYOUT_BIT) == 0][:n]
     if not len(cand):
         return 0
-    pred = predict_many(cm, cand, st)
+    # The TTFT step is priced only where TTFT is checked below (or limits feasibility).
+    pred = predict_many(cm, cand, st, step2=needs_step2(cm))
     ref = cm.evaluate_many(cand)
     valid_ref = (ref.violation_bits & ((1 << len(_rules())) - 1)) == 0
 
