@@ -288,3 +288,22 @@ def test_deepep_prices_hold_on_the_held_out_multi_node_rows():
         s = got[("held-out", "normal", phase)]
         assert s.n >= 30 and abs(s.median_error) <= 0.2 < s.model_median_error
         assert abs(got[("held-out", "low_latency", phase)].median_error) <= 0.4
+
+
+def test_collective_time_lookup_path_equals_the_formula():
+    """``collective_time_s`` looks integer group sizes up in precomputed tables; float sizes
+    take the formula. Both give the same times, and a NONE kind or a one-rank group costs 0
+    even on a link of bandwidth 0."""
+    from learn_to_shard.cost.comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, NONE
+    kind = np.array([NONE, ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, ALL_REDUCE, NONE])
+    n = np.array([8, 8, 6, 16, 1, 4])
+    size = np.full(6, 3.0e6)
+    bw = np.array([0.0, 4e11, 4e11, 5e10, 0.0, 4e11])
+    alpha = np.full(6, 2e-6)
+    looked_up = collective_time_s(kind, n, size, bw, alpha)
+    formula = collective_time_s(kind, n.astype(np.float64), size, bw, alpha)
+    assert np.array_equal(looked_up, formula)
+    frac8, frac6, frac16 = 7 / 8, 5 / 6, 15 / 16
+    want = [0.0, 2 * frac8 * 3e6 / 4e11 + 2 * 3 * 2e-6, frac6 * 3e6 / 4e11 + 3 * 2e-6,
+            frac16 * 3e6 / 16 / 5e10 + 4 * 2e-6, 0.0, 0.0]
+    assert looked_up == pytest.approx(want, rel=1e-12)

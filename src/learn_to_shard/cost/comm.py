@@ -58,6 +58,15 @@ from .config import CostModelConfig
 
 # Kind codes for vectorised tables.
 NONE, ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL = 0, 1, 2, 3
+#: Per kind code: bus-byte multiple of ``frac · S`` and latency steps in units of ⌈log2 n⌉.
+_BUS_FACTOR = np.array([0.0, 2.0, 1.0, 1.0])
+_STEP_FACTOR = np.array([0.0, 2.0, 1.0, 1.0])
+#: Group sizes below this are looked up in :func:`collective_time_s` (``n``, ``(n − 1)/n`` and
+#: ``⌈log2 n⌉`` computed once, index 0 unused).
+_GROUP_TABLE_SIZE = 1 << 17
+_N_F = np.maximum(np.arange(_GROUP_TABLE_SIZE), 1).astype(np.float64)
+_FRAC = (_N_F - 1.0) / _N_F
+_STEPS = np.ceil(np.log2(_N_F))
 KIND_NAMES = ("none", "all-reduce", "all-gather/reduce-scatter", "all-to-all")
 
 
@@ -98,16 +107,22 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
     Returns:
         Seconds, ``[k]``; zero where ``kind == NONE`` or ``n == 1``.
     """
-    n_f = np.maximum(n, 1).astype(np.float64)
-    frac = (n_f - 1.0) / n_f
-    steps = np.ceil(np.log2(n_f))
-    bus = np.select(
-        [kind == ALL_REDUCE, kind == GATHER_OR_SCATTER, kind == ALL_TO_ALL],
-        [2.0 * frac * full_bytes, frac * full_bytes, frac * full_bytes / n_f],
-        0.0,
-    )
-    lat = np.select([kind == ALL_REDUCE, kind != NONE], [2.0 * steps, steps], 0.0) * alpha_s
-    return np.where((kind == NONE) | (n_f <= 1), 0.0, bus / bw_bytes_per_s + lat)
+    code = np.asarray(kind, dtype=np.int64)
+    n_i = np.maximum(np.asarray(n), 1)
+    if n_i.dtype.kind in "iu" and n_i.size and int(n_i.max()) < _GROUP_TABLE_SIZE:
+        n_f, frac, steps = _N_F[n_i], _FRAC[n_i], _STEPS[n_i]     # the same values, looked up
+    else:
+        n_f = n_i.astype(np.float64)
+        frac = (n_f - 1.0) / n_f              # 0 for one rank: no bytes, no steps
+        steps = np.ceil(np.log2(n_f))
+    # bus bytes 2·frac·S (all-reduce), frac·S (all-gather / reduce-scatter), frac·S/n
+    # (all-to-all); steps 2⌈log2 n⌉ for all-reduce, ⌈log2 n⌉ otherwise; nothing for NONE.
+    per_n = np.where(code == ALL_TO_ALL, frac / n_f, frac)
+    bus = _BUS_FACTOR[code] * per_n * full_bytes
+    lat = _STEP_FACTOR[code] * steps * alpha_s
+    bus, bw = np.broadcast_arrays(bus, np.asarray(bw_bytes_per_s, dtype=np.float64))
+    # no bytes, no division: a group without a link to price (bandwidth 0) costs nothing
+    return np.divide(bus, bw, out=np.zeros(bus.shape), where=bus > 0) + lat
 
 
 def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
