@@ -660,8 +660,8 @@ def validate_cmd(
     fit_silicon: bool = typer.Option(False, "--fit-silicon", metavar="",
                                      help="Also fit the operator factors on the measured "
                                      "kernel tables, per device, and print them beside the "
-                                     "shipped ones, and the MoE expert block against its "
-                                     "measured kernels (~30 s)."),
+                                     "shipped ones, and the MoE expert block and the MLA "
+                                     "module against their measured kernels (~45 s)."),
     write_factors: Path | None = typer.Option(
         None, "--write-factors", help="With --fit: write the fitted factors with their "
         "provenance (rows, loss, date, commit) to this JSON file; the shipped copy the cost "
@@ -707,12 +707,14 @@ def validate_cmd(
     con.print(f"plot: {plot}  report: {report}", highlight=False)
     if fit_silicon:
         from .fidelity.kernels import fit_silicon as run_kernel_fits
-        from .fidelity.kernels import moe_kernel_report
-        from .report.validate import render_kernel_fits, render_moe_kernels
+        from .fidelity.kernels import mla_kernels, moe_kernel_report
+        from .report.validate import render_kernel_fits, render_mla_kernels, render_moe_kernels
 
         render_kernel_fits(run_kernel_fits(), con)
         render_moe_kernels(moe_kernel_report(), moe_kernel_report(CostModelConfig.for_engine(
             "trtllm", moe_block_overhead_s=0.0, expert_shape_half=0.0)), con)
+        render_mla_kernels(mla_kernels(), mla_kernels(CostModelConfig.for_engine(
+            "trtllm", mla_module_overhead_s=0.0)), con)
     if serving:
         _render_serving_check(con)
     if fit:

@@ -141,7 +141,7 @@ _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
 _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s", "runtime_reserved_bytes",
                  "host_step_overhead_s", "host_seq_overhead_s", "host_prefill_overhead_s",
                  "scale_up_latency_s", "scale_out_latency_s", "gemm_shape_half",
-                 "expert_shape_half")
+                 "expert_shape_half", "mla_module_overhead_s")
 #: Fields that must be >= 1 (counts, multipliers of an expected maximum).
 _AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance")
 
@@ -332,6 +332,15 @@ class CostModelConfig:
             0.5–0.75). 0 elsewhere: vLLM's Triton fused MoE shows no EP advantage on one
             H200 node (FC-26: prefill MoE 3.4 ms per layer with EP8, 3.1 ms with TP8), and
             SGLang's default MoE kernel is of the same Triton lineage (assumption).
+        mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
+            three fused operators the model prices for it (``qkv_proj``, ``attention``,
+            ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,
+            the KV-cache write and activation quantisation are kernels of their own; seconds,
+            added to ``attention`` where a rank attends to any token. 35 µs, *fitted on
+            measured kernels* (``fidelity.kernels.fit_mla_kernels``): the decode rows of
+            ``data/silicon/mla.csv`` (TensorRT-LLM's DeepSeek-V3 MLA module, aiconfigurator-core
+            0.12.0) at batch 1 and 8 on H100/H200, median |ln error| 0.46 → 0.10; held out,
+            the same rows on B200, 0.71 → 0.11.
     """
 
     flops_efficiency: float = _DEFAULTS["flops_efficiency"]
@@ -373,6 +382,7 @@ class CostModelConfig:
     gemm_overlap_efficiency: float = 0.8
     moe_block_overhead_s: float = 20e-6
     expert_shape_half: float = 0.0
+    mla_module_overhead_s: float = 35e-6
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.

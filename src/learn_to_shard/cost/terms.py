@@ -821,6 +821,9 @@ class OperatorTerms:
         by = by + (dec_loc * heads_dec + pf_loc * heads_loc) \
             * (att.head_dim + att.v_head_dim) * ab
         ops["attention"] = self._roofline(fl, by, self._attn_flops, self._attn_hbm)
+        if att.kind is AttentionKind.MLA:   # the module's other kernels, once per layer
+            ops["attention"] = ops["attention"] + np.where(
+                dec_loc + pf_loc > 0, self.config.mla_module_overhead_s, 0.0)
         total += ops["attention"]
         t_dcp_q, t_dcp_o = self._dcp_time_s(dec_loc, heads_dec, env)
         if rec is not None and int(cp[0]) > 1 and float(dec_loc[0]) > 0.0:

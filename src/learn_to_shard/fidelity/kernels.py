@@ -44,7 +44,8 @@ __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a
            "OperatorStats", "silicon_dir", "silicon_tables", "silicon_kernels",
            "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon",
            "MOE_SHAPES", "MOE_CALIBRATION_MODELS", "MOE_FIT_GRID", "MoEKernel", "moe_kernels",
-           "MoEStats", "moe_kernel_report", "fit_moe_kernels"]
+           "MoEStats", "moe_kernel_report", "fit_moe_kernels", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
+           "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 _Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
 _SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv",
-                  "custom_allreduce.csv", "moe_a2a.csv", "moe.csv")
+                  "custom_allreduce.csv", "moe_a2a.csv", "moe.csv", "mla.csv")
 
 
 def silicon_tables(root: Path) -> dict[str, list[dict[str, str]]]:
@@ -650,5 +651,100 @@ def fit_moe_kernels(config: CostModelConfig | None = None, folder: str | Path | 
         return statistics.median(cal), statistics.median(held) if held else math.nan
 
     g = grid or MOE_FIT_GRID
+    cfg, loss = coordinate_descent(lambda c: losses(c)[0], base, g)
+    return {k: float(getattr(cfg, k)) for k in g}, loss, losses(cfg)[1]
+
+
+#: Grid of :func:`fit_mla_kernels`: the fixed cost per MLA module (s).
+MLA_FIT_GRID: dict[str, tuple[float, ...]] = {
+    "mla_module_overhead_s": tuple(x * 1e-6 for x in (0, 10, 15, 20, 25, 30, 35, 40, 50, 60)),
+}
+#: Decode batches whose rows fit the MLA module's fixed cost (at larger batches the KV stream
+#: dominates, priced at the end-to-end ``attention_hbm_efficiency``); devices held out.
+MLA_FIT_BATCHES: tuple[int, ...] = (1, 8)
+MLA_HELD_OUT_DEVICES: tuple[str, ...] = ("b200",)
+
+
+@dataclass(frozen=True)
+class MLAKernel:
+    """One measured DeepSeek-V3 MLA module (``mla.csv``) beside the cost model's price.
+
+    Attributes:
+        preset: device; module: ``generation`` (decode) or ``context`` (prefill); heads:
+            query heads on the rank (128 / TP); batch: sequences; length: KV length (decode)
+            or prompt length (prefill), tokens; kv_dtype, gemm_dtype: the table's dtypes.
+        split: ``calibration`` (decode, batch in :data:`MLA_FIT_BATCHES`, device not held
+            out), ``held-out`` (the same rows on :data:`MLA_HELD_OUT_DEVICES`) or ``other``.
+        predicted_s: ``qkv_proj + attention + o_proj`` of one layer, seconds.
+        measured_s: the table's latency, seconds.
+    """
+
+    preset: str
+    module: str
+    heads: int
+    batch: int
+    length: int
+    kv_dtype: str
+    gemm_dtype: str
+    split: str
+    predicted_s: float
+    measured_s: float
+
+
+def mla_kernels(config: CostModelConfig | None = None,
+                tables: dict[str, list[dict[str, str]]] | None = None) -> list[MLAKernel]:
+    """Every H100 / H200 / B200 row of ``mla.csv`` predicted by the cost model: DeepSeek-V3 at
+    TP ``128 / heads``, a decode step of ``batch`` sequences at context ``length`` or a prefill
+    of ``batch`` prompts of ``length`` tokens, ``qkv_proj + attention + o_proj`` of one layer
+    (Megatron's dims), weights and KV in the row's dtypes (fp8 block-scaled GEMMs as FP8)."""
+    cfg = config or CostModelConfig.for_engine("trtllm")
+    tabs = tables if tables is not None else silicon_tables(silicon_dir())
+    model = load_model("deepseek-v3")
+    layers = len(model.layers)
+    out = []
+    for r in tabs.get("mla.csv", []):
+        if r["preset"] not in ("h100-sxm", "h200", "b200"):
+            continue
+        heads, batch, length = int(r["heads"]), int(r["batch"]), int(r["length"])
+        tp = model.attention.num_heads // heads
+        cluster = ClusterSpec(load_device(r["preset"]), max(tp, 8))
+        gen = r["module"] == "generation"
+        wl = Workload(Phase.DECODE if gen else Phase.PREFILL, isl=length,
+                      weight_dtype=DType.FP8 if r["gemm_dtype"] == "fp8_block" else DType.BF16,
+                      kv_dtype=DType.FP8 if r["kv_dtype"] == "fp8" else DType.BF16)
+        space = replace(StrategySpace.build(model, cluster), tp_values=(tp,), ep_values=(1,),
+                        pp_values=(1,), dp_values=(1,), batch_values=(batch,))
+        est = CostModel(model, cluster, wl, config=cfg, space=space).evaluate(
+            Strategy(tp=tp, ep=1, pp=1, dp=1, batch=batch, dims=MEGATRON_DIMS))
+        pred = sum(est.op_time_s[k] for k in ("qkv_proj", "attention", "o_proj")) / layers
+        fit_row = gen and batch in MLA_FIT_BATCHES
+        split = ("held-out" if r["preset"] in MLA_HELD_OUT_DEVICES else "calibration") \
+            if fit_row else "other"
+        out.append(MLAKernel(r["preset"], r["module"], heads, batch, length, r["kv_dtype"],
+                             r["gemm_dtype"], split, pred, float(r["latency_s"])))
+    return out
+
+
+def fit_mla_kernels(config: CostModelConfig | None = None, folder: str | Path | None = None,
+                    grid: dict[str, tuple[float, ...]] | None = None
+                    ) -> tuple[dict[str, float], float, float]:
+    """Fit ``mla_module_overhead_s`` (default grid :data:`MLA_FIT_GRID`) on the calibration rows
+    of :func:`mla_kernels` by coordinate descent of the median ``|ln(predicted / measured)|``,
+    starting from ``config`` (default: the ``trtllm`` profile).
+
+    Returns:
+        (fitted values, calibration loss, held-out loss at those values).
+    """
+    base = config or CostModelConfig.for_engine("trtllm")
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+
+    def losses(cfg: CostModelConfig) -> tuple[float, float]:
+        ks = mla_kernels(cfg, tables)
+        by = {s: [abs(math.log(k.predicted_s / k.measured_s)) for k in ks if k.split == s]
+              for s in ("calibration", "held-out")}
+        return (statistics.median(by["calibration"]),
+                statistics.median(by["held-out"]) if by["held-out"] else math.nan)
+
+    g = grid or MLA_FIT_GRID
     cfg, loss = coordinate_descent(lambda c: losses(c)[0], base, g)
     return {k: float(getattr(cfg, k)) for k in g}, loss, losses(cfg)[1]

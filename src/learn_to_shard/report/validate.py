@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fidelity.kernels import KernelFit, MoEStats, OperatorStats
+from ..fidelity.kernels import KernelFit, MLAKernel, MoEStats, OperatorStats
 from ..fidelity.measurements import KIND_LABEL, KINDS
 from ..fidelity.predict import RowResult
 from ..fidelity.stats import TIE_TOLERANCE, ValidationReport
@@ -183,6 +183,32 @@ def render_moe_kernels(shipped: Sequence[MoEStats], without: Sequence[MoEStats],
                   f"{100 * b.median_error:+.0f}%" if b else "",
                   f"{ratio[0]:.2f}" if ratio else "", f"{ratio[1]:.2f}" if ratio else "",
                   f"{old[1]:.2f}" if old else "")
+    con.print(t)
+
+
+def render_mla_kernels(shipped: Sequence[MLAKernel], without: Sequence[MLAKernel],
+                       console: Any = None) -> None:
+    """Print the MLA module against ``mla.csv``: median signed error per (device, module,
+    batch class) at the shipped factors and ``without`` (the module's fixed cost off)."""
+    from rich.console import Console
+
+    con = console or Console()
+    t = _table("MLA module vs measured kernels (data/silicon/mla.csv; "
+               "CostModelConfig.mla_module_overhead_s)",
+               ("device", "module", "batch", "kernels", "median error", "without module cost"))
+
+    def groups(ks: Sequence[MLAKernel]) -> dict[tuple[str, str, str], list[float]]:
+        out: dict[tuple[str, str, str], list[float]] = {}
+        for k in ks:
+            key = (k.preset, k.module, "1–8" if k.batch <= 8 else ">= 64")
+            out.setdefault(key, []).append(k.predicted_s / k.measured_s - 1)
+        return out
+
+    before = groups(without)
+    for key, errs in sorted(groups(shipped).items()):
+        b = before.get(key)
+        t.add_row(*key, str(len(errs)), f"{100 * float(np.median(errs)):+.0f}%",
+                  f"{100 * float(np.median(b)):+.0f}%" if b else "")
     con.print(t)
 
 
