@@ -67,9 +67,9 @@ def test_norm_over_a_hidden_split_activation_all_reduces_one_fp32_per_token():
 def test_golden_mla_absorbed_decode_attention(attention, bound):
     """DeepSeek-V3 decode over tp = 8: the absorbed MLA kernel does 2·h·ctx·(2·kv_lora + rope)
     FLOPs per sequence and reads the latent cache once, ctx·(kv_lora + rope) bytes (fp8; not
-    divided by a head split), plus the q/o rows, and the module's fixed cost per layer. Replicated (all 128 heads on a rank) it is
-    compute-bound and pins the FLOPs; head-split (16 heads a rank) it is bandwidth-bound and
-    pins the bytes."""
+    divided by a head split), plus the q/o rows, and the module's fixed cost per layer.
+    Replicated (all 128 heads on a rank) it is compute-bound and pins the FLOPs; head-split
+    (16 heads a rank) it is bandwidth-bound and pins the bytes."""
     m = load_model("deepseek-v3")
     cl = parse_cluster("h200:8")
     dev = cl.device

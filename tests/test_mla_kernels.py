@@ -60,3 +60,13 @@ def test_the_module_cost_brings_small_batch_decode_within_25_percent():
                                      if k.preset == dev and k.split != "other")
         assert med(without) < -0.25, dev
         assert abs(med(shipped)) < 0.25, dev
+
+
+def test_rows_of_gemm_dtypes_the_model_cannot_price_are_left_out():
+    """An NVFP4-GEMM row (B200 in the shipped table) is not priced as a BF16 module: the model
+    has no 4-bit weights, so the row is skipped, as ``moe_kernels`` skips its 4-bit rows."""
+    rows = [dict(system="x", preset="b200", source="synthetic", module="generation",
+                 kv_dtype="fp8", gemm_dtype=g, heads="16", batch="1", length="1024",
+                 latency_s="1e-4") for g in ("bfloat16", "fp8_block", "nvfp4")]
+    ks = mla_kernels(CostModelConfig.for_engine("trtllm"), {"mla.csv": rows})
+    assert [k.gemm_dtype for k in ks] == ["bfloat16", "fp8_block"]

@@ -340,7 +340,7 @@ class CostModelConfig:
             measured kernels* (``fidelity.kernels.fit_mla_kernels``): the decode rows of
             ``data/silicon/mla.csv`` (TensorRT-LLM's DeepSeek-V3 MLA module, aiconfigurator-core
             0.12.0) at batch 1 and 8 on H100/H200, median |ln error| 0.46 → 0.10; held out,
-            the same rows on B200, 0.71 → 0.11.
+            the same rows on B200, 0.70 → 0.13 (NVFP4-GEMM rows left out).
     """
 
     flops_efficiency: float = _DEFAULTS["flops_efficiency"]

@@ -663,6 +663,9 @@ MLA_FIT_GRID: dict[str, tuple[float, ...]] = {
 #: dominates, priced at the end-to-end ``attention_hbm_efficiency``); devices held out.
 MLA_FIT_BATCHES: tuple[int, ...] = (1, 8)
 MLA_HELD_OUT_DEVICES: tuple[str, ...] = ("b200",)
+#: The table's GEMM dtypes the model prices (fp8 block-scaled as FP8); NVFP4 rows need 4-bit
+#: weights the model does not have and are left out.
+_MLA_GEMM_DTYPES = {"bfloat16": DType.BF16, "fp8_block": DType.FP8}
 
 
 @dataclass(frozen=True)
@@ -696,21 +699,23 @@ def mla_kernels(config: CostModelConfig | None = None,
     """Every H100 / H200 / B200 row of ``mla.csv`` predicted by the cost model: DeepSeek-V3 at
     TP ``128 / heads``, a decode step of ``batch`` sequences at context ``length`` or a prefill
     of ``batch`` prompts of ``length`` tokens, ``qkv_proj + attention + o_proj`` of one layer
-    (Megatron's dims), weights and KV in the row's dtypes (fp8 block-scaled GEMMs as FP8)."""
+    (Megatron's dims), weights and KV in the row's dtypes (fp8 block-scaled GEMMs as FP8;
+    NVFP4-GEMM rows are left out, :data:`_MLA_GEMM_DTYPES`)."""
     cfg = config or CostModelConfig.for_engine("trtllm")
     tabs = tables if tables is not None else silicon_tables(silicon_dir())
     model = load_model("deepseek-v3")
     layers = len(model.layers)
     out = []
     for r in tabs.get("mla.csv", []):
-        if r["preset"] not in ("h100-sxm", "h200", "b200"):
+        if (r["preset"] not in ("h100-sxm", "h200", "b200")
+                or r["gemm_dtype"] not in _MLA_GEMM_DTYPES):
             continue
         heads, batch, length = int(r["heads"]), int(r["batch"]), int(r["length"])
         tp = model.attention.num_heads // heads
         cluster = ClusterSpec(load_device(r["preset"]), max(tp, 8))
         gen = r["module"] == "generation"
         wl = Workload(Phase.DECODE if gen else Phase.PREFILL, isl=length,
-                      weight_dtype=DType.FP8 if r["gemm_dtype"] == "fp8_block" else DType.BF16,
+                      weight_dtype=_MLA_GEMM_DTYPES[r["gemm_dtype"]],
                       kv_dtype=DType.FP8 if r["kv_dtype"] == "fp8" else DType.BF16)
         space = replace(StrategySpace.build(model, cluster), tp_values=(tp,), ep_values=(1,),
                         pp_values=(1,), dp_values=(1,), batch_values=(batch,))
