@@ -307,3 +307,38 @@ def test_collective_time_lookup_path_equals_the_formula():
     want = [0.0, 2 * frac8 * 3e6 / 4e11 + 2 * 3 * 2e-6, frac6 * 3e6 / 4e11 + 3 * 2e-6,
             frac16 * 3e6 / 16 / 5e10 + 4 * 2e-6, 0.0, 0.0]
     assert looked_up == pytest.approx(want, rel=1e-12)
+
+
+def _collective_formula_s(kind, n, full_bytes, bw, alpha):
+    """The closed form ``collective_time_s`` prices (before its table lookup): bus bytes
+    ``2·frac·S`` / ``frac·S`` / ``frac·S/n`` over the bandwidth plus ``2⌈log2 n⌉`` /
+    ``⌈log2 n⌉`` latency steps, zero for NONE or one rank."""
+    from learn_to_shard.cost.comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, NONE
+    n_f = np.maximum(n, 1).astype(np.float64)
+    frac = (n_f - 1.0) / n_f
+    steps = np.ceil(np.log2(n_f))
+    bus = np.select([kind == ALL_REDUCE, kind == GATHER_OR_SCATTER, kind == ALL_TO_ALL],
+                    [2.0 * frac * full_bytes, frac * full_bytes, frac * full_bytes / n_f], 0.0)
+    lat = np.select([kind == ALL_REDUCE, kind != NONE], [2.0 * steps, steps], 0.0) * alpha
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((kind == NONE) | (n_f <= 1), 0.0, bus / bw + lat)
+
+
+def test_collective_time_is_zero_for_none_or_one_rank_and_keeps_nan_bytes():
+    """Whatever the latency or group size holds (NaN, inf), a NONE kind or a one-rank group
+    costs 0, as the docstring says; a NaN buffer size stays NaN (not priced as latency only);
+    every other input (integer sizes below and above the table, float sizes) equals the
+    closed form."""
+    from learn_to_shard.cost.comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, NONE
+    kind = np.array([NONE, NONE, ALL_REDUCE, ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL,
+                     ALL_REDUCE, GATHER_OR_SCATTER])
+    alpha = np.array([np.nan, 1e-6, np.inf, 1e-6, 1e-6, 1e-6, 1e-6, 1e-6])
+    size = np.array([1e6, 1e6, 1e6, np.nan, 1e6, 1e6, -1e6, 1e6])
+    bw = np.full(8, 1e11)
+    for n in (np.array([8, 8, 1, 8, 6, 16, 8, 1 << 18]),
+              np.array([8.0, np.nan, 1.0, 8.0, 6.0, 16.0, 8.0, 2.0 ** 18])):
+        with np.errstate(invalid="ignore"):
+            got = collective_time_s(kind, n, size, bw, alpha)
+        assert got[0] == 0.0 and got[1] == 0.0 and got[2] == 0.0 and np.isnan(got[3])
+        assert np.array_equal(got, _collective_formula_s(kind, n, size, bw, alpha),
+                              equal_nan=True)

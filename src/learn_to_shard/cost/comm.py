@@ -105,7 +105,8 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
         alpha_s: per-step latency, seconds, ``[k]``.
 
     Returns:
-        Seconds, ``[k]``; zero where ``kind == NONE`` or ``n == 1``.
+        Seconds, ``[k]``; zero where ``kind == NONE`` or ``n == 1`` (whatever ``alpha_s``);
+        a zero-byte buffer costs its latency steps alone (no division by the bandwidth).
     """
     code = np.asarray(kind, dtype=np.int64)
     n_i = np.maximum(np.asarray(n), 1)
@@ -122,7 +123,9 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
     lat = _STEP_FACTOR[code] * steps * alpha_s
     bus, bw = np.broadcast_arrays(bus, np.asarray(bw_bytes_per_s, dtype=np.float64))
     # no bytes, no division: a group without a link to price (bandwidth 0) costs nothing
-    return np.divide(bus, bw, out=np.zeros(bus.shape), where=bus > 0) + lat
+    # (NaN or negative bytes are divided, so they show); NONE or one rank is 0 whatever alpha
+    t = np.divide(bus, bw, out=np.zeros(bus.shape), where=bus != 0) + lat
+    return np.where((code == NONE) | (n_f <= 1), 0.0, t)
 
 
 def all_to_all_v_time_s(send_bytes_per_rank: np.ndarray, n: np.ndarray,
