@@ -133,3 +133,13 @@ def test_documented_losses_before_and_after_the_block_terms():
                                                expert_shape_half=0.0))
     assert before == pytest.approx((0.60, 0.59), abs=0.005)
     assert losses(None) == pytest.approx((0.14, 0.14), abs=0.005)
+
+
+def test_report_lists_token_classes_smallest_first(tmp_path):
+    """``moe_kernel_report`` (what ``l2s validate --fit-silicon`` prints) orders each
+    device's rows by token class, ``<=16``, ``<=1024``, ``>1024`` (not as strings sort)."""
+    rows = [dict(r, tokens=str(t)) for r in _rows((7168, 2048, 8, 256))[:2]
+            for t in (8192, 1024, 1)]
+    folder = _write(tmp_path / "silicon", rows)
+    got = [(s.split, s.preset, s.tokens) for s in moe_kernel_report(folder=folder)]
+    assert got == [("calibration", "h200", t) for t in ("<=16", "<=1024", ">1024")]

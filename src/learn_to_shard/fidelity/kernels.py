@@ -600,13 +600,18 @@ class MoEStats:
     ep_over_tp: tuple[float, float] | None
 
 
+#: Token classes of :class:`MoEStats`, smallest first (the report's order).
+_TOKEN_CLASSES = ("<=16", "<=1024", ">1024")
+
+
 def _token_class(tokens: int) -> str:
     return "<=16" if tokens <= 16 else "<=1024" if tokens <= 1024 else ">1024"
 
 
 def moe_kernel_report(config: CostModelConfig | None = None,
                       folder: str | Path | None = None) -> list[MoEStats]:
-    """:func:`moe_kernels`' errors per (split, device, token class). Empty without the table."""
+    """:func:`moe_kernels`' errors per (split, device, token class), token classes smallest
+    first. Empty without the table."""
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
     ks = moe_kernels(config, tables)
     groups: dict[tuple[str, str, str], list[MoEKernel]] = {}
@@ -615,7 +620,8 @@ def moe_kernel_report(config: CostModelConfig | None = None,
     at8 = {(k.model, k.preset, k.dtype, k.tokens, k.moe_ep): k for k in ks
            if k.moe_tp * k.moe_ep == 8 and k.moe_ep in (1, 8)}
     out = []
-    for (split, preset, tok), rows in sorted(groups.items()):
+    for (split, preset, tok), rows in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], _TOKEN_CLASSES.index(kv[0][2]))):
         pairs = [(at8[(m, p, d, t, 8)], at8[(m, p, d, t, 1)])
                  for (m, p, d, t, e) in at8 if e == 8 and (m, p, d, t, 1) in at8
                  and p == preset and _token_class(t) == tok
