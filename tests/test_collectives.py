@@ -319,8 +319,8 @@ def _collective_formula_s(kind, n, full_bytes, bw, alpha):
     steps = np.ceil(np.log2(n_f))
     bus = np.select([kind == ALL_REDUCE, kind == GATHER_OR_SCATTER, kind == ALL_TO_ALL],
                     [2.0 * frac * full_bytes, frac * full_bytes, frac * full_bytes / n_f], 0.0)
-    lat = np.select([kind == ALL_REDUCE, kind != NONE], [2.0 * steps, steps], 0.0) * alpha
     with np.errstate(divide="ignore", invalid="ignore"):
+        lat = np.select([kind == ALL_REDUCE, kind != NONE], [2.0 * steps, steps], 0.0) * alpha
         return np.where((kind == NONE) | (n_f <= 1), 0.0, bus / bw + lat)
 
 
