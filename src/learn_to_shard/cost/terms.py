@@ -386,11 +386,12 @@ class OperatorTerms:
         lk = self._link(np.array([group]))
         return float(lk.bw[0]), float(lk.alpha[0])
 
-    def _shape_eff(self, *dims: np.ndarray) -> np.ndarray | float:
+    def _shape_eff(self, *dims: np.ndarray, half: float | None = None) -> np.ndarray | float:
         """GEMM efficiency relative to ``flops_efficiency`` for a local shape ``[M, K, N]``:
-        ``Π d / (d + gemm_shape_half)`` (tile and wave quantisation make small dimensions run
-        below the large-GEMM rate); 1 when ``gemm_shape_half`` is 0."""
-        x0 = self.config.gemm_shape_half
+        ``Π d / (d + x0)``, ``x0 = half`` if given, else ``gemm_shape_half`` (tile and wave
+        quantisation make small dimensions run below the large-GEMM rate); 1 when ``x0`` is
+        0. The routed experts also pass their ``K, N`` with ``half = expert_shape_half``."""
+        x0 = self.config.gemm_shape_half if half is None else half
         if not x0:
             return 1.0
         eff: np.ndarray | float = 1.0
@@ -914,8 +915,7 @@ class OperatorTerms:
             r_out = np.where(req == S0, np.ceil(pairs_out / etp_f), pairs_out)
             by = touched * w_loc * self._ewb + (r_loc * k_loc + r_out * n_loc) * ab
             m_exp = r_loc / np.maximum(touched, 1.0)          # tokens per local expert
-            x0 = c.expert_shape_half
-            narrow = k_loc / (k_loc + x0) * n_loc / (n_loc + x0)
+            narrow = self._shape_eff(k_loc, n_loc, half=c.expert_shape_half)
             comp = self._roofline(fl, by, self._expert_flops * narrow
                                   * self._shape_eff(m_exp, k_loc, n_loc))
             if act:         # the block's fixed cost once per layer, with its first GEMM

@@ -12,9 +12,10 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -485,6 +486,8 @@ def expert_a2a_report(config: CostModelConfig | None = None,
             for (split, mode, phase), v in sorted(groups.items())]
 
 
+#: Devices whose MoE and MLA kernel rows are priced (the presets the tables share).
+_KERNEL_DEVICES = ("h100-sxm", "h200", "b200")
 #: The MoE shapes of ``moe.csv`` (hidden, expert width, top-k, experts) and the shipped config
 #: of each; ``moe_kernels`` prices a row through that model's MoE layer.
 MOE_SHAPES: dict[tuple[int, int, int, int], str] = {
@@ -551,7 +554,7 @@ def moe_kernels(config: CostModelConfig | None = None,
         shape = (int(r["hidden"]), int(r["inter"]), int(r["topk"]), int(r["experts"]))
         if (r["distribution"] != distribution or shape not in MOE_SHAPES
                 or r["dtype"] not in _MOE_DTYPES
-                or r["preset"] not in ("h100-sxm", "h200", "b200")):
+                or r["preset"] not in _KERNEL_DEVICES):
             continue
         key = (MOE_SHAPES[shape], r["preset"], r["dtype"], int(r["moe_tp"]), int(r["moe_ep"]))
         groups.setdefault(key, []).append(r)
@@ -605,7 +608,7 @@ _TOKEN_CLASSES = ("<=16", "<=1024", ">1024")
 
 
 def _token_class(tokens: int) -> str:
-    return "<=16" if tokens <= 16 else "<=1024" if tokens <= 1024 else ">1024"
+    return _TOKEN_CLASSES[0 if tokens <= 16 else 1 if tokens <= 1024 else 2]
 
 
 def moe_kernel_report(config: CostModelConfig | None = None,
@@ -647,18 +650,43 @@ def fit_moe_kernels(config: CostModelConfig | None = None, folder: str | Path | 
     Returns:
         (fitted values, calibration loss, held-out loss at those values).
     """
-    base = config or CostModelConfig.for_engine("trtllm")
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    return _fit_on_split(lambda cfg: moe_kernels(cfg, tables), config, grid or MOE_FIT_GRID)
 
+
+class _SplitKernel(Protocol):
+    """A priced kernel row with a fit split (:class:`MoEKernel`, :class:`MLAKernel`)."""
+
+    @property
+    def split(self) -> str: ...
+    @property
+    def predicted_s(self) -> float: ...
+    @property
+    def measured_s(self) -> float: ...
+
+
+def _fit_on_split(price: Callable[[CostModelConfig], Sequence[_SplitKernel]],
+                  config: CostModelConfig | None, grid: dict[str, tuple[float, ...]]
+                  ) -> tuple[dict[str, float], float, float]:
+    """Coordinate descent (:func:`~learn_to_shard.fidelity.fit.coordinate_descent`) of the
+    median ``|ln(predicted / measured)|`` over the ``calibration`` rows ``price(config)``
+    returns, from ``config`` (default: the ``trtllm`` profile) over ``grid``.
+
+    Returns:
+        (fitted values of ``grid``'s fields, calibration loss, ``held-out`` loss at them; NaN
+        without held-out rows).
+    """
     def losses(cfg: CostModelConfig) -> tuple[float, float]:
-        ks = moe_kernels(cfg, tables)
-        cal = [abs(math.log(k.predicted_s / k.measured_s)) for k in ks if k.split == "calibration"]
-        held = [abs(math.log(k.predicted_s / k.measured_s)) for k in ks if k.split != "calibration"]
-        return statistics.median(cal), statistics.median(held) if held else math.nan
+        by: dict[str, list[float]] = {"calibration": [], "held-out": []}
+        for k in price(cfg):
+            if k.split in by:
+                by[k.split].append(abs(math.log(k.predicted_s / k.measured_s)))
+        return (statistics.median(by["calibration"]),
+                statistics.median(by["held-out"]) if by["held-out"] else math.nan)
 
-    g = grid or MOE_FIT_GRID
-    cfg, loss = coordinate_descent(lambda c: losses(c)[0], base, g)
-    return {k: float(getattr(cfg, k)) for k in g}, loss, losses(cfg)[1]
+    cfg, loss = coordinate_descent(lambda c: losses(c)[0],
+                                   config or CostModelConfig.for_engine("trtllm"), grid)
+    return {k: float(getattr(cfg, k)) for k in grid}, loss, losses(cfg)[1]
 
 
 #: Grid of :func:`fit_mla_kernels`: the fixed cost per MLA module (s).
@@ -706,34 +734,40 @@ def mla_kernels(config: CostModelConfig | None = None,
     TP ``128 / heads``, a decode step of ``batch`` sequences at context ``length`` or a prefill
     of ``batch`` prompts of ``length`` tokens, ``qkv_proj + attention + o_proj`` of one layer
     (Megatron's dims), weights and KV in the row's dtypes (fp8 block-scaled GEMMs as FP8;
-    NVFP4-GEMM rows are left out, :data:`_MLA_GEMM_DTYPES`)."""
+    NVFP4-GEMM rows are left out, :data:`_MLA_GEMM_DTYPES`); in the table's row order, one
+    cost model per (device, module, dtypes, heads, length)."""
     cfg = config or CostModelConfig.for_engine("trtllm")
     tabs = tables if tables is not None else silicon_tables(silicon_dir())
     model = load_model("deepseek-v3")
     layers = len(model.layers)
-    out = []
-    for r in tabs.get("mla.csv", []):
-        if (r["preset"] not in ("h100-sxm", "h200", "b200")
-                or r["gemm_dtype"] not in _MLA_GEMM_DTYPES):
-            continue
-        heads, batch, length = int(r["heads"]), int(r["batch"]), int(r["length"])
+    groups: dict[tuple[str, str, str, str, int, int], list[tuple[int, dict[str, str]]]] = {}
+    for i, r in enumerate(tabs.get("mla.csv", [])):
+        if r["preset"] in _KERNEL_DEVICES and r["gemm_dtype"] in _MLA_GEMM_DTYPES:
+            key = (r["preset"], r["module"], r["kv_dtype"], r["gemm_dtype"], int(r["heads"]),
+                   int(r["length"]))
+            groups.setdefault(key, []).append((i, r))
+    out: dict[int, MLAKernel] = {}           # by row, so the result keeps the table's order
+    for (preset, module, kv_dtype, gemm_dtype, heads, length), rows in groups.items():
         tp = model.attention.num_heads // heads
-        cluster = ClusterSpec(load_device(r["preset"]), max(tp, 8))
-        gen = r["module"] == "generation"
+        cluster = ClusterSpec(load_device(preset), max(tp, 8))
+        gen = module == "generation"
         wl = Workload(Phase.DECODE if gen else Phase.PREFILL, isl=length,
-                      weight_dtype=_MLA_GEMM_DTYPES[r["gemm_dtype"]],
-                      kv_dtype=DType.FP8 if r["kv_dtype"] == "fp8" else DType.BF16)
+                      weight_dtype=_MLA_GEMM_DTYPES[gemm_dtype],
+                      kv_dtype=DType.FP8 if kv_dtype == "fp8" else DType.BF16)
+        batches = tuple(sorted({int(r["batch"]) for _, r in rows}))
         space = replace(StrategySpace.build(model, cluster), tp_values=(tp,), ep_values=(1,),
-                        pp_values=(1,), dp_values=(1,), batch_values=(batch,))
-        est = CostModel(model, cluster, wl, config=cfg, space=space).evaluate(
-            Strategy(tp=tp, ep=1, pp=1, dp=1, batch=batch, dims=MEGATRON_DIMS))
-        pred = sum(est.op_time_s[k] for k in ("qkv_proj", "attention", "o_proj")) / layers
-        fit_row = gen and batch in MLA_FIT_BATCHES
-        split = ("held-out" if r["preset"] in MLA_HELD_OUT_DEVICES else "calibration") \
-            if fit_row else "other"
-        out.append(MLAKernel(r["preset"], r["module"], heads, batch, length, r["kv_dtype"],
-                             r["gemm_dtype"], split, pred, float(r["latency_s"])))
-    return out
+                        pp_values=(1,), dp_values=(1,), batch_values=batches)
+        cm = CostModel(model, cluster, wl, config=cfg, space=space)
+        for i, r in rows:
+            batch = int(r["batch"])
+            est = cm.evaluate(Strategy(tp=tp, ep=1, pp=1, dp=1, batch=batch, dims=MEGATRON_DIMS))
+            pred = sum(est.op_time_s[k] for k in ("qkv_proj", "attention", "o_proj")) / layers
+            fit_row = gen and batch in MLA_FIT_BATCHES
+            split = ("held-out" if preset in MLA_HELD_OUT_DEVICES else "calibration") \
+                if fit_row else "other"
+            out[i] = MLAKernel(preset, module, heads, batch, length, kv_dtype, gemm_dtype,
+                               split, pred, float(r["latency_s"]))
+    return [out[i] for i in sorted(out)]
 
 
 def fit_mla_kernels(config: CostModelConfig | None = None, folder: str | Path | None = None,
@@ -746,16 +780,5 @@ def fit_mla_kernels(config: CostModelConfig | None = None, folder: str | Path | 
     Returns:
         (fitted values, calibration loss, held-out loss at those values).
     """
-    base = config or CostModelConfig.for_engine("trtllm")
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
-
-    def losses(cfg: CostModelConfig) -> tuple[float, float]:
-        ks = mla_kernels(cfg, tables)
-        by = {s: [abs(math.log(k.predicted_s / k.measured_s)) for k in ks if k.split == s]
-              for s in ("calibration", "held-out")}
-        return (statistics.median(by["calibration"]),
-                statistics.median(by["held-out"]) if by["held-out"] else math.nan)
-
-    g = grid or MLA_FIT_GRID
-    cfg, loss = coordinate_descent(lambda c: losses(c)[0], base, g)
-    return {k: float(getattr(cfg, k)) for k in g}, loss, losses(cfg)[1]
+    return _fit_on_split(lambda cfg: mla_kernels(cfg, tables), config, grid or MLA_FIT_GRID)
