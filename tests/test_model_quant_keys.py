@@ -278,3 +278,31 @@ def test_modelopt_awq_zero_points_are_read(tmp_path: Path) -> None:
     assert sym.weight_bits == 4 + 16 / 128 and asym.weight_bits == 4 + 20 / 128
     nv = {"quant_method": "modelopt", "quant_algo": "NVFP4", "has_zero_point": True}
     assert "has_zero_point" in _refusal(tmp_path, "llama-3.1-8b", nv)
+
+
+def test_trtllm_plans_the_kv_cache_as_its_auto_loads_the_checkpoint() -> None:
+    """TensorRT-LLM's ``kv_cache_config.dtype`` ``auto`` takes a ModelOpt checkpoint's
+    ``kv_cache_quant_algo``; vLLM's and SGLang's ``auto`` keep 16 bits; a given
+    ``--kv-dtype`` wins everywhere (api.checkpoint_dtypes)."""
+    from learn_to_shard.api import checkpoint_dtypes
+
+    fp8_kv = load_model("llama-3.1-70b-instruct-fp8")          # kv_cache_quant_algo FP8
+    assert checkpoint_dtypes(fp8_kv, None, None, "trtllm") == ("fp8", "fp8")
+    for engine in ("vllm", "sglang", None):
+        assert checkpoint_dtypes(fp8_kv, None, None, engine) == ("fp8", "bf16")
+    assert checkpoint_dtypes(fp8_kv, None, "bf16", "trtllm") == ("fp8", "bf16")
+    # a checkpoint without KV scales keeps 16 bits under TensorRT-LLM too
+    assert checkpoint_dtypes(load_model("deepseek-v3"), None, None, "trtllm")[1] == "bf16"
+    assert checkpoint_dtypes(load_model("llama-3.1-8b"), None, None, "trtllm") == \
+        ("bf16", "bf16")
+
+
+def test_plan_under_trtllm_prices_the_checkpoint_fp8_kv_cache() -> None:
+    """The plan's workload carries the engine's KV dtype: more KV tokens fit in FP8."""
+    from learn_to_shard.api import plan
+
+    kw = dict(phase="serve", isl=1024, osl=1024, method="megatron", budget=4)
+    trt = plan("llama-3.1-70b-instruct-fp8", "h100-sxm:4", engine="trtllm", **kw)
+    bf16 = plan("llama-3.1-70b-instruct-fp8", "h100-sxm:4", engine="trtllm",
+                kv_dtype="bf16", **kw)
+    assert trt.workload.kv_dtype.value == "fp8" and bf16.workload.kv_dtype.value == "bf16"

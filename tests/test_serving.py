@@ -196,6 +196,28 @@ def test_published_serving_rows_are_predicted_or_explained():
     assert s["predicted"] == 1 and s["ttft_ms_n"] == 1
 
 
+def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():
+    """A row whose source does not state the KV dtype runs as its engine's ``auto`` loads
+    the checkpoint: TensorRT-LLM with an NVIDIA ModelOpt export in FP8 (the shipped NVFP4
+    folder's own ``kv_cache_quant_algo``, or ModelOpt's export default for an ``nvidia/``
+    checkpoint not shipped), with DeepSeek's own FP8 checkpoint in 16 bits; vLLM and SGLang
+    in 16 bits; a stated dtype as stated."""
+    from learn_to_shard.fidelity.serving import _kv_dtype
+    from learn_to_shard.model.hf_config import load_model
+    from learn_to_shard.workload import DType
+
+    dense, nvfp4 = load_model("llama-3.1-70b"), load_model("qwen3-235b-a22b-nvfp4")
+    row = {"engine": "trtllm", "kv_dtype": "n/s", "model_hf": "nvidia/Llama-3.3-70B-Instruct-FP8"}
+    assert _kv_dtype(row, dense) is DType.FP8
+    assert _kv_dtype(row | {"engine": "vllm"}, dense) is DType.BF16
+    assert _kv_dtype(row | {"engine": "sglang"}, dense) is DType.BF16
+    assert _kv_dtype(row | {"kv_dtype": "bf16"}, dense) is DType.BF16
+    assert _kv_dtype(row | {"model_hf": "nvidia/Qwen3-235B-A22B-FP4"}, nvfp4) is DType.FP8
+    ds = {"engine": "trtllm", "kv_dtype": "n/s", "model_hf": "deepseek-ai/DeepSeek-R1-0528"}
+    assert _kv_dtype(ds, load_model("deepseek-v3")) is DType.BF16
+    assert _kv_dtype(ds | {"kv_dtype": "fp8"}, load_model("deepseek-v3")) is DType.FP8
+
+
 def test_sglang_random_lengths_are_uniform_up_to_the_nominal():
     """SGLang's random dataset with random_range_ratio 0 draws from 1 to the nominal length
     (mean ≈ half of it); vLLM's with range ratio 0 is fixed."""

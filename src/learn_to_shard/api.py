@@ -92,14 +92,30 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
                     ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, concurrency=concurrency)
 
 
-def checkpoint_dtypes(model: ModelSpec, dtype: str | None,
-                      kv_dtype: str | None) -> tuple[str | None, str | None]:
-    """The weight and KV dtypes to plan with: the weights as given, else as the checkpoint
-    stores them (``ModelSpec.checkpoint_dtype``: ``fp8`` for FP8 checkpoints); the KV cache as
-    given, else in 16 bits whatever the weights (the engines' default: vLLM and SGLang
-    ``--kv-cache-dtype auto`` keep the activation dtype; TensorRT-LLM's ``kv_cache_config``
-    dtype ``auto`` likewise), so typing the checkpoint's own ``--dtype`` changes nothing."""
-    return dtype or model.checkpoint_dtype, kv_dtype or "bf16"
+def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
+                      engine: str | None = None) -> tuple[str | None, str | None]:
+    """The weight and KV dtypes to plan with, as the engine loads the checkpoint.
+
+    The weights as given, else as the checkpoint stores them (``ModelSpec.checkpoint_dtype``:
+    ``fp8`` for FP8 checkpoints). The KV cache as given, else what the engine's default
+    ``auto`` makes of the checkpoint:
+
+    * ``trtllm``: the checkpoint's own KV quantisation where it states one (ModelOpt
+      ``kv_cache_quant_algo`` FP8, ``QuantSpec.kv_cache_fp8``), else 16 bits. Source:
+      TensorRT-LLM ``ModelLoader._apply_modelopt_quant_config``
+      (NVIDIA/TensorRT-LLM@0066b2a5696f5819dc4c98befa25e957e6e24fe5,
+      ``tensorrt_llm/llmapi/llm_utils.py``): with ``kv_cache_config.dtype`` ``auto`` it
+      sets ``kv_cache_quant_algo`` from ``hf_quant_config.json``.
+    * any other engine (vLLM, SGLang ``--kv-cache-dtype auto``) and no engine: 16 bits,
+      whatever the weights.
+
+    So typing the checkpoint's own ``--dtype`` changes nothing.
+    """
+    if kv_dtype is None:
+        quant = model.quant
+        kv_dtype = "fp8" if (engine == "trtllm" and quant is not None
+                             and quant.kv_cache_fp8) else "bf16"
+    return dtype or model.checkpoint_dtype, kv_dtype
 
 
 #: Most images one request may carry (engines cap them per prompt, e.g. vLLM
@@ -242,8 +258,9 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
             :class:`ClusterSpec`.
         phase, isl, osl, context, dtype, kv_dtype, ttft_slo_s, tpot_slo_s: the workload
             (see :func:`make_workload`); SLOs in seconds. ``dtype`` None: the checkpoint's
-            (``fp8`` for FP8 checkpoints, else ``bf16``, KV ``bf16`` unless ``kv_dtype`` is
-            given; :func:`checkpoint_dtypes`; ``Plan.weights`` says which).
+            (``fp8`` for FP8 checkpoints, else ``bf16``; KV as ``engine`` loads the
+            checkpoint unless ``kv_dtype`` is given; :func:`checkpoint_dtypes`;
+            ``Plan.weights`` says which).
         method: searcher name (``exact``, ``rl``, ``megatron``, …; see ``searcher_names()``),
             or ``auto`` (default): the exact optimum when it needs at most
             :data:`~learn_to_shard.search.exact.DEFAULT_WORK_LIMIT` units of work (counted,
@@ -273,7 +290,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         raise ConfigError("engine and config both given: apply the engine with "
                           "cost_config(engine, ...) and pass the result as config")
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype)
+    wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype, engine)
     wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=wd, kv_dtype=kd,
                        ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
     wl = with_images(wl, spec, images_per_request, image_tokens)

@@ -104,7 +104,8 @@ TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g
 DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
                                               "the checkpoint's).")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
-                                                "(default: bf16, as the engines' auto).")]
+                                                "(default: as the engine's auto loads the checkpoint: bf16, or fp8 with --engine trtllm "
+                                                "where the checkpoint ships FP8 KV scales).")]
 EngineOpt = Annotated[str | None, typer.Option(
     "--engine", help="Serving engine: vllm, sglang and trtllm restrict the search to what "
     "that engine can launch; each sets its memory policy: "
@@ -417,7 +418,7 @@ def plan_cmd(
         engine = _export_engine(export, engine)
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(spec, dtype, kv_dtype), concurrency=concurrency)
+                       *checkpoint_dtypes(spec, dtype, kv_dtype, engine), concurrency=concurrency)
         wl = with_images(wl, spec, images_per_request, image_tokens)
         if trace is not None and wl.images_per_request:
             raise ConfigError("--images-per-request with --trace: the trace's isl column is "
@@ -824,7 +825,7 @@ def compare_cmd(
         _check_budget(budget)
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(spec, dtype, kv_dtype))
+                       *checkpoint_dtypes(spec, dtype, kv_dtype, engine))
         wl = with_images(wl, spec, images_per_request, image_tokens)
         cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
@@ -917,7 +918,7 @@ def pareto_cmd(
         _check_export(export)
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(spec, dtype, kv_dtype))
+                       *checkpoint_dtypes(spec, dtype, kv_dtype, engine))
         wl = with_images(wl, spec, images_per_request, image_tokens)
         if wl.phase is Phase.PREFILL:
             raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
@@ -1135,7 +1136,7 @@ def size_cmd(
         if max_devices < 1:
             raise PlannerError(f"--max-devices: must be >= 1, got {max_devices}")
         wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(load_model(model), dtype, kv_dtype))
+                       *checkpoint_dtypes(load_model(model), dtype, kv_dtype, engine))
         if wl.phase is Phase.DECODE:
             raise PlannerError("--phase decode has no request rate (steady decoding at a fixed "
                                "context); use --phase serve with --isl/--osl")

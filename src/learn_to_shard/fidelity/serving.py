@@ -31,6 +31,7 @@ from ..cost.model import CostModel, Estimate
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
+from ..model.spec import ModelSpec
 from ..parallel.ops import MEGATRON_DIMS
 from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
@@ -105,6 +106,32 @@ def _lengths(row: dict[str, str]) -> tuple[int, int] | None:
     return None
 
 
+def _kv_dtype(row: dict[str, str], model: ModelSpec) -> DType:
+    """The KV-cache dtype a row ran with: as stated, else as its engine's default ``auto``
+    loads the row's checkpoint.
+
+    A stated ``fp8`` / ``bf16`` / ``fp16`` is taken as is. Where the source does not state it
+    (``n/s``), TensorRT-LLM takes the checkpoint's own KV quantisation
+    (:func:`~learn_to_shard.api.checkpoint_dtypes`): the shipped checkpoint the row is
+    predicted with when it states one (the NVFP4 folders of :data:`_FP4_CHECKPOINT`, ModelOpt
+    ``kv_cache_quant_algo`` FP8), and FP8 for the other NVIDIA ModelOpt exports the rows name
+    (``model_hf`` ``nvidia/...``, e.g. nvidia/Llama-3.3-70B-Instruct-FP8, whose files are not
+    shipped): ModelOpt's export script quantises the KV cache to FP8 unless told otherwise
+    (``--kv_cache_qformat`` default ``fp8``, NVIDIA/TensorRT-Model-Optimizer@42bb0236e34a11b5fb3860369fa0c68e14c784a0
+    ``examples/llm_ptq/hf_ptq.py``), and every NVIDIA ModelOpt export shipped here
+    (``data/models/*/hf_quant_config.json``) says FP8. vLLM and SGLang keep 16 bits
+    (``--kv-cache-dtype auto``)."""
+    stated = row.get("kv_dtype", "n/s")
+    if stated in ("fp8", "bf16", "fp16"):
+        return DType.FP8 if stated == "fp8" else DType.BF16
+    if row.get("engine") != "trtllm":
+        return DType.BF16
+    quant = model.quant
+    if quant is not None:
+        return DType.FP8 if quant.kv_cache_fp8 else DType.BF16
+    return DType.FP8 if row.get("model_hf", "").startswith("nvidia/") else DType.BF16
+
+
 def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
                 ) -> ServingRowResult:
     """Predict one row (see the module docstring).
@@ -147,25 +174,25 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     wd = DType.FP8 if row["weight_dtype"] == "fp8" else DType.BF16
     if row["weight_dtype"] == "fp4":        # the 4-bit bytes and rates come from model.quant
         wd = DType(model.checkpoint_dtype)
-    kd = DType.FP8 if row.get("kv_dtype") == "fp8" else DType.BF16
+    kd = _kv_dtype(row, model)
     # SGLang's bench_serving random dataset draws lengths uniformly from 1 to the nominal one
     # (random_range_ratio 0.0, its default): the rows say so in length_dist.
     sglang_random = row.get("length_dist", "").startswith("uniform integers in [1, nominal]")
+    lengths = dict(up_to_nominal=sglang_random)
     conc = _num(row.get("concurrency"))
     rate = _num(row.get("request_rate_per_s"))
     n_prompts = _num(row.get("num_prompts"))
     if conc:
         load = ServingLoad(concurrency=int(conc), num_prompts=int(n_prompts or max(
-            10 * conc, 200)), up_to_nominal=sglang_random)
+            10 * conc, 200)), **lengths)
         res.x = conc
     elif rate is not None and math.isfinite(rate):
         load = ServingLoad(request_rate_per_s=rate, num_prompts=int(n_prompts or 1000),
-                           up_to_nominal=sglang_random)
+                           **lengths)
         res.x = rate
     elif rate is not None:
         n = int(n_prompts or DEFAULT_OFFLINE_PROMPTS)
-        load = ServingLoad(concurrency=n, num_prompts=n,      # every request at time 0
-                           up_to_nominal=sglang_random)
+        load = ServingLoad(concurrency=n, num_prompts=n, **lengths)   # all at time 0
         res.x = math.inf
     else:
         return skip("no load stated")

@@ -96,8 +96,10 @@ class QuantSpec:
             router, embedding and LM head in 16 bits).
         kv_cache_fp8: the checkpoint ships FP8 KV-cache scales (ModelOpt
             ``kv_cache_quant_algo`` / compressed-tensors ``kv_cache_scheme`` FP8); the KV
-            cache is planned in FP8 only with ``--kv-dtype fp8`` (engines keep it 16-bit
-            unless asked, vLLM ``--kv-cache-dtype auto``).
+            cache is planned in FP8 with ``--kv-dtype fp8``, or by default under
+            ``--engine trtllm``, whose ``auto`` KV dtype follows the checkpoint (vLLM and
+            SGLang ``--kv-cache-dtype auto`` keep 16 bits;
+            :func:`learn_to_shard.api.checkpoint_dtypes`).
         kept_16bit: module kinds the checkpoint's exclusion list keeps unquantised
             (:class:`learn_to_shard.model.quant_keys.ExclusionScope`), for the plan.
         source: the file the quantisation was read from.

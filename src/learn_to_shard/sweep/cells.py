@@ -73,7 +73,7 @@ def _cost_model(cell_problem: str) -> CostModel:
     cell = Cell.model_validate_json(cell_problem)
     e = cell.engine
     spec = load_model(cell.model)
-    return make_cost_model(spec, cell.cluster, cell.workload.workload(spec),
+    return make_cost_model(spec, cell.cluster, cell.workload.workload(spec, e.name),
                            cost_config(e.name, e.gpu_memory_utilization,
                                        e.max_num_batched_tokens), engine=e.name)
 
@@ -118,7 +118,7 @@ def export_command(plan: Plan, cell: Cell, cm: CostModel) -> str | None:
 def _inputs(cell: Cell) -> dict[str, object]:
     wl, e = cell.workload, cell.engine
     try:
-        w = wl.workload(load_model(cell.model))
+        w = wl.workload(load_model(cell.model), e.name)
     except PlannerError:
         w = wl.workload()
     try:

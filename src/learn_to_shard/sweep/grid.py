@@ -109,14 +109,15 @@ class WorkloadSpec(_Strict):
             raise ValueError(str(exc)) from None
         return self
 
-    def workload(self, model: ModelSpec | None = None) -> Workload:
-        """The :class:`Workload` this spec describes for ``model`` (whose checkpoint sets the
-        default weight dtype; without a model, ``bf16``).
+    def workload(self, model: ModelSpec | None = None, engine: str | None = None) -> Workload:
+        """The :class:`Workload` this spec describes for ``model`` served by ``engine``
+        (the checkpoint and engine set the default dtypes as for ``l2s plan``,
+        :func:`~learn_to_shard.api.checkpoint_dtypes`; without a model, ``bf16``).
 
         Raises:
             ConfigError: contradictory fields (as ``l2s plan`` refuses them).
         """
-        dtype, kv_dtype = checkpoint_dtypes(model, self.dtype, self.kv_dtype) \
+        dtype, kv_dtype = checkpoint_dtypes(model, self.dtype, self.kv_dtype, engine) \
             if model is not None else (self.dtype or "bf16", self.kv_dtype or "bf16")
         return make_workload(self.phase, isl=self.isl, osl=self.osl, context=self.context,
                              dtype=dtype, kv_dtype=kv_dtype,
