@@ -236,3 +236,69 @@ def test_a_trace_request_beyond_the_context_limit_is_refused(tmp_path):
                                  "--phase", "serve", "--isl", "512", "--osl", "128",
                                  "--trace", str(trace), "-q"])
     assert r.exit_code == 2 and "max_position_embeddings" in r.output
+
+
+def test_sharegpt_lengths_are_vllms_filtered_first_turns():
+    """The shipped ShareGPT table: 10,000 (prompt, output) pairs within ``vllm bench serve``'s
+    ShareGPT filter (each ≥ 4 tokens, prompt ≤ 1,024, prompt + output ≤ 2,048), long-tailed
+    outputs (the p99 several times the median)."""
+    from learn_to_shard.serving.simulate import sharegpt_lengths
+
+    isl, osl = sharegpt_lengths()
+    assert len(isl) == len(osl) == 10_000
+    assert isl.min() >= 4 and osl.min() >= 4 and isl.max() <= 1024 and (isl + osl).max() <= 2048
+    assert 100 < isl.mean() < 130 and 320 < osl.mean() < 370
+    assert np.percentile(osl, 99) > 4 * np.median(osl)
+
+
+def test_sharegpt_requests_keep_the_shape_at_the_requested_means():
+    """Scaled to a run's stated means; the draw is seeded; a load names its lengths, refuses
+    --range-ratio with them, and its longest request bounds every drawn one."""
+    from learn_to_shard.serving.simulate import sharegpt_requests, sharegpt_scaled
+
+    r = sharegpt_requests(50_000, 219, 200, seed=3)
+    assert r.isl.mean() == pytest.approx(219, rel=0.02)     # 50k draws: sd of the mean ~0.5%
+    assert r.osl.mean() == pytest.approx(200, rel=0.02)
+    assert r.osl.min() >= 1 and np.percentile(r.osl, 99) > 3 * np.median(r.osl)
+    again = sharegpt_requests(100, 219, 200, seed=3)
+    assert (again.isl == sharegpt_requests(100, 219, 200, seed=3).isl).all()
+    load = ServingLoad(concurrency=8, dataset="sharegpt")
+    assert "ShareGPT" in load.describe()
+    i, o = sharegpt_scaled(219, 200)
+    assert load.longest_request_tokens(219, 200) == int((i + o).max())
+    with pytest.raises(ConfigError, match="--range-ratio"):
+        ServingLoad(concurrency=8, dataset="sharegpt", range_ratio=0.5)
+    with pytest.raises(ConfigError, match="--dataset"):
+        ServingLoad(concurrency=8, dataset="alpaca")
+
+
+def test_sharegpt_script_reads_lengths_and_refuses_code(tmp_path):
+    """scripts/sharegpt_lengths.py applies vLLM's filter to a pickle of (isl, osl) pairs and
+    refuses a pickle that names a global (it would run code when loaded)."""
+    import pickle
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "sharegpt_lengths.py"
+    main = runpy.run_path(str(script))["main"]
+    pairs = [(10, 20)] * 10_050 + [(2, 50), (2000, 10), (1000, 1500)]
+    pkl, out = tmp_path / "p.pkl", tmp_path / "out.csv"
+    pkl.write_bytes(pickle.dumps(pairs))
+    assert main([str(pkl), "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "isl,osl" and len(lines) == 10_001 and set(lines[1:]) == {"10,20"}
+    bad = tmp_path / "bad.pkl"
+    bad.write_bytes(pickle.dumps(Path("x")))
+    with pytest.raises(pickle.UnpicklingError, match="refusing global"):
+        main([str(bad), "--out", str(out)])
+
+
+def test_cli_simulates_sharegpt_lengths():
+    """l2s plan --dataset sharegpt names the lengths in the simulation line; without a load
+    the flag is refused with one line."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "200", "--osl", "200", "-q", "--method", "megatron"]
+    r = CliRunner().invoke(app, base + ["--concurrency", "16", "--dataset", "sharegpt"])
+    assert r.exit_code == 0 and "ShareGPT lengths" in r.output
+    r = CliRunner().invoke(app, base + ["--dataset", "sharegpt"])
+    assert r.exit_code == 2 and "--dataset" in r.output

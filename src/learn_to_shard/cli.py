@@ -128,6 +128,10 @@ NumPromptsOpt = Annotated[int | None, typer.Option(
 RangeRatioOpt = Annotated[float, typer.Option(
     "--range-ratio", help="Simulated isl/osl drawn uniformly within ±this fraction (vLLM's "
     "--random-range-ratio; default 0: fixed lengths).")]
+DatasetOpt = Annotated[str, typer.Option(
+    "--dataset", help="Simulated lengths: random (isl/osl, with --range-ratio) or sharegpt "
+    "(ShareGPT's joint length distribution scaled to means of --isl/--osl; its own means are "
+    "116/346 tokens).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
@@ -151,16 +155,16 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
 
 def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | None,
                   trace: Path | None, num_prompts: int | None, range_ratio: float,
-                  seed: int) -> ServingLoad | None:
+                  seed: int, dataset: str = "random") -> ServingLoad | None:
     """The simulated load of the flags, or ``None`` when none is given.
 
     Raises:
         PlannerError: a load outside the serve phase, several loads, or bad values.
     """
     if concurrency is None and request_rate is None and trace is None:
-        if num_prompts is not None or range_ratio:
-            raise PlannerError("--num-prompts/--range-ratio: only with --concurrency, "
-                               "--request-rate or --trace")
+        if num_prompts is not None or range_ratio or dataset != "random":
+            raise PlannerError("--num-prompts/--range-ratio/--dataset: only with "
+                               "--concurrency, --request-rate or --trace")
         return None
     if wl.phase is not Phase.SERVE:
         raise PlannerError("--concurrency/--request-rate/--trace: a simulated load needs "
@@ -169,7 +173,8 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
 
     return ServingLoad(concurrency=concurrency, request_rate_per_s=request_rate,
                        trace=load_trace(trace) if trace is not None else None,
-                       num_prompts=num_prompts, range_ratio=range_ratio, seed=seed)
+                       num_prompts=num_prompts, range_ratio=range_ratio, dataset=dataset,
+                       seed=seed)
 
 
 def _engine_config(wl: Workload, engine: str | None, gpu_memory_utilization: float | None,
@@ -365,6 +370,7 @@ def plan_cmd(
     timing: TimingOpt = True,
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
+    dataset: DatasetOpt = "random",
     export: str | None = typer.Option(None, "--export", help="Print the launch command that "
                                       "realises the plan: vllm | sglang | trtllm (with "
                                       "TensorRT-LLM's --config YAML) on stdout, the plan on "
@@ -424,7 +430,7 @@ def plan_cmd(
             raise ConfigError("--images-per-request with --trace: the trace's isl column is "
                               "the prompt as prefilled; add the image tokens to it instead")
         load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
-                             seed)
+                             seed, dataset)
         cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
                                           max_num_batched_tokens),
                            spec, engine, moe_a2a, two_batch_overlap)

@@ -6,7 +6,9 @@ a deployment — model, GPU kind and count, TP/PP/EP/attention-DP, dtypes, lengt
 fixed (Megatron's per-operator dims, the stated degrees), priced by the cost model, and served
 by :func:`~learn_to_shard.serving.simulate.simulate` under that load; the simulated TTFT, TPOT
 and output throughput are set beside the measured ones with the statistic the source reports
-(mean or median).
+(mean or median). Lengths follow the row's dataset: fixed (vLLM's and TensorRT-LLM's random
+datasets), uniform up to the nominal length (SGLang's), or ShareGPT's joint distribution
+scaled to the means of the source's token totals (``ServingLoad(dataset="sharegpt")``).
 
 A row is "not expressible" (with the reason) when it needs what the planner does not model:
 a model or device it does not ship, FP4 weights of a model without a shipped NVFP4
@@ -178,21 +180,24 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     # SGLang's bench_serving random dataset draws lengths uniformly from 1 to the nominal one
     # (random_range_ratio 0.0, its default): the rows say so in length_dist.
     sglang_random = row.get("length_dist", "").startswith("uniform integers in [1, nominal]")
-    lengths = dict(up_to_nominal=sglang_random)
+    # ShareGPT rows (lengths: the means of the source's token totals) draw ShareGPT's joint
+    # length distribution scaled to those means, as the benchmark clients sample the dataset.
+    draw: dict[str, Any] = {"dataset": "sharegpt"} if row.get("dataset") == "sharegpt" \
+        else {"up_to_nominal": sglang_random}
     conc = _num(row.get("concurrency"))
     rate = _num(row.get("request_rate_per_s"))
     n_prompts = _num(row.get("num_prompts"))
     if conc:
         load = ServingLoad(concurrency=int(conc), num_prompts=int(n_prompts or max(
-            10 * conc, 200)), **lengths)
+            10 * conc, 200)), **draw)
         res.x = conc
     elif rate is not None and math.isfinite(rate):
         load = ServingLoad(request_rate_per_s=rate, num_prompts=int(n_prompts or 1000),
-                           **lengths)
+                           **draw)
         res.x = rate
     elif rate is not None:
         n = int(n_prompts or DEFAULT_OFFLINE_PROMPTS)
-        load = ServingLoad(concurrency=n, num_prompts=n, **lengths)   # all at time 0
+        load = ServingLoad(concurrency=n, num_prompts=n, **draw)   # all at time 0
         res.x = math.inf
     else:
         return skip("no load stated")

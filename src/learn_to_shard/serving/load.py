@@ -14,9 +14,12 @@ from ..cost.model import CostModel, Estimate
 from ..engines import default_max_num_seqs
 from ..errors import ConfigError
 from ..workload import Phase
-from .simulate import Requests, fixed_requests, length_range, poisson_arrivals, simulate
+from .simulate import (Requests, fixed_requests, length_range, poisson_arrivals,
+                       sharegpt_requests, sharegpt_scaled, simulate)
 from .steptime import fit_step_model, priced
 
+#: Length sources of a load without a trace (:class:`ServingLoad` ``dataset``).
+DATASETS = ("random", "sharegpt")
 #: Requests per simulation when none is given (``vllm bench serve --num-prompts`` default).
 DEFAULT_NUM_PROMPTS = 1000
 
@@ -41,6 +44,9 @@ class ServingLoad:
         range_ratio: lengths drawn uniformly within ``±range_ratio`` of ``isl``/``osl``.
         up_to_nominal: lengths drawn uniformly from ``range_ratio·x`` (at least 1) to the
             nominal ``x`` instead (SGLang's random dataset, :func:`fixed_requests`).
+        dataset: where lengths come from: ``random`` (``isl``/``osl``, with ``range_ratio``
+            and ``up_to_nominal``) or ``sharegpt`` (ShareGPT's joint length distribution
+            scaled to means of ``isl``/``osl``, :func:`~learn_to_shard.serving.simulate.sharegpt_requests`).
         seed: seed of arrivals and lengths.
 
     Raises:
@@ -53,6 +59,7 @@ class ServingLoad:
     num_prompts: int | None = None
     range_ratio: float = 0.0
     up_to_nominal: bool = False
+    dataset: str = "random"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -66,24 +73,33 @@ class ServingLoad:
                               f"{self.request_rate_per_s}")
         if not 0.0 <= self.range_ratio < 1.0:
             raise ConfigError(f"--range-ratio: must be in [0, 1), got {self.range_ratio}")
+        if self.dataset not in DATASETS:
+            raise ConfigError(f"--dataset: one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        if self.dataset != "random" and (self.range_ratio or self.up_to_nominal):
+            raise ConfigError("--range-ratio: only with --dataset random")
         if self.num_prompts is not None and not 1 <= self.num_prompts <= 1_000_000:
             raise ConfigError(f"--num-prompts: must be in 1..1,000,000, got {self.num_prompts}")
 
     def longest_request_tokens(self, isl: int, osl: int) -> int:
         """Longest request (prompt + output tokens) this load sends around a nominal
         ``isl``/``osl``: a trace's longest, else the top of the drawn lengths
-        (:func:`~learn_to_shard.serving.simulate.length_range`), at least ``isl + osl``."""
+        (:func:`~learn_to_shard.serving.simulate.length_range`, or the longest scaled
+        ShareGPT pair), at least ``isl + osl``."""
         if self.trace is not None:
             return max(isl + osl, int((self.trace.isl + self.trace.osl).max()))
+        if self.dataset == "sharegpt":
+            i, o = sharegpt_scaled(isl, osl)
+            return max(isl + osl, int((i + o).max()))
         r, up = self.range_ratio, self.up_to_nominal
         return max(isl + osl, length_range(isl, r, up)[1] + length_range(osl, r, up)[1])
 
     def describe(self) -> str:
         """One line naming the load, e.g. ``closed loop, concurrency 64``."""
+        lengths = ", ShareGPT lengths" if self.dataset == "sharegpt" else ""
         if self.concurrency is not None:
-            return f"closed loop, concurrency {self.concurrency}"
+            return f"closed loop, concurrency {self.concurrency}{lengths}"
         if self.request_rate_per_s is not None:
-            return f"Poisson arrivals, {self.request_rate_per_s:g} requests/s"
+            return f"Poisson arrivals, {self.request_rate_per_s:g} requests/s{lengths}"
         assert self.trace is not None
         return f"trace of {len(self.trace.isl)} requests"
 
@@ -170,7 +186,8 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
                 f"one request in {replicas} of the trace" if replicas > 1 else "the trace")
     n_total = load.num_prompts or DEFAULT_NUM_PROMPTS
     n = max(1, math.ceil(n_total / replicas))
-    base = fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
+    base = sharegpt_requests(n, wl.isl, wl.osl, load.seed) if load.dataset == "sharegpt" \
+        else fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
     if load.concurrency is not None:
         c = max(1, math.ceil(load.concurrency / replicas))
         return base, c, f"{c} of {load.concurrency} clients"

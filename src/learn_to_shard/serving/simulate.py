@@ -34,7 +34,9 @@ arrival).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
@@ -95,6 +97,48 @@ def fixed_requests(n: int, isl: int, osl: int, range_ratio: float = 0.0, seed: i
         return rng.integers(lo, hi + 1, size=n)
 
     return Requests(isl=draw(isl), osl=draw(osl))
+
+
+@functools.lru_cache(maxsize=1)
+def sharegpt_lengths() -> tuple[np.ndarray, np.ndarray]:
+    """``([m], [m])`` prompt and output tokens of ShareGPT first turns as ``vllm bench serve``
+    samples them (``data/sharegpt_lengths.csv``: 10,000 pairs tokenized with the OPT
+    tokenizer, within vLLM's filter — prompt and output ≥ 4, prompt ≤ 1,024, prompt + output
+    ≤ 2,048; mean 116 / 346 tokens; derivation and source in ``scripts/sharegpt_lengths.py``
+    and ``data/README.md``)."""
+    path = resources.files("learn_to_shard") / "data" / "sharegpt_lengths.csv"
+    table = np.loadtxt(str(path), delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    return table[:, 0].copy(), table[:, 1].copy()
+
+
+def sharegpt_scaled(isl_mean: int, osl_mean: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sharegpt_lengths` with each dimension scaled so its mean is ``isl_mean`` /
+    ``osl_mean`` tokens (rounded, at least 1): a run's own tokenizer, chat template and early
+    stops shift the means; the shape of the distribution stays ShareGPT's.
+
+    Raises:
+        ConfigError: a mean below 1.
+    """
+    if isl_mean < 1 or osl_mean < 1:
+        raise ConfigError(f"--dataset sharegpt: isl and osl means must be >= 1, got "
+                          f"{isl_mean}/{osl_mean}")
+    i, o = sharegpt_lengths()
+    return (np.maximum(1, np.rint(i * (isl_mean / i.mean()))).astype(np.int64),
+            np.maximum(1, np.rint(o * (osl_mean / o.mean()))).astype(np.int64))
+
+
+def sharegpt_requests(n: int, isl_mean: int, osl_mean: int, seed: int = 0) -> Requests:
+    """``n`` closed-loop requests with ShareGPT's joint distribution of prompt and output
+    lengths, pairs of :func:`sharegpt_scaled` drawn with replacement.
+
+    Raises:
+        ConfigError: ``n < 1`` or a mean below 1.
+    """
+    if n < 1:
+        raise ConfigError(f"--num-prompts: must be >= 1, got {n}")
+    i, o = sharegpt_scaled(isl_mean, osl_mean)
+    pick = np.random.default_rng(seed).integers(0, len(i), size=n)
+    return Requests(isl=i[pick], osl=o[pick])
 
 
 def length_range(x: int, range_ratio: float, up_to_nominal: bool = False) -> tuple[int, int]:
