@@ -20,6 +20,7 @@ import pytest
 from learn_to_shard.cost.config import CostModelConfig
 from learn_to_shard.fidelity.kernels import (
     MOE_CALIBRATION_MODELS,
+    fit_fp8_block_scale,
     fit_moe_kernels,
     moe_kernel_report,
     moe_kernels,
@@ -80,16 +81,58 @@ def report_without():
     return {(s.split, s.preset, s.tokens): s for s in moe_kernel_report(cfg)}
 
 
-def test_block_cost_and_curve_bring_every_group_within_30_percent(shipped_report,
-                                                                   report_without):
+def test_block_cost_and_curve_bring_the_groups_within_30_percent(shipped_report,
+                                                                 report_without):
     """On the shipped table, calibration and held-out shapes alike: without the two terms the
     model prices <= 16-token blocks at about half their measured time; with them the median
-    error of every (split, device, token class) group is within 30%."""
+    error of every (split, device, token class) group is within 30% but one: H200's
+    calibration rows above 1,024 tokens, +32%. There the BF16 and per-tensor FP8 rows are
+    priced too slow (+72% and +25%); before block-scaled FP8 was priced
+    (``fp8_block_scale_efficiency``) its rows, priced too fast, pulled the group's median to
+    +13% while its median |error| was 38% (now 32%)."""
     assert report_without.keys() == shipped_report.keys() and len(shipped_report) == 18
+    outside = set()
     for key, s in shipped_report.items():
         if key[2] == "<=16":
             assert report_without[key].median_error < -0.4, key
-        assert abs(s.median_error) < 0.3, key
+        if abs(s.median_error) >= 0.3:
+            outside.add(key)
+    assert outside == {("calibration", "h200", ">1024")}
+    assert shipped_report[("calibration", "h200", ">1024")].median_error < 0.33
+
+
+def test_block_scaled_fp8_is_priced_below_per_tensor_fp8_on_hopper_only():
+    """``fp8_block_scale_efficiency``: on H100/H200, above 1,024 tokens, the table's
+    block-scaled rows take ~1.85x the per-tensor rows' time and the model priced them alike
+    (median error -33% to -39%); with the fitted factor each (split, device) group of those
+    rows is within 15%. BF16, per-tensor FP8 and every B200 row are priced as before (B200
+    has block-scaled MMA)."""
+    off = CostModelConfig.for_engine("trtllm", fp8_block_scale_efficiency=1.0)
+    ks, ks_off = moe_kernels(), moe_kernels(off)
+    assert len(ks) == len(ks_off)
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for k, k0 in zip(ks, ks_off):
+        assert (k.model, k.preset, k.dtype, k.tokens) == (k0.model, k0.preset, k0.dtype,
+                                                          k0.tokens)
+        if k.dtype != "fp8_block" or k.preset == "b200":
+            assert k.predicted_s == k0.predicted_s
+        elif k.tokens > 1024:
+            groups.setdefault((k.split, k.preset), []).append(
+                (k.predicted_s / k.measured_s - 1, k0.predicted_s / k0.measured_s - 1))
+    assert set(groups) == {(s, d) for s in ("calibration", "held-out")
+                           for d in ("h100-sxm", "h200")}
+    for key, errs in groups.items():
+        assert statistics.median(e0 for _, e0 in errs) < -0.3, key
+        assert abs(statistics.median(e for e, _ in errs)) < 0.15, key
+
+
+@pytest.mark.slow
+def test_shipped_fp8_block_scale_is_the_fit_on_the_shipped_table():
+    """Re-running ``fit_fp8_block_scale`` gives the shipped value (~2.5 min)."""
+    values, cal, held = fit_fp8_block_scale()
+    shipped = CostModelConfig.for_engine("trtllm").fp8_block_scale_efficiency
+    assert values["fp8_block_scale_efficiency"] == pytest.approx(shipped)
+    assert cal == pytest.approx(0.138, abs=0.005) and held == pytest.approx(0.116, abs=0.005)
 
 
 def test_ep_over_expert_tp_follows_the_kernels(shipped_report, report_without):
@@ -122,7 +165,8 @@ def test_shipped_block_cost_is_the_fit_on_the_shipped_table():
 def test_documented_losses_before_and_after_the_block_terms():
     """docs/validation.md's 'MoE expert block' table and ``CostModelConfig``'s docstring:
     median |ln(predicted / measured)| over the calibration / held-out rows is 0.60 / 0.59
-    without the block cost and curve (the model before them) and 0.14 / 0.14 shipped."""
+    without the block cost, the curve and the block-scaled FP8 rate (the model before them)
+    and 0.13 / 0.12 shipped."""
     def losses(cfg: CostModelConfig | None) -> tuple[float, float]:
         ks = moe_kernels(cfg)
         return tuple(statistics.median(abs(math.log(k.predicted_s / k.measured_s))
@@ -130,9 +174,10 @@ def test_documented_losses_before_and_after_the_block_terms():
                      for cal in (True, False))
 
     before = losses(CostModelConfig.for_engine("trtllm", moe_block_overhead_s=0.0,
-                                               expert_shape_half=0.0))
+                                               expert_shape_half=0.0,
+                                               fp8_block_scale_efficiency=1.0))
     assert before == pytest.approx((0.60, 0.59), abs=0.005)
-    assert losses(None) == pytest.approx((0.14, 0.14), abs=0.005)
+    assert losses(None) == pytest.approx((0.13, 0.12), abs=0.005)
 
 
 def test_report_lists_token_classes_smallest_first(tmp_path):

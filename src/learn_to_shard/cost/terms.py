@@ -157,6 +157,11 @@ class OperatorTerms:
             else c.flops_efficiency
         bf16_rate = dev.peak_bf16_flops_per_s * c.flops_efficiency
         fp8_rate = dev.peak_fp8_flops_per_s * fp8_eff if dev.peak_fp8_flops_per_s else bf16_rate
+        # Block-scaled FP8 weights on a chip without block-scaled MMA (no FP4 math): the
+        # scales are applied on CUDA cores in the main loop (CostModelConfig.
+        # fp8_block_scale_efficiency).
+        if fp8 and model.weight_block_size is not None and not dev.peak_fp4_flops_per_s:
+            fp8_rate *= c.fp8_block_scale_efficiency
         # FP4 (NVFP4 / MXFP4) GEMMs run on FP4 tensor cores where the chip has them (B200,
         # B300, MI355X; DeviceSpec.peak_fp4_flops_per_s), at the FP8 efficiency factor (no FP4
         # measurement to calibrate against); elsewhere (Hopper, MI300X) the weights are

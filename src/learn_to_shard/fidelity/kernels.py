@@ -45,7 +45,8 @@ __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a
            "OperatorStats", "silicon_dir", "silicon_tables", "silicon_kernels",
            "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon",
            "MOE_SHAPES", "MOE_CALIBRATION_MODELS", "MOE_FIT_GRID", "MoEKernel", "moe_kernels",
-           "MoEStats", "moe_kernel_report", "fit_moe_kernels", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
+           "MoEStats", "moe_kernel_report", "fit_moe_kernels", "FP8_BLOCK_FIT_GRID",
+           "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
            "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels"]
 
 
@@ -561,7 +562,10 @@ def moe_kernels(config: CostModelConfig | None = None,
     models = {name: load_model(name) for name in {k[0] for k in groups}}
     out = []
     for (name, preset, dtype, etp, ep), rows in sorted(groups.items()):
-        model = models[name]
+        # The row's weight scaling, whatever the shape's shipped checkpoint uses: per-tensor
+        # FP8, or 128 x 128 block scales (the table's fp8_block, DeepSeek-V3's format).
+        model = replace(models[name], weight_block_size=(128, 128) if dtype == "fp8_block"
+                        else None)
         g = etp * ep
         cluster = ClusterSpec(load_device(preset), max(g, 8))
         tokens = tuple(sorted({int(r["tokens"]) for r in rows}))
@@ -652,6 +656,37 @@ def fit_moe_kernels(config: CostModelConfig | None = None, folder: str | Path | 
     """
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
     return _fit_on_split(lambda cfg: moe_kernels(cfg, tables), config, grid or MOE_FIT_GRID)
+
+
+#: Grid of :func:`fit_fp8_block_scale`.
+FP8_BLOCK_FIT_GRID: dict[str, tuple[float, ...]] = {
+    "fp8_block_scale_efficiency": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0),
+}
+#: Devices whose block-scaled rows fit ``fp8_block_scale_efficiency``: the chips without
+#: block-scaled MMA among the table's (the factor does not apply to B200).
+FP8_BLOCK_FIT_DEVICES: tuple[str, ...] = ("h100-sxm", "h200")
+
+
+def fit_fp8_block_scale(config: CostModelConfig | None = None,
+                        folder: str | Path | None = None,
+                        grid: dict[str, tuple[float, ...]] | None = None
+                        ) -> tuple[dict[str, float], float, float]:
+    """Fit ``fp8_block_scale_efficiency`` (grid default :data:`FP8_BLOCK_FIT_GRID`) on the
+    ``fp8_block`` rows of ``moe.csv`` on :data:`FP8_BLOCK_FIT_DEVICES` (balanced routing;
+    calibration shapes :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's held out), starting
+    from ``config`` (default: the ``trtllm`` profile): coordinate descent of the median
+    ``|ln(predicted / measured)|`` (~1 min).
+
+    Returns:
+        (fitted values, calibration loss, held-out loss at those values).
+    """
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+
+    def price(cfg: CostModelConfig) -> list[MoEKernel]:
+        return [k for k in moe_kernels(cfg, tables)
+                if k.dtype == "fp8_block" and k.preset in FP8_BLOCK_FIT_DEVICES]
+
+    return _fit_on_split(price, config, grid or FP8_BLOCK_FIT_GRID)
 
 
 class _SplitKernel(Protocol):
