@@ -63,6 +63,24 @@ def test_chunked_prefill_and_decode_first():
     assert r.ttft_s[1] == pytest.approx(t2)
 
 
+def test_prefill_first_stalls_decodes_while_prompts_are_pending():
+    """SGLang's order: while a prompt is pending a step is a prefill batch alone (the running
+    decode waits; the budget is all the prompt's), then decode-only steps."""
+    req = Requests(isl=np.array([10, 250]), osl=np.array([3, 2]),
+                   arrival_s=np.array([0.0, 0.0]))
+    r = simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=100,
+                 kv_capacity_tokens=10_000, prefill_first=True)
+    # Steps 1-3 prefill 100 + 100 + 60 tokens (prompt 0 done in step 1, prompt 1 in step 3);
+    # request 0 decodes only from step 4, beside request 1.
+    t1, t3 = _toy_step(100, 0), _toy_step(100, 0) * 2 + _toy_step(60, 0)
+    assert r.ttft_s[0] == pytest.approx(t1) and r.ttft_s[1] == pytest.approx(t3)
+    t5 = t3 + _toy_step(2, 11 + 251) + _toy_step(1, 12)
+    assert r.finish_s[0] == pytest.approx(t5)
+    assert r.finish_s[1] == pytest.approx(t3 + _toy_step(2, 11 + 251))
+    from learn_to_shard.engines import PREFILL_FIRST_ENGINES, SCHEDULING_SOURCES
+    assert PREFILL_FIRST_ENGINES == ("sglang",) and set(SCHEDULING_SOURCES) == {"sglang"}
+
+
 def test_admission_waits_for_a_slot_and_for_kv():
     """With one slot, the second request's TTFT includes the whole first request; with a KV
     pool that holds one request at a time, the same."""

@@ -234,6 +234,20 @@ ADMISSION_SOURCES: dict[str, str] = {
 }
 
 
+#: Engines whose scheduler runs a prefill-only step whenever prompts are pending and decodes
+#: otherwise (no mixed prefill + decode steps by default), the simulation's
+#: ``prefill_first``; the others put decodes first in every step and fill the token budget
+#: with prompt chunks (vLLM V1's scheduler; TensorRT-LLM's in-flight batching).
+PREFILL_FIRST_ENGINES: tuple[str, ...] = ("sglang",)
+#: Where :data:`PREFILL_FIRST_ENGINES` is read.
+SCHEDULING_SOURCES: dict[str, str] = {
+    "sglang": "sgl-project/sglang python/sglang/srt/managers/scheduler.py "
+              "Scheduler.get_next_batch_to_run ('Run prefill first if possible': a new prefill "
+              "batch when one can be formed, else the decode batch); prefill is mixed into "
+              "decode only with --enable-mixed-chunk (server_args.py, default False)",
+}
+
+
 def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: float,
                          kv_tokens_per_rank: int, context_len: int) -> int:
     """Running requests one scheduler (one attention-DP rank) admits when the launch does not

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cost.model import CostModel, Estimate
-from ..engines import default_max_num_seqs
+from ..engines import PREFILL_FIRST_ENGINES, default_max_num_seqs
 from ..errors import ConfigError
 from ..workload import Phase
 from .simulate import (Requests, fixed_requests, length_range, poisson_arrivals,
@@ -265,7 +265,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         share += f"; {conc - seqs} wait in the queue ({seqs} running: {why})"
     res = simulate(step, req, max_num_seqs=seqs,
                    max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
-                   kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc)
+                   kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
+                   prefill_first=cm.config.engine in PREFILL_FIRST_ENGINES)
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices

@@ -14,9 +14,10 @@ vLLM's ``docs/configuration/optimization.md`` "Chunked Prefill" and its schedule
   ``kv_reserve_full_request`` is in the cost model). The head of the queue blocks the rest.
 * **Steps.** Every step decodes one token of every running request whose prompt is done, then
   fills the remaining token budget (``max_num_batched_tokens``) with prompt chunks of running
-  requests in admission order (chunked prefill; decode first, as vLLM schedules). A request's
-  first token comes at the end of the step that finishes its prompt; it then needs ``osl − 1``
-  more decode steps.
+  requests in admission order (chunked prefill; decode first, as vLLM schedules). With
+  ``prefill_first`` (SGLang's scheduler) a step carries only prompt chunks while any running
+  request has prompt left, and the decodes wait. A request's first token comes at the end of
+  the step that finishes its prompt; it then needs ``osl − 1`` more decode steps.
 * **Time.** Each step's duration is :meth:`StepTimeModel.step_time_s` of its contents (tokens,
   KV read, prefill pairs, and the sequences the engine samples — decoding ones and prompts
   completing — for its host time), so a step that carries a prompt chunk stalls every decode
@@ -224,7 +225,8 @@ class SimResult:
 
 def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              max_num_batched_tokens: int, kv_capacity_tokens: int,
-             concurrency: int | None = None, max_steps: int = 10_000_000) -> SimResult:
+             concurrency: int | None = None, max_steps: int = 10_000_000,
+             prefill_first: bool = False) -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
     Args:
@@ -235,6 +237,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         kv_capacity_tokens: KV-cache tokens the instance holds.
         concurrency: closed-loop clients (required without arrival times).
         max_steps: safety bound on simulated steps.
+        prefill_first: while any running request has prompt tokens left, a step carries only
+            prompt chunks and the decodes wait (SGLang's scheduler: a new prefill batch runs
+            whenever one can be formed, decode otherwise; prefill and decode are not mixed
+            unless ``--enable-mixed-chunk``). False: every step decodes first and fills the
+            rest of the budget with prompt chunks (vLLM V1, TensorRT-LLM in-flight batching).
 
     Returns:
         A :class:`SimResult`.
@@ -296,10 +303,12 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                 admissions += k
                 kv_free -= int(need[take].sum())
         running = admitted & ~done
-        dec = running & (prompt_done == isl)
-        n_dec = int(dec.sum())
         pf = np.flatnonzero(running & (prompt_done < isl))
         pf = pf[np.argsort(admit_seq[pf], kind="stable")]
+        dec = running & (prompt_done == isl)
+        if prefill_first and len(pf):
+            dec = np.zeros(n, dtype=bool)           # a prefill batch: the decodes wait
+        n_dec = int(dec.sum())
         left = max_num_batched_tokens - n_dec
         chunk = np.zeros(len(pf), dtype=np.int64)
         if len(pf) and left > 0:
