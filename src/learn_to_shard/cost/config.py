@@ -485,8 +485,8 @@ def _engine_fit(fit: str) -> dict[str, float]:
 #: ``trtllm`` profiles read their engine step overheads (``host_step_overhead_s``,
 #: ``host_seq_overhead_s``) from the fits of the same name in ``data/calibration/
 #: factors.json``, fitted on that engine's calibration rows of the serving table
-#: (``fidelity.fit.SERVING_CALIBRATIONS``); an engine without a fit there (vLLM: none of its
-#: calibration rows states its lengths) keeps the defaults' 0. The Splitwise profiles' fitted
+#: (``fidelity.fit.SERVING_CALIBRATIONS``); an engine without a fit there keeps the
+#: defaults' 0. The Splitwise profiles' fitted
 #: fields are read from ``data/calibration/factors.json`` (the fits of the same name), fitted
 #: on the six calibration rows per system of the Splitwise data (measurements.csv,
 #: ``calibration = 1``): decode at TP2/TP8 batch 1 and TP8 batch 64, prefill of 512 tokens at

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import json
 import math
 import subprocess
@@ -74,6 +75,23 @@ def coordinate_descent(loss: Callable[[CostModelConfig], float], start: CostMode
         if not changed:
             break
     return cfg, best
+
+
+def grid_search(loss: Callable[[CostModelConfig], float], start: CostModelConfig,
+                grid: Mapping[str, Sequence[float]]) -> tuple[CostModelConfig, float]:
+    """Minimise ``loss(config)`` over every combination of the grid values (the global
+    optimum on the grid; for fits of few factors, where coordinate descent of a median loss
+    can stop in a worse corner). Ties go to the first combination in grid order. Returns
+    (best config, its loss)."""
+    names = list(grid)
+    best_cfg, best = start, math.inf
+    for values in itertools.product(*(grid[n] for n in names)):
+        change: dict[str, Any] = dict(zip(names, values))
+        trial = dataclasses.replace(start, **change)
+        trial_loss = loss(trial)
+        if trial_loss < best - 1e-12:
+            best_cfg, best = trial, trial_loss
+    return best_cfg, best
 
 
 @dataclass(frozen=True)
@@ -230,12 +248,13 @@ def write_factors(results: Sequence[CalibrationResult], path: str | Path | None 
 #: Architecture", 2025-01-27, section 1), and vLLM's scheduling overhead, mostly tensor pre-
 #: and post-processing that grows with the batch, took up to half the inference time in
 #: 2024 measurements while SGLang's was much lower (https://mlsys.wuklab.io/posts/
-#: scheduling_overhead). The grids span 0–8 ms per step and 0–100 µs per sequence (at 256
+#: scheduling_overhead). The grids span 0–20 ms per step and 0–100 µs per sequence (at 256
 #: running sequences, up to 26 ms: the order of a whole decode step); 0 is on each, so a fit
 #: can say "none".
 _STEP_GRID: dict[str, tuple[float, ...]] = {
-    "host_step_overhead_s": (0.0, 5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3),
-    "host_seq_overhead_s": (0.0, 5e-6, 1e-5, 2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4)}
+    "host_step_overhead_s": (0.0, 5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3, 1e-2, 1.2e-2,
+                             1.6e-2, 2e-2),
+    "host_seq_overhead_s": (0.0, 5e-6, 1e-5, 2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4)}
 
 #: The serving fits: per engine profile, fitted on that engine's ``split = calibration`` rows
 #: of ``data/serving_measurements.csv`` (the table's declared subset, ``data/README.md``).
@@ -280,10 +299,10 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
     """Re-run the serving fits (:data:`SERVING_CALIBRATIONS`) on the serving table's
     calibration rows (``split = calibration``) only.
 
-    Each fit starts from the engine profile's shipped values and runs coordinate descent
-    (:func:`coordinate_descent`) of :func:`serving_loss` over its grids. A spec whose
-    calibration rows are all unpredictable (e.g. vLLM's: ShareGPT runs whose lengths the
-    source does not state) is left out: nothing can be fitted, and the profile keeps no fitted
+    Each fit searches every combination of its grids (:func:`grid_search`) for the least
+    :func:`serving_loss`, the other fields at the engine profile's values. A spec whose
+    calibration rows are all unpredictable is left out: nothing can be fitted, and the
+    profile keeps no fitted
     overhead.
 
     Args:
@@ -309,7 +328,7 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
                  names: tuple[str, ...] = names) -> float:
             return serving_loss(cal, {k: getattr(cfg, k) for k in names})
 
-        cfg, best = coordinate_descent(loss, CostModelConfig.for_engine(spec.name), spec.grid)
+        cfg, best = grid_search(loss, CostModelConfig.for_engine(spec.name), spec.grid)
         out.append(CalibrationResult(spec, {k: getattr(cfg, k) for k in names}, best,
                                      tuple(r["id"] for r in cal),
                                      table="serving_measurements.csv"))

@@ -12,7 +12,8 @@ scaled to the means of the source's token totals (``ServingLoad(dataset="sharegp
 
 A row is "not expressible" (with the reason) when it needs what the planner does not model:
 a model or device it does not ship, FP4 weights of a model without a shipped NVFP4
-checkpoint (:data:`_FP4_CHECKPOINT`), or a dataset whose lengths the source does not state.
+checkpoint (:data:`_FP4_CHECKPOINT`), or a dataset whose lengths the source does not state
+(ShareGPT rows without token totals run at the ShareGPT table's own lengths).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..parallel.ops import MEGATRON_DIMS
 from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
 from ..serving.load import ServingLoad, engine_max_num_seqs, simulate_estimate
+from ..serving.simulate import sharegpt_lengths
 from ..workload import DType, Phase, Workload
 
 #: Running requests of a row whose load has no client count (a request rate) and whose
@@ -159,6 +161,11 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     elif row.get("weight_dtype") not in ("bf16", "fp8", "mxfp4"):
         return skip(f"weights {row.get('weight_dtype')} not modelled")
     lengths = _lengths(row)
+    if lengths is None and row.get("dataset") == "sharegpt":
+        # ShareGPT as the client samples it, at the table's own token counts (OPT tokenizer;
+        # the row's model tokenizes the same text into somewhat different counts).
+        i, o = sharegpt_lengths()
+        lengths = round(float(i.mean())), round(float(o.mean()))
     if lengths is None:
         return skip(f"{row.get('dataset')} lengths not stated")
     isl, osl = lengths
