@@ -320,3 +320,17 @@ def test_cli_simulates_sharegpt_lengths():
     assert r.exit_code == 0 and "ShareGPT lengths" in r.output
     r = CliRunner().invoke(app, base + ["--dataset", "sharegpt"])
     assert r.exit_code == 2 and "--dataset" in r.output
+
+
+def test_sharegpt_rows_without_totals_run_at_the_stated_means():
+    """A ShareGPT row that states no token totals runs at the medians of the means the
+    table's other ShareGPT rows state (all within 215-228 / 187-213 tokens)."""
+    from learn_to_shard.fidelity.serving import _lengths, load_rows, stated_sharegpt_means
+
+    isl, osl = stated_sharegpt_means()
+    stated = [m for r in load_rows() if r["dataset"] == "sharegpt"
+              and (m := _lengths(r)) is not None]
+    assert len(stated) >= 20
+    assert min(m[0] for m in stated) <= isl <= max(m[0] for m in stated)
+    assert min(m[1] for m in stated) <= osl <= max(m[1] for m in stated)
+    assert 200 < isl < 240 and 180 < osl < 215

@@ -51,7 +51,7 @@ def test_serving_fits_record_their_rows_and_the_profiles_load_them():
             assert v in spec.grid[field]
             assert getattr(cfg, field) == v
     # SGLang's and vLLM's fitted step overheads are not zero; vLLM's calibration rows (ShareGPT
-    # runs without token totals) are predicted at the ShareGPT table's own lengths.
+    # runs without token totals) are predicted at the means the other ShareGPT rows state.
     assert fits["sglang"].values["host_step_overhead_s"] > 0
     assert all(predict_row(r).reason is None for r in _calibration("vllm"))
     assert fits["vllm"].values["host_seq_overhead_s"] > 0
