@@ -327,7 +327,9 @@ def test_sharegpt_rows_without_totals_run_at_the_stated_means():
     table's other ShareGPT rows state (all within 215-228 / 187-213 tokens)."""
     from learn_to_shard.fidelity.serving import _lengths, load_rows, stated_sharegpt_means
 
-    isl, osl = stated_sharegpt_means()
+    means = stated_sharegpt_means()
+    assert means is not None
+    isl, osl = means
     stated = [m for r in load_rows() if r["dataset"] == "sharegpt"
               and (m := _lengths(r)) is not None]
     assert len(stated) >= 20

@@ -41,7 +41,6 @@ from ..parallel.ops import MEGATRON_DIMS
 from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
 from ..serving.load import ServingLoad, engine_max_num_seqs, simulate_estimate
-from ..serving.simulate import sharegpt_lengths
 from ..workload import DType, Phase, Workload
 
 #: Running requests of a row whose load has no client count (a request rate) and whose
@@ -139,16 +138,16 @@ def _kv_dtype(row: dict[str, str], model: ModelSpec) -> DType:
 
 
 @functools.lru_cache(maxsize=1)
-def stated_sharegpt_means() -> tuple[int, int]:
+def stated_sharegpt_means() -> tuple[int, int] | None:
     """Mean prompt and output tokens of a ShareGPT run whose source states no token totals:
     the medians of the means that the shipped table's ShareGPT rows with totals state (every
     benchmark client samples the first two turns of the same ShareGPT file: those rows, five
-    tokenizers and two clients, state 215–228 prompt and 187–213 output tokens)."""
+    tokenizers and two clients, state 215–228 prompt and 187–213 output tokens); ``None``
+    when no row states them."""
     means = [m for r in load_rows() if r.get("dataset") == "sharegpt"
              and (m := _lengths(r)) is not None]
     if not means:
-        i, o = sharegpt_lengths()
-        return round(float(i.mean())), round(float(o.mean()))
+        return None
     return (round(float(np.median([m[0] for m in means]))),
             round(float(np.median([m[1] for m in means]))))
 
