@@ -318,6 +318,13 @@ def test_cli_simulates_sharegpt_lengths():
             "--isl", "200", "--osl", "200", "-q", "--method", "megatron"]
     r = CliRunner().invoke(app, base + ["--concurrency", "16", "--dataset", "sharegpt"])
     assert r.exit_code == 0 and "ShareGPT lengths" in r.output
+    r = CliRunner().invoke(app, base[:-3] + ["--concurrency", "16", "--dataset", "sharegpt",
+                                             "--num-prompts", "32", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["workload"]["kv_dtype"] == "bf16"
+    assert data["simulation"][0]["lengths"] == {"dataset": "sharegpt", "range_ratio": 0.0,
+                                                "up_to_nominal": False}
     r = CliRunner().invoke(app, base + ["--dataset", "sharegpt"])
     assert r.exit_code == 2 and "--dataset" in r.output
 

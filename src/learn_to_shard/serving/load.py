@@ -253,7 +253,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     of replicas; per device, divided by all devices of the cluster (idle ones included).
 
     Returns:
-        A JSON-ready dict: the load, the replica's share, the simulated summary (seconds,
+        A JSON-ready dict: the load (``load``, one line; ``lengths``: where the lengths come
+        from, ``dataset`` ``random`` / ``sharegpt`` / ``trace``, with ``range_ratio`` and
+        ``up_to_nominal``), the replica's share, the simulated summary (seconds,
         tokens/s), the analytical TPOT/TTFT/tokens/s of the plan at its batch and at the mean
         number of running requests the simulation reached (``analytic``), ``sim / analytic``
         ratios at that occupancy, and the step-time fit's relative difference from the
@@ -306,7 +308,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     ratio = {"mean_tpot": over(summ["mean_tpot_s"], a_tpot),
              "mean_ttft": over(summ["mean_ttft_s"], a_ttft),
              "output_tokens_per_s": over(inst_tps, a_tps)}
-    return {"load": load.describe(), "replicas": replicas, "replica_share": share,
+    return {"load": load.describe(),
+            "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
+                        "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
+            "replicas": replicas, "replica_share": share,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
             "simulated": summ,
