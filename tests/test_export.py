@@ -237,3 +237,45 @@ def test_several_servers_get_their_own_devices_and_ports():
     ports = [ln.split("--port ")[1].split()[0] for ln in lines]
     assert len(set(ports)) == len(ports) and all(ln.endswith(" &") for ln in lines)
     assert ex.text().rstrip().endswith("wait")
+
+
+def test_a_quantised_checkpoint_is_not_quantised_again():
+    """NVIDIA's per-tensor FP8 ModelOpt checkpoint is served as stored: no online
+    ``--quantization fp8`` for vLLM/SGLang, no "serve an FP8 checkpoint" note for TensorRT-LLM
+    (the check looked only for block-scaled FP8, so a ModelOpt FP8 checkpoint got both). A
+    16-bit checkpoint planned in FP8 still gets online FP8."""
+    for engine, flag in (("vllm", "--quantization"), ("sglang", "--quantization")):
+        cm, plan = _plan("llama-3.1-70b-instruct-fp8", "h100-sxm:8", "fp8", engine)
+        ex = build_export(plan, engine, model=cm.model)
+        assert flag not in ex.args and cm.workload.weight_dtype.value == "fp8"
+        cm16, plan16 = _plan("llama-3.1-70b", "h100-sxm:8", "fp8", engine)
+        assert _arg(build_export(plan16, engine, model=cm16.model).args, flag) == "fp8"
+    cm, plan = _plan("llama-3.1-70b-instruct-fp8", "h100-sxm:8", "fp8", "trtllm")
+    ex = build_export(plan, "trtllm", model=cm.model)
+    assert not any("online FP8" in u for u in ex.unexpressed), ex.unexpressed
+
+
+def test_trtllm_export_says_the_checkpoint_kv_dtype_wins():
+    """TensorRT-LLM's kv_cache_config.dtype selects only fp8/nvfp4 over a ModelOpt
+    checkpoint's kv_cache_quant_algo: a plan priced with a 16-bit KV cache on such a checkpoint
+    (--kv-dtype bf16) is listed as not expressible; by default (the engine's auto) the plan is
+    FP8 and the YAML says so."""
+    base = ("--model", "llama-3.1-70b-instruct-fp8", "--cluster", "h100-sxm:8", "--export",
+            "trtllm", "-q")
+    r = _cli(*base)
+    assert r.exit_code == 0, r.output
+    assert "dtype: fp8" in r.stdout and "KV cache in" not in r.stdout
+    r = _cli(*base, "--kv-dtype", "bf16")
+    assert r.exit_code == 0, r.output
+    assert "NOT EXPRESSIBLE: KV cache in bf16" in r.stdout and "dtype: fp8" not in r.stdout
+
+
+def test_export_accepts_the_longest_sharegpt_request():
+    """--dataset sharegpt: the server accepts the longest scaled ShareGPT pair."""
+    from learn_to_shard.serving.simulate import sharegpt_scaled
+
+    r = _cli("--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--export", "vllm",
+             "--concurrency", "4", "--dataset", "sharegpt", "--num-prompts", "40", "-q")
+    assert r.exit_code == 0, r.output
+    i, o = sharegpt_scaled(1024, 256)
+    assert f"--max-model-len {int((i + o).max())}" in r.stdout

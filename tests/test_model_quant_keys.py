@@ -306,3 +306,8 @@ def test_plan_under_trtllm_prices_the_checkpoint_fp8_kv_cache() -> None:
     bf16 = plan("llama-3.1-70b-instruct-fp8", "h100-sxm:4", engine="trtllm",
                 kv_dtype="bf16", **kw)
     assert trt.workload.kv_dtype.value == "fp8" and bf16.workload.kv_dtype.value == "bf16"
+    # the engine given as its cost_config (api.plan's config=) loads the checkpoint alike
+    from learn_to_shard.api import cost_config
+
+    cfg = plan("llama-3.1-70b-instruct-fp8", "h100-sxm:4", config=cost_config("trtllm"), **kw)
+    assert cfg.workload.kv_dtype.value == "fp8"

@@ -318,6 +318,13 @@ def test_cli_simulates_sharegpt_lengths():
             "--isl", "200", "--osl", "200", "-q", "--method", "megatron"]
     r = CliRunner().invoke(app, base + ["--concurrency", "16", "--dataset", "sharegpt"])
     assert r.exit_code == 0 and "ShareGPT lengths" in r.output
+    r = CliRunner().invoke(app, base[:-3] + ["--concurrency", "16", "--dataset", "sharegpt",
+                                             "--num-prompts", "32", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["workload"]["kv_dtype"] == "bf16"
+    assert data["simulation"][0]["lengths"] == {"dataset": "sharegpt", "range_ratio": 0.0,
+                                                "up_to_nominal": False}
     r = CliRunner().invoke(app, base + ["--dataset", "sharegpt"])
     assert r.exit_code == 2 and "--dataset" in r.output
 
@@ -336,3 +343,41 @@ def test_sharegpt_rows_without_totals_run_at_the_stated_means():
     assert min(m[0] for m in stated) <= isl <= max(m[0] for m in stated)
     assert min(m[1] for m in stated) <= osl <= max(m[1] for m in stated)
     assert 200 < isl < 240 and 180 < osl < 215
+
+
+def test_a_trace_refuses_the_length_flags_it_overrides():
+    """A trace gives the requests and their lengths: --dataset sharegpt, --range-ratio and
+    --num-prompts beside it would be ignored, so they are refused with one line naming them
+    (they were silently dropped: the simulation ran the trace's own lengths)."""
+    tr = Requests(isl=np.array([100, 200]), osl=np.array([100, 50]),
+                  arrival_s=np.array([0.0, 0.1]))
+    for kw, flag in ((dict(dataset="sharegpt"), "--dataset sharegpt"),
+                     (dict(range_ratio=0.5), "--range-ratio"),
+                     (dict(num_prompts=5), "--num-prompts")):
+        with pytest.raises(ConfigError, match=f"{flag} with --trace"):
+            ServingLoad(trace=tr, **kw)
+    assert ServingLoad(trace=tr).describe() == "trace of 2 requests"
+
+
+def test_cli_refuses_sharegpt_with_a_trace(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,isl,osl\n0,100,100\n0.1,200,50\n")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--isl", "200", "--osl", "200", "-q",
+                                 "--method", "megatron", "--trace", str(trace),
+                                 "--dataset", "sharegpt"])
+    assert r.exit_code == 2 and "--dataset sharegpt with --trace" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_a_drawn_request_beyond_the_context_limit_names_the_length_flag():
+    """The context-limit refusal names the flag whose lengths went too long (it said --trace
+    for every load): ShareGPT's tail scaled to a 1,000-token mean prompt passes Phi-3-mini's
+    4,096 positions."""
+    base = ["plan", "--model", "phi-3-mini-4k-instruct", "--cluster", "h100-sxm:1", "--phase",
+            "serve", "-q", "--method", "megatron", "--concurrency", "4"]
+    r = CliRunner().invoke(app, base + ["--isl", "1000", "--osl", "500", "--dataset", "sharegpt"])
+    assert r.exit_code == 2 and "--dataset sharegpt: a request of" in r.output
+    assert "max_position_embeddings 4096" in r.output
+    r = CliRunner().invoke(app, base + ["--isl", "2000", "--osl", "2000", "--range-ratio", "0.5"])
+    assert r.exit_code == 2 and "--range-ratio: a request of" in r.output

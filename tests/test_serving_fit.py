@@ -57,6 +57,24 @@ def test_serving_fits_record_their_rows_and_the_profiles_load_them():
     assert fits["vllm"].values["host_seq_overhead_s"] > 0
 
 
+def test_readme_states_the_shipped_overheads():
+    """The README's serving paragraph gives each engine's fitted step overheads as the factors
+    file has them (it still said SGLang 2 ms and vLLM not fitted after the refit), and no fit
+    sits on the top edge of its grid."""
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    fits = load_fitted_factors().fits
+    specs = {s.name: s for s in SERVING_CALIBRATIONS}
+    for name, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        v = fits[name].values
+        assert (f"{title} {v['host_step_overhead_s'] * 1e3:g} ms + "
+                f"{v['host_seq_overhead_s'] * 1e6:g} µs per sequence") in text
+        for field, x in v.items():
+            assert x < max(specs[name].grid[field])
+    assert set(fits["trtllm"].values.values()) == {0.0} and "TensorRT-LLM 0;" in text
+
+
 def test_fitted_overheads_lower_the_calibration_loss():
     """The shipped SGLang values beat no overhead on the rows they were fitted on."""
     cal = _calibration("sglang")
@@ -180,3 +198,28 @@ def test_plan_shows_the_queue_beyond_the_engine_cap():
     assert sim["engine_max_num_seqs"] == 256 and sim["max_num_seqs"] == 256
     assert "344 wait in the queue" in sim["replica_share"]
     assert np.isfinite(sim["simulated"]["mean_ttft_s"])
+
+
+def test_simulate_estimate_runs_the_engines_order_and_the_loads_lengths(sglang_70b, monkeypatch):
+    """simulate_estimate reads engines.PREFILL_FIRST_ENGINES for the profile's engine (SGLang:
+    prefill-first steps, so a step never carries a decode beside a prompt chunk; without the
+    entry the same plan runs decode-first mixed steps and simulates otherwise), and a
+    ``dataset="sharegpt"`` load draws ShareGPT's lengths (not the fixed isl/osl)."""
+    import learn_to_shard.serving.load as load_mod
+
+    cm = sglang_70b
+    s = Strategy(tp=8, ep=1, pp=1, dp=1, batch=16, dims=MEGATRON_DIMS)
+    est = cm.evaluate(s)
+    load = ServingLoad(request_rate_per_s=4.0, num_prompts=60)
+    assert cm.config.engine == "sglang"
+    first = simulate_estimate(cm, est, load)["simulated"]
+    monkeypatch.setattr(load_mod, "PREFILL_FIRST_ENGINES", ())
+    mixed = simulate_estimate(cm, est, load)["simulated"]
+    assert first["mean_tpot_s"] != pytest.approx(mixed["mean_tpot_s"], rel=1e-3)
+    # 20,000 draws: the sd of the mean is 1.65 / sqrt(20,000) = 1.2% for the prompts (ShareGPT's
+    # coefficient of variation 1.65) and 0.6% for the outputs (0.82); 5% is four sd.
+    req, _, _ = load_mod._instance_requests(cm, ServingLoad(concurrency=4, num_prompts=20_000,
+                                                            dataset="sharegpt"), 1)
+    assert len(set(req.isl.tolist())) > 50 and len(set(req.osl.tolist())) > 50
+    assert req.isl.mean() == pytest.approx(cm.workload.isl, rel=0.05)
+    assert req.osl.mean() == pytest.approx(cm.workload.osl, rel=0.05)

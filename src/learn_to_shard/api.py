@@ -258,8 +258,9 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
             :class:`ClusterSpec`.
         phase, isl, osl, context, dtype, kv_dtype, ttft_slo_s, tpot_slo_s: the workload
             (see :func:`make_workload`); SLOs in seconds. ``dtype`` None: the checkpoint's
-            (``fp8`` for FP8 checkpoints, else ``bf16``; KV as ``engine`` loads the
-            checkpoint unless ``kv_dtype`` is given; :func:`checkpoint_dtypes`;
+            (``fp8`` for FP8 checkpoints, else ``bf16``; KV as ``engine``, or the engine of
+            ``config``, loads the checkpoint unless ``kv_dtype`` is given;
+            :func:`checkpoint_dtypes`;
             ``Plan.weights`` says which).
         method: searcher name (``exact``, ``rl``, ``megatron``, …; see ``searcher_names()``),
             or ``auto`` (default): the exact optimum when it needs at most
@@ -290,7 +291,9 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         raise ConfigError("engine and config both given: apply the engine with "
                           "cost_config(engine, ...) and pass the result as config")
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype, engine)
+    # The engine whose auto KV dtype applies: ``engine``, or the one ``config`` was made for.
+    wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype,
+                               engine or (config.engine if config is not None else None))
     wl = make_workload(phase, isl=isl, osl=osl, context=context, dtype=wd, kv_dtype=kd,
                        ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
     wl = with_images(wl, spec, images_per_request, image_tokens)

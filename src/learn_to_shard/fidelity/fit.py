@@ -248,9 +248,9 @@ def write_factors(results: Sequence[CalibrationResult], path: str | Path | None 
 #: Architecture", 2025-01-27, section 1), and vLLM's scheduling overhead, mostly tensor pre-
 #: and post-processing that grows with the batch, took up to half the inference time in
 #: 2024 measurements while SGLang's was much lower (https://mlsys.wuklab.io/posts/
-#: scheduling_overhead). The grids span 0–20 ms per step and 0–100 µs per sequence (at 256
-#: running sequences, up to 26 ms: the order of a whole decode step); 0 is on each, so a fit
-#: can say "none".
+#: scheduling_overhead). The grids span 0–20 ms per step and 0–300 µs per sequence (at 256
+#: running sequences, up to 97 ms: several whole decode steps, so no fit sits on an edge); 0
+#: is on each, so a fit can say "none".
 _STEP_GRID: dict[str, tuple[float, ...]] = {
     "host_step_overhead_s": (0.0, 5e-4, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3, 1e-2, 1.2e-2,
                              1.6e-2, 2e-2),

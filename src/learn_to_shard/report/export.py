@@ -292,8 +292,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         plan: a feasible plan.
         engine: ``vllm``, ``sglang`` or ``trtllm``.
         model: the model (tells dense from MoE, which blocks exist, and whether the
-            checkpoint is already block-quantised); without it the plan's layout is checked
-            on every block and the checkpoint is taken to be in the plan's weight dtype.
+            checkpoint is already quantised, ``ModelSpec.quant``); without it the plan's
+            layout is checked on every block and the checkpoint is taken to be in the plan's
+            weight dtype.
         devices_per_node: devices per node (the scale-up domain), for multi-node servers.
         max_model_len: longest request (prompt + output tokens) the server must accept;
             default and minimum the workload's ``isl + osl`` (a length distribution or trace
@@ -329,7 +330,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     mem_util = float(str(cfg.get("memory_utilization", 0.9)))
     kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))
     fp8_weights = wl.weight_dtype is DType.FP8
-    native_quant = model is not None and model.weight_block_size is not None
+    # A checkpoint that is already quantised (block FP8, ModelOpt per-tensor FP8, W8A8, 4-bit:
+    # ModelSpec.quant) is served as stored; online FP8 is only for 16-bit checkpoints.
+    native_quant = model is not None and (model.weight_block_size is not None
+                                          or model.quant is not None)
     fp8_kv = wl.kv_dtype is DType.FP8
     a2a_value = cfg.get("moe_a2a_kernel")          # CostModelConfig.moe_a2a_kernel
     a2a = str(a2a_value) if a2a_value is not None else None
@@ -445,6 +449,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         kv: dict[str, object] = {"free_gpu_memory_fraction": kv_frac}
         if fp8_kv:
             kv["dtype"] = "fp8"
+        elif model is not None and model.quant is not None and model.quant.kv_cache_fp8:
+            # kv_cache_config.dtype selects only fp8 / nvfp4 over the checkpoint; anything
+            # else leaves the checkpoint's kv_cache_quant_algo (api.checkpoint_dtypes).
+            unexpressed.append(f"KV cache in {wl.kv_dtype.value}: TensorRT-LLM takes the "
+                               f"checkpoint's FP8 KV quantisation (hf_quant_config "
+                               f"kv_cache_quant_algo) and kv_cache_config.dtype cannot ask "
+                               f"for 16 bits; the server runs an FP8 KV cache (plan with "
+                               f"--kv-dtype fp8 to price it)")
         yaml_cfg["kv_cache_config"] = kv
         if fp8_weights and not native_quant:
             unexpressed.append("FP8 weights: trtllm-serve has no online FP8 quantisation; "

@@ -50,7 +50,9 @@ class ServingLoad:
         seed: seed of arrivals and lengths.
 
     Raises:
-        ConfigError: none or several of the three set, or values out of range.
+        ConfigError: none or several of the three set, values out of range, or a trace with
+            ``dataset``, ``range_ratio``/``up_to_nominal`` or ``num_prompts`` (the trace gives
+            the requests).
     """
 
     concurrency: int | None = None
@@ -77,6 +79,15 @@ class ServingLoad:
             raise ConfigError(f"--dataset: one of {', '.join(DATASETS)}, got {self.dataset!r}")
         if self.dataset != "random" and (self.range_ratio or self.up_to_nominal):
             raise ConfigError("--range-ratio: only with --dataset random")
+        if self.trace is not None:
+            # The trace gives every request's lengths and the number of requests.
+            extra = [flag for flag, on in (
+                (f"--dataset {self.dataset}", self.dataset != "random"),
+                ("--range-ratio", bool(self.range_ratio or self.up_to_nominal)),
+                ("--num-prompts", self.num_prompts is not None)) if on]
+            if extra:
+                raise ConfigError(f"{', '.join(extra)} with --trace: the trace gives the "
+                                  f"requests and their lengths; drop {', '.join(extra)}")
         if self.num_prompts is not None and not 1 <= self.num_prompts <= 1_000_000:
             raise ConfigError(f"--num-prompts: must be in 1..1,000,000, got {self.num_prompts}")
 
@@ -92,6 +103,15 @@ class ServingLoad:
             return max(isl + osl, int((i + o).max()))
         r, up = self.range_ratio, self.up_to_nominal
         return max(isl + osl, length_range(isl, r, up)[1] + length_range(osl, r, up)[1])
+
+    def lengths_flag(self) -> str:
+        """The flag whose lengths this load draws, for messages: ``--trace``, ``--dataset
+        sharegpt``, ``--range-ratio`` or ``--isl/--osl``."""
+        if self.trace is not None:
+            return "--trace"
+        if self.dataset != "random":
+            return f"--dataset {self.dataset}"
+        return "--range-ratio" if self.range_ratio or self.up_to_nominal else "--isl/--osl"
 
     def describe(self) -> str:
         """One line naming the load, e.g. ``closed loop, concurrency 64``."""
@@ -233,7 +253,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     of replicas; per device, divided by all devices of the cluster (idle ones included).
 
     Returns:
-        A JSON-ready dict: the load, the replica's share, the simulated summary (seconds,
+        A JSON-ready dict: the load (``load``, one line; ``lengths``: where the lengths come
+        from, ``dataset`` ``random`` / ``sharegpt`` / ``trace``, with ``range_ratio`` and
+        ``up_to_nominal``), the replica's share, the simulated summary (seconds,
         tokens/s), the analytical TPOT/TTFT/tokens/s of the plan at its batch and at the mean
         number of running requests the simulation reached (``analytic``), ``sim / analytic``
         ratios at that occupancy, and the step-time fit's relative difference from the
@@ -252,9 +274,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     limit = cm.model.max_position_embeddings
     if limit and int((req.isl + req.osl).max()) > limit:
         worst = int((req.isl + req.osl).max())
-        raise ConfigError(f"--trace: a request of {worst} tokens (isl + osl) exceeds "
-                          f"{cm.model.name}'s max_position_embeddings {limit}; the engines "
-                          f"refuse it")
+        raise ConfigError(f"{load.lengths_flag()}: a request of {worst} tokens (isl + osl) "
+                          f"exceeds {cm.model.name}'s max_position_embeddings {limit}; the "
+                          f"engines refuse it")
     step, fit_rel = fit_step_model(cm, s)
     cap = engine_max_num_seqs(cm, s.dp, est.kv_capacity_tokens) if max_num_seqs is None \
         else max_num_seqs
@@ -286,7 +308,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     ratio = {"mean_tpot": over(summ["mean_tpot_s"], a_tpot),
              "mean_ttft": over(summ["mean_ttft_s"], a_ttft),
              "output_tokens_per_s": over(inst_tps, a_tps)}
-    return {"load": load.describe(), "replicas": replicas, "replica_share": share,
+    return {"load": load.describe(),
+            "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
+                        "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
+            "replicas": replicas, "replica_share": share,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
             "simulated": summ,

@@ -115,7 +115,9 @@ def sharegpt_lengths() -> tuple[np.ndarray, np.ndarray]:
 def sharegpt_scaled(isl_mean: int, osl_mean: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`sharegpt_lengths` with each dimension scaled so its mean is ``isl_mean`` /
     ``osl_mean`` tokens (rounded, at least 1): a run's own tokenizer, chat template and early
-    stops shift the means; the shape of the distribution stays ShareGPT's.
+    stops shift the means; the shape of the distribution stays ShareGPT's. The floor of 1
+    token lifts the mean of very short targets: a mean of 1 draws 1.54 prompt / 1.28 output
+    tokens on average, 4 draws 4.21 / 4.06, from 8 tokens up the mean is within 1%.
 
     Raises:
         ConfigError: a mean below 1.
