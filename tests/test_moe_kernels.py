@@ -81,24 +81,34 @@ def report_without():
     return {(s.split, s.preset, s.tokens): s for s in moe_kernel_report(cfg)}
 
 
+#: The one (split, device, token class) group whose median error is outside 30%: H200's
+#: calibration rows above 1,024 tokens, +32%. Its BF16 and per-tensor FP8 rows are priced too
+#: slow (+72% and +25%); before block-scaled FP8 was priced (``fp8_block_scale_efficiency``)
+#: its block-scaled rows, priced too fast, pulled the group's median to +13% while its median
+#: |error| was 38% (now 32%). A defect of the expert GEMMs' compute-bound pricing, recorded here.
+_KNOWN_OUTSIDE = ("calibration", "h200", ">1024")
+
+
 def test_block_cost_and_curve_bring_the_groups_within_30_percent(shipped_report,
                                                                  report_without):
     """On the shipped table, calibration and held-out shapes alike: without the two terms the
     model prices <= 16-token blocks at about half their measured time; with them the median
-    error of every (split, device, token class) group is within 30% but one: H200's
-    calibration rows above 1,024 tokens, +32%. There the BF16 and per-tensor FP8 rows are
-    priced too slow (+72% and +25%); before block-scaled FP8 was priced
-    (``fp8_block_scale_efficiency``) its rows, priced too fast, pulled the group's median to
-    +13% while its median |error| was 38% (now 32%)."""
+    error of every (split, device, token class) group but :data:`_KNOWN_OUTSIDE` is within
+    30% (that one: the strict xfail below)."""
     assert report_without.keys() == shipped_report.keys() and len(shipped_report) == 18
-    outside = set()
     for key, s in shipped_report.items():
         if key[2] == "<=16":
             assert report_without[key].median_error < -0.4, key
-        if abs(s.median_error) >= 0.3:
-            outside.add(key)
-    assert outside == {("calibration", "h200", ">1024")}
-    assert shipped_report[("calibration", "h200", ">1024")].median_error < 0.33
+        if key != _KNOWN_OUTSIDE:
+            assert abs(s.median_error) < 0.3, key
+
+
+@pytest.mark.xfail(strict=True, reason="H200 calibration MoE rows above 1,024 tokens: median "
+                   "error +32% (BF16 rows +72%, per-tensor FP8 +25%); the expert GEMMs' "
+                   "compute-bound rate is priced too slow")
+def test_known_outside_group_is_within_30_percent(shipped_report):
+    """The same 30% bound on the group left out above."""
+    assert abs(shipped_report[_KNOWN_OUTSIDE].median_error) < 0.3
 
 
 def test_block_scaled_fp8_is_priced_below_per_tensor_fp8_on_hopper_only():

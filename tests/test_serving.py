@@ -216,10 +216,10 @@ def test_published_serving_rows_are_predicted_or_explained():
 
 def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():
     """A row whose source does not state the KV dtype runs as its engine's ``auto`` loads
-    the checkpoint: TensorRT-LLM with an NVIDIA ModelOpt export in FP8 (the shipped NVFP4
-    folder's own ``kv_cache_quant_algo``, or ModelOpt's export default for an ``nvidia/``
-    checkpoint not shipped), with DeepSeek's own FP8 checkpoint in 16 bits; vLLM and SGLang
-    in 16 bits; a stated dtype as stated."""
+    the checkpoint: TensorRT-LLM with an NVIDIA ModelOpt export (``nvidia/``) in FP8, with
+    DeepSeek's own FP8 checkpoint in 16 bits, with the row's own checkpoint as it states, and
+    with a stand-in checkpoint of the same shape in 16 bits; vLLM and SGLang in 16 bits; a
+    stated dtype as stated."""
     from learn_to_shard.fidelity.serving import _kv_dtype
     from learn_to_shard.model.hf_config import load_model
     from learn_to_shard.workload import DType
@@ -230,7 +230,12 @@ def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():
     assert _kv_dtype(row | {"engine": "vllm"}, dense) is DType.BF16
     assert _kv_dtype(row | {"engine": "sglang"}, dense) is DType.BF16
     assert _kv_dtype(row | {"kv_dtype": "bf16"}, dense) is DType.BF16
-    assert _kv_dtype(row | {"model_hf": "nvidia/Qwen3-235B-A22B-FP4"}, nvfp4) is DType.FP8
+    assert _kv_dtype(row | {"model_hf": "nvidia/Qwen3-235B-A22B-FP4"}, nvfp4,
+                     stand_in=True) is DType.FP8
+    # a stand-in NVFP4 folder's KV scales say nothing about a checkpoint the row does not name
+    fp4_ds = {"engine": "trtllm", "kv_dtype": "n/s", "model_hf": "DeepSeek-R1 (FP4)"}
+    assert _kv_dtype(fp4_ds, load_model("deepseek-v3.1-nvfp4"), stand_in=True) is DType.BF16
+    assert _kv_dtype(fp4_ds, load_model("deepseek-v3.1-nvfp4")) is DType.FP8
     ds = {"engine": "trtllm", "kv_dtype": "n/s", "model_hf": "deepseek-ai/DeepSeek-R1-0528"}
     assert _kv_dtype(ds, load_model("deepseek-v3")) is DType.BF16
     assert _kv_dtype(ds | {"kv_dtype": "fp8"}, load_model("deepseek-v3")) is DType.FP8
