@@ -216,6 +216,14 @@ def test_simulate_estimate_runs_the_engines_order_and_the_loads_lengths(sglang_7
     monkeypatch.setattr(load_mod, "PREFILL_FIRST_ENGINES", ())
     mixed = simulate_estimate(cm, est, load)["simulated"]
     assert first["mean_tpot_s"] != pytest.approx(mixed["mean_tpot_s"], rel=1e-3)
+    # With attention-DP every rank schedules its own batch: no single prefill-only step holds
+    # all ranks' decodes, so the plan runs mixed steps whether or not the engine is listed.
+    s_dp = Strategy(tp=4, ep=1, pp=1, dp=2, batch=16, dims=MEGATRON_DIMS)
+    est_dp = cm.evaluate(s_dp)
+    dp_mixed = simulate_estimate(cm, est_dp, load)["simulated"]
+    monkeypatch.setattr(load_mod, "PREFILL_FIRST_ENGINES", ("sglang",))
+    assert simulate_estimate(cm, est_dp, load)["simulated"] == dp_mixed
+    assert simulate_estimate(cm, est, load)["simulated"] == first
     # 20,000 draws: the sd of the mean is 1.65 / sqrt(20,000) = 1.2% for the prompts (ShareGPT's
     # coefficient of variation 1.65) and 0.6% for the outputs (0.82); 5% is four sd.
     req, _, _ = load_mod._instance_requests(cm, ServingLoad(concurrency=4, num_prompts=20_000,

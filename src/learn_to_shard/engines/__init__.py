@@ -236,8 +236,10 @@ ADMISSION_SOURCES: dict[str, str] = {
 
 #: Engines whose scheduler runs a prefill-only step whenever prompts are pending and decodes
 #: otherwise (no mixed prefill + decode steps by default), the simulation's
-#: ``prefill_first``; the others put decodes first in every step and fill the token budget
-#: with prompt chunks (vLLM V1's scheduler; TensorRT-LLM's in-flight batching).
+#: ``prefill_first`` (for one scheduler: with attention-DP each rank schedules its own batch,
+#: ``serving.load.simulate_estimate``); the others put decodes first in every step and fill
+#: the token budget with prompt chunks (vLLM V1's scheduler; TensorRT-LLM's in-flight
+#: batching).
 PREFILL_FIRST_ENGINES: tuple[str, ...] = ("sglang",)
 #: Where :data:`PREFILL_FIRST_ENGINES` is read.
 SCHEDULING_SOURCES: dict[str, str] = {

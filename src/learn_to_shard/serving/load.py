@@ -251,6 +251,11 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     Closed-loop clients beyond ``max_num_seqs`` wait in the queue, and their waiting counts in
     TTFT (``replica_share`` says how many). Cluster figures are that replica's times the number
     of replicas; per device, divided by all devices of the cluster (idle ones included).
+    Steps follow the engine's order (:data:`~learn_to_shard.engines.PREFILL_FIRST_ENGINES`:
+    SGLang's prefill-only steps) for one scheduler; with attention-DP (``dp > 1``) every rank
+    schedules its own batch, so ranks without a prompt keep decoding while another prefills:
+    the single-scheduler simulation then runs mixed steps, decodes first, which is closer to
+    that than holding every rank's decodes.
 
     Returns:
         A JSON-ready dict: the load (``load``, one line; ``lengths``: where the lengths come
@@ -288,7 +293,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     res = simulate(step, req, max_num_seqs=seqs,
                    max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
-                   prefill_first=cm.config.engine in PREFILL_FIRST_ENGINES)
+                   prefill_first=cm.config.engine in PREFILL_FIRST_ENGINES and s.dp == 1)
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices
