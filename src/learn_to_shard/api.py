@@ -7,6 +7,7 @@ from typing import cast
 
 from .cost.config import CostModelConfig
 from .cost.model import CostModel
+from .engines import default_kv_dtype
 from .errors import ConfigError
 from .hardware.presets import parse_cluster
 from .hardware.spec import ClusterSpec
@@ -98,23 +99,14 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
 
     The weights as given, else as the checkpoint stores them (``ModelSpec.checkpoint_dtype``:
     ``fp8`` for FP8 checkpoints). The KV cache as given, else what the engine's default
-    ``auto`` makes of the checkpoint:
-
-    * ``trtllm``: the checkpoint's own KV quantisation where it states one (ModelOpt
-      ``kv_cache_quant_algo`` FP8, ``QuantSpec.kv_cache_fp8``), else 16 bits. Source:
-      TensorRT-LLM ``ModelLoader._apply_modelopt_quant_config``
-      (NVIDIA/TensorRT-LLM@0066b2a5696f5819dc4c98befa25e957e6e24fe5,
-      ``tensorrt_llm/llmapi/llm_utils.py``): with ``kv_cache_config.dtype`` ``auto`` it
-      sets ``kv_cache_quant_algo`` from ``hf_quant_config.json``.
-    * any other engine (vLLM, SGLang ``--kv-cache-dtype auto``) and no engine: 16 bits,
-      whatever the weights.
-
-    So typing the checkpoint's own ``--dtype`` changes nothing.
+    ``auto`` makes of the checkpoint (:func:`~learn_to_shard.engines.default_kv_dtype`:
+    TensorRT-LLM takes the checkpoint's FP8 KV quantisation where it states one; vLLM,
+    SGLang and no engine keep 16 bits whatever the weights). So typing the checkpoint's own
+    ``--dtype`` changes nothing.
     """
     if kv_dtype is None:
         quant = model.quant
-        kv_dtype = "fp8" if (engine == "trtllm" and quant is not None
-                             and quant.kv_cache_fp8) else "bf16"
+        kv_dtype = default_kv_dtype(engine, quant is not None and quant.kv_cache_fp8)
     return dtype or model.checkpoint_dtype, kv_dtype
 
 

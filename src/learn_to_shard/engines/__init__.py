@@ -250,6 +250,24 @@ SCHEDULING_SOURCES: dict[str, str] = {
 }
 
 
+def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool) -> str:
+    """The KV-cache dtype an engine's default (``auto``) gives a checkpoint: ``fp8`` under
+    TensorRT-LLM when the checkpoint states FP8 KV quantisation (ModelOpt
+    ``kv_cache_quant_algo``; TensorRT-LLM ``ModelLoader._apply_modelopt_quant_config``,
+    NVIDIA/TensorRT-LLM@0066b2a5696f5819dc4c98befa25e957e6e24fe5
+    ``tensorrt_llm/llmapi/llm_utils.py``: with ``kv_cache_config.dtype`` ``auto`` it sets
+    ``kv_cache_quant_algo`` from ``hf_quant_config.json``), else ``bf16`` (vLLM and SGLang
+    ``--kv-cache-dtype auto`` keep the activation dtype; no engine: the same).
+
+    Args:
+        engine: an engine name (``vllm``, ``sglang``, ``trtllm``) or ``None``; other names
+            (fitted profiles) are read as no engine.
+        checkpoint_kv_fp8: the checkpoint ships FP8 KV-cache scales
+            (``QuantSpec.kv_cache_fp8``).
+    """
+    return "fp8" if engine == "trtllm" and checkpoint_kv_fp8 else "bf16"
+
+
 def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: float,
                          kv_tokens_per_rank: int, context_len: int) -> int:
     """Running requests one scheduler (one attention-DP rank) admits when the launch does not

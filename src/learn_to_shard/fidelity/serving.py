@@ -33,6 +33,7 @@ import numpy as np
 
 from ..cost.config import CostModelConfig
 from ..cost.model import CostModel, Estimate
+from ..engines import default_kv_dtype
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
@@ -116,30 +117,28 @@ def _kv_dtype(row: dict[str, str], model: ModelSpec, stand_in: bool = False) -> 
     loads the row's checkpoint.
 
     A stated ``fp8`` / ``bf16`` / ``fp16`` is taken as is. Where the source does not state it
-    (``n/s``), TensorRT-LLM takes the checkpoint's own KV quantisation
-    (:func:`~learn_to_shard.api.checkpoint_dtypes`):
+    (``n/s``), the checkpoint's FP8 KV scales are taken to be
 
-    * FP8 for the NVIDIA ModelOpt exports the rows name (``model_hf`` ``nvidia/...``, e.g.
+    * present for the NVIDIA ModelOpt exports the rows name (``model_hf`` ``nvidia/...``, e.g.
       nvidia/Llama-3.3-70B-Instruct-FP8, whose files are not shipped): ModelOpt's export
       script quantises the KV cache to FP8 unless told otherwise (``--kv_cache_qformat``
       default ``fp8``, NVIDIA/TensorRT-Model-Optimizer@42bb0236e34a11b5fb3860369fa0c68e14c784a0
       ``examples/llm_ptq/hf_ptq.py``), and every NVIDIA ModelOpt export shipped here
       (``data/models/*/hf_quant_config.json``) says FP8 — an assumption about files not read;
     * otherwise what ``model`` states (``QuantSpec.kv_cache_fp8``) when it is the row's own
-      checkpoint, and 16 bits when it is a ``stand_in`` of the same shape
-      (:data:`_FP4_CHECKPOINT`: its KV scales say nothing about the row's checkpoint).
+      checkpoint, and none when it is a ``stand_in`` of the same shape
+      (:data:`_FP4_CHECKPOINT`: its KV scales say nothing about the row's checkpoint);
 
-    vLLM and SGLang keep 16 bits (``--kv-cache-dtype auto``)."""
+    then the engine's rule (:func:`~learn_to_shard.engines.default_kv_dtype`: vLLM and SGLang
+    keep 16 bits, ``--kv-cache-dtype auto``)."""
     stated = row.get("kv_dtype", "n/s")
     if stated in ("fp8", "bf16", "fp16"):
         return DType.FP8 if stated == "fp8" else DType.BF16
-    if row.get("engine") != "trtllm":
-        return DType.BF16
     if row.get("model_hf", "").startswith("nvidia/"):
-        return DType.FP8
-    quant = model.quant
-    return DType.FP8 if (not stand_in and quant is not None and quant.kv_cache_fp8) \
-        else DType.BF16
+        kv_fp8 = True                       # an NVIDIA ModelOpt export (above)
+    else:
+        kv_fp8 = not stand_in and model.quant is not None and model.quant.kv_cache_fp8
+    return DType(default_kv_dtype(row.get("engine"), kv_fp8))
 
 
 @functools.lru_cache(maxsize=1)
@@ -201,7 +200,7 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     wd = DType.FP8 if row["weight_dtype"] == "fp8" else DType.BF16
     if row["weight_dtype"] == "fp4":        # the 4-bit bytes and rates come from model.quant
         wd = DType(model.checkpoint_dtype)
-    kd = _kv_dtype(row, model, stand_in=row.get("weight_dtype") == "fp4")
+    kd = _kv_dtype(row, model, stand_in=name != row["l2s_model"])
     # SGLang's bench_serving random dataset draws lengths uniformly from 1 to the nominal one
     # (random_range_ratio 0.0, its default): the rows say so in length_dist.
     sglang_random = row.get("length_dist", "").startswith("uniform integers in [1, nominal]")
