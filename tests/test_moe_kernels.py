@@ -138,7 +138,7 @@ def test_block_scaled_fp8_is_priced_below_per_tensor_fp8_on_hopper_only():
 
 @pytest.mark.slow
 def test_shipped_fp8_block_scale_is_the_fit_on_the_shipped_table():
-    """Re-running ``fit_fp8_block_scale`` gives the shipped value (~2.5 min)."""
+    """Re-running ``fit_fp8_block_scale`` gives the shipped value (~20 s)."""
     values, cal, held = fit_fp8_block_scale()
     shipped = CostModelConfig.for_engine("trtllm").fp8_block_scale_efficiency
     assert values["fp8_block_scale_efficiency"] == pytest.approx(shipped)
