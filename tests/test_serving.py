@@ -386,3 +386,80 @@ def test_a_drawn_request_beyond_the_context_limit_names_the_length_flag():
     assert "max_position_embeddings 4096" in r.output
     r = CliRunner().invoke(app, base + ["--isl", "2000", "--osl", "2000", "--range-ratio", "0.5"])
     assert r.exit_code == 2 and "--range-ratio: a request of" in r.output
+
+
+def test_pooled_itl_counts_a_prefill_stall_once():
+    """ITL pools every request's token gaps (the benchmark scripts' median ITL): a prefill-only
+    step that stalls a decode lengthens that request's one gap, not every gap, so the median
+    ITL stays a decode step where the mean TPOT carries the stall."""
+    req = Requests(isl=np.array([10, 250]), osl=np.array([3, 2]),
+                   arrival_s=np.array([0.0, 0.0]))
+    r = simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=100,
+                 kv_capacity_tokens=10_000, prefill_first=True)
+    t1, t3 = _toy_step(100, 0), _toy_step(100, 0) * 2 + _toy_step(60, 0)
+    t4 = t3 + _toy_step(2, 11 + 251)
+    t5 = t4 + _toy_step(1, 12)
+    gaps = sorted([t4 - t1, t5 - t4, t4 - t3])          # request 0: two gaps; request 1: one
+    assert r.itl_weight.sum() == 3
+    assert r.itl_percentile_s(50) == pytest.approx(gaps[1], rel=1e-6)
+    assert r.itl_percentile_s(99) == pytest.approx(gaps[2], rel=1e-6)
+    summary = r.summary()
+    assert summary["mean_itl_s"] == pytest.approx(sum(gaps) / 3, rel=1e-6)
+    assert summary["p50_itl_s"] < summary["mean_tpot_s"]
+
+
+def test_pooled_itl_of_a_decode_run_is_its_steps():
+    """One client: the gaps are the decode steps themselves (one block of decode-only steps);
+    their mean is the request's TPOT."""
+    r = simulate(TOY, fixed_requests(1, isl=100, osl=4), max_num_seqs=8,
+                 max_num_batched_tokens=1000, kv_capacity_tokens=10_000, concurrency=1)
+    decodes = [_toy_step(1, 100 + g) for g in (1, 2, 3)]
+    assert r.itl_weight.sum() == 3
+    assert r.itl_percentile_s(50) == pytest.approx(decodes[1], rel=1e-6)
+    assert r.summary()["mean_itl_s"] == pytest.approx(r.tpot_s[0], rel=1e-6)
+
+
+def _joiner(**kw: object) -> object:
+    """Request 0 decodes alone; request 1 (20 prompt tokens) arrives halfway through request
+    0's second decode step."""
+    a = _toy_step(10, 0) + _toy_step(1, 11) + 0.5 * _toy_step(1, 12)
+    req = Requests(isl=np.array([10, 20]), osl=np.array([50, 5]), arrival_s=np.array([0.0, a]))
+    return simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=1000,
+                    kv_capacity_tokens=10_000, **kw)
+
+
+def test_overlap_schedule_admits_an_arrival_one_step_later():
+    """Under an overlap scheduler the step after the one an arrival lands in was fixed while
+    that one ran: the prompt waits one more decode step (request 0's third)."""
+    sync, ovl = _joiner(), _joiner(overlap_schedule=True)
+    p0 = _toy_step(10, 0)
+    end_d2 = p0 + _toy_step(1, 11) + _toy_step(1, 12)
+    assert sync.first_token_s[1] == pytest.approx(end_d2 + _toy_step(21, 13), rel=1e-9)
+    assert ovl.first_token_s[1] == pytest.approx(end_d2 + _toy_step(1, 13)
+                                                 + _toy_step(21, 14), rel=1e-9)
+
+
+def test_overlap_schedule_costs_nothing_on_an_idle_engine():
+    """One client: each request finds the engine idle, so the overlap scheduler sees it at once
+    and the run is the synchronous one."""
+    kw = dict(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=10_000,
+              concurrency=1)
+    req = fixed_requests(3, isl=100, osl=4)
+    a, b = simulate(TOY, req, **kw), simulate(TOY, req, overlap_schedule=True, **kw)
+    assert np.allclose(a.first_token_s, b.first_token_s, rtol=1e-12)
+    assert np.allclose(a.finish_s, b.finish_s, rtol=1e-12)
+
+
+def test_multi_step_decoding_admits_at_the_end_of_a_burst():
+    """vLLM V0 ``--num-scheduler-steps 4``: an arrival during the first decode step of a burst
+    is admitted after the burst's fourth step."""
+    a = _toy_step(10, 0) + 0.5 * _toy_step(1, 11)
+    req = Requests(isl=np.array([10, 20]), osl=np.array([50, 5]), arrival_s=np.array([0.0, a]))
+    r = simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=1000,
+                 kv_capacity_tokens=10_000, decode_steps_per_schedule=4)
+    burst = sum(_toy_step(1, 10 + g) for g in (1, 2, 3, 4))
+    assert r.first_token_s[1] == pytest.approx(_toy_step(10, 0) + burst + _toy_step(21, 15),
+                                               rel=1e-9)
+    with pytest.raises(ConfigError, match="decode_steps_per_schedule"):
+        simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=1000,
+                 kv_capacity_tokens=10_000, decode_steps_per_schedule=0)

@@ -231,3 +231,69 @@ def test_simulate_estimate_runs_the_engines_order_and_the_loads_lengths(sglang_7
     assert len(set(req.isl.tolist())) > 50 and len(set(req.osl.tolist())) > 50
     assert req.isl.mean() == pytest.approx(cm.workload.isl, rel=0.05)
     assert req.osl.mean() == pytest.approx(cm.workload.osl, rel=0.05)
+
+
+def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkeypatch):
+    """The profile's engine decides the overlap scheduler (engines.OVERLAP_SCHEDULE_ENGINES:
+    SGLang's is on, so under a Poisson load arrivals wait one more step and TTFT grows);
+    ``overlap_schedule`` and ``prefill_first`` in the config override the engine's defaults,
+    and ``decode_steps_per_schedule`` reaches the simulation."""
+    import learn_to_shard.serving.load as load_mod
+
+    cm = sglang_70b
+    s = Strategy(tp=8, ep=1, pp=1, dp=1, batch=16, dims=MEGATRON_DIMS)
+    est = cm.evaluate(s)
+    load = ServingLoad(request_rate_per_s=4.0, num_prompts=60)
+    on = simulate_estimate(cm, est, load)["simulated"]
+
+    def with_config(**kw: object) -> dict:
+        cm2 = CostModel(cm.model, cm.cluster, cm.workload,
+                        config=dataclasses.replace(cm.config, **kw), space=cm.space)
+        return simulate_estimate(cm2, cm2.evaluate(s), load)["simulated"]
+
+    off = with_config(overlap_schedule=False)
+    assert on["mean_ttft_s"] > off["mean_ttft_s"]
+    monkeypatch.setattr(load_mod, "OVERLAP_SCHEDULE_ENGINES", ())
+    assert simulate_estimate(cm, est, load)["simulated"] == off
+    assert with_config(overlap_schedule=True) == on
+    monkeypatch.setattr(load_mod, "PREFILL_FIRST_ENGINES", ())
+    assert with_config(prefill_first=True) == off
+    burst = with_config(decode_steps_per_schedule=8, prefill_first=True)
+    assert burst["mean_ttft_s"] > off["mean_ttft_s"]
+
+
+def test_rows_run_the_scheduler_of_their_engine_version():
+    """fidelity.serving.row_scheduler: SGLang before v0.4 without the overlap scheduler, vLLM's
+    stated --async-scheduling with it, vLLM V0 --num-scheduler-steps as multi-step
+    prefill-first decoding; an unstated version keeps the profile's defaults."""
+    from learn_to_shard.fidelity.serving import row_scheduler
+
+    rows = {r["id"]: r for r in load_rows()}
+    assert row_scheduler(rows["sgl060-8b-sglang-sharegpt-rps4"]) == {"overlap_schedule": False}
+    assert row_scheduler(rows["sgl060-8b-vllm-sharegpt-rps4"]) == {
+        "decode_steps_per_schedule": 10, "prefill_first": True}
+    assert row_scheduler(rows["gs-gptoss120b-h100-vllm-tp2-async-sharegpt"]) == {
+        "overlap_schedule": True}
+    assert row_scheduler(rows["gs-dsr1-h200-sglang-tp8-sharegpt"]) == {}
+    assert row_scheduler(rows["dc-70b-random-rps1"]) == {}
+    assert row_scheduler(rows["gs-dsr1-h200-vllm-tp8-sharegpt"]) == {}
+
+
+def test_a_median_itl_is_predicted_by_the_pooled_gaps(monkeypatch):
+    """A row's median ITL is set beside the simulation's pooled-gap median (SGLang's and vLLM's
+    benchmark clients), except under LLMPerf, whose ITL is a per-request mean (then the median
+    TPOT); a stated TPOT is preferred to either."""
+    import learn_to_shard.fidelity.serving as fs
+
+    stats = {f"{s}_{m}_s": v for m, base in (("ttft", 1.0), ("tpot", 2.0), ("itl", 3.0),
+                                             ("e2e", 4.0))
+             for s, v in (("mean", base), ("p50", base + 0.5))}
+    monkeypatch.setattr(fs, "simulate_estimate", lambda *a, **k: {
+        "simulated": stats, "cluster_output_tokens_per_s": 1.0})
+    rows = {r["id"]: r for r in load_rows()}
+    pooled = fs.predict_row(rows["dc-70b-offline-4096-1024-run1"])
+    assert pooled.predicted["tpot_ms"] == pytest.approx(3500.0)          # p50_itl_s
+    llmperf = fs.predict_row(rows["trt5929-fp8-h200-c1-isl1600-ep8"])
+    assert llmperf.predicted["tpot_ms"] == pytest.approx(2500.0)         # p50_tpot_s
+    stated = fs.predict_row(rows["gs-dsr1-h200-vllm-tp8-sharegpt-c4"])
+    assert stated.predicted["tpot_ms"] == pytest.approx(2000.0)          # mean_tpot_s

@@ -143,7 +143,8 @@ _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s", "runtime_reserved_
                  "scale_up_latency_s", "scale_out_latency_s", "gemm_shape_half",
                  "expert_shape_half", "mla_module_overhead_s")
 #: Fields that must be >= 1 (counts, multipliers of an expected maximum).
-_AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance")
+_AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance",
+                 "decode_steps_per_schedule")
 
 
 #: Expert all-to-all kernels :attr:`CostModelConfig.moe_a2a_kernel` may name (None: the
@@ -281,6 +282,16 @@ class CostModelConfig:
             only the experts' own compute counts as cover, not the attention's or the
             router's, which keeps the layer separable for the exact solver; running the GEMMs
             on half-size micro-batches is not priced).
+        prefill_first: serve simulation: steps carry only prompt chunks while prompts are
+            pending (SGLang's scheduler; vLLM V0 without chunked prefill); ``None`` = the
+            engine's default (:func:`learn_to_shard.engines.scheduler_defaults`).
+        overlap_schedule: serve simulation: a step's contents are fixed while the previous
+            step runs (SGLang's and TensorRT-LLM's overlap schedulers, vLLM
+            ``--async-scheduling``), so new requests join one step later; ``None`` = the
+            engine's default (:data:`learn_to_shard.engines.OVERLAP_SCHEDULE_ENGINES`).
+        decode_steps_per_schedule: serve simulation: decode steps the engine runs per
+            scheduler call with no admission between them (vLLM V0 ``--num-scheduler-steps``;
+            1, every step, for current engines).
         collective_algorithm: how all-reduce, all-gather and reduce-scatter are priced
             (:data:`COLLECTIVE_ALGORITHMS`): ``alpha-beta`` (the default) the calibrated
             formula :func:`~learn_to_shard.cost.comm.collective_time_s`; ``auto`` the
@@ -391,6 +402,9 @@ class CostModelConfig:
     moe_a2a_kernel: str | None = None
     moe_dispatch_payload: str | None = None
     two_batch_overlap: bool = False
+    prefill_first: bool | None = None
+    overlap_schedule: bool | None = None
+    decode_steps_per_schedule: int = 1
     collective_algorithm: str = "alpha-beta"
     collective_tiers: tuple[tuple[str, ...], ...] | None = None
     collective_setting: str | None = None

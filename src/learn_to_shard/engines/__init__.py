@@ -249,6 +249,32 @@ SCHEDULING_SOURCES: dict[str, str] = {
               "decode only with --enable-mixed-chunk (server_args.py, default False)",
 }
 
+#: Engines whose scheduler overlaps the host work of step n (processing its outputs,
+#: scheduling) with the GPU work of step n + 1 by default, the simulation's
+#: ``overlap_schedule``: the contents of a step are fixed while the step before it runs, so a
+#: request that arrives during a step joins one step later than under a synchronous loop
+#: (TensorRT-LLM: "introduces one extra decoding step"). vLLM's equivalent,
+#: ``--async-scheduling``, is off by default.
+OVERLAP_SCHEDULE_ENGINES: tuple[str, ...] = ("sglang", "trtllm")
+#: Where :data:`OVERLAP_SCHEDULE_ENGINES` is read.
+OVERLAP_SOURCES: dict[str, str] = {
+    "sglang": "the zero-overhead batch scheduler, on by default since SGLang v0.4 "
+              "(https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-batch-scheduler; "
+              "off with --disable-overlap-schedule)",
+    "trtllm": "TensorRT-LLM PyTorch backend overlap scheduler, 'Enabled by default' "
+              "(https://nvidia.github.io/TensorRT-LLM/features/overlap-scheduler.html; off "
+              "with disable_overlap_scheduler: true)",
+    "vllm": "off unless --async-scheduling (vllm/config/scheduler.py async_scheduling, "
+            f"default False; {_VLLM})",
+}
+
+
+def scheduler_defaults(engine: str | None) -> tuple[bool, bool]:
+    """``(prefill_first, overlap_schedule)`` of an engine's default scheduler
+    (:data:`PREFILL_FIRST_ENGINES`, :data:`OVERLAP_SCHEDULE_ENGINES`); both False for no
+    engine or a fitted profile name that is not an engine."""
+    return engine in PREFILL_FIRST_ENGINES, engine in OVERLAP_SCHEDULE_ENGINES
+
 
 def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool) -> str:
     """The KV-cache dtype an engine's default (``auto``) gives a checkpoint: ``fp8`` under
@@ -309,5 +335,7 @@ def get_engine(name: str) -> EngineProfile:
     return ENGINES[name]
 
 
-__all__ = ["ADMISSION_SOURCES", "BLOCKS", "ENGINES", "MEGATRON", "TRTLLM_MAX_BATCH_SIZE",
-           "EngineProfile", "Variant", "default_max_num_seqs", "get_engine"]
+__all__ = ["ADMISSION_SOURCES", "BLOCKS", "ENGINES", "MEGATRON", "OVERLAP_SCHEDULE_ENGINES",
+           "OVERLAP_SOURCES", "PREFILL_FIRST_ENGINES", "SCHEDULING_SOURCES",
+           "TRTLLM_MAX_BATCH_SIZE", "EngineProfile", "Variant", "default_max_num_seqs",
+           "get_engine", "scheduler_defaults"]

@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -85,6 +86,57 @@ class ServingRowResult:
     measured: dict[str, float] = field(default_factory=dict)
     predicted: dict[str, float] = field(default_factory=dict)
     x: float = math.nan
+
+
+#: Columns whose simulated statistic is not the metric's own: a median ITL is the median of
+#: every streamed gap of every request pooled (SGLang's ``bench_serving`` and ``vllm bench
+#: serve`` ``calculate_metrics``: ``itls += outputs[i].itl``; sgl-project/sglang@0033168f
+#: ``python/sglang/bench_serving.py``), which a prefill that stalls the decodes lengthens for
+#: one gap only, where it lengthens the whole request's TPOT.
+_SIM_STAT = {"itl_ms_median": "itl"}
+
+
+def _per_request_itl(row: dict[str, str]) -> bool:
+    """Whether the row's ITL is a per-request mean (then the median over requests is a TPOT
+    median): LLMPerf divides each request's summed gaps by its output tokens
+    (ray-project/llmperf@f1d6bed4 ``token_benchmark_ray.py``, ``INTER_TOKEN_LAT /=
+    num_output_tokens``). The rows measured with it say so in ``length_dist`` or ``notes``."""
+    return "llmperf" in (row.get("length_dist", "") + " " + row.get("notes", "")).lower()
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    """``"0.3.0"`` -> ``(0, 3, 0)``; ``None`` for an unstated or non-numeric version."""
+    m = re.match(r"v?(\d+(?:\.\d+)*)", (text or "").strip())
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
+    """Cost-model fields of the scheduler a row's engine version and stated launch flags
+    ran, where they differ from the engine profile's defaults (the current engines; see
+    :data:`learn_to_shard.engines.OVERLAP_SCHEDULE_ENGINES`):
+
+    * SGLang before v0.4 had no overlap scheduler (it became the default in v0.4:
+      https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-batch-scheduler).
+    * vLLM ``--async-scheduling`` in the row's launch (``notes``): the overlap scheduler.
+    * vLLM ``--num-scheduler-steps N`` (V0 multi-step): decode bursts of N steps, and V0's
+      default scheduler, which runs waiting prompts first in prompt-only steps when chunked
+      prefill is off (multi-step and chunked prefill did not combine in V0;
+      vllm-project/vllm v0.6.0 ``vllm/core/scheduler.py`` ``_schedule_default``).
+
+    Rows with no stated version run the profile's defaults."""
+    out: dict[str, Any] = {}
+    notes = row.get("notes", "")
+    version = _version(row.get("engine_version"))
+    if row["engine"] == "sglang" and version is not None and version < (0, 4):
+        out["overlap_schedule"] = False
+    if row["engine"] == "vllm":
+        if "--async-scheduling" in notes:
+            out["overlap_schedule"] = True
+        m = re.search(r"--num-scheduler-steps[ =](\d+)", notes)
+        if m and int(m.group(1)) > 1:
+            out["decode_steps_per_schedule"] = int(m.group(1))
+            out["prefill_first"] = True
+    return out
 
 
 def _num(text: str | None) -> float | None:
@@ -160,7 +212,8 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
                 ) -> ServingRowResult:
     """Predict one row (see the module docstring).
 
-    The row runs with its engine's profile (:data:`_ENGINE_PROFILE`), then ``overrides``
+    The row runs with its engine's profile (:data:`_ENGINE_PROFILE`), the scheduler of its
+    engine version and launch flags (:func:`row_scheduler`), then ``overrides``
     (cost-model fields, e.g. trial values of a fit). The running batch is the row's
     concurrency within what the engine admits by default
     (:func:`~learn_to_shard.serving.load.engine_max_num_seqs`; the rows do not set it)."""
@@ -228,7 +281,7 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     try:
         wl = Workload(Phase.SERVE, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd)
         cfg = CostModelConfig.for_engine(_ENGINE_PROFILE.get(row["engine"]),
-                                         **dict(overrides or {}))
+                                         **{**row_scheduler(row), **dict(overrides or {})})
         space = StrategySpace.build(model, cluster)
 
         def at(batch: int) -> tuple[CostModel, Strategy, Estimate]:
@@ -258,7 +311,9 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
             v = _num(row.get(col))
             if v is not None:
                 stat = "mean" if col.endswith("mean") else "p50"
-                key = f"{stat}_{metric.split('_')[0]}_s"
+                key = f"{stat}_{_SIM_STAT.get(col, metric.split('_')[0])}_s"
+                if col == "itl_ms_median" and _per_request_itl(row):
+                    key = "p50_tpot_s"
                 res.measured[metric] = v
                 res.predicted[metric] = float(simulated[key]) * 1e3
                 break

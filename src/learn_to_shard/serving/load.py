@@ -11,11 +11,18 @@ from pathlib import Path
 import numpy as np
 
 from ..cost.model import CostModel, Estimate
-from ..engines import PREFILL_FIRST_ENGINES, default_max_num_seqs
+from ..engines import OVERLAP_SCHEDULE_ENGINES, PREFILL_FIRST_ENGINES, default_max_num_seqs
 from ..errors import ConfigError
 from ..workload import Phase
-from .simulate import (Requests, fixed_requests, length_range, poisson_arrivals,
-                       sharegpt_requests, sharegpt_scaled, simulate)
+from .simulate import (
+    Requests,
+    fixed_requests,
+    length_range,
+    poisson_arrivals,
+    sharegpt_requests,
+    sharegpt_scaled,
+    simulate,
+)
 from .steptime import fit_step_model, priced
 
 #: Length sources of a load without a trace (:class:`ServingLoad` ``dataset``).
@@ -255,7 +262,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     SGLang's prefill-only steps) for one scheduler; with attention-DP (``dp > 1``) every rank
     schedules its own batch, so ranks without a prompt keep decoding while another prefills:
     the single-scheduler simulation then runs mixed steps, decodes first, which is closer to
-    that than holding every rank's decodes.
+    that than holding every rank's decodes. The engine's overlap scheduler
+    (:data:`~learn_to_shard.engines.OVERLAP_SCHEDULE_ENGINES`) fixes each step while the one
+    before it runs; ``cm.config.prefill_first`` / ``overlap_schedule`` override the engine's
+    defaults and ``decode_steps_per_schedule`` sets multi-step decoding.
 
     Returns:
         A JSON-ready dict: the load (``load``, one line; ``lengths``: where the lengths come
@@ -290,10 +300,17 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
                else f"the plan's batch {seqs}")
         share += f"; {conc - seqs} wait in the queue ({seqs} running: {why})"
+    prefill_first, overlap = (cm.config.engine in PREFILL_FIRST_ENGINES,
+                              cm.config.engine in OVERLAP_SCHEDULE_ENGINES)
+    if cm.config.prefill_first is not None:
+        prefill_first = cm.config.prefill_first
+    if cm.config.overlap_schedule is not None:
+        overlap = cm.config.overlap_schedule
     res = simulate(step, req, max_num_seqs=seqs,
                    max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
-                   prefill_first=cm.config.engine in PREFILL_FIRST_ENGINES and s.dp == 1)
+                   prefill_first=prefill_first and s.dp == 1, overlap_schedule=overlap,
+                   decode_steps_per_schedule=cm.config.decode_steps_per_schedule)
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices

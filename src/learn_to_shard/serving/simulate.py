@@ -23,6 +23,12 @@ vLLM's ``docs/configuration/optimization.md`` "Chunked Prefill" and its schedule
   completing — for its host time), so a step that carries a prompt chunk stalls every decode
   in it, and waiting for admission counts in TTFT.
 
+With ``overlap_schedule`` a step's contents are fixed while the previous step runs, so a
+request that arrives during a step is admitted one step later; with
+``decode_steps_per_schedule`` > 1 decode-only steps run in bursts with no admission between
+them (vLLM V0 multi-step). Inter-token latencies are pooled over all requests, as the
+benchmark scripts print ITL (:meth:`SimResult.itl_percentile_s`).
+
 Runs of decode-only steps (no prompt to prefill, no admission possible) are advanced in one
 vectorised block up to the next finish or arrival, so a simulation of thousands of requests
 takes well under a second.
@@ -36,7 +42,7 @@ arrival).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 import numpy as np
@@ -177,6 +183,11 @@ class SimResult:
         steps: engine steps simulated.
         busy_s: time from the first arrival to the last finish.
         mean_running: time-weighted mean number of running (admitted) requests.
+        itl_s, itl_weight: the inter-token latencies of all requests pooled, as distinct
+            values ``[m]`` (seconds) and how many token gaps have each ``[m]``: the gap between
+            a request's consecutive output tokens, the first counted from its first token. A
+            decode step that follows a prefill-only step (``prefill_first``) gives its decodes
+            one long gap; a mixed step gives them its own, longer, duration.
     """
 
     arrival_s: np.ndarray
@@ -187,6 +198,8 @@ class SimResult:
     steps: int
     busy_s: float
     mean_running: float
+    itl_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    itl_weight: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -199,6 +212,19 @@ class SimResult:
         more = self.osl > 1
         return (self.finish_s[more] - self.first_token_s[more]) / (self.osl[more] - 1)
 
+    def itl_percentile_s(self, q: float) -> float:
+        """The ``q``-th percentile (0–100) of the pooled inter-token latencies, seconds: the
+        statistic ``vllm bench serve`` and SGLang's ``bench_serving`` print as ITL (every
+        streamed gap of every request in one list; ``vllm/benchmarks/serve.py``
+        ``calculate_metrics``). The lower weighted percentile (a value that is a gap); 0.0
+        with no gaps (every ``osl`` 1)."""
+        if not len(self.itl_s):
+            return 0.0
+        order = np.argsort(self.itl_s, kind="stable")
+        cum = np.cumsum(self.itl_weight[order])
+        i = int(np.searchsorted(cum, q / 100.0 * cum[-1], side="left"))
+        return float(self.itl_s[order][min(i, len(cum) - 1)])
+
     @property
     def e2e_s(self) -> np.ndarray:
         """``[n]`` end-to-end latency."""
@@ -210,7 +236,8 @@ class SimResult:
         return float(self.osl.sum() / self.busy_s) if self.busy_s > 0 else 0.0
 
     def summary(self) -> dict[str, float]:
-        """Mean and :data:`PERCENTILES` of TTFT, TPOT and end-to-end latency (``*_s`` keys),
+        """Mean and :data:`PERCENTILES` of TTFT, TPOT, end-to-end latency and the pooled
+        inter-token latency (``*_s`` keys; ``*_itl_s``: :meth:`itl_percentile_s`),
         output tokens/s, requests/s, steps and mean running requests."""
         out: dict[str, float] = {}
         for name, v in (("ttft", self.ttft_s), ("tpot", self.tpot_s), ("e2e", self.e2e_s)):
@@ -218,6 +245,10 @@ class SimResult:
             out[f"mean_{name}_s"] = float(v.mean())
             for q in PERCENTILES:
                 out[f"p{q}_{name}_s"] = float(np.percentile(v, q))
+        w = self.itl_weight
+        out["mean_itl_s"] = float((self.itl_s * w).sum() / w.sum()) if w.sum() > 0 else 0.0
+        for q in PERCENTILES:
+            out[f"p{q}_itl_s"] = self.itl_percentile_s(q)
         out["output_tokens_per_s"] = self.output_tokens_per_s
         out["requests_per_s"] = float(len(self.isl) / self.busy_s) if self.busy_s > 0 else 0.0
         out["steps"] = float(self.steps)
@@ -228,7 +259,8 @@ class SimResult:
 def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              max_num_batched_tokens: int, kv_capacity_tokens: int,
              concurrency: int | None = None, max_steps: int = 10_000_000,
-             prefill_first: bool = False) -> SimResult:
+             prefill_first: bool = False, overlap_schedule: bool = False,
+             decode_steps_per_schedule: int = 1) -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
     Args:
@@ -244,6 +276,13 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             whenever one can be formed, decode otherwise; prefill and decode are not mixed
             unless ``--enable-mixed-chunk``). False: every step decodes first and fills the
             rest of the budget with prompt chunks (vLLM V1, TensorRT-LLM in-flight batching).
+        overlap_schedule: the engine fixes each step's contents while the previous step runs
+            (the host prepares step n + 1 during step n: SGLang's and TensorRT-LLM's overlap
+            schedulers, vLLM ``--async-scheduling``), so admission sees only the requests that
+            arrived by the start of the previous step; an idle engine sees them at once.
+        decode_steps_per_schedule: decode-only steps run per scheduler call, with no
+            admission between them (vLLM V0 multi-step ``--num-scheduler-steps``; a finish
+            ends the run early). 1: the scheduler runs before every step.
 
     Returns:
         A :class:`SimResult`.
@@ -255,8 +294,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     isl = np.asarray(requests.isl, dtype=np.int64)
     osl = np.asarray(requests.osl, dtype=np.int64)
     n = len(isl)
-    if max_num_seqs < 1 or max_num_batched_tokens < 1:
-        raise ConfigError("simulation: max_num_seqs and max_num_batched_tokens must be >= 1")
+    if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1:
+        raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens and "
+                          "decode_steps_per_schedule must be >= 1")
     need = isl + osl
     if (need > kv_capacity_tokens).any():
         worst = int(need.max())
@@ -282,17 +322,22 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     admit_seq = np.full(n, np.iinfo(np.int64).max)
+    last_token = np.full(n, np.nan)                 # time of each request's latest token
+    itl_vals: list[np.ndarray] = []
+    itl_wts: list[np.ndarray] = []
     kv_free = int(kv_capacity_tokens)
     t = float(np.min(arrival))
     t0 = t
     steps = 0
     running_time = 0.0
     admissions = 0
+    step_start = -np.inf        # start of the latest step when the engine ran without a gap
     while not done.all():
         if steps >= max_steps:
             raise ConfigError(f"simulation: more than {max_steps} steps; lower --num-prompts")
         # Admission, first come first served; the head of the queue blocks.
-        waiting = np.flatnonzero(~admitted & (arrival <= t))
+        decided = step_start if overlap_schedule and step_start > -np.inf else t
+        waiting = np.flatnonzero(~admitted & (arrival <= decided))
         if len(waiting):
             waiting = waiting[np.argsort(rank[waiting], kind="stable")]
             slots = max_num_seqs - int((admitted & ~done).sum())
@@ -319,6 +364,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             chunk = np.clip(left - before, 0, rem)
         n_pf = int(chunk.sum())
         if n_dec == 0 and n_pf == 0:
+            if decided < t:                 # idle: the scheduler sees what arrived by now
+                step_start = -np.inf
+                continue
             future = arrival[~admitted & (arrival > t)]
             if not len(future):
                 raise ConfigError("simulation: requests wait but none can be admitted (the "
@@ -334,12 +382,21 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             j = np.arange(k)
             dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0, n_dec)
             ends = t + np.cumsum(dts)
-            pending = arrival[~admitted & (arrival > t)]
-            if len(pending) and kv_free >= int(need.min()) and \
+            pending = arrival[~admitted & (arrival > decided)]
+            if decode_steps_per_schedule > 1:
+                k = min(k, decode_steps_per_schedule)
+            elif len(pending) and kv_free >= int(need.min()) and \
                     int(running.sum()) < max_num_seqs:
                 cut = int(np.searchsorted(ends, float(pending.min())))
                 k = max(1, min(k, cut + 1))
+            itl_vals.append(ends[0] - last_token[dec])
+            itl_wts.append(np.ones(n_dec))
+            if k > 1:
+                itl_vals.append(dts[1:k])
+                itl_wts.append(np.full(k - 1, float(n_dec)))
             t_new = float(ends[k - 1])
+            step_start = float(ends[k - 2]) if k > 1 else t
+            last_token[dec] = t_new
             running_time += int(running.sum()) * (t_new - t)
             t = t_new
             generated[dec] += k
@@ -350,12 +407,18 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             n_done = int((prompt_done[pf] + chunk == isl[pf]).sum())    # sampled this step
             dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done))
             running_time += int(running.sum()) * dt
+            step_start = t
             t += dt
             steps += 1
             generated[dec] += 1
+            if n_dec:
+                itl_vals.append(t - last_token[dec])
+                itl_wts.append(np.ones(n_dec))
+                last_token[dec] = t
             prompt_done[pf] += chunk
             newly = pf[prompt_done[pf] == isl[pf]]
             first[newly] = t
+            last_token[newly] = t
             generated[newly] = 1
         fin = np.flatnonzero(running & (generated >= osl) & (prompt_done == isl))
         if len(fin):
@@ -369,4 +432,15 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     busy = float(np.nanmax(finish) - t0)
     return SimResult(arrival_s=arrival, first_token_s=first, finish_s=finish, isl=isl,
                      osl=osl, steps=steps, busy_s=busy,
-                     mean_running=running_time / busy if busy > 0 else 0.0)
+                     mean_running=running_time / busy if busy > 0 else 0.0,
+                     **_pooled(itl_vals, itl_wts))
+
+
+def _pooled(vals: list[np.ndarray], wts: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The inter-token gaps of a run as distinct values and their counts (``itl_s`` and
+    ``itl_weight`` of :class:`SimResult`); gaps equal to 1 ns are merged."""
+    if not vals:
+        return {"itl_s": np.zeros(0), "itl_weight": np.zeros(0)}
+    v = np.round(np.concatenate(vals), 9)
+    u, inv = np.unique(v, return_inverse=True)
+    return {"itl_s": u, "itl_weight": np.bincount(inv, weights=np.concatenate(wts))}
