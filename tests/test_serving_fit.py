@@ -18,7 +18,12 @@ from learn_to_shard.cost.config import CostModelConfig, load_fitted_factors
 from learn_to_shard.cost.model import CostModel
 from learn_to_shard.engines import default_max_num_seqs
 from learn_to_shard.errors import ConfigError
-from learn_to_shard.fidelity.fit import SERVING_CALIBRATIONS, calibrate_serving, serving_loss
+from learn_to_shard.fidelity.fit import (
+    SERVING_CALIBRATIONS,
+    STEP_METRICS,
+    calibrate_serving,
+    serving_loss,
+)
 from learn_to_shard.fidelity.serving import load_rows, predict_row
 from learn_to_shard.parallel.ops import MEGATRON_DIMS
 from learn_to_shard.parallel.strategy import Strategy
@@ -79,9 +84,26 @@ def test_fitted_overheads_lower_the_calibration_loss():
     """The shipped SGLang values beat no overhead on the rows they were fitted on."""
     cal = _calibration("sglang")
     shipped = CostModelConfig.for_engine("sglang")
-    with_fit = serving_loss(cal, {f: getattr(shipped, f) for f in STEP_FIELDS})
-    without = serving_loss(cal, {f: 0.0 for f in STEP_FIELDS})
+    with_fit = serving_loss(cal, {f: getattr(shipped, f) for f in STEP_FIELDS}, STEP_METRICS)
+    without = serving_loss(cal, {f: 0.0 for f in STEP_FIELDS}, STEP_METRICS)
     assert with_fit < without
+
+
+def test_the_step_fit_scores_only_the_step_metrics(monkeypatch):
+    """serving_loss counts only the metrics it is given: the step overheads are fitted on
+    TPOT / ITL and throughput (STEP_METRICS), so a TTFT error does not enter their loss."""
+    import learn_to_shard.fidelity.serving as fs
+    from learn_to_shard.fidelity.serving import ServingRowResult
+
+    def fake(row: dict, overrides: object = None) -> ServingRowResult:
+        return ServingRowResult(id="x", split="calibration", engine="sglang", series="",
+                                varies="", measured={"ttft_ms": 1.0, "tpot_ms": 1.0},
+                                predicted={"ttft_ms": float(np.e), "tpot_ms": 1.0})
+
+    monkeypatch.setattr(fs, "predict_row", fake)
+    assert STEP_METRICS == ("tpot_ms", "output_tok_s")
+    assert serving_loss([{}], {}, STEP_METRICS) == 0.0
+    assert serving_loss([{}], {}) == pytest.approx(0.5)        # median of |ln e| and 0
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ from .predict import predict_row, row_config
 
 __all__ = ["calibration_loss", "fit_factors", "coordinate_descent", "CalibrationSpec",
            "CALIBRATIONS", "calibration_rows", "calibrate", "CalibrationResult",
-           "write_factors", "SERVING_CALIBRATIONS", "serving_loss", "calibrate_serving"]
+           "write_factors", "SERVING_CALIBRATIONS", "STEP_METRICS", "serving_loss",
+           "calibrate_serving"]
 
 
 def calibration_loss(rows: Sequence[Measurement], config: CostModelConfig) -> float:
@@ -265,13 +266,24 @@ SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = tuple(
 _UNPREDICTED_LOSS = 5.0
 
 
-def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any]) -> float:
+#: The metrics the engine step overheads are fitted on: the step-time ones. TTFT is left out:
+#: at low load it is short of the measurements by about two decode steps on SGLang's
+#: calibration rows with the overlap scheduler simulated (docs/validation.md, "What is
+#: left"), a per-request gap that is not a step cost; with TTFT in the loss the SGLang fit
+#: went to 12 ms per step and 10 µs per sequence, its own calibration rows' ITL +52% to +79%
+#: at 1–4 requests/s, where step time is all ITL measures.
+STEP_METRICS: tuple[str, ...] = ("tpot_ms", "output_tok_s")
+
+
+def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any],
+                 metrics: Sequence[str] = ("ttft_ms", "tpot_ms", "output_tok_s")) -> float:
     """Median ``|ln(simulated / measured)|`` over every (row, metric) pair of ``rows`` of the
-    serving table (TTFT, TPOT, output tokens/s as each row gives them), predicted with each
-    row's engine profile and then ``overrides``; a row that cannot be predicted counts once
-    as :data:`_UNPREDICTED_LOSS`. The median, as ``l2s validate --serving`` reports: a row
-    at the edge of saturation, whose TTFT moves by orders of magnitude with a percent of
-    capacity, does not decide the fit alone.
+    serving table (each of ``metrics`` the row gives: ``ttft_ms``, ``tpot_ms`` — TPOT or
+    ITL — ``output_tok_s``), predicted with each row's engine profile and then
+    ``overrides``; a row that cannot be predicted counts once as :data:`_UNPREDICTED_LOSS`.
+    The median, as ``l2s validate --serving`` reports: a row at the edge of saturation,
+    whose TTFT moves by orders of magnitude with a percent of capacity, does not decide the
+    fit alone.
 
     Raises:
         ConfigError: ``rows`` is empty.
@@ -287,7 +299,7 @@ def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any]
             terms.append(_UNPREDICTED_LOSS)
             continue
         terms += [abs(math.log(res.predicted[m] / v)) for m, v in res.measured.items()
-                  if v > 0 and res.predicted.get(m, 0.0) > 0]
+                  if m in metrics and v > 0 and res.predicted.get(m, 0.0) > 0]
     terms.sort()
     mid = len(terms) // 2
     return terms[mid] if len(terms) % 2 else 0.5 * (terms[mid - 1] + terms[mid])
@@ -300,7 +312,8 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
     calibration rows (``split = calibration``) only.
 
     Each fit searches every combination of its grids (:func:`grid_search`) for the least
-    :func:`serving_loss`, the other fields at the engine profile's values. A spec whose
+    :func:`serving_loss` over the step-time metrics (:data:`STEP_METRICS`), the other fields
+    at the engine profile's values. A spec whose
     calibration rows are all unpredictable is left out: nothing can be fitted, and the
     profile keeps no fitted
     overhead.
@@ -326,7 +339,7 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
 
         def loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
                  names: tuple[str, ...] = names) -> float:
-            return serving_loss(cal, {k: getattr(cfg, k) for k in names})
+            return serving_loss(cal, {k: getattr(cfg, k) for k in names}, STEP_METRICS)
 
         cfg, best = grid_search(loss, CostModelConfig.for_engine(spec.name), spec.grid)
         out.append(CalibrationResult(spec, {k: getattr(cfg, k) for k in names}, best,

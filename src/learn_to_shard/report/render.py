@@ -168,8 +168,9 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
 
 def render_simulation(sims: list[dict], console: Console | None = None) -> None:
     """Print the request-level simulation of the top plans (``api.simulate_plan``): mean and
-    p50/p90/p99 TTFT, TPOT and end-to-end latency, throughput, and where the steady-state
-    estimate differs from the simulation."""
+    p50/p90/p99 TTFT and TPOT, the median and p99 of the pooled inter-token latency (ITL, as
+    the benchmark clients print it), end-to-end latency, throughput, and where the
+    steady-state estimate differs from the simulation."""
     con = console or Console()
     if not sims:
         return
@@ -179,7 +180,7 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
               f"requests)")
     t = Table(box=None, pad_edge=False)
     for col in ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/p90/p99",
-                "E2E s p50/p99", "tok/s/dev", "running", "÷ steady TTFT/TPOT/tok/s"):
+                "ITL ms p50/p99", "E2E s p50/p99", "tok/s/dev", "running", "÷ steady TTFT/TPOT/tok/s"):
         t.add_column(col, justify="left" if col == "strategy" else "right")
     for sim in sims:
         s = sim["simulated"]
@@ -190,6 +191,7 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
                 f"mean_{name}_s", f"p50_{name}_s", f"p90_{name}_s", f"p99_{name}_s"))
 
         t.add_row(sim["strategy"], q("ttft"), q("tpot"),
+                  f"{to_ms(s['p50_itl_s']):.1f}/{to_ms(s['p99_itl_s']):.1f}",
                   f"{s['p50_e2e_s']:.2f}/{s['p99_e2e_s']:.2f}",
                   f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
                   f"{r['mean_ttft']:.2f}×/{r['mean_tpot']:.2f}×/{r['output_tokens_per_s']:.2f}×")
