@@ -275,6 +275,8 @@ def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkey
 
     off = with_config(overlap_schedule=False)
     assert on["mean_ttft_s"] > off["mean_ttft_s"]
+    assert simulate_estimate(cm, est, load)["scheduler"] == {
+        "prefill_first": True, "overlap_schedule": True, "decode_steps_per_schedule": 1}
     monkeypatch.setattr(load_mod, "OVERLAP_SCHEDULE_ENGINES", ())
     assert simulate_estimate(cm, est, load)["simulated"] == off
     assert with_config(overlap_schedule=True) == on
@@ -299,6 +301,15 @@ def test_rows_run_the_scheduler_of_their_engine_version():
     assert row_scheduler(rows["gs-dsr1-h200-sglang-tp8-sharegpt"]) == {}
     assert row_scheduler(rows["dc-70b-random-rps1"]) == {}
     assert row_scheduler(rows["gs-dsr1-h200-vllm-tp8-sharegpt"]) == {}
+    # Stated switches: the overlap scheduler turned off, and a flag named only to say it is
+    # absent.
+    assert row_scheduler({**rows["dc-70b-random-rps1"],
+                          "notes": "--disable-overlap-schedule"}) == {"overlap_schedule": False}
+    assert row_scheduler({**rows["trt5929-fp8-h200-c1-isl1600-ep8"],
+                          "notes": "disable_overlap_scheduler: true"}) == {
+        "overlap_schedule": False}
+    assert row_scheduler({**rows["gs-dsr1-h200-vllm-tp8-sharegpt"],
+                          "notes": "without --async-scheduling"}) == {}
 
 
 def test_a_median_itl_is_predicted_by_the_pooled_gaps(monkeypatch):

@@ -284,7 +284,7 @@ class CostModelConfig:
             on half-size micro-batches is not priced).
         prefill_first: serve simulation: steps carry only prompt chunks while prompts are
             pending (SGLang's scheduler; vLLM V0 without chunked prefill); ``None`` = the
-            engine's default (:func:`learn_to_shard.engines.scheduler_defaults`).
+            engine's default (:data:`learn_to_shard.engines.PREFILL_FIRST_ENGINES`).
         overlap_schedule: serve simulation: a step's contents are fixed while the previous
             step runs (SGLang's and TensorRT-LLM's overlap schedulers, vLLM
             ``--async-scheduling``), so new requests join one step later; ``None`` = the
@@ -441,6 +441,9 @@ class CostModelConfig:
                 raise bad(name, ">= 1")
         if not self.workspace_width_factor > 0.0:
             raise bad("workspace_width_factor", "> 0")
+        if not isinstance(self.decode_steps_per_schedule, int) or isinstance(
+                self.decode_steps_per_schedule, bool):
+            raise bad("decode_steps_per_schedule", "an integer >= 1")
         if self.max_num_seqs is not None and not self.max_num_seqs >= 1:
             raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
         if self.moe_a2a_kernel not in MOE_A2A_KERNELS:

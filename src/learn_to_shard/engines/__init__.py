@@ -269,12 +269,6 @@ OVERLAP_SOURCES: dict[str, str] = {
 }
 
 
-def scheduler_defaults(engine: str | None) -> tuple[bool, bool]:
-    """``(prefill_first, overlap_schedule)`` of an engine's default scheduler
-    (:data:`PREFILL_FIRST_ENGINES`, :data:`OVERLAP_SCHEDULE_ENGINES`); both False for no
-    engine or a fitted profile name that is not an engine."""
-    return engine in PREFILL_FIRST_ENGINES, engine in OVERLAP_SCHEDULE_ENGINES
-
 
 def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool) -> str:
     """The KV-cache dtype an engine's default (``auto``) gives a checkpoint: ``fp8`` under
@@ -338,4 +332,4 @@ def get_engine(name: str) -> EngineProfile:
 __all__ = ["ADMISSION_SOURCES", "BLOCKS", "ENGINES", "MEGATRON", "OVERLAP_SCHEDULE_ENGINES",
            "OVERLAP_SOURCES", "PREFILL_FIRST_ENGINES", "SCHEDULING_SOURCES",
            "TRTLLM_MAX_BATCH_SIZE", "EngineProfile", "Variant", "default_max_num_seqs",
-           "get_engine", "scheduler_defaults"]
+           "get_engine"]

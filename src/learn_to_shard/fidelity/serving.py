@@ -117,7 +117,9 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
 
     * SGLang before v0.4 had no overlap scheduler (it became the default in v0.4:
       https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-batch-scheduler).
-    * vLLM ``--async-scheduling`` in the row's launch (``notes``): the overlap scheduler.
+    * vLLM ``--async-scheduling`` in the row's launch (``notes``): the overlap scheduler;
+      SGLang ``--disable-overlap-schedule`` and TensorRT-LLM ``disable_overlap_scheduler:
+      true``: none.
     * vLLM ``--num-scheduler-steps N`` (V0 multi-step): decode bursts of N steps, and V0's
       default scheduler, which runs waiting prompts first in prompt-only steps when chunked
       prefill is off (multi-step and chunked prefill did not combine in V0;
@@ -127,10 +129,13 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     notes = row.get("notes", "")
     version = _version(row.get("engine_version"))
-    if row["engine"] == "sglang" and version is not None and version < (0, 4):
+    if row["engine"] == "sglang" and (version is not None and version < (0, 4)
+                                      or "--disable-overlap-schedule" in notes):
+        out["overlap_schedule"] = False
+    if row["engine"] == "trtllm" and re.search(r"disable_overlap_scheduler:\s*true", notes):
         out["overlap_schedule"] = False
     if row["engine"] == "vllm":
-        if "--async-scheduling" in notes:
+        if re.search(r"(?<!without )--async-scheduling", notes):
             out["overlap_schedule"] = True
         m = re.search(r"--num-scheduler-steps[ =](\d+)", notes)
         if m and int(m.group(1)) > 1:

@@ -180,8 +180,9 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
               f"requests)")
     t = Table(box=None, pad_edge=False)
     for col in ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/p90/p99",
-                "ITL ms p50/p99", "E2E s p50/p99", "tok/s/dev", "running", "÷ steady TTFT/TPOT/tok/s"):
-        t.add_column(col, justify="left" if col == "strategy" else "right")
+                "ITL ms p50/p99", "E2E s p50/p99", "tok/s/dev", "running", "÷ steady"):
+        t.add_column(col, justify="left" if col == "strategy" else "right",
+                     no_wrap=col == "strategy")
     for sim in sims:
         s = sim["simulated"]
         r = sim["sim_over_analytic"]
@@ -196,7 +197,8 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
                   f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
                   f"{r['mean_ttft']:.2f}×/{r['mean_tpot']:.2f}×/{r['output_tokens_per_s']:.2f}×")
     con.print(t)
-    con.print("[dim]÷ steady: the simulation's means over the analytical estimate at "
+    con.print("[dim]÷ steady: the simulation's mean TTFT / mean TPOT / tok/s over the "
+              "analytical estimate's at "
               "the same number of running requests (queueing, prefill stalls and bursts are "
               "what the steady state leaves out).[/]")
     slo = first.get("slo")

@@ -270,7 +270,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     Returns:
         A JSON-ready dict: the load (``load``, one line; ``lengths``: where the lengths come
         from, ``dataset`` ``random`` / ``sharegpt`` / ``trace``, with ``range_ratio`` and
-        ``up_to_nominal``), the replica's share, the simulated summary (seconds,
+        ``up_to_nominal``), the replica's share, the scheduler simulated (``scheduler``:
+        ``prefill_first``, ``overlap_schedule``, ``decode_steps_per_schedule`` as run), the
+        simulated summary (seconds,
         tokens/s), the analytical TPOT/TTFT/tokens/s of the plan at its batch and at the mean
         number of running requests the simulation reached (``analytic``), ``sim / analytic``
         ratios at that occupancy, and the step-time fit's relative difference from the
@@ -336,6 +338,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "replicas": replicas, "replica_share": share,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
+            "scheduler": {"prefill_first": prefill_first and s.dp == 1,
+                          "overlap_schedule": overlap,
+                          "decode_steps_per_schedule": cm.config.decode_steps_per_schedule},
             "simulated": summ,
             "cluster_output_tokens_per_s": inst_tps * replicas,
             "tokens_per_s_per_device": inst_tps * replicas / devices,

@@ -185,7 +185,8 @@ class SimResult:
         mean_running: time-weighted mean number of running (admitted) requests.
         itl_s, itl_weight: the inter-token latencies of all requests pooled, as distinct
             values ``[m]`` (seconds) and how many token gaps have each ``[m]``: the gap between
-            a request's consecutive output tokens, the first counted from its first token. A
+            a request's consecutive output tokens (or bursts of tokens streamed together,
+            ``decode_steps_per_schedule`` > 1), the first counted from its first token. A
             decode step that follows a prefill-only step (``prefill_first``) gives its decodes
             one long gap; a mixed step gives them its own, longer, duration.
     """
@@ -282,7 +283,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             arrived by the start of the previous step; an idle engine sees them at once.
         decode_steps_per_schedule: decode-only steps run per scheduler call, with no
             admission between them (vLLM V0 multi-step ``--num-scheduler-steps``; a finish
-            ends the run early). 1: the scheduler runs before every step.
+            ends the run early); a burst's tokens reach the client together, so each burst
+            is one inter-token gap (the rows' "ITL counts 10-token bursts"). 1: the
+            scheduler runs before every step.
 
     Returns:
         A :class:`SimResult`.
@@ -294,6 +297,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     isl = np.asarray(requests.isl, dtype=np.int64)
     osl = np.asarray(requests.osl, dtype=np.int64)
     n = len(isl)
+    if not isinstance(decode_steps_per_schedule, (int, np.integer)):
+        raise ConfigError(f"simulation: decode_steps_per_schedule must be an integer >= 1, "
+                          f"got {decode_steps_per_schedule!r}")
     if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1:
         raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens and "
                           "decode_steps_per_schedule must be >= 1")
@@ -383,17 +389,22 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0, n_dec)
             ends = t + np.cumsum(dts)
             pending = arrival[~admitted & (arrival > decided)]
-            if decode_steps_per_schedule > 1:
-                k = min(k, decode_steps_per_schedule)
-            elif len(pending) and kv_free >= int(need.min()) and \
+            burst = decode_steps_per_schedule
+            if len(pending) and kv_free >= int(need.min()) and \
                     int(running.sum()) < max_num_seqs:
                 cut = int(np.searchsorted(ends, float(pending.min())))
-                k = max(1, min(k, cut + 1))
-            itl_vals.append(ends[0] - last_token[dec])
+                # up to the step the arrival lands in, or the end of that step's burst
+                k = max(1, min(k, burst * (cut // burst + 1)))
+            # Tokens reach the client at the end of each burst (every step when burst = 1):
+            # one gap per burst and request, as the clients log one per streamed chunk.
+            out = np.arange(burst - 1, k, burst)
+            if not len(out) or out[-1] != k - 1:
+                out = np.append(out, k - 1)
+            itl_vals.append(ends[out[0]] - last_token[dec])
             itl_wts.append(np.ones(n_dec))
-            if k > 1:
-                itl_vals.append(dts[1:k])
-                itl_wts.append(np.full(k - 1, float(n_dec)))
+            if len(out) > 1:
+                itl_vals.append(dts[1:k] if burst == 1 else np.diff(ends[out]))
+                itl_wts.append(np.full(len(out) - 1, float(n_dec)))
             t_new = float(ends[k - 1])
             step_start = float(ends[k - 2]) if k > 1 else t
             last_token[dec] = t_new
