@@ -269,7 +269,6 @@ OVERLAP_SOURCES: dict[str, str] = {
 }
 
 
-
 def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool) -> str:
     """The KV-cache dtype an engine's default (``auto``) gives a checkpoint: ``fp8`` under
     TensorRT-LLM when the checkpoint states FP8 KV quantisation (ModelOpt

@@ -88,14 +88,6 @@ class ServingRowResult:
     x: float = math.nan
 
 
-#: Columns whose simulated statistic is not the metric's own: a median ITL is the median of
-#: every streamed gap of every request pooled (SGLang's ``bench_serving`` and ``vllm bench
-#: serve`` ``calculate_metrics``: ``itls += outputs[i].itl``; sgl-project/sglang@0033168f
-#: ``python/sglang/bench_serving.py``), which a prefill that stalls the decodes lengthens for
-#: one gap only, where it lengthens the whole request's TPOT.
-_SIM_STAT = {"itl_ms_median": "itl"}
-
-
 def _per_request_itl(row: dict[str, str]) -> bool:
     """Whether the row's ITL is a per-request mean (then the median over requests is a TPOT
     median): LLMPerf divides each request's summed gaps by its output tokens
@@ -316,9 +308,13 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
             v = _num(row.get(col))
             if v is not None:
                 stat = "mean" if col.endswith("mean") else "p50"
-                key = f"{stat}_{_SIM_STAT.get(col, metric.split('_')[0])}_s"
-                if col == "itl_ms_median" and _per_request_itl(row):
-                    key = "p50_tpot_s"
+                # A median ITL is the median of every streamed gap of every request pooled
+                # (SGLang's bench_serving and vllm bench serve calculate_metrics: itls +=
+                # outputs[i].itl; sgl-project/sglang@0033168f python/sglang/bench_serving.py),
+                # which a prefill that stalls the decodes lengthens for one gap only, where it
+                # lengthens the whole request's TPOT; LLMPerf's is per request.
+                pooled = col == "itl_ms_median" and not _per_request_itl(row)
+                key = f"{stat}_{'itl' if pooled else metric.split('_')[0]}_s"
                 res.measured[metric] = v
                 res.predicted[metric] = float(simulated[key]) * 1e3
                 break

@@ -302,17 +302,16 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
                else f"the plan's batch {seqs}")
         share += f"; {conc - seqs} wait in the queue ({seqs} running: {why})"
-    prefill_first, overlap = (cm.config.engine in PREFILL_FIRST_ENGINES,
-                              cm.config.engine in OVERLAP_SCHEDULE_ENGINES)
-    if cm.config.prefill_first is not None:
-        prefill_first = cm.config.prefill_first
-    if cm.config.overlap_schedule is not None:
-        overlap = cm.config.overlap_schedule
+    c = cm.config
+    prefill_first = (c.engine in PREFILL_FIRST_ENGINES if c.prefill_first is None
+                     else c.prefill_first) and s.dp == 1
+    overlap = c.engine in OVERLAP_SCHEDULE_ENGINES if c.overlap_schedule is None \
+        else c.overlap_schedule
     res = simulate(step, req, max_num_seqs=seqs,
                    max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
-                   prefill_first=prefill_first and s.dp == 1, overlap_schedule=overlap,
-                   decode_steps_per_schedule=cm.config.decode_steps_per_schedule)
+                   prefill_first=prefill_first, overlap_schedule=overlap,
+                   decode_steps_per_schedule=c.decode_steps_per_schedule)
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices
@@ -338,9 +337,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "replicas": replicas, "replica_share": share,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
-            "scheduler": {"prefill_first": prefill_first and s.dp == 1,
-                          "overlap_schedule": overlap,
-                          "decode_steps_per_schedule": cm.config.decode_steps_per_schedule},
+            "scheduler": {"prefill_first": prefill_first, "overlap_schedule": overlap,
+                          "decode_steps_per_schedule": c.decode_steps_per_schedule},
             "simulated": summ,
             "cluster_output_tokens_per_s": inst_tps * replicas,
             "tokens_per_s_per_device": inst_tps * replicas / devices,

@@ -184,7 +184,8 @@ class SimResult:
         busy_s: time from the first arrival to the last finish.
         mean_running: time-weighted mean number of running (admitted) requests.
         itl_s, itl_weight: the inter-token latencies of all requests pooled, as distinct
-            values ``[m]`` (seconds) and how many token gaps have each ``[m]``: the gap between
+            values in ascending order ``[m]`` (seconds) and how many token gaps have each
+            ``[m]``: the gap between
             a request's consecutive output tokens (or bursts of tokens streamed together,
             ``decode_steps_per_schedule`` > 1), the first counted from its first token. A
             decode step that follows a prefill-only step (``prefill_first``) gives its decodes
@@ -221,10 +222,9 @@ class SimResult:
         with no gaps (every ``osl`` 1)."""
         if not len(self.itl_s):
             return 0.0
-        order = np.argsort(self.itl_s, kind="stable")
-        cum = np.cumsum(self.itl_weight[order])
+        cum = np.cumsum(self.itl_weight)
         i = int(np.searchsorted(cum, q / 100.0 * cum[-1], side="left"))
-        return float(self.itl_s[order][min(i, len(cum) - 1)])
+        return float(self.itl_s[min(i, len(cum) - 1)])
 
     @property
     def e2e_s(self) -> np.ndarray:
@@ -448,8 +448,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
 
 
 def _pooled(vals: list[np.ndarray], wts: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """The inter-token gaps of a run as distinct values and their counts (``itl_s`` and
-    ``itl_weight`` of :class:`SimResult`); gaps equal to 1 ns are merged."""
+    """The inter-token gaps of a run as distinct values, ascending, and their counts
+    (``itl_s`` and ``itl_weight`` of :class:`SimResult`); gaps equal to 1 ns are merged."""
     if not vals:
         return {"itl_s": np.zeros(0), "itl_weight": np.zeros(0)}
     v = np.round(np.concatenate(vals), 9)
