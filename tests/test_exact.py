@@ -162,7 +162,8 @@ def problems(draw, max_rows: int, phase: Phase, max_devices: int = 8,
                                   dict(kv_reserve_full_request=False),
                                   dict(moe_a2a_kernel="deepep_auto", two_batch_overlap=True),
                                   dict(moe_a2a_kernel="deepep_normal",
-                                       moe_dispatch_payload="fp8")]))
+                                       moe_dispatch_payload="fp8"),
+                                  dict(gemm_overlap=True), dict(sequence_parallel=True)]))
     fields = CostModelConfig.__dataclass_fields__
     cfg = CostModelConfig(**{k: v for k, v in extra.items() if k in fields})
     # Reference: the first degrees of the space, every operator replicated, the middle batch.

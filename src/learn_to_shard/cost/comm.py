@@ -110,6 +110,9 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
     """
     code = np.asarray(kind, dtype=np.int64)
     n_i = np.maximum(np.asarray(n), 1)
+    if not ((code != NONE) & (n_i > 1)).any():      # nothing to move: skip the passes below
+        return np.zeros(np.broadcast_shapes(code.shape, n_i.shape, np.shape(full_bytes),
+                                            np.shape(bw_bytes_per_s), np.shape(alpha_s)))
     if n_i.dtype.kind in "iu" and n_i.size and int(n_i.max()) < _GROUP_TABLE_SIZE:
         n_f, frac, steps = _N_F[n_i], _FRAC[n_i], _STEPS[n_i]     # the same values, looked up
     else:

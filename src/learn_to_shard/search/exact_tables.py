@@ -15,8 +15,9 @@ rows, so that the exact solver (:mod:`learn_to_shard.search.exact`) sees the sam
   the expert group ``g = (expert_up, expert_down, shared_up, shared_down)``, additively
   (``F = R[(a,o), r] + G[(a,o), g]``). It holds because the attention core requires a layout
   fixed by its own choice, so o_proj's input, and hence the FFN input, depend on
-  ``(attention, o_proj)`` only. The tables are obtained by differencing ``layer`` rows against a
-  reference (all-replicated) FFN; the hub table itself is built as ``X(L, q, a) + Y(a, o)``
+  ``(attention, o_proj)`` only — and through o_proj's run alone, so the options with the same
+  run (:data:`AO_FFN_CLASS`: 4 of the 9) share FFN rows priced once. The tables are obtained
+  by differencing ``layer`` rows against a reference (all-replicated) FFN; the hub table itself is built as ``X(L, q, a) + Y(a, o)``
   (45 rows instead of 108) for the same reason. The layer's output layout is
   ``out_t[(a,o), φ]``. These separations are facts of ``OperatorTerms.layer``'s code, checked by
   :func:`verify`.
@@ -68,6 +69,7 @@ from ..cost.terms import Link
 from ..errors import InternalError
 from ..parallel.ops import (
     DIM0,
+    LAYOUT_IN,
     LAYOUT_OUT,
     NUM_CHOICES,
     NUM_OPS,
@@ -125,6 +127,15 @@ HUB_Q, HUB_A, HUB_O = (np.ascontiguousarray(HUB[:, j]) for j in range(len(HUB_OP
 #: ``(attention, o_proj)`` options (``ao = h % N_AO``): what the FFN input depends on.
 AO = block_options(HUB_OPS[1:])
 N_AO = len(AO)
+#: What the FFN block reads of the attention block, per ``(attention, o_proj)`` option,
+#: ``[N_AO]``: o_proj's choice, the layout it runs on and its output layout as one code
+#: (``ChoiceDef`` layouts of :data:`learn_to_shard.parallel.ops.OPS`; the attention core's
+#: input is fixed by its own choice, so the incoming layout ``R`` stands for any). Options
+#: with equal codes have equal FFN terms: the FFN converts o_proj's output, and under
+#: ``gemm_overlap`` hides a reduce-scatter behind o_proj's GEMM, whose time these fix.
+_O_RAN = LAYOUT_IN[Op.O_PROJ][AO[:, 1], LAYOUT_IN[Op.ATTENTION][AO[:, 0], R]]
+AO_FFN_CLASS = (AO[:, 1] * len(Layout) + _O_RAN) * len(Layout) \
+    + LAYOUT_OUT[Op.O_PROJ][AO[:, 1], _O_RAN]
 
 
 def _options(block: str, present: bool) -> np.ndarray:
@@ -573,21 +584,25 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     outs: list[np.ndarray] = []
     rows = 0
     for is_moe, window in st.types:
+        # FFN rows for one representative (a, o) of each class of AO_FFN_CLASS; every (a, o)
+        # takes its class's rows (``verify`` checks it).
+        _, rep, cls = np.unique(AO_FFN_CLASS, return_index=True, return_inverse=True)
+        cls = cls.reshape(-1)
+        n_cls = len(rep)
         if is_moe:
             nr, ng = len(st.r_opts), len(st.g_opts)
-            ffn = np.tile(base, (N_AO * (nr + ng), 1))
-            ao = np.concatenate([np.repeat(np.arange(N_AO), nr),
-                                 np.repeat(np.arange(N_AO), ng)])
-            ffn[:N_AO * nr, Op.ROUTER] = np.tile(st.r_opts, N_AO)
+            ffn = np.tile(base, (n_cls * (nr + ng), 1))
+            ao = np.concatenate([np.repeat(rep, nr), np.repeat(rep, ng)])
+            ffn[:n_cls * nr, Op.ROUTER] = np.tile(st.r_opts, n_cls)
             gcols = (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN)
             for j, col in enumerate(gcols):
-                ffn[N_AO * nr:, col] = np.tile(st.g_opts[:, j], N_AO)
+                ffn[n_cls * nr:, col] = np.tile(st.g_opts[:, j], n_cls)
         else:
             nd = len(st.d_opts)
-            ffn = np.tile(base, (N_AO * nd, 1))
-            ao = np.repeat(np.arange(N_AO), nd)
-            ffn[:, Op.DENSE_UP] = np.tile(st.d_opts[:, 0], N_AO)
-            ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], N_AO)
+            ffn = np.tile(base, (n_cls * nd, 1))
+            ao = np.repeat(rep, nd)
+            ffn[:, Op.DENSE_UP] = np.tile(st.d_opts[:, 0], n_cls)
+            ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], n_cls)
         ffn[:, Op.ATTENTION] = AO[ao, 0]
         ffn[:, Op.O_PROJ] = AO[ao, 1]
         tt, _ = _layer_rows(cm, env, hub, lin_hub, is_moe, window, ctx)
@@ -602,19 +617,19 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
         if is_moe:
             r_ref = int(np.flatnonzero(st.r_opts == REPLICATED)[0])
             g_ref = int(np.flatnonzero((st.g_opts == REPLICATED).all(axis=1))[0])
-            tr = f_t[:, :N_AO * nr].reshape(k, N_AO, nr)
-            tg = f_t[:, N_AO * nr:].reshape(k, N_AO, ng)
-            FR.append(tr - tr[:, :, r_ref:r_ref + 1])
-            FG.append(tg - tg[:, :, g_ref:g_ref + 1])
+            tr = f_t[:, :n_cls * nr].reshape(k, n_cls, nr)
+            tg = f_t[:, n_cls * nr:].reshape(k, n_cls, ng)
+            FR.append((tr - tr[:, :, r_ref:r_ref + 1])[:, cls])
+            FG.append((tg - tg[:, :, g_ref:g_ref + 1])[:, cls])
             FD.append(None)
-            outs.append(f_o[:, N_AO * nr:].reshape(k, N_AO, ng))
+            outs.append(f_o[:, n_cls * nr:].reshape(k, n_cls, ng)[:, cls])
         else:
             d_ref = int(np.flatnonzero((st.d_opts == REPLICATED).all(axis=1))[0])
-            td = f_t.reshape(k, N_AO, nd)
-            FD.append(td - td[:, :, d_ref:d_ref + 1])
+            td = f_t.reshape(k, n_cls, nd)
+            FD.append((td - td[:, :, d_ref:d_ref + 1])[:, cls])
             FR.append(None)
             FG.append(None)
-            outs.append(f_o.reshape(k, N_AO, nd))
+            outs.append(f_o.reshape(k, n_cls, nd)[:, cls])
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
     emb_t = cm.embedding_time_s(keys.dec + pf)
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
