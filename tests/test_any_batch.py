@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+import learn_to_shard.search.exact as exact_mod
 from learn_to_shard.api import make_cost_model, make_workload
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.comm import GATHER_OR_SCATTER, collective_time_s
@@ -125,6 +126,26 @@ def test_any_batch_memory_or_ttft_bound(phase):
     assert want.best_objective > 0
     assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
     assert space.decode(sol.best_action).batch not in grid.space.batch_values   # off the grid
+
+
+def test_first_pass_grid_changes_the_work_not_the_optimum(monkeypatch):
+    """solve_any_batch's coarse first pass (every integer to 4, then one per octave) keeps
+    the largest batch and a multiple of every DP degree in every octave, and certifies the
+    same optimum as a first pass over every integer 1..128 (no cells left to split)."""
+    cm, _ = _serve_problem(53, n_dev=4)
+    first = exact_mod._first_pass_space(cm.space).batch_values
+    assert first[-1] == max(cm.space.batch_values) and len(first) < len(cm.space.batch_values)
+    for d in cm.space.dp_values:
+        k = d
+        while k <= 128:
+            assert any(b % d == 0 for b in first if k <= b < 2 * k), (d, k)
+            k *= 2
+    sol, space = solve_any_batch(cm)
+    monkeypatch.setattr(exact_mod, "FIRST_PASS_DENSE_UPTO", 128)
+    dense, dense_space = solve_any_batch(cm)
+    assert dense.certificate.batch_cells_open == 0 < sol.certificate.batch_cells_open
+    assert sol.best_objective == pytest.approx(dense.best_objective, rel=1e-12)
+    assert space.decode(sol.best_action) == dense_space.decode(dense.best_action)
 
 
 def test_any_batch_brute_force():

@@ -34,6 +34,7 @@ from learn_to_shard.search.exact import (
     ExactSearcher,
     ExactTimeout,
     ExactWorkLimit,
+    _first_pass_space,
     pareto_mask,
     solve,
     solve_any_batch,
@@ -478,7 +479,8 @@ def test_exact_at_least_megatron_on_shipped_models():
 
 def test_certificate_and_result_fields():
     cm = make_cost_model("qwen3-32b", "h100-sxm:8", make_workload("decode", context=8192))
-    grid_combos = int(np.prod(cm.space.nvec[:NUM_COARSE]))   # before off-grid batches join
+    # the first pass's grid (coarser than the space's), before off-grid batches join
+    grid_combos = int(np.prod(_first_pass_space(cm.space).nvec[:NUM_COARSE]))
     res = get_searcher("exact").search(cm, 4000, 0)
     n = res.notes
     for key in ("degree_combos", "pruned_structure", "pruned_memory", "pruned_bound", "solved",

@@ -285,6 +285,16 @@ class OperatorTerms:
         busiest = np.minimum(busiest * self.config.moe_imbalance, cap)
         return np.where(ep_f > 1, busiest / mean, 1.0)
 
+    @staticmethod
+    def moe_input_layout(o_proj_out: np.ndarray, dp: np.ndarray) -> np.ndarray:
+        """Layout of the MoE block's input (what the router, the dispatch and the shared
+        experts read) given o_proj's output layout, ``[n]`` (``Layout`` codes): partial sums
+        are all-reduced where one attention replica serves the stage (``dp = 1``) and
+        reduce-scattered to token shards across attention-DP ranks (``dp > 1``: each rank
+        dispatches its own tokens); other layouts resolve to complete values per token
+        (:func:`~learn_to_shard.parallel.placement.resolve_layout`)."""
+        return np.where(o_proj_out == P, np.where(dp == 1, R, S0), _resolve(o_proj_out))
+
     def dispatch_destinations(self, ep: np.ndarray) -> np.ndarray:
         """Expected number of distinct EP ranks one token's ``top_k`` experts land on, ``[n]``.
 
@@ -866,7 +876,7 @@ class OperatorTerms:
         moe = m.moe
         assert moe is not None
         dp, g, ep, etp = env["dp"], env["g"], env["ep"], env["etp"]
-        x = np.where(out_o == P, np.where(dp == 1, R, S0), _resolve(out_o))
+        x = self.moe_input_layout(out_o, dp)
         if c.gemm_overlap:      # the reduce-scatter of o_proj's output overlaps o_proj
             m_rs, m_ag, m_rest = conv_parts("o_proj -> moe", out_o, x, rows * H * ab, t, link,
                                             then_norm=True)

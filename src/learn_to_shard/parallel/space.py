@@ -86,27 +86,31 @@ def _candidates(limit: int, n_devices: int) -> tuple[int, ...]:
     return tuple(sorted(v for v in vals if v <= limit))
 
 
-def batch_grid(dp_values: tuple[int, ...] = (1,), max_log2: int = MAX_BATCH_LOG2
-               ) -> tuple[int, ...]:
+def batch_grid(dp_values: tuple[int, ...] = (1,), max_log2: int = MAX_BATCH_LOG2,
+               dense_upto: int = BATCH_DENSE_UPTO,
+               steps_per_octave: int = BATCH_STEPS_PER_OCTAVE) -> tuple[int, ...]:
     """The batch head's candidates (sequences per instance), sorted.
 
-    Every integer ``1 … BATCH_DENSE_UPTO``; above, ``2^k`` and ``1.5 · 2^k`` (steps of at most
-    50 %); and ``o · 2^k`` for the odd part ``o`` of every DP candidate, so that every DP
-    degree has candidates that are multiples of it in every octave (the ``batch`` rule). All
-    ``≤ 2^max_log2``. The exact searcher certifies its optimum over *every* integer batch
-    ``1 … 2^max_log2``, not only these (:func:`learn_to_shard.search.exact.solve_any_batch`);
-    the grid is what the budgeted searchers' batch head samples and enumerates.
+    Every integer ``1 … dense_upto``; above, ``steps_per_octave`` geometric values per octave
+    (by default ``2^k`` and ``1.5 · 2^k``: steps of at most 50 %); and ``o · 2^k`` for the
+    odd part ``o`` of every DP candidate, so that every DP degree has candidates that are
+    multiples of it in every octave (the ``batch`` rule). All ``≤ 2^max_log2``. The exact
+    searcher certifies its optimum over *every* integer batch ``1 … 2^max_log2``, not only
+    these (:func:`learn_to_shard.search.exact.solve_any_batch`); the grid is what the
+    budgeted searchers' batch head samples and enumerates.
 
     Args:
         dp_values: the DP candidates (their odd parts add multiples).
         max_log2: the largest batch is ``2**max_log2``.
+        dense_upto: every integer up to this is a candidate.
+        steps_per_octave: geometric candidates per octave above ``dense_upto`` (>= 1).
     """
     top = 1 << max_log2
-    vals = set(range(1, min(BATCH_DENSE_UPTO, top) + 1))
-    k = max(BATCH_DENSE_UPTO.bit_length() - 1, 0)
+    vals = set(range(1, min(dense_upto, top) + 1))
+    k = max(dense_upto.bit_length() - 1, 0)
     while (1 << k) <= top:
-        for j in range(BATCH_STEPS_PER_OCTAVE):
-            vals.add(round((1 << k) * (1 + j / BATCH_STEPS_PER_OCTAVE)))
+        for j in range(steps_per_octave):
+            vals.add(round((1 << k) * (1 + j / steps_per_octave)))
         k += 1
     for d in dp_values:
         odd = d

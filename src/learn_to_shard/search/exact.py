@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from ..parallel.space import (
     ENGINE_LAYOUT_BIT,
     NUM_COARSE,
     StrategySpace,
+    batch_grid,
 )
 from ..parallel.strategy import Strategy
 from . import register
@@ -642,13 +643,31 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
                          open_cells)
 
 
+#: Batches of the first pass of :func:`solve_any_batch`: every integer up to this, then one
+#: per octave (plus the multiples of every DP degree's odd part, :func:`batch_grid`).
+FIRST_PASS_DENSE_UPTO = 4
+
+
+def _first_pass_space(sp: StrategySpace) -> StrategySpace:
+    """``sp`` with the coarser batch grid of :func:`solve_any_batch`'s first pass (the
+    same largest batch): its cells are wider, and branch and bound splits those that the
+    grid's bound does not close, so fewer batches get tables built."""
+    top = max(sp.batch_values)
+    grid = batch_grid(sp.dp_values, max(top.bit_length() - 1, 0),
+                      dense_upto=FIRST_PASS_DENSE_UPTO, steps_per_octave=1)
+    return replace(sp, batch_values=tuple(sorted(
+        {b for b in grid if b <= top} | {top})))
+
+
 def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
                     verify_samples: int = 64, progress: ProgressFn | None = None,
                     work_limit: int | None = None) -> tuple[ExactSolution, StrategySpace]:
     """:func:`solve`, certified over every integer batch when ``cm.space.any_batch``.
 
-    1. Solve over the space's batch grid, bounding every *cell* — the multiples of dp between
-       a combination's batch and the next grid batch of the same degrees — by
+    1. Solve over a coarser batch grid than the space's (:func:`_first_pass_space`: every
+       integer to :data:`FIRST_PASS_DENSE_UPTO`, then one per octave and the DP multiples;
+       the same largest batch), bounding every *cell* — the multiples of dp between a
+       combination's batch and the next grid batch of the same degrees — by
        :func:`_cell_bounds`.
     2. Branch and bound on the cells whose bound reaches the best so far: each is split at
        its middle multiple of dp, which is solved exactly like any grid batch (and bounds the
@@ -659,26 +678,32 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     Returns:
         ``(solution, space)``: the solution's action vectors index ``space`` — the
         problem's space with the integer batches the reported strategies use added
-        (:meth:`StrategySpace.with_batches`); it is ``cm.space`` itself when nothing off the
-        grid is reported.
+        (:meth:`StrategySpace.with_batches`); ``cm.space`` itself when it is not
+        ``any_batch``.
 
     Raises:
         ExactTimeout, ExactWorkLimit, DecompositionError: as :func:`solve`.
     """
     t0 = time.perf_counter()
+    full_sp = cm.space
+    if full_sp.any_batch:
+        cm = copy.copy(cm)
+        cm.space = _first_pass_space(full_sp)
     sp = cm.space
     kc = SettingCache()
     sol = solve(cm, time_limit_s, keep, verify_samples, progress, work_limit,
                 cells=sp.any_batch, setting_cache=kc)
     cert = sol.certificate
     cert.any_batch = sp.any_batch
-    if sol.open_cells is None or not len(sol.open_cells[0]):
+    if not sp.any_batch:
         return sol, sp
     best = sol.best_objective
     pool = list(zip(_objectives(cm, sol.top), [sp.decode(a) for a in sol.top], strict=True))
     rej = [sp.decode(a) for a in sol.rejected]
     curves = [sol.curve]
-    deg, lo, hi = sol.open_cells
+    none = np.empty(0, dtype=np.int64)
+    deg, lo, hi = sol.open_cells if sol.open_cells is not None else (
+        np.empty((0, BATCH_HEAD), dtype=np.int64), none, none)
     cm2 = copy.copy(cm)
     while len(lo):
         cert.batch_cells_open += len(lo)
@@ -720,10 +745,11 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
             top.append(x)
     top = top[:keep]
     rej = rej[:keep]
-    final = sp.with_batches([x.batch for x in top + rej])
+    near = [sp.decode(a) for a in sol.closest]
+    final = full_sp.with_batches([x.batch for x in top + rej + near])
     enc = lambda xs: [final.encode(x) for x in xs]  # noqa: E731
     if not top:
-        return ExactSolution(None, 0.0, [], enc(rej), sol.closest, cert,
+        return ExactSolution(None, 0.0, [], enc(rej), enc(near), cert,
                              np.concatenate(curves)), final
     return ExactSolution(enc(top)[0], best, enc(top), enc(rej), [], cert,
                          np.concatenate(curves)), final

@@ -15,10 +15,14 @@ rows, so that the exact solver (:mod:`learn_to_shard.search.exact`) sees the sam
   the expert group ``g = (expert_up, expert_down, shared_up, shared_down)``, additively
   (``F = R[(a,o), r] + G[(a,o), g]``). It holds because the attention core requires a layout
   fixed by its own choice, so o_proj's input, and hence the FFN input, depend on
-  ``(attention, o_proj)`` only — and through o_proj's run alone, so the options with the same
-  run (:data:`AO_FFN_CLASS`: 4 of the 9) share FFN rows priced once. The tables are obtained
-  by differencing ``layer`` rows against a reference (all-replicated) FFN; the hub table itself is built as ``X(L, q, a) + Y(a, o)``
-  (45 rows instead of 108) for the same reason. The layer's output layout is
+  ``(attention, o_proj)`` only. The tables are obtained by differencing ``layer`` rows
+  against a reference (all-replicated) FFN; the hub table itself is built as
+  ``X(L, q, a) + Y(a, o)`` (45 rows instead of 108) for the same reason. The FFN rows are
+  priced once per class of ``(a, o)`` options with equal FFN terms: those with the same
+  o_proj run (:data:`AO_FFN_CLASS`, 4 of the 9), or for a MoE layer the same MoE input layout
+  (:func:`_ffn_classes`, 2 per key). A layer type whose attention window an earlier type
+  shares takes that type's ``X`` plus the difference of their reference rows ``Y(a, 2)``
+  (the attention block does not read the layer's kind). The layer's output layout is
   ``out_t[(a,o), φ]``. These separations are facts of ``OperatorTerms.layer``'s code, checked by
   :func:`verify`.
 * **Chain across layers.** Layer ``i``'s incoming layout is the embedding's layout for the first
@@ -134,8 +138,9 @@ N_AO = len(AO)
 #: with equal codes have equal FFN terms: the FFN converts o_proj's output, and under
 #: ``gemm_overlap`` hides a reduce-scatter behind o_proj's GEMM, whose time these fix.
 _O_RAN = LAYOUT_IN[Op.O_PROJ][AO[:, 1], LAYOUT_IN[Op.ATTENTION][AO[:, 0], R]]
-AO_FFN_CLASS = (AO[:, 1] * len(Layout) + _O_RAN) * len(Layout) \
-    + LAYOUT_OUT[Op.O_PROJ][AO[:, 1], _O_RAN]
+#: o_proj's output layout per ``(attention, o_proj)`` option, ``[N_AO]``.
+AO_O_OUT = LAYOUT_OUT[Op.O_PROJ][AO[:, 1], _O_RAN]
+AO_FFN_CLASS = (AO[:, 1] * len(Layout) + _O_RAN) * len(Layout) + AO_O_OUT
 
 
 def _options(block: str, present: bool) -> np.ndarray:
@@ -539,6 +544,33 @@ def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
     return out, lw
 
 
+def _ffn_classes(cm: CostModel, dp: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """Classes of ``(attention, o_proj)`` options with equal MoE-FFN terms, per key group.
+
+    A MoE block reads the attention block only through its input layout
+    (:meth:`~learn_to_shard.cost.terms.OperatorTerms.moe_input_layout` of o_proj's output and
+    the group's ``dp``; the conversion to it is the same for every FFN choice and cancels in
+    the FFN tables' differences), so the options with the same input layout share their FFN
+    rows. Each class is priced at an option whose input layout is that layout in every
+    group.
+
+    Args:
+        dp: ``[G]`` attention-DP degree of each key group.
+
+    Returns:
+        ``(rep [C], sel [G, N_AO])``: the option priced for each class and each group's class
+        of each option; ``rep`` is ``None`` when some layout has no option that gives it in
+        every group (then :data:`AO_FFN_CLASS` classes are used).
+    """
+    x = cm.moe_input_layout(AO_O_OUT[None, :], np.asarray(dp)[:, None])     # [G, N_AO]
+    same = (x == x[:1]).all(axis=0)                 # options whose input layout is fixed
+    vals = np.unique(x)
+    rep = [np.flatnonzero(same & (x[0] == v)) for v in vals]
+    if any(not len(r) for r in rep):
+        return None, x
+    return np.array([int(r[0]) for r in rep]), np.searchsorted(vals, x)
+
+
 def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) -> StepTables:
     """Time tables of the main step (or, ``second=True``, the serve TTFT step) per key.
 
@@ -583,11 +615,16 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     FD: list[np.ndarray | None] = []
     outs: list[np.ndarray] = []
     rows = 0
+    g = len(g_first)
+    x_by_window: dict[int | None, tuple[np.ndarray, np.ndarray]] = {}
     for is_moe, window in st.types:
-        # FFN rows for one representative (a, o) of each class of AO_FFN_CLASS; every (a, o)
-        # takes its class's rows (``verify`` checks it).
-        _, rep, cls = np.unique(AO_FFN_CLASS, return_index=True, return_inverse=True)
-        cls = cls.reshape(-1)
+        # FFN rows for one representative (a, o) of each class; ``sel [G, N_AO]`` gives every
+        # (a, o) of a key group its class (``verify`` checks it).
+        rep, sel = _ffn_classes(cm, env_g["dp"]) if is_moe else (None, None)
+        if rep is None:
+            _, rep, cls = np.unique(AO_FFN_CLASS, return_index=True, return_inverse=True)
+            sel = np.broadcast_to(cls.reshape(1, -1), (g, N_AO))
+        assert sel is not None
         n_cls = len(rep)
         if is_moe:
             nr, ng = len(st.r_opts), len(st.g_opts)
@@ -605,12 +642,25 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], n_cls)
         ffn[:, Op.ATTENTION] = AO[ao, 0]
         ffn[:, Op.O_PROJ] = AO[ao, 1]
-        tt, _ = _layer_rows(cm, env, hub, lin_hub, is_moe, window, ctx)
+        # A layer type whose window an earlier type shares differs from it only in the FFN
+        # (the attention block does not read the layer's kind): X of this type is that
+        # type's X plus the difference of their reference-FFN rows, Y[a, 2].
+        donor = x_by_window.get(window)
+        if donor is None:
+            tt, _ = _layer_rows(cm, env, hub, lin_hub, is_moe, window, ctx)
+            rows += k * len(hub)
+            x = tt[:, :n_x].reshape(k, N_LAYOUTS, NC, NC)       # [K, L, q, a]
+            y = tt[:, n_x:n_x + N_AO].reshape(k, NC, NC)          # [K, a, o]
+            x_by_window[window] = (x, y)
+        else:
+            tt, _ = _layer_rows(cm, env, hub[n_x:], lin_hub[n_x:], is_moe, window, ctx)
+            rows += k * N_AO
+            y = tt.reshape(k, NC, NC)
+            x = donor[0] + (y - donor[1])[:, None, None, :, REPLICATED]
         f_t, f_o = _layer_rows(cm, env_g, ffn, np.full(len(ffn), R), is_moe, window, ctx)
         f_t, f_o = f_t[g_inv], f_o[g_inv]
-        rows += k * len(hub) + len(g_first) * len(ffn)
-        x = tt[:, :n_x].reshape(k, N_LAYOUTS, NC, NC)       # [K, L, q, a]
-        y = tt[:, n_x:n_x + N_AO].reshape(k, NC, NC)          # [K, a, o]
+        rows += len(g_first) * len(ffn)
+        pick = (np.arange(k)[:, None], sel[g_inv])            # [K, N_AO] -> class rows
         a_full = x[:, :, :, :, None] \
             + (y - y[:, :, REPLICATED:REPLICATED + 1])[:, None, None, :, :]
         A.append(a_full.reshape(k, N_LAYOUTS, N_HUB))
@@ -619,17 +669,17 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             g_ref = int(np.flatnonzero((st.g_opts == REPLICATED).all(axis=1))[0])
             tr = f_t[:, :n_cls * nr].reshape(k, n_cls, nr)
             tg = f_t[:, n_cls * nr:].reshape(k, n_cls, ng)
-            FR.append((tr - tr[:, :, r_ref:r_ref + 1])[:, cls])
-            FG.append((tg - tg[:, :, g_ref:g_ref + 1])[:, cls])
+            FR.append((tr - tr[:, :, r_ref:r_ref + 1])[pick])
+            FG.append((tg - tg[:, :, g_ref:g_ref + 1])[pick])
             FD.append(None)
-            outs.append(f_o[:, n_cls * nr:].reshape(k, n_cls, ng)[:, cls])
+            outs.append(f_o[:, n_cls * nr:].reshape(k, n_cls, ng)[pick])
         else:
             d_ref = int(np.flatnonzero((st.d_opts == REPLICATED).all(axis=1))[0])
             td = f_t.reshape(k, n_cls, nd)
-            FD.append((td - td[:, :, d_ref:d_ref + 1])[:, cls])
+            FD.append((td - td[:, :, d_ref:d_ref + 1])[pick])
             FR.append(None)
             FG.append(None)
-            outs.append(f_o.reshape(k, n_cls, nd)[:, cls])
+            outs.append(f_o.reshape(k, n_cls, nd)[pick])
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
     emb_t = cm.embedding_time_s(keys.dec + pf)
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
