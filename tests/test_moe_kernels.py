@@ -121,7 +121,7 @@ def test_block_scaled_fp8_is_priced_below_per_tensor_fp8_on_hopper_only():
     ks, ks_off = moe_kernels(), moe_kernels(off)
     assert len(ks) == len(ks_off)
     groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for k, k0 in zip(ks, ks_off):
+    for k, k0 in zip(ks, ks_off, strict=True):
         assert (k.model, k.preset, k.dtype, k.tokens) == (k0.model, k0.preset, k0.dtype,
                                                           k0.tokens)
         if k.dtype != "fp8_block" or k.preset == "b200":

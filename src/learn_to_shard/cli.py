@@ -104,7 +104,8 @@ TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g
 DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
                                               "the checkpoint's).")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
-                                                "(default: as the engine's auto loads the checkpoint: bf16, or fp8 with --engine trtllm "
+                                                "(default: as the engine's auto loads the "
+                                                "checkpoint: bf16, or fp8 with --engine trtllm "
                                                 "where the checkpoint ships FP8 KV scales).")]
 EngineOpt = Annotated[str | None, typer.Option(
     "--engine", help="Serving engine: vllm, sglang and trtllm restrict the search to what "

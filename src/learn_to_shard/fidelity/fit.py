@@ -87,7 +87,7 @@ def grid_search(loss: Callable[[CostModelConfig], float], start: CostModelConfig
     names = list(grid)
     best_cfg, best = start, math.inf
     for values in itertools.product(*(grid[n] for n in names)):
-        change: dict[str, Any] = dict(zip(names, values))
+        change: dict[str, Any] = dict(zip(names, values, strict=True))
         trial = dataclasses.replace(start, **change)
         trial_loss = loss(trial)
         if trial_loss < best - 1e-12:

@@ -53,7 +53,8 @@ class ServingLoad:
             nominal ``x`` instead (SGLang's random dataset, :func:`fixed_requests`).
         dataset: where lengths come from: ``random`` (``isl``/``osl``, with ``range_ratio``
             and ``up_to_nominal``) or ``sharegpt`` (ShareGPT's joint length distribution
-            scaled to means of ``isl``/``osl``, :func:`~learn_to_shard.serving.simulate.sharegpt_requests`).
+            scaled to means of ``isl``/``osl``,
+            :func:`~learn_to_shard.serving.simulate.sharegpt_requests`).
         seed: seed of arrivals and lengths.
 
     Raises:
