@@ -15,7 +15,13 @@ from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.comm import GATHER_OR_SCATTER, collective_time_s
 from learn_to_shard.hardware import parse_cluster
 from learn_to_shard.hardware.spec import ClusterSpec, DeviceSpec
-from learn_to_shard.model.spec import AttentionKind, AttentionSpec, LayerSpec, ModelSpec
+from learn_to_shard.model.spec import (
+    AttentionKind,
+    AttentionSpec,
+    LayerSpec,
+    ModelSpec,
+    MoESpec,
+)
 from learn_to_shard.parallel import StrategySpace
 from learn_to_shard.parallel.ops import Op
 from learn_to_shard.parallel.space import NUM_COARSE, active_heads, batch_grid
@@ -146,6 +152,31 @@ def test_first_pass_grid_changes_the_work_not_the_optimum(monkeypatch):
     assert dense.certificate.batch_cells_open == 0 < sol.certificate.batch_cells_open
     assert sol.best_objective == pytest.approx(dense.best_objective, rel=1e-12)
     assert space.decode(sol.best_action) == dense_space.decode(dense.best_action)
+
+
+def test_first_pass_keeps_every_dp_degree_below_an_odd_top():
+    """A space whose largest batch (7) is no power of two and whose only DP degree (6) lies
+    above the power of two below it: the first pass still holds a batch DP 6 allows, and the
+    optimum equals the all-integer one (tp1 ep3 dp6 b6)."""
+    m = ModelSpec(name="t", architecture="Test", hidden_size=256, vocab_size=512,
+                  attention=AttentionSpec(AttentionKind.GQA, 4, 2, 64, 64),
+                  dense_intermediate_size=0, gated_mlp=True,
+                  moe=MoESpec(num_experts=6, top_k=2, expert_intermediate_size=2048,
+                              num_shared_experts=0, shared_intermediate_size=0),
+                  layers=(LayerSpec(is_moe=True),))
+    cl = ClusterSpec(_device(1e8), 6, name="t")
+    wl = Workload(Phase.DECODE, isl=64)
+    sp = dataclasses.replace(StrategySpace.build(m, cl), dp_values=(6,))
+    grid = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=tuple(range(1, 8)), any_batch=True))
+    every = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=tuple(range(1, 8)), any_batch=False))
+    assert 6 in exact_mod._first_pass_space(grid.space).batch_values
+    sol, space = solve_any_batch(grid)
+    want = ExactSearcher().search(every, None, 0)
+    assert want.best_objective > 0
+    assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
+    assert space.decode(sol.best_action).batch == 6
 
 
 def test_any_batch_brute_force():

@@ -650,13 +650,14 @@ FIRST_PASS_DENSE_UPTO = 4
 
 def _first_pass_space(sp: StrategySpace) -> StrategySpace:
     """``sp`` with the coarser batch grid of :func:`solve_any_batch`'s first pass (the
-    same largest batch): its cells are wider, and branch and bound splits those that the
-    grid's bound does not close, so fewer batches get tables built."""
+    same largest batch, and every DP degree up to it, the smallest batch that degree
+    allows): its cells are wider, and branch and bound splits those that the grid's bound
+    does not close, so fewer batches get tables built."""
     top = max(sp.batch_values)
-    grid = batch_grid(sp.dp_values, max(top.bit_length() - 1, 0),
+    grid = batch_grid(sp.dp_values, (top - 1).bit_length(),
                       dense_upto=FIRST_PASS_DENSE_UPTO, steps_per_octave=1)
     return replace(sp, batch_values=tuple(sorted(
-        {b for b in grid if b <= top} | {top})))
+        {b for b in grid if b <= top} | {d for d in sp.dp_values if d <= top} | {top})))
 
 
 def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
