@@ -131,15 +131,16 @@ HUB_Q, HUB_A, HUB_O = (np.ascontiguousarray(HUB[:, j]) for j in range(len(HUB_OP
 #: ``(attention, o_proj)`` options (``ao = h % N_AO``): what the FFN input depends on.
 AO = block_options(HUB_OPS[1:])
 N_AO = len(AO)
-#: What the FFN block reads of the attention block, per ``(attention, o_proj)`` option,
-#: ``[N_AO]``: o_proj's choice, the layout it runs on and its output layout as one code
-#: (``ChoiceDef`` layouts of :data:`learn_to_shard.parallel.ops.OPS`; the attention core's
-#: input is fixed by its own choice, so the incoming layout ``R`` stands for any). Options
-#: with equal codes have equal FFN terms: the FFN converts o_proj's output, and under
-#: ``gemm_overlap`` hides a reduce-scatter behind o_proj's GEMM, whose time these fix.
+# The layout o_proj runs on per ``(attention, o_proj)`` option (``ChoiceDef`` layouts of
+# :data:`learn_to_shard.parallel.ops.OPS`; the attention core's input is fixed by its own
+# choice, so the incoming layout ``R`` stands for any).
 _O_RAN = LAYOUT_IN[Op.O_PROJ][AO[:, 1], LAYOUT_IN[Op.ATTENTION][AO[:, 0], R]]
 #: o_proj's output layout per ``(attention, o_proj)`` option, ``[N_AO]``.
 AO_O_OUT = LAYOUT_OUT[Op.O_PROJ][AO[:, 1], _O_RAN]
+#: What the FFN block reads of the attention block, per ``(attention, o_proj)`` option,
+#: ``[N_AO]``: o_proj's choice, the layout it runs on and its output layout as one code.
+#: Options with equal codes have equal FFN terms: the FFN converts o_proj's output, and under
+#: ``gemm_overlap`` hides a reduce-scatter behind o_proj's GEMM, whose time these fix.
 AO_FFN_CLASS = (AO[:, 1] * len(Layout) + _O_RAN) * len(Layout) + AO_O_OUT
 
 
