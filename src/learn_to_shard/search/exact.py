@@ -734,6 +734,23 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         best = max(best, sol2.best_objective)
         assert sol2.open_cells is not None
         deg, lo, hi = sol2.open_cells
+    # The runners-up's degrees at every batch of the space's own grid too (the branch and
+    # bound refines only the cells that reach the optimum; a runner-up is then at least as
+    # good as the best grid batch of its degrees).
+    alts = _distinct(pool)[1:keep]
+    if alts:
+        at = full_sp.with_batches([x.batch for x in alts])     # degree indices unchanged
+        only = np.array([[*(at.encode(x)[:BATCH_HEAD]), b] for x in alts
+                         for b in range(len(full_sp.batch_values))], dtype=np.int64)
+        cm2.space = full_sp
+        left = None if time_limit_s is None else max(
+            time_limit_s - (time.perf_counter() - t0), 1e-3)
+        work_left = None if work_limit is None else max(work_limit - cert.work, 0)
+        sol3 = solve(cm2, left, keep, 0, progress, work_left, only=only, setting_cache=kc)
+        for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
+            setattr(cert, name, getattr(cert, name) + getattr(sol3.certificate, name))
+        pool += list(zip(_objectives(cm2, sol3.top), [full_sp.decode(a) for a in sol3.top],
+                         strict=True))
     cert.wall_s = time.perf_counter() - t0
     # Best first; equal objectives (to 12 digits) keep the grid's strategy, found first.
     pool.sort(key=lambda t: -float(f"{t[0]:.12g}"))
@@ -754,6 +771,19 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
                              np.concatenate(curves)), final
     return ExactSolution(enc(top)[0], best, enc(top), enc(rej), [], cert,
                          np.concatenate(curves)), final
+
+
+def _distinct(pool: list[tuple[float, Strategy]]) -> list[Strategy]:
+    """The strategies of ``pool`` with a positive objective, best first, one per distinct
+    ``(tp, ep, pp, dp, cp)``."""
+    seen: set[tuple[int, ...]] = set()
+    out: list[Strategy] = []
+    for o, x in sorted(pool, key=lambda t: -float(f"{t[0]:.12g}")):
+        key = (x.tp, x.ep, x.pp, x.dp, x.cp)
+        if o > 0 and key not in seen:
+            seen.add(key)
+            out.append(x)
+    return out
 
 
 def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
