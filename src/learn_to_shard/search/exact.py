@@ -753,15 +753,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
                          strict=True))
     cert.wall_s = time.perf_counter() - t0
     # Best first; equal objectives (to 12 digits) keep the grid's strategy, found first.
-    pool.sort(key=lambda t: -float(f"{t[0]:.12g}"))
-    seen: set[tuple[int, ...]] = set()
-    top: list[Strategy] = []
-    for o, x in pool:
-        key = (x.tp, x.ep, x.pp, x.dp, x.cp)
-        if o > 0 and key not in seen:
-            seen.add(key)
-            top.append(x)
-    top = top[:keep]
+    top = _distinct(pool)[:keep]
     rej = rej[:keep]
     near = [sp.decode(a) for a in sol.closest]
     final = full_sp.with_batches([x.batch for x in top + rej + near])
