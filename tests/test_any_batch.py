@@ -179,6 +179,29 @@ def test_first_pass_keeps_every_dp_degree_below_an_odd_top():
     assert space.decode(sol.best_action).batch == 6
 
 
+def test_runner_up_solve_past_a_limit_keeps_the_certified_optimum(monkeypatch):
+    """The runners-up's grid solve comes after the optimum is certified: when it would pass
+    the time or work limit, solve_any_batch returns the optimum (and the runners-up found)
+    instead of failing."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                         make_workload("serve", isl=1000, osl=200, tpot_slo_s=0.05))
+    sol, space = solve_any_batch(cm)
+    real = exact_mod.solve
+    refused = []
+
+    def limited(*args, **kw):
+        if kw.get("only") is not None and not kw.get("cells"):     # the runner-up solve
+            refused.append(1)
+            raise exact_mod.ExactWorkLimit("past the limit")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(exact_mod, "solve", limited)
+    capped, capped_space = solve_any_batch(cm)
+    assert refused and len(sol.top) > 1 and len(capped.top) > 1
+    assert capped.best_objective == pytest.approx(sol.best_objective, rel=1e-12)
+    assert capped_space.decode(capped.best_action) == space.decode(sol.best_action)
+
+
 def test_any_batch_brute_force():
     """Every action vector with every integer batch 1..48, enumerated (all degrees, every
     relevant per-operator choice): the exact searcher's optimum equals the brute-force one."""

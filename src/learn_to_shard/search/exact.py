@@ -746,11 +746,15 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         left = None if time_limit_s is None else max(
             time_limit_s - (time.perf_counter() - t0), 1e-3)
         work_left = None if work_limit is None else max(work_limit - cert.work, 0)
-        sol3 = solve(cm2, left, keep, 0, progress, work_left, only=only, setting_cache=kc)
-        for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
-            setattr(cert, name, getattr(cert, name) + getattr(sol3.certificate, name))
-        pool += list(zip(_objectives(cm2, sol3.top), [full_sp.decode(a) for a in sol3.top],
-                         strict=True))
+        try:        # the optimum is certified already: past a limit, keep what was found
+            sol3 = solve(cm2, left, keep, 0, progress, work_left, only=only, setting_cache=kc)
+        except (ExactTimeout, ExactWorkLimit):
+            sol3 = None
+        if sol3 is not None:
+            for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
+                setattr(cert, name, getattr(cert, name) + getattr(sol3.certificate, name))
+            pool += list(zip(_objectives(cm2, sol3.top),
+                             [full_sp.decode(a) for a in sol3.top], strict=True))
     cert.wall_s = time.perf_counter() - t0
     # Best first; equal objectives (to 12 digits) keep the grid's strategy, found first.
     top = _distinct(pool)[:keep]
