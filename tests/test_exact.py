@@ -550,7 +550,7 @@ def test_auto_falls_back_to_rl_then_megatron(monkeypatch):
     assert plan.method_used == "megatron" and "ran megatron" in str(plan.search["auto"])
 
 
-def test_work_count_is_deterministic_and_limits_exactly():
+def test_work_count_is_deterministic_and_limits_exactly(monkeypatch):
     """The work count depends only on the problem, and a limit just below what a problem
     needs stops it while the exact amount lets it finish: ``auto`` cannot depend on load."""
     cm = make_cost_model("qwen3-32b", "h100-sxm:4", make_workload("decode", context=4096))
@@ -568,10 +568,26 @@ def test_work_count_is_deterministic_and_limits_exactly():
     with pytest.raises(ExactWorkLimit):
         solve(cm, work_limit=a.work - 1)
     # The searcher also refines the batch between grid values: its work is the whole search's.
-    w = solve_any_batch(cm)[0].certificate.work
-    assert w >= a.work
-    assert try_exact(cm, work_limit=w - 1) is None
+    full = solve_any_batch(cm)[0]
+    w = full.certificate.work
     assert try_exact(cm, work_limit=w) is not None
+    # What certifying the optimum needs (the search without the runners-up's grid solve,
+    # which comes after it): a limit below stops the search, that amount lets it finish;
+    # between it and the whole search's work the runners-up's solve is skipped.
+    real = exact_mod.solve
+
+    def no_runner_up_solve(*args, **kw):
+        if kw.get("only") is not None and not kw.get("cells"):
+            raise ExactWorkLimit("skipped")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(exact_mod, "solve", no_runner_up_solve)
+    w_cert = solve_any_batch(cm)[0].certificate.work
+    monkeypatch.undo()
+    assert 0 < w_cert <= w
+    assert try_exact(cm, work_limit=w_cert - 1) is None
+    capped = try_exact(cm, work_limit=w_cert)
+    assert capped is not None and capped.best_objective == full.best_objective
 
 
 def test_auto_surfaces_a_failed_self_check(monkeypatch):
