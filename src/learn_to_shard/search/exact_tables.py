@@ -142,6 +142,8 @@ AO_O_OUT = LAYOUT_OUT[Op.O_PROJ][AO[:, 1], _O_RAN]
 #: Options with equal codes have equal FFN terms: the FFN converts o_proj's output, and under
 #: ``gemm_overlap`` hides a reduce-scatter behind o_proj's GEMM, whose time these fix.
 AO_FFN_CLASS = (AO[:, 1] * len(Layout) + _O_RAN) * len(Layout) + AO_O_OUT
+#: One option of each class of :data:`AO_FFN_CLASS` (the one priced) and each option's class.
+_, _AO_REP, _AO_CLS = np.unique(AO_FFN_CLASS, return_index=True, return_inverse=True)
 
 
 def _options(block: str, present: bool) -> np.ndarray:
@@ -545,7 +547,7 @@ def _lm_table(cm: CostModel, keys: Keys, dec: np.ndarray, pf_seqs: np.ndarray
     return out, lw
 
 
-def _ffn_classes(cm: CostModel, dp: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+def _ffn_classes(cm: CostModel, dp: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Classes of ``(attention, o_proj)`` options with equal MoE-FFN terms, per key group.
 
     A MoE block reads the attention block only through its input layout
@@ -560,15 +562,15 @@ def _ffn_classes(cm: CostModel, dp: np.ndarray) -> tuple[np.ndarray | None, np.n
 
     Returns:
         ``(rep [C], sel [G, N_AO])``: the option priced for each class and each group's class
-        of each option; ``rep`` is ``None`` when some layout has no option that gives it in
-        every group (then :data:`AO_FFN_CLASS` classes are used).
+        of each option; ``None`` when some layout has no option that gives it in every group
+        (then :data:`AO_FFN_CLASS` classes are used).
     """
     x = cm.moe_input_layout(AO_O_OUT[None, :], np.asarray(dp)[:, None])     # [G, N_AO]
     same = (x == x[:1]).all(axis=0)                 # options whose input layout is fixed
     vals = np.unique(x)
     rep = [np.flatnonzero(same & (x[0] == v)) for v in vals]
     if any(not len(r) for r in rep):
-        return None, x
+        return None
     return np.array([int(r[0]) for r in rep]), np.searchsorted(vals, x)
 
 
@@ -621,11 +623,8 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     for is_moe, window in st.types:
         # FFN rows for one representative (a, o) of each class; ``sel [G, N_AO]`` gives every
         # (a, o) of a key group its class (``verify`` checks it).
-        rep, sel = _ffn_classes(cm, env_g["dp"]) if is_moe else (None, None)
-        if rep is None:
-            _, rep, cls = np.unique(AO_FFN_CLASS, return_index=True, return_inverse=True)
-            sel = np.broadcast_to(cls.reshape(1, -1), (g, N_AO))
-        assert sel is not None
+        classes = _ffn_classes(cm, env_g["dp"]) if is_moe else None
+        rep, sel = classes or (_AO_REP, np.broadcast_to(_AO_CLS.reshape(1, -1), (g, N_AO)))
         n_cls = len(rep)
         if is_moe:
             nr, ng = len(st.r_opts), len(st.g_opts)
