@@ -31,7 +31,7 @@ from learn_to_shard.serving import ServingLoad, fit_step_model, simulate_estimat
 from learn_to_shard.serving.steptime import priced
 from learn_to_shard.workload import Phase
 
-STEP_FIELDS = {"host_step_overhead_s", "host_seq_overhead_s"}
+STEP_FIELDS = {"host_step_overhead_s", "host_seq_overhead_s", "eager_layer_overhead_s"}
 
 
 def _calibration(engine: str) -> list[dict[str, str]]:

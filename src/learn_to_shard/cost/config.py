@@ -140,7 +140,8 @@ _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
 #: Fields that are times, sizes or shape constants: each must be >= 0.
 _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s", "runtime_reserved_bytes",
                  "host_step_overhead_s", "host_seq_overhead_s", "host_prefill_overhead_s",
-                 "scale_up_latency_s", "scale_out_latency_s", "gemm_shape_half",
+                 "eager_layer_overhead_s", "scale_up_latency_s", "scale_out_latency_s",
+                 "gemm_shape_half",
                  "expert_shape_half", "mla_module_overhead_s")
 #: Fields that must be >= 1 (counts, multipliers of an expected maximum).
 _AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance",
@@ -219,6 +220,14 @@ class CostModelConfig:
             seconds. 0 by default; engine profiles set it.
         host_prefill_overhead_s: host time per prompt admitted in a step (request setup),
             seconds. 0 by default; engine profiles set it.
+        eager_layer_overhead_s: host time per transformer layer of a pipeline stage in a step
+            that carries prompt tokens, seconds. The engines replay decode-only steps as CUDA
+            graphs, but steps with a prompt chunk run outside them (SGLang and TensorRT-LLM
+            capture decode batches only; vLLM's piecewise graphs leave attention and steps
+            beyond the capture sizes to eager launches), so each of a layer's kernels is
+            launched from Python, ~10–30 µs of dispatch apiece (PyTorch eager overhead), which
+            the GPU does not hide when the kernels are short. 0 by default; engine profiles
+            set it.
         kv_cache_free_fraction: the KV pool may use this fraction of the memory that weights
             and workspace leave inside ``memory_utilization × HBM``. 1.0 is vLLM's accounting
             (``gpu_memory_utilization`` of the whole device); TensorRT-LLM uses
@@ -389,6 +398,7 @@ class CostModelConfig:
     host_step_overhead_s: float = 0.0
     host_seq_overhead_s: float = 0.0
     host_prefill_overhead_s: float = 0.0
+    eager_layer_overhead_s: float = 0.0
     kv_cache_free_fraction: float = 1.0
     window_kv_capped: bool = True
     attention_flops_efficiency: float | None = None
@@ -483,24 +493,29 @@ class CostModelConfig:
         return dataclasses.replace(cls(), **values)
 
 
+#: The engine step overheads an engine profile reads from its fit (:func:`_engine_fit`).
+ENGINE_STEP_FIELDS: tuple[str, ...] = ("host_step_overhead_s", "host_seq_overhead_s",
+                                       "eager_layer_overhead_s")
+
+
 def _engine_fit(fit: str) -> dict[str, float]:
     """The fitted engine-step fields of engine profile ``fit`` (its fit in the factors file:
-    ``host_step_overhead_s`` and ``host_seq_overhead_s``, fitted on that engine's calibration
-    rows of the serving table), or none when the file holds no fit of that name (no
-    calibration row of the engine could be predicted).
+    ``host_step_overhead_s``, ``host_seq_overhead_s`` and ``eager_layer_overhead_s``, fitted
+    on that engine's calibration rows of the serving table), or none when the file holds no
+    fit of that name (no calibration row of the engine could be predicted).
 
     Raises:
-        ConfigError: the fit sets other fields than those two.
+        ConfigError: the fit sets other fields than those three.
     """
     if fit not in _FACTORS.fits:
         return {}
-    return _fitted(fit, ("host_step_overhead_s", "host_seq_overhead_s"))
+    return _fitted(fit, ENGINE_STEP_FIELDS)
 
 
 #: Engine profiles: field values describing one serving engine (and, for host overheads, the
 #: system it ran on). ``_source`` says where each came from. The ``vllm``, ``sglang`` and
-#: ``trtllm`` profiles read their engine step overheads (``host_step_overhead_s``,
-#: ``host_seq_overhead_s``) from the fits of the same name in ``data/calibration/
+#: ``trtllm`` profiles read their engine step overheads (:data:`ENGINE_STEP_FIELDS`) from the
+#: fits of the same name in ``data/calibration/
 #: factors.json``, fitted on that engine's calibration rows of the serving table
 #: (``fidelity.fit.SERVING_CALIBRATIONS``); an engine without a fit there keeps the
 #: defaults' 0. The Splitwise profiles' fitted

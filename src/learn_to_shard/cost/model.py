@@ -603,7 +603,7 @@ class CostModel(OperatorTerms):
         stage_t[:, 0] += emb_t
         stage_t[idx, pp - 1] += lm_total
         # Engine host time not hidden behind the GPU: per step, and per sequence in the step.
-        host = self.host_time_s(dec, pf_seqs)
+        host = self.host_time_s(dec, pf, pf_seqs, pp)
         if host is not None:
             stage_t = np.where(stage_ids < pp[:, None], stage_t + host[:, None], 0.0)
         p2p = self.p2p_time_s(rows, tp, dp, pp)

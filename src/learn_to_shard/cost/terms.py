@@ -419,14 +419,32 @@ class OperatorTerms:
         return np.maximum(flops / peak, bytes_ / (hbm or self._hbm)) \
             + self.config.kernel_overhead_s
 
-    def host_time_s(self, dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray | None:
-        """Engine host time per stage step not hidden behind the GPU:
-        ``host_step + host_seq · (dec + pf_seqs) + host_prefill · pf_seqs``; None when 0."""
+    def host_time_s(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
+                    pp: np.ndarray) -> np.ndarray | None:
+        """Engine host time per stage step not hidden behind the GPU, seconds, ``[n]``:
+        ``host_step + host_seq · (dec + pf_seqs) + host_prefill · pf_seqs
+        + eager_layer · (layers / pp) · eager_steps``; None when all are 0.
+
+        ``dec`` decode sequences, ``pf`` prompt tokens and ``pf_seqs`` prompts completing per
+        step and DP rank, ``pp`` pipeline stages (``[n]`` each). ``eager_steps`` is the share
+        of steps that carry prompt tokens and so run outside the decode CUDA graphs
+        (``eager_layer_overhead_s``): ``max(min(1, pf_seqs), pf / max_num_batched_tokens)``
+        where ``pf > 0`` — a serve step that completes ``b/osl < 1`` prompts is a prompt step
+        that often, a prefill of ``pf`` tokens takes ``pf / budget`` budget-sized steps; 0 in
+        a decode step."""
         c = self.config
-        if not (c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s):
+        if not (c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s
+                or c.eager_layer_overhead_s):
             return None
-        return (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
-                + c.host_prefill_overhead_s * pf_seqs)
+        out = (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
+               + c.host_prefill_overhead_s * pf_seqs)
+        if c.eager_layer_overhead_s:
+            pf = np.asarray(pf, dtype=float)
+            steps = np.where(pf > 0, np.maximum(np.minimum(1.0, pf_seqs),
+                                                pf / c.max_num_batched_tokens), 0.0)
+            layers = self.model.num_layers / np.asarray(pp, dtype=float)
+            out = out + c.eager_layer_overhead_s * layers * steps
+        return out
 
     def layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
                   pf: np.ndarray, cp: np.ndarray | None = None) -> dict:

@@ -257,26 +257,34 @@ _STEP_GRID: dict[str, tuple[float, ...]] = {
                              1.6e-2, 2e-2),
     "host_seq_overhead_s": (0.0, 5e-6, 1e-5, 2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4)}
 
+#: Eager launch time per layer of a step carrying prompt tokens
+#: (``eager_layer_overhead_s``): 0–1 ms. PyTorch eager dispatch is ~10–30 µs per operator and a
+#: layer's prefill launches 10–40 operators (more for MoE and MLA layers), so 0.1–1 ms spans
+#: what launches can cost; 0 is on the grid, so a fit can say "none".
+_EAGER_GRID: tuple[float, ...] = (0.0, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 8e-4, 1e-3)
+
 #: The serving fits: per engine profile, fitted on that engine's ``split = calibration`` rows
 #: of ``data/serving_measurements.csv`` (the table's declared subset, ``data/README.md``).
 SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = tuple(
-    CalibrationSpec(e, e, _STEP_GRID) for e in ("vllm", "sglang", "trtllm"))
+    CalibrationSpec(e, e, {**_STEP_GRID, "eager_layer_overhead_s": _EAGER_GRID})
+    for e in ("vllm", "sglang", "trtllm"))
 
 #: Loss of a serving row the simulation cannot predict (counted once per row).
 _UNPREDICTED_LOSS = 5.0
 
 
-#: The metrics the engine step overheads are fitted on: the step-time ones. TTFT is left out:
-#: at low load it is short of the measurements by about two decode steps on SGLang's
-#: calibration rows with the overlap scheduler simulated (docs/validation.md, "What is
-#: left"), a per-request gap that is not a step cost; with TTFT in the loss the SGLang fit
-#: went to 12 ms per step and 10 µs per sequence, its own calibration rows' ITL +52% to +79%
-#: at 1–4 requests/s, where step time is all ITL measures.
+#: The metrics the per-step and per-sequence overheads are fitted on: the step-time ones
+#: (TTFT at low load is mostly the prompt's own step, which ``eager_layer_overhead_s`` prices;
+#: with TTFT in this loss the SGLang fit went to 12 ms per step and 10 µs per sequence, its own
+#: calibration rows' ITL +52% to +79% at 1–4 requests/s, where step time is all ITL measures).
 STEP_METRICS: tuple[str, ...] = ("tpot_ms", "output_tok_s")
+#: The metrics ``eager_layer_overhead_s`` is fitted on: all three (a prompt step's launches
+#: lengthen TTFT, and the decodes that share or wait for that step).
+SERVING_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "output_tok_s")
 
 
 def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any],
-                 metrics: Sequence[str] = ("ttft_ms", "tpot_ms", "output_tok_s")) -> float:
+                 metrics: Sequence[str] = SERVING_METRICS) -> float:
     """Median ``|ln(simulated / measured)|`` over every (row, metric) pair of ``rows`` of the
     serving table (each of ``metrics`` the row gives: ``ttft_ms``, ``tpot_ms`` — TPOT or
     ITL — ``output_tok_s``), predicted with each row's engine profile and then
@@ -286,12 +294,13 @@ def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any]
     fit alone.
 
     Raises:
-        ConfigError: ``rows`` is empty.
+        ConfigError: ``rows`` is empty, or no row gives any of ``metrics``.
     """
     from .serving import predict_row
 
     if not rows:
         raise ConfigError("serving fit: no rows to fit on")
+    metrics = tuple(metrics)
     terms: list[float] = []
     for r in rows:
         res = predict_row(dict(r), overrides)
@@ -300,6 +309,8 @@ def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any]
             continue
         terms += [abs(math.log(res.predicted[m] / v)) for m, v in res.measured.items()
                   if m in metrics and v > 0 and res.predicted.get(m, 0.0) > 0]
+    if not terms:
+        raise ConfigError(f"serving fit: no row gives {', '.join(metrics)}")
     terms.sort()
     mid = len(terms) // 2
     return terms[mid] if len(terms) % 2 else 0.5 * (terms[mid - 1] + terms[mid])
@@ -311,12 +322,15 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
     """Re-run the serving fits (:data:`SERVING_CALIBRATIONS`) on the serving table's
     calibration rows (``split = calibration``) only.
 
-    Each fit searches every combination of its grids (:func:`grid_search`) for the least
-    :func:`serving_loss` over the step-time metrics (:data:`STEP_METRICS`), the other fields
-    at the engine profile's values. A spec whose
-    calibration rows are all unpredictable is left out: nothing can be fitted, and the
-    profile keeps no fitted
-    overhead.
+    Each fit alternates two searches, the other fields at the engine profile's values:
+    every combination of the step and sequence grids (:func:`grid_search`) for the least
+    :func:`serving_loss` over the step-time metrics (:data:`STEP_METRICS`), at the current
+    ``eager_layer_overhead_s`` (first 0); then ``eager_layer_overhead_s`` over
+    :data:`_EAGER_GRID` for the least loss over all three metrics (:data:`SERVING_METRICS`;
+    over the step-time ones where the rows give no TTFT), at those step and sequence values.
+    It stops when the eager value repeats (at most three rounds). A spec whose calibration
+    rows are all unpredictable is left out: nothing can be fitted, and the profile keeps no
+    fitted overhead.
 
     Args:
         rows: the serving table's rows (default: the shipped table).
@@ -324,7 +338,8 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
 
     Returns:
         One :class:`CalibrationResult` per fitted spec, with ``table`` =
-        ``serving_measurements.csv``.
+        ``serving_measurements.csv``; its ``loss`` is the all-metric loss at the fitted
+        values.
     """
     from .serving import load_rows, predict_row
 
@@ -335,13 +350,30 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
                and r.get("engine") == spec.engine]
         if not any(predict_row(dict(r)).reason is None for r in cal):
             continue
+        eager_grid = {"eager_layer_overhead_s": spec.grid["eager_layer_overhead_s"]}
+        step_grid = {k: v for k, v in spec.grid.items() if k not in eager_grid}
         names = tuple(spec.grid)
+        has_ttft = any(r.get("ttft_ms_mean") or r.get("ttft_ms_median") for r in cal)
 
         def loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
-                 names: tuple[str, ...] = names) -> float:
-            return serving_loss(cal, {k: getattr(cfg, k) for k in names}, STEP_METRICS)
+                 names: tuple[str, ...] = names,
+                 metrics: tuple[str, ...] = STEP_METRICS) -> float:
+            return serving_loss(cal, {k: getattr(cfg, k) for k in names}, metrics)
 
-        cfg, best = grid_search(loss, CostModelConfig.for_engine(spec.name), spec.grid)
+        def eager_loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
+                       names: tuple[str, ...] = names, has_ttft: bool = has_ttft) -> float:
+            return serving_loss(cal, {k: getattr(cfg, k) for k in names},
+                                SERVING_METRICS if has_ttft else STEP_METRICS)
+
+        cfg = dataclasses.replace(CostModelConfig.for_engine(spec.name),
+                                  eager_layer_overhead_s=0.0)
+        seen = [0.0]
+        for _ in range(3):
+            cfg, _ = grid_search(loss, cfg, step_grid)
+            cfg, best = grid_search(eager_loss, cfg, eager_grid)
+            if cfg.eager_layer_overhead_s in seen:
+                break
+            seen.append(cfg.eager_layer_overhead_s)
         out.append(CalibrationResult(spec, {k: getattr(cfg, k) for k in names}, best,
                                      tuple(r["id"] for r in cal),
                                      table="serving_measurements.csv"))

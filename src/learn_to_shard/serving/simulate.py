@@ -416,7 +416,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             ctx_sum = float((isl[dec] + generated[dec]).sum())
             pairs = float((chunk * (prompt_done[pf] + (chunk + 1) / 2)).sum())
             n_done = int((prompt_done[pf] + chunk == isl[pf]).sum())    # sampled this step
-            dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done))
+            dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done, 1.0))
             running_time += int(running.sum()) * dt
             step_start = t
             t += dt

@@ -7,7 +7,7 @@ some prompts contribute a chunk of prefill tokens. :class:`StepTimeModel` turns 
 cost-model prices into a function of that content:
 
 ``t_step = T_tokens(n_decode + n_prefill) + a_kv · kv_tokens_read + a_pf · prefill_pairs
-+ H_seq(n_seqs) + h_prompt · n_prompts``
++ H_seq(n_seqs) + h_prompt · n_prompts + h_eager · [n_prefill > 0]``
 
 * ``T_tokens(n)``: the step time of ``n`` tokens at (almost) no context — decode steps of ``n``
   sequences at context 1, priced by :meth:`~learn_to_shard.cost.model.CostModel.evaluate_many`
@@ -26,6 +26,9 @@ cost-model prices into a function of that content:
 * ``h_prompt``: host time per prompt completing its prefill in the step beyond its sequence
   share (``host_prefill_overhead_s``), the least-squares slope of the cost model's serve step
   with the term minus without it over the prompts completing per step.
+* ``h_eager``: host time of a step that carries prompt tokens (launched outside the decode
+  CUDA graphs, ``eager_layer_overhead_s`` per layer): the cost model's prefill of one short
+  prompt with the term minus without it.
 * ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
   cost model's decode step time over context at the grid's batches.
 * ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
@@ -67,6 +70,8 @@ class StepTimeModel:
             (``None``: no per-sequence host time).
         prompt_host_s: engine host time per prompt completing its prefill in a step, beyond
             its share in ``seq_host_s``, seconds.
+        eager_step_s: engine host time of a step that carries prompt tokens (it runs outside
+            the decode CUDA graphs), seconds.
     """
 
     token_grid: np.ndarray
@@ -75,10 +80,12 @@ class StepTimeModel:
     prefill_pair_s: float
     seq_host_s: np.ndarray | None = None
     prompt_host_s: float = 0.0
+    eager_step_s: float = 0.0
 
     def step_time_s(self, n_tokens: np.ndarray | float, kv_tokens_read: np.ndarray | float,
                     prefill_pairs: np.ndarray | float, n_seqs: np.ndarray | float = 0.0,
-                    n_prompts: np.ndarray | float = 0.0) -> np.ndarray:
+                    n_prompts: np.ndarray | float = 0.0,
+                    eager_steps: np.ndarray | float = 0.0) -> np.ndarray:
         """Step time, seconds (element-wise over arrays of equal shape).
 
         Args:
@@ -89,6 +96,8 @@ class StepTimeModel:
             n_seqs: sequences the engine samples in the step (decoding ones + prompts whose
                 prefill completes); prices ``seq_host_s`` (none: 0).
             n_prompts: prompts whose prefill completes in the step; prices ``prompt_host_s``.
+            eager_steps: 1 for a step that carries prompt tokens, 0 for a decode-only one (a
+                fraction: the share of such steps); prices ``eager_step_s``.
 
         Beyond the grid's largest count the token time and the sequences' host time are
         extrapolated linearly from the last two grid points.
@@ -99,7 +108,8 @@ class StepTimeModel:
         if self.seq_host_s is not None:
             seqs = np.asarray(n_seqs, dtype=float)
             out = out + np.where(seqs > 0, _interp(seqs, self.token_grid, self.seq_host_s), 0.0)
-        return out + self.prompt_host_s * np.asarray(n_prompts, dtype=float)
+        return out + self.prompt_host_s * np.asarray(n_prompts, dtype=float) \
+            + self.eager_step_s * np.asarray(eager_steps, dtype=float)
 
 
 def _interp(n: np.ndarray, g: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -159,7 +169,8 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     c = cm.config
     # Token time: the fixed host time per step stays in, the per-sequence and per-prompt host
     # terms are priced apart (a prompt chunk is many tokens but one sequence).
-    tok_cfg = dataclasses.replace(c, host_seq_overhead_s=0.0, host_prefill_overhead_s=0.0)
+    tok_cfg = dataclasses.replace(c, host_seq_overhead_s=0.0, host_prefill_overhead_s=0.0,
+                                  eager_layer_overhead_s=0.0)
     t_tok = priced(cm, s, Phase.DECODE, 1, tuple(grid), config=tok_cfg)[0]
     seq_host = None
     if c.host_seq_overhead_s:
@@ -183,7 +194,9 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     osl = max(1, wl.osl)
     isls = sorted({i for i in (wl.isl // 4, wl.isl // 2, wl.isl, 2 * wl.isl)
                    if i >= 16 and i + osl <= limit} or {wl.isl})
-    noprompt_cfg = dataclasses.replace(c, host_prefill_overhead_s=0.0)
+    noprompt_cfg = dataclasses.replace(c, host_prefill_overhead_s=0.0,
+                                       eager_layer_overhead_s=0.0)
+    prompt_cfg = dataclasses.replace(c, eager_layer_overhead_s=0.0)
     pairs_l, extra_l, prompts_l, phost_l = [], [], [], []
     for i in isls:
         bs = tuple(b for b in (s.dp * 4, s.dp * 16, s.dp * 64) if b * (1 + i / osl) <= budget)
@@ -198,7 +211,8 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         extra_l.append(t_serve - base)
         if c.host_prefill_overhead_s:
             prompts_l.append(done)
-            phost_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl)[0] - t_serve)
+            phost_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl, config=prompt_cfg)[0]
+                           - t_serve)
     pf_pairs_s = 0.0
     if pairs_l:
         pairs, extra = np.concatenate(pairs_l), np.concatenate(extra_l)
@@ -207,7 +221,13 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     if prompts_l:
         pr, ph = np.concatenate(prompts_l), np.concatenate(phost_l)
         prompt_host_s = max(float(np.dot(pr, ph) / np.dot(pr, pr)), 0.0)
-    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s)
+    eager_step_s = 0.0
+    if c.eager_layer_overhead_s:
+        short = min(16, wl.isl)
+        eager_step_s = float(priced(cm, s, Phase.PREFILL, short, (s.dp,))[1][0]
+                             - priced(cm, s, Phase.PREFILL, short, (s.dp,), config=tok_cfg)[1][0])
+    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s,
+                                eager_step_s=max(eager_step_s, 0.0))
     rel = float("nan")
     if wl.phase is Phase.SERVE:
         b = max(s.batch, 1)
@@ -218,8 +238,9 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         n_dec = b * share
         n_pf = b * wl.isl / wl.osl * share
         n_done = b / wl.osl * share
+        eager = max(min(1.0, n_done / s.dp), n_pf / budget)
         fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
-                                      n_pf * wl.isl / 2, n_dec + n_done, n_done))
+                                      n_pf * wl.isl / 2, n_dec + n_done, n_done, eager))
         t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
         if t_model > 0:
             rel = abs(fit - t_model) / t_model
