@@ -116,21 +116,36 @@ def test_serve_step_carries_exactly_the_token_budget_share():
 
 
 @pytest.mark.parametrize("phase,extra", [
-    # serve, batch 8 at 512/32: 8 decodes and 8/32 prompts completing per step
-    (Phase.SERVE, lambda step, seq, pre: step + seq * (8 + 0.25) + pre * 0.25),
-    (Phase.DECODE, lambda step, seq, pre: step + seq * 8),
-    (Phase.PREFILL, lambda step, seq, pre: step + seq * 8 + pre * 8),
+    # serve, batch 8 at 512/32: 8 decodes and 8/32 prompts completing per step, so a quarter
+    # of the steps carry prompt tokens (128 of them, under the 8,192 budget)
+    (Phase.SERVE, lambda step, seq, pre, eager: step + seq * (8 + 0.25) + pre * 0.25
+     + eager * 0.25),
+    (Phase.DECODE, lambda step, seq, pre, eager: step + seq * 8),
+    # prefill of 8 prompts of 512 tokens: one step with prompt tokens
+    (Phase.PREFILL, lambda step, seq, pre, eager: step + seq * 8 + pre * 8 + eager),
 ])
 def test_host_time_per_step_sequence_and_prompt(phase, extra):
     """Engine host time per step: host_step + host_seq·(decodes + prompts) + host_prefill·
-    prompts (cost/model.py, "Pipeline"); one stage, so it adds to TPOT / TTFT once."""
-    step, seq, pre = 1e-3, 1e-4, 1e-2
+    prompts + eager_layer·layers·(share of steps with prompt tokens) (cost/model.py,
+    "Pipeline"); one stage, so it adds to TPOT / TTFT once."""
+    step, seq, pre, eager = 1e-3, 1e-4, 1e-2, 3e-4
     host = dataclasses.replace(CFG, host_step_overhead_s=step, host_seq_overhead_s=seq,
-                               host_prefill_overhead_s=pre)
+                               host_prefill_overhead_s=pre, eager_layer_overhead_s=eager)
     a, b = _serve(8, CFG, phase), _serve(8, host, phase)
     t = (lambda e: e.ttft_s) if phase is Phase.PREFILL else (lambda e: e.tpot_s)
-    assert t(b) - t(a) == pytest.approx(extra(step, seq, pre), rel=1e-9)
+    layers = tiny_dense().num_layers
+    assert t(b) - t(a) == pytest.approx(extra(step, seq, pre, eager * layers), rel=1e-9)
     assert math.isfinite(t(b))
+
+
+def test_eager_launches_of_a_long_prefill_count_per_budget_step():
+    """A prefill of more tokens than the step budget runs in budget-sized steps, each launched
+    outside the CUDA graphs: 4 prompts of 4,096 tokens at the 8,192 budget are two."""
+    eager = 5e-4
+    cfg = dataclasses.replace(CFG, eager_layer_overhead_s=eager)
+    a = _serve(4, CFG, Phase.PREFILL, isl=4096)
+    b = _serve(4, cfg, Phase.PREFILL, isl=4096)
+    assert b.ttft_s - a.ttft_s == pytest.approx(2 * eager * tiny_dense().num_layers, rel=1e-9)
 
 
 def test_golden_prefill_operators_are_compute_bound_and_priced_by_flops():

@@ -157,7 +157,8 @@ def problems(draw, max_rows: int, phase: Phase, max_devices: int = 8,
     isl = draw(st.sampled_from([16, 200, 3000]))
     osl = draw(st.sampled_from([4, 64])) if phase is Phase.SERVE else 0
     extra = draw(st.sampled_from([{}, {}, dict(host_step_overhead_s=1e-5, host_seq_overhead_s=1e-6,
-                                                    host_prefill_overhead_s=2e-6),
+                                                    host_prefill_overhead_s=2e-6,
+                                                    eager_layer_overhead_s=3e-6),
                                   dict(kv_cache_free_fraction=0.8, window_kv_capped=False),
                                   dict(gemm_shape_half=16.0, moe_imbalance=1.5),
                                   dict(kv_reserve_full_request=False),

@@ -123,7 +123,7 @@ def sglang_70b():
                          make_workload("serve", isl=1024, osl=256),
                          config=CostModelConfig.for_engine("sglang"), engine="sglang")
     cfg = dataclasses.replace(cm.config, host_step_overhead_s=3e-3, host_seq_overhead_s=4e-5,
-                              host_prefill_overhead_s=1e-3)
+                              host_prefill_overhead_s=1e-3, eager_layer_overhead_s=2e-4)
     return CostModel(cm.model, cm.cluster, cm.workload, config=cfg, space=cm.space)
 
 
@@ -148,6 +148,13 @@ def test_step_model_sees_the_host_time_as_the_cost_model(sglang_70b, tp, pp, dp)
     assert one - float(no_host.step_time_s(4096, 0.0, 0.0)) == pytest.approx(
         float(step.step_time_s(1, 0.0, 0.0, 1)) - float(no_host.step_time_s(1, 0.0, 0.0)))
     assert per_token - one > 4000 * cm.config.host_seq_overhead_s / (dp * 1.01)
+    # A step with prompt tokens launches every layer outside the CUDA graphs (one stage's
+    # layers per micro-batch with pipeline stages, as the cost model prices the serve step);
+    # a decode step does not.
+    if pp == 1:
+        assert step.eager_step_s == pytest.approx(2e-4 * cm.model.num_layers, rel=1e-9)
+    assert float(step.step_time_s(64, 0.0, 0.0, 64, 0, 1.0)) - float(
+        step.step_time_s(64, 0.0, 0.0, 64)) == pytest.approx(step.eager_step_s)
 
 
 def test_simulated_tpot_at_one_client_carries_the_step_overhead(sglang_70b):
@@ -160,7 +167,7 @@ def test_simulated_tpot_at_one_client_carries_the_step_overhead(sglang_70b):
     tpot = sim["simulated"]["mean_tpot_s"]
     assert sim["sim_over_analytic"]["mean_tpot"] == pytest.approx(1.0, rel=0.05)
     zero = dataclasses.replace(cm.config, host_step_overhead_s=0.0, host_seq_overhead_s=0.0,
-                               host_prefill_overhead_s=0.0)
+                               host_prefill_overhead_s=0.0, eager_layer_overhead_s=0.0)
     bare = CostModel(cm.model, cm.cluster, cm.workload, config=zero, space=cm.space)
     sim0 = simulate_estimate(bare, bare.evaluate(s), ServingLoad(concurrency=1, num_prompts=3))
     gap = tpot - sim0["simulated"]["mean_tpot_s"]

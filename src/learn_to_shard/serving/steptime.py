@@ -27,8 +27,9 @@ cost-model prices into a function of that content:
   share (``host_prefill_overhead_s``), the least-squares slope of the cost model's serve step
   with the term minus without it over the prompts completing per step.
 * ``h_eager``: host time of a step that carries prompt tokens (launched outside the decode
-  CUDA graphs, ``eager_layer_overhead_s`` per layer): the cost model's prefill of one short
-  prompt with the term minus without it.
+  CUDA graphs, ``eager_layer_overhead_s`` per layer): the cost model's serve step at the
+  plan's batch with the term minus without it, over the share of steps that carry prompt
+  tokens (outside the serve phase: its prefill of one short prompt, with minus without).
 * ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
   cost model's decode step time over context at the grid's batches.
 * ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
@@ -221,27 +222,32 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     if prompts_l:
         pr, ph = np.concatenate(prompts_l), np.concatenate(phost_l)
         prompt_host_s = max(float(np.dot(pr, ph) / np.dot(pr, pr)), 0.0)
-    eager_step_s = 0.0
-    if c.eager_layer_overhead_s:
-        short = min(16, wl.isl)
-        eager_step_s = float(priced(cm, s, Phase.PREFILL, short, (s.dp,))[1][0]
-                             - priced(cm, s, Phase.PREFILL, short, (s.dp,), config=tok_cfg)[1][0])
-    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s,
-                                eager_step_s=max(eager_step_s, 0.0))
-    rel = float("nan")
-    if wl.phase is Phase.SERVE:
-        b = max(s.batch, 1)
-        share = 1.0
-        step_tokens = b * (1 + wl.isl / wl.osl)
-        if step_tokens > budget:
-            share = budget / step_tokens
-        n_dec = b * share
-        n_pf = b * wl.isl / wl.osl * share
-        n_done = b / wl.osl * share
-        eager = max(min(1.0, n_done / s.dp), n_pf / budget)
-        fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
-                                      n_pf * wl.isl / 2, n_dec + n_done, n_done, eager))
-        t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
-        if t_model > 0:
-            rel = abs(fit - t_model) / t_model
+    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s)
+    if wl.phase is not Phase.SERVE:
+        if c.eager_layer_overhead_s:
+            short = min(16, wl.isl)
+            eager_s = float(priced(cm, s, Phase.PREFILL, short, (s.dp,))[1][0]
+                            - priced(cm, s, Phase.PREFILL, short, (s.dp,),
+                                     config=prompt_cfg)[1][0])
+            model = dataclasses.replace(model, eager_step_s=max(eager_s, 0.0))
+        return model, float("nan")
+    # The cost model's serve step at the plan's batch: ``n_dec`` decodes, ``n_pf`` prompt
+    # tokens and ``n_done`` prompts completing per step, ``eager`` of the steps carrying
+    # prompt tokens (``OperatorTerms.host_time_s``).
+    b = max(s.batch, 1)
+    share = min(1.0, budget / (b * (1 + wl.isl / wl.osl)))
+    n_dec = b * share
+    n_pf = b * wl.isl / wl.osl * share
+    n_done = b / wl.osl * share
+    eager = max(min(1.0, n_done / s.dp), n_pf / budget)
+    t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
+    if c.eager_layer_overhead_s and eager > 0:
+        # A prompt step's launch time as the cost model prices it per serve step (with
+        # pipeline micro-batches, the stages' share of it that lengthens the step).
+        t_graphed = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl,
+                                 config=prompt_cfg)[0][0])
+        model = dataclasses.replace(model, eager_step_s=max((t_model - t_graphed) / eager, 0.0))
+    fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
+                                  n_pf * wl.isl / 2, n_dec + n_done, n_done, eager))
+    rel = abs(fit - t_model) / t_model if t_model > 0 else float("nan")
     return model, rel
