@@ -40,7 +40,7 @@ def _calibration(engine: str) -> list[dict[str, str]]:
 
 def test_serving_fits_record_their_rows_and_the_profiles_load_them():
     """Every serving fit in the factors file names exactly its engine's calibration rows of
-    the serving table, sets the two step fields to values on the declared grid, and is what
+    the serving table, sets the three step fields to values on the declared grid, and is what
     the engine profile carries."""
     fits = {n: f for n, f in load_fitted_factors().fits.items()
             if f.table == "serving_measurements.csv"}
@@ -63,9 +63,9 @@ def test_serving_fits_record_their_rows_and_the_profiles_load_them():
 
 
 def test_readme_states_the_shipped_overheads():
-    """The README's serving paragraph gives each engine's fitted step overheads as the factors
-    file has them (it still said SGLang 2 ms and vLLM not fitted after the refit), and no fit
-    sits on the top edge of its grid."""
+    """The README's serving paragraph gives each engine's fitted step overheads (per step, per
+    sequence, per layer of a prompt step) as the factors file has them (it once still gave
+    values from before a refit), and no fit sits on the top edge of its grid."""
     from pathlib import Path
 
     text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
@@ -73,8 +73,11 @@ def test_readme_states_the_shipped_overheads():
     specs = {s.name: s for s in SERVING_CALIBRATIONS}
     for name, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
         v = fits[name].values
+        eager_ms = v["eager_layer_overhead_s"] * 1e3
+        per_layer = f"{eager_ms:g} ms" if eager_ms else "0"
         assert (f"{title} {v['host_step_overhead_s'] * 1e3:g} ms + "
-                f"{v['host_seq_overhead_s'] * 1e6:g} µs per sequence") in text
+                f"{v['host_seq_overhead_s'] * 1e6:g} µs per sequence, {per_layer} per "
+                f"layer") in text
         for field, x in v.items():
             assert x < max(specs[name].grid[field])
     assert set(fits["trtllm"].values.values()) == {0.0} and "TensorRT-LLM 0;" in text

@@ -44,7 +44,7 @@ from .api import (
     simulate_plan,
     with_images,
 )
-from .cost.config import ENGINE_PROFILES, CostModelConfig
+from .cost.config import ENGINE_PROFILES, ENGINE_STEP_FIELDS, CostModelConfig
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
@@ -756,7 +756,7 @@ def _render_serving_check(con: Console) -> None:
                  for m in ("ttft_ms", "tpot_ms", "output_tok_s")]
         t.add_row(r.id, r.split, *cells, r.reason or "")
     con.print(t)
-    without = predict_table(overrides={"host_step_overhead_s": 0.0, "host_seq_overhead_s": 0.0})
+    without = predict_table(overrides=dict.fromkeys(ENGINE_STEP_FIELDS, 0.0))
     for label, res in (("", results), (" without engine step overheads", without)):
         for split in ("held-out", "calibration"):
             s = summarize(res, split)
