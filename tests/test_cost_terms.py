@@ -301,3 +301,30 @@ def test_redistribute_takes_placements_and_integer_codes_alike():
         for j in range(len(LAYOUTS)):
             want = redistribute(LAYOUTS[i], LAYOUTS[j])
             assert redistribute(i, j) == want == redistribute(np.int64(i), np.int64(j))
+
+
+def test_eager_launches_when_prompts_are_chunked():
+    """Long prompts beside many decodes: every step carries a chunk of the budget the decodes
+    leave (8,192 − 4,096 tokens), so TPOT pays the launch time of every layer once and TTFT
+    once per chunk (16,384 / 4,096 = 4 steps)."""
+    eager = 2e-4
+    cfg = dataclasses.replace(CFG, eager_layer_overhead_s=eager)
+    a = _serve(4096, CFG, Phase.SERVE, isl=16384, osl=16384)
+    b = _serve(4096, cfg, Phase.SERVE, isl=16384, osl=16384)
+    per_pass = eager * tiny_dense().num_layers
+    assert b.tpot_s - a.tpot_s == pytest.approx(per_pass, rel=1e-9)
+    assert b.ttft_s - a.ttft_s == pytest.approx(4 * per_pass, rel=1e-9)
+
+
+def test_eager_launches_of_any_attention_dp_rank_hold_every_rank():
+    """With attention-DP the ranks replay a CUDA graph only when none of them prefills: four
+    ranks each completing a quarter of a prompt per step make every step a prompt step."""
+    m, cl = tiny_dense(), parse_cluster("h100-sxm:4")
+    cfg = dataclasses.replace(CFG, eager_layer_overhead_s=1e-4)
+    cm = CostModel(m, cl, Workload(Phase.SERVE, isl=512, osl=32), config=cfg)
+    one = np.ones(1)
+    host = cm.host_time_s(8 * one, 32 * one, 0.25 * one, one, 4 * one)
+    alone = cm.host_time_s(8 * one, 32 * one, 0.25 * one, one, one)
+    assert host is not None and alone is not None
+    assert float(host[0]) == pytest.approx(1e-4 * m.num_layers, rel=1e-12)
+    assert float(alone[0]) == pytest.approx(0.25e-4 * m.num_layers, rel=1e-12)

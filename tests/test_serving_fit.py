@@ -151,13 +151,14 @@ def test_step_model_sees_the_host_time_as_the_cost_model(sglang_70b, tp, pp, dp)
     assert one - float(no_host.step_time_s(4096, 0.0, 0.0)) == pytest.approx(
         float(step.step_time_s(1, 0.0, 0.0, 1)) - float(no_host.step_time_s(1, 0.0, 0.0)))
     assert per_token - one > 4000 * cm.config.host_seq_overhead_s / (dp * 1.01)
-    # A step with prompt tokens launches every layer outside the CUDA graphs (one stage's
-    # layers per micro-batch with pipeline stages, as the cost model prices the serve step);
-    # a decode step does not.
-    if pp == 1:
-        assert step.eager_step_s == pytest.approx(2e-4 * cm.model.num_layers, rel=1e-9)
+    # A step with prompt tokens launches every layer outside the CUDA graphs: a lone prompt
+    # all of them, a full pipeline one stage's share (the micro-batch that carries the
+    # prompt, as the cost model prices it); a decode step none.
+    assert step.eager_step_s == pytest.approx(2e-4 * cm.model.num_layers, rel=1e-9)
     assert float(step.step_time_s(64, 0.0, 0.0, 64, 0, 1.0)) - float(
-        step.step_time_s(64, 0.0, 0.0, 64)) == pytest.approx(step.eager_step_s)
+        step.step_time_s(64, 0.0, 0.0, 64)) == pytest.approx(step.eager_step_s / pp)
+    assert float(step.step_time_s(16, 0.0, 0.0, 1, 1, 1.0)) - float(
+        step.step_time_s(16, 0.0, 0.0, 1, 1)) == pytest.approx(step.eager_step_s)
 
 
 def test_simulated_tpot_at_one_client_carries_the_step_overhead(sglang_70b):

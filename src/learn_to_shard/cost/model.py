@@ -34,8 +34,9 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
 * **Pipeline** — layers split in explicit stage lists (remainder to the first stages; the last
   stage holds the LM head); ``m = min(pp, batch)`` micro-batches; decode step
   ``TPOT = max(Σ_s t_s + (pp − 1)·t_p2p, m · max_s t_s)``. Each stage's step also pays the
-  engine's host time ``host_step + host_seq · sequences + host_prefill · prompts admitted``
-  (0 by default; engine profiles in :mod:`learn_to_shard.cost.config`).
+  engine's host time ``host_step + host_seq · sequences + host_prefill · prompts admitted
+  + eager_layer · layers per stage · prompt steps`` (0 by default; engine profiles in
+  :mod:`learn_to_shard.cost.config`; :meth:`OperatorTerms.host_time_s`).
 * **Memory per device and stage** — weights by placement (MoE: ``E/ep`` experts, split by
   ``etp``), embedding on the first stage, LM head on the last (a tied LM head with ``pp > 1``
   is a second copy, FC-16), KV cache by attention layout (head split divides GQA KV heads, with
@@ -603,7 +604,7 @@ class CostModel(OperatorTerms):
         stage_t[:, 0] += emb_t
         stage_t[idx, pp - 1] += lm_total
         # Engine host time not hidden behind the GPU: per step, and per sequence in the step.
-        host = self.host_time_s(dec, pf, pf_seqs, pp)
+        host = self.host_time_s(dec, pf, pf_seqs, pp, dp)
         if host is not None:
             stage_t = np.where(stage_ids < pp[:, None], stage_t + host[:, None], 0.0)
         p2p = self.p2p_time_s(rows, tp, dp, pp)

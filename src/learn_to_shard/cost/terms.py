@@ -420,18 +420,22 @@ class OperatorTerms:
             + self.config.kernel_overhead_s
 
     def host_time_s(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
-                    pp: np.ndarray) -> np.ndarray | None:
+                    pp: np.ndarray, dp: np.ndarray) -> np.ndarray | None:
         """Engine host time per stage step not hidden behind the GPU, seconds, ``[n]``:
         ``host_step + host_seq · (dec + pf_seqs) + host_prefill · pf_seqs
-        + eager_layer · (layers / pp) · eager_steps``; None when all are 0.
+        + eager_layer · (layers / pp) · prompt_steps``; None when all are 0.
 
         ``dec`` decode sequences, ``pf`` prompt tokens and ``pf_seqs`` prompts completing per
-        step and DP rank, ``pp`` pipeline stages (``[n]`` each). ``eager_steps`` is the share
-        of steps that carry prompt tokens and so run outside the decode CUDA graphs
-        (``eager_layer_overhead_s``): ``max(min(1, pf_seqs), pf / max_num_batched_tokens)``
-        where ``pf > 0`` — a serve step that completes ``b/osl < 1`` prompts is a prompt step
-        that often, a prefill of ``pf`` tokens takes ``pf / budget`` budget-sized steps; 0 in
-        a decode step."""
+        step and DP rank, ``pp`` pipeline stages, ``dp`` attention-DP ranks (``[n]`` each;
+        ``layers / pp`` is the stages' mean layer count). ``prompt_steps`` counts the steps
+        that carry prompt tokens and so run outside the decode CUDA graphs
+        (``eager_layer_overhead_s``): a rank's share ``r = max(min(1, pf_seqs),
+        pf / (max_num_batched_tokens − dec))`` where ``pf > 0`` — a serve step completing
+        ``b/osl < 1`` prompts is a prompt step that often, a chunked prompt fills the budget
+        the decodes leave, a prefill of ``pf`` tokens takes ``pf / budget`` budget-sized steps —
+        and, with attention-DP, ``min(1, dp · r)`` of the serve steps: the ranks replay a
+        CUDA graph only when none of them has prompt tokens (SGLang's DP attention agrees on
+        one forward mode across its ranks). 0 in a decode step."""
         c = self.config
         if not (c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s
                 or c.eager_layer_overhead_s):
@@ -440,8 +444,10 @@ class OperatorTerms:
                + c.host_prefill_overhead_s * pf_seqs)
         if c.eager_layer_overhead_s:
             pf = np.asarray(pf, dtype=float)
-            steps = np.where(pf > 0, np.maximum(np.minimum(1.0, pf_seqs),
-                                                pf / c.max_num_batched_tokens), 0.0)
+            room = np.maximum(c.max_num_batched_tokens - np.asarray(dec, dtype=float), 1.0)
+            share = np.maximum(np.minimum(1.0, pf_seqs), pf / room)
+            share = np.where(share > 1.0, share, np.minimum(1.0, np.asarray(dp) * share))
+            steps = np.where(pf > 0, share, 0.0)
             layers = self.model.num_layers / np.asarray(pp, dtype=float)
             out = out + c.eager_layer_overhead_s * layers * steps
         return out

@@ -325,10 +325,13 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
     Each fit alternates two searches, the other fields at the engine profile's values:
     every combination of the step and sequence grids (:func:`grid_search`) for the least
     :func:`serving_loss` over the step-time metrics (:data:`STEP_METRICS`), at the current
-    ``eager_layer_overhead_s`` (first 0); then ``eager_layer_overhead_s`` over
-    :data:`_EAGER_GRID` for the least loss over all three metrics (:data:`SERVING_METRICS`;
+    ``eager_layer_overhead_s`` (first 0); then ``eager_layer_overhead_s`` over its grid
+    (:data:`_EAGER_GRID`) for the least loss over all three metrics (:data:`SERVING_METRICS`;
     over the step-time ones where the rows give no TTFT), at those step and sequence values.
-    It stops when the eager value repeats (at most three rounds). A spec whose calibration
+    It stops when the eager search keeps the value the step fields were fitted at; after
+    three eager searches without that, the step fields are refitted at the last value, so
+    the pair returned is always step-optimal at its eager value. A spec whose grid has no
+    ``eager_layer_overhead_s`` runs the step search alone. A spec whose calibration
     rows are all unpredictable is left out: nothing can be fitted, and the profile keeps no
     fitted overhead.
 
@@ -338,8 +341,8 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
 
     Returns:
         One :class:`CalibrationResult` per fitted spec, with ``table`` =
-        ``serving_measurements.csv``; its ``loss`` is the all-metric loss at the fitted
-        values.
+        ``serving_measurements.csv``; its ``loss`` is the eager search's loss at the fitted
+        values (all three metrics where the rows give TTFT, else the step-time ones).
     """
     from .serving import load_rows, predict_row
 
@@ -350,7 +353,7 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
                and r.get("engine") == spec.engine]
         if not any(predict_row(dict(r)).reason is None for r in cal):
             continue
-        eager_grid = {"eager_layer_overhead_s": spec.grid["eager_layer_overhead_s"]}
+        eager_grid = {k: v for k, v in spec.grid.items() if k == "eager_layer_overhead_s"}
         step_grid = {k: v for k, v in spec.grid.items() if k not in eager_grid}
         names = tuple(spec.grid)
         has_ttft = any(r.get("ttft_ms_mean") or r.get("ttft_ms_median") for r in cal)
@@ -365,15 +368,17 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
             return serving_loss(cal, {k: getattr(cfg, k) for k in names},
                                 SERVING_METRICS if has_ttft else STEP_METRICS)
 
-        cfg = dataclasses.replace(CostModelConfig.for_engine(spec.name),
-                                  eager_layer_overhead_s=0.0)
-        seen = [0.0]
-        for _ in range(3):
-            cfg, _ = grid_search(loss, cfg, step_grid)
+        cfg = CostModelConfig.for_engine(spec.name)
+        if eager_grid:
+            cfg = dataclasses.replace(cfg, eager_layer_overhead_s=0.0)
+        cfg, best = grid_search(loss, cfg, step_grid)
+        for _ in range(3 if eager_grid else 0):
+            at = cfg.eager_layer_overhead_s
             cfg, best = grid_search(eager_loss, cfg, eager_grid)
-            if cfg.eager_layer_overhead_s in seen:
-                break
-            seen.append(cfg.eager_layer_overhead_s)
+            if cfg.eager_layer_overhead_s == at:
+                break                   # the step fields were fitted at this value: settled
+            cfg, _ = grid_search(loss, cfg, step_grid)
+            best = eager_loss(cfg)
         out.append(CalibrationResult(spec, {k: getattr(cfg, k) for k in names}, best,
                                      tuple(r["id"] for r in cal),
                                      table="serving_measurements.csv"))

@@ -410,9 +410,9 @@ class Coarse:
 
 
 def _host_time(cm: CostModel, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
-               pp: np.ndarray) -> np.ndarray:
+               pp: np.ndarray, dp: np.ndarray) -> np.ndarray:
     """Host time added to every stage's step (``OperatorTerms.host_time_s``; zeros when none)."""
-    host = cm.host_time_s(dec, pf, pf_seqs, pp)
+    host = cm.host_time_s(dec, pf, pf_seqs, pp, dp)
     return np.zeros(np.shape(dec)) if host is None else host
 
 
@@ -455,8 +455,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
-                host=_host_time(cm, dec, pf, pf_seqs, pp),
-                host2=_host_time(cm, dec, pf2, pf_seqs2, pp),
+                host=_host_time(cm, dec, pf, pf_seqs, pp, dp),
+                host2=_host_time(cm, dec, pf2, pf_seqs2, pp, dp),
                 share=ph["share"])
     return co, keys
 

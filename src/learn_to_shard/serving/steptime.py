@@ -7,7 +7,7 @@ some prompts contribute a chunk of prefill tokens. :class:`StepTimeModel` turns 
 cost-model prices into a function of that content:
 
 ``t_step = T_tokens(n_decode + n_prefill) + a_kv · kv_tokens_read + a_pf · prefill_pairs
-+ H_seq(n_seqs) + h_prompt · n_prompts + h_eager · [n_prefill > 0]``
++ H_seq(n_seqs) + h_prompt · n_prompts + h_eager · [n_prefill > 0] / min(pp, n_seqs)``
 
 * ``T_tokens(n)``: the step time of ``n`` tokens at (almost) no context — decode steps of ``n``
   sequences at context 1, priced by :meth:`~learn_to_shard.cost.model.CostModel.evaluate_many`
@@ -26,10 +26,13 @@ cost-model prices into a function of that content:
 * ``h_prompt``: host time per prompt completing its prefill in the step beyond its sequence
   share (``host_prefill_overhead_s``), the least-squares slope of the cost model's serve step
   with the term minus without it over the prompts completing per step.
-* ``h_eager``: host time of a step that carries prompt tokens (launched outside the decode
-  CUDA graphs, ``eager_layer_overhead_s`` per layer): the cost model's serve step at the
-  plan's batch with the term minus without it, over the share of steps that carry prompt
-  tokens (outside the serve phase: its prefill of one short prompt, with minus without).
+* ``h_eager``: host time of a step that carries prompt tokens through every layer
+  (``eager_layer_overhead_s`` × layers: such a step runs outside the decode CUDA graphs). With
+  ``pp`` stages and ``n_seqs`` sequences in the step, ``min(pp, n_seqs)`` micro-batches share
+  the pipeline and one of them carries the prompt chunk, so the step lengthens by that
+  stage's share — a lone prompt by every layer, a full pipeline by one stage's layers, as the
+  cost model prices its micro-batches (:meth:`~learn_to_shard.cost.terms.OperatorTerms.
+  host_time_s`).
 * ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
   cost model's decode step time over context at the grid's batches.
 * ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
@@ -71,8 +74,9 @@ class StepTimeModel:
             (``None``: no per-sequence host time).
         prompt_host_s: engine host time per prompt completing its prefill in a step, beyond
             its share in ``seq_host_s``, seconds.
-        eager_step_s: engine host time of a step that carries prompt tokens (it runs outside
-            the decode CUDA graphs), seconds.
+        eager_step_s: engine host time of a prompt pass through every layer outside the
+            decode CUDA graphs, seconds (a step pays it over ``min(stages, n_seqs)``).
+        stages: pipeline stages of the strategy.
     """
 
     token_grid: np.ndarray
@@ -82,6 +86,7 @@ class StepTimeModel:
     seq_host_s: np.ndarray | None = None
     prompt_host_s: float = 0.0
     eager_step_s: float = 0.0
+    stages: int = 1
 
     def step_time_s(self, n_tokens: np.ndarray | float, kv_tokens_read: np.ndarray | float,
                     prefill_pairs: np.ndarray | float, n_seqs: np.ndarray | float = 0.0,
@@ -98,7 +103,8 @@ class StepTimeModel:
                 prefill completes); prices ``seq_host_s`` (none: 0).
             n_prompts: prompts whose prefill completes in the step; prices ``prompt_host_s``.
             eager_steps: 1 for a step that carries prompt tokens, 0 for a decode-only one (a
-                fraction: the share of such steps); prices ``eager_step_s``.
+                fraction: the share of such steps); prices ``eager_step_s`` over
+                ``min(stages, max(1, n_seqs))``.
 
         Beyond the grid's largest count the token time and the sequences' host time are
         extrapolated linearly from the last two grid points.
@@ -109,8 +115,11 @@ class StepTimeModel:
         if self.seq_host_s is not None:
             seqs = np.asarray(n_seqs, dtype=float)
             out = out + np.where(seqs > 0, _interp(seqs, self.token_grid, self.seq_host_s), 0.0)
-        return out + self.prompt_host_s * np.asarray(n_prompts, dtype=float) \
-            + self.eager_step_s * np.asarray(eager_steps, dtype=float)
+        out = out + self.prompt_host_s * np.asarray(n_prompts, dtype=float)
+        if self.eager_step_s:
+            passes = np.minimum(self.stages, np.maximum(np.asarray(n_seqs, dtype=float), 1.0))
+            out = out + self.eager_step_s * np.asarray(eager_steps, dtype=float) / passes
+        return out
 
 
 def _interp(n: np.ndarray, g: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -223,30 +232,22 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         pr, ph = np.concatenate(prompts_l), np.concatenate(phost_l)
         prompt_host_s = max(float(np.dot(pr, ph) / np.dot(pr, pr)), 0.0)
     model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s)
+    model = dataclasses.replace(model, eager_step_s=c.eager_layer_overhead_s
+                                * cm.model.num_layers, stages=s.pp)
     if wl.phase is not Phase.SERVE:
-        if c.eager_layer_overhead_s:
-            short = min(16, wl.isl)
-            eager_s = float(priced(cm, s, Phase.PREFILL, short, (s.dp,))[1][0]
-                            - priced(cm, s, Phase.PREFILL, short, (s.dp,),
-                                     config=prompt_cfg)[1][0])
-            model = dataclasses.replace(model, eager_step_s=max(eager_s, 0.0))
         return model, float("nan")
     # The cost model's serve step at the plan's batch: ``n_dec`` decodes, ``n_pf`` prompt
     # tokens and ``n_done`` prompts completing per step, ``eager`` of the steps carrying
-    # prompt tokens (``OperatorTerms.host_time_s``).
+    # prompt tokens (per DP rank, then any rank's, as ``OperatorTerms.host_time_s``).
     b = max(s.batch, 1)
     share = min(1.0, budget / (b * (1 + wl.isl / wl.osl)))
     n_dec = b * share
     n_pf = b * wl.isl / wl.osl * share
     n_done = b / wl.osl * share
-    eager = max(min(1.0, n_done / s.dp), n_pf / budget)
+    rank = max(min(1.0, n_done / s.dp),
+               n_pf / s.dp / max(c.max_num_batched_tokens - n_dec / s.dp, 1.0))
+    eager = min(1.0, s.dp * rank)
     t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
-    if c.eager_layer_overhead_s and eager > 0:
-        # A prompt step's launch time as the cost model prices it per serve step (with
-        # pipeline micro-batches, the stages' share of it that lengthens the step).
-        t_graphed = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl,
-                                 config=prompt_cfg)[0][0])
-        model = dataclasses.replace(model, eager_step_s=max((t_model - t_graphed) / eager, 0.0))
     fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
                                   n_pf * wl.isl / 2, n_dec + n_done, n_done, eager))
     rel = abs(fit - t_model) / t_model if t_model > 0 else float("nan")
