@@ -102,6 +102,33 @@ def _resolve(layout: np.ndarray) -> np.ndarray:
     return RESOLVE[layout]
 
 
+def prompt_step_share(dec: np.ndarray | float, pf: np.ndarray | float,
+                      pf_seqs: np.ndarray | float, dp: np.ndarray | float,
+                      budget: int) -> np.ndarray:
+    """Steps that carry prompt tokens, and so run outside the decode CUDA graphs, per step.
+
+    Args:
+        dec, pf, pf_seqs: decode sequences, prompt tokens and prompts completing per step and
+            attention-DP rank.
+        dp: attention-DP ranks.
+        budget: tokens per step and rank (``max_num_batched_tokens``).
+
+    Returns:
+        A rank's share ``r = max(min(1, pf_seqs), pf / (budget − dec))`` where ``pf > 0`` —
+        a serve step completing ``b/osl < 1`` prompts is a prompt step that often, a chunked
+        prompt fills the budget the decodes leave, a prefill of ``pf`` tokens takes
+        ``pf / budget`` budget-sized steps (``r > 1``, kept) — and, with attention-DP,
+        ``min(1, dp · r)`` of the serve steps: the ranks replay a CUDA graph only when none of
+        them has prompt tokens (SGLang's DP attention agrees on one forward mode across its
+        ranks). 0 where ``pf = 0`` (a decode step).
+    """
+    pf = np.asarray(pf, dtype=float)
+    room = np.maximum(budget - np.asarray(dec, dtype=float), 1.0)
+    share = np.maximum(np.minimum(1.0, pf_seqs), pf / room)
+    share = np.where(share > 1.0, share, np.minimum(1.0, np.asarray(dp) * share))
+    return np.where(pf > 0, share, 0.0)
+
+
 @dataclass
 class Link:
     """The link each row's group rides: achievable bus bandwidth ``bw`` (bytes/s) and
@@ -427,15 +454,8 @@ class OperatorTerms:
 
         ``dec`` decode sequences, ``pf`` prompt tokens and ``pf_seqs`` prompts completing per
         step and DP rank, ``pp`` pipeline stages, ``dp`` attention-DP ranks (``[n]`` each;
-        ``layers / pp`` is the stages' mean layer count). ``prompt_steps`` counts the steps
-        that carry prompt tokens and so run outside the decode CUDA graphs
-        (``eager_layer_overhead_s``): a rank's share ``r = max(min(1, pf_seqs),
-        pf / (max_num_batched_tokens − dec))`` where ``pf > 0`` — a serve step completing
-        ``b/osl < 1`` prompts is a prompt step that often, a chunked prompt fills the budget
-        the decodes leave, a prefill of ``pf`` tokens takes ``pf / budget`` budget-sized steps —
-        and, with attention-DP, ``min(1, dp · r)`` of the serve steps: the ranks replay a
-        CUDA graph only when none of them has prompt tokens (SGLang's DP attention agrees on
-        one forward mode across its ranks). 0 in a decode step."""
+        ``layers / pp`` is the stages' mean layer count); ``prompt_steps`` is
+        :func:`prompt_step_share` at the engine's token budget."""
         c = self.config
         if not (c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s
                 or c.eager_layer_overhead_s):
@@ -443,11 +463,7 @@ class OperatorTerms:
         out = (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
                + c.host_prefill_overhead_s * pf_seqs)
         if c.eager_layer_overhead_s:
-            pf = np.asarray(pf, dtype=float)
-            room = np.maximum(c.max_num_batched_tokens - np.asarray(dec, dtype=float), 1.0)
-            share = np.maximum(np.minimum(1.0, pf_seqs), pf / room)
-            share = np.where(share > 1.0, share, np.minimum(1.0, np.asarray(dp) * share))
-            steps = np.where(pf > 0, share, 0.0)
+            steps = prompt_step_share(dec, pf, pf_seqs, dp, c.max_num_batched_tokens)
             layers = self.model.num_layers / np.asarray(pp, dtype=float)
             out = out + c.eager_layer_overhead_s * layers * steps
         return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import itertools
 import json
 import math
@@ -356,17 +357,15 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
         eager_grid = {k: v for k, v in spec.grid.items() if k == "eager_layer_overhead_s"}
         step_grid = {k: v for k, v in spec.grid.items() if k not in eager_grid}
         names = tuple(spec.grid)
-        has_ttft = any(r.get("ttft_ms_mean") or r.get("ttft_ms_median") for r in cal)
 
         def loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
                  names: tuple[str, ...] = names,
                  metrics: tuple[str, ...] = STEP_METRICS) -> float:
             return serving_loss(cal, {k: getattr(cfg, k) for k in names}, metrics)
 
-        def eager_loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
-                       names: tuple[str, ...] = names, has_ttft: bool = has_ttft) -> float:
-            return serving_loss(cal, {k: getattr(cfg, k) for k in names},
-                                SERVING_METRICS if has_ttft else STEP_METRICS)
+        # serving_loss counts only the metrics a row gives: rows without TTFT (TensorRT-LLM's)
+        # are scored on the step-time ones.
+        eager_loss = functools.partial(loss, metrics=SERVING_METRICS)
 
         cfg = CostModelConfig.for_engine(spec.name)
         if eager_grid:

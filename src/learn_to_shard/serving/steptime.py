@@ -55,6 +55,7 @@ import numpy as np
 
 from ..cost.config import CostModelConfig
 from ..cost.model import CostModel
+from ..cost.terms import prompt_step_share
 from ..parallel.space import BATCH_HEAD, NUM_COARSE
 from ..parallel.strategy import Strategy
 from ..workload import Phase, Workload
@@ -231,22 +232,21 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     if prompts_l:
         pr, ph = np.concatenate(prompts_l), np.concatenate(phost_l)
         prompt_host_s = max(float(np.dot(pr, ph) / np.dot(pr, pr)), 0.0)
-    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s)
-    model = dataclasses.replace(model, eager_step_s=c.eager_layer_overhead_s
-                                * cm.model.num_layers, stages=s.pp)
+    model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s,
+                                eager_step_s=c.eager_layer_overhead_s * cm.model.num_layers,
+                                stages=s.pp)
     if wl.phase is not Phase.SERVE:
         return model, float("nan")
     # The cost model's serve step at the plan's batch: ``n_dec`` decodes, ``n_pf`` prompt
     # tokens and ``n_done`` prompts completing per step, ``eager`` of the steps carrying
-    # prompt tokens (per DP rank, then any rank's, as ``OperatorTerms.host_time_s``).
+    # prompt tokens (as ``OperatorTerms.host_time_s`` counts them).
     b = max(s.batch, 1)
     share = min(1.0, budget / (b * (1 + wl.isl / wl.osl)))
     n_dec = b * share
     n_pf = b * wl.isl / wl.osl * share
     n_done = b / wl.osl * share
-    rank = max(min(1.0, n_done / s.dp),
-               n_pf / s.dp / max(c.max_num_batched_tokens - n_dec / s.dp, 1.0))
-    eager = min(1.0, s.dp * rank)
+    eager = float(prompt_step_share(n_dec / s.dp, n_pf / s.dp, n_done / s.dp, s.dp,
+                                    c.max_num_batched_tokens))
     t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
     fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
                                   n_pf * wl.isl / 2, n_dec + n_done, n_done, eager))
