@@ -202,6 +202,49 @@ def test_runner_up_solve_past_a_limit_keeps_the_certified_optimum(monkeypatch):
     assert capped_space.decode(capped.best_action) == space.decode(sol.best_action)
 
 
+def test_runner_up_solve_bounded_by_the_worst_runner_up_finds_the_same(monkeypatch):
+    """The runners-up's grid solve skips batches whose bound lies below the worst runner-up
+    (none of them can improve one): the reported optimum and runners-up (strategies and
+    objectives) equal those of the same solve without that incumbent."""
+    cm = make_cost_model("mixtral-8x7b", "h100-sxm:8",
+                         make_workload("serve", isl=1000, osl=1000))
+    sol, space = solve_any_batch(cm)
+    real = exact_mod.solve
+    seen = []
+
+    def unbounded(*args, **kw):
+        if kw.get("only") is not None and not kw.get("cells"):     # the runner-up solve
+            seen.append(kw.pop("incumbent"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(exact_mod, "solve", unbounded)
+    full, full_space = solve_any_batch(cm)
+    assert seen and seen[0] > 0 and len(sol.top) == len(full.top) > 2
+    assert [space.decode(a) for a in sol.top] == [full_space.decode(a) for a in full.top]
+    def objectives(s, sp):
+        return CostModel(cm.model, cm.cluster, cm.workload, cm.config,
+                         space=sp).evaluate_many(np.array(s.top)).objective
+
+    got = objectives(sol, space)
+    assert (got > 0).all()
+    np.testing.assert_allclose(got, objectives(full, full_space), rtol=1e-12)
+
+
+def test_exact_optimum_alone_is_the_optimum():
+    """``ExactSearcher(keep=1)`` (the engine optima of ``l2s plan``, without runners-up)
+    reports the same certified optimum as the full search, and only it."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                         make_workload("serve", isl=1000, osl=200, tpot_slo_s=0.05))
+    full = ExactSearcher().search(cm, None, 0)
+    best_full = cm.space.decode(full.best_action)
+    cm1 = make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                          make_workload("serve", isl=1000, osl=200, tpot_slo_s=0.05))
+    alone = ExactSearcher(keep=1).search(cm1, None, 0)
+    assert alone.best_objective == pytest.approx(full.best_objective, rel=1e-12)
+    assert cm1.space.decode(alone.best_action) == best_full
+    assert len(alone.top) == 1 < len(full.top)
+
+
 def test_any_batch_brute_force():
     """Every action vector with every integer batch 1..48, enumerated (all degrees, every
     relevant per-operator choice): the exact searcher's optimum equals the brute-force one."""

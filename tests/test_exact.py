@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+import learn_to_shard.search.exact as exact_mod
 from learn_to_shard.api import make_cost_model, make_workload, search_plan
 from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.hardware import parse_cluster
@@ -464,6 +465,28 @@ def test_pareto_mask_matches_definition(n, f, seed, classes):
             assert got[b, i] == (ok[b, i] and not dominated)
 
 
+def test_pareto_mask_with_repeated_rows_matches_definition():
+    """Enough rows of enough options that :func:`pareto_mask` compares each distinct row once
+    (repeated rows, classes, ties, disallowed options): every row's mask is the definition's."""
+    rng = np.random.default_rng(3)
+    n = exact_mod._DEDUP_OPTIONS + 4
+    base_z = rng.integers(0, 3, (9, n, 3)).astype(float)
+    base_ok = rng.random((9, n)) < 0.8
+    base_cls = rng.integers(0, 3, (9, n))
+    pick = rng.integers(0, 9, exact_mod._DEDUP_ROWS + 36)
+    for cls in (base_cls[pick], None):
+        z, ok = base_z[pick], base_ok[pick]
+        got = pareto_mask(z, ok, cls)
+        for b in range(len(pick)):
+            for i in range(n):
+                dominated = any(
+                    ok[b, j] and (cls is None or cls[b, j] == cls[b, i])
+                    and (z[b, j] <= z[b, i]).all()
+                    and ((z[b, j] < z[b, i]).any() or j < i)
+                    for j in range(n) if j != i)
+                assert got[b, i] == (ok[b, i] and not dominated)
+
+
 def test_exact_at_least_megatron_on_shipped_models():
     for name, cluster, kw in [
         ("llama-3.1-70b", "h100-sxm:16", dict(phase="serve", isl=1024, osl=1024,
@@ -557,7 +580,6 @@ def test_work_count_is_deterministic_and_limits_exactly(monkeypatch):
     cm = make_cost_model("qwen3-32b", "h100-sxm:4", make_workload("decode", context=4096))
     a = solve(cm).certificate
     slow_clock = iter(range(0, 10**9, 1000))         # a machine where every call takes 1000 s
-    import learn_to_shard.search.exact as exact_mod
 
     real = exact_mod.time.perf_counter
     try:

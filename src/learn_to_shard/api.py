@@ -330,6 +330,21 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
     return Plan.from_search(cm, result, method, engine=engine)
 
 
+def exact_optimum(cm: CostModel, engine: str | None = None) -> Plan:
+    """The certified optimum of ``cm`` alone, as a :class:`Plan` (``method="exact"`` without
+    the runners-up: :class:`~learn_to_shard.search.exact.ExactSearcher` with ``keep=1``, which
+    skips solving them at every batch). For the best strategy of each engine beside the
+    unrestricted plan, where only the optimum is shown.
+
+    Raises:
+        InternalError: the exact search's self-check failed (a bug).
+    """
+    from .search.exact import ExactSearcher
+
+    return Plan.from_search(cm, ExactSearcher(keep=1).search(cm, None, 0), "exact",
+                            engine=engine)
+
+
 #: ``--collectives`` values besides the engines' settings and the algorithm names:
 #: ``alpha-beta`` (the calibrated formula, the default), ``auto`` (the cheapest algorithm the
 #: device and engine have, per collective) and ``search`` (:func:`search_collectives`).

@@ -36,6 +36,7 @@ from .api import (
     checkpoint_dtypes,
     collectives_config,
     cost_config,
+    exact_optimum,
     expected_evaluations,
     make_cost_model,
     make_workload,
@@ -459,8 +460,8 @@ def plan_cmd(
                 cm_stop = stop.cost_model if isinstance(stop, CollectiveSearchInterrupted) \
                     else cm
                 result = Plan.from_search(cm_stop, stop.result, method, engine=engine)
-        optima = _engine_optima(cm, result, engine, budget, seed,
-                                gpu_memory_utilization, max_num_batched_tokens) \
+        optima = _engine_optima(cm, result, engine, gpu_memory_utilization,
+                                max_num_batched_tokens) \
             if export is None and not result.interrupted else []
         longest = load.longest_request_tokens(wl.isl, wl.osl) if load is not None else None
         launch = _export_text(result, export, cm, longest) \
@@ -596,11 +597,12 @@ def _export_text(plan: Plan, engine: str, cm: CostModel, max_model_len: int | No
                           devices_per_node=cm.cluster.device.scale_up_domain)
 
 
-def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, budget: int,
-                   seed: int, gpu_memory_utilization: float | None,
+def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
+                   gpu_memory_utilization: float | None,
                    max_num_batched_tokens: int | None) -> list[tuple[dict, Plan]]:
     """Without ``--engine``: the best strategy each engine can launch (its own memory policy
-    and strategy restriction, same searcher), beside the unrestricted optimum ``plan``.
+    and strategy restriction, its exact optimum without runners-up), beside the unrestricted
+    optimum ``plan``.
 
     Returns ``(row, plan)`` pairs; ``row`` is JSON-ready: engine, version, feasible, strategy,
     tokens/s/device, its ratio to the unrestricted optimum and the choices of the
@@ -618,7 +620,7 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None, budget: int,
         cfg = _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens)
         cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name,
                                context_parallel=max(cm.space.cp_values) > 1)
-        p = search_plan(cm_e, method="exact", budget=budget, seed=seed, engine=name)
+        p = exact_optimum(cm_e, engine=name)
         ex = build_export(plan, name, model=cm.model,
                           devices_per_node=cm.cluster.device.scale_up_domain)
         best = p.best

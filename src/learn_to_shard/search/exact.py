@@ -253,6 +253,31 @@ def pareto_mask(z: np.ndarray, ok: np.ndarray, cls: np.ndarray | None = None) ->
     keep = ok.copy()
     if n <= 1:
         return keep
+    if b >= _DEDUP_ROWS and n >= _DEDUP_OPTIONS:
+        # Batch rows that are bitwise equal (features, allowed options, classes) have the
+        # same mask: compare each distinct row once.
+        parts = [z.reshape(b, -1).astype(np.float64), ok.reshape(b, -1).astype(np.float64)]
+        if cls is not None:
+            parts.append(cls.reshape(b, -1).astype(np.float64))
+        rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
+        _, first, inverse = np.unique(rows.view(np.dtype((np.void, rows.shape[1] * 8))).ravel(),
+                                      return_index=True, return_inverse=True)
+        if len(first) < b:
+            return _pareto_rows(z[first], ok[first],
+                                None if cls is None else cls[first])[inverse.ravel()]
+    return _pareto_rows(z, ok, cls)
+
+
+#: :func:`pareto_mask` looks for equal batch rows when there are at least this many rows of
+#: at least this many options (below, the comparison is cheaper than the search for them).
+_DEDUP_ROWS = 64
+_DEDUP_OPTIONS = 16
+
+
+def _pareto_rows(z: np.ndarray, ok: np.ndarray, cls: np.ndarray | None) -> np.ndarray:
+    """:func:`pareto_mask` by comparing every pair of options of every batch row."""
+    b, n, f = z.shape
+    keep = ok.copy()
     step = max(1, 4_000_000 // (n * n))
     tri = np.tri(n, k=-1, dtype=bool).T          # [j, i]: j < i
     for s in range(0, b, step):
@@ -736,9 +761,13 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         deg, lo, hi = sol2.open_cells
     # The runners-up's degrees at every batch of the space's own grid too (the branch and
     # bound refines only the cells that reach the optimum; a runner-up is then at least as
-    # good as the best grid batch of its degrees).
+    # good as the best grid batch of its degrees). A batch bounded below the worst runner-up
+    # cannot improve any of them, so that is the incumbent.
     alts = _distinct(pool)[1:keep]
     if alts:
+        keys = {(x.tp, x.ep, x.pp, x.dp, x.cp) for x in alts}
+        worst = min(max(o for o, y in pool if (y.tp, y.ep, y.pp, y.dp, y.cp) == key)
+                    for key in keys)
         at = full_sp.with_batches([x.batch for x in alts])     # degree indices unchanged
         only = np.array([[*(at.encode(x)[:BATCH_HEAD]), b] for x in alts
                          for b in range(len(full_sp.batch_values))], dtype=np.int64)
@@ -747,7 +776,8 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
             time_limit_s - (time.perf_counter() - t0), 1e-3)
         work_left = None if work_limit is None else max(work_limit - cert.work, 0)
         try:        # the optimum is certified already: past a limit, keep what was found
-            sol3 = solve(cm2, left, keep, 0, progress, work_left, only=only, setting_cache=kc)
+            sol3 = solve(cm2, left, keep, 0, progress, work_left, incumbent=worst,
+                         only=only, setting_cache=kc)
         except (ExactTimeout, ExactWorkLimit):
             sol3 = None
         if sol3 is not None:
@@ -945,6 +975,8 @@ class ExactSearcher:
             ``evaluate_many`` before searching.
         work_limit: raise :class:`ExactWorkLimit` past this much work
             (:attr:`Certificate.work`; ``None``: no limit).
+        keep: how many best distinct-degree strategies to report (the optimum and
+            ``keep - 1`` runners-up; 1 skips solving the runners-up at every batch).
     """
 
     name = "exact"
@@ -952,10 +984,11 @@ class ExactSearcher:
     deterministic = True
 
     def __init__(self, time_limit_s: float | None = None, verify_samples: int = 64,
-                 work_limit: int | None = None) -> None:
+                 work_limit: int | None = None, keep: int = 5) -> None:
         self.time_limit_s = time_limit_s
         self.verify_samples = verify_samples
         self.work_limit = work_limit
+        self.keep = keep
 
     def search(self, cost_model: CostModel, budget: int | None, seed: int,
                progress: ProgressFn | None = None) -> SearchResult:
@@ -983,8 +1016,8 @@ class ExactSearcher:
         """
         t0 = time.perf_counter()
         sol, space = solve_any_batch(cost_model, time_limit_s=self.time_limit_s,
-                                     verify_samples=self.verify_samples, progress=progress,
-                                     work_limit=self.work_limit)
+                                     keep=self.keep, verify_samples=self.verify_samples,
+                                     progress=progress, work_limit=self.work_limit)
         if space is not cost_model.space:
             cost_model.space = space
         ev = BudgetedEvaluator(cost_model, None)
