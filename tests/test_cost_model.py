@@ -135,8 +135,9 @@ def test_golden_moe_local_routing_and_all_to_all():
 
 def test_golden_busiest_ep_rank_and_dense_local_outputs():
     """ep=2 with tokens replicated (tp=2, dp=1): the busiest rank carries
-    m/n + sqrt(2 (m/n) ln n) pairs (balls into bins), and vLLM's fused MoE writes (and
-    activates) the output rows of all pairs, its own and the other rank's (zeros)."""
+    m/n + sqrt(2 (m/n) ln n) pairs (balls into bins) and streams the weights of the distinct
+    experts among its two that they land on, and vLLM's fused MoE writes (and activates) the
+    output rows of all pairs, its own and the other rank's (zeros)."""
     m = tiny_moe()
     cl = parse_cluster("h100-sxm:2")
     dev = cl.device
@@ -146,7 +147,7 @@ def test_golden_busiest_ep_rank_and_dense_local_outputs():
     pairs = 8 * 2                                   # 8 tokens, top-2
     mean = pairs / 2
     busiest = mean + math.sqrt(2 * mean * math.log(2))
-    touched = 2 * (1 - (1 - 2 / 4) ** 8)            # of the rank's 2 experts
+    touched = 2 * (1 - (1 - 1 / 2) ** busiest)      # of the rank's 2 experts
     up = (_expert_roof(dev, 2 * busiest * 2 * H * FFN,
                        touched * 2 * H * FFN * 2 + (busiest * H + pairs * 2 * FFN) * 2, H, 2 * FFN)
           + _act(dev, pairs * 2 * FFN) + CFG.moe_block_overhead_s)
@@ -185,6 +186,12 @@ def test_busiest_rank_bounds():
     # ep=2: mean 1, uniform max 1 + sqrt(2 ln 2) = 2.18, ×1.5 = 3.3 > 2 pairs of the token.
     assert skew._busiest_rank_factor(one, two)[0] == pytest.approx(2.0, rel=REL)
     assert cm._busiest_rank_factor(np.array([0.0]), two)[0] == 1.0
+    # The kernel tables' balanced routing: pairs spread evenly, ⌈mean⌉ on the busiest rank.
+    even = CostModel(m, cl, wl, config=dataclasses.replace(CFG, moe_balanced_routing=True))
+    assert even._busiest_rank_factor(one, four)[0] == pytest.approx(2.0, rel=REL)   # ⌈0.5⌉
+    assert even._busiest_rank_factor(one, two)[0] == pytest.approx(1.0, rel=REL)    # ⌈1⌉
+    assert even._busiest_rank_factor(np.array([3.0]), four)[0] == pytest.approx(
+        2 / 1.5, rel=REL)                                                           # ⌈1.5⌉
 
 
 def test_cross_node_all_to_all_splits_nvlink_and_nic_traffic():

@@ -82,10 +82,10 @@ def report_without():
 
 
 #: The one (split, device, token class) group whose median error is outside 30%: H200's
-#: calibration rows above 1,024 tokens, +32%. Its BF16 and per-tensor FP8 rows are priced too
-#: slow (+72% and +25%); before block-scaled FP8 was priced (``fp8_block_scale_efficiency``)
+#: calibration rows above 1,024 tokens, +30%. Its BF16 and per-tensor FP8 rows are priced too
+#: slow (+71% and +24%); before block-scaled FP8 was priced (``fp8_block_scale_efficiency``)
 #: its block-scaled rows, priced too fast, pulled the group's median to +13% while its median
-#: |error| was 38% (now 32%). A defect of the expert GEMMs' compute-bound pricing, recorded here.
+#: |error| was 38% (now 31%). A defect of the expert GEMMs' compute-bound pricing, recorded here.
 _KNOWN_OUTSIDE = ("calibration", "h200", ">1024")
 
 
@@ -104,7 +104,7 @@ def test_block_cost_and_curve_bring_the_groups_within_30_percent(shipped_report,
 
 
 @pytest.mark.xfail(strict=True, reason="H200 calibration MoE rows above 1,024 tokens: median "
-                   "error +32% (BF16 rows +72%, per-tensor FP8 +25%); the expert GEMMs' "
+                   "error +30% (BF16 rows +71%, per-tensor FP8 +24%); the expert GEMMs' "
                    "compute-bound rate is priced too slow")
 def test_known_outside_group_is_within_30_percent(shipped_report):
     """The same 30% bound on the group left out above."""
@@ -142,19 +142,20 @@ def test_shipped_fp8_block_scale_is_the_fit_on_the_shipped_table():
     values, cal, held = fit_fp8_block_scale()
     shipped = CostModelConfig.for_engine("trtllm").fp8_block_scale_efficiency
     assert values["fp8_block_scale_efficiency"] == pytest.approx(shipped)
-    assert cal == pytest.approx(0.138, abs=0.005) and held == pytest.approx(0.116, abs=0.005)
+    assert cal == pytest.approx(0.139, abs=0.005) and held == pytest.approx(0.142, abs=0.005)
 
 
 def test_ep_over_expert_tp_follows_the_kernels(shipped_report, report_without):
     """Above 1,024 tokens the kernels put EP8 at 0.3–0.6 of expert-TP8's time; without the
-    narrow-GEMM curve the model said a near tie (every group's predicted ratio more than 20%
-    above the measured one), with it every group is within 30% (|ln| < 0.3)."""
+    narrow-GEMM curve (and the block cost) the model said 0.46–0.85 (every group's predicted
+    ratio more than 15% above the measured one: B200's calibration rows 19%, the others
+    29–90%), with it every group is within 30% (|ln| < 0.3)."""
     for key, s in shipped_report.items():
         if key[2] == ">1024":
             assert s.ep_over_tp is not None and report_without[key].ep_over_tp is not None
             measured, predicted = s.ep_over_tp
             assert measured < 0.65, key
-            assert report_without[key].ep_over_tp[1] > 1.2 * measured, key
+            assert report_without[key].ep_over_tp[1] > 1.15 * measured, key
             assert abs(math.log(predicted / measured)) < 0.3, key
 
 
@@ -174,7 +175,7 @@ def test_shipped_block_cost_is_the_fit_on_the_shipped_table():
 
 def test_documented_losses_before_and_after_the_block_terms():
     """docs/validation.md's 'MoE expert block' table and ``CostModelConfig``'s docstring:
-    median |ln(predicted / measured)| over the calibration / held-out rows is 0.60 / 0.59
+    median |ln(predicted / measured)| over the calibration / held-out rows is 0.58 / 0.60
     without the block cost, the curve and the block-scaled FP8 rate (the model before them)
     and 0.13 / 0.12 shipped."""
     def losses(cfg: CostModelConfig | None) -> tuple[float, float]:
@@ -186,7 +187,7 @@ def test_documented_losses_before_and_after_the_block_terms():
     before = losses(CostModelConfig.for_engine("trtllm", moe_block_overhead_s=0.0,
                                                expert_shape_half=0.0,
                                                fp8_block_scale_efficiency=1.0))
-    assert before == pytest.approx((0.60, 0.59), abs=0.005)
+    assert before == pytest.approx((0.58, 0.60), abs=0.005)
     assert losses(None) == pytest.approx((0.13, 0.12), abs=0.005)
 
 

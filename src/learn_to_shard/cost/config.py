@@ -200,6 +200,11 @@ class CostModelConfig:
             the expected maximum under uniform random routing (balls into bins,
             ``CostModel._busiest_rank_factor``). 1.0 = uniform routing (assumption; FC-28 shows
             skew matters — raise it to study skew).
+        moe_balanced_routing: price routing as the kernel tables' ``balanced`` rows run it
+            (``data/silicon/moe.csv``: every rank gets ``⌈pairs / ep⌉`` token-expert pairs, no
+            skew) instead of uniform random routing; False for serving (what real routers do),
+            True only where those measured rows are priced
+            (``fidelity.kernels.moe_kernels``).
         workspace_width_factor: live activation tensors per token in a layer, in units of the
             widest local activation (hidden, QKV, FFN). 2, derived from FC-20: vLLM profiled
             Llama-3.1-8B's activation peak at 2.07 GiB for a 20,000-token budget and 2.99 GiB
@@ -340,9 +345,9 @@ class CostModelConfig:
             ``expert_shape_half`` (``fidelity.kernels.fit_moe_kernels``): the balanced-routing
             rows of ``data/silicon/moe.csv`` (TensorRT-LLM's MoE block, aiconfigurator-core
             0.12.0) of DeepSeek-V3, Mixtral-8x7B and Qwen3-30B-A3B on H100/H200/B200 in
-            bf16/fp8/fp8 block-scaled, median |ln error| 0.60 → 0.13 (with
+            bf16/fp8/fp8 block-scaled, median |ln error| 0.58 → 0.13 (with
             ``fp8_block_scale_efficiency``; refitted with it, the same values); held out,
-            Qwen3-235B-A22B's rows, 0.59 → 0.12. One value for every device and dtype.
+            Qwen3-235B-A22B's rows, 0.60 → 0.12. One value for every device and dtype.
         expert_shape_half: the expert GEMMs' rate falls with their local ``K`` and ``N`` as
             ``K/(K + x) · N/(N + x)``: many narrow expert GEMMs (expert TP splits ``N`` of the
             up and ``K`` of the down projection) run below a few wide ones (EP), and grouped
@@ -366,8 +371,8 @@ class CostModelConfig:
             the block-scaled rows of ``data/silicon/moe.csv`` on H100/H200 (TensorRT-LLM's
             MoE block, aiconfigurator-core 0.12.0; at > 1,024 tokens they take 1.85× the
             per-tensor FP8 rows' time at the same shape), calibration shapes as
-            ``moe_block_overhead_s``'s: median |ln error| 0.173 → 0.138, held out 0.204 →
-            0.116. The fitted value applies to every GEMM of such a checkpoint (no dense
+            ``moe_block_overhead_s``'s: median |ln error| 0.177 → 0.139, held out 0.220 →
+            0.142. The fitted value applies to every GEMM of such a checkpoint (no dense
             block-scaled GEMM table to check it on).
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
@@ -392,6 +397,7 @@ class CostModelConfig:
     vocab_padding: int = 64
     vocab_split_divisible: bool = True
     moe_imbalance: float = 1.0
+    moe_balanced_routing: bool = False
     workspace_width_factor: float = 2.0
     fp8_flops_efficiency: float | None = None
     kv_reserve_full_request: bool = True

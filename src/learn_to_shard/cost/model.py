@@ -24,13 +24,15 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   by all-to-all over ``g``: each of the ``N/g`` tokens a rank owns goes to the
   ``D(ep) = ep·(1 − C(E − E/ep, k)/C(E, k))`` EP ranks expected to host one of its experts,
   to all ``etp`` ranks of each; over a group spanning nodes the same-node share rides NVLink in
-  parallel with the NIC share (:func:`~learn_to_shard.cost.comm.all_to_all_v_time_s`). Expert
-  weight bytes read = experts touched ``E/ep · (1 − (1 − k/E)^N)``. The busiest EP rank
-  computes ``m/ep + sqrt(2 (m/ep) ln ep)`` of the ``m = N·k`` pairs (balls into bins) times
-  ``moe_imbalance``; with local routing and ``moe_dense_local_outputs`` (vLLM) it writes the
-  output rows of all ``m`` pairs. The FFN activation is a memory-bound pass over the
-  up-projection outputs (:meth:`CostModel._act_pass`), and the top-k weighted sum a pass that
-  reads every expert output row the rank wrote and writes one row per token.
+  parallel with the NIC share (:func:`~learn_to_shard.cost.comm.all_to_all_v_time_s`). The
+  busiest EP rank computes ``a = m/ep + sqrt(2 (m/ep) ln ep)`` of the ``m = N·k`` pairs (balls
+  into bins) times ``moe_imbalance`` (``⌈m/ep⌉`` with ``moe_balanced_routing``) and reads the
+  weights of the experts of its own they land on, ``E/ep · (1 − (1 − ep/E)^a)`` (with
+  ``ep = 1`` the experts touched, ``E · (1 − (1 − k/E)^N)``); with local routing and
+  ``moe_dense_local_outputs`` (vLLM) it writes the output rows of all ``m`` pairs. The FFN
+  activation is a memory-bound pass over the up-projection outputs
+  (:meth:`CostModel._act_pass`), and the top-k weighted sum a pass that reads every expert
+  output row the rank wrote and writes one row per token.
 * **Pipeline** — layers split in explicit stage lists (remainder to the first stages; the last
   stage holds the LM head); ``m = min(pp, batch)`` micro-batches; decode step
   ``TPOT = max(Σ_s t_s + (pp − 1)·t_p2p, m · max_s t_s)``. Each stage's step also pays the

@@ -300,13 +300,17 @@ class OperatorTerms:
         that regime the formula is a rough guide, so two hard bounds hold: the busiest rank
         carries at least one pair when there is one (``min(m, 1)``), and at most every token
         sending ``min(top_k, E/ep)`` pairs to it. Real routing is skewed beyond uniform (FC-28):
-        ``moe_imbalance`` multiplies the load before the upper bound. 1 for ``ep == 1``; ``[k]``.
+        ``moe_imbalance`` multiplies the load before the upper bound. With
+        ``moe_balanced_routing`` (the measured kernel tables' balanced rows) the pairs are
+        spread evenly instead: ``⌈m/n⌉``. 1 for ``ep == 1``; ``[k]``.
         """
         moe = self.model.moe
         assert moe is not None
         ep_f = np.maximum(ep, 1).astype(np.float64)
         pairs = tokens * moe.top_k
         mean = np.maximum(pairs / ep_f, 1e-12)
+        if self.config.moe_balanced_routing:
+            return np.where(ep_f > 1, np.ceil(mean * (1 - 1e-12)) / mean, 1.0)
         cap = np.maximum(tokens * np.minimum(float(moe.top_k), moe.num_experts / ep_f), mean)
         busiest = np.maximum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.minimum(pairs, 1.0))
         busiest = np.minimum(busiest * self.config.moe_imbalance, cap)
@@ -953,7 +957,13 @@ class OperatorTerms:
         pairs_out = np.where(local & c.moe_dense_local_outputs, rows_g * moe.top_k, assign)
         c_eu, c_ed = dims[:, Op.EXPERT_UP], dims[:, Op.EXPERT_DOWN]
         e_loc = moe.num_experts / ep
-        touched = e_loc * (1 - (1 - moe.top_k / moe.num_experts) ** rows_g)
+        # Experts whose weights the busiest rank streams: with ep = 1 the experts the step's
+        # tokens touch, E(1 - (1 - k/E)^N); with ep > 1 the distinct experts among its e_loc
+        # that its `assign` pairs land on, e_loc(1 - (1 - 1/e_loc)^assign) (each pair picks
+        # one of them uniformly).
+        e_loc_f = np.maximum(e_loc, 1.0)
+        touched = np.where(ep > 1, e_loc_f * (1 - (1 - 1 / e_loc_f) ** assign),
+                           e_loc * (1 - (1 - moe.top_k / moe.num_experts) ** rows_g))
         etp_f = etp.astype(np.float64)
         lin_e = np.where(c_eu == 2, S0, R)
         link_e = env["link_etp"]

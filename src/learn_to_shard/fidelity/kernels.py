@@ -545,10 +545,12 @@ def moe_kernels(config: CostModelConfig | None = None,
     MoE layer. ``config`` defaults to the ``trtllm`` profile (the table's kernels are
     TensorRT-LLM's: each rank writes only its own pairs).
 
-    The table's ``balanced`` rows spread tokens evenly over the experts; the model's
-    busiest-rank factor (balls into bins) still applies, a small excess at large token counts.
+    The table's ``balanced`` rows spread tokens evenly over the experts, so they are priced
+    with ``moe_balanced_routing`` (the busiest rank holds ``⌈pairs / ep⌉`` pairs, not the
+    balls-into-bins maximum of random routing).
     """
-    cfg = config or CostModelConfig.for_engine("trtllm")
+    cfg = replace(config or CostModelConfig.for_engine("trtllm"),
+                  moe_balanced_routing=distribution == "balanced")
     tabs = tables if tables is not None else silicon_tables(silicon_dir())
     groups: dict[tuple, list[dict[str, str]]] = {}
     for r in tabs.get("moe.csv", []):
