@@ -765,9 +765,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     # cannot improve any of them, so that is the incumbent.
     alts = _distinct(pool)[1:keep]
     if alts:
-        keys = {(x.tp, x.ep, x.pp, x.dp, x.cp) for x in alts}
-        worst = min(max(o for o, y in pool if (y.tp, y.ep, y.pp, y.dp, y.cp) == key)
-                    for key in keys)
+        worst = min(max(o for o, y in pool if _degrees(y) == _degrees(x)) for x in alts)
         at = full_sp.with_batches([x.batch for x in alts])     # degree indices unchanged
         only = np.array([[*(at.encode(x)[:BATCH_HEAD]), b] for x in alts
                          for b in range(len(full_sp.batch_values))], dtype=np.int64)
@@ -805,11 +803,16 @@ def _distinct(pool: list[tuple[float, Strategy]]) -> list[Strategy]:
     seen: set[tuple[int, ...]] = set()
     out: list[Strategy] = []
     for o, x in sorted(pool, key=lambda t: -float(f"{t[0]:.12g}")):
-        key = (x.tp, x.ep, x.pp, x.dp, x.cp)
+        key = _degrees(x)
         if o > 0 and key not in seen:
             seen.add(key)
             out.append(x)
     return out
+
+
+def _degrees(x: Strategy) -> tuple[int, int, int, int, int]:
+    """``(tp, ep, pp, dp, cp)``: what tells runners-up apart."""
+    return (x.tp, x.ep, x.pp, x.dp, x.cp)
 
 
 def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
@@ -977,6 +980,9 @@ class ExactSearcher:
             (:attr:`Certificate.work`; ``None``: no limit).
         keep: how many best distinct-degree strategies to report (the optimum and
             ``keep - 1`` runners-up; 1 skips solving the runners-up at every batch).
+
+    Raises:
+        ValueError: ``keep < 1``.
     """
 
     name = "exact"
@@ -985,6 +991,8 @@ class ExactSearcher:
 
     def __init__(self, time_limit_s: float | None = None, verify_samples: int = 64,
                  work_limit: int | None = None, keep: int = 5) -> None:
+        if keep < 1:
+            raise ValueError(f"keep: at least the optimum (1), got {keep}")
         self.time_limit_s = time_limit_s
         self.verify_samples = verify_samples
         self.work_limit = work_limit
