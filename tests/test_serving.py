@@ -484,3 +484,99 @@ def test_multi_step_bursts_are_one_gap_each_and_run_as_one_block():
         simulate(TOY, req, decode_steps_per_schedule=2.5, **kw)    # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="decode_steps_per_schedule"):
         CostModelConfig(decode_steps_per_schedule=2.5)              # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ KV admission
+def test_on_demand_pool_admits_by_the_prompt_and_preempts_the_newest():
+    """A 300-token pool, two requests of 100 + 100 tokens arriving together. Reserving
+    whole requests (TensorRT-LLM) admits one, and the second waits for its finish. A paged pool
+    (vLLM) admits both (101 tokens each) and, when the decodes outgrow it, preempts the
+    newest, which recomputes prompt and output so far when readmitted: its first token is
+    unchanged, both finish with all their tokens, and it finishes after the other."""
+    req = Requests(isl=np.array([100, 100]), osl=np.array([100, 100]),
+                   arrival_s=np.array([0.0, 0.0]))
+    kw = dict(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=300)
+    whole = simulate(TOY, req, **kw)
+    paged = simulate(TOY, req, kv_admission="on_demand", **kw)
+    assert whole.first_token_s[1] > whole.finish_s[0] and whole.preemptions == 0
+    assert paged.first_token_s[1] == pytest.approx(paged.first_token_s[0])  # one step, both
+    assert paged.preemptions >= 1
+    assert np.isfinite(paged.finish_s).all() and paged.finish_s[1] > paged.finish_s[0]
+    # The preempted request's gap (waiting, then recomputing 100 + g tokens) is one ITL.
+    assert paged.itl_s.max() > 10 * _toy_step(2, 300)
+    assert paged.finish_s.max() < whole.finish_s.max()        # it overlapped the first
+    with pytest.raises(ConfigError, match="kv_admission"):
+        simulate(TOY, req, kv_admission="lazy", **kw)
+
+
+def test_no_future_oom_check_by_hand():
+    """Two requests with 2 and 5 tokens to go, holding 3 and 4: when the first finishes the
+    pool has free − 2·2 tokens, when the second does free + 3 − 5; each must exceed one per
+    request still running (2, then 1)."""
+    from learn_to_shard.serving.simulate import no_future_oom
+
+    left, held = np.array([5, 2]), np.array([4, 3])
+    assert no_future_oom(10, left, held)            # 10 − 4 = 6 > 2; 10 + 3 − 5 = 8 > 1
+    assert not no_future_oom(6, left, held)         # 6 − 4 = 2, not > 2
+    assert no_future_oom(7, left, held)             # 3 > 2; 5 > 1
+
+
+def test_no_future_oom_admits_more_than_reserving_and_never_preempts():
+    """Requests of mixed lengths arriving over time on a tight pool: SGLang's check for
+    fixed-length requests keeps more running than reserving whole requests and never runs
+    out (no preemption), and every request completes."""
+    rng = np.random.default_rng(0)
+    n = 60
+    req = Requests(isl=rng.integers(20, 200, n), osl=rng.integers(10, 300, n),
+                   arrival_s=np.sort(rng.uniform(0.0, 2.0, n)))
+    kw = dict(max_num_seqs=64, max_num_batched_tokens=512, kv_capacity_tokens=2000)
+    whole = simulate(TOY, req, **kw)
+    check = simulate(TOY, req, kv_admission="no_future_oom", **kw)
+    assert check.preemptions == 0 and np.isfinite(check.finish_s).all()
+    assert check.mean_running > whole.mean_running
+    assert check.ttft_s.mean() < whole.ttft_s.mean()
+
+
+def test_engines_kv_admission_defaults_and_row_overrides():
+    """Every engine reserves whole requests by default (vLLM's paged pool, ``on_demand``, fits
+    its calibration rows worse, so it is an override); SGLang with the radix cache off runs
+    the no-future-OOM check of its benchmark's fixed-length requests; without an engine the
+    cost model's ``kv_reserve_full_request`` decides. A bad value names the field."""
+    from learn_to_shard.engines import KV_ADMISSION, KV_ADMISSION_SOURCES
+    from learn_to_shard.fidelity.serving import row_scheduler
+    from learn_to_shard.serving.load import kv_admission
+
+    assert {e: kv_admission(CostModelConfig.for_engine(e)) for e in ("vllm", "sglang",
+                                                                     "trtllm")} == \
+        {"vllm": "reserve", "sglang": "reserve", "trtllm": "reserve"}
+    assert set(KV_ADMISSION) == set(KV_ADMISSION_SOURCES)
+    assert kv_admission(CostModelConfig()) == "reserve"
+    assert kv_admission(CostModelConfig(kv_reserve_full_request=False)) == "on_demand"
+    assert kv_admission(CostModelConfig.for_engine("vllm", kv_admission="on_demand")) == \
+        "on_demand"
+    row = {"engine": "sglang", "engine_version": "", "notes": "server: --tp-size 4 "
+           "--disable-radix-cache --enable-torch-compile"}
+    assert row_scheduler(row)["kv_admission"] == "no_future_oom"
+    assert "kv_admission" not in row_scheduler(dict(row, notes="server: --tp-size 4"))
+    with pytest.raises(ConfigError, match="kv_admission"):
+        CostModelConfig(kv_admission="lazy")
+
+
+def test_cli_kv_admission_flag():
+    """``l2s plan --kv-admission``: the rule the simulation runs, recorded in the plan's
+    simulation (with its preemptions); a bad value or no load is one line, exit 2."""
+    runner = CliRunner()
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "2000", "--osl", "2000"]
+    load = ["--engine", "vllm", "--request-rate", "20", "--num-prompts", "200"]
+    r = runner.invoke(app, [*base, *load, "--kv-admission", "on_demand", "--json"])
+    assert r.exit_code == 0, r.output
+    sched = json.loads(r.stdout)["simulation"][0]["scheduler"]
+    assert sched["kv_admission"] == "on_demand" and sched["preemptions"] > 0
+    r = runner.invoke(app, [*base, *load, "--json"])
+    assert json.loads(r.stdout)["simulation"][0]["scheduler"] == {
+        **sched, "kv_admission": "reserve", "preemptions": 0}
+    r = runner.invoke(app, [*base, *load, "--kv-admission", "lazy"])
+    assert r.exit_code == 2 and "--kv-admission" in r.output and "on_demand" in r.output
+    r = runner.invoke(app, [*base, "--kv-admission", "on_demand"])
+    assert r.exit_code == 2 and "--concurrency" in r.output

@@ -287,7 +287,8 @@ def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkey
     off = with_config(overlap_schedule=False)
     assert on["mean_ttft_s"] > off["mean_ttft_s"]
     assert simulate_estimate(cm, est, load)["scheduler"] == {
-        "prefill_first": True, "overlap_schedule": True, "decode_steps_per_schedule": 1}
+        "prefill_first": True, "overlap_schedule": True, "decode_steps_per_schedule": 1,
+        "kv_admission": "reserve", "preemptions": 0}
     monkeypatch.setattr(load_mod, "OVERLAP_SCHEDULE_ENGINES", ())
     assert simulate_estimate(cm, est, load)["simulated"] == off
     assert with_config(overlap_schedule=True) == on
@@ -300,22 +301,26 @@ def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkey
 def test_rows_run_the_scheduler_of_their_engine_version():
     """fidelity.serving.row_scheduler: SGLang before v0.4 without the overlap scheduler, vLLM's
     stated --async-scheduling with it, vLLM V0 --num-scheduler-steps as multi-step
-    prefill-first decoding; an unstated version keeps the profile's defaults."""
+    prefill-first decoding, SGLang's --disable-radix-cache with the no-future-OOM admission
+    of its benchmark's fixed-length requests; an unstated version keeps the profile's
+    defaults."""
     from learn_to_shard.fidelity.serving import row_scheduler
 
     rows = {r["id"]: r for r in load_rows()}
-    assert row_scheduler(rows["sgl060-8b-sglang-sharegpt-rps4"]) == {"overlap_schedule": False}
+    assert row_scheduler(rows["sgl060-8b-sglang-sharegpt-rps4"]) == {
+        "overlap_schedule": False, "kv_admission": "no_future_oom"}
     assert row_scheduler(rows["sgl060-8b-vllm-sharegpt-rps4"]) == {
         "decode_steps_per_schedule": 10, "prefill_first": True}
     assert row_scheduler(rows["gs-gptoss120b-h100-vllm-tp2-async-sharegpt"]) == {
         "overlap_schedule": True}
     assert row_scheduler(rows["gs-dsr1-h200-sglang-tp8-sharegpt"]) == {}
-    assert row_scheduler(rows["dc-70b-random-rps1"]) == {}
+    assert row_scheduler(rows["dc-70b-random-rps1"]) == {"kv_admission": "no_future_oom"}
     assert row_scheduler(rows["gs-dsr1-h200-vllm-tp8-sharegpt"]) == {}
     # Stated switches: the overlap scheduler turned off, and a flag named only to say it is
     # absent.
     assert row_scheduler({**rows["dc-70b-random-rps1"],
                           "notes": "--disable-overlap-schedule"}) == {"overlap_schedule": False}
+    assert row_scheduler({**rows["dc-70b-random-rps1"], "notes": "--tp-size 4"}) == {}
     assert row_scheduler({**rows["trt5929-fp8-h200-c1-isl1600-ep8"],
                           "notes": "disable_overlap_scheduler: true"}) == {
         "overlap_schedule": False}

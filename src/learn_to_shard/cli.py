@@ -45,7 +45,7 @@ from .api import (
     simulate_plan,
     with_images,
 )
-from .cost.config import ENGINE_PROFILES, ENGINE_STEP_FIELDS, CostModelConfig
+from .cost.config import ENGINE_PROFILES, ENGINE_STEP_FIELDS, KV_ADMISSIONS, CostModelConfig
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
@@ -134,6 +134,11 @@ DatasetOpt = Annotated[str, typer.Option(
     "--dataset", help="Simulated lengths: random (isl/osl, with --range-ratio) or sharegpt "
     "(ShareGPT's joint length distribution scaled to means of --isl/--osl; its own means are "
     "116/346 tokens).")]
+KvAdmissionOpt = Annotated[str | None, typer.Option(
+    "--kv-admission", help="Simulated KV admission: reserve (a request's whole isl + osl on "
+    "admission; every engine's default), on_demand (vLLM's paged pool: preempts the newest "
+    "requests when full, recomputed later), no_future_oom (SGLang with the radix cache off: "
+    "admits while no future step runs out).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
@@ -372,7 +377,7 @@ def plan_cmd(
     timing: TimingOpt = True,
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
-    dataset: DatasetOpt = "random",
+    dataset: DatasetOpt = "random", kv_admission: KvAdmissionOpt = None,
     export: str | None = typer.Option(None, "--export", help="Print the launch command that "
                                       "realises the plan: vllm | sglang | trtllm (with "
                                       "TensorRT-LLM's --config YAML) on stdout, the plan on "
@@ -442,6 +447,14 @@ def plan_cmd(
                               "fuse_gemm_comms needs enable_sp)")
         cfg = dataclasses.replace(cfg, sequence_parallel=sequence_parallel,
                                   gemm_overlap=gemm_overlap)
+        if kv_admission is not None:
+            if load is None:
+                raise ConfigError("--kv-admission: applies to the serving simulation; give "
+                                  "--concurrency, --request-rate or --trace")
+            if kv_admission not in KV_ADMISSIONS:
+                raise ConfigError(f"--kv-admission: {kv_admission!r} is not one of "
+                                  f"{', '.join(KV_ADMISSIONS)}")
+            cfg = dataclasses.replace(cfg, kv_admission=kv_admission)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
                              context_parallel=context_parallel)
         if collectives not in ("alpha-beta", "search"):

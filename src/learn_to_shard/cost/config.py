@@ -137,6 +137,9 @@ _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
               "scale_out_efficiency", "memory_utilization", "kv_cache_free_fraction",
               "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency",
               "gemm_overlap_efficiency", "fp8_block_scale_efficiency")
+#: The serve simulation's KV admission rules (``CostModelConfig.kv_admission``).
+KV_ADMISSIONS = ("reserve", "on_demand", "no_future_oom")
+
 #: Fields that are times, sizes or shape constants: each must be >= 0.
 _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s", "runtime_reserved_bytes",
                  "host_step_overhead_s", "host_seq_overhead_s", "host_prefill_overhead_s",
@@ -306,6 +309,13 @@ class CostModelConfig:
         decode_steps_per_schedule: serve simulation: decode steps the engine runs per
             scheduler call with no admission between them (vLLM V0 ``--num-scheduler-steps``;
             1, every step, for current engines).
+        kv_admission: serve simulation: when the KV pool admits a request
+            (:data:`KV_ADMISSIONS`): ``reserve`` its whole ``isl + osl`` on admission,
+            ``on_demand`` a paged pool that grows a token per decode and preempts the newest
+            requests when full, ``no_future_oom`` SGLang's check for requests of known length
+            (:func:`learn_to_shard.serving.simulate.simulate`); ``None`` = the engine's
+            default (:data:`learn_to_shard.engines.KV_ADMISSION`; without an engine
+            ``reserve`` when ``kv_reserve_full_request``, else ``on_demand``).
         collective_algorithm: how all-reduce, all-gather and reduce-scatter are priced
             (:data:`COLLECTIVE_ALGORITHMS`): ``alpha-beta`` (the default) the calibrated
             formula :func:`~learn_to_shard.cost.comm.collective_time_s`; ``auto`` the
@@ -421,6 +431,7 @@ class CostModelConfig:
     prefill_first: bool | None = None
     overlap_schedule: bool | None = None
     decode_steps_per_schedule: int = 1
+    kv_admission: str | None = None
     collective_algorithm: str = "alpha-beta"
     collective_tiers: tuple[tuple[str, ...], ...] | None = None
     collective_setting: str | None = None
@@ -462,6 +473,8 @@ class CostModelConfig:
             raise bad("decode_steps_per_schedule", "an integer >= 1")
         if self.max_num_seqs is not None and not self.max_num_seqs >= 1:
             raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
+        if self.kv_admission not in (None, *KV_ADMISSIONS):
+            raise bad("kv_admission", "one of " + ", ".join(KV_ADMISSIONS) + " or None")
         if self.moe_a2a_kernel not in MOE_A2A_KERNELS:
             raise bad("moe_a2a_kernel", "one of " + ", ".join(str(k) for k in MOE_A2A_KERNELS))
         if self.moe_dispatch_payload not in (None, "bf16", "fp8", "nvfp4"):

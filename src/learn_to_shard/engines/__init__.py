@@ -249,6 +249,31 @@ SCHEDULING_SOURCES: dict[str, str] = {
               "decode only with --enable-mixed-chunk (server_args.py, default False)",
 }
 
+#: When each engine's KV pool admits a request, the simulation's ``kv_admission``
+#: (:data:`~learn_to_shard.cost.config.KV_ADMISSIONS`; a row or launch may override it,
+#: ``CostModelConfig.kv_admission``). vLLM's pool is paged on demand, but simulating that
+#: (``on_demand``) fits its calibration rows worse (serving loss 0.057 → 0.067 at the
+#: same refitted overheads) and the held-out rows too (docs/validation.md, "What is left"),
+#: so its default stays the reservation.
+KV_ADMISSION: dict[str, str] = {"vllm": "reserve", "sglang": "reserve", "trtllm": "reserve"}
+#: Where :data:`KV_ADMISSION` is read.
+KV_ADMISSION_SOURCES: dict[str, str] = {
+    "vllm": f"{_VLLM}: vllm/v1/core/sched/scheduler.py (a waiting request is scheduled when "
+            "the blocks of its scheduled tokens can be allocated; a running request that "
+            "cannot get its next block preempts the lowest-priority, last-added running "
+            "request, whose blocks are freed and which is recomputed when it runs again: "
+            "kv_admission on_demand, not the default, see KV_ADMISSION)",
+    "sglang": f"{_SGL}: sglang/srt/managers/schedule_policy.py PrefillAdder.add_one_req (a "
+              "new request is charged its prompt plus min(max_new_tokens, "
+              "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096) and each running one "
+              "_get_running_request_total_token_offset, its remaining max_new_tokens x 1.0 "
+              "for ignore_eos requests, which sglang.benchmark.serving sends by default); with "
+              "the radix cache disabled, add_one_req_ignore_eos instead admits while no future "
+              "step can run out of tokens (IGNORE_EOS_RESERVE_TOKENS = 1 per request)",
+    "trtllm": f"{_TRT_SERVE} get_llm_args: the GUARANTEED_NO_EVICT capacity scheduler "
+              "reserves a request's whole KV on admission",
+}
+
 #: Engines whose scheduler overlaps the host work of step n (processing its outputs,
 #: scheduling) with the GPU work of step n + 1 by default, the simulation's
 #: ``overlap_schedule``: the contents of a step are fixed while the step before it runs, so a
@@ -328,7 +353,8 @@ def get_engine(name: str) -> EngineProfile:
     return ENGINES[name]
 
 
-__all__ = ["ADMISSION_SOURCES", "BLOCKS", "ENGINES", "MEGATRON", "OVERLAP_SCHEDULE_ENGINES",
+__all__ = ["ADMISSION_SOURCES", "BLOCKS", "ENGINES", "KV_ADMISSION", "KV_ADMISSION_SOURCES",
+           "MEGATRON", "OVERLAP_SCHEDULE_ENGINES",
            "OVERLAP_SOURCES", "PREFILL_FIRST_ENGINES", "SCHEDULING_SOURCES",
            "TRTLLM_MAX_BATCH_SIZE", "EngineProfile", "Variant", "default_max_num_seqs",
            "get_engine"]

@@ -116,6 +116,9 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
       default scheduler, which runs waiting prompts first in prompt-only steps when chunked
       prefill is off (multi-step and chunked prefill did not combine in V0;
       vllm-project/vllm v0.6.0 ``vllm/core/scheduler.py`` ``_schedule_default``).
+    * SGLang ``--disable-radix-cache``: its benchmark's fixed-length (ignore-EOS) requests
+      are admitted by the no-future-OOM check (``kv_admission = "no_future_oom"``,
+      :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`).
 
     Rows with no stated version run the profile's defaults."""
     out: dict[str, Any] = {}
@@ -133,6 +136,8 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
         if m and int(m.group(1)) > 1:
             out["decode_steps_per_schedule"] = int(m.group(1))
             out["prefill_first"] = True
+    if row["engine"] == "sglang" and "--disable-radix-cache" in notes:
+        out["kv_admission"] = "no_future_oom"
     return out
 
 

@@ -201,6 +201,13 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
               "analytical estimate's at "
               "the same number of running requests (queueing, prefill stalls and bursts are "
               "what the steady state leaves out).[/]")
+    sched = first.get("scheduler", {})
+    if "kv_admission" in sched:
+        pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims
+               if sim.get("scheduler", {}).get("preemptions")]
+        con.print(f"[dim]KV admission: {sched['kv_admission']}"
+                  + (f"; requests preempted when the KV pool ran out ({', '.join(pre)}), "
+                     "recomputed when readmitted" if pre else "") + "[/]", highlight=False)
     slo = first.get("slo")
     if isinstance(slo, dict) and slo.get("missed"):
         ok = [sim["strategy"] for sim in sims[1:]

@@ -10,8 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cost.config import CostModelConfig
 from ..cost.model import CostModel, Estimate
-from ..engines import OVERLAP_SCHEDULE_ENGINES, PREFILL_FIRST_ENGINES, default_max_num_seqs
+from ..engines import (
+    KV_ADMISSION,
+    OVERLAP_SCHEDULE_ENGINES,
+    PREFILL_FIRST_ENGINES,
+    default_max_num_seqs,
+)
 from ..errors import ConfigError
 from ..workload import Phase
 from .simulate import (
@@ -226,6 +232,18 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
             f"{rate:g} of {load.request_rate_per_s:g} requests/s")
 
 
+def kv_admission(config: CostModelConfig) -> str:
+    """The KV admission rule the simulation runs for ``config``
+    (:data:`~learn_to_shard.cost.config.KV_ADMISSIONS`): its ``kv_admission``, else its
+    engine's (:data:`~learn_to_shard.engines.KV_ADMISSION`), else ``reserve`` when it
+    reserves whole requests (``kv_reserve_full_request``) and ``on_demand`` when not."""
+    if config.kv_admission is not None:
+        return config.kv_admission
+    if config.engine in KV_ADMISSION:
+        return KV_ADMISSION[config.engine]
+    return "reserve" if config.kv_reserve_full_request else "on_demand"
+
+
 def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int | None:
     """Running requests one instance of ``dp`` attention-DP ranks admits: the per-rank cap
     ``cm.config.max_num_seqs``, or the engine's default for it
@@ -308,11 +326,13 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                      else c.prefill_first) and s.dp == 1
     overlap = c.engine in OVERLAP_SCHEDULE_ENGINES if c.overlap_schedule is None \
         else c.overlap_schedule
+    admission = kv_admission(c)
     res = simulate(step, req, max_num_seqs=seqs,
                    max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
                    prefill_first=prefill_first, overlap_schedule=overlap,
-                   decode_steps_per_schedule=c.decode_steps_per_schedule)
+                   decode_steps_per_schedule=c.decode_steps_per_schedule,
+                   kv_admission=admission)
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices
@@ -339,7 +359,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
             "scheduler": {"prefill_first": prefill_first, "overlap_schedule": overlap,
-                          "decode_steps_per_schedule": c.decode_steps_per_schedule},
+                          "decode_steps_per_schedule": c.decode_steps_per_schedule,
+                          "kv_admission": admission, "preemptions": res.preemptions},
             "simulated": summ,
             "cluster_output_tokens_per_s": inst_tps * replicas,
             "tokens_per_s_per_device": inst_tps * replicas / devices,

@@ -9,9 +9,10 @@ vLLM's ``docs/configuration/optimization.md`` "Chunked Prefill" and its schedule
   ``bench_serving --max-concurrency`` do with all prompts queued at time 0) — or open loop with
   given arrival times (Poisson: ``--request-rate``; a trace).
 * **Admission.** First come, first served: a waiting request is admitted while the running set
-  is below ``max_num_seqs`` and the KV pool can reserve the whole request (``isl + osl``
-  tokens; the engines' pools grow on demand, so this is the conservative reading, as
-  ``kv_reserve_full_request`` is in the cost model). The head of the queue blocks the rest.
+  is below ``max_num_seqs`` and the KV pool admits it by the engine's rule (``kv_admission``:
+  the whole ``isl + osl`` reserved; a paged pool that grows a token per decode and preempts
+  the newest requests when full, which recompute when readmitted; or SGLang's check that no
+  future step runs out). The head of the queue blocks the rest.
 * **Steps.** Every step decodes one token of every running request whose prompt is done, then
   fills the remaining token budget (``max_num_batched_tokens``) with prompt chunks of running
   requests in admission order (chunked prefill; decode first, as vLLM schedules). With
@@ -183,6 +184,8 @@ class SimResult:
         steps: engine steps simulated.
         busy_s: time from the first arrival to the last finish.
         mean_running: time-weighted mean number of running (admitted) requests.
+        preemptions: requests preempted because the KV pool ran out (``kv_admission``
+            ``on_demand`` / ``no_future_oom``).
         itl_s, itl_weight: the inter-token latencies of all requests pooled, as distinct
             values in ascending order ``[m]`` (seconds) and how many token gaps have each
             ``[m]``: the gap between
@@ -202,6 +205,7 @@ class SimResult:
     mean_running: float
     itl_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     itl_weight: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    preemptions: int = 0
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -261,7 +265,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              max_num_batched_tokens: int, kv_capacity_tokens: int,
              concurrency: int | None = None, max_steps: int = 10_000_000,
              prefill_first: bool = False, overlap_schedule: bool = False,
-             decode_steps_per_schedule: int = 1) -> SimResult:
+             decode_steps_per_schedule: int = 1, kv_admission: str = "reserve") -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
     Args:
@@ -286,6 +290,25 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             ends the run early); a burst's tokens reach the client together, so each burst
             is one inter-token gap (the rows' "ITL counts 10-token bursts"). 1: the
             scheduler runs before every step.
+        kv_admission: when the KV pool admits a request (sources per engine:
+            :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`):
+
+            * ``reserve``: its whole ``isl + osl`` is reserved on admission and held until
+              it finishes (TensorRT-LLM's GUARANTEED_NO_EVICT; SGLang charging a benchmark's
+              fixed-length requests their whole output).
+            * ``on_demand``: a paged pool (vLLM). A request is admitted when its prompt and
+              first token fit beside one token for every running decode; each decode then
+              takes one token per step. When the pool runs out, the most recently admitted
+              running requests are preempted: their KV is freed and, back in the queue, they
+              recompute prompt and output so far when readmitted (vLLM V1's recompute
+              preemption).
+            * ``no_future_oom``: the pool as ``on_demand``, and a request is admitted only
+              while no future step can run out: with the running requests sorted by tokens
+              left ``r`` (``osl`` − generated) and holding ``o``, for every ``i`` the free
+              tokens when the ``i``-th finishes, ``free + Σ_{k<i} o_k − r_i · (n − i)``,
+              exceed one token per request still running (SGLang's
+              ``add_one_req_ignore_eos``, for requests of known length with the radix
+              cache off).
 
     Returns:
         A :class:`SimResult`.
@@ -328,6 +351,13 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     admit_seq = np.full(n, np.iinfo(np.int64).max)
+    plen = isl.copy()                 # prompt tokens to compute (+ output so far once preempted)
+    held = np.zeros(n, dtype=np.int64)              # KV tokens each request holds
+    preemptions = 0
+    if kv_admission not in ("reserve", "on_demand", "no_future_oom"):
+        raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be reserve, "
+                          f"on_demand or no_future_oom")
+    on_demand = kv_admission != "reserve"
     last_token = np.full(n, np.nan)                 # time of each request's latest token
     itl_vals: list[np.ndarray] = []
     itl_wts: list[np.ndarray] = []
@@ -341,31 +371,63 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     while not done.all():
         if steps >= max_steps:
             raise ConfigError(f"simulation: more than {max_steps} steps; lower --num-prompts")
+        grow = 0                          # KV tokens this step's decodes take (on demand)
+        if on_demand:
+            running = admitted & ~done
+            prefilling = (running & (prompt_done < plen)).any()
+            grow = 0 if prefill_first and prefilling else \
+                int((running & (prompt_done == plen)).sum())
+            if kv_free < grow:            # preempt the newest until the decodes fit
+                run = np.flatnonzero(running)
+                for i in run[np.argsort(-admit_seq[run], kind="stable")]:
+                    if kv_free >= grow:
+                        break
+                    grow -= int(prompt_done[i] == plen[i])
+                    kv_free += int(held[i])
+                    held[i] = 0
+                    admitted[i] = False
+                    plen[i] = isl[i] + generated[i]
+                    prompt_done[i] = 0
+                    preemptions += 1
         # Admission, first come first served; the head of the queue blocks.
         decided = step_start if overlap_schedule and step_start > -np.inf else t
-        waiting = np.flatnonzero(~admitted & (arrival <= decided))
+        waiting = np.flatnonzero(~admitted & (arrival <= decided) & ~done)
         if len(waiting):
             waiting = waiting[np.argsort(rank[waiting], kind="stable")]
             slots = max_num_seqs - int((admitted & ~done).sum())
-            fits = np.cumsum(need[waiting]) <= kv_free
+            take_kv = plen[waiting] + 1 if on_demand else need[waiting]
+            fits = np.cumsum(take_kv) <= kv_free - grow
             k = min(slots, int(np.argmin(fits)) if not fits.all() else len(waiting))
+            if kv_admission == "no_future_oom" and k > 0:
+                run = np.flatnonzero(admitted & ~done)
+                rem, occ = osl[run] - generated[run], held[run]
+                free = kv_free
+                for q in range(k):
+                    c = waiting[q]
+                    rem = np.append(rem, osl[c] - generated[c])
+                    occ = np.append(occ, take_kv[q])
+                    free -= int(take_kv[q])
+                    if not no_future_oom(free, rem, occ):
+                        k = q
+                        break
             if k > 0:
                 take = waiting[:k]
                 admitted[take] = True
                 admit_seq[take] = admissions + np.arange(k)
                 admissions += k
-                kv_free -= int(need[take].sum())
+                held[take] = take_kv[:k]
+                kv_free -= int(take_kv[:k].sum())
         running = admitted & ~done
-        pf = np.flatnonzero(running & (prompt_done < isl))
+        pf = np.flatnonzero(running & (prompt_done < plen))
         pf = pf[np.argsort(admit_seq[pf], kind="stable")]
-        dec = running & (prompt_done == isl)
+        dec = running & (prompt_done == plen)
         if prefill_first and len(pf):
             dec = np.zeros(n, dtype=bool)           # a prefill batch: the decodes wait
         n_dec = int(dec.sum())
         left = max_num_batched_tokens - n_dec
         chunk = np.zeros(len(pf), dtype=np.int64)
         if len(pf) and left > 0:
-            rem = isl[pf] - prompt_done[pf]
+            rem = plen[pf] - prompt_done[pf]
             before = np.concatenate([[0], np.cumsum(rem)[:-1]])
             chunk = np.clip(left - before, 0, rem)
         n_pf = int(chunk.sum())
@@ -383,15 +445,17 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             # A run of decode-only steps: nothing to prefill, admission only at an arrival
             # or a finish. Advance up to the first finish, in one block.
             k = int((osl[dec] - generated[dec]).min())
+            if on_demand:                   # up to the step the pool runs out
+                k = max(1, min(k, kv_free // n_dec))
             ctx = isl[dec] + generated[dec]
             s0 = float(ctx.sum())
             j = np.arange(k)
             dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0, n_dec)
             ends = t + np.cumsum(dts)
-            pending = arrival[~admitted & (arrival > decided)]
+            pending = arrival[~admitted & ~done & (arrival > decided)]
             burst = decode_steps_per_schedule
-            if len(pending) and kv_free >= int(need.min()) and \
-                    int(running.sum()) < max_num_seqs:
+            smallest = int(isl.min()) + 1 if on_demand else int(need.min())
+            if len(pending) and kv_free >= smallest and int(running.sum()) < max_num_seqs:
                 cut = int(np.searchsorted(ends, float(pending.min())))
                 # up to the step the arrival lands in, or the end of that step's burst
                 k = max(1, min(k, burst * (cut // burst + 1)))
@@ -411,31 +475,44 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             running_time += int(running.sum()) * (t_new - t)
             t = t_new
             generated[dec] += k
+            if on_demand:
+                held[dec] += k
+                kv_free -= n_dec * k
             steps += k
         else:
             ctx_sum = float((isl[dec] + generated[dec]).sum())
             pairs = float((chunk * (prompt_done[pf] + (chunk + 1) / 2)).sum())
-            n_done = int((prompt_done[pf] + chunk == isl[pf]).sum())    # sampled this step
+            n_done = int((prompt_done[pf] + chunk == plen[pf]).sum())   # sampled this step
             dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done, 1.0))
             running_time += int(running.sum()) * dt
             step_start = t
             t += dt
             steps += 1
             generated[dec] += 1
+            if on_demand:
+                held[dec] += 1
+                kv_free -= n_dec
             if n_dec:
                 itl_vals.append(t - last_token[dec])
                 itl_wts.append(np.ones(n_dec))
                 last_token[dec] = t
             prompt_done[pf] += chunk
-            newly = pf[prompt_done[pf] == isl[pf]]
-            first[newly] = t
+            newly = pf[prompt_done[pf] == plen[pf]]
+            resumed = newly[~np.isnan(first[newly])]        # recomputed after a preemption
+            if len(resumed):
+                itl_vals.append(t - last_token[resumed])
+                itl_wts.append(np.ones(len(resumed)))
+                generated[resumed] += 1
+            fresh = newly[np.isnan(first[newly])]
+            first[fresh] = t
+            generated[fresh] = 1
             last_token[newly] = t
-            generated[newly] = 1
-        fin = np.flatnonzero(running & (generated >= osl) & (prompt_done == isl))
+        fin = np.flatnonzero(running & (generated >= osl) & (prompt_done == plen))
         if len(fin):
             finish[fin] = t
             done[fin] = True
-            kv_free += int(need[fin].sum())
+            kv_free += int(held[fin].sum())
+            held[fin] = 0
             if closed:
                 k = min(len(fin), n - next_issue)
                 arrival[next_issue:next_issue + k] = t
@@ -444,7 +521,30 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     return SimResult(arrival_s=arrival, first_token_s=first, finish_s=finish, isl=isl,
                      osl=osl, steps=steps, busy_s=busy,
                      mean_running=running_time / busy if busy > 0 else 0.0,
-                     **_pooled(itl_vals, itl_wts))
+                     preemptions=preemptions, **_pooled(itl_vals, itl_wts))
+
+
+def no_future_oom(free_tokens: int, tokens_left: np.ndarray, tokens_held: np.ndarray) -> bool:
+    """Whether requests of known length fit the KV pool until the last finishes: SGLang's
+    ``PrefillAdder.add_one_req_ignore_eos`` (sgl-project/sglang v0.5.23
+    ``sglang/srt/managers/schedule_policy.py``, ``IGNORE_EOS_RESERVE_TOKENS = 1``).
+
+    With the requests sorted by tokens still to generate ``r`` (ascending) and ``o`` the
+    tokens each holds now, the ``i``-th finishes after ``r_i`` more steps, by which time
+    every request still running (``n − i``) has taken ``r_i`` tokens and those finished
+    before it have freed theirs: the pool then has ``free + Σ_{k<i} o_k − r_i (n − i)``
+    tokens, which must exceed one per request still running, for every ``i``.
+
+    Args:
+        free_tokens: free tokens of the pool now (the candidate's prompt taken).
+        tokens_left: ``[n]`` tokens each request (candidate included) has still to generate.
+        tokens_held: ``[n]`` KV tokens each holds now.
+    """
+    order = np.argsort(tokens_left, kind="stable")
+    r = tokens_left[order].astype(np.int64)
+    freed = np.concatenate([[0], np.cumsum(tokens_held[order])[:-1]])
+    still = len(r) - np.arange(len(r))
+    return bool((free_tokens + freed - r * still > still).all())
 
 
 def _pooled(vals: list[np.ndarray], wts: list[np.ndarray]) -> dict[str, np.ndarray]:
