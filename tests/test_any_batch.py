@@ -243,6 +243,9 @@ def test_exact_optimum_alone_is_the_optimum():
     assert alone.best_objective == pytest.approx(full.best_objective, rel=1e-12)
     assert cm1.space.decode(alone.best_action) == best_full
     assert len(alone.top) == 1 < len(full.top)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="keep"):
+            ExactSearcher(keep=bad)
 
 
 def test_any_batch_brute_force():

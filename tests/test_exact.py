@@ -474,8 +474,10 @@ def test_pareto_mask_with_repeated_rows_matches_definition():
     base_ok = rng.random((9, n)) < 0.8
     base_cls = rng.integers(0, 3, (9, n))
     pick = rng.integers(0, 9, exact_mod._DEDUP_ROWS + 36)
-    for cls in (base_cls[pick], None):
-        z, ok = base_z[pick], base_ok[pick]
+    # Integer features beyond float64's 53-bit mantissa must not merge distinct rows.
+    big = (base_z.astype(np.int64) << 55) + rng.integers(0, 2, base_z.shape)
+    for z_all, cls in ((base_z, base_cls[pick]), (base_z, None), (big, base_cls[pick])):
+        z, ok = z_all[pick], base_ok[pick]
         got = pareto_mask(z, ok, cls)
         for b in range(len(pick)):
             for i in range(n):

@@ -522,9 +522,9 @@ def test_no_future_oom_check_by_hand():
 
 
 def test_no_future_oom_admits_more_than_reserving_and_never_preempts():
-    """Requests of mixed lengths arriving over time on a tight pool: SGLang's check for
-    fixed-length requests keeps more running than reserving whole requests and never runs
-    out (no preemption), and every request completes."""
+    """Requests of mixed lengths arriving over time on a tight pool, prompts within the step
+    budget: SGLang's check for fixed-length requests keeps more running than reserving whole
+    requests and never runs out (no preemption), and every request completes."""
     rng = np.random.default_rng(0)
     n = 60
     req = Requests(isl=rng.integers(20, 200, n), osl=rng.integers(10, 300, n),
@@ -580,3 +580,29 @@ def test_cli_kv_admission_flag():
     assert r.exit_code == 2 and "--kv-admission" in r.output and "on_demand" in r.output
     r = runner.invoke(app, [*base, "--kv-admission", "on_demand"])
     assert r.exit_code == 2 and "--concurrency" in r.output
+
+
+def test_no_future_oom_rechecks_after_every_decode_step():
+    """A (1 + 10 tokens) and B (1 + 20) arrive together on a 24-token pool: the check refuses B
+    beside A at first (20 − 10·2 = 0, not > 2) and passes after A's first decodes, so B is
+    admitted while A still runs (a block of decode steps would have skipped past that), and
+    the run equals one simulated a step at a time with every admission checked."""
+    req = Requests(isl=np.array([1, 1]), osl=np.array([10, 20]), arrival_s=np.array([0.0, 0.0]))
+    r = simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=100, kv_capacity_tokens=24,
+                 kv_admission="no_future_oom")
+    assert r.first_token_s[1] < r.finish_s[0] and r.preemptions == 0
+    assert np.isfinite(r.finish_s).all()
+
+
+def test_no_future_oom_refuses_a_request_its_check_can_never_pass():
+    """Alone, SGLang's check needs 2 tokens beyond the request (its first token's and one per
+    running request): a pool of isl + osl + 2 can never admit it and is refused up front,
+    one more token runs."""
+    req = fixed_requests(2, isl=10, osl=10)
+    kw = dict(max_num_seqs=8, max_num_batched_tokens=100, concurrency=1,
+              kv_admission="no_future_oom")
+    with pytest.raises(ConfigError, match="could never be admitted"):
+        simulate(TOY, req, kv_capacity_tokens=22, **kw)
+    assert np.isfinite(simulate(TOY, req, kv_capacity_tokens=23, **kw).finish_s).all()
+    simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=100, concurrency=1,
+             kv_capacity_tokens=20)                      # reserving needs just isl + osl

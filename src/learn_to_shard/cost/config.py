@@ -312,7 +312,8 @@ class CostModelConfig:
         kv_admission: serve simulation: when the KV pool admits a request
             (:data:`KV_ADMISSIONS`): ``reserve`` its whole ``isl + osl`` on admission,
             ``on_demand`` a paged pool that grows a token per decode and preempts the newest
-            requests when full, ``no_future_oom`` SGLang's check for requests of known length
+            requests when full, ``no_future_oom`` SGLang's check for requests of known length,
+            which admits while no future step is expected to run out
             (:func:`learn_to_shard.serving.simulate.simulate`); ``None`` = the engine's
             default (:data:`learn_to_shard.engines.KV_ADMISSION`; without an engine
             ``reserve`` when ``kv_reserve_full_request``, else ``on_demand``).

@@ -256,11 +256,10 @@ def pareto_mask(z: np.ndarray, ok: np.ndarray, cls: np.ndarray | None = None) ->
     if b >= _DEDUP_ROWS and n >= _DEDUP_OPTIONS:
         # Batch rows that are bitwise equal (features, allowed options, classes) have the
         # same mask: compare each distinct row once.
-        parts = [z.reshape(b, -1).astype(np.float64), ok.reshape(b, -1).astype(np.float64)]
-        if cls is not None:
-            parts.append(cls.reshape(b, -1).astype(np.float64))
-        rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
-        _, first, inverse = np.unique(rows.view(np.dtype((np.void, rows.shape[1] * 8))).ravel(),
+        parts = [z, ok] if cls is None else [z, ok, cls]
+        rows = np.concatenate([np.ascontiguousarray(a).reshape(b, -1).view(np.uint8)
+                               for a in parts], axis=1)      # each row's bytes, exactly
+        _, first, inverse = np.unique(rows.view(np.dtype((np.void, rows.shape[1]))).ravel(),
                                       return_index=True, return_inverse=True)
         if len(first) < b:
             return _pareto_rows(z[first], ok[first],
@@ -982,7 +981,7 @@ class ExactSearcher:
             ``keep - 1`` runners-up; 1 skips solving the runners-up at every batch).
 
     Raises:
-        ValueError: ``keep < 1``.
+        ValueError: ``keep`` is not an integer >= 1.
     """
 
     name = "exact"
@@ -991,8 +990,9 @@ class ExactSearcher:
 
     def __init__(self, time_limit_s: float | None = None, verify_samples: int = 64,
                  work_limit: int | None = None, keep: int = 5) -> None:
-        if keep < 1:
-            raise ValueError(f"keep: at least the optimum (1), got {keep}")
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ValueError(f"keep: an integer >= 1 (the optimum and its runners-up), "
+                             f"got {keep!r}")
         self.time_limit_s = time_limit_s
         self.verify_samples = verify_samples
         self.work_limit = work_limit

@@ -308,7 +308,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
               tokens when the ``i``-th finishes, ``free + Σ_{k<i} o_k − r_i · (n − i)``,
               exceed one token per request still running (SGLang's
               ``add_one_req_ignore_eos``, for requests of known length with the radix
-              cache off).
+              cache off). The check counts a prompt still being chunked beside decodes
+              (``prefill_first`` False) as finishing ``r`` steps from now, so the pool can
+              still run out there; it then preempts as ``on_demand`` (SGLang retracts).
+              A waiting request is rechecked after every decode step.
 
     Returns:
         A :class:`SimResult`.
@@ -326,11 +329,19 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1:
         raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens and "
                           "decode_steps_per_schedule must be >= 1")
+    if kv_admission not in ("reserve", "on_demand", "no_future_oom"):
+        raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be reserve, "
+                          f"on_demand or no_future_oom")
     need = isl + osl
-    if (need > kv_capacity_tokens).any():
+    # SGLang's check admits a lone request only into a pool of more than isl + osl + 2
+    # tokens (its first token's, and one beyond for the request still running).
+    spare = 3 if kv_admission == "no_future_oom" else 0
+    if (need + spare > kv_capacity_tokens).any():
         worst = int(need.max())
         raise ConfigError(f"simulation: a request of {worst} tokens exceeds the instance's KV "
-                          f"pool of {kv_capacity_tokens} tokens; it could never be admitted")
+                          f"pool of {kv_capacity_tokens} tokens"
+                          + (" less the 3 SGLang's admission check needs beside it" if spare
+                             else "") + "; it could never be admitted")
     closed = requests.arrival_s is None
     if closed:
         if concurrency is None or concurrency < 1:
@@ -354,9 +365,6 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     plen = isl.copy()                 # prompt tokens to compute (+ output so far once preempted)
     held = np.zeros(n, dtype=np.int64)              # KV tokens each request holds
     preemptions = 0
-    if kv_admission not in ("reserve", "on_demand", "no_future_oom"):
-        raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be reserve, "
-                          f"on_demand or no_future_oom")
     on_demand = kv_admission != "reserve"
     last_token = np.full(n, np.nan)                 # time of each request's latest token
     itl_vals: list[np.ndarray] = []
@@ -447,6 +455,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             k = int((osl[dec] - generated[dec]).min())
             if on_demand:                   # up to the step the pool runs out
                 k = max(1, min(k, kv_free // n_dec))
+            if kv_admission == "no_future_oom" and int(running.sum()) < max_num_seqs and \
+                    (~admitted & ~done & (arrival <= t)).any():
+                k = 1       # the check can pass after any decode step: one step at a time
             ctx = isl[dec] + generated[dec]
             s0 = float(ctx.sum())
             j = np.arange(k)
