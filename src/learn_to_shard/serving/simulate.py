@@ -48,6 +48,7 @@ from importlib import resources
 
 import numpy as np
 
+from ..cost.config import KV_ADMISSIONS
 from ..errors import ConfigError
 from .steptime import StepTimeModel
 
@@ -329,9 +330,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1:
         raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens and "
                           "decode_steps_per_schedule must be >= 1")
-    if kv_admission not in ("reserve", "on_demand", "no_future_oom"):
-        raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be reserve, "
-                          f"on_demand or no_future_oom")
+    if kv_admission not in KV_ADMISSIONS:
+        raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be one of "
+                          f"{', '.join(KV_ADMISSIONS)}")
     need = isl + osl
     # SGLang's check admits a lone request only into a pool of more than isl + osl + 2
     # tokens (its first token's, and one beyond for the request still running).
