@@ -92,6 +92,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("MLA latent cache read twice", T,
            "by = (dec_loc * span_dec_r + pf_loc) * lat * self._kvb",
            "by = (2 * dec_loc * span_dec_r + pf_loc) * lat * self._kvb"),
+    Mutant("sequence-split attention always splits (no whole-prompt option)", T,
+           "split_wins = att_split[sel] + t_kvx[sel] < att_whole",
+           "split_wins = att_split[sel] + t_kvx[sel] < att_whole + 1.0"),
+    Mutant("sequence split decided by decoding sequences, not prompts", T,
+           "(pf > 0) & (self.step_prompts(env) < t)",
+           "(pf > 0) & (np.maximum(env[\"dec\"], self.step_prompts(env)) < t)"),
     Mutant("activation pass bytes: gated output x2", T,
            "out = 0.5 if self.model.gated_mlp else 1.0", "out = 1.0"),
     Mutant("kernel overhead x2", T, "        return np.maximum(flops / peak, bytes_ / (hbm or "

@@ -855,6 +855,13 @@ class OperatorTerms:
         heads_loc = np.where(c_att == 1, att.num_heads / t, float(att.num_heads))
         kv_heads = np.where(c_att == 1, kv_loc, float(att.num_kv_heads))
         split_seq = c_att == 0
+        # Sequence-split attention with fewer sequences than ranks has two implementations:
+        # split each prompt's tokens over the ranks and exchange K/V (context parallel,
+        # ``t_kvx``), or keep whole sequences per rank with some ranks idle. The cheaper one
+        # is priced (:meth:`_kv_exchange_time_s`), which also keeps the layer time
+        # non-decreasing in the batch where the step reaches ``tp`` sequences.
+        t_kvx = self._kv_exchange_time_s(split_seq, env)
+        pf_whole = np.ceil(env["pf"] / np.maximum(self.step_prompts(env), 1.0))
         pf_loc = np.where(split_seq, np.ceil(env["pf"] / t), env["pf"])
         # Decode attention over ``cp`` context-parallel ranks: ``tp / cp`` head (or sequence)
         # groups, each rank reading ``1/cp`` of every sequence's KV (:meth:`_dcp_time_s`).
@@ -865,25 +872,42 @@ class OperatorTerms:
         dec_loc = np.where(split_seq, np.ceil(env["dec"] / a_f), env["dec"])
         span_dec, span_pf = self._spans(window, ctx)
         span_dec_r = span_dec / cp.astype(np.float64)
-        if att.kind is AttentionKind.MLA:
-            lat = float(sh.kv_elems_per_token)
-            kv_lora = float(att.kv_lora_rank or 0)
-            fl = 2 * (heads_dec * dec_loc * span_dec_r * (2 * kv_lora + att.qk_rope_head_dim)
-                      + heads_loc * pf_loc * span_pf * (att.head_dim + att.v_head_dim))
-            by = (dec_loc * span_dec_r + pf_loc) * lat * self._kvb
-        else:
-            kv_dec = np.where(c_att == 1, self._kv_heads_per_rank(a_grp),
-                              float(att.num_kv_heads))
-            fl = 2 * (att.head_dim + att.v_head_dim) * (heads_dec * dec_loc * span_dec_r
-                                                        + heads_loc * pf_loc * span_pf)
-            by = (dec_loc * span_dec_r * kv_dec + pf_loc * kv_heads) * sh.kv_out_per_head \
-                * self._kvb
-        by = by + (dec_loc * heads_dec + pf_loc * heads_loc) \
-            * (att.head_dim + att.v_head_dim) * ab
-        ops["attention"] = self._roofline(fl, by, self._attn_flops, self._attn_hbm)
-        if att.kind is AttentionKind.MLA:   # the module's other kernels, once per layer
-            ops["attention"] = ops["attention"] + np.where(
-                dec_loc + pf_loc > 0, self.config.mla_module_overhead_s, 0.0)
+        kv_dec = np.where(c_att == 1, self._kv_heads_per_rank(a_grp), float(att.num_kv_heads)) \
+            if att.kind is AttentionKind.GQA else kv_heads
+
+        def core(pf_loc, heads_dec, dec_loc, span_dec_r, heads_loc, span_pf, kv_dec, kv_heads):
+            """The attention kernel's roofline with ``pf_loc`` prompt tokens per rank."""
+            if att.kind is AttentionKind.MLA:
+                lat = float(sh.kv_elems_per_token)
+                kv_lora = float(att.kv_lora_rank or 0)
+                fl = 2 * (heads_dec * dec_loc * span_dec_r * (2 * kv_lora + att.qk_rope_head_dim)
+                          + heads_loc * pf_loc * span_pf * (att.head_dim + att.v_head_dim))
+                by = (dec_loc * span_dec_r + pf_loc) * lat * self._kvb
+            else:
+                fl = 2 * (att.head_dim + att.v_head_dim) * (heads_dec * dec_loc * span_dec_r
+                                                            + heads_loc * pf_loc * span_pf)
+                by = (dec_loc * span_dec_r * kv_dec + pf_loc * kv_heads) * sh.kv_out_per_head \
+                    * self._kvb
+            by = by + (dec_loc * heads_dec + pf_loc * heads_loc) \
+                * (att.head_dim + att.v_head_dim) * ab
+            out = self._roofline(fl, by, self._attn_flops, self._attn_hbm)
+            if att.kind is AttentionKind.MLA:   # the module's other kernels, once per layer
+                out = out + np.where(dec_loc + pf_loc > 0, self.config.mla_module_overhead_s, 0.0)
+            return out
+
+        parts = (heads_dec, dec_loc, span_dec_r, heads_loc, span_pf, kv_dec, kv_heads)
+        att_split = core(pf_loc, *parts)
+        sel = np.flatnonzero(t_kvx > 0.0)       # rows whose split would exchange K/V
+        if sel.size:
+            n_rows = len(t)
+            att_whole = core(pf_whole[sel], *(np.asarray(x)[sel] if np.shape(x) == (n_rows,)
+                                               else x for x in parts))
+            split_wins = att_split[sel] + t_kvx[sel] < att_whole
+            att_split = np.array(att_split, dtype=np.float64, copy=True)
+            att_split[sel] = np.where(split_wins, att_split[sel], att_whole)
+            t_kvx = np.array(t_kvx, dtype=np.float64, copy=True)
+            t_kvx[sel] = np.where(split_wins, t_kvx[sel], 0.0)
+        ops["attention"] = att_split
         total += ops["attention"]
         t_dcp_q, t_dcp_o = self._dcp_time_s(dec_loc, heads_dec, env)
         if rec is not None and int(cp[0]) > 1 and float(dec_loc[0]) > 0.0:
@@ -893,7 +917,6 @@ class OperatorTerms:
             rec.append(("decode context parallel: partial outputs + LSE", "reduce-scatter",
                         int(cp[0]), float(t_dcp_o[0]), float(o_b[0])))
         total += t_dcp_q + t_dcp_o
-        t_kvx = self._kv_exchange_time_s(split_seq, env)
         if rec is not None and float(t_kvx[0]) > 0.0:
             rec.append(("attention K/V exchange (context parallel)", "all-gather",
                         int(env["tp"][0]), float(t_kvx[0]),
@@ -1060,13 +1083,19 @@ class OperatorTerms:
         per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
         return np.asarray(prompt_tokens, dtype=np.float64) * per_tok
 
+    def step_prompts(self, env: dict) -> np.ndarray:
+        """Prompts one attention-DP rank's step carries prompt tokens of, ``pf / isl``,
+        ``[n]`` (fractional for a chunk or a share of one prompt)."""
+        return env["pf"] / float(self.workload.isl)
+
     def _kv_exchange_time_s(self, split_seq: np.ndarray, env: dict) -> np.ndarray:
         """Context-parallel K/V exchange of one layer, seconds, ``[n]``.
 
         Attention ``Shard(0)`` splits the tokens of a step over the ``tp`` ranks. When the
-        step's sequences per attention-DP rank, ``max(dec, pf / isl)``, are at least ``tp``,
-        each rank gets whole sequences (attention-DP inside the TP group, SGLang's DP
-        attention) and nothing is exchanged. With fewer, one prompt's tokens are split across
+        step's prompts per attention-DP rank (:meth:`step_prompts`) are at least ``tp``,
+        each rank gets whole prompts (attention-DP inside the TP group, SGLang's DP
+        attention) and nothing is exchanged; decoding sequences are whole either way. With
+        fewer, one prompt's tokens are split across
         ranks (prefill context parallelism) and each rank needs the keys and values of the
         other ranks' tokens of its prompt: the engines all-gather them per layer along the
         sequence dimension (vLLM PCP RFC, https://github.com/vllm-project/vllm/issues/25749:
@@ -1076,11 +1105,11 @@ class OperatorTerms:
         cache"). Priced as one all-gather over ``tp`` of :meth:`kv_exchange_bytes` of the
         step's ``pf`` prompt tokens, on the TP group's link (:meth:`_collective_s`), not
         overlapped with compute.
-        Decode tokens are whole sequences and never exchange.
+        Decode tokens are whole sequences and never exchange. The layer prices the cheaper of
+        this split and whole sequences per rank (some ranks idle).
         """
-        t, dec, pf = env["t"], env["dec"], env["pf"]
-        seqs = np.maximum(dec, pf / float(self.workload.isl))
-        split_prompt = split_seq & (t > 1) & (pf > 0) & (seqs < t)
+        t, pf = env["t"], env["pf"]
+        split_prompt = split_seq & (t > 1) & (pf > 0) & (self.step_prompts(env) < t)
         kind = np.where(split_prompt, GATHER_OR_SCATTER, 0)
         return self._collective_s(kind, env["tp"], self.kv_exchange_bytes(pf), env["link_tp"])
 
