@@ -358,3 +358,42 @@ def test_serve_latency_does_not_fall_with_batch_under_seq_split_attention():
     for key in ("tpot_s", "ttft_s"):
         v = [getattr(e, key) for e in es]
         assert all(b >= a for a, b in zip(v, v[1:], strict=False)), key
+
+
+def _every_batch(cm: CostModel, hi: int) -> CostModel:
+    """``cm`` with every batch 1..``hi`` a candidate."""
+    return CostModel(cm.model, cm.cluster, cm.workload, cm.config,
+                     space=dataclasses.replace(cm.space, batch_values=tuple(range(1, hi + 1)),
+                                               any_batch=False))
+
+
+def test_serve_ttft_prices_the_prompts_tokens_once_and_never_falls():
+    """Phi-3.5-MoE on 16 H100s, serve 16,384 / 4,000, TP16 EP4 CP2 with attention Shard(0):
+    the prompt takes k = ⌈isl / (budget − decodes)⌉ steps, and the TTFT step carries its mean
+    chunk isl / k. Priced with the whole chunk instead, k chunks overcount the prompt (3 ×
+    8,000 tokens for 16,384), and the overcount shrinks as decodes shrink the chunk, so TTFT
+    fell from batch 176 to 240 by 0.14% (whole prompts on one rank make a chunk token cost a
+    whole token)."""
+    wl = make_workload("serve", isl=16384, osl=4000)
+    cm = _every_batch(make_cost_model("phi-3.5-moe-instruct", "h100-sxm:16", wl), 256)
+    dims = (1, 2, 0, 2, 1, 1, 0, 0, 0, 0, 2, 2)
+    batches = range(160, 258, 4)
+    ttft = [cm.evaluate(Strategy(16, 4, 1, 1, b, dims=dims, cp=2)).ttft_s for b in batches]
+    assert all(b >= a for a, b in zip(ttft, ttft[1:], strict=False))
+    ph = cm.phase_rows(np.array([1]), np.array([1]), np.array([192]))
+    assert float(ph["chunk_steps"][0]) == 3.0
+    assert float(ph["pf2"][0]) == pytest.approx(16384 / 3, rel=1e-15)
+    assert float(ph["pf_seqs2"][0]) == pytest.approx(1 / 3, rel=1e-15)
+
+
+def test_serve_latency_is_flat_once_the_token_budget_binds():
+    """Llama-3.1-8B on 16 H100s, serve 1,000 / 7, TP16 with attention Shard(0): beyond
+    ⌊8,192 / (1 + 1000/7)⌋ = 57 requests the budget binds, so a step carries the same
+    requests and TPOT is the same at every batch. It alternated by 5e-5 (relative): the
+    decodes were ``seq_dp · share``, an ulp apart from batch to batch, and the whole-prompt
+    share ``⌈pf / max(pf / isl, 1)⌉`` rounded to isl + 1 for some."""
+    wl = make_workload("serve", isl=1000, osl=7)
+    cm = _every_batch(make_cost_model("llama-3.1-8b", "h100-sxm:16", wl), 80)
+    dims = (0, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1)
+    tpot = {cm.evaluate(Strategy(16, 1, 1, 1, b, dims=dims)).tpot_s for b in range(58, 80)}
+    assert len(tpot) == 1

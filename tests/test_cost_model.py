@@ -500,3 +500,19 @@ def test_all_to_all_of_a_straddling_group_splits_its_bytes_by_node():
     nic, nv = cm._link(np.array([6])), cm._link(np.array([1]))
     expected = max(send * 1 / 5 / nv.bw[0], send * 4 / 5 / nic.bw[0]) + 3 * nic.alpha[0]
     assert cm.all_to_all_time_s(send, 6) == pytest.approx(expected)
+
+
+def test_serve_ttft_step_carries_the_prompts_mean_chunk():
+    """Serve, isl 16,384 with the default budget of 8,192 tokens and 8 running requests per
+    rank: the chunk is 8,192 − 8 = 8,184 tokens, so the prompt takes ⌈16,384 / 8,184⌉ = 3
+    steps, and the TTFT step carries 16,384 / 3 of its tokens and a third of the prompt (its
+    tokens priced once over the three steps); TTFT is three of those steps."""
+    m = load_model("llama-3.1-8b")
+    wl = Workload(Phase.SERVE, isl=16384, osl=1000)
+    cm = CostModel(m, parse_cluster("h100-sxm:1"), wl)
+    one = np.array([1])
+    ph = cm.phase_rows(one, one, np.array([8]))
+    assert float(ph["chunk_steps"][0]) == 3.0
+    assert float(ph["pf2"][0]) == pytest.approx(16384 / 3, rel=1e-15)
+    assert float(ph["pf_seqs2"][0]) == pytest.approx(1 / 3, rel=1e-15)
+    assert float(ph["dec"][0]) == 8.0

@@ -54,11 +54,13 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   ``batch`` running requests — every step decodes ``batch`` tokens (mean context
   ``isl + osl/2``) and prefills ``batch · isl / osl`` prompt tokens (each request's prompt once
   per ``osl`` steps); each request holds KV for ``isl + osl`` tokens (reserved on admission,
-  ``kv_reserve_full_request``) or ``isl + osl/2``; TTFT = ``⌈isl / chunk⌉`` steps carrying a
-  prefill chunk of ``max_num_batched_tokens − batch`` tokens. A step carries at most
-  ``max_num_batched_tokens`` tokens: when ``batch · (1 + isl/osl)`` per micro-batch and DP
-  rank exceeds it, only that fraction of the requests progresses per step (the rest wait for
-  their prefill), so throughput and step time saturate (:meth:`CostModel._step_share`).
+  ``kv_reserve_full_request``) or ``isl + osl/2``; TTFT = ``k = ⌈isl / chunk⌉`` steps (chunk
+  ``max_num_batched_tokens − batch`` tokens, at most ``isl``), each carrying the decodes and
+  the prompt's mean chunk ``isl / k``, so the prompt's tokens are priced once. A step
+  carries at most ``max_num_batched_tokens`` tokens: when ``batch · (1 + isl/osl)`` per
+  micro-batch and DP rank exceeds it, only that fraction of the requests progresses per step
+  (the rest wait for their prefill), so throughput and step time saturate
+  (:meth:`CostModel._step_share`).
 """
 
 from __future__ import annotations
@@ -498,8 +500,9 @@ class CostModel(OperatorTerms):
             decode sequences, ``pf`` prompt tokens and ``pf_seqs`` prompts completing, per step
             and DP rank; ``share`` the fraction of the running requests a step can carry
             (:meth:`_step_share`; 1 outside serve); ``ctx`` mean decode KV length (tokens);
-            for serve the TTFT step's ``pf2``/``pf_seqs2`` (one chunk) and ``chunk_steps``
-            (zeros otherwise).
+            for serve the TTFT step's ``pf2``/``pf_seqs2`` (the prompt's mean chunk,
+            ``isl / chunk_steps`` tokens and ``1 / chunk_steps`` of the prompt) and
+            ``chunk_steps`` (zeros otherwise).
         """
         wl, c = self.workload, self.config
         n = len(pp)
@@ -515,10 +518,18 @@ class CostModel(OperatorTerms):
         share = np.ones(n)
         if wl.phase is Phase.SERVE:
             share = self._step_share(seq_dp)
-            dec = seq_dp * share
+            # The requests a step carries, min(seq_dp, budget / (1 + isl/osl)), computed
+            # directly: seq_dp * share differs by an ulp from batch to batch once the budget
+            # binds, which flips the ceilings of per-rank token counts.
+            dec = np.minimum(seq_dp, self._budget_requests())
             pf_seqs, pf, ctx = dec / osl, dec * isl / osl, wl.decode_context
             chunk = np.minimum(np.maximum(c.max_num_batched_tokens - dec, 1.0), isl)
-            pf2, pf_seqs2, chunk_steps = chunk, chunk / isl, np.ceil(isl / chunk)
+            chunk_steps = np.ceil(isl / chunk)
+            # The TTFT step carries the prompt's mean chunk: its isl tokens over the
+            # ceil(isl / chunk) steps it takes (the last chunk is the remainder), so the steps
+            # price the prompt's tokens once.
+            pf2 = isl / chunk_steps
+            pf_seqs2 = 1.0 / chunk_steps
         else:
             pf2, pf_seqs2, chunk_steps = zeros, zeros, zeros
         return {"m": m_mb, "seq_dp": seq_dp, "dec": dec, "pf": pf, "pf_seqs": pf_seqs,
@@ -538,9 +549,13 @@ class CostModel(OperatorTerms):
         that batch, throughput and step time stop growing (requests wait for their prefill),
         and a prompt longer than the budget takes several steps.
         """
+        return np.minimum(seq_dp, self._budget_requests()) / np.maximum(seq_dp, 1e-300)
+
+    def _budget_requests(self) -> float:
+        """Serve phase: the most requests one step can carry within the token budget,
+        ``max_num_batched_tokens / (1 + isl/osl)`` (:meth:`_step_share`)."""
         wl = self.workload
-        need = seq_dp * (1.0 + float(wl.isl) / float(wl.osl))
-        return np.minimum(1.0, self.config.max_num_batched_tokens / need)
+        return self.config.max_num_batched_tokens / (1.0 + float(wl.isl) / float(wl.osl))
 
     # ------------------------------------------------------------------ one step
     def _step(self, a: np.ndarray, deg: dict, dims: np.ndarray, dec: np.ndarray, ctx: float,

@@ -861,7 +861,7 @@ class OperatorTerms:
         # is priced (:meth:`_kv_exchange_time_s`), which also keeps the layer time
         # non-decreasing in the batch where the step reaches ``tp`` sequences.
         t_kvx = self._kv_exchange_time_s(split_seq, env)
-        pf_whole = np.ceil(env["pf"] / np.maximum(self.step_prompts(env), 1.0))
+        pf_whole = np.ceil(np.minimum(env["pf"], float(self.workload.isl)))
         pf_loc = np.where(split_seq, np.ceil(env["pf"] / t), env["pf"])
         # Decode attention over ``cp`` context-parallel ranks: ``tp / cp`` head (or sequence)
         # groups, each rank reading ``1/cp`` of every sequence's KV (:meth:`_dcp_time_s`).
