@@ -855,11 +855,11 @@ class OperatorTerms:
         heads_loc = np.where(c_att == 1, att.num_heads / t, float(att.num_heads))
         kv_heads = np.where(c_att == 1, kv_loc, float(att.num_kv_heads))
         split_seq = c_att == 0
-        # Sequence-split attention with fewer sequences than ranks has two implementations:
+        # Sequence-split attention with fewer prompts than ranks has two implementations:
         # split each prompt's tokens over the ranks and exchange K/V (context parallel,
-        # ``t_kvx``), or keep whole sequences per rank with some ranks idle. The cheaper one
-        # is priced (:meth:`_kv_exchange_time_s`), which also keeps the layer time
-        # non-decreasing in the batch where the step reaches ``tp`` sequences.
+        # ``t_kvx``), or keep each prompt whole on one rank (at most ``isl`` prompt tokens per
+        # rank, the others idle). The cheaper one is priced (:meth:`_kv_exchange_time_s`),
+        # which also keeps the layer time non-decreasing in the batch.
         t_kvx = self._kv_exchange_time_s(split_seq, env)
         pf_whole = np.ceil(np.minimum(env["pf"], float(self.workload.isl)))
         pf_loc = np.where(split_seq, np.ceil(env["pf"] / t), env["pf"])
@@ -1095,10 +1095,10 @@ class OperatorTerms:
         step's prompts per attention-DP rank (:meth:`step_prompts`) are at least ``tp``,
         each rank gets whole prompts (attention-DP inside the TP group, SGLang's DP
         attention) and nothing is exchanged; decoding sequences are whole either way. With
-        fewer, one prompt's tokens are split across
-        ranks (prefill context parallelism) and each rank needs the keys and values of the
-        other ranks' tokens of its prompt: the engines all-gather them per layer along the
-        sequence dimension (vLLM PCP RFC, https://github.com/vllm-project/vllm/issues/25749:
+        fewer, one prompt's tokens are split across ranks (prefill context parallelism) and
+        each rank needs the keys and values of the other ranks' tokens of its prompt: the
+        engines all-gather them per layer along the sequence dimension (vLLM PCP RFC,
+        https://github.com/vllm-project/vllm/issues/25749:
         "we perform an AllGather op along the sequence dimension within the PCP group to
         obtain the complete KV values"; SGLang prefill CP,
         https://docs.sglang.io/docs/advanced_features/prefill_cp: "all-gather on the KV
@@ -1106,7 +1106,7 @@ class OperatorTerms:
         step's ``pf`` prompt tokens, on the TP group's link (:meth:`_collective_s`), not
         overlapped with compute.
         Decode tokens are whole sequences and never exchange. The layer prices the cheaper of
-        this split and whole sequences per rank (some ranks idle).
+        this split and whole prompts per rank (some ranks idle).
         """
         t, pf = env["t"], env["pf"]
         split_prompt = split_seq & (t > 1) & (pf > 0) & (self.step_prompts(env) < t)
