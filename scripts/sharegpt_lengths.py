@@ -16,7 +16,8 @@ least 4 tokens, prompt at most 1,024, prompt + output at most 2,048: the default
 committed CSV exactly::
 
     git clone https://github.com/sosp-ae-39/sosp-ae-astra /tmp/astra
-    .venv/bin/python scripts/sharegpt_lengths.py /tmp/astra/datasets/sharegpt_opt_text_completion_length.pkl
+    .venv/bin/python scripts/sharegpt_lengths.py \
+        /tmp/astra/datasets/sharegpt_opt_text_completion_length.pkl
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import numpy as np
 KEEP = 10_000
 #: vLLM's ShareGPT filter: shortest prompt/output, longest prompt, longest prompt + output.
 MIN_LEN, MAX_PROMPT, MAX_TOTAL = 4, 1024, 2048
-OUT = Path(__file__).resolve().parents[1] / "src" / "learn_to_shard" / "data" / "sharegpt_lengths.csv"
+OUT = (Path(__file__).resolve().parents[1] / "src" / "learn_to_shard" / "data"
+       / "sharegpt_lengths.csv")
 
 
 class _NoGlobals(pickle.Unpickler):
