@@ -517,11 +517,8 @@ class CostModel(OperatorTerms):
             dec, pf, pf_seqs, ctx = zeros, seq_dp * isl, seq_dp, 0.0
         share = np.ones(n)
         if wl.phase is Phase.SERVE:
-            share = self._step_share(seq_dp)
-            # The requests a step carries, min(seq_dp, budget / (1 + isl/osl)), computed
-            # directly: seq_dp * share differs by an ulp from batch to batch once the budget
-            # binds, which flips the ceilings of per-rank token counts.
-            dec = np.minimum(seq_dp, self._budget_requests())
+            dec = self._step_requests(seq_dp)
+            share = dec / seq_dp
             pf_seqs, pf, ctx = dec / osl, dec * isl / osl, wl.decode_context
             chunk = np.minimum(np.maximum(c.max_num_batched_tokens - dec, 1.0), isl)
             chunk_steps = np.ceil(isl / chunk)
@@ -549,13 +546,16 @@ class CostModel(OperatorTerms):
         that batch, throughput and step time stop growing (requests wait for their prefill),
         and a prompt longer than the budget takes several steps.
         """
-        return np.minimum(seq_dp, self._budget_requests()) / np.maximum(seq_dp, 1e-300)
+        return self._step_requests(seq_dp) / seq_dp
 
-    def _budget_requests(self) -> float:
-        """Serve phase: the most requests one step can carry within the token budget,
-        ``max_num_batched_tokens / (1 + isl/osl)`` (:meth:`_step_share`)."""
+    def _step_requests(self, seq_dp: np.ndarray) -> np.ndarray:
+        """Serve phase: the requests a step carries, ``min(seq_dp, budget / (1 + isl/osl))``,
+        ``[n]`` (:meth:`_step_share`). Computed directly, not as ``seq_dp · share``, which
+        differs by an ulp from batch to batch once the budget binds and flips the ceilings of
+        per-rank token counts."""
         wl = self.workload
-        return self.config.max_num_batched_tokens / (1.0 + float(wl.isl) / float(wl.osl))
+        return np.minimum(seq_dp, self.config.max_num_batched_tokens
+                          / (1.0 + float(wl.isl) / float(wl.osl)))
 
     # ------------------------------------------------------------------ one step
     def _step(self, a: np.ndarray, deg: dict, dims: np.ndarray, dec: np.ndarray, ctx: float,
