@@ -97,9 +97,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("sequence-split attention always splits (no whole-prompt option)", T,
            "split_wins = att_split[sel] + t_kvx[sel] < att_whole",
            "split_wins = att_split[sel] + t_kvx[sel] < att_whole + 1.0"),
-    Mutant("sequence split decided by decoding sequences, not prompts", T,
-           "(pf > 0) & (self.step_prompts(env) < t)",
-           "(pf > 0) & (np.maximum(env[\"dec\"], self.step_prompts(env)) < t)"),
+    Mutant("whole prompts beyond tp priced as an even split", T,
+           "return np.ceil(isl * (per_rank_lo + (n - lo) * (per_rank_hi - per_rank_lo)))",
+           "return np.ceil(np.minimum(env[\"pf\"], np.maximum(isl, env[\"pf\"] / t)))"),
     Mutant("activation pass bytes: gated output x2", T,
            "out = 0.5 if self.model.gated_mlp else 1.0", "out = 1.0"),
     Mutant("kernel overhead x2", T, "        return np.maximum(flops / peak, bytes_ / (hbm or "

@@ -342,6 +342,39 @@ def test_seq_split_attention_takes_the_cheaper_of_split_and_whole():
     assert all(b >= a for a, b in zip(ttft, ttft[1:], strict=False))
 
 
+def test_whole_prompts_beyond_tp_cost_the_busiest_ranks_prompts():
+    """Attention Shard(0) with more prompts than TP ranks (Llama-3.1-8B, TP8, 1,024-token
+    prefill): nine whole prompts put two on the busiest rank, so attention costs what 16
+    prompts cost (two per rank), not 9/8 of one prompt as an even split with nothing
+    exchanged would; splitting them evenly and all-gathering their K/V costs more here. At
+    8 and 16 prompts the even split is whole prompts and nothing is exchanged. TTFT never
+    falls as prompts are added."""
+    wl = make_workload("prefill", isl=1024)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", wl)
+    s = Strategy(tp=8, ep=1, pp=1, dp=1, batch=1, dims=(0, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1))
+    es = {b: cm.evaluate(dataclasses.replace(s, batch=b)) for b in range(8, 17)}
+    att = {b: e.op_time_s["attention"] for b, e in es.items()}
+    assert all(att[b] == pytest.approx(att[16], rel=1e-12) for b in range(9, 17))
+    assert att[16] > 1.9 * att[8]
+    assert not [c for e in es.values() for c in e.collectives
+                if c.where.startswith("attention K/V exchange")]
+    ttft = [es[b].ttft_s for b in range(8, 17)]
+    assert all(b >= a for a, b in zip(ttft, ttft[1:], strict=False))
+
+
+def test_whole_prompt_tokens_interpolates_between_whole_counts():
+    """A step's prompts are a mean: 8.5 prompts over 8 ranks are steps of 8 (one per rank)
+    and 9 (two on the busiest) in equal shares, 1.5 prompts on the busiest rank on average;
+    below one prompt the share itself; one prompt up to 8; 2 at 16; 3 at 16.25 and 24."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", make_workload("prefill", isl=1000))
+    n = np.array([0.25, 1.0, 3.0, 8.0, 8.5, 16.0, 16.25, 24.0])
+    env = {"t": np.full(n.shape, 8.0), "pf": n * 1000.0}
+    got = cm.whole_prompt_tokens(env)
+    np.testing.assert_array_equal(got, [250, 1000, 1000, 1000, 1500, 2000, 2250, 3000])
+    assert np.all(np.diff(cm.whole_prompt_tokens(
+        {"t": np.full(400, 8.0), "pf": np.linspace(0, 40_000, 400)})) >= 0)
+
+
 def test_serve_latency_does_not_fall_with_batch_under_seq_split_attention():
     """Mixtral-8x7B on 8 H100s, serve 1,000 / 500, TP2 EP8 DP4 with attention Shard(0):
     from batch 4 (one sequence per DP rank) to 5 (two on the busiest) TPOT and TTFT must

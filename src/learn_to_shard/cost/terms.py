@@ -855,13 +855,13 @@ class OperatorTerms:
         heads_loc = np.where(c_att == 1, att.num_heads / t, float(att.num_heads))
         kv_heads = np.where(c_att == 1, kv_loc, float(att.num_kv_heads))
         split_seq = c_att == 0
-        # Sequence-split attention with fewer prompts than ranks has two implementations:
-        # split each prompt's tokens over the ranks and exchange K/V (context parallel,
-        # ``t_kvx``), or keep each prompt whole on one rank (at most ``isl`` prompt tokens per
-        # rank, the others idle). The cheaper one is priced (:meth:`_kv_exchange_time_s`),
-        # which also keeps the layer time non-decreasing in the batch.
+        # Sequence-split attention has two implementations: split the step's prompt tokens
+        # evenly over the ranks and exchange K/V (context parallel, ``t_kvx``), or keep each
+        # prompt whole on one rank (:meth:`whole_prompt_tokens` on the busiest rank, ranks
+        # without a prompt idle). The cheaper one is priced (:meth:`_kv_exchange_time_s`);
+        # both are non-decreasing in the batch, so the layer time is too.
         t_kvx = self._kv_exchange_time_s(split_seq, env)
-        pf_whole = np.ceil(np.minimum(env["pf"], float(self.workload.isl)))
+        pf_whole = self.whole_prompt_tokens(env)
         pf_loc = np.where(split_seq, np.ceil(env["pf"] / t), env["pf"])
         # Decode attention over ``cp`` context-parallel ranks: ``tp / cp`` head (or sequence)
         # groups, each rank reading ``1/cp`` of every sequence's KV (:meth:`_dcp_time_s`).
@@ -1088,28 +1088,49 @@ class OperatorTerms:
         ``[n]`` (fractional for a chunk or a share of one prompt)."""
         return env["pf"] / float(self.workload.isl)
 
+    def whole_prompt_tokens(self, env: dict) -> np.ndarray:
+        """Prompt tokens the busiest rank attends when attention ``Shard(0)`` keeps each of
+        the step's prompts whole on one of the ``t`` ranks, ``[n]``.
+
+        ``N`` whole prompts of ``isl`` tokens over ``t`` ranks put ``ceil(N / t) · isl`` on
+        the busiest rank (attention-DP inside the TP group, SGLang's DP attention, with the
+        ranks that get a prompt fewer idle). The step's prompts :meth:`step_prompts` ``n =
+        pf / isl`` are a mean (a chunk, a share of one prompt, a steady-state mix): the
+        steps carry ``floor(n)`` or ``floor(n) + 1`` prompts in the proportion that gives
+        the mean ``n``, so the price is the linear interpolation of ``ceil(N / t) · isl``
+        between them, rounded up to whole tokens — ``pf`` itself below one prompt, one
+        prompt's ``isl`` up to ``t`` prompts, and the even split ``pf / t`` at every
+        multiple of ``t``. Non-decreasing in ``pf``.
+        """
+        isl = float(self.workload.isl)
+        t = np.asarray(env["t"], dtype=np.float64)
+        n = self.step_prompts(env)
+        lo = np.floor(n)
+        per_rank_lo, per_rank_hi = np.ceil(lo / t), np.ceil((lo + 1.0) / t)
+        return np.ceil(isl * (per_rank_lo + (n - lo) * (per_rank_hi - per_rank_lo)))
+
     def _kv_exchange_time_s(self, split_seq: np.ndarray, env: dict) -> np.ndarray:
         """Context-parallel K/V exchange of one layer, seconds, ``[n]``.
 
-        Attention ``Shard(0)`` splits the tokens of a step over the ``tp`` ranks. When the
-        step's prompts per attention-DP rank (:meth:`step_prompts`) are at least ``tp``,
-        each rank gets whole prompts (attention-DP inside the TP group, SGLang's DP
-        attention) and nothing is exchanged; decoding sequences are whole either way. With
-        fewer, one prompt's tokens are split across ranks (prefill context parallelism) and
-        each rank needs the keys and values of the other ranks' tokens of its prompt: the
-        engines all-gather them per layer along the sequence dimension (vLLM PCP RFC,
+        Attention ``Shard(0)`` splits the tokens of a step evenly over the ``tp`` ranks;
+        decoding sequences are whole either way. An even split cuts the step's prompts
+        (all of them when there are fewer prompts than ranks, prefill context parallelism),
+        and each rank needs the keys and values of the other ranks' tokens of its prompts:
+        the engines all-gather them per layer along the sequence dimension (vLLM PCP RFC,
         https://github.com/vllm-project/vllm/issues/25749:
         "we perform an AllGather op along the sequence dimension within the PCP group to
         obtain the complete KV values"; SGLang prefill CP,
         https://docs.sglang.io/docs/advanced_features/prefill_cp: "all-gather on the KV
         cache"). Priced as one all-gather over ``tp`` of :meth:`kv_exchange_bytes` of the
         step's ``pf`` prompt tokens, on the TP group's link (:meth:`_collective_s`), not
-        overlapped with compute.
-        Decode tokens are whole sequences and never exchange. The layer prices the cheaper of
-        this split and whole prompts per rank (some ranks idle).
+        overlapped with compute; at any number of prompts (an upper bound where fewer
+        prompts are cut). Decode tokens are whole sequences and never exchange. The layer
+        prices the cheaper of this split and whole prompts per rank
+        (:meth:`whole_prompt_tokens`), which at a multiple of ``tp`` prompts is the even
+        split with nothing exchanged.
         """
         t, pf = env["t"], env["pf"]
-        split_prompt = split_seq & (t > 1) & (pf > 0) & (self.step_prompts(env) < t)
+        split_prompt = split_seq & (t > 1) & (pf > 0)
         kind = np.where(split_prompt, GATHER_OR_SCATTER, 0)
         return self._collective_s(kind, env["tp"], self.kv_exchange_bytes(pf), env["link_tp"])
 
