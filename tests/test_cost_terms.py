@@ -328,3 +328,32 @@ def test_eager_launches_of_any_attention_dp_rank_hold_every_rank():
     assert host is not None and alone is not None
     assert float(host[0]) == pytest.approx(1e-4 * m.num_layers, rel=1e-12)
     assert float(alone[0]) == pytest.approx(0.25e-4 * m.num_layers, rel=1e-12)
+
+
+def test_block_scaled_expert_block_pays_per_local_expert():
+    """``block_fp8_local_expert_overhead_s`` (``trtllm`` profile): DeepSeek-V3's FP8
+    checkpoint (128 × 128 block scales) decoding one token on 8 H200s pays 0.25 µs per local
+    expert in every MoE layer's ``expert_up``: 256 experts per rank with experts
+    tensor-parallel (EP1), 32 under EP8. BF16 weights pay nothing, nor do the ``vllm`` and
+    ``sglang`` profiles (no measured kernels of theirs)."""
+    from learn_to_shard.cost import CostModelConfig
+
+    m = load_model("deepseek-v3")
+    assert m.weight_block_size == (128, 128)
+    cl = parse_cluster("h200:8")
+    layers = sum(1 for layer in m.layers if layer.is_moe)
+
+    def expert_up_s(engine, dtype, ep, **kw):
+        wl = Workload(Phase.DECODE, isl=1024, weight_dtype=dtype)
+        cm = CostModel(m, cl, wl, config=CostModelConfig.for_engine(engine, **kw))
+        return cm.evaluate(Strategy(tp=8, ep=ep, pp=1, dp=1, batch=1,
+                                    dims=MEGATRON_DIMS)).op_time_s["expert_up"]
+
+    for ep, local in ((1, 256), (8, 32)):
+        on = expert_up_s("trtllm", DType.FP8, ep)
+        off = expert_up_s("trtllm", DType.FP8, ep, block_fp8_local_expert_overhead_s=0.0)
+        assert on - off == pytest.approx(layers * local * 0.25e-6, rel=1e-9)
+        assert expert_up_s("trtllm", DType.BF16, ep) == expert_up_s(
+            "trtllm", DType.BF16, ep, block_fp8_local_expert_overhead_s=0.0)
+    assert CostModelConfig.for_engine("vllm").block_fp8_local_expert_overhead_s == 0.0
+    assert CostModelConfig.for_engine("sglang").block_fp8_local_expert_overhead_s == 0.0

@@ -735,7 +735,8 @@ def validate_cmd(
 
         render_kernel_fits(run_kernel_fits(), con)
         render_moe_kernels(moe_kernel_report(), moe_kernel_report(CostModelConfig.for_engine(
-            "trtllm", moe_block_overhead_s=0.0, expert_shape_half=0.0)), con)
+            "trtllm", moe_block_overhead_s=0.0, expert_shape_half=0.0,
+            block_fp8_local_expert_overhead_s=0.0)), con)
         render_mla_kernels(mla_kernels(), mla_kernels(CostModelConfig.for_engine(
             "trtllm", mla_module_overhead_s=0.0)), con)
     if serving:

@@ -141,7 +141,8 @@ _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
 KV_ADMISSIONS = ("reserve", "on_demand", "no_future_oom")
 
 #: Fields that are times, sizes or shape constants: each must be >= 0.
-_NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s", "runtime_reserved_bytes",
+_NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s",
+                 "block_fp8_local_expert_overhead_s", "runtime_reserved_bytes",
                  "host_step_overhead_s", "host_seq_overhead_s", "host_prefill_overhead_s",
                  "eager_layer_overhead_s", "scale_up_latency_s", "scale_out_latency_s",
                  "gemm_shape_half",
@@ -359,6 +360,25 @@ class CostModelConfig:
             bf16/fp8/fp8 block-scaled, median |ln error| 0.58 → 0.13 (with
             ``fp8_block_scale_efficiency``; refitted with it, the same values); held out,
             Qwen3-235B-A22B's rows, 0.60 → 0.12. One value for every device and dtype.
+        block_fp8_local_expert_overhead_s: time of one MoE layer's routed-expert block per
+            step per expert the rank holds (``experts / ep``, whether tokens reach it or not),
+            for FP8 weights with block scales (``ModelSpec.weight_block_size``, DeepSeek's
+            128 × 128), beyond ``moe_block_overhead_s``, seconds; added where the rank holds
+            tokens for its experts. TensorRT-LLM's block-scaled MoE blocks at one token grow
+            with the local experts while their weight traffic falls (``data/silicon/moe.csv``,
+            aiconfigurator-core 0.12.0, DeepSeek-V3 shapes on H200 with experts
+            tensor-parallel over 8 ranks: 115 µs with all 256 experts on every rank, 40 µs
+            with 32 under EP8; on H100 and B200 alike), where per-tensor FP8 and BF16 blocks
+            do not (Qwen3-235B-A22B's BF16 shapes at one token: 40 µs with all 128 experts on
+            each of 8 ranks, 38 µs with 16 under EP8): the block-scaled grouped GEMMs handle
+            every local expert's problem and scales, empty or not (the mechanism is an
+            inference from the tables). A property of TensorRT-LLM's kernels, so engine
+            profiles set it: ``trtllm`` 0.25 µs, *fitted on
+            measured kernels* (``fidelity.kernels.fit_block_fp8_expert_overhead``, jointly
+            with ``fp8_block_scale_efficiency``: the block-scaled rows of every device,
+            calibration shapes as ``moe_block_overhead_s``'s; median |ln error| 0.145 →
+            0.112, held out 0.166 → 0.144); 0 elsewhere (no measured block-scaled MoE kernels
+            of vLLM or SGLang).
         expert_shape_half: the expert GEMMs' rate falls with their local ``K`` and ``N`` as
             ``K/(K + x) · N/(N + x)``: many narrow expert GEMMs (expert TP splits ``N`` of the
             up and ``K`` of the down projection) run below a few wide ones (EP), and grouped
@@ -378,13 +398,15 @@ class CostModelConfig:
             promote partial sums on CUDA cores on Hopper); chips with FP4 math (Blackwell,
             MI355X) have block-scaled MMA (the OCP microscaling formats) and keep the FP8
             rate. It scales the compute rate only, so memory-bound GEMMs do not change.
-            0.55, *fitted on measured kernels* (``fidelity.kernels.fit_fp8_block_scale``):
+            0.6, *fitted on measured kernels* (``fidelity.kernels.fit_fp8_block_scale``):
             the block-scaled rows of ``data/silicon/moe.csv`` on H100/H200 (TensorRT-LLM's
             MoE block, aiconfigurator-core 0.12.0; at > 1,024 tokens they take 1.85× the
             per-tensor FP8 rows' time at the same shape), calibration shapes as
-            ``moe_block_overhead_s``'s: median |ln error| 0.177 → 0.139, held out 0.220 →
-            0.142. The fitted value applies to every GEMM of such a checkpoint (no dense
-            block-scaled GEMM table to check it on).
+            ``moe_block_overhead_s``'s, with the ``trtllm`` profile's
+            ``block_fp8_local_expert_overhead_s`` (fitted jointly with it, the same 0.6):
+            median |ln error| at 1.0 → 0.6: 0.141 → 0.115, held out 0.207 → 0.156. The
+            fitted value applies to every GEMM of such a checkpoint (no dense block-scaled
+            GEMM table to check it on).
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
             ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,
@@ -440,9 +462,10 @@ class CostModelConfig:
     gemm_overlap: bool = False
     gemm_overlap_efficiency: float = 0.8
     moe_block_overhead_s: float = 20e-6
+    block_fp8_local_expert_overhead_s: float = 0.0
     expert_shape_half: float = 0.0
     mla_module_overhead_s: float = 35e-6
-    fp8_block_scale_efficiency: float = 0.55
+    fp8_block_scale_efficiency: float = 0.6
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.
@@ -577,6 +600,10 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         # its measured MoE kernels with moe_block_overhead_s (fidelity.kernels.fit_moe_kernels,
         # data/silicon/moe.csv). vLLM's Triton fused MoE shows no such EP advantage (FC-26).
         "expert_shape_half": 1024.0,
+        # Its block-scaled FP8 MoE blocks cost more with every local expert (experts
+        # tensor-parallel, all of them on every rank): fitted on its measured MoE kernels
+        # (fidelity.kernels.fit_block_fp8_expert_overhead, data/silicon/moe.csv).
+        "block_fp8_local_expert_overhead_s": 0.25e-6,
         "engine": "trtllm",
         **_engine_fit("trtllm"),
     },

@@ -189,6 +189,10 @@ class OperatorTerms:
         # fp8_block_scale_efficiency).
         if fp8 and model.weight_block_size is not None and not dev.peak_fp4_flops_per_s:
             fp8_rate *= c.fp8_block_scale_efficiency
+        #: Per-step cost of each local expert of a routed-expert block, seconds
+        #: (CostModelConfig.block_fp8_local_expert_overhead_s: block-scaled FP8 weights).
+        self._local_expert_s = c.block_fp8_local_expert_overhead_s \
+            if fp8 and model.weight_block_size is not None else 0.0
         # FP4 (NVFP4 / MXFP4) GEMMs run on FP4 tensor cores where the chip has them (B200,
         # B300, MI355X; DeviceSpec.peak_fp4_flops_per_s), at the FP8 efficiency factor (no FP4
         # measurement to calibrate against); elsewhere (Hopper, MI300X) the weights are
@@ -1007,8 +1011,8 @@ class OperatorTerms:
             comp = self._roofline(fl, by, self._expert_flops * narrow
                                   * self._shape_eff(m_exp, k_loc, n_loc))
             if act:         # the block's fixed cost once per layer, with its first GEMM
-                comp = comp + self._act_pass(r_out * n_loc) \
-                    + np.where(r_loc > 0, c.moe_block_overhead_s, 0.0)
+                comp = comp + self._act_pass(r_out * n_loc) + np.where(
+                    r_loc > 0, c.moe_block_overhead_s + self._local_expert_s * e_loc, 0.0)
             if reduce:      # the top-k weighted sum: read every output row, write one per token
                 comp = comp + self._stream_pass(r_out * n_loc * (1.0 + 1.0 / moe.top_k))
             ops[name] = comp

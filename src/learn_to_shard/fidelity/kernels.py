@@ -46,7 +46,8 @@ __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a
            "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon",
            "MOE_SHAPES", "MOE_CALIBRATION_MODELS", "MOE_FIT_GRID", "MoEKernel", "moe_kernels",
            "MoEStats", "moe_kernel_report", "fit_moe_kernels", "FP8_BLOCK_FIT_GRID",
-           "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
+           "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "BLOCK_FP8_EXPERT_FIT_GRID",
+           "fit_block_fp8_expert_overhead", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
            "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels"]
 
 
@@ -688,6 +689,35 @@ def fit_fp8_block_scale(config: CostModelConfig | None = None,
                          and r["preset"] in FP8_BLOCK_FIT_DEVICES]}
     return _fit_on_split(lambda cfg: moe_kernels(cfg, block), config,
                          grid or FP8_BLOCK_FIT_GRID)
+
+
+#: Grid of :func:`fit_block_fp8_expert_overhead`: the block-scaled blocks' cost per local
+#: expert (seconds) and, jointly with it, the block-scaled FP8 rate.
+BLOCK_FP8_EXPERT_FIT_GRID: dict[str, tuple[float, ...]] = {
+    **FP8_BLOCK_FIT_GRID,
+    "block_fp8_local_expert_overhead_s": tuple(x * 1e-6 for x in (0, 0.1, 0.15, 0.2, 0.25,
+                                                                   0.3, 0.35, 0.4, 0.5)),
+}
+
+
+def fit_block_fp8_expert_overhead(config: CostModelConfig | None = None,
+                                  folder: str | Path | None = None,
+                                  grid: dict[str, tuple[float, ...]] | None = None
+                                  ) -> tuple[dict[str, float], float, float]:
+    """Fit ``block_fp8_local_expert_overhead_s`` jointly with ``fp8_block_scale_efficiency``
+    (grid default :data:`BLOCK_FP8_EXPERT_FIT_GRID`) on the ``fp8_block`` rows of ``moe.csv``
+    on every device (balanced routing; the efficiency changes only the rows of chips without
+    block-scaled MMA; calibration shapes :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's
+    held out), starting from ``config`` (default: the ``trtllm`` profile): coordinate descent
+    of the median ``|ln(predicted / measured)|`` (~4 min).
+
+    Returns:
+        (fitted values, calibration loss, held-out loss at those values).
+    """
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    block = {"moe.csv": [r for r in tables.get("moe.csv", []) if r["dtype"] == "fp8_block"]}
+    return _fit_on_split(lambda cfg: moe_kernels(cfg, block), config,
+                         grid or BLOCK_FP8_EXPERT_FIT_GRID)
 
 
 class _SplitKernel(Protocol):
