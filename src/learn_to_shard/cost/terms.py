@@ -1097,8 +1097,8 @@ class OperatorTerms:
         the step's prompts whole on one of the ``t`` ranks, ``[n]``.
 
         ``N`` whole prompts of ``isl`` tokens over ``t`` ranks put ``ceil(N / t) · isl`` on
-        the busiest rank (attention-DP inside the TP group, SGLang's DP attention, with the
-        ranks that get a prompt fewer idle). The step's prompts :meth:`step_prompts` ``n =
+        the busiest rank (attention-DP inside the TP group, SGLang's DP attention; ranks with
+        fewer prompts idle part of the step). The step's prompts :meth:`step_prompts` ``n =
         pf / isl`` are a mean (a chunk, a share of one prompt, a steady-state mix): the
         steps carry ``floor(n)`` or ``floor(n) + 1`` prompts in the proportion that gives
         the mean ``n``, so the price is the linear interpolation of ``ceil(N / t) · isl``
