@@ -683,12 +683,18 @@ def fit_fp8_block_scale(config: CostModelConfig | None = None,
     Returns:
         (fitted values, calibration loss, held-out loss at those values).
     """
-    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
-    # Only those rows are priced (moe_kernels groups them on their own).
-    block = {"moe.csv": [r for r in tables.get("moe.csv", []) if r["dtype"] == "fp8_block"
-                         and r["preset"] in FP8_BLOCK_FIT_DEVICES]}
+    block = _block_scaled_rows(folder, FP8_BLOCK_FIT_DEVICES)
     return _fit_on_split(lambda cfg: moe_kernels(cfg, block), config,
                          grid or FP8_BLOCK_FIT_GRID)
+
+
+def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | None = None
+                       ) -> dict[str, list[dict[str, str]]]:
+    """The ``fp8_block`` rows of ``moe.csv`` (on ``devices``; None: every device) as a table
+    set for :func:`moe_kernels`: only those rows are priced (it groups them on their own)."""
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    return {"moe.csv": [r for r in tables.get("moe.csv", []) if r["dtype"] == "fp8_block"
+                        and (devices is None or r["preset"] in devices)]}
 
 
 #: Grid of :func:`fit_block_fp8_expert_overhead`: the block-scaled blocks' cost per local
@@ -714,8 +720,7 @@ def fit_block_fp8_expert_overhead(config: CostModelConfig | None = None,
     Returns:
         (fitted values, calibration loss, held-out loss at those values).
     """
-    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
-    block = {"moe.csv": [r for r in tables.get("moe.csv", []) if r["dtype"] == "fp8_block"]}
+    block = _block_scaled_rows(folder)
     return _fit_on_split(lambda cfg: moe_kernels(cfg, block), config,
                          grid or BLOCK_FP8_EXPERT_FIT_GRID)
 
