@@ -300,6 +300,15 @@ class CostModelConfig:
             only the experts' own compute counts as cover, not the attention's or the
             router's, which keeps the layer separable for the exact solver; running the GEMMs
             on half-size micro-batches is not priced).
+        attention_dp_balanced: serve phase, MoE models with attention-DP (``dp > 1``): the
+            engine spreads each step's prompt tokens evenly over the DP ranks. ``False`` (the
+            engines' default): each rank admits and prefills its own requests, and since the
+            ranks meet at every MoE layer, a step lasts as long as its busiest rank's
+            attention and dense work (:func:`~learn_to_shard.cost.terms.
+            busiest_rank_prompt_tokens`); TensorRT-LLM ``attention_dp_config.enable_balance``
+            defaults to off (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py
+            ``AttentionDpConfig``), SGLang's DP controller and vLLM's DP engine cores hand a
+            request to one rank whole. ``True`` prices every rank at the mean.
         prefill_first: serve simulation: steps carry only prompt chunks while prompts are
             pending (SGLang's scheduler; vLLM V0 without chunked prefill); ``None`` = the
             engine's default (:data:`learn_to_shard.engines.PREFILL_FIRST_ENGINES`).
@@ -451,6 +460,7 @@ class CostModelConfig:
     moe_a2a_kernel: str | None = None
     moe_dispatch_payload: str | None = None
     two_batch_overlap: bool = False
+    attention_dp_balanced: bool = False
     prefill_first: bool | None = None
     overlap_schedule: bool | None = None
     decode_steps_per_schedule: int = 1

@@ -123,10 +123,49 @@ def prompt_step_share(dec: np.ndarray | float, pf: np.ndarray | float,
         ranks). 0 where ``pf = 0`` (a decode step).
     """
     pf = np.asarray(pf, dtype=float)
-    room = np.maximum(budget - np.asarray(dec, dtype=float), 1.0)
-    share = np.maximum(np.minimum(1.0, pf_seqs), pf / room)
+    share = rank_prompt_share(dec, pf, pf_seqs, budget)
     share = np.where(share > 1.0, share, np.minimum(1.0, np.asarray(dp) * share))
     return np.where(pf > 0, share, 0.0)
+
+
+def rank_prompt_share(dec: np.ndarray | float, pf: np.ndarray | float,
+                      pf_seqs: np.ndarray | float, budget: int) -> np.ndarray:
+    """The share of its steps in which one attention-DP rank carries prompt tokens,
+    ``r = max(min(1, pf_seqs), pf / (budget − dec))`` (:func:`prompt_step_share`, which
+    keeps ``r > 1`` for prefills longer than a step), ``dec``, ``pf`` and ``pf_seqs`` per step
+    and rank, ``[n]``."""
+    room = np.maximum(budget - np.asarray(dec, dtype=float), 1.0)
+    return np.maximum(np.minimum(1.0, pf_seqs), np.asarray(pf, dtype=float) / room)
+
+
+def busiest_rank_prompt_tokens(dec: np.ndarray | float, pf: np.ndarray | float,
+                               pf_seqs: np.ndarray | float, dp: np.ndarray | float,
+                               budget: int) -> np.ndarray:
+    """Prompt tokens per step on the busiest of ``dp`` attention-DP ranks, in expectation.
+
+    Each rank admits and prefills its own requests; over the steps a rank carries a prompt
+    chunk in a share ``r`` of them (:func:`rank_prompt_share`, at most 1) and then ``pf / r``
+    tokens of it (a
+    whole prompt, or the room the decodes leave). With the ranks independent, a step has a
+    rank carrying one with probability ``1 − (1 − r)^dp``, and since the ranks meet at every
+    MoE layer that rank's tokens set the step's attention and dense time:
+    ``pf_busy = (pf / r) · (1 − (1 − r)^dp)``. It equals ``pf`` at ``dp = 1`` or ``r = 1``
+    (every step carries a chunk on every rank), tends to ``dp · pf`` as ``r → 0`` (prompts
+    rarely overlap), and grows with the batch (``dec``, ``pf``) at fixed ``dp``.
+
+    Args:
+        dec, pf, pf_seqs: decode sequences, prompt tokens and prompts completing per step and
+            rank (the means), ``[n]``.
+        dp: attention-DP ranks, ``[n]``.
+        budget: tokens per step and rank (``max_num_batched_tokens``).
+
+    Returns:
+        ``[n]`` tokens (``pf`` where ``pf = 0``).
+    """
+    pf = np.asarray(pf, dtype=float)
+    r = np.clip(rank_prompt_share(dec, pf, pf_seqs, budget), 1e-12, 1.0)
+    busy = pf / r * (1.0 - (1.0 - r) ** np.asarray(dp, dtype=float))
+    return np.where(pf > 0, np.maximum(busy, pf), pf)
 
 
 @dataclass
@@ -485,15 +524,39 @@ class OperatorTerms:
             ``t`` (tp as float), ``tp``, ``dp``, ``ep``, ``etp``, ``cp`` (decode context
             parallelism, default 1) and ``g = tp·dp`` (the stage group,
             :meth:`learn_to_shard.parallel.mesh.Mesh.axes`), ``rows = dec + pf``, ``dec``,
-            ``pf`` (all ``[n]``) and the :class:`Link` of the TP, stage, ETP and CP groups
-            (``link_tp``, ``link_g``, ``link_etp``, ``link_cp``).
+            ``pf`` (all ``[n]``: the busiest rank's, which the ranks wait for) and
+            ``rows_mean`` (``[n]``: a rank's mean tokens, which the MoE experts see summed
+            over the ranks), and the :class:`Link` of the TP, stage, ETP and CP groups
+            (``link_tp``, ``link_g``, ``link_etp``, ``link_cp``). In the serve phase of a
+            MoE model with ``dp > 1`` and no engine balancing
+            (``CostModelConfig.attention_dp_balanced`` False), the busiest rank carries
+            :func:`busiest_rank_prompt_tokens` prompt tokens; otherwise every rank the mean.
         """
         axes = Mesh.axes(tp, ep, np.ones_like(tp), dp, cp)
         g, etp = axes.stage, axes.etp
+        rows_mean = dec + pf
+        pf = self.rank_prompt_tokens(dec, pf, dp)
         return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g, cp=axes.cp,
-                    rows=dec + pf, dec=dec, pf=pf, link_tp=self._link(tp),
+                    rows=dec + pf, rows_mean=rows_mean, dec=dec, pf=pf,
+                    link_tp=self._link(tp),
                     link_g=self._link(g), link_etp=self._link(etp),
                     link_cp=self._link(axes.cp))
+
+    def rank_prompt_tokens(self, dec: np.ndarray, pf: np.ndarray, dp: np.ndarray
+                           ) -> np.ndarray:
+        """Prompt tokens per step of the attention-DP rank the others wait for, ``[n]``:
+        :func:`busiest_rank_prompt_tokens` in the serve phase of a MoE model with ``dp > 1``
+        whose engine does not balance the ranks (``CostModelConfig.attention_dp_balanced``
+        False; the ranks meet at every MoE layer), else the mean ``pf``. ``dec`` and ``pf``
+        are a rank's mean decode sequences and prompt tokens per step; its prompts complete
+        at ``pf / isl`` per step (every serve step of the cost model prefills whole prompts'
+        shares)."""
+        if self.model.moe is None or self.workload.phase is not Phase.SERVE \
+                or self.config.attention_dp_balanced:
+            return pf
+        pf_seqs = np.asarray(pf, dtype=float) / float(max(self.workload.isl, 1))
+        return np.where(dp > 1, busiest_rank_prompt_tokens(
+            dec, pf, pf_seqs, dp, self.config.max_num_batched_tokens), pf)
 
     def lm_head(self, lay: np.ndarray, c_lm: np.ndarray, tp: np.ndarray,
                 lm_rows: np.ndarray) -> dict:
@@ -963,7 +1026,7 @@ class OperatorTerms:
         before_experts = np.array(total, dtype=np.float64, copy=True)   # total grows in place
         local = (x == R) & (dp == 1)
         g_f = g.astype(np.float64)
-        rows_g = rows * dp                                    # tokens of the stage group
+        rows_g = env["rows_mean"] * dp                        # tokens of the stage group
         d_ep = self.dispatch_destinations(ep)
         send = rows_g / g_f * d_ep * etp * H * ab * (1 - 1 / g_f)
         t_dispatch, t_combine = self._moe_a2a_s(send, rows_g / g_f, g, ep, etp, env)

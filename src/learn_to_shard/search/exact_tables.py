@@ -33,7 +33,8 @@ rows, so that the exact solver (:mod:`learn_to_shard.search.exact`) sees the sam
 * **Called, not restated.** The layer (``layer``), its environment (``layer_env``), the
   LM-head block (``lm_head``), host time (``host_time_s``), the stage-to-stage send
   (``p2p_time_s``) and the boundary terms (``embedding_time_s``, ``embedding_weight_bytes``,
-  ``lm_head_rows``, ``resident_sequences``, ``workspace_bytes``) are public methods of
+  ``lm_head_rows``, ``resident_sequences``, ``workspace_bytes``, and the busiest
+  attention-DP rank's prompt tokens ``rank_prompt_tokens``) are public methods of
   :class:`~learn_to_shard.cost.terms.OperatorTerms`, and the micro-batching / phase split
   (``phase_rows``) of ``CostModel``, called here; the embedding's output
   layout and the option sets come from :data:`learn_to_shard.parallel.ops.OPS`; the pipeline,
@@ -437,8 +438,9 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
 
-    def p2p_of(rows: np.ndarray) -> np.ndarray:
-        return cm.p2p_time_s(rows, tp, dp, pp)
+    def p2p_of(pf_: np.ndarray) -> np.ndarray:
+        """The stage send of the busiest rank's tokens (``OperatorTerms.layer_env``)."""
+        return cm.p2p_time_s(dec + cm.rank_prompt_tokens(dec, pf_, dp), tp, dp, pp)
 
     s_all, s_seq = cm.resident_sequences(batch, dp, tp, cp)
     key_cols = np.stack([a[:, TP_HEAD], a[:, EP_HEAD], a[:, DP_HEAD], a[:, CP_HEAD], dec, pf,
@@ -452,7 +454,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     co = Coarse(actions=a, pp_idx=a[:, PP_HEAD], pp=pp, batch=batch,
                 devices=(tp * dp * pp).astype(np.float64),
                 replica_frac=cm.replica_fraction(tp * dp * pp), m_mb=m_mb.astype(np.float64),
-                key=inv.reshape(-1), p2p=p2p_of(dec + pf), p2p2=p2p_of(dec + pf2),
+                key=inv.reshape(-1), p2p=p2p_of(pf), p2p2=p2p_of(pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
                 host=_host_time(cm, dec, pf, pf_seqs, pp, dp),
@@ -683,7 +685,7 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             FG.append(None)
             outs.append(f_o.reshape(k, n_cls, nd)[pick])
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
-    emb_t = cm.embedding_time_s(keys.dec + pf)
+    emb_t = cm.embedding_time_s(keys.dec + cm.rank_prompt_tokens(keys.dec, pf, keys.dp))
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
 
 

@@ -21,8 +21,9 @@ vLLM's ``docs/configuration/optimization.md`` "Chunked Prefill" and its schedule
   the step that finishes its prompt; it then needs ``osl − 1`` more decode steps.
 * **Time.** Each step's duration is :meth:`StepTimeModel.step_time_s` of its contents (tokens,
   KV read, prefill pairs, and the sequences the engine samples — decoding ones and prompts
-  completing — for its host time), so a step that carries a prompt chunk stalls every decode
-  in it, and waiting for admission counts in TTFT.
+  completing — for its host time, and with attention-DP ranks the busiest rank's prompt
+  tokens beyond the mean, :meth:`StepTimeModel.rank_excess_tokens`), so a step that carries
+  a prompt chunk stalls every decode in it, and waiting for admission counts in TTFT.
 
 With ``overlap_schedule`` a step's contents are fixed while the previous step runs, so a
 request that arrives during a step is admitted one step later; with
@@ -495,7 +496,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             ctx_sum = float((isl[dec] + generated[dec]).sum())
             pairs = float((chunk * (prompt_done[pf] + (chunk + 1) / 2)).sum())
             n_done = int((prompt_done[pf] + chunk == plen[pf]).sum())   # sampled this step
-            dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done, 1.0))
+            excess = float(step.rank_excess_tokens(n_dec, n_pf, int(chunk.max()))) \
+                if step.ranks > 1 else 0.0
+            dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done,
+                                        1.0, excess))
             running_time += int(running.sum()) * dt
             step_start = t
             t += dt

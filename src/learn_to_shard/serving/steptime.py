@@ -7,7 +7,8 @@ some prompts contribute a chunk of prefill tokens. :class:`StepTimeModel` turns 
 cost-model prices into a function of that content:
 
 ``t_step = T_tokens(n_decode + n_prefill) + a_kv · kv_tokens_read + a_pf · prefill_pairs
-+ H_seq(n_seqs) + h_prompt · n_prompts + h_eager · [n_prefill > 0] / min(pp, n_seqs)``
++ H_seq(n_seqs) + h_prompt · n_prompts + h_eager · [n_prefill > 0] / min(pp, n_seqs)
++ a_rank · (busiest rank's prompt tokens − n_prefill / dp)``
 
 * ``T_tokens(n)``: the step time of ``n`` tokens at (almost) no context — decode steps of ``n``
   sequences at context 1, priced by :meth:`~learn_to_shard.cost.model.CostModel.evaluate_many`
@@ -33,6 +34,14 @@ cost-model prices into a function of that content:
   stage's share — a lone prompt by every layer, a full pipeline by one stage's layers, as the
   cost model prices its micro-batches (:meth:`~learn_to_shard.cost.terms.OperatorTerms.
   host_time_s`).
+* ``a_rank``: with attention-DP ranks that each prefill their own requests and meet at every
+  MoE layer (``CostModelConfig.attention_dp_balanced`` False), seconds per prompt token the
+  busiest rank carries beyond the ranks' mean — the least-squares slope of the cost model's
+  serve step unbalanced minus balanced over
+  :func:`~learn_to_shard.cost.terms.busiest_rank_prompt_tokens` minus the mean, at the
+  probes of ``a_pf``. A simulated step's busiest rank carries its largest prompt chunk (a
+  request lives on one rank), at most the room its share of the decodes leaves in its
+  budget, and at least the mean.
 * ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
   cost model's decode step time over context at the grid's batches.
 * ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
@@ -55,7 +64,7 @@ import numpy as np
 
 from ..cost.config import CostModelConfig
 from ..cost.model import CostModel
-from ..cost.terms import prompt_step_share
+from ..cost.terms import busiest_rank_prompt_tokens, prompt_step_share
 from ..parallel.space import BATCH_HEAD, NUM_COARSE
 from ..parallel.strategy import Strategy
 from ..workload import Phase, Workload
@@ -78,6 +87,9 @@ class StepTimeModel:
         eager_step_s: engine host time of a prompt pass through every layer outside the
             decode CUDA graphs, seconds (a step pays it over ``min(stages, n_seqs)``).
         stages: pipeline stages of the strategy.
+        ranks: attention-DP ranks whose busiest one sets the step (1: none).
+        rank_prompt_s: seconds per prompt token on the busiest rank beyond the ranks' mean.
+        rank_budget: tokens per step and rank (``max_num_batched_tokens``).
     """
 
     token_grid: np.ndarray
@@ -88,11 +100,25 @@ class StepTimeModel:
     prompt_host_s: float = 0.0
     eager_step_s: float = 0.0
     stages: int = 1
+    ranks: int = 1
+    rank_prompt_s: float = 0.0
+    rank_budget: int = 1
+
+    def rank_excess_tokens(self, n_decode: np.ndarray | float, n_prefill: np.ndarray | float,
+                           max_chunk: np.ndarray | float) -> np.ndarray:
+        """Prompt tokens on the busiest attention-DP rank beyond the ranks' mean, ``[...]``:
+        ``max(0, min(max_chunk, rank_budget − n_decode / ranks) − n_prefill / ranks)`` (a
+        chunk lives on one rank and fits the room its decodes leave)."""
+        r = float(self.ranks)
+        room = np.maximum(self.rank_budget - np.asarray(n_decode, dtype=float) / r, 1.0)
+        busy = np.minimum(np.asarray(max_chunk, dtype=float), room)
+        return np.maximum(busy - np.asarray(n_prefill, dtype=float) / r, 0.0)
 
     def step_time_s(self, n_tokens: np.ndarray | float, kv_tokens_read: np.ndarray | float,
                     prefill_pairs: np.ndarray | float, n_seqs: np.ndarray | float = 0.0,
                     n_prompts: np.ndarray | float = 0.0,
-                    eager_steps: np.ndarray | float = 0.0) -> np.ndarray:
+                    eager_steps: np.ndarray | float = 0.0,
+                    rank_excess: np.ndarray | float = 0.0) -> np.ndarray:
         """Step time, seconds (element-wise over arrays of equal shape).
 
         Args:
@@ -106,6 +132,8 @@ class StepTimeModel:
             eager_steps: 1 for a step that carries prompt tokens, 0 for a decode-only one (a
                 fraction: the share of such steps); prices ``eager_step_s`` over
                 ``min(stages, max(1, n_seqs))``.
+            rank_excess: prompt tokens on the busiest attention-DP rank beyond the ranks'
+                mean (:meth:`rank_excess_tokens`); prices ``rank_prompt_s``.
 
         Beyond the grid's largest count the token time and the sequences' host time are
         extrapolated linearly from the last two grid points.
@@ -116,7 +144,8 @@ class StepTimeModel:
         if self.seq_host_s is not None:
             seqs = np.asarray(n_seqs, dtype=float)
             out = out + np.where(seqs > 0, _interp(seqs, self.token_grid, self.seq_host_s), 0.0)
-        out = out + self.prompt_host_s * np.asarray(n_prompts, dtype=float)
+        out = out + self.prompt_host_s * np.asarray(n_prompts, dtype=float) \
+            + self.rank_prompt_s * np.asarray(rank_excess, dtype=float)
         if self.eager_step_s:
             passes = np.minimum(self.stages, np.maximum(np.asarray(n_seqs, dtype=float), 1.0))
             out = out + self.eager_step_s * np.asarray(eager_steps, dtype=float) / passes
@@ -128,6 +157,15 @@ def _interp(n: np.ndarray, g: np.ndarray, t: np.ndarray) -> np.ndarray:
     two points beyond the last one, and ``t[0]`` below the first."""
     slope = (t[-1] - t[-2]) / (g[-1] - g[-2]) if len(g) > 1 else 0.0
     return np.where(n <= g[-1], np.interp(n, g, t), t[-1] + slope * (n - g[-1]))
+
+
+def _rank_excess(dec: np.ndarray | float, pf: np.ndarray | float, isl: int, dp: int,
+                 budget: int) -> np.ndarray:
+    """The cost model's expected prompt tokens on the busiest attention-DP rank beyond the
+    mean (:func:`~learn_to_shard.cost.terms.busiest_rank_prompt_tokens` − ``pf``), ``dec`` and
+    ``pf`` per rank."""
+    pf = np.asarray(pf, dtype=float)
+    return busiest_rank_prompt_tokens(dec, pf, pf / max(isl, 1), dp, budget) - pf
 
 
 def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
@@ -205,10 +243,14 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     osl = max(1, wl.osl)
     isls = sorted({i for i in (wl.isl // 4, wl.isl // 2, wl.isl, 2 * wl.isl)
                    if i >= 16 and i + osl <= limit} or {wl.isl})
+    # Prefill attention is fitted on balanced ranks; the busiest rank's excess apart.
     noprompt_cfg = dataclasses.replace(c, host_prefill_overhead_s=0.0,
-                                       eager_layer_overhead_s=0.0)
-    prompt_cfg = dataclasses.replace(c, eager_layer_overhead_s=0.0)
-    pairs_l, extra_l, prompts_l, phost_l = [], [], [], []
+                                       eager_layer_overhead_s=0.0, attention_dp_balanced=True)
+    prompt_cfg = dataclasses.replace(noprompt_cfg,
+                                     host_prefill_overhead_s=c.host_prefill_overhead_s)
+    unbalanced = not c.attention_dp_balanced and s.dp > 1 and cm.model.moe is not None
+    rank_cfg = dataclasses.replace(noprompt_cfg, attention_dp_balanced=False)
+    pairs_l, extra_l, prompts_l, phost_l, excess_l, rank_l = [], [], [], [], [], []
     for i in isls:
         bs = tuple(b for b in (s.dp * 4, s.dp * 16, s.dp * 64) if b * (1 + i / osl) <= budget)
         if not bs:
@@ -224,6 +266,11 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
             prompts_l.append(done)
             phost_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl, config=prompt_cfg)[0]
                            - t_serve)
+        if unbalanced:
+            excess_l.append(_rank_excess(b_arr / s.dp, pf_arr / s.dp, i, s.dp,
+                                         c.max_num_batched_tokens))
+            rank_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl, config=rank_cfg)[0]
+                          - t_serve)
     pf_pairs_s = 0.0
     if pairs_l:
         pairs, extra = np.concatenate(pairs_l), np.concatenate(extra_l)
@@ -232,9 +279,16 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     if prompts_l:
         pr, ph = np.concatenate(prompts_l), np.concatenate(phost_l)
         prompt_host_s = max(float(np.dot(pr, ph) / np.dot(pr, pr)), 0.0)
+    rank_prompt_s = 0.0
+    if excess_l:
+        ex, dr = np.concatenate(excess_l), np.concatenate(rank_l)
+        if float(np.dot(ex, ex)) > 0.0:
+            rank_prompt_s = max(float(np.dot(ex, dr) / np.dot(ex, ex)), 0.0)
     model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s,
                                 eager_step_s=c.eager_layer_overhead_s * cm.model.num_layers,
-                                stages=s.pp)
+                                stages=s.pp, ranks=s.dp if unbalanced else 1,
+                                rank_prompt_s=rank_prompt_s,
+                                rank_budget=c.max_num_batched_tokens)
     if wl.phase is not Phase.SERVE:
         return model, float("nan")
     # The cost model's serve step at the plan's batch: ``n_dec`` decodes, ``n_pf`` prompt
@@ -248,7 +302,9 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     eager = float(prompt_step_share(n_dec / s.dp, n_pf / s.dp, n_done / s.dp, s.dp,
                                     c.max_num_batched_tokens))
     t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
+    excess = _rank_excess(n_dec / s.dp, n_pf / s.dp, wl.isl, s.dp, c.max_num_batched_tokens) \
+        if unbalanced else 0.0
     fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
-                                  n_pf * wl.isl / 2, n_dec + n_done, n_done, eager))
+                                  n_pf * wl.isl / 2, n_dec + n_done, n_done, eager, excess))
     rel = abs(fit - t_model) / t_model if t_model > 0 else float("nan")
     return model, rel

@@ -1,0 +1,94 @@
+"""Attention-DP ranks that prefill their own requests wait for the busiest one at every MoE
+layer (``cost.terms.busiest_rank_prompt_tokens``, ``CostModelConfig.attention_dp_balanced``,
+``serving.steptime.StepTimeModel.rank_excess_tokens``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from learn_to_shard.api import make_cost_model, make_workload
+from learn_to_shard.cost.model import CostModel
+from learn_to_shard.cost.terms import busiest_rank_prompt_tokens
+from learn_to_shard.parallel.strategy import MEGATRON_DIMS, Strategy
+from learn_to_shard.serving.steptime import fit_step_model
+
+
+def test_busiest_rank_by_hand():
+    """One rank in sixteen steps carries a 1,024-token prompt: the busiest of 8 ranks carries
+    one in ``1 − (15/16)^8`` of the steps; one rank or every step carrying a chunk is the
+    mean; rarely overlapping prompts tend to ``dp`` times the mean."""
+    isl, osl, budget = 1024, 16384, 8192
+    dec = 1024.0                               # one prompt completes every 16 steps
+    pf = dec * isl / osl                       # 64 tokens per step on average
+    got = busiest_rank_prompt_tokens(dec, pf, pf / isl, 8, budget)
+    assert float(got) == pytest.approx(isl * (1 - (15 / 16) ** 8))
+    assert float(busiest_rank_prompt_tokens(dec, pf, pf / isl, 1, budget)) == pytest.approx(pf)
+    every = busiest_rank_prompt_tokens(16.0, 16.0 * isl, 16.0, 8, 64 * isl)
+    assert float(every) == pytest.approx(16.0 * isl)       # 16 prompts a step on each rank
+    rare = busiest_rank_prompt_tokens(1.0, 1e-4 * isl, 1e-4, 8, budget)
+    assert float(rare) == pytest.approx(8 * 1e-4 * isl, rel=1e-3)
+    assert float(busiest_rank_prompt_tokens(dec, 0.0, 0.0, 8, budget)) == 0.0
+
+
+def test_busiest_rank_grows_with_the_batch_between_mean_and_dp_times_it():
+    isl, osl, budget = 2048, 256, 4096
+    dec = np.arange(1.0, 400.0)
+    pf = np.minimum(dec * isl / osl, np.maximum(budget - dec, 1.0))
+    for dp in (2, 4, 8):
+        busy = busiest_rank_prompt_tokens(dec, pf, pf / isl, dp, budget)
+        assert np.all(np.diff(dec + busy) >= -1e-9)
+        assert np.all(busy >= pf - 1e-9) and np.all(busy <= dp * pf + 1e-9)
+
+
+DEP8 = Strategy(tp=1, ep=8, pp=1, dp=8, batch=512, dims=MEGATRON_DIMS)
+
+
+def _cm(model: str, cluster: str, wl: dict | None = None, **cfg) -> CostModel:
+    """The problem with config fields ``cfg`` replaced (serve 1024/1024 by default)."""
+    cm = make_cost_model(model, cluster, make_workload(**(wl or dict(phase="serve", isl=1024,
+                                                                        osl=1024))))
+    return CostModel(cm.model, cm.cluster, cm.workload, dataclasses.replace(cm.config, **cfg),
+                     space=cm.space)
+
+
+def test_unbalanced_attention_dp_slows_a_moe_serve_step_only():
+    """DeepSeek-V3 DEP8 serving: the busiest rank's prompts lengthen the step; the MoE
+    experts still see the ranks' mean tokens (expert time unchanged); a dense model's DP
+    ranks do not meet, and prefill or decode phases have no imbalance."""
+    u = _cm("deepseek-v3", "h200:8").evaluate(DEP8)
+    b = _cm("deepseek-v3", "h200:8", attention_dp_balanced=True).evaluate(DEP8)
+    assert u.tpot_s > 1.05 * b.tpot_s
+    assert u.op_time_s["expert_up"] == pytest.approx(b.op_time_s["expert_up"], rel=1e-12)
+    assert u.op_time_s["attention"] > b.op_time_s["attention"]
+    s = Strategy(tp=1, ep=1, pp=1, dp=8, batch=512, dims=MEGATRON_DIMS)
+    dense = [_cm("llama-3.1-8b", "h100-sxm:8", attention_dp_balanced=f).evaluate(s).tpot_s
+             for f in (False, True)]
+    assert dense[0] == pytest.approx(dense[1], rel=1e-12)
+    dec = [_cm("deepseek-v3", "h200:8", dict(phase="decode", context=2048),
+               attention_dp_balanced=f).evaluate(DEP8).tpot_s for f in (False, True)]
+    assert dec[0] == pytest.approx(dec[1], rel=1e-12)
+
+
+def test_step_model_prices_the_busiest_rank_as_the_cost_model_does():
+    """The step-time fit of a DEP8 plan carries the busiest rank's slope, agrees with the cost
+    model's serve step, and a simulated step prices its largest chunk beyond the mean (a
+    step whose chunks already fill every rank's share pays nothing)."""
+    cm = _cm("deepseek-v3", "h200:8")
+    step, rel = fit_step_model(cm, DEP8)
+    assert step.ranks == 8 and step.rank_prompt_s > 0.0
+    assert rel < 0.05
+    one = float(step.rank_excess_tokens(64, 1024, 1024))
+    assert one == pytest.approx(1024 - 1024 / 8)
+    assert float(step.rank_excess_tokens(64, 8 * 1024, 1024)) == 0.0
+    # a rank whose decodes leave 300 tokens of its budget carries at most 300 of a chunk
+    capped = float(step.rank_excess_tokens(8 * (step.rank_budget - 300), 1024, 1024))
+    assert capped == pytest.approx(300 - 1024 / 8)
+    t0 = float(step.step_time_s(64 + 1024, 64 * 1024, 1024 * 512, 65, 1, 1.0))
+    t1 = float(step.step_time_s(64 + 1024, 64 * 1024, 1024 * 512, 65, 1, 1.0, one))
+    assert t1 - t0 == pytest.approx(step.rank_prompt_s * one)
+    step_b, rel_b = fit_step_model(_cm("deepseek-v3", "h200:8", attention_dp_balanced=True),
+                                   DEP8)
+    assert step_b.ranks == 1 and step_b.rank_prompt_s == 0.0 and rel_b < 0.05
