@@ -326,6 +326,10 @@ def test_rows_run_the_scheduler_of_their_engine_version():
         "overlap_schedule": False}
     assert row_scheduler({**rows["gs-dsr1-h200-vllm-tp8-sharegpt"],
                           "notes": "without --async-scheduling"}) == {}
+    # TensorRT-LLM's balanced attention-DP ranks (perf-overview's DeepSeek R1 llm_options).
+    assert row_scheduler(rows["trtperf-dsr1-h200-dep8-1024-1024"]) == {
+        "attention_dp_balanced": True}
+    assert row_scheduler(rows["trtperf-qwen3-235b-h200-dep4-1024-1024"]) == {}
 
 
 def test_a_median_itl_is_predicted_by_the_pooled_gaps(monkeypatch):
@@ -346,3 +350,26 @@ def test_a_median_itl_is_predicted_by_the_pooled_gaps(monkeypatch):
     assert llmperf.predicted["tpot_ms"] == pytest.approx(2500.0)         # p50_tpot_s
     stated = fs.predict_row(rows["gs-dsr1-h200-vllm-tp8-sharegpt-c4"])
     assert stated.predicted["tpot_ms"] == pytest.approx(2000.0)          # mean_tpot_s
+
+
+def test_rows_run_the_engine_limits_their_launch_sets():
+    """fidelity.serving.row_launch_limits: the token budget, running requests per rank and
+    memory fractions a row's launch states are the cost-model fields it runs with; a flag
+    that only shares a prefix with another is not read as it."""
+    from learn_to_shard.fidelity.serving import row_launch_limits
+
+    rows = {r["id"]: r for r in load_rows()}
+    assert row_launch_limits(rows["trtdsr1-h200-fp8-c1024"]) == {
+        "max_num_batched_tokens": 1151, "max_num_seqs": 128, "kv_cache_free_fraction": 0.8}
+    assert row_launch_limits(rows["gs-qwen3-235b-h100-vllm-tp4-fp8-mnbt16384-sharegpt"]) == {
+        "max_num_batched_tokens": 16384}
+    assert row_launch_limits(rows["sgl060-70b-sglang-sharegpt-rpsinf"]) == {
+        "memory_utilization": 0.88}
+    assert row_launch_limits(rows["gs-dsr1-h200-vllm-tp8-sharegpt"]) == {}
+    sgl = {**rows["dc-70b-random-rps1"],
+           "notes": "--mem-fraction-static 0.8 --chunked-prefill-size 4096"}
+    assert row_launch_limits(sgl) == {"memory_utilization": 0.8,
+                                      "max_num_batched_tokens": 4096}
+    # vLLM's flags are not TensorRT-LLM's: a row is read with its own engine's.
+    assert row_launch_limits({**rows["gs-dsr1-h200-vllm-tp8-sharegpt"],
+                              "notes": "--max_num_tokens 1024"}) == {}

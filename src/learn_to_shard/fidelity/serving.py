@@ -119,6 +119,8 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
     * SGLang ``--disable-radix-cache``: its benchmark's fixed-length (ignore-EOS) requests
       are admitted by the no-future-OOM check (``kv_admission = "no_future_oom"``,
       :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`).
+    * TensorRT-LLM ``attention_dp_config`` ``enable_balance: true``: the attention-DP ranks
+      are balanced (``attention_dp_balanced``).
 
     Rows with no stated version run the profile's defaults."""
     out: dict[str, Any] = {}
@@ -129,6 +131,8 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
         out["overlap_schedule"] = False
     if row["engine"] == "trtllm" and re.search(r"disable_overlap_scheduler:\s*true", notes):
         out["overlap_schedule"] = False
+    if row["engine"] == "trtllm" and re.search(r"enable_balance:\s*true", notes):
+        out["attention_dp_balanced"] = True
     if row["engine"] == "vllm":
         if re.search(r"(?<!without )--async-scheduling", notes):
             out["overlap_schedule"] = True
@@ -138,6 +142,41 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
             out["prefill_first"] = True
     if row["engine"] == "sglang" and "--disable-radix-cache" in notes:
         out["kv_admission"] = "no_future_oom"
+    return out
+
+
+#: Launch flags of the rows' notes that set engine limits, per engine: flag -> the
+#: cost-model field it sets and the type of its value. vLLM (vllm/engine/arg_utils.py):
+#: ``--max-num-batched-tokens`` / ``--max-num-seqs`` / ``--gpu-memory-utilization``;
+#: SGLang (sglang/srt/server_args.py): ``--chunked-prefill-size`` /
+#: ``--max-running-requests`` / ``--mem-fraction-static`` (``--mem-frac`` its prefix, which
+#: argparse accepts); TensorRT-LLM ``trtllm-bench`` / ``trtllm-serve``: ``--max_num_tokens`` /
+#: ``--max_batch_size`` (per rank with attention DP, as the sources' ``--concurrency`` of
+#: ``max_batch_size × ranks`` shows) / ``--kv_cache_free_gpu_mem_fraction``.
+LAUNCH_LIMIT_FLAGS: dict[str, dict[str, tuple[str, type]]] = {
+    "vllm": {"--max-num-batched-tokens": ("max_num_batched_tokens", int),
+             "--max-num-seqs": ("max_num_seqs", int),
+             "--gpu-memory-utilization": ("memory_utilization", float)},
+    "sglang": {"--chunked-prefill-size": ("max_num_batched_tokens", int),
+               "--max-running-requests": ("max_num_seqs", int),
+               "--mem-fraction-static": ("memory_utilization", float),
+               "--mem-frac": ("memory_utilization", float)},
+    "trtllm": {"--max_num_tokens": ("max_num_batched_tokens", int),
+               "--max_batch_size": ("max_num_seqs", int),
+               "--kv_cache_free_gpu_mem_fraction": ("kv_cache_free_fraction", float)},
+}
+
+
+def row_launch_limits(row: dict[str, str]) -> dict[str, Any]:
+    """Cost-model fields of the engine limits a row's launch sets in its ``notes``
+    (:data:`LAUNCH_LIMIT_FLAGS`: token budget per step, running requests per rank, memory
+    fractions); the rest keep the engine profile's defaults."""
+    out: dict[str, Any] = {}
+    notes = row.get("notes", "")
+    for flag, (name, kind) in LAUNCH_LIMIT_FLAGS.get(row.get("engine", ""), {}).items():
+        m = re.search(re.escape(flag) + r"(?![\w-])[ =]([0-9]+(?:\.[0-9]+)?)", notes)
+        if m:
+            out[name] = kind(float(m.group(1))) if kind is int else kind(m.group(1))
     return out
 
 
@@ -215,10 +254,11 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     """Predict one row (see the module docstring).
 
     The row runs with its engine's profile (:data:`_ENGINE_PROFILE`), the scheduler of its
-    engine version and launch flags (:func:`row_scheduler`), then ``overrides``
-    (cost-model fields, e.g. trial values of a fit). The running batch is the row's
-    concurrency within what the engine admits by default
-    (:func:`~learn_to_shard.serving.load.engine_max_num_seqs`; the rows do not set it)."""
+    engine version and launch flags (:func:`row_scheduler`), the engine limits its launch
+    sets (:func:`row_launch_limits`), then ``overrides`` (cost-model fields, e.g. trial
+    values of a fit). The running batch is the row's concurrency within what the engine
+    admits (:func:`~learn_to_shard.serving.load.engine_max_num_seqs`: the launch's
+    ``max_num_seqs`` per rank, else the engine's default)."""
     res = ServingRowResult(id=row["id"], split=row.get("split", ""), engine=row["engine"],
                            series=row.get("series", ""), varies=row.get("varies", ""))
 
@@ -283,7 +323,8 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     try:
         wl = Workload(Phase.SERVE, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd)
         cfg = CostModelConfig.for_engine(_ENGINE_PROFILE.get(row["engine"]),
-                                         **{**row_scheduler(row), **dict(overrides or {})})
+                                         **{**row_scheduler(row), **row_launch_limits(row),
+                                            **dict(overrides or {})})
         space = StrategySpace.build(model, cluster)
 
         def at(batch: int) -> tuple[CostModel, Strategy, Estimate]:
