@@ -40,6 +40,13 @@ MOE_TOKENS = (1, 16, 128, 1024, 8192)
 MOE_TP = (1, 2, 4, 8)
 MOE_EP = (1, 2, 4, 8, 16, 32, 64)
 MOE_DIST = ("balanced", "power_law_1.2")
+#: Engines whose own fused-MoE tables (``moe/<engine>/``) go to ``moe_engines.csv``: their
+#: block-scaled FP8 rows with balanced routing on the Hopper systems, what
+#: ``fidelity.kernels.fit_fp8_block_scale(engine=...)`` fits on (the tables stay small).
+MOE_ENGINES = ("vllm", "sglang")
+MOE_ENGINE_SYSTEMS = ("h100_sxm", "h200_sxm")
+MOE_ENGINE_DTYPES = ("fp8_block",)
+MOE_ENGINE_DIST = ("balanced",)
 A2A_TOKENS = (1, 16, 128, 1024, 4096, 16384)
 #: DeepSeek-V3 MLA module tables: heads per rank, batch, prompt / KV length.
 MLA_HEADS = (128, 64, 32, 16, 8)
@@ -91,14 +98,18 @@ def _versions(folder: Path, file: str) -> list[Path]:
     return [newest, *rest]
 
 
-def _moe_rows(pd, base: Path, system: str, preset: str, rows: list[tuple]) -> None:
-    """Fused MoE layer latencies (``moe/trtllm/*/moe_perf.parquet``): per shape of
+def _moe_rows(pd, base: Path, system: str, preset: str, rows: list[tuple],
+              framework: str = "trtllm", dtypes: tuple[str, ...] | None = None,
+              dists: tuple[str, ...] = MOE_DIST) -> None:
+    """Fused MoE layer latencies (``moe/<framework>/*/moe_perf.parquet``): per shape of
     :data:`MOE_SHAPES`, the newest version that measured it; every dtype measured, tokens
     :data:`MOE_TOKENS`, expert TP/EP degrees with ``tp · ep <= 64``, balanced and power-law
-    routing. Latency is for the whole routed-expert block of one layer on one measured rank,
-    milliseconds in the source."""
+    routing (or only ``dtypes`` / ``dists``). Latency is for the whole routed-expert block of
+    one layer on one measured rank,
+    milliseconds in the source; a shape measured with several kernels (vLLM's tables hold
+    Triton and FlashInfer-CUTLASS rows) keeps the median."""
     done: set[tuple[int, int, int, int]] = set()
-    for d in _versions(base / "moe" / "trtllm", "moe_perf.parquet"):
+    for d in _versions(base / "moe" / framework, "moe_perf.parquet"):
         df = pd.read_parquet(d / "moe_perf.parquet")
         for shape in MOE_SHAPES:
             if shape in done:
@@ -108,14 +119,15 @@ def _moe_rows(pd, base: Path, system: str, preset: str, rows: list[tuple]) -> No
                      & (df.num_experts == e) & df.num_tokens.isin(MOE_TOKENS)
                      & df.moe_tp_size.isin(MOE_TP) & df.moe_ep_size.isin(MOE_EP)
                      & (df.moe_tp_size * df.moe_ep_size <= 64)
-                     & df.distribution.isin(MOE_DIST)]
+                     & df.distribution.isin(dists)
+                     & (df.moe_dtype.isin(dtypes) if dtypes else True)]
             if sel.empty:
                 continue
             done.add(shape)
             sel = sel.groupby(["moe_dtype", "num_tokens", "moe_tp_size", "moe_ep_size",
                                "distribution"], as_index=False).latency.median()
             for r in sel.itertuples():
-                rows.append((system, preset, f"trtllm-{d.name}", r.moe_dtype, h, i, k, e,
+                rows.append((system, preset, f"{framework}-{d.name}", r.moe_dtype, h, i, k, e,
                              r.num_tokens, r.moe_tp_size, r.moe_ep_size, r.distribution,
                              r.latency * 1e-3))
 
@@ -193,11 +205,16 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     gemm, nccl, gen, ctx, car = [], [], [], [], []
     moe: list[tuple] = []
+    moe_engines: list[tuple] = []
     a2a: list[tuple] = []
     mla: list[tuple] = []
     for system, preset in SYSTEMS.items():
         base = data / system
         _moe_rows(pd, base, system, preset, moe)
+        if system in MOE_ENGINE_SYSTEMS:
+            for framework in MOE_ENGINES:
+                _moe_rows(pd, base, system, preset, moe_engines, framework,
+                          MOE_ENGINE_DTYPES, MOE_ENGINE_DIST)
         _a2a_rows(pd, base, system, preset, a2a)
         _mla_rows(pd, base, system, preset, mla)
         d = _newest(base / "gemm" / "trtllm", "gemm_perf.parquet")
@@ -273,6 +290,9 @@ def main() -> None:
                                    "heads", "kv_heads", "head_dim", "latency_s"), ctx),
         "moe.csv": (("system", "preset", "source", "dtype", "hidden", "inter", "topk",
                      "experts", "tokens", "moe_tp", "moe_ep", "distribution", "latency_s"), moe),
+        "moe_engines.csv": (("system", "preset", "source", "dtype", "hidden", "inter",
+                             "topk", "experts", "tokens", "moe_tp", "moe_ep", "distribution",
+                             "latency_s"), moe_engines),
         "moe_a2a.csv": (("system", "preset", "source", "backend", "phase", "dtype", "ep",
                          "nodes", "hidden", "topk", "experts", "tokens", "latency_s"), a2a),
         "mla.csv": (("system", "preset", "source", "module", "kv_dtype", "gemm_dtype", "heads",

@@ -414,8 +414,13 @@ class CostModelConfig:
             ``moe_block_overhead_s``'s, with the ``trtllm`` profile's
             ``block_fp8_local_expert_overhead_s`` (fitted jointly with it, the same 0.6):
             median |ln error| at 1.0 → 0.6: 0.141 → 0.115, held out 0.207 → 0.156. The
-            fitted value applies to every GEMM of such a checkpoint (no dense block-scaled
-            GEMM table to check it on).
+            ``vllm`` and ``sglang`` profiles fit it the same way on their own engines'
+            measured fused-MoE kernels (``data/silicon/moe_engines.csv``, vLLM 0.24.0 and
+            SGLang 0.5.14 in aiconfigurator-core 0.12.0; ``fit_fp8_block_scale(engine=...)``):
+            vLLM 0.4 (median |ln error| at 0.6 → 0.4: 0.234 → 0.203, held out 0.144 →
+            0.112), SGLang 0.3 (0.203 → 0.169, held out 0.114 → 0.093). The fitted value
+            applies to every GEMM of such a checkpoint (no dense block-scaled GEMM table to
+            check it on).
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
             ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,
@@ -580,6 +585,10 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
     "vllm": {
         "_source": "the defaults: gpu_memory_utilization 0.9, on-demand paged KV",
         "kv_reserve_full_request": False,
+        # Its block-scaled FP8 fused MoE (Triton / FlashInfer-CUTLASS): fitted on its own
+        # measured MoE kernels (fidelity.kernels.fit_fp8_block_scale(engine="vllm"),
+        # data/silicon/moe_engines.csv, vLLM 0.24.0 on H100/H200).
+        "fp8_block_scale_efficiency": 0.4,
         "engine": "vllm",
         **_engine_fit("vllm"),
     },
@@ -590,6 +599,10 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
                    "KV is charged at mean occupancy as for vLLM "
                    "(sglang/srt/arg_groups/fields/schedule.py)",
         "kv_reserve_full_request": False,
+        # Its block-scaled FP8 fused MoE (Triton): fitted on its own measured MoE kernels
+        # (fidelity.kernels.fit_fp8_block_scale(engine="sglang"),
+        # data/silicon/moe_engines.csv, SGLang 0.5.14 on H100/H200).
+        "fp8_block_scale_efficiency": 0.3,
         "engine": "sglang",
         **_engine_fit("sglang"),
     },

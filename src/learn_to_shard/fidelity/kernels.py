@@ -30,6 +30,7 @@ from ..cost.comm import (
 from ..cost.config import CostModelConfig
 from ..cost.model import CostModel
 from ..engines.collectives import CUSTOM_ALL_REDUCE
+from ..errors import ConfigError
 from ..hardware.presets import load_device
 from ..hardware.spec import ClusterSpec
 from ..model.hf_config import load_model
@@ -85,7 +86,10 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 _Kernel = tuple[str, str, str, float, float]   # op, preset, variant, predicted_s, measured_s
 _SILICON_FILES = ("gemm.csv", "generation_attention.csv", "context_attention.csv", "nccl.csv",
-                  "custom_allreduce.csv", "moe_a2a.csv", "moe.csv", "mla.csv")
+                  "custom_allreduce.csv", "moe_a2a.csv", "moe.csv", "moe_engines.csv",
+                  "mla.csv")
+#: Engines whose own fused-MoE kernels ``moe_engines.csv`` holds (``moe.csv``: TensorRT-LLM's).
+MOE_ENGINE_TABLES: tuple[str, ...] = ("vllm", "sglang")
 
 
 def silicon_tables(root: Path) -> dict[str, list[dict[str, str]]]:
@@ -663,7 +667,8 @@ def fit_moe_kernels(config: CostModelConfig | None = None, folder: str | Path | 
 
 #: Grid of :func:`fit_fp8_block_scale`.
 FP8_BLOCK_FIT_GRID: dict[str, tuple[float, ...]] = {
-    "fp8_block_scale_efficiency": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0),
+    "fp8_block_scale_efficiency": (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
+                                   0.8, 0.9, 1.0),
 }
 #: Devices whose block-scaled rows fit ``fp8_block_scale_efficiency``: the chips without
 #: block-scaled MMA among the table's (the factor does not apply to B200).
@@ -672,28 +677,42 @@ FP8_BLOCK_FIT_DEVICES: tuple[str, ...] = ("h100-sxm", "h200")
 
 def fit_fp8_block_scale(config: CostModelConfig | None = None,
                         folder: str | Path | None = None,
-                        grid: dict[str, tuple[float, ...]] | None = None
-                        ) -> tuple[dict[str, float], float, float]:
+                        grid: dict[str, tuple[float, ...]] | None = None,
+                        engine: str = "trtllm") -> tuple[dict[str, float], float, float]:
     """Fit ``fp8_block_scale_efficiency`` (grid default :data:`FP8_BLOCK_FIT_GRID`) on the
-    ``fp8_block`` rows of ``moe.csv`` on :data:`FP8_BLOCK_FIT_DEVICES` (balanced routing;
-    calibration shapes :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's held out), starting
-    from ``config`` (default: the ``trtllm`` profile): coordinate descent of the median
-    ``|ln(predicted / measured)|`` (~20 s).
+    ``fp8_block`` rows of ``engine``'s measured MoE kernels (``moe.csv`` for ``trtllm``,
+    ``moe_engines.csv`` for :data:`MOE_ENGINE_TABLES`) on :data:`FP8_BLOCK_FIT_DEVICES`
+    (balanced routing; calibration shapes :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's
+    held out), starting from ``config`` (default: ``engine``'s profile): coordinate descent of
+    the median ``|ln(predicted / measured)|`` (~20 s).
 
     Returns:
         (fitted values, calibration loss, held-out loss at those values).
+
+    Raises:
+        ConfigError: an engine with no measured MoE kernels here.
     """
-    block = _block_scaled_rows(folder, FP8_BLOCK_FIT_DEVICES)
-    return _fit_on_split(lambda cfg: moe_kernels(cfg, block), config,
+    block = _block_scaled_rows(folder, FP8_BLOCK_FIT_DEVICES, engine)
+    return _fit_on_split(lambda cfg: moe_kernels(cfg, block),
+                         config or CostModelConfig.for_engine(engine),
                          grid or FP8_BLOCK_FIT_GRID)
 
 
-def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | None = None
-                       ) -> dict[str, list[dict[str, str]]]:
-    """The ``fp8_block`` rows of ``moe.csv`` (on ``devices``; None: every device) as a table
-    set for :func:`moe_kernels`: only those rows are priced (it groups them on their own)."""
+def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | None = None,
+                       engine: str = "trtllm") -> dict[str, list[dict[str, str]]]:
+    """The ``fp8_block`` rows of ``engine``'s MoE kernels (``moe.csv`` for ``trtllm``, its
+    rows of ``moe_engines.csv`` otherwise; on ``devices``, None: every device) as a table set
+    for :func:`moe_kernels`: only those rows are priced (it groups them on their own).
+
+    Raises:
+        ConfigError: an engine with no measured MoE kernels here."""
+    if engine != "trtllm" and engine not in MOE_ENGINE_TABLES:
+        raise ConfigError(f"engine {engine!r}: no measured MoE kernels (known: trtllm, "
+                          f"{', '.join(MOE_ENGINE_TABLES)})")
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
-    return {"moe.csv": [r for r in tables.get("moe.csv", []) if r["dtype"] == "fp8_block"
+    rows = tables.get("moe.csv", []) if engine == "trtllm" else [
+        r for r in tables.get("moe_engines.csv", []) if r["source"].startswith(f"{engine}-")]
+    return {"moe.csv": [r for r in rows if r["dtype"] == "fp8_block"
                         and (devices is None or r["preset"] in devices)]}
 
 
