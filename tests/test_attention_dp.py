@@ -92,3 +92,19 @@ def test_step_model_prices_the_busiest_rank_as_the_cost_model_does():
     step_b, rel_b = fit_step_model(_cm("deepseek-v3", "h200:8", attention_dp_balanced=True),
                                    DEP8)
     assert step_b.ranks == 1 and step_b.rank_prompt_s == 0.0 and rel_b < 0.05
+
+
+def test_a_request_is_chunked_within_its_ranks_budget():
+    """With DP ranks a prompt's chunk is at most one rank's budget: a 4,096-token prompt on
+    4 ranks of 1,024 tokens each takes 4 prompt steps (its first token after the fourth),
+    where one instance-wide budget of 4,096 would take it in one."""
+    from learn_to_shard.serving.simulate import Requests, simulate
+    from learn_to_shard.serving.steptime import StepTimeModel
+
+    step = StepTimeModel(np.array([1.0, 8192.0]), np.array([1.0, 1.0]), 0.0, 0.0)
+    req = Requests(isl=np.array([4096]), osl=np.array([2]), arrival_s=np.array([0.0]))
+    kw = dict(max_num_seqs=4, max_num_batched_tokens=4096, kv_capacity_tokens=1 << 20)
+    one = simulate(step, req, **kw)
+    four = simulate(step, req, dp_ranks=4, **kw)
+    assert float(one.ttft_s[0]) == pytest.approx(1.0)
+    assert float(four.ttft_s[0]) == pytest.approx(4.0)

@@ -370,6 +370,12 @@ def test_rows_run_the_engine_limits_their_launch_sets():
            "notes": "--mem-fraction-static 0.8 --chunked-prefill-size 4096"}
     assert row_launch_limits(sgl) == {"memory_utilization": 0.8,
                                       "max_num_batched_tokens": 4096}
+    # SGLang's budget and running requests are per instance: DP attention divides them.
+    assert row_launch_limits({**sgl, "attention_dp": "4"}) == {
+        "memory_utilization": 0.8, "max_num_batched_tokens": 1024}
+    # A value with a unit or an exponent is not a plain number: not read.
+    assert row_launch_limits({**rows["gs-dsr1-h200-vllm-tp8-sharegpt"],
+                              "notes": "--max-num-seqs 8k --max-num-batched-tokens 1e4"}) == {}
     # vLLM's flags are not TensorRT-LLM's: a row is read with its own engine's.
     assert row_launch_limits({**rows["gs-dsr1-h200-vllm-tp8-sharegpt"],
                               "notes": "--max_num_tokens 1024"}) == {}

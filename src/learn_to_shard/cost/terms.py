@@ -150,8 +150,10 @@ def busiest_rank_prompt_tokens(dec: np.ndarray | float, pf: np.ndarray | float,
     rank carrying one with probability ``1 − (1 − r)^dp``, and since the ranks meet at every
     MoE layer that rank's tokens set the step's attention and dense time:
     ``pf_busy = (pf / r) · (1 − (1 − r)^dp)``. It equals ``pf`` at ``dp = 1`` or ``r = 1``
-    (every step carries a chunk on every rank), tends to ``dp · pf`` as ``r → 0`` (prompts
-    rarely overlap), and grows with the batch (``dec``, ``pf``) at fixed ``dp``.
+    (every step carries a chunk on every rank) and tends to ``dp · pf`` as ``r → 0`` (prompts
+    rarely overlap). The busiest rank's tokens ``dec + pf_busy`` grow with the batch at fixed
+    ``dp``; ``pf_busy`` alone can fall once prompts are longer than the room the decodes
+    leave (the chunk shrinks as the decodes grow).
 
     Args:
         dec, pf, pf_seqs: decode sequences, prompt tokens and prompts completing per step and

@@ -543,7 +543,8 @@ class MoEKernel:
 def moe_kernels(config: CostModelConfig | None = None,
                 tables: dict[str, list[dict[str, str]]] | None = None,
                 distribution: str = "balanced") -> list[MoEKernel]:
-    """Every H100 / H200 / B200 row of ``moe.csv`` with ``distribution`` routing, in a dtype the
+    """Every H100 / H200 / B200 row of ``moe.csv`` (or of ``tables["moe.csv"]``: another
+    engine's rows, :func:`fit_fp8_block_scale`) with ``distribution`` routing, in a dtype the
     model prices, predicted by the cost model's MoE layer: the row's shape (its shipped config,
     :data:`MOE_SHAPES`), TP ``moe_tp · moe_ep`` with EP ``moe_ep`` (expert TP ``moe_tp``),
     Megatron's dims, a decode step of ``tokens`` sequences, ``expert_up + expert_down`` of one

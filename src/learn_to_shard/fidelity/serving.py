@@ -150,9 +150,11 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
 #: ``--max-num-batched-tokens`` / ``--max-num-seqs`` / ``--gpu-memory-utilization``;
 #: SGLang (sglang/srt/server_args.py): ``--chunked-prefill-size`` /
 #: ``--max-running-requests`` / ``--mem-fraction-static`` (``--mem-frac`` its prefix, which
-#: argparse accepts); TensorRT-LLM ``trtllm-bench`` / ``trtllm-serve``: ``--max_num_tokens`` /
-#: ``--max_batch_size`` (per rank with attention DP, as the sources' ``--concurrency`` of
-#: ``max_batch_size × ranks`` shows) / ``--kv_cache_free_gpu_mem_fraction``.
+#: argparse accepts), per instance: with DP attention SGLang divides the token budget and the
+#: running requests over the ``attn_dp`` ranks (sglang/srt/server_args.py), so the row's
+#: ``attention_dp`` divides them here; TensorRT-LLM ``trtllm-bench`` / ``trtllm-serve``:
+#: ``--max_num_tokens`` / ``--max_batch_size`` (per rank with attention DP, as the sources'
+#: ``--concurrency`` of ``max_batch_size × ranks`` shows) / ``--kv_cache_free_gpu_mem_fraction``.
 LAUNCH_LIMIT_FLAGS: dict[str, dict[str, tuple[str, type]]] = {
     "vllm": {"--max-num-batched-tokens": ("max_num_batched_tokens", int),
              "--max-num-seqs": ("max_num_seqs", int),
@@ -169,14 +171,22 @@ LAUNCH_LIMIT_FLAGS: dict[str, dict[str, tuple[str, type]]] = {
 
 def row_launch_limits(row: dict[str, str]) -> dict[str, Any]:
     """Cost-model fields of the engine limits a row's launch sets in its ``notes``
-    (:data:`LAUNCH_LIMIT_FLAGS`: token budget per step, running requests per rank, memory
-    fractions); the rest keep the engine profile's defaults."""
+    (:data:`LAUNCH_LIMIT_FLAGS`: token budget per step and rank, running requests per rank,
+    memory fractions); the rest keep the engine profile's defaults. A flag is read as
+    ``--flag N`` or ``--flag=N`` with a plain number (not YAML keys, not ``8k``)."""
     out: dict[str, Any] = {}
     notes = row.get("notes", "")
-    for flag, (name, kind) in LAUNCH_LIMIT_FLAGS.get(row.get("engine", ""), {}).items():
-        m = re.search(re.escape(flag) + r"(?![\w-])[ =]([0-9]+(?:\.[0-9]+)?)", notes)
+    engine = row.get("engine", "")
+    dp = max(1, int(row.get("attention_dp") or 1))
+    for flag, (name, kind) in LAUNCH_LIMIT_FLAGS.get(engine, {}).items():
+        m = re.search(re.escape(flag) + r"(?![\w-])[ =]([0-9]+(?:\.[0-9]+)?)(?![\w.])", notes)
         if m:
-            out[name] = kind(float(m.group(1))) if kind is int else kind(m.group(1))
+            value = float(m.group(1))
+            if kind is int:
+                per = dp if engine == "sglang" else 1       # SGLang's are per instance
+                out[name] = max(1, int(value) // per)
+            else:
+                out[name] = value
     return out
 
 

@@ -22,8 +22,10 @@ vLLM's ``docs/configuration/optimization.md`` "Chunked Prefill" and its schedule
 * **Time.** Each step's duration is :meth:`StepTimeModel.step_time_s` of its contents (tokens,
   KV read, prefill pairs, and the sequences the engine samples — decoding ones and prompts
   completing — for its host time, and with attention-DP ranks the busiest rank's prompt
-  tokens beyond the mean, :meth:`StepTimeModel.rank_excess_tokens`), so a step that carries
-  a prompt chunk stalls every decode in it, and waiting for admission counts in TTFT.
+  tokens beyond the mean, :meth:`StepTimeModel.rank_excess_tokens`; a request's chunk is
+  then at most the room its rank's budget leaves beside that rank's share of the decodes), so
+  a step that carries a prompt chunk stalls every decode in it, and waiting for admission
+  counts in TTFT.
 
 With ``overlap_schedule`` a step's contents are fixed while the previous step runs, so a
 request that arrives during a step is admitted one step later; with
@@ -267,7 +269,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              max_num_batched_tokens: int, kv_capacity_tokens: int,
              concurrency: int | None = None, max_steps: int = 10_000_000,
              prefill_first: bool = False, overlap_schedule: bool = False,
-             decode_steps_per_schedule: int = 1, kv_admission: str = "reserve") -> SimResult:
+             decode_steps_per_schedule: int = 1, kv_admission: str = "reserve",
+             dp_ranks: int = 1) -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
     Args:
@@ -292,6 +295,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             ends the run early); a burst's tokens reach the client together, so each burst
             is one inter-token gap (the rows' "ITL counts 10-token bursts"). 1: the
             scheduler runs before every step.
+        dp_ranks: the instance's DP ranks, each with ``max_num_batched_tokens / dp_ranks``
+            tokens per step: a request lives on one of them, so its chunk is at most the room
+            that rank's budget leaves beside its share of the decodes.
         kv_admission: when the KV pool admits a request (sources per engine:
             :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`):
 
@@ -328,9 +334,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     if not isinstance(decode_steps_per_schedule, (int, np.integer)):
         raise ConfigError(f"simulation: decode_steps_per_schedule must be an integer >= 1, "
                           f"got {decode_steps_per_schedule!r}")
-    if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1:
-        raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens and "
-                          "decode_steps_per_schedule must be >= 1")
+    if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1 \
+            or dp_ranks < 1:
+        raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens, "
+                          "decode_steps_per_schedule and dp_ranks must be >= 1")
     if kv_admission not in KV_ADMISSIONS:
         raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be one of "
                           f"{', '.join(KV_ADMISSIONS)}")
@@ -438,6 +445,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         chunk = np.zeros(len(pf), dtype=np.int64)
         if len(pf) and left > 0:
             rem = plen[pf] - prompt_done[pf]
+            if dp_ranks > 1:        # a request lives on one rank: its chunk fits that rank's room
+                rem = np.minimum(rem, max(1, int((max_num_batched_tokens - n_dec) / dp_ranks)))
             before = np.concatenate([[0], np.cumsum(rem)[:-1]])
             chunk = np.clip(left - before, 0, rem)
         n_pf = int(chunk.sum())
