@@ -6,11 +6,11 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "learn_to_shard"
-ORDER = ["units", "errors", "jsonio", "model", "hardware", "engines", "workload", "parallel",
-         "cost", "serving", "search", "fidelity", "report", "api", "sweep", "cli"]
+ORDER = ["units", "errors", "jsonio", "arrays", "model", "hardware", "engines", "workload",
+         "parallel", "cost", "serving", "search", "fidelity", "report", "api", "sweep", "cli"]
 # Same-rank layers must not import each other; units and jsonio may use errors.
-RANK = {"errors": 0, "units": 0.5, "jsonio": 0.5, "model": 1, "hardware": 1, "workload": 1,
-        "engines": 1,
+RANK = {"errors": 0, "units": 0.5, "jsonio": 0.5, "arrays": 0.5, "model": 1, "hardware": 1,
+        "workload": 1, "engines": 1,
         "parallel": 2, "cost": 3, "serving": 3.5, "search": 4, "fidelity": 4.5, "report": 5,
         "api": 6, "sweep": 6.5, "cli": 7}
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import unique_rows
+
 #: Named mesh axes, outermost first. ``ep`` and ``etp`` re-split the stage group ``tp · dp``
 #: of the MoE layers; ``cp`` re-splits the TP group for decode attention.
 AXES: tuple[str, ...] = ("pp", "dp", "tp", "ep", "etp", "cp")
@@ -162,8 +164,7 @@ class Mesh:
         """
         d = self.devices_per_node
         size = np.asarray(stage, dtype=np.int64)
-        pairs, inv = np.unique(np.stack([size, np.asarray(pp, dtype=np.int64)], axis=1),
-                               axis=0, return_inverse=True)
+        pairs, _, inv, _ = unique_rows(np.stack([size, np.asarray(pp, dtype=np.int64)], axis=1))
         u_size, u_pp = pairs[:, 0], pairs[:, 1]
         s = np.arange(max(int(u_pp.max(initial=1)) - 1, 1))[None, :]        # hop index
         first = s * u_size[:, None]

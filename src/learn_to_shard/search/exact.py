@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from ..arrays import unique_rows
 from ..cost.model import CostModel
 from ..parallel.mesh import Mesh
 from ..parallel.ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, REPLICATED, Op
@@ -452,7 +453,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     elif tops is not None:
         coarse = np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE)
     else:
-        coarse = np.unique(np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE), axis=0)
+        coarse = unique_rows(np.asarray(only, dtype=np.int64).reshape(-1, NUM_COARSE)).values
     cert.degree_combos = len(coarse)
     full = np.full((len(coarse), ACTION_LEN), REPLICATED, dtype=np.int64)
     full[:, :NUM_COARSE] = coarse

@@ -68,6 +68,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..arrays import unique_rows
 from ..cost import aggregate
 from ..cost.model import CostModel
 from ..cost.terms import Link
@@ -231,7 +232,7 @@ class Structure:
                     nt[lt[li]] += 1
                 start += n_s
                 rows.append(np.concatenate([cnt, nt, [s == 0, s == pp - 1]]))
-            uniq, mult = np.unique(np.array(rows), axis=0, return_counts=True)
+            uniq, _, _, mult = unique_rows(np.array(rows))
             classes.append((uniq[:, :n_pairs], uniq[:, n_pairs:n_pairs + n_types],
                             uniq[:, -2], uniq[:, -1], mult.astype(np.float64)))
         engine_ok: dict[str, np.ndarray] = {}
@@ -445,7 +446,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     s_all, s_seq = cm.resident_sequences(batch, dp, tp, cp)
     key_cols = np.stack([a[:, TP_HEAD], a[:, EP_HEAD], a[:, DP_HEAD], a[:, CP_HEAD], dec, pf,
                          pf_seqs], axis=1)
-    _, first, inv = np.unique(key_cols, axis=0, return_index=True, return_inverse=True)
+    _, first, inv, _ = unique_rows(key_cols)
     keys = Keys(tp_idx=a[first, TP_HEAD], ep_idx=a[first, EP_HEAD], dp_idx=a[first, DP_HEAD],
                 cp_idx=a[first, CP_HEAD], tp=tp[first], ep=ep[first], dp=dp[first],
                 cp=cp[first], dec=dec[first], pf=pf[first],
@@ -601,7 +602,7 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     # nothing else of a key reaches them through ``cp``: price them once per key group that
     # differs only in cp (``verify`` checks the whole decomposition against the cost model).
     grp_cols = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx, keys.dec, pf], axis=1)
-    _, g_first, g_inv = np.unique(grp_cols, axis=0, return_index=True, return_inverse=True)
+    _, g_first, g_inv, _ = unique_rows(grp_cols)
     g_inv = g_inv.reshape(-1)
     env_g = _take_env(env, g_first)
     base = np.full(NUM_OPS, REPLICATED, dtype=np.int64)
@@ -731,7 +732,7 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     # Choice-dependent terms depend on the degrees only: build them per distinct
     # (tp, ep, dp, cp).
     deg = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx, keys.cp_idx], axis=1)
-    _, first, inv = np.unique(deg, axis=0, return_index=True, return_inverse=True)
+    _, first, inv, _ = unique_rows(deg)
     inv = inv.reshape(-1)
     u = len(first)
     # Row 0: all replicated; row 1 + 3*op + c: operator op takes choice c.
