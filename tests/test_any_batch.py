@@ -430,3 +430,39 @@ def test_serve_latency_is_flat_once_the_token_budget_binds():
     dims = (0, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1)
     tpot = {cm.evaluate(Strategy(16, 1, 1, 1, b, dims=dims)).tpot_s for b in range(58, 80)}
     assert len(tpot) == 1
+
+
+@pytest.mark.parametrize("parts", [2, 3, 4, 7])
+def test_cell_split_tiles_each_cell(parts):
+    """_split_cells cuts each open cell (lo, hi] at multiples of its dp into pieces that
+    start at an exactly solved batch and together cover every multiple of dp from lo to hi
+    once; two parts is the middle multiple of dp."""
+    rng = np.random.default_rng(parts)
+    dp = rng.integers(1, 9, 200)
+    lo = dp * rng.integers(1, 40, 200)
+    hi = lo + dp * rng.integers(1, 70, 200)
+    b, top, cell = exact_mod._split_cells(lo, hi, dp, parts)
+    for i in range(len(lo)):
+        pieces = sorted(zip(b[cell == i], top[cell == i], strict=True))
+        assert pieces[0][0] == lo[i] and len(pieces) <= parts
+        covered = [x for s, t in pieces for x in range(s, t + 1, dp[i])]
+        assert covered == list(range(lo[i], hi[i] + 1, dp[i]))
+        assert all(s % dp[i] == lo[i] % dp[i] for s, _ in pieces)
+    if parts == 2:
+        mid = lo + -(-(hi - lo) // (2 * dp)) * dp
+        np.testing.assert_array_equal(b, np.concatenate([lo, mid]))
+        np.testing.assert_array_equal(top, np.concatenate([mid - dp, hi]))
+    with pytest.raises(ValueError, match="at least 2"):
+        exact_mod._split_cells(lo, hi, dp, 1)
+
+
+@pytest.mark.parametrize("parts", [2, 3, 8])
+def test_any_batch_certifies_the_same_optimum_whatever_the_cell_split(monkeypatch, parts):
+    """The branch and bound's split size changes the work, not the optimum: each certifies
+    the optimum over every integer batch 1..128."""
+    cm, ref = _serve_problem(53)
+    want = ExactSearcher().search(ref, None, 0)
+    monkeypatch.setattr(exact_mod, "CELL_SPLIT", parts)
+    sol, space = solve_any_batch(cm)
+    assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
+    assert sol.certificate.batch_cells_open >= 1
