@@ -271,3 +271,31 @@ def test_engine_block_scale_is_the_fit_on_its_own_kernels(engine, cal, held):
     shipped = CostModelConfig.for_engine(engine).fp8_block_scale_efficiency
     assert values["fp8_block_scale_efficiency"] == pytest.approx(shipped)
     assert c == pytest.approx(cal, abs=0.005) and h == pytest.approx(held, abs=0.005)
+
+
+def _ratio_by_class(cfg: CostModelConfig, distribution: str) -> dict[tuple[str, str], float]:
+    """Median predicted / measured per (token class, EP class) of the table's rows."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for k in moe_kernels(cfg, distribution=distribution):
+        tc = "<=16" if k.tokens <= 16 else ("<=1024" if k.tokens <= 1024 else ">1024")
+        ec = "ep1" if k.moe_ep == 1 else ("ep2-4" if k.moe_ep <= 4 else "ep8+")
+        groups.setdefault((tc, ec), []).append(math.log(k.predicted_s / k.measured_s))
+    return {key: math.exp(statistics.median(v)) for key, v in groups.items()}
+
+
+def test_power_law_routing_prices_the_power_law_kernels():
+    """The table's power_law_1.2 rows (TensorRT-LLM's routed-expert block under
+    aiconfigurator's power-law expert load): with the shipped moe_routing_alpha (1.2) every
+    (token, EP) class is within the balanced rows' own range of error (0.8–1.4 of measured);
+    with uniform routing alone, EP >= 8 above 1,024 tokens is priced at under 0.6 of its
+    measured time (0.41 when written)."""
+    shipped = CostModelConfig.for_engine("trtllm")
+    assert shipped.moe_routing_alpha == 1.2
+    skewed = _ratio_by_class(shipped, "power_law_1.2")
+    uniform = _ratio_by_class(dataclasses.replace(shipped, moe_routing_alpha=None),
+                              "power_law_1.2")
+    assert all(0.8 < r < 1.4 for r in skewed.values()), skewed
+    assert uniform[(">1024", "ep8+")] < 0.6 < skewed[(">1024", "ep8+")]
+    # Balanced rows are priced with balanced routing whatever the exponent.
+    assert _ratio_by_class(shipped, "balanced") == _ratio_by_class(
+        dataclasses.replace(shipped, moe_routing_alpha=None), "balanced")

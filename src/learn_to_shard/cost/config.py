@@ -204,6 +204,15 @@ class CostModelConfig:
             the expected maximum under uniform random routing (balls into bins,
             ``CostModel._busiest_rank_factor``). 1.0 = uniform routing (assumption; FC-28 shows
             skew matters — raise it to study skew).
+        moe_routing_alpha: exponent of the power-law expert load the serving model assumes
+            (:mod:`learn_to_shard.cost.routing`): the busiest EP rank carries at least the
+            pairs that load puts on it; ``None`` = uniform random routing alone. 1.2:
+            aiconfigurator's default for MoE models (ai-dynamo/aiconfigurator@095f58a51c4c
+            ``sdk/models/moe.py``; it uses 1.01 for DeepSeek's, which no measured kernel
+            here checks), and the exponent of the measured kernel tables' power-law rows
+            (``data/silicon/moe.csv`` ``power_law_1.2``), which it prices at 0.93–1.11 of
+            their measured time where uniform routing gives 0.41 (EP ≥ 8 above 1,024 tokens)
+            (``tests/test_moe_kernels.py``). Ignored with ``moe_balanced_routing``.
         moe_balanced_routing: price routing as the kernel tables' ``balanced`` rows run it
             (``data/silicon/moe.csv``: every rank gets ``⌈pairs / ep⌉`` token-expert pairs, no
             skew) instead of uniform random routing; False for serving (what real routers do),
@@ -444,6 +453,7 @@ class CostModelConfig:
     vocab_padding: int = 64
     vocab_split_divisible: bool = True
     moe_imbalance: float = 1.0
+    moe_routing_alpha: float | None = 1.2
     moe_balanced_routing: bool = False
     workspace_width_factor: float = 2.0
     fp8_flops_efficiency: float | None = None
@@ -510,6 +520,8 @@ class CostModelConfig:
         if not isinstance(self.decode_steps_per_schedule, int) or isinstance(
                 self.decode_steps_per_schedule, bool):
             raise bad("decode_steps_per_schedule", "an integer >= 1")
+        if self.moe_routing_alpha is not None and not self.moe_routing_alpha > 0.0:
+            raise bad("moe_routing_alpha", "> 0 (or None for uniform routing)")
         if self.max_num_seqs is not None and not self.max_num_seqs >= 1:
             raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
         if self.kv_admission not in (None, *KV_ADMISSIONS):

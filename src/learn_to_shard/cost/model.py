@@ -26,7 +26,10 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   to all ``etp`` ranks of each; over a group spanning nodes the same-node share rides NVLink in
   parallel with the NIC share (:func:`~learn_to_shard.cost.comm.all_to_all_v_time_s`). The
   busiest EP rank computes ``a = m/ep + sqrt(2 (m/ep) ln ep)`` of the ``m = N·k`` pairs (balls
-  into bins) times ``moe_imbalance`` (``⌈m/ep⌉`` with ``moe_balanced_routing``) and reads the
+  into bins), or more where a power-law expert load puts more on it (``moe_routing_alpha``,
+  :mod:`learn_to_shard.cost.routing`: aiconfigurator's load model, checked on the measured
+  kernels' ``power_law_1.2`` rows), times ``moe_imbalance`` (``⌈m/ep⌉`` with
+  ``moe_balanced_routing``) and reads the
   weights of the experts of its own they land on, ``E/ep · (1 − (1 − ep/E)^a)`` (with
   ``ep = 1`` the experts touched, ``E · (1 − (1 − k/E)^N)``); with local routing and
   ``moe_dense_local_outputs`` (vLLM) it writes the output rows of all ``m`` pairs. The FFN

@@ -59,6 +59,7 @@ from .comm import (
     transition_label,
 )
 from .config import CostModelConfig
+from .routing import power_law_busiest_pairs
 from .shapes import OpShapes
 
 #: A per-layer operator term: ``term(terms, env, dims, lin, is_moe, window, ctx) -> [n]``
@@ -344,7 +345,11 @@ class OperatorTerms:
         ``m/n + sqrt(2 (m/n) ln n)``. Here ``m = tokens · top_k`` pairs, ``n = ep``. Outside
         that regime the formula is a rough guide, so two hard bounds hold: the busiest rank
         carries at least one pair when there is one (``min(m, 1)``), and at most every token
-        sending ``min(top_k, E/ep)`` pairs to it. Real routing is skewed beyond uniform (FC-28):
+        sending ``min(top_k, E/ep)`` pairs to it. Real routing is skewed beyond uniform
+        (FC-28): with ``moe_routing_alpha`` set, the busiest rank carries at least what
+        aiconfigurator's power-law expert load with that exponent puts on it
+        (:func:`~learn_to_shard.cost.routing.power_law_busiest_pairs`; uniform probabilities
+        minimise the expected maximum, so the larger of the two is taken), and
         ``moe_imbalance`` multiplies the load before the upper bound. With
         ``moe_balanced_routing`` (the measured kernel tables' balanced rows) the pairs are
         spread evenly instead: ``⌈m/n⌉``. 1 for ``ep == 1``; ``[k]``.
@@ -358,6 +363,9 @@ class OperatorTerms:
             return np.where(ep_f > 1, np.ceil(mean * (1 - 1e-12)) / mean, 1.0)
         cap = np.maximum(tokens * np.minimum(float(moe.top_k), moe.num_experts / ep_f), mean)
         busiest = np.maximum(mean + np.sqrt(2.0 * mean * np.log(ep_f)), np.minimum(pairs, 1.0))
+        if self.config.moe_routing_alpha is not None:
+            busiest = np.maximum(busiest, power_law_busiest_pairs(
+                tokens, ep, moe.num_experts, moe.top_k, self.config.moe_routing_alpha))
         busiest = np.minimum(busiest * self.config.moe_imbalance, cap)
         return np.where(ep_f > 1, busiest / mean, 1.0)
 
