@@ -377,3 +377,32 @@ def test_malformed_command_lines_are_one_line_exit_2():
         assert r.returncode == 2, (args, r.stderr)
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
         assert "Traceback" not in r.stderr
+
+
+def test_moe_routing_option_sets_the_expert_load():
+    """--moe-routing: uniform routing alone, the default power law (exponent 1.2) or another
+    exponent, recorded in the JSON's cost_model; a bad value or a dense model is one line
+    naming the flag, exit 2."""
+    base = ["plan", "--model", "mixtral-8x7b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "1000", "--osl", "1000", "--json", "--no-timing", "-q"]
+    got = {}
+    for value in ("uniform", "power-law", "power-law:2.5"):
+        r = runner.invoke(app, [*base, "--moe-routing", value])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.stdout)
+        got[value] = doc
+    assert got["uniform"]["cost_model"]["moe_routing_alpha"] is None
+    assert got["power-law"]["cost_model"]["moe_routing_alpha"] == 1.2
+    assert got["power-law:2.5"]["cost_model"]["moe_routing_alpha"] == 2.5
+    default = json.loads(runner.invoke(app, base).stdout)
+    assert default["best"] == got["power-law"]["best"]
+    # Skew costs the EP strategies, so uniform routing finds at least as much throughput.
+    assert (got["uniform"]["best"]["tokens_per_s_per_device"]
+            >= got["power-law"]["best"]["tokens_per_s_per_device"])
+    for bad in ("bogus", "power-law:0", "power-law:x"):
+        r = runner.invoke(app, [*base, "--moe-routing", bad])
+        assert r.exit_code == 2 and "--moe-routing" in r.output
+        assert "Traceback" not in r.output
+    r = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8",
+                            "--context", "1024", "--moe-routing", "uniform"])
+    assert r.exit_code == 2 and "dense" in r.output

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 import sys
@@ -139,6 +140,11 @@ KvAdmissionOpt = Annotated[str | None, typer.Option(
     "admission; every engine's default), on_demand (vLLM's paged pool: preempts the newest "
     "requests when full, recomputed later), no_future_oom (SGLang with the radix cache off: "
     "admits while no future step runs out).")]
+MoeRoutingOpt = Annotated[str | None, typer.Option(
+    "--moe-routing", help="How tokens spread over a MoE model's experts: power-law (the "
+    "default: aiconfigurator's expert load, exponent 1.2; the busiest EP rank carries what "
+    "it puts there), power-law:ALPHA (another exponent > 0), or uniform (random routing "
+    "alone, e.g. an engine balancing experts with EPLB).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
@@ -378,6 +384,7 @@ def plan_cmd(
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
     dataset: DatasetOpt = "random", kv_admission: KvAdmissionOpt = None,
+    moe_routing: MoeRoutingOpt = None,
     export: str | None = typer.Option(None, "--export", help="Print the launch command that "
                                       "realises the plan: vllm | sglang | trtllm (with "
                                       "TensorRT-LLM's --config YAML) on stdout, the plan on "
@@ -441,6 +448,7 @@ def plan_cmd(
         cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
                                           max_num_batched_tokens),
                            spec, engine, moe_a2a, two_batch_overlap)
+        cfg = _moe_routing(cfg, spec, moe_routing)
         if gemm_overlap and not sequence_parallel:
             raise ConfigError("--gemm-overlap: overlaps the all-gathers / reduce-scatters of "
                               "sequence parallelism, so it needs --sequence-parallel too (vLLM's "
@@ -590,6 +598,33 @@ def _moe_options(cfg: CostModelConfig, model: ModelSpec, engine: str | None,
                                two_batch_overlap=two_batch_overlap)
 
 
+def _moe_routing(cfg: CostModelConfig, model: ModelSpec, routing: str | None
+                 ) -> CostModelConfig:
+    """``cfg`` with ``--moe-routing``: ``power-law`` (the default exponent,
+    ``CostModelConfig.moe_routing_alpha``), ``power-law:ALPHA`` or ``uniform`` (``None``).
+
+    Raises:
+        PlannerError: another value, an exponent that is not a number > 0, or a dense model.
+    """
+    if routing is None:
+        return cfg
+    if not model.is_moe:
+        raise PlannerError(f"--moe-routing: {model.name} is dense (no experts to route to)")
+    if routing == "uniform":
+        return dataclasses.replace(cfg, moe_routing_alpha=None)
+    if routing == "power-law":
+        return dataclasses.replace(cfg, moe_routing_alpha=CostModelConfig().moe_routing_alpha)
+    head, _, tail = routing.partition(":")
+    try:
+        alpha = float(tail) if head == "power-law" and tail else math.nan
+    except ValueError:
+        alpha = math.nan
+    if not alpha > 0 or not math.isfinite(alpha):
+        raise PlannerError(f"--moe-routing: {routing!r} is not power-law, power-law:ALPHA "
+                           f"(ALPHA a number > 0) or uniform")
+    return dataclasses.replace(cfg, moe_routing_alpha=alpha)
+
+
 def _export_engine(export: str | None, engine: str | None) -> str | None:
     """The engine profile a plan with ``--export`` searches under: the exported engine (so the
     command launches as printed); ``--engine`` naming another profile is refused."""
@@ -630,7 +665,9 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
         return []
     rows = []
     for name, prof in ENGINES.items():
-        cfg = _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens)
+        cfg = dataclasses.replace(
+            _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens),
+            moe_routing_alpha=cm.config.moe_routing_alpha)          # --moe-routing
         cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name,
                                context_parallel=max(cm.space.cp_values) > 1)
         p = exact_optimum(cm_e, engine=name)
