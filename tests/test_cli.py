@@ -399,7 +399,7 @@ def test_moe_routing_option_sets_the_expert_load():
     # Skew costs the EP strategies, so uniform routing finds at least as much throughput.
     assert (got["uniform"]["best"]["tokens_per_s_per_device"]
             >= got["power-law"]["best"]["tokens_per_s_per_device"])
-    for bad in ("bogus", "power-law:0", "power-law:x"):
+    for bad in ("bogus", "power-law:0", "power-law:x", "power-law:200"):
         r = runner.invoke(app, [*base, "--moe-routing", bad])
         assert r.exit_code == 2 and "--moe-routing" in r.output
         assert "Traceback" not in r.output

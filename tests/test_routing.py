@@ -41,6 +41,8 @@ def test_skew_grows_with_ep_and_tokens_and_vanishes_without_ep():
     assert (power_law_busiest_pairs(t, 3, 256, 8, 1.2) == 0).all()
     with pytest.raises(ValueError, match="exponent"):
         power_law_busiest_pairs(t, 8, 256, 8, 0.0)
+    with pytest.raises(ValueError, match="exponent"):
+        power_law_busiest_pairs(t, 8, 256, 8, 200.0)
 
 
 def test_cost_model_takes_the_larger_of_uniform_and_power_law():
@@ -66,3 +68,5 @@ def test_cost_model_takes_the_larger_of_uniform_and_power_law():
     assert even._busiest_rank_factor(tokens, ep)[1] == pytest.approx(1.0)
     with pytest.raises(ConfigError, match="moe_routing_alpha"):
         CostModelConfig(moe_routing_alpha=-1.0)
+    with pytest.raises(ConfigError, match="moe_routing_alpha"):
+        CostModelConfig(moe_routing_alpha=200.0)

@@ -46,7 +46,13 @@ from .api import (
     simulate_plan,
     with_images,
 )
-from .cost.config import ENGINE_PROFILES, ENGINE_STEP_FIELDS, KV_ADMISSIONS, CostModelConfig
+from .cost.config import (
+    ENGINE_PROFILES,
+    ENGINE_STEP_FIELDS,
+    KV_ADMISSIONS,
+    MAX_ROUTING_ALPHA,
+    CostModelConfig,
+)
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
@@ -619,9 +625,9 @@ def _moe_routing(cfg: CostModelConfig, model: ModelSpec, routing: str | None
         alpha = float(tail) if head == "power-law" and tail else math.nan
     except ValueError:
         alpha = math.nan
-    if not alpha > 0 or not math.isfinite(alpha):
+    if not 0 < alpha <= MAX_ROUTING_ALPHA:
         raise PlannerError(f"--moe-routing: {routing!r} is not power-law, power-law:ALPHA "
-                           f"(ALPHA a number > 0) or uniform")
+                           f"(ALPHA a number in (0, {MAX_ROUTING_ALPHA:g}]) or uniform")
     return dataclasses.replace(cfg, moe_routing_alpha=alpha)
 
 

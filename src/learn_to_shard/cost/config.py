@@ -152,6 +152,11 @@ _AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe
                  "decode_steps_per_schedule")
 
 
+#: Largest power-law exponent ``moe_routing_alpha`` takes: beyond ~155 the inverse CDF's
+#: ``0.01 ** (1 - α)`` overflows (:mod:`learn_to_shard.cost.routing`); 10 already puts almost
+#: every pair on the heaviest experts.
+MAX_ROUTING_ALPHA = 10.0
+
 #: Expert all-to-all kernels :attr:`CostModelConfig.moe_a2a_kernel` may name (None: the
 #: engines' default all-to-all).
 MOE_A2A_KERNELS: tuple[str | None, ...] = (None, "deepep_normal", "deepep_low_latency",
@@ -210,9 +215,10 @@ class CostModelConfig:
             aiconfigurator's default for MoE models (ai-dynamo/aiconfigurator@095f58a51c4c
             ``sdk/models/moe.py``; it uses 1.01 for DeepSeek's, which no measured kernel
             here checks), and the exponent of the measured kernel tables' power-law rows
-            (``data/silicon/moe.csv`` ``power_law_1.2``), which it prices at 0.93–1.11 of
-            their measured time where uniform routing gives 0.41 (EP ≥ 8 above 1,024 tokens)
-            (``tests/test_moe_kernels.py``). Ignored with ``moe_balanced_routing``.
+            (``data/silicon/moe.csv`` ``power_law_1.2``), which it prices at 0.93–1.27 of
+            their measured time by token and EP class (EP ≥ 8 above 1,024 tokens: 1.14,
+            where uniform routing gives 0.41; ``tests/test_moe_kernels.py``); at most
+            :data:`MAX_ROUTING_ALPHA`. Ignored with ``moe_balanced_routing``.
         moe_balanced_routing: price routing as the kernel tables' ``balanced`` rows run it
             (``data/silicon/moe.csv``: every rank gets ``⌈pairs / ep⌉`` token-expert pairs, no
             skew) instead of uniform random routing; False for serving (what real routers do),
@@ -520,8 +526,11 @@ class CostModelConfig:
         if not isinstance(self.decode_steps_per_schedule, int) or isinstance(
                 self.decode_steps_per_schedule, bool):
             raise bad("decode_steps_per_schedule", "an integer >= 1")
-        if self.moe_routing_alpha is not None and not self.moe_routing_alpha > 0.0:
-            raise bad("moe_routing_alpha", "> 0 (or None for uniform routing)")
+        if self.moe_routing_alpha is not None and not (
+                isinstance(self.moe_routing_alpha, (int, float))
+                and 0.0 < self.moe_routing_alpha <= MAX_ROUTING_ALPHA):
+            raise bad("moe_routing_alpha", f"a number in (0, {MAX_ROUTING_ALPHA:g}] "
+                                           f"(or None for uniform routing)")
         if self.max_num_seqs is not None and not self.max_num_seqs >= 1:
             raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
         if self.kv_admission not in (None, *KV_ADMISSIONS):

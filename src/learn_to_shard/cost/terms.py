@@ -338,7 +338,8 @@ class OperatorTerms:
 
     def _busiest_rank_factor(self, tokens: np.ndarray, ep: np.ndarray) -> np.ndarray:
         """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean, for
-        ``tokens`` tokens routed uniformly at random to ``top_k`` experts each (no skew).
+        ``tokens`` tokens routed to ``top_k`` experts each (uniform random routing, and the
+        power-law expert load below where that puts more on it).
 
         Balls into bins (Raab & Steger, "Balls into Bins — A Simple and Tight Analysis",
         RANDOM 1998): ``m`` balls in ``n`` bins, ``m ≥ n log n``, give a maximum of
