@@ -40,6 +40,8 @@ SAMPLES = 64
 GRID_MAX_TOKENS = 1 << 20
 #: Seed of the draws (the result is a fixed table per ``(E, k, α, ep)``).
 SEED = 20260921
+#: The grid's token counts, powers of two ``1 … GRID_MAX_TOKENS``, ``[G]``.
+_GRID_TOKENS = 2.0 ** np.arange(GRID_MAX_TOKENS.bit_length())
 #: Rounds of moving the pairs above an expert's ``T`` cap to the experts below it.
 _CLAMP_ROUNDS = 32
 
@@ -58,7 +60,7 @@ def _bounded_power_law(u: np.ndarray, alpha: float, lo: np.ndarray, hi: np.ndarr
 def _expert_pairs(num_experts: int, top_k: int, alpha: float) -> np.ndarray:
     """Pairs per expert of every draw at every grid token count, ``[G, SAMPLES, E]`` float
     (``G`` = powers of two ``1 … GRID_MAX_TOKENS``); each draw sums to ``T · top_k``."""
-    tokens = 2.0 ** np.arange(GRID_MAX_TOKENS.bit_length())                # [G]
+    tokens = _GRID_TOKENS
     u = np.random.default_rng(SEED).random((len(tokens), SAMPLES, num_experts))
     many = (tokens * top_k > num_experts)[:, None, None]
     lo = np.where(many, 1.0, 0.01)
@@ -112,8 +114,7 @@ def power_law_busiest_pairs(tokens: np.ndarray, ep: np.ndarray, num_experts: int
     t, e = np.broadcast_arrays(np.asarray(tokens, dtype=np.float64),
                                np.asarray(ep, dtype=np.int64))
     out = np.zeros(t.shape)
-    grid = 2.0 ** np.arange(GRID_MAX_TOKENS.bit_length())
-    xs = np.concatenate([[0.0], grid])
+    xs = np.concatenate([[0.0], _GRID_TOKENS])
     for v in np.unique(e):
         if v <= 1 or num_experts % int(v):
             continue
