@@ -394,6 +394,12 @@ def test_moe_routing_option_sets_the_expert_load():
     assert got["uniform"]["cost_model"]["moe_routing_alpha"] is None
     assert got["power-law"]["cost_model"]["moe_routing_alpha"] == 1.2
     assert got["power-law:2.5"]["cost_model"]["moe_routing_alpha"] == 2.5
+    assert got["uniform"]["moe_routing"] == "uniform random routing"
+    assert got["power-law:2.5"]["moe_routing"] == "power-law expert load, exponent 2.5"
+    # The text plan says it too, on the engine line.
+    text = runner.invoke(app, [a for a in base if a not in ("--json", "--no-timing")]
+                         + ["--moe-routing", "power-law:2.5"])
+    assert "experts: power-law expert load, exponent 2.5" in text.stdout
     default = json.loads(runner.invoke(app, base).stdout)
     assert default["best"] == got["power-law"]["best"]
     # Skew costs the EP strategies, so uniform routing finds at least as much throughput.
@@ -406,3 +412,35 @@ def test_moe_routing_option_sets_the_expert_load():
     r = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8",
                             "--context", "1024", "--moe-routing", "uniform"])
     assert r.exit_code == 2 and "dense" in r.output
+    dense = json.loads(runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster",
+                                           "h100-sxm:8", "--context", "1024", "--json",
+                                           "-q"]).stdout)
+    assert dense["moe_routing"] == ""
+
+
+def test_validate_serving_summary_only_leaves_out_the_rows(tmp_path, monkeypatch):
+    """``l2s validate --serving --summary-only`` prints the serving summaries without the
+    per-row table; without ``--summary-only`` the table is there, one line per row."""
+    from learn_to_shard.fidelity import serving as serving_mod
+    from learn_to_shard.fidelity import stats as stats_mod
+    from learn_to_shard.fidelity.measurements import default_table_path
+    from learn_to_shard.fidelity.serving import ServingRowResult
+
+    rows = [ServingRowResult("row-one", "held-out", "vllm", "", "",
+                             measured={"ttft_ms": 100.0}, predicted={"ttft_ms": 120.0}),
+            ServingRowResult("row-two", "calibration", "sglang", "", "",
+                             reason="no such model")]
+    monkeypatch.setattr(serving_mod, "predict_table", lambda *_a, **_k: rows)
+    monkeypatch.setattr(stats_mod, "silicon_report", lambda *_a, **_k: [])
+    table = tmp_path / "t.csv"
+    table.write_text("".join(Path(default_table_path()).read_text()
+                             .splitlines(keepends=True)[:3]))
+    common = ["validate", "--serving", "--table", str(table), "--plot",
+              str(tmp_path / "v.png"), "--report", str(tmp_path / "v.json")]
+    short = runner.invoke(app, [*common, "--summary-only"])
+    assert short.exit_code == 0, short.output
+    assert "serving held-out median |error|: TTFT 20.0% (n=1)" in short.stdout
+    assert "row-one" not in short.stdout and "measured → simulated" not in short.stdout
+    full = runner.invoke(app, common)
+    assert full.exit_code == 0, full.output
+    assert "row-one" in full.stdout and "no such model" in full.stdout

@@ -16,9 +16,9 @@ import math
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -62,6 +62,9 @@ from .search.base import SearchInterrupted, interruptible
 from .serving import ServingLoad
 from .units import parse_duration_s
 from .workload import Phase, Workload
+
+if TYPE_CHECKING:
+    from .fidelity.serving import ServingRowResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Plan distributed LLM inference: parallelism degrees and per-operator "
@@ -783,7 +786,7 @@ def validate_cmd(
         render_mla_kernels(mla_kernels(), mla_kernels(CostModelConfig.for_engine(
             "trtllm", mla_module_overhead_s=0.0)), con)
     if serving:
-        _render_serving_check(con)
+        _render_serving_check(con, rows=rows)
     if fit:
         from .fidelity.fit import calibrate_serving
 
@@ -800,21 +803,14 @@ def validate_cmd(
                 raise _fail(exc) from None
 
 
-def _render_serving_check(con: Console) -> None:
-    """Print ``fidelity.serving``'s per-row table and held-out / calibration summaries."""
-    from rich.table import Table
-
+def _render_serving_check(con: Console, rows: bool = True) -> None:
+    """Print ``fidelity.serving``'s per-row table (with ``rows``; ``--summary-only`` leaves
+    it out) and held-out / calibration summaries."""
     from .fidelity.serving import predict_table, summarize
 
     results = predict_table()
-    t = Table(box=None, pad_edge=False, title="serving under load: measured → simulated")
-    for col in ("id", "split", "TTFT ms", "TPOT ms", "output tok/s", "not predicted because"):
-        t.add_column(col)
-    for r in results:
-        cells = [f"{r.measured[m]:.4g} → {r.predicted[m]:.4g}" if m in r.measured else ""
-                 for m in ("ttft_ms", "tpot_ms", "output_tok_s")]
-        t.add_row(r.id, r.split, *cells, r.reason or "")
-    con.print(t)
+    if rows:
+        _render_serving_rows(con, results)
     without = predict_table(overrides=dict.fromkeys(ENGINE_STEP_FIELDS, 0.0))
     for label, res in (("", results), (" without engine step overheads", without)):
         for split in ("held-out", "calibration"):
@@ -826,6 +822,21 @@ def _render_serving_check(con: Console) -> None:
                       f"sweep directions {s['sweep_directions']}; "
                       f"{s['predicted']}/{s['rows']} rows predicted", highlight=False,
                       soft_wrap=True)
+
+
+def _render_serving_rows(con: Console, results: Sequence[ServingRowResult]) -> None:
+    """Print one line per serving row: measured → simulated TTFT, TPOT and output tokens/s,
+    or why the row is not predicted."""
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, title="serving under load: measured → simulated")
+    for col in ("id", "split", "TTFT ms", "TPOT ms", "output tok/s", "not predicted because"):
+        t.add_column(col)
+    for r in results:
+        cells = [f"{r.measured[m]:.4g} → {r.predicted[m]:.4g}" if m in r.measured else ""
+                 for m in ("ttft_ms", "tpot_ms", "output_tok_s")]
+        t.add_row(r.id, r.split, *cells, r.reason or "")
+    con.print(t)
 
 
 @app.command("compare")

@@ -51,6 +51,8 @@ class Plan:
             HuggingFace cache).
         weights: how the weights are stored and priced, and whether the workload's dtype
             differs from the checkpoint's (:func:`weights_note`).
+        moe_routing: how tokens are assumed to spread over the experts of a MoE model
+            (:func:`moe_routing_note`; ``""`` for a dense model).
     """
 
     model: str
@@ -71,6 +73,7 @@ class Plan:
     num_layers: int | None = None
     model_source: str = ""
     weights: str = ""
+    moe_routing: str = ""
 
     @classmethod
     def from_search(cls, cm: CostModel, result: SearchResult, method: str,
@@ -111,7 +114,8 @@ class Plan:
                    engine=engine, cost_model=dataclasses.asdict(cm.config),
                    expert_weight_bits=cm.model.expert_weight_bits,
                    num_layers=cm.model.num_layers,
-                   model_source=model_source(cm), weights=weights_note(cm))
+                   model_source=model_source(cm), weights=weights_note(cm),
+                   moe_routing=moe_routing_note(cm))
 
     @property
     def interrupted(self) -> bool:
@@ -149,11 +153,24 @@ class Plan:
             "expert_weight_bits": self.expert_weight_bits,
             "model_source": self.model_source,
             "weights": self.weights,
+            "moe_routing": self.moe_routing,
             "cost_model": self.cost_model,
         }
         if timing:
             out["timing"] = {k: v for k, v in self.search.items() if is_timing_key(k)}
         return out
+
+
+def moe_routing_note(cm: CostModel) -> str:
+    """How the estimates spread a MoE model's tokens over its experts (what ``l2s plan
+    --moe-routing`` sets, ``CostModelConfig.moe_routing_alpha``): ``"power-law expert load,
+    exponent 1.2"`` or ``"uniform random routing"``; ``""`` for a dense model."""
+    if cm.model.moe is None:
+        return ""
+    alpha = cm.config.moe_routing_alpha
+    if alpha is None:
+        return "uniform random routing"
+    return f"power-law expert load, exponent {alpha:g}"
 
 
 def model_source(cm: CostModel) -> str:

@@ -53,7 +53,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   f"{'per whole request' if cfg['kv_reserve_full_request'] else 'on demand'}"
                   + (f", MoE all-to-all {str(cfg.get('moe_a2a_kernel')).replace('_', ' ')}"
                      if cfg.get("moe_a2a_kernel") else "")
-                  + (", two-batch overlap" if cfg.get("two_batch_overlap") else ""),
+                  + (", two-batch overlap" if cfg.get("two_batch_overlap") else "")
+                  + (f", experts: {plan.moe_routing}" if plan.moe_routing else ""),
                   highlight=False)
     s = plan.search
     wall_s = cast(float, s.get("wall_s", 0))
