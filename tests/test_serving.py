@@ -466,6 +466,29 @@ def test_multi_step_decoding_admits_at_the_end_of_a_burst():
                  kv_capacity_tokens=10_000, decode_steps_per_schedule=0)
 
 
+def test_multi_step_finish_inside_a_burst_does_not_end_it():
+    """vLLM V0 multi-step: the scheduler runs again only when a burst's steps are done
+    (``LLMEngine._has_remaining_steps``), so a request that reaches its last token at the
+    burst's second step is computed to the fourth (the wasted steps still carry it), its
+    tokens reach the client at the burst's end, and an arrival during the first step waits for
+    the fourth, not for the finish."""
+    pre = _toy_step(20, 0)                          # both prompts (10 tokens each), one step
+    a = pre + 0.5 * _toy_step(2, 22)
+    req = Requests(isl=np.array([10, 10, 20]), osl=np.array([50, 3, 5]),
+                   arrival_s=np.array([0.0, 0.0, a]))
+    r = simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=1000,
+                 kv_capacity_tokens=10_000, decode_steps_per_schedule=4)
+    # Four decode steps of both requests (contexts 11 + 11, then +2 per step).
+    burst_end = pre + sum(_toy_step(2, 22 + 2 * g) for g in range(4))
+    assert r.finish_s[1] == pytest.approx(burst_end, rel=1e-9)
+    assert r.first_token_s[2] == pytest.approx(burst_end + _toy_step(21, 15), rel=1e-9)
+    # Single-step scheduling: the short request ends after two steps, the arrival is
+    # admitted at the next step.
+    one = simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=1000,
+                   kv_capacity_tokens=10_000)
+    assert one.finish_s[1] < r.finish_s[1] and one.first_token_s[2] < r.first_token_s[2]
+
+
 def test_multi_step_bursts_are_one_gap_each_and_run_as_one_block():
     """Under ``--num-scheduler-steps 4`` a burst's tokens stream together: one client decoding
     12 tokens after its first sees three gaps of four steps each (the ITL the vLLM 0.6.0 rows

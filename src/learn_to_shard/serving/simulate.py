@@ -30,7 +30,8 @@ vLLM's ``docs/configuration/optimization.md`` "Chunked Prefill" and its schedule
 With ``overlap_schedule`` a step's contents are fixed while the previous step runs, so a
 request that arrives during a step is admitted one step later; with
 ``decode_steps_per_schedule`` > 1 decode-only steps run in bursts with no admission between
-them (vLLM V0 multi-step). Inter-token latencies are pooled over all requests, as the
+them, a request that finishes inside one computed to its end (vLLM V0 multi-step).
+Inter-token latencies are pooled over all requests, as the
 benchmark scripts print ITL (:meth:`SimResult.itl_percentile_s`).
 
 Runs of decode-only steps (no prompt to prefill, no admission possible) are advanced in one
@@ -291,10 +292,12 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             schedulers, vLLM ``--async-scheduling``), so admission sees only the requests that
             arrived by the start of the previous step; an idle engine sees them at once.
         decode_steps_per_schedule: decode-only steps run per scheduler call, with no
-            admission between them (vLLM V0 multi-step ``--num-scheduler-steps``; a finish
-            ends the run early); a burst's tokens reach the client together, so each burst
-            is one inter-token gap (the rows' "ITL counts 10-token bursts"). 1: the
-            scheduler runs before every step.
+            admission between them (vLLM V0 multi-step ``--num-scheduler-steps``: the
+            scheduler runs again only when a burst's steps are done, ``LLMEngine.
+            _has_remaining_steps``, so a request that reaches its last token inside a burst
+            stays in the batch to its end and finishes there); a burst's tokens reach the
+            client together, so each burst is one inter-token gap (the rows' "ITL counts
+            10-token bursts"). 1: the scheduler runs before every step.
         dp_ranks: the instance's DP ranks, each with ``max_num_batched_tokens / dp_ranks``
             tokens per step: a request lives on one of them, so its chunk is at most the room
             that rank's budget leaves beside its share of the decodes.
@@ -464,6 +467,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             # A run of decode-only steps: nothing to prefill, admission only at an arrival
             # or a finish. Advance up to the first finish, in one block.
             k = int((osl[dec] - generated[dec]).min())
+            burst = decode_steps_per_schedule
+            # A finish ends no burst: the scheduler runs again only when the burst's steps
+            # are done, the finished sequences' last steps wasted (vLLM V0 multi-step:
+            # LLMEngine._has_remaining_steps).
+            k = -(-k // burst) * burst
             if on_demand:                   # up to the step the pool runs out
                 k = max(1, min(k, kv_free // n_dec))
             if kv_admission == "no_future_oom" and int(running.sum()) < max_num_seqs and \
@@ -475,7 +483,6 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0, n_dec)
             ends = t + np.cumsum(dts)
             pending = arrival[~admitted & ~done & (arrival > decided)]
-            burst = decode_steps_per_schedule
             smallest = int(isl.min()) + 1 if on_demand else int(need.min())
             if len(pending) and kv_free >= smallest and int(running.sum()) < max_num_seqs:
                 cut = int(np.searchsorted(ends, float(pending.min())))
@@ -496,7 +503,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             last_token[dec] = t_new
             running_time += int(running.sum()) * (t_new - t)
             t = t_new
-            generated[dec] += k
+            generated[dec] = np.minimum(generated[dec] + k, osl[dec])
             if on_demand:
                 held[dec] += k
                 kv_free -= n_dec * k
