@@ -465,7 +465,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             continue
         if n_pf == 0:
             # A run of decode-only steps: nothing to prefill, admission only at an arrival
-            # or a finish. Advance up to the first finish, in one block.
+            # or a finish. Advance up to the first finish (with bursts, the end of the burst
+            # it falls in), in one block.
             k = int((osl[dec] - generated[dec]).min())
             burst = decode_steps_per_schedule
             # A finish ends no burst: the scheduler runs again only when the burst's steps
