@@ -253,7 +253,8 @@ SCHEDULING_SOURCES: dict[str, str] = {
 #: (:data:`~learn_to_shard.cost.config.KV_ADMISSIONS`; a row or launch may override it,
 #: ``CostModelConfig.kv_admission``). vLLM's pool is paged on demand, but simulating that
 #: (``on_demand``) fits its calibration rows worse (serving loss 0.057 → 0.067 at the
-#: same refitted overheads) and the held-out rows too (docs/validation.md, "What is left"),
+#: same refitted overheads, measured before V0's multi-step bursts ran to their end) and
+#: the held-out rows too (docs/validation.md, "What is left"),
 #: so its default stays the reservation.
 KV_ADMISSION: dict[str, str] = {"vllm": "reserve", "sglang": "reserve", "trtllm": "reserve"}
 #: Where :data:`KV_ADMISSION` is read.

@@ -295,8 +295,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             admission between them (vLLM V0 multi-step ``--num-scheduler-steps``: the
             scheduler runs again only when a burst's steps are done, ``LLMEngine.
             _has_remaining_steps``, so a request that reaches its last token inside a burst
-            stays in the batch to its end and finishes there); a burst's tokens reach the
-            client together, so each burst is one inter-token gap (the rows' "ITL counts
+            stays in the batch to its end and finishes there; an on-demand pool that runs out
+            inside a burst still stops the run there, where vLLM V0 reserves the burst's slots
+            when it schedules, and the vLLM rows admit by reservation); a burst's tokens reach
+            the client together, so each burst is one inter-token gap (the rows' "ITL counts
             10-token bursts"). 1: the scheduler runs before every step.
         dp_ranks: the instance's DP ranks, each with ``max_num_batched_tokens / dp_ranks``
             tokens per step: a request lives on one of them, so its chunk is at most the room
