@@ -629,3 +629,49 @@ def test_no_future_oom_refuses_a_request_its_check_can_never_pass():
     assert np.isfinite(simulate(TOY, req, kv_capacity_tokens=23, **kw).finish_s).all()
     simulate(TOY, req, max_num_seqs=8, max_num_batched_tokens=100, concurrency=1,
              kv_capacity_tokens=20)                      # reserving needs just isl + osl
+
+
+def test_frontend_latency_by_hand():
+    """The serving front-end's time per request (``frontend_latency_s``) is waited before the
+    engine sees a request: one client's TTFT and end-to-end latency grow by it, its TPOT does
+    not, and its next request reaches the engine that long after the previous one finished, so
+    the run lasts one front-end time longer per request."""
+    lat = 0.040
+    req = fixed_requests(3, isl=100, osl=4)
+    kw = dict(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=10_000,
+              concurrency=1)
+    base = simulate(TOY, req, **kw)
+    r = simulate(TOY, req, frontend_latency_s=lat, **kw)
+    np.testing.assert_allclose(r.ttft_s, base.ttft_s + lat, rtol=1e-12)
+    np.testing.assert_allclose(r.e2e_s, base.e2e_s + lat, rtol=1e-12)
+    np.testing.assert_allclose(r.tpot_s, base.tpot_s, rtol=1e-12)
+    assert r.arrival_s[0] == 0.0                         # measured from the client's send
+    assert r.arrival_s[1] == pytest.approx(r.finish_s[0], rel=1e-12)
+    assert r.busy_s == pytest.approx(base.busy_s + 3 * lat, rel=1e-12)
+    # Open loop: the arrivals are the sends; the engine sees each one lat later.
+    req_open = Requests(isl=np.array([100, 100]), osl=np.array([4, 4]),
+                        arrival_s=np.array([0.0, 1.0]))
+    kw.pop("concurrency")
+    a = simulate(TOY, req_open, **kw)
+    b = simulate(TOY, req_open, frontend_latency_s=lat, **kw)
+    np.testing.assert_allclose(b.first_token_s, a.first_token_s + lat, rtol=1e-12)
+    np.testing.assert_allclose(b.ttft_s, a.ttft_s + lat, rtol=1e-12)
+    with pytest.raises(ConfigError, match="frontend_latency_s"):
+        simulate(TOY, req_open, frontend_latency_s=-1e-3, **kw)
+
+
+def test_frontend_latency_lengthens_the_analytical_ttft_only():
+    """The cost model's serve-phase TTFT carries the front-end's time per request as the
+    simulation does; its TPOT and throughput do not (the front-end takes no GPU time)."""
+    import dataclasses
+
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1",
+                         make_workload("serve", isl=1000, osl=200, ttft_slo_s=0.5))
+    s = search_plan(cm, method="megatron").best.strategy
+    late = dataclasses.replace(cm.config, frontend_latency_s=0.050)
+    cm2 = make_cost_model("llama-3.1-8b", "h100-sxm:1",
+                          make_workload("serve", isl=1000, osl=200, ttft_slo_s=0.5),
+                          config=late)
+    a, b = cm.evaluate(s), cm2.evaluate(s)
+    assert b.ttft_s == pytest.approx(a.ttft_s + 0.050, rel=1e-9)
+    assert b.tpot_s == a.tpot_s and b.output_tokens_per_s == a.output_tokens_per_s

@@ -31,7 +31,8 @@ from learn_to_shard.serving import ServingLoad, fit_step_model, simulate_estimat
 from learn_to_shard.serving.steptime import priced
 from learn_to_shard.workload import Phase
 
-STEP_FIELDS = {"host_step_overhead_s", "host_seq_overhead_s", "eager_layer_overhead_s"}
+STEP_FIELDS = {"host_step_overhead_s", "host_seq_overhead_s", "eager_layer_overhead_s",
+               "frontend_latency_s"}
 
 
 def _calibration(engine: str) -> list[dict[str, str]]:
@@ -40,8 +41,8 @@ def _calibration(engine: str) -> list[dict[str, str]]:
 
 def test_serving_fits_record_their_rows_and_the_profiles_load_them():
     """Every serving fit in the factors file names exactly its engine's calibration rows of
-    the serving table, sets the three step fields to values on the declared grid, and is what
-    the engine profile carries."""
+    the serving table, sets the four engine-overhead fields to values on the declared grid,
+    and is what the engine profile carries."""
     fits = {n: f for n, f in load_fitted_factors().fits.items()
             if f.table == "serving_measurements.csv"}
     specs = {s.name: s for s in SERVING_CALIBRATIONS}
@@ -107,6 +108,37 @@ def test_the_step_fit_scores_only_the_step_metrics(monkeypatch):
     assert STEP_METRICS == ("tpot_ms", "output_tok_s")
     assert serving_loss([{}], {}, STEP_METRICS) == 0.0
     assert serving_loss([{}], {}) == pytest.approx(0.5)        # median of |ln e| and 0
+
+
+def test_the_frontend_time_is_fitted_on_ttft_alone(monkeypatch):
+    """calibrate_serving's third search puts into ``frontend_latency_s`` the TTFT the step
+    and launch terms leave: rows whose TPOT the step fields match and whose TTFT is 38 ms
+    short beside them get 38 ms of front-end time; the step fields stay where TPOT put them,
+    and a launch time per layer, which would lengthen TPOT as well, stays 0."""
+    import learn_to_shard.fidelity.serving as fs
+    from learn_to_shard.fidelity.fit import CalibrationSpec
+    from learn_to_shard.fidelity.serving import ServingRowResult
+
+    def fake(row: dict, overrides: dict | None = None) -> ServingRowResult:
+        o = dict(overrides or {})
+        step_ms = 1e3 * o.get("host_step_overhead_s", 0.0)
+        return ServingRowResult(
+            id=row["id"], split="calibration", engine="vllm", series="", varies="",
+            measured={"ttft_ms": 100.0, "tpot_ms": 12.0},
+            predicted={"ttft_ms": 60.0 + step_ms + 1e3 * o.get("frontend_latency_s", 0.0)
+                       + 1e5 * o.get("eager_layer_overhead_s", 0.0),
+                       "tpot_ms": 10.0 + step_ms + 1e5 * o.get("eager_layer_overhead_s", 0.0)})
+
+    monkeypatch.setattr(fs, "predict_row", fake)
+    rows = [{"id": f"r{i}", "split": "calibration", "engine": "vllm"} for i in range(3)]
+    spec = CalibrationSpec("vllm", "vllm", {
+        "host_step_overhead_s": (0.0, 1e-3, 2e-3, 3e-3),
+        "eager_layer_overhead_s": (0.0, 1e-4),
+        "frontend_latency_s": (0.0, 2e-2, 3.8e-2, 5e-2)})
+    (res,) = calibrate_serving(rows, [spec])
+    assert res.values == {"host_step_overhead_s": 2e-3, "eager_layer_overhead_s": 0.0,
+                          "frontend_latency_s": 3.8e-2}
+    assert res.loss == pytest.approx(0.0, abs=1e-12)
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ memory peak, limit checks and objective through these functions, so the formulas
 * one pass of a micro-batch: ``Σ_s t_s + (pp − 1)·t_p2p``; the slowest stage ``max_s t_s``;
 * decode / serve: ``TPOT = max(Σ_s t_s + (pp − 1)·t_p2p, m · max_s t_s)`` with ``m``
   micro-batches in flight, an instance's output tokens/s ``batch · share / TPOT``; serve TTFT
-  ``⌈isl / chunk⌉`` passes of the TTFT step;
+  ``⌈isl / chunk⌉`` passes of the TTFT step plus the serving front-end's time per request
+  (``CostModelConfig.frontend_latency_s``);
 * prefill: makespan ``Σ_s t_s + (pp − 1)·t_p2p + (m − 1)·max_s t_s`` = TTFT, prompt tokens/s
   ``batch · isl / makespan``;
 * tokens/s per device of the whole cluster: an instance's times ``floor(N / devices) / N``;
@@ -70,7 +71,8 @@ class Latency:
 def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.ndarray,
             batch: np.ndarray, share: np.ndarray, replica_frac: np.ndarray,
             ttft_pass_s: np.ndarray | None = None,
-            chunk_steps: np.ndarray | None = None) -> Latency:
+            chunk_steps: np.ndarray | None = None,
+            frontend_latency_s: float = 0.0) -> Latency:
     """Pipeline latencies and throughput (module docstring).
 
     Args:
@@ -83,6 +85,8 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
         ttft_pass_s: serve: one pass of the TTFT step (:func:`pipeline_sums`); ``None``: TTFT
             not priced (NaN).
         chunk_steps: serve: TTFT steps ``⌈isl / chunk⌉``.
+        frontend_latency_s: serve: the serving front-end's time per request, added to TTFT
+            (:attr:`~learn_to_shard.cost.config.CostModelConfig.frontend_latency_s`).
 
     Returns:
         The :class:`Latency`.
@@ -97,7 +101,7 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
         inst = batch * share / tpot
         if workload.phase is Phase.SERVE and ttft_pass_s is not None:
             assert chunk_steps is not None
-            ttft = chunk_steps * ttft_pass_s
+            ttft = chunk_steps * ttft_pass_s + frontend_latency_s
         else:
             ttft = np.full(np.broadcast_shapes(np.shape(sum_t), np.shape(batch)), np.nan)
     return Latency(tpot_s=tpot, ttft_s=ttft, instance_tokens_per_s=inst,

@@ -144,8 +144,8 @@ KV_ADMISSIONS = ("reserve", "on_demand", "no_future_oom")
 _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s",
                  "block_fp8_local_expert_overhead_s", "runtime_reserved_bytes",
                  "host_step_overhead_s", "host_seq_overhead_s", "host_prefill_overhead_s",
-                 "eager_layer_overhead_s", "scale_up_latency_s", "scale_out_latency_s",
-                 "gemm_shape_half",
+                 "eager_layer_overhead_s", "frontend_latency_s", "scale_up_latency_s",
+                 "scale_out_latency_s", "gemm_shape_half",
                  "expert_shape_half", "mla_module_overhead_s")
 #: Fields that must be >= 1 (counts, multipliers of an expected maximum).
 _AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance",
@@ -252,6 +252,19 @@ class CostModelConfig:
             launched from Python, ~10–30 µs of dispatch apiece (PyTorch eager overhead), which
             the GPU does not hide when the kernels are short. 0 by default; engine profiles
             set it.
+        frontend_latency_s: time each request spends in the serving front-end outside the
+            engine's steps, seconds: the OpenAI-compatible HTTP server (request parsing,
+            chat template, tokenisation), the hand-off to the engine loop, and the return of
+            the first token (de-tokenising, streaming). It lengthens the serve phase's TTFT
+            (analytical and simulated) and the simulated end-to-end latency, and in a closed
+            loop delays each client's next request; it takes no GPU time, so steady-state
+            throughput does not include it. The engines' separate front-end processes
+            (vLLM's API server and engine core, SGLang's tokenizer manager and scheduler,
+            ``trtllm-serve``) make it a per-request constant; aiconfigurator prices vLLM's as
+            0.8 ms per layer per request (ai-dynamo/aiconfigurator@095f58a5,
+            aic-core/src/aiconfigurator_core/sdk/backends/vllm_backend.py
+            ``_prefill_dispatch_overhead_ms``). 0 by default; engine profiles set it (fitted
+            on TTFT at low load, :mod:`learn_to_shard.fidelity.fit`).
         kv_cache_free_fraction: the KV pool may use this fraction of the memory that weights
             and workspace leave inside ``memory_utilization × HBM``. 1.0 is vLLM's accounting
             (``gpu_memory_utilization`` of the whole device); TensorRT-LLM uses
@@ -468,6 +481,7 @@ class CostModelConfig:
     host_seq_overhead_s: float = 0.0
     host_prefill_overhead_s: float = 0.0
     eager_layer_overhead_s: float = 0.0
+    frontend_latency_s: float = 0.0
     kv_cache_free_fraction: float = 1.0
     window_kv_capped: bool = True
     attention_flops_efficiency: float | None = None
@@ -572,19 +586,21 @@ class CostModelConfig:
         return dataclasses.replace(cls(), **values)
 
 
-#: The engine step overheads an engine profile reads from its fit (:func:`_engine_fit`).
+#: The engine overheads an engine profile reads from its fit (:func:`_engine_fit`): per step,
+#: per sequence in a step, per layer of a step with prompt tokens, and per request in the
+#: front-end.
 ENGINE_STEP_FIELDS: tuple[str, ...] = ("host_step_overhead_s", "host_seq_overhead_s",
-                                       "eager_layer_overhead_s")
+                                       "eager_layer_overhead_s", "frontend_latency_s")
 
 
 def _engine_fit(fit: str) -> dict[str, float]:
-    """The fitted engine-step fields of engine profile ``fit`` (its fit in the factors file:
-    ``host_step_overhead_s``, ``host_seq_overhead_s`` and ``eager_layer_overhead_s``, fitted
-    on that engine's calibration rows of the serving table), or none when the file holds no
-    fit of that name (no calibration row of the engine could be predicted).
+    """The fitted engine overheads of engine profile ``fit`` (its fit in the factors file: the
+    fields of :data:`ENGINE_STEP_FIELDS`, fitted on that profile's calibration rows of the
+    serving table), or none when the file holds no fit of that name (no calibration row of
+    the profile could be predicted).
 
     Raises:
-        ConfigError: the fit sets other fields than those three.
+        ConfigError: the fit sets other fields than those of :data:`ENGINE_STEP_FIELDS`.
     """
     if fit not in _FACTORS.fits:
         return {}
@@ -593,11 +609,10 @@ def _engine_fit(fit: str) -> dict[str, float]:
 
 #: Engine profiles: field values describing one serving engine (and, for host overheads, the
 #: system it ran on). ``_source`` says where each came from. The ``vllm``, ``sglang`` and
-#: ``trtllm`` profiles read their engine step overheads (:data:`ENGINE_STEP_FIELDS`) from the
-#: fits of the same name in ``data/calibration/
-#: factors.json``, fitted on that engine's calibration rows of the serving table
-#: (``fidelity.fit.SERVING_CALIBRATIONS``); an engine without a fit there keeps the
-#: defaults' 0. The Splitwise profiles' fitted
+#: ``trtllm`` profiles read their engine overheads (:data:`ENGINE_STEP_FIELDS`) from the fits
+#: of the same name in ``data/calibration/factors.json``, fitted on that engine's
+#: calibration rows of the serving table (``fidelity.fit.SERVING_CALIBRATIONS``); an engine
+#: without a fit there keeps the defaults' 0. The Splitwise profiles' fitted
 #: fields are read from ``data/calibration/factors.json`` (the fits of the same name), fitted
 #: on the six calibration rows per system of the Splitwise data (measurements.csv,
 #: ``calibration = 1``): decode at TP2/TP8 batch 1 and TP8 batch 64, prefill of 512 tokens at

@@ -416,7 +416,8 @@ class CostModel(OperatorTerms):
             st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
             t2 = aggregate.pipeline_sums(st2["stage_t"], st2["p2p"], pp)[0]
         lat = aggregate.latency(wl, sum_t, max_t, m_mb, batch, ph["share"],
-                                self.replica_fraction(tp * dp * pp), t2, ph["chunk_steps"])
+                                self.replica_fraction(tp * dp * pp), t2, ph["chunk_steps"],
+                                self.config.frontend_latency_s)
         tpot, ttft = lat.tpot_s, lat.ttft_s
         instance_tps, tps_dev = lat.instance_tokens_per_s, lat.tokens_per_s_per_device
 

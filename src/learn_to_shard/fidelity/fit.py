@@ -264,10 +264,20 @@ _STEP_GRID: dict[str, tuple[float, ...]] = {
 #: what launches can cost; 0 is on the grid, so a fit can say "none".
 _EAGER_GRID: tuple[float, ...] = (0.0, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 8e-4, 1e-3)
 
+#: The serving front-end's time per request (``frontend_latency_s``): 0–100 ms. Its parts —
+#: HTTP parsing, chat template and tokenisation, the hand-off to the engine process, the
+#: first token's de-tokenising and streaming — are each a few ms; aiconfigurator prices vLLM's
+#: as 0.8 ms per layer (29–64 ms for 36–80 layers, ai-dynamo/aiconfigurator@095f58a5
+#: ``vllm_backend.py``), so 100 ms leaves room above; 0 is on the grid, so a fit can say
+#: "none".
+_FRONTEND_GRID: tuple[float, ...] = (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 2.5e-2, 3e-2, 3.5e-2, 4e-2,
+                                     4.5e-2, 5e-2, 6e-2, 7e-2, 8e-2, 1e-1)
+
 #: The serving fits: per engine profile, fitted on that engine's ``split = calibration`` rows
 #: of ``data/serving_measurements.csv`` (the table's declared subset, ``data/README.md``).
 SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = tuple(
-    CalibrationSpec(e, e, {**_STEP_GRID, "eager_layer_overhead_s": _EAGER_GRID})
+    CalibrationSpec(e, e, {**_STEP_GRID, "eager_layer_overhead_s": _EAGER_GRID,
+                           "frontend_latency_s": _FRONTEND_GRID})
     for e in ("vllm", "sglang", "trtllm"))
 
 #: Loss of a serving row the simulation cannot predict (counted once per row).
@@ -282,6 +292,9 @@ STEP_METRICS: tuple[str, ...] = ("tpot_ms", "output_tok_s")
 #: The metrics ``eager_layer_overhead_s`` is fitted on: all three (a prompt step's launches
 #: lengthen TTFT, and the decodes that share or wait for that step).
 SERVING_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "output_tok_s")
+#: The metric ``frontend_latency_s`` is fitted on: TTFT, the only one it lengthens beside a
+#: closed loop's throughput.
+FRONTEND_METRICS: tuple[str, ...] = ("ttft_ms",)
 
 
 def serving_loss(rows: Sequence[Mapping[str, str]], overrides: Mapping[str, Any],
@@ -321,20 +334,25 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
                       specs: Sequence[CalibrationSpec] = SERVING_CALIBRATIONS
                       ) -> list[CalibrationResult]:
     """Re-run the serving fits (:data:`SERVING_CALIBRATIONS`) on the serving table's
-    calibration rows (``split = calibration``) only.
+    calibration rows (``split = calibration``) of its engine only.
 
-    Each fit alternates two searches, the other fields at the engine profile's values:
-    every combination of the step and sequence grids (:func:`grid_search`) for the least
-    :func:`serving_loss` over the step-time metrics (:data:`STEP_METRICS`), at the current
-    ``eager_layer_overhead_s`` (first 0); then ``eager_layer_overhead_s`` over its grid
-    (:data:`_EAGER_GRID`) for the least loss over all three metrics (:data:`SERVING_METRICS`;
-    over the step-time ones where the rows give no TTFT), at those step and sequence values.
-    It stops when the eager search keeps the value the step fields were fitted at; after
-    three eager searches without that, the step fields are refitted at the last value, so
-    the pair returned is always step-optimal at its eager value. A spec whose grid has no
-    ``eager_layer_overhead_s`` runs the step search alone. A spec whose calibration
-    rows are all unpredictable is left out: nothing can be fitted, and the profile keeps no
-    fitted overhead.
+    Each fit runs three searches in turn, the other fields at their current values (first the
+    engine profile's, with ``eager_layer_overhead_s`` and ``frontend_latency_s`` at 0):
+
+    1. every combination of the step and sequence grids (:func:`grid_search`) for the least
+       :func:`serving_loss` over the step-time metrics (:data:`STEP_METRICS`);
+    2. ``eager_layer_overhead_s`` over its grid (:data:`_EAGER_GRID`) for the least loss over
+       all three metrics (:data:`SERVING_METRICS`; over the step-time ones where the rows
+       give no TTFT);
+    3. ``frontend_latency_s`` over its grid (:data:`_FRONTEND_GRID`) for the least loss over
+       TTFT (:data:`FRONTEND_METRICS`; kept at 0 where the rows give no TTFT).
+
+    It stops when a round leaves ``eager_layer_overhead_s`` and ``frontend_latency_s`` where
+    the step fields were fitted; after three rounds without that, the step fields are
+    refitted at the last values, so the values returned are always step-optimal at their
+    eager and front-end values. A spec whose grid has neither of those two fields runs the
+    step search alone. A spec whose calibration rows are all unpredictable is left out:
+    nothing can be fitted, and the profile keeps no fitted overhead.
 
     Args:
         rows: the serving table's rows (default: the shipped table).
@@ -342,8 +360,8 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
 
     Returns:
         One :class:`CalibrationResult` per fitted spec, with ``table`` =
-        ``serving_measurements.csv``; its ``loss`` is the eager search's loss at the fitted
-        values (all three metrics where the rows give TTFT, else the step-time ones).
+        ``serving_measurements.csv``; its ``loss`` is the loss over all three metrics (the
+        step-time ones where the rows give no TTFT) at the fitted values.
     """
     from .serving import load_rows, predict_row
 
@@ -354,29 +372,36 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
                and r.get("engine") == spec.engine]
         if not any(predict_row(dict(r)).reason is None for r in cal):
             continue
-        eager_grid = {k: v for k, v in spec.grid.items() if k == "eager_layer_overhead_s"}
-        step_grid = {k: v for k, v in spec.grid.items() if k not in eager_grid}
+        late = ("eager_layer_overhead_s", "frontend_latency_s")
+        eager_grid = {k: v for k, v in spec.grid.items() if k == late[0]}
+        front_grid = {k: v for k, v in spec.grid.items() if k == late[1]}
+        step_grid = {k: v for k, v in spec.grid.items() if k not in late}
         names = tuple(spec.grid)
+        gives_ttft = any("ttft_ms" in predict_row(dict(r)).measured for r in cal)
 
         def loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
                  names: tuple[str, ...] = names,
                  metrics: tuple[str, ...] = STEP_METRICS) -> float:
             return serving_loss(cal, {k: getattr(cfg, k) for k in names}, metrics)
 
-        # serving_loss counts only the metrics a row gives: rows without TTFT (TensorRT-LLM's)
-        # are scored on the step-time ones.
+        # serving_loss counts only the metrics a row gives: rows without TTFT are scored on
+        # the step-time ones.
         eager_loss = functools.partial(loss, metrics=SERVING_METRICS)
+        front_loss = functools.partial(loss, metrics=FRONTEND_METRICS)
 
         cfg = CostModelConfig.for_engine(spec.name)
-        if eager_grid:
-            cfg = dataclasses.replace(cfg, eager_layer_overhead_s=0.0)
+        cfg = dataclasses.replace(cfg, **{k: 0.0 for k in (*eager_grid, *front_grid)})
         cfg, best = grid_search(loss, cfg, step_grid)
-        for _ in range(3 if eager_grid else 0):
-            at = cfg.eager_layer_overhead_s
-            cfg, best = grid_search(eager_loss, cfg, eager_grid)
-            if cfg.eager_layer_overhead_s == at:
-                break                   # the step fields were fitted at this value: settled
+        for _ in range(3 if eager_grid or front_grid else 0):
+            at = tuple(getattr(cfg, k) for k in late)
+            if eager_grid:
+                cfg, _ = grid_search(eager_loss, cfg, eager_grid)
+            if front_grid and gives_ttft:
+                cfg, _ = grid_search(front_loss, cfg, front_grid)
+            if tuple(getattr(cfg, k) for k in late) == at:
+                break                   # the step fields were fitted at these values: settled
             cfg, _ = grid_search(loss, cfg, step_grid)
+        if eager_grid or front_grid:
             best = eager_loss(cfg)
         out.append(CalibrationResult(spec, {k: getattr(cfg, k) for k in names}, best,
                                      tuple(r["id"] for r in cal),

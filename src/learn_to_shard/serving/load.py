@@ -332,7 +332,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
                    prefill_first=prefill_first, overlap_schedule=overlap,
                    decode_steps_per_schedule=c.decode_steps_per_schedule,
-                   kv_admission=admission, dp_ranks=s.dp)
+                   kv_admission=admission, dp_ranks=s.dp,
+                   frontend_latency_s=c.frontend_latency_s)
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices

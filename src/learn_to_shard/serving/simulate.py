@@ -38,6 +38,12 @@ Runs of decode-only steps (no prompt to prefill, no admission possible) are adva
 vectorised block up to the next finish or arrival, so a simulation of thousands of requests
 takes well under a second.
 
+With ``frontend_latency_s`` each request reaches the engine that long after the client sent
+it (the serving front-end's time, :attr:`~learn_to_shard.cost.config.CostModelConfig.
+frontend_latency_s`): it waits in no queue and takes no step, but counts in its TTFT and
+end-to-end latency, and a closed-loop client's next request reaches the engine that long
+after the previous one finished.
+
 Metrics follow the engines' benchmark scripts (``vllm/benchmarks/serve.py``): TTFT = first
 token − arrival; TPOT = (finish − first token) / (osl − 1) per request with ``osl > 1``;
 end-to-end latency = finish − arrival; output throughput = output tokens / (last finish − first
@@ -47,6 +53,7 @@ arrival).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -271,7 +278,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              concurrency: int | None = None, max_steps: int = 10_000_000,
              prefill_first: bool = False, overlap_schedule: bool = False,
              decode_steps_per_schedule: int = 1, kv_admission: str = "reserve",
-             dp_ranks: int = 1) -> SimResult:
+             dp_ranks: int = 1, frontend_latency_s: float = 0.0) -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
     Args:
@@ -300,6 +307,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             when it schedules, and the vLLM rows admit by reservation); a burst's tokens reach
             the client together, so each burst is one inter-token gap (the rows' "ITL counts
             10-token bursts"). 1: the scheduler runs before every step.
+        frontend_latency_s: seconds from a client's sending a request to the engine's seeing
+            it (see the module doc); TTFT and end-to-end latency are measured from the send.
         dp_ranks: the instance's DP ranks, each with ``max_num_batched_tokens / dp_ranks``
             tokens per step: a request lives on one of them, so its chunk is at most the room
             that rank's budget leaves beside its share of the decodes.
@@ -343,6 +352,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             or dp_ranks < 1:
         raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens, "
                           "decode_steps_per_schedule and dp_ranks must be >= 1")
+    if not (math.isfinite(frontend_latency_s) and frontend_latency_s >= 0.0):
+        raise ConfigError(f"simulation: frontend_latency_s must be finite and >= 0, got "
+                          f"{frontend_latency_s!r}")
     if kv_admission not in KV_ADMISSIONS:
         raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be one of "
                           f"{', '.join(KV_ADMISSIONS)}")
@@ -361,11 +373,13 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         if concurrency is None or concurrency < 1:
             raise ConfigError("--concurrency: a closed-loop simulation needs >= 1 client")
         arrival = np.full(n, np.inf)
-        arrival[: min(concurrency, n)] = 0.0
+        arrival[: min(concurrency, n)] = frontend_latency_s
         next_issue = min(concurrency, n)
     else:
-        arrival = np.asarray(requests.arrival_s, dtype=float).copy()
+        arrival = np.asarray(requests.arrival_s, dtype=float) + frontend_latency_s
         next_issue = n
+    # ``arrival``: when the engine sees each request; the client sent it frontend_latency_s
+    # earlier, and the metrics count from the send.
     order = np.argsort(arrival, kind="stable") if not closed else np.arange(n)
     rank = np.empty(n, dtype=np.int64)          # FCFS position of each request
     rank[order] = np.arange(n)
@@ -550,10 +564,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             held[fin] = 0
             if closed:
                 k = min(len(fin), n - next_issue)
-                arrival[next_issue:next_issue + k] = t
+                arrival[next_issue:next_issue + k] = t + frontend_latency_s
                 next_issue += k
-    busy = float(np.nanmax(finish) - t0)
-    return SimResult(arrival_s=arrival, first_token_s=first, finish_s=finish, isl=isl,
+    sent = arrival - frontend_latency_s
+    busy = float(np.nanmax(finish) - (t0 - frontend_latency_s))
+    return SimResult(arrival_s=sent, first_token_s=first, finish_s=finish, isl=isl,
                      osl=osl, steps=steps, busy_s=busy,
                      mean_running=running_time / busy if busy > 0 else 0.0,
                      preemptions=preemptions, **_pooled(itl_vals, itl_wts))
