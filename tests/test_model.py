@@ -37,6 +37,7 @@ SOURCES: dict[str, tuple[float, float | None]] = {
     "llama-3.1-8b": (8.03 * B, None),
     "llama-3.1-70b": (70.55 * B, None),
     "llama-3.1-405b": (405.85 * B, None),
+    "qwen3-8b": (8.19 * B, None),
     "qwen3-32b": (32.76 * B, None),
     "qwen3-30b-a3b": (30.53 * B, 3.35 * B),
     "qwen3-235b-a22b": (235.09 * B, 22.19 * B),

@@ -249,7 +249,7 @@ def stated_sharegpt_means() -> tuple[int, int] | None:
     """Mean prompt and output tokens of a ShareGPT run whose source states no token totals:
     the medians of the means that the shipped table's ShareGPT rows with totals state (every
     benchmark client samples the first two turns of the same ShareGPT file: those rows, five
-    tokenizers and two clients, state 215–228 prompt and 187–213 output tokens); ``None``
+    tokenizers and two clients, state 215–233 prompt and 187–221 output tokens); ``None``
     when no row states them."""
     means = [m for r in load_rows() if r.get("dataset") == "sharegpt"
              and (m := _lengths(r)) is not None]
