@@ -444,3 +444,22 @@ def test_validate_serving_summary_only_leaves_out_the_rows(tmp_path, monkeypatch
     full = runner.invoke(app, common)
     assert full.exit_code == 0, full.output
     assert "row-one" in full.stdout and "no such model" in full.stdout
+
+
+def test_plan_names_the_engines_frontend_time_in_ttft():
+    """With --engine the plan's engine line names the front-end time per request its TTFT
+    carries (the profile's fitted ``frontend_latency_s``) and the JSON records it; without
+    --engine (no front-end time) the line does not name one."""
+    from learn_to_shard.cost.config import CostModelConfig
+
+    fe = CostModelConfig.for_engine("vllm").frontend_latency_s
+    assert fe > 0
+    base = ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "1000", "--osl", "200", "--engine", "vllm"]
+    text = runner.invoke(app, base)
+    assert text.exit_code == 0, text.output
+    assert f"front-end {fe * 1e3:g} ms per request in TTFT" in " ".join(text.stdout.split())
+    doc = json.loads(runner.invoke(app, [*base, "--json", "--no-timing", "-q"]).stdout)
+    assert doc["cost_model"]["frontend_latency_s"] == fe
+    plain = runner.invoke(app, [a for a in base if a not in ("--engine", "vllm")])
+    assert "front-end" not in plain.stdout

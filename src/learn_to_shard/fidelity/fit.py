@@ -399,7 +399,8 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
         front_loss = functools.partial(loss, metrics=FRONTEND_METRICS)
 
         cfg = CostModelConfig.for_engine(spec.name)
-        cfg = dataclasses.replace(cfg, **{k: 0.0 for k in (*eager_grid, *front_grid)})
+        zero: dict[str, Any] = dict.fromkeys((*eager_grid, *front_grid), 0.0)
+        cfg = dataclasses.replace(cfg, **zero)
         cfg, best = grid_search(loss, cfg, step_grid)
         for _ in range(3 if eager_grid or front_grid else 0):
             at = tuple(getattr(cfg, k) for k in late)

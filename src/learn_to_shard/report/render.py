@@ -54,7 +54,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   + (f", MoE all-to-all {str(cfg.get('moe_a2a_kernel')).replace('_', ' ')}"
                      if cfg.get("moe_a2a_kernel") else "")
                   + (", two-batch overlap" if cfg.get("two_batch_overlap") else "")
-                  + (f", front-end {to_ms(cfg['frontend_latency_s']):g} ms per request in TTFT"
+                  + (f", front-end {to_ms(cast(float, cfg['frontend_latency_s'])):g} ms per "
+                     f"request in TTFT"
                      if cfg.get("frontend_latency_s") else "")
                   + (f", experts: {plan.moe_routing}" if plan.moe_routing else ""),
                   highlight=False)
