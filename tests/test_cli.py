@@ -449,7 +449,7 @@ def test_validate_serving_summary_only_leaves_out_the_rows(tmp_path, monkeypatch
 def test_plan_names_the_engines_frontend_time_in_ttft():
     """With --engine the plan's engine line names the front-end time per request its TTFT
     carries (the profile's fitted ``frontend_latency_s``) and the JSON records it; without
-    --engine (no front-end time) the line does not name one."""
+    --engine (no front-end time), or in the prefill phase, the line does not name one."""
     from learn_to_shard.cost.config import CostModelConfig
 
     fe = CostModelConfig.for_engine("vllm").frontend_latency_s
@@ -463,3 +463,8 @@ def test_plan_names_the_engines_frontend_time_in_ttft():
     assert doc["cost_model"]["frontend_latency_s"] == fe
     plain = runner.invoke(app, [a for a in base if a not in ("--engine", "vllm")])
     assert "front-end" not in plain.stdout
+    # The prefill phase's TTFT does not carry it (a prefill pool's own time), so its plan
+    # does not name it.
+    prefill = runner.invoke(app, ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1",
+                                  "--phase", "prefill", "--isl", "1000", "--engine", "vllm"])
+    assert prefill.exit_code == 0 and "front-end" not in prefill.stdout

@@ -168,17 +168,31 @@ def test_series_vary_one_column_in_increasing_order(rows):
 
 def test_calibration_subset_follows_the_stated_rule(rows):
     """Per engine, the dense-model series on a Hopper GPU with the most rows (first in file
-    order on a tie) is the calibration subset; every other row is held out."""
-    size = Counter(r["series"] for r in rows if r["series"])
+    order on a tie) among the table's first 135 rows is the calibration subset; an engine
+    whose series measures no TTFT adds its later dense Hopper rows that do; every other row
+    is held out (data/README.md)."""
+    first = rows[:135]
+    assert first[-1]["id"] != "gs-qwen3-8b-h100-vllm-c1" and \
+        rows[135]["id"] == "gs-qwen3-8b-h100-vllm-c1"
+    size = Counter(r["series"] for r in first if r["series"])
     best: dict[str, str] = {}
-    for r in rows:
+    for r in first:
         if r["series"] and r["model_kind"] == "dense" and r["hardware"] in HOPPER:
             e, s = r["engine"], r["series"]
             if e not in best or size[s] > size[best[e]]:
                 best[e] = s
     assert set(best) == {"vllm", "sglang", "trtllm"}
+    no_ttft = {e for e, s in best.items()
+               if not any(r["ttft_ms_mean"] or r["ttft_ms_median"] for r in first
+                          if r["series"] == s)}
+    assert no_ttft == {"trtllm"}
+    added = {r["id"] for r in rows[135:] if r["engine"] in no_ttft
+             and r["model_kind"] == "dense" and r["hardware"] in HOPPER
+             and (r["ttft_ms_mean"] or r["ttft_ms_median"])}
+    assert added == {"gs-qwen3-8b-h100-trtllm-c4"}
     for r in rows:
-        expected = "calibration" if r["series"] in set(best.values()) else "held-out"
+        expected = "calibration" if r["series"] in set(best.values()) or r["id"] in added \
+            else "held-out"
         assert r["split"] == expected, r["id"]
     held_out = [r for r in rows if r["split"] == "held-out"]
     assert len(held_out) > 2 * (len(rows) - len(held_out))

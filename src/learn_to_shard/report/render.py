@@ -56,7 +56,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   + (", two-batch overlap" if cfg.get("two_batch_overlap") else "")
                   + (f", front-end {to_ms(cast(float, cfg['frontend_latency_s'])):g} ms per "
                      f"request in TTFT"
-                     if cfg.get("frontend_latency_s") else "")
+                     if cfg.get("frontend_latency_s") and plan.workload.phase is Phase.SERVE
+                     else "")
                   + (f", experts: {plan.moe_routing}" if plan.moe_routing else ""),
                   highlight=False)
     s = plan.search
