@@ -285,13 +285,13 @@ _TRTLLM_FIXED_GRID: tuple[float, ...] = (0.0,)
 
 #: The serving fits: per engine profile, fitted on that engine's ``split = calibration`` rows
 #: of ``data/serving_measurements.csv`` (the table's declared subset, ``data/README.md``).
-SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = tuple(
-    CalibrationSpec(e, e, {**(dict.fromkeys(_STEP_GRID, _TRTLLM_FIXED_GRID) if e == "trtllm"
-                              else _STEP_GRID),
-                           "eager_layer_overhead_s": _TRTLLM_FIXED_GRID if e == "trtllm"
-                           else _EAGER_GRID,
-                           "frontend_latency_s": _FRONTEND_GRID})
-    for e in ("vllm", "sglang", "trtllm"))
+_SERVING_GRID: dict[str, tuple[float, ...]] = {
+    **_STEP_GRID, "eager_layer_overhead_s": _EAGER_GRID, "frontend_latency_s": _FRONTEND_GRID}
+SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = (
+    CalibrationSpec("vllm", "vllm", _SERVING_GRID),
+    CalibrationSpec("sglang", "sglang", _SERVING_GRID),
+    CalibrationSpec("trtllm", "trtllm", {**dict.fromkeys(_SERVING_GRID, _TRTLLM_FIXED_GRID),
+                                         "frontend_latency_s": _FRONTEND_GRID}))
 
 #: Loss of a serving row the simulation cannot predict (counted once per row).
 _UNPREDICTED_LOSS = 5.0
@@ -383,14 +383,15 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
     for spec in specs:
         cal = [r for r in table if r.get("split") == "calibration"
                and r.get("engine") == spec.engine]
-        if not any(predict_row(dict(r)).reason is None for r in cal):
+        predicted = [predict_row(dict(r)) for r in cal]
+        if all(res.reason is not None for res in predicted):
             continue
         late = ("eager_layer_overhead_s", "frontend_latency_s")
         eager_grid = {k: v for k, v in spec.grid.items() if k == late[0]}
         front_grid = {k: v for k, v in spec.grid.items() if k == late[1]}
         step_grid = {k: v for k, v in spec.grid.items() if k not in late}
         names = tuple(spec.grid)
-        gives_ttft = any("ttft_ms" in predict_row(dict(r)).measured for r in cal)
+        gives_ttft = any("ttft_ms" in res.measured for res in predicted)
 
         def loss(cfg: CostModelConfig, cal: list[Mapping[str, str]] = cal,
                  names: tuple[str, ...] = names,
