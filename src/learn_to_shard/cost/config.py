@@ -607,12 +607,41 @@ def _engine_fit(fit: str) -> dict[str, float]:
     return _fitted(fit, ENGINE_STEP_FIELDS)
 
 
+_TRTLLM_MEMORY_SOURCE = ("kv_cache_free_gpu_mem_fraction 0.9 of the memory left after the "
+                         "engine loads; GUARANTEED_NO_EVICT capacity scheduler")
+
+#: What TensorRT-LLM's two runtimes share: memory policy, vocabulary padding and MoE kernels.
+_TRTLLM_FACTS: dict[str, Any] = {
+    "memory_utilization": 1.0,
+    "kv_cache_free_fraction": 0.9,
+    "kv_reserve_full_request": True,
+    # Checkpoint conversion pads the vocabulary to a multiple of tp_size
+    # (tensorrt_llm/models/convert_utils.py pad_vocab_size), so any TP splits it.
+    "vocab_split_divisible": False,
+    # CUTLASS MoE (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu): expand,
+    # gated activation and finalize loop only to expert_first_token_offset[experts per
+    # node], the rows of this rank's experts.
+    "moe_dense_local_outputs": False,
+    # Its grouped expert GEMMs slow down with narrow local shapes (expert TP): fitted on
+    # its measured MoE kernels with moe_block_overhead_s (fidelity.kernels.fit_moe_kernels,
+    # data/silicon/moe.csv). vLLM's Triton fused MoE shows no such EP advantage (FC-26).
+    "expert_shape_half": 1024.0,
+    # Its block-scaled FP8 MoE blocks cost more with every local expert (experts
+    # tensor-parallel, all of them on every rank): fitted on its measured MoE kernels
+    # (fidelity.kernels.fit_block_fp8_expert_overhead, data/silicon/moe.csv).
+    "block_fp8_local_expert_overhead_s": 0.25e-6,
+    "engine": "trtllm",
+}
+
 #: Engine profiles: field values describing one serving engine (and, for host overheads, the
 #: system it ran on). ``_source`` says where each came from. The ``vllm``, ``sglang`` and
 #: ``trtllm`` profiles read their engine overheads (:data:`ENGINE_STEP_FIELDS`) from the fits
 #: of the same name in ``data/calibration/factors.json``, fitted on that engine's
 #: calibration rows of the serving table (``fidelity.fit.SERVING_CALIBRATIONS``); an engine
-#: without a fit there keeps the defaults' 0. The Splitwise profiles' fitted
+#: without a fit there keeps the defaults' 0. ``trtllm-tensorrt`` is TensorRT-LLM's older
+#: TensorRT-engine runtime, which ``measurements.csv``'s TensorRT-LLM v0.14 rows ran and the
+#: ``defaults`` fit prices: no Python launches, so none of the ``trtllm`` fit's host terms.
+#: The Splitwise profiles' fitted
 #: fields are read from ``data/calibration/factors.json`` (the fits of the same name), fitted
 #: on the six calibration rows per system of the Splitwise data (measurements.csv,
 #: ``calibration = 1``): decode at TP2/TP8 batch 1 and TP8 batch 64, prefill of 512 tokens at
@@ -643,28 +672,18 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         **_engine_fit("sglang"),
     },
     "trtllm": {
-        "_source": "TensorRT-LLM defaults: kv_cache_free_gpu_mem_fraction 0.9 of the memory "
-                   "left after the engine loads; GUARANTEED_NO_EVICT capacity scheduler",
-        "memory_utilization": 1.0,
-        "kv_cache_free_fraction": 0.9,
-        "kv_reserve_full_request": True,
-        # Checkpoint conversion pads the vocabulary to a multiple of tp_size
-        # (tensorrt_llm/models/convert_utils.py pad_vocab_size), so any TP splits it.
-        "vocab_split_divisible": False,
-        # CUTLASS MoE (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu): expand,
-        # gated activation and finalize loop only to expert_first_token_offset[experts per
-        # node], the rows of this rank's experts.
-        "moe_dense_local_outputs": False,
-        # Its grouped expert GEMMs slow down with narrow local shapes (expert TP): fitted on
-        # its measured MoE kernels with moe_block_overhead_s (fidelity.kernels.fit_moe_kernels,
-        # data/silicon/moe.csv). vLLM's Triton fused MoE shows no such EP advantage (FC-26).
-        "expert_shape_half": 1024.0,
-        # Its block-scaled FP8 MoE blocks cost more with every local expert (experts
-        # tensor-parallel, all of them on every rank): fitted on its measured MoE kernels
-        # (fidelity.kernels.fit_block_fp8_expert_overhead, data/silicon/moe.csv).
-        "block_fp8_local_expert_overhead_s": 0.25e-6,
-        "engine": "trtllm",
+        "_source": "TensorRT-LLM's PyTorch runtime (trtllm-serve and trtllm-bench since 1.0): "
+                   + _TRTLLM_MEMORY_SOURCE,
+        **_TRTLLM_FACTS,
         **_engine_fit("trtllm"),
+    },
+    "trtllm-tensorrt": {
+        "_source": "TensorRT-LLM's TensorRT-engine runtime (compiled engines run by the C++ "
+                   "executor, as TensorRT-LLM v0.14's trtllm-bench ran the measurements.csv "
+                   "rows): the trtllm profile's facts without its fitted host terms, which "
+                   "price the PyTorch runtime's Python launches; "
+                   + _TRTLLM_MEMORY_SOURCE,
+        **_TRTLLM_FACTS,
     },
     "splitwise-dgx-h100": {
         "_source": "fitted on Splitwise DGX-H100 calibration rows (Llama-2-70B FP16): GEMMs "

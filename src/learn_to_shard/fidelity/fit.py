@@ -121,11 +121,12 @@ _SPLITWISE_GRID: dict[str, tuple[float, ...]] = {
     "host_prefill_overhead_s": (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 3e-2)}
 
 #: The fits behind the shipped factors (docs/validation.md). The defaults are fitted through
-#: the ``trtllm`` profile (its memory policy applied), the Splitwise profiles from the
+#: the ``trtllm-tensorrt`` profile (TensorRT-LLM's memory policy, the TensorRT-engine runtime
+#: its v0.14 rows ran, no host terms), the Splitwise profiles from the
 #: defaults. ``hbm_efficiency`` keeps its prior 0.8: fitted too, it drops to 0.4 and the
 #: held-out error rises (docs/validation.md).
 CALIBRATIONS: tuple[CalibrationSpec, ...] = (
-    CalibrationSpec("defaults", "trtllm", {
+    CalibrationSpec("defaults", "trtllm-tensorrt", {
         "flops_efficiency": (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
         "attention_hbm_efficiency": (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8)}),
     CalibrationSpec("splitwise-dgx-h100", "splitwise-dgx-h100", _SPLITWISE_GRID),
@@ -273,16 +274,6 @@ _EAGER_GRID: tuple[float, ...] = (0.0, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 8e-4,
 _FRONTEND_GRID: tuple[float, ...] = (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 2.5e-2, 3e-2, 3.5e-2, 4e-2,
                                      4.5e-2, 5e-2, 6e-2, 7e-2, 8e-2, 1e-1)
 
-#: TensorRT-LLM's host terms per step, per sequence and per layer of a prompt step: 0, not
-#: searched; its front-end time is. The ``trtllm`` profile also prices the 71 TensorRT-LLM rows
-#: of ``measurements.csv`` (v0.14 TensorRT engines, ``trtllm-bench`` at load), whose 16
-#: calibration rows the ``defaults`` fit prices with no host time. Its serving rows alone
-#: pick 0.6 ms per layer (the one low-load row's TTFT; those 16 rows then go from 3.2% to
-#: 9.3% median |error|: an additive term per step cannot hide behind long kernels) or, with
-#: that at 0, 0.5 ms per step (the low-load row's TPOT; 3.2% → 3.3%, and the earlier issue's
-#: held-out throughput target of ``l2s validate``, ≤ 15%, missed at 15.1%).
-_TRTLLM_FIXED_GRID: tuple[float, ...] = (0.0,)
-
 #: The serving fits: per engine profile, fitted on that engine's ``split = calibration`` rows
 #: of ``data/serving_measurements.csv`` (the table's declared subset, ``data/README.md``).
 _SERVING_GRID: dict[str, tuple[float, ...]] = {
@@ -290,8 +281,7 @@ _SERVING_GRID: dict[str, tuple[float, ...]] = {
 SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = (
     CalibrationSpec("vllm", "vllm", _SERVING_GRID),
     CalibrationSpec("sglang", "sglang", _SERVING_GRID),
-    CalibrationSpec("trtllm", "trtllm", {**dict.fromkeys(_SERVING_GRID, _TRTLLM_FIXED_GRID),
-                                         "frontend_latency_s": _FRONTEND_GRID}))
+    CalibrationSpec("trtllm", "trtllm", _SERVING_GRID))
 
 #: Loss of a serving row the simulation cannot predict (counted once per row).
 _UNPREDICTED_LOSS = 5.0
