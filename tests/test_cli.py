@@ -468,3 +468,28 @@ def test_plan_names_the_engines_frontend_time_in_ttft():
     prefill = runner.invoke(app, ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1",
                                   "--phase", "prefill", "--isl", "1000", "--engine", "vllm"])
     assert prefill.exit_code == 0 and "front-end" not in prefill.stdout
+
+
+def test_plan_names_the_engines_host_time():
+    """With --engine the engine line names the host time the profile's steps carry (its
+    fitted per-step, per-sequence and per-prompt-layer terms, only those that are not 0);
+    without --engine (none) it names none."""
+    from learn_to_shard.cost.config import CostModelConfig
+
+    base = ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "1000", "--osl", "200"]
+    for engine in ("vllm", "trtllm"):
+        cfg = CostModelConfig.for_engine(engine)
+        out = runner.invoke(app, [*base, "--engine", engine])
+        assert out.exit_code == 0, out.output
+        line = " ".join(out.stdout.split())
+        parts = [f"{cfg.host_step_overhead_s * 1e3:g} ms per step"
+                 if cfg.host_step_overhead_s else "",
+                 f"{cfg.host_seq_overhead_s * 1e6:g} µs per sequence"
+                 if cfg.host_seq_overhead_s else "",
+                 f"{cfg.eager_layer_overhead_s * 1e3:g} ms per layer of a prompt step"
+                 if cfg.eager_layer_overhead_s else ""]
+        expected = " + ".join(x for x in parts if x)
+        assert expected, engine                 # both profiles carry fitted host time
+        assert f"host time {expected}" in line
+    assert "host time" not in runner.invoke(app, base).stdout
