@@ -471,25 +471,34 @@ def test_plan_names_the_engines_frontend_time_in_ttft():
 
 
 def test_plan_names_the_engines_host_time():
-    """With --engine the engine line names the host time the profile's steps carry (its
-    fitted per-step, per-sequence and per-prompt-layer terms, only those that are not 0);
-    without --engine (none) it names none."""
+    """With --engine the engine line names the host time the profile's steps carry: each of
+    its fitted per-step, per-sequence and per-prompt-layer terms that is not 0, and no other;
+    the decode phase (no prompt steps) not the per-layer term of a prompt step. The
+    TensorRT-engine profile and the defaults carry none, so their lines name none."""
     from learn_to_shard.cost.config import CostModelConfig
 
-    base = ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
-            "--isl", "1000", "--osl", "200"]
-    for engine in ("vllm", "trtllm"):
+    base = ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1"]
+    serve = [*base, "--phase", "serve", "--isl", "1000", "--osl", "200"]
+    phrases = {"host_step_overhead_s": (1e3, "ms per step"),
+               "host_seq_overhead_s": (1e6, "µs per sequence"),
+               "eager_layer_overhead_s": (1e3, "ms per layer of a prompt step")}
+    named = 0
+    for engine in ("vllm", "sglang", "trtllm"):
         cfg = CostModelConfig.for_engine(engine)
-        out = runner.invoke(app, [*base, "--engine", engine])
+        out = runner.invoke(app, [*serve, "--engine", engine])
         assert out.exit_code == 0, out.output
-        line = " ".join(out.stdout.split())
-        parts = [f"{cfg.host_step_overhead_s * 1e3:g} ms per step"
-                 if cfg.host_step_overhead_s else "",
-                 f"{cfg.host_seq_overhead_s * 1e6:g} µs per sequence"
-                 if cfg.host_seq_overhead_s else "",
-                 f"{cfg.eager_layer_overhead_s * 1e3:g} ms per layer of a prompt step"
-                 if cfg.eager_layer_overhead_s else ""]
-        expected = " + ".join(x for x in parts if x)
-        assert expected, engine                 # both profiles carry fitted host time
-        assert f"host time {expected}" in line
-    assert "host time" not in runner.invoke(app, base).stdout
+        text = " ".join(out.stdout.split())          # the engine line may wrap
+        line = text[text.index(f"engine {engine}:"):text.index(" searched ")]
+        for field, (scale, unit) in phrases.items():
+            value = getattr(cfg, field)
+            assert (f"{value * scale:g} {unit}" in line) == (value > 0), (engine, field)
+            named += value > 0
+    assert named >= 3                # the shipped fits carry host time on every engine
+    for args in (serve, [*serve, "--engine", "trtllm-tensorrt"]):
+        out = runner.invoke(app, args)
+        assert out.exit_code == 0, out.output
+        assert "host time" not in out.stdout and "front-end" not in out.stdout
+    decode = runner.invoke(app, [*base, "--phase", "decode", "--context", "1200",
+                                 "--engine", "trtllm"])
+    assert decode.exit_code == 0, decode.output
+    assert "per layer of a prompt step" not in decode.stdout

@@ -146,9 +146,9 @@ def test_the_frontend_time_is_fitted_on_ttft_alone(monkeypatch):
 
 def test_tensorrt_engine_runtime_is_trtllm_without_its_host_terms():
     """``trtllm-tensorrt`` (TensorRT-LLM's TensorRT-engine runtime) is the ``trtllm`` profile
-    (its PyTorch runtime) with every fitted host term at 0; measurements.csv's TensorRT-LLM
-    v0.14 rows and the ``defaults`` fit name it, so the serving fit's launch time per prompt
-    step never prices them."""
+    (its PyTorch runtime) with every fitted host term at 0 and without the PyTorch runtime's
+    overlap scheduler; measurements.csv's TensorRT-LLM v0.14 rows and the ``defaults`` fit
+    name it, so the serving fit's launch time per prompt step never prices them."""
     from learn_to_shard.fidelity.fit import CALIBRATIONS
     from learn_to_shard.fidelity.measurements import load_table
 
@@ -156,8 +156,10 @@ def test_tensorrt_engine_runtime_is_trtllm_without_its_host_terms():
     engine_rt = CostModelConfig.for_engine("trtllm-tensorrt")
     assert torch_rt.eager_layer_overhead_s > 0
     assert all(getattr(engine_rt, f) == 0 for f in STEP_FIELDS)
+    assert engine_rt.overlap_schedule is False and torch_rt.overlap_schedule is None
     assert dataclasses.replace(
-        engine_rt, **{f: getattr(torch_rt, f) for f in STEP_FIELDS}) == torch_rt
+        engine_rt, overlap_schedule=None,
+        **{f: getattr(torch_rt, f) for f in STEP_FIELDS}) == torch_rt
     assert {r.engine for r in load_table() if r.source == "trtllm-v0.14"} == {"trtllm-tensorrt"}
     assert next(s for s in CALIBRATIONS if s.name == "defaults").engine == "trtllm-tensorrt"
 

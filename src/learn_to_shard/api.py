@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import cast
 
-from .cost.config import CostModelConfig
+from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
 from .engines import default_kv_dtype
 from .errors import ConfigError
@@ -102,11 +102,14 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
     ``auto`` makes of the checkpoint (:func:`~learn_to_shard.engines.default_kv_dtype`:
     TensorRT-LLM takes the checkpoint's FP8 KV quantisation where it states one; vLLM,
     SGLang and no engine keep 16 bits whatever the weights). So typing the checkpoint's own
-    ``--dtype`` changes nothing.
+    ``--dtype`` changes nothing. ``engine`` may name a cost profile: the engine it describes
+    applies (``trtllm-tensorrt``: TensorRT-LLM's; the Splitwise profiles: none).
     """
     if kv_dtype is None:
         quant = model.quant
-        kv_dtype = default_kv_dtype(engine, quant is not None and quant.kv_cache_fp8)
+        profile = ENGINE_PROFILES.get(engine or "", {})
+        kv_dtype = default_kv_dtype(profile.get("engine", engine),
+                                    quant is not None and quant.kv_cache_fp8)
     return dtype or model.checkpoint_dtype, kv_dtype
 
 

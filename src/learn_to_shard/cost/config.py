@@ -681,9 +681,11 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "_source": "TensorRT-LLM's TensorRT-engine runtime (compiled engines run by the C++ "
                    "executor, as TensorRT-LLM v0.14's trtllm-bench ran the measurements.csv "
                    "rows): the trtllm profile's facts without its fitted host terms, which "
-                   "price the PyTorch runtime's Python launches; "
-                   + _TRTLLM_MEMORY_SOURCE,
+                   "price the PyTorch runtime's Python launches, and without the PyTorch "
+                   "runtime's overlap scheduler (its C++ executor plans each step after the "
+                   "previous one); " + _TRTLLM_MEMORY_SOURCE,
         **_TRTLLM_FACTS,
+        "overlap_schedule": False,
     },
     "splitwise-dgx-h100": {
         "_source": "fitted on Splitwise DGX-H100 calibration rows (Llama-2-70B FP16): GEMMs "

@@ -28,12 +28,13 @@ def _unit(plan: Plan) -> str:
     return "prompt tok/s/device" if plan.workload.phase is Phase.PREFILL else "tok/s/device"
 
 
-def _host_terms(cfg: dict[str, object]) -> str:
+def _host_terms(cfg: dict[str, object], phase: Phase) -> str:
     """The engine host time a plan's steps carry, as a clause of the engine line (empty when
     the profile has none): ``host_step_overhead_s`` per step, ``host_seq_overhead_s`` per
     sequence in a step, ``host_prefill_overhead_s`` per prompt admitted, and
     ``eager_layer_overhead_s`` per layer of a step that carries prompt tokens (the fitted
-    engine overheads, :mod:`learn_to_shard.cost.config`)."""
+    engine overheads, :mod:`learn_to_shard.cost.config`); the decode phase has no prompt
+    steps, so its clause names neither prompt term."""
     def _s(key: str) -> float:
         return float(cast(float, cfg.get(key) or 0.0))
 
@@ -42,11 +43,12 @@ def _host_terms(cfg: dict[str, object]) -> str:
              f"{_s('host_seq_overhead_s') * 1e6:g} µs per sequence"
              if _s("host_seq_overhead_s") else "",
              f"{to_ms(_s('host_prefill_overhead_s')):g} ms per prompt"
-             if _s("host_prefill_overhead_s") else "",
+             if _s("host_prefill_overhead_s") and phase is not Phase.DECODE else "",
              f"{to_ms(_s('eager_layer_overhead_s')):g} ms per layer of a prompt step"
-             if _s("eager_layer_overhead_s") else ""]
+             if _s("eager_layer_overhead_s") and phase is not Phase.DECODE else ""]
     parts = [x for x in parts if x]
     return f", host time {' + '.join(parts)}" if parts else ""
+
 
 def render_plan(plan: Plan, console: Console | None = None) -> None:
     """Print the plan: headline, degrees, placements with collectives, latency, memory, SLO
@@ -74,7 +76,7 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   + (f", MoE all-to-all {str(cfg.get('moe_a2a_kernel')).replace('_', ' ')}"
                      if cfg.get("moe_a2a_kernel") else "")
                   + (", two-batch overlap" if cfg.get("two_batch_overlap") else "")
-                  + _host_terms(cfg)
+                  + _host_terms(cfg, plan.workload.phase)
                   + (f", front-end {to_ms(cast(float, cfg['frontend_latency_s'])):g} ms per "
                      f"request in TTFT"
                      if cfg.get("frontend_latency_s") and plan.workload.phase is Phase.SERVE
