@@ -166,7 +166,7 @@ def test_tensorrt_engine_runtime_is_trtllm_without_its_host_terms():
 
 @pytest.mark.slow
 def test_serving_fit_reproduces_the_shipped_values():
-    """``calibrate_serving`` on the shipped table lands on the shipped values (~50 min on one
+    """``calibrate_serving`` on the shipped table lands on the shipped values (50–80 min on one
     core: ``pytest -m slow tests/test_serving_fit.py -k reproduces``)."""
     fits = load_fitted_factors().fits
     for res in calibrate_serving():
