@@ -28,6 +28,15 @@ def _unit(plan: Plan) -> str:
     return "prompt tok/s/device" if plan.workload.phase is Phase.PREFILL else "tok/s/device"
 
 
+#: The engine host-time fields the engine line names: (field, display scale, unit, whether
+#: only steps that carry prompt tokens pay it).
+_HOST_TERMS: tuple[tuple[str, float, str, bool], ...] = (
+    ("host_step_overhead_s", 1e3, "ms per step", False),
+    ("host_seq_overhead_s", 1e6, "µs per sequence", False),
+    ("host_prefill_overhead_s", 1e3, "ms per prompt", True),
+    ("eager_layer_overhead_s", 1e3, "ms per layer of a prompt step", True))
+
+
 def _host_terms(cfg: dict[str, object], phase: Phase) -> str:
     """The engine host time a plan's steps carry, as a clause of the engine line (empty when
     the profile has none): ``host_step_overhead_s`` per step, ``host_seq_overhead_s`` per
@@ -35,18 +44,9 @@ def _host_terms(cfg: dict[str, object], phase: Phase) -> str:
     ``eager_layer_overhead_s`` per layer of a step that carries prompt tokens (the fitted
     engine overheads, :mod:`learn_to_shard.cost.config`); the decode phase has no prompt
     steps, so its clause names neither prompt term."""
-    def _s(key: str) -> float:
-        return float(cast(float, cfg.get(key) or 0.0))
-
-    parts = [f"{to_ms(_s('host_step_overhead_s')):g} ms per step"
-             if _s("host_step_overhead_s") else "",
-             f"{_s('host_seq_overhead_s') * 1e6:g} µs per sequence"
-             if _s("host_seq_overhead_s") else "",
-             f"{to_ms(_s('host_prefill_overhead_s')):g} ms per prompt"
-             if _s("host_prefill_overhead_s") and phase is not Phase.DECODE else "",
-             f"{to_ms(_s('eager_layer_overhead_s')):g} ms per layer of a prompt step"
-             if _s("eager_layer_overhead_s") and phase is not Phase.DECODE else ""]
-    parts = [x for x in parts if x]
+    parts = [f"{value * scale:g} {unit}" for key, scale, unit, prompt_only in _HOST_TERMS
+             if (value := float(cast(float, cfg.get(key) or 0.0)))
+             and not (prompt_only and phase is Phase.DECODE)]
     return f", host time {' + '.join(parts)}" if parts else ""
 
 
