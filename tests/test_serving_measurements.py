@@ -189,7 +189,10 @@ def test_calibration_subset_follows_the_stated_rule(rows):
     added = {r["id"] for r in rows[135:] if r["engine"] in no_ttft
              and r["model_kind"] == "dense" and r["hardware"] in HOPPER
              and (r["ttft_ms_mean"] or r["ttft_ms_median"])}
-    assert added == {"gs-qwen3-8b-h100-trtllm-c4"}
+    assert added == {"gs-qwen3-8b-h100-trtllm-c4", "gs-qwen3-32b-h100-trtllm-sharegpt",
+                     "gs-qwen3-32b-h100-trtllm-fp8-chunked-sharegpt",
+                     *(f"gs-qwen3-32b-h100-trtllm-fp8-chunked-random-{p}"
+                       for p in ("32000-100", "4000-200", "2000-100", "128-4"))}
     for r in rows:
         expected = "calibration" if r["series"] in set(best.values()) or r["id"] in added \
             else "held-out"

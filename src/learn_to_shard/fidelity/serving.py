@@ -204,15 +204,18 @@ def default_table() -> Path:
 
 
 def _lengths(row: dict[str, str]) -> tuple[int, int] | None:
-    """(isl, osl) stated, or the means of the source's token totals; ``None`` if neither."""
+    """(isl, osl) stated, or the means of the source's token totals; ``None`` if neither.
+
+    A row whose ``length_dist`` says its outputs end at EOS (a random-prompt run without
+    ``--ignore-eos``: the nominal output length is only a cap) runs at the means of its
+    totals when it states them."""
     isl, osl = _num(row.get("isl")), _num(row.get("osl"))
-    if isl and osl:
-        return int(isl), int(osl)
     n = _num(row.get("completed")) or _num(row.get("num_prompts"))
     ti, to = _num(row.get("total_input_tokens")), _num(row.get("total_output_tokens"))
-    if n and ti and to:
-        return max(1, round(ti / n)), max(1, round(to / n))
-    return None
+    means = (max(1, round(ti / n)), max(1, round(to / n))) if n and ti and to else None
+    if isl and osl and not (means and "end at EOS" in row.get("length_dist", "")):
+        return int(isl), int(osl)
+    return means
 
 
 def _kv_dtype(row: dict[str, str], model: ModelSpec, stand_in: bool = False) -> DType:
