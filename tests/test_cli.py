@@ -426,7 +426,8 @@ def test_validate_serving_summary_only_leaves_out_the_rows(tmp_path, monkeypatch
     from learn_to_shard.fidelity.measurements import default_table_path
     from learn_to_shard.fidelity.serving import ServingRowResult
 
-    rows = [ServingRowResult("row-one", "held-out", "vllm", "", "",
+    rows = [ServingRowResult("row-one", "held-out", "vllm", "", "", source_key="lab-a",
+                             hardware="a100-80gb",
                              measured={"ttft_ms": 100.0}, predicted={"ttft_ms": 120.0}),
             ServingRowResult("row-two", "calibration", "sglang", "", "",
                              reason="no such model")]
@@ -440,6 +441,9 @@ def test_validate_serving_summary_only_leaves_out_the_rows(tmp_path, monkeypatch
     short = runner.invoke(app, [*common, "--summary-only"])
     assert short.exit_code == 0, short.output
     assert "serving held-out median |error|: TTFT 20.0% (n=1)" in short.stdout
+    # the held-out rows per source and GPU: lab-a's one TTFT, 20% long
+    line = next(ln for ln in short.stdout.splitlines() if ln.strip().startswith("lab-a"))
+    assert line.split()[:4] == ["lab-a", "a100-80gb", "1", "20%"] and "(+20%, n=1)" in line
     assert "row-one" not in short.stdout and "measured → simulated" not in short.stdout
     full = runner.invoke(app, common)
     assert full.exit_code == 0, full.output

@@ -4,6 +4,7 @@ the cost model, directions under load, traces, and the CLI."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -213,6 +214,34 @@ def test_published_serving_rows_are_predicted_or_explained():
     assert fp4_dsr1.reason is None and fp4_dsr1.predicted["output_tok_s"] > 0
     s = summarize([r], "calibration")
     assert s["predicted"] == 1 and s["ttft_ms_n"] == 1
+
+
+def test_summary_per_source_and_gpu_gives_count_and_both_medians():
+    """``summarize_by_source`` groups the predicted rows of one split by (source, GPU): row
+    count, and per metric the value count, median |error| and median signed error; rows of
+    the other split and unpredicted rows are left out, and a metric no row gives is nan."""
+    from learn_to_shard.fidelity.serving import ServingRowResult, summarize_by_source
+
+    def row(rid, src, gpu, ttft=None, tps=None, split="held-out", reason=None):
+        m = {k: 100.0 for k, v in (("ttft_ms", ttft), ("output_tok_s", tps)) if v is not None}
+        p = {k: v for k, v in (("ttft_ms", ttft), ("output_tok_s", tps)) if v is not None}
+        return ServingRowResult(rid, split, "vllm", "", "", source_key=src, hardware=gpu,
+                                measured=m, predicted=p, reason=reason)
+
+    res = [row("a", "lab", "h100", ttft=50.0, tps=110.0), row("b", "lab", "h100", ttft=70.0),
+           row("c", "lab", "h100", ttft=130.0), row("d", "lab", "a100-80gb", tps=90.0),
+           row("e", "lab", "a100-80gb", ttft=10.0, split="calibration"),
+           row("f", "other", "h200", reason="model not shipped")]
+    by = {(g["source_key"], g["hardware"]): g for g in summarize_by_source(res)}
+    assert set(by) == {("lab", "h100"), ("lab", "a100-80gb")}
+    h100 = by[("lab", "h100")]
+    assert h100["rows"] == 3 and h100["ttft_ms_n"] == 3 and h100["output_tok_s_n"] == 1
+    assert h100["ttft_ms_median_abs_err"] == pytest.approx(0.3)      # |-50%|, |-30%|, |+30%|
+    assert h100["ttft_ms_median_signed_err"] == pytest.approx(-0.3)
+    assert h100["output_tok_s_median_signed_err"] == pytest.approx(0.1)
+    a100 = by[("lab", "a100-80gb")]
+    assert a100["ttft_ms_n"] == 0 and math.isnan(a100["ttft_ms_median_abs_err"])
+    assert a100["output_tok_s_median_signed_err"] == pytest.approx(-0.1)
 
 
 def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():

@@ -806,12 +806,14 @@ def validate_cmd(
 
 def _render_serving_check(con: Console, rows: bool = True) -> None:
     """Print ``fidelity.serving``'s per-row table (with ``rows``; ``--summary-only`` leaves
-    it out) and held-out / calibration summaries."""
+    it out), the held-out rows' errors per source and GPU, and held-out / calibration
+    summaries."""
     from .fidelity.serving import predict_table, summarize
 
     results = predict_table()
     if rows:
         _render_serving_rows(con, results)
+    _render_serving_sources(con, results)
     without = predict_table(overrides=dict.fromkeys(ENGINE_STEP_FIELDS, 0.0))
     for label, res in (("", results), (" without engine step overheads", without)):
         for split in ("held-out", "calibration"):
@@ -823,6 +825,25 @@ def _render_serving_check(con: Console, rows: bool = True) -> None:
                       f"sweep directions {s['sweep_directions']}; "
                       f"{s['predicted']}/{s['rows']} rows predicted", highlight=False,
                       soft_wrap=True)
+
+
+def _render_serving_sources(con: Console, results: Sequence[ServingRowResult]) -> None:
+    """Print the held-out rows' median |error| and median signed error per source and GPU
+    (``fidelity.serving.summarize_by_source``)."""
+    from rich.table import Table
+
+    from .fidelity.serving import summarize_by_source
+
+    t = Table(box=None, pad_edge=False,
+              title="serving held out, per source and GPU: median |error| (signed)")
+    for col in ("source", "GPU", "rows", "TTFT", "TPOT", "output tok/s"):
+        t.add_column(col)
+    for g in summarize_by_source(list(results)):
+        cells = [f"{g[f'{m}_median_abs_err']:.0%} ({g[f'{m}_median_signed_err']:+.0%}, "
+                 f"n={g[f'{m}_n']})" if g[f"{m}_n"] else ""
+                 for m in ("ttft_ms", "tpot_ms", "output_tok_s")]
+        t.add_row(str(g["source_key"]), str(g["hardware"]), str(g["rows"]), *cells)
+    con.print(t)
 
 
 def _render_serving_rows(con: Console, results: Sequence[ServingRowResult]) -> None:

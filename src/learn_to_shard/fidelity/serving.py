@@ -72,6 +72,8 @@ class ServingRowResult:
 
     Attributes:
         id, split, engine, series, varies: the row's own columns.
+        source_key, hardware: the row's source and GPU (its ``source_key`` and
+            ``hardware`` columns), for :func:`summarize_by_source`.
         reason: why it was not predicted, ``None`` when it was.
         measured, predicted: metric -> value (``ttft_ms``, ``tpot_ms``, ``output_tok_s``).
         x: the swept value (concurrency or rate) for sweep-direction checks.
@@ -82,6 +84,8 @@ class ServingRowResult:
     engine: str
     series: str
     varies: str
+    source_key: str = ""
+    hardware: str = ""
     reason: str | None = None
     measured: dict[str, float] = field(default_factory=dict)
     predicted: dict[str, float] = field(default_factory=dict)
@@ -273,7 +277,9 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     admits (:func:`~learn_to_shard.serving.load.engine_max_num_seqs`: the launch's
     ``max_num_seqs`` per rank, else the engine's default)."""
     res = ServingRowResult(id=row["id"], split=row.get("split", ""), engine=row["engine"],
-                           series=row.get("series", ""), varies=row.get("varies", ""))
+                           series=row.get("series", ""), varies=row.get("varies", ""),
+                           source_key=row.get("source_key", ""),
+                           hardware=row.get("hardware", ""))
 
     def skip(why: str) -> ServingRowResult:
         res.reason = why
@@ -432,4 +438,30 @@ def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[
                 agree += (np.sign(b.measured[metric] - a.measured[metric])
                           == np.sign(b.predicted[metric] - a.predicted[metric]))
     out["sweep_directions"] = f"{agree}/{total}"
+    return out
+
+
+def summarize_by_source(results: list[ServingRowResult], split: str = "held-out"
+                        ) -> list[dict[str, object]]:
+    """Per (source, GPU) of the rows of ``split`` that were predicted: how many rows, and per
+    metric (``ttft_ms``, ``tpot_ms``, ``output_tok_s``) the number of values, the median
+    |relative error| and the median signed relative error (``nan`` where no row gives the
+    metric). Where the medians of :func:`summarize` come from: one lab's machines can sit
+    apart from the rest. Sorted by source, then GPU."""
+    groups: dict[tuple[str, str], list[ServingRowResult]] = {}
+    for r in results:
+        if r.split == split and r.reason is None:
+            groups.setdefault((r.source_key, r.hardware), []).append(r)
+    out: list[dict[str, object]] = []
+    for (source, gpu), rows in sorted(groups.items()):
+        entry: dict[str, object] = {"source_key": source, "hardware": gpu, "rows": len(rows)}
+        for metric in ("ttft_ms", "tpot_ms", "output_tok_s"):
+            errs = np.array([r.predicted[metric] / r.measured[metric] - 1 for r in rows
+                             if metric in r.measured and r.measured[metric] > 0])
+            entry[f"{metric}_n"] = int(errs.size)
+            entry[f"{metric}_median_abs_err"] = float(np.median(np.abs(errs))) \
+                if errs.size else math.nan
+            entry[f"{metric}_median_signed_err"] = float(np.median(errs)) \
+                if errs.size else math.nan
+        out.append(entry)
     return out
