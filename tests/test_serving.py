@@ -380,6 +380,24 @@ def test_sharegpt_rows_without_totals_run_at_the_stated_means():
     assert 200 < isl < 240 and 180 < osl < 215
 
 
+def test_random_rows_whose_outputs_end_at_eos_run_at_the_means_of_their_totals():
+    """A random-prompt row run without --ignore-eos (``length_dist`` says its outputs end at
+    EOS) runs at the means of its token totals, not at the nominal lengths; the same row
+    without that clause, or with the clause but no totals, runs at the nominal lengths."""
+    from learn_to_shard.fidelity.serving import _lengths, load_rows
+
+    row = {"isl": "4000", "osl": "200", "completed": "500", "total_input_tokens": "1999249",
+           "total_output_tokens": "52309",
+           "length_dist": "fixed prompts; outputs end at EOS (no --ignore-eos)"}
+    assert _lengths(row) == (3998, 105)
+    assert _lengths({**row, "length_dist": "fixed"}) == (4000, 200)
+    assert _lengths({**row, "total_output_tokens": ""}) == (4000, 200)
+    # the shipped gpt-oss-20b rows say so: their outputs average 94-107 of 100-200 tokens
+    eos = [r for r in load_rows() if "end at EOS" in r["length_dist"]
+           and r["l2s_model"] == "gpt-oss-20b" and r["osl"] == "200"]
+    assert eos and all(_lengths(r)[1] < 120 for r in eos)
+
+
 def test_a_trace_refuses_the_length_flags_it_overrides():
     """A trace gives the requests and their lengths: --dataset sharegpt, --range-ratio and
     --num-prompts beside it would be ignored, so they are refused with one line naming them
