@@ -837,7 +837,7 @@ def _render_serving_sources(con: Console, results: Sequence[ServingRowResult]) -
     t = Table(box=None, pad_edge=False,
               title="serving held out, per source and GPU: median |error| (signed)")
     for col in ("source", "GPU", "rows", "TTFT", "TPOT", "output tok/s"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col in ("source", "GPU"))
     for g in summarize_by_source(list(results)):
         cells = [f"{g[f'{m}_median_abs_err']:.0%} ({g[f'{m}_median_signed_err']:+.0%}, "
                  f"n={g[f'{m}_n']})" if g[f"{m}_n"] else ""

@@ -254,12 +254,19 @@ def _kv_dtype(row: dict[str, str], model: ModelSpec, stand_in: bool = False) -> 
 @functools.lru_cache(maxsize=1)
 def stated_sharegpt_means() -> tuple[int, int] | None:
     """Mean prompt and output tokens of a ShareGPT run whose source states no token totals:
-    the medians of the means that the shipped table's ShareGPT rows with totals state (every
-    benchmark client samples the first two turns of the same ShareGPT file: those rows, five
-    tokenizers and two clients, state 215–233 prompt and 187–221 output tokens); ``None``
-    when no row states them."""
-    means = [m for r in load_rows() if r.get("dataset") == "sharegpt"
-             and (m := _lengths(r)) is not None]
+    the medians of the means that the shipped table's ShareGPT rows with totals state, each
+    prompt set once (every benchmark client samples the first two turns of the same ShareGPT
+    file: those rows, five tokenizers and two clients, state 215–233 prompt and 187–221 output
+    tokens; the runs of one page that sent the same prompts — the same number of prompts and
+    the same prompt-token total — count once, so a page's many launch variants do not outweigh
+    the other sources); ``None`` when no row states them."""
+    sets: dict[tuple[str, str], tuple[int, int]] = {}
+    for r in load_rows():
+        if r.get("dataset") == "sharegpt" and (m := _lengths(r)) is not None:
+            key = (r.get("completed") or r.get("num_prompts") or "",
+                   r.get("total_input_tokens") or r["id"])
+            sets.setdefault(key, m)
+    means = list(sets.values())
     if not means:
         return None
     return (round(float(np.median([m[0] for m in means]))),
