@@ -416,6 +416,12 @@ def predict_table(path: str | Path | None = None, overrides: Mapping[str, Any] |
     return [predict_row(r, overrides) for r in load_rows(path)]
 
 
+def _relative_errors(rows: list[ServingRowResult], metric: str) -> np.ndarray:
+    """``predicted / measured − 1`` of ``metric`` over the predicted rows that measure it."""
+    return np.array([r.predicted[metric] / r.measured[metric] - 1 for r in rows
+                     if r.reason is None and metric in r.measured and r.measured[metric] > 0])
+
+
 def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[str, object]:
     """Median |relative error| per metric over the rows of ``split``, how many rows were
     predicted, and, per sweep (rows of one ``series`` varying concurrency or rate), whether the
@@ -425,10 +431,10 @@ def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[
     out: dict[str, object] = {"rows": len(rows),
                               "predicted": sum(r.reason is None for r in rows)}
     for metric in ("ttft_ms", "tpot_ms", "output_tok_s"):
-        errs = [abs(r.predicted[metric] / r.measured[metric] - 1) for r in rows
-                if r.reason is None and metric in r.measured and r.measured[metric] > 0]
-        out[f"{metric}_median_abs_err"] = float(np.median(errs)) if errs else math.nan
-        out[f"{metric}_n"] = len(errs)
+        errs = _relative_errors(rows, metric)
+        out[f"{metric}_median_abs_err"] = float(np.median(np.abs(errs))) if errs.size \
+            else math.nan
+        out[f"{metric}_n"] = int(errs.size)
     sweeps: dict[str, list[ServingRowResult]] = {}
     for r in rows:
         if r.reason is None and r.varies in ("concurrency", "request_rate_per_s") and r.series:
@@ -463,8 +469,7 @@ def summarize_by_source(results: list[ServingRowResult], split: str = "held-out"
     for (source, gpu), rows in sorted(groups.items()):
         entry: dict[str, object] = {"source_key": source, "hardware": gpu, "rows": len(rows)}
         for metric in ("ttft_ms", "tpot_ms", "output_tok_s"):
-            errs = np.array([r.predicted[metric] / r.measured[metric] - 1 for r in rows
-                             if metric in r.measured and r.measured[metric] > 0])
+            errs = _relative_errors(rows, metric)
             entry[f"{metric}_n"] = int(errs.size)
             entry[f"{metric}_median_abs_err"] = float(np.median(np.abs(errs))) \
                 if errs.size else math.nan
