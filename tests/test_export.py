@@ -71,6 +71,11 @@ def test_showcase_degrees_multiply_to_the_server(showcase):
     sg = showcase[("deepseek-v3", "sglang")]
     assert int(_arg(sg.args, "--tp-size")) == sg.gpus_per_server
     assert "--attn-dp-size" in sg.args and "--enable-dp-attention" not in sg.args
+    # SGLang divides --chunked-prefill-size over its attention-DP ranks: the export states
+    # the instance's budget, so each rank gets the plan's.
+    attn_dp = int(_arg(sg.args, "--attn-dp-size"))
+    assert attn_dp > 1
+    assert int(_arg(sg.args, "--chunked-prefill-size")) == 8192 * attn_dp
     trt = showcase[("deepseek-v3", "trtllm")]
     y = trt.yaml_config
     assert y["moe_expert_parallel_size"] * y["moe_tensor_parallel_size"] == \

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import learn_to_shard
 from learn_to_shard.api import make_cost_model, make_workload
 from learn_to_shard.cli import app
 from learn_to_shard.cost.config import CostModelConfig, load_fitted_factors
 from learn_to_shard.cost.model import CostModel
-from learn_to_shard.engines import default_max_num_seqs
+from learn_to_shard.engines import default_max_num_batched_tokens, default_max_num_seqs
 from learn_to_shard.errors import ConfigError
 from learn_to_shard.fidelity.fit import (
     SERVING_CALIBRATIONS,
@@ -249,6 +250,48 @@ def test_engine_default_caps():
         default_max_num_seqs("tgi", "h200", 140 * gib, 10**6, 2048)
 
 
+def test_engine_default_token_budgets():
+    """The pinned engines' default token budget per step (sources in
+    engines.TOKEN_BUDGET_SOURCES): vLLM by memory and the A100 exception, SGLang by memory,
+    TensorRT-LLM's BuildConfig; 8192 without an engine."""
+    gib = 2**30
+    assert default_max_num_batched_tokens("vllm", "h100-sxm", 79.6 * gib) == 8192
+    assert default_max_num_batched_tokens("vllm", "h200", 140 * gib) == 8192
+    assert default_max_num_batched_tokens("vllm", "b200", 179 * gib) == 16384
+    assert default_max_num_batched_tokens("vllm", "a100-80gb", 80 * gib) == 2048
+    assert default_max_num_batched_tokens("vllm", "l40s", 44.7 * gib) == 2048
+    assert default_max_num_batched_tokens("sglang", "rtx-4080", 16 * gib) == 2048
+    assert default_max_num_batched_tokens("sglang", "l40s", 44.7 * gib) == 4096
+    assert default_max_num_batched_tokens("sglang", "a100-80gb", 80 * gib) == 8192
+    assert default_max_num_batched_tokens("sglang", "h200", 140 * gib) == 8192
+    assert default_max_num_batched_tokens("sglang", "b300", 268 * gib) == 16384
+    assert default_max_num_batched_tokens("trtllm", "a100-80gb", 80 * gib) == 8192
+    assert default_max_num_batched_tokens(None, "a100-80gb", 80 * gib) == 8192
+    with pytest.raises(ConfigError, match="unknown engine"):
+        default_max_num_batched_tokens("tgi", "h200", 140 * gib)
+
+
+def test_cost_model_resolves_the_engine_token_budget_for_its_device():
+    """CostModelConfig.max_num_batched_tokens None is the engine's default for the cluster's
+    device, resolved when the cost model is built and recorded in the plan; a stated budget
+    stays."""
+    wl = make_workload("serve", isl=1024, osl=128)
+    budget = {}
+    for device in ("a100-80gb", "h100-sxm"):
+        cm = make_cost_model("llama-3.1-8b", f"{device}:1", wl,
+                             config=CostModelConfig.for_engine("vllm"), engine="vllm")
+        budget[device] = cm.config.max_num_batched_tokens
+    assert budget == {"a100-80gb": 2048, "h100-sxm": 8192}
+    cm = make_cost_model("llama-3.1-8b", "a100-80gb:1", wl,
+                         config=CostModelConfig.for_engine("vllm", max_num_batched_tokens=4096),
+                         engine="vllm")
+    assert cm.config.max_num_batched_tokens == 4096
+    # The plan's recorded factors say which budget it ran.
+    plan = learn_to_shard.plan("llama-3.1-8b", "a100-80gb:1", "serve", isl=1024, osl=128,
+                               engine="vllm", method="megatron")
+    assert plan.cost_model["max_num_batched_tokens"] == 2048
+
+
 def test_clients_above_the_cap_wait_in_the_queue():
     """A plan whose batch exceeds what the engine admits runs only ``max_num_seqs`` requests;
     the rest wait, which the simulated TTFT shows and the replica share names."""
@@ -363,8 +406,11 @@ def test_rows_run_the_scheduler_of_their_engine_version():
     rows = {r["id"]: r for r in load_rows()}
     assert row_scheduler(rows["sgl060-8b-sglang-sharegpt-rps4"]) == {
         "overlap_schedule": False, "kv_admission": "no_future_oom"}
+    # --max_model_len 4096: V0's unchunked budget max(4096, 2048).
     assert row_scheduler(rows["sgl060-8b-vllm-sharegpt-rps4"]) == {
-        "decode_steps_per_schedule": 10, "prefill_first": True}
+        "decode_steps_per_schedule": 10, "prefill_first": True, "max_num_batched_tokens": 4096}
+    assert row_scheduler({**rows["sgl060-8b-vllm-sharegpt-rps4"], "notes": (
+        "--num-scheduler-steps 8 --max-model-len 1024")})["max_num_batched_tokens"] == 2048
     assert row_scheduler(rows["gs-gptoss120b-h100-vllm-tp2-async-sharegpt"]) == {
         "overlap_schedule": True}
     assert row_scheduler(rows["gs-dsr1-h200-sglang-tp8-sharegpt"]) == {}

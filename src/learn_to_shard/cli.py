@@ -157,7 +157,8 @@ MoeRoutingOpt = Annotated[str | None, typer.Option(
     "alone, e.g. an engine balancing experts with EPLB).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
-    "default 8192): bounds the step, the prefill chunk and the activation workspace.")]
+    "default: the engine's for the device, e.g. vLLM 8192 on H100, 2048 on A100; 8192 without "
+    "--engine): bounds the step, the prefill chunk and the activation workspace.")]
 
 
 ReportOpt = typer.Option(None, "--report", help="Also write a self-contained HTML report "

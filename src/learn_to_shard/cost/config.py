@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..engines import ENGINES as _ENGINE_SPECS
+from ..engines import default_max_num_batched_tokens
 from ..engines.collectives import ALGORITHMS
 from ..errors import ConfigError
 from ..jsonio import loads_strict
@@ -193,8 +195,13 @@ class CostModelConfig:
             utilisation 0.9 of 24 GiB = 21.6 GiB; torch peak 17.06 / 17.98 GiB; KV 3.81 / 2.89
             GiB) both leave 21.6 − peak − KV = 0.73 GiB. One GPU, so no NCCL buffers: a lower
             bound for TP groups.
-        max_num_batched_tokens: tokens per engine step under chunked prefill (vLLM V1 default
-            for online serving: 8192); bounds the serve-phase prefill chunk.
+        max_num_batched_tokens: tokens per engine step and rank under chunked prefill (vLLM
+            ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``, TensorRT-LLM
+            ``max_num_tokens``); bounds the serve-phase prefill chunk and sizes the
+            activation workspace. ``None``: the engine's default for the device
+            (:func:`learn_to_shard.engines.default_max_num_batched_tokens`: e.g. vLLM 8192 on
+            an H100, 2048 on an A100; 8192 without an engine), resolved when a
+            :class:`~learn_to_shard.cost.model.CostModel` is built (:meth:`for_device`).
         logits_bytes: bytes per logit gathered for sampling (fp32, as vLLM/TRT-LLM gather).
         vocab_padding: the vocabulary is padded to a multiple of ``vocab_padding`` (vLLM
             ``DEFAULT_VOCAB_PADDING_SIZE = 64``); with ``vocab_split_divisible`` off, to a
@@ -467,7 +474,7 @@ class CostModelConfig:
     kernel_overhead_s: float = 2e-6
     memory_utilization: float = 0.90
     runtime_reserved_bytes: float = 0.73 * 2**30
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int | None = None
     logits_bytes: int = 4
     vocab_padding: int = 64
     vocab_split_divisible: bool = True
@@ -533,7 +540,8 @@ class CostModelConfig:
             if v is not None and not v >= 0.0:
                 raise bad(name, ">= 0")
         for name in _AT_LEAST_ONE:
-            if not getattr(self, name) >= 1:
+            v = getattr(self, name)
+            if not (v is None and name == "max_num_batched_tokens") and not v >= 1:
                 raise bad(name, ">= 1")
         if not self.workspace_width_factor > 0.0:
             raise bad("workspace_width_factor", "> 0")
@@ -562,6 +570,35 @@ class CostModelConfig:
                     not tier or a not in ALGORITHMS for tier in self.collective_tiers
                     for a in tier):
                 raise bad("collective_tiers", "non-empty tiers of " + ", ".join(ALGORITHMS))
+
+    @property
+    def token_budget(self) -> int:
+        """:attr:`max_num_batched_tokens` once resolved (tokens per step and rank).
+
+        Raises:
+            ConfigError: still ``None`` (the engine's default needs the device:
+                :meth:`for_device`, which every :class:`~learn_to_shard.cost.model.CostModel`
+                applies).
+        """
+        if self.max_num_batched_tokens is None:
+            raise ConfigError("max_num_batched_tokens is the engine's default for the device, "
+                              "not resolved yet: call CostModelConfig.for_device first")
+        return self.max_num_batched_tokens
+
+    def for_device(self, device_name: str, device_memory_bytes: float) -> CostModelConfig:
+        """This configuration with the engine defaults that depend on the device resolved:
+        ``max_num_batched_tokens`` when it is ``None``
+        (:func:`learn_to_shard.engines.default_max_num_batched_tokens` for :attr:`engine`).
+
+        Args:
+            device_name: the device preset key (e.g. ``a100-80gb``).
+            device_memory_bytes: the device's memory capacity, bytes.
+        """
+        if self.max_num_batched_tokens is not None:
+            return self
+        engine = self.engine if self.engine in _ENGINE_SPECS else None
+        return dataclasses.replace(self, max_num_batched_tokens=default_max_num_batched_tokens(
+            engine, device_name, device_memory_bytes))
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:

@@ -277,7 +277,8 @@ class CostModel(OperatorTerms):
         self.model = model
         self.cluster = cluster
         self.workload = workload
-        self.config = config or CostModelConfig()
+        self.config = (config or CostModelConfig()).for_device(
+            cluster.device.name, cluster.device.hbm_bytes)
         vocab_multiple = self.config.vocab_padding if self.config.vocab_split_divisible else 0
         self.space = space or StrategySpace.build(model, cluster)
         if self.space.vocab_multiple != vocab_multiple:     # the engine's rule, not the space's
@@ -524,7 +525,7 @@ class CostModel(OperatorTerms):
             dec = self._step_requests(seq_dp)
             share = dec / seq_dp
             pf_seqs, pf, ctx = dec / osl, dec * isl / osl, wl.decode_context
-            chunk = np.minimum(np.maximum(c.max_num_batched_tokens - dec, 1.0), isl)
+            chunk = np.minimum(np.maximum(c.token_budget - dec, 1.0), isl)
             chunk_steps = np.ceil(isl / chunk)
             # The TTFT step carries the prompt's mean chunk: its isl tokens over the
             # ceil(isl / chunk) steps it takes (the last chunk is the remainder), so the steps
@@ -558,7 +559,7 @@ class CostModel(OperatorTerms):
         differs by an ulp from batch to batch once the budget binds and flips the ceilings of
         per-rank token counts."""
         wl = self.workload
-        return np.minimum(seq_dp, self.config.max_num_batched_tokens
+        return np.minimum(seq_dp, self.config.token_budget
                           / (1.0 + float(wl.isl) / float(wl.osl)))
 
     # ------------------------------------------------------------------ one step

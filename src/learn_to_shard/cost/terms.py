@@ -521,7 +521,7 @@ class OperatorTerms:
         out = (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
                + c.host_prefill_overhead_s * pf_seqs)
         if c.eager_layer_overhead_s:
-            steps = prompt_step_share(dec, pf, pf_seqs, dp, c.max_num_batched_tokens)
+            steps = prompt_step_share(dec, pf, pf_seqs, dp, c.token_budget)
             layers = self.model.num_layers / np.asarray(pp, dtype=float)
             out = out + c.eager_layer_overhead_s * layers * steps
         return out
@@ -567,7 +567,7 @@ class OperatorTerms:
             return pf
         pf_seqs = np.asarray(pf, dtype=float) / float(max(self.workload.isl, 1))
         return np.where(dp > 1, busiest_rank_prompt_tokens(
-            dec, pf, pf_seqs, dp, self.config.max_num_batched_tokens), pf)
+            dec, pf, pf_seqs, dp, self.config.token_budget), pf)
 
     def lm_head(self, lay: np.ndarray, c_lm: np.ndarray, tp: np.ndarray,
                 lm_rows: np.ndarray) -> dict:
@@ -662,7 +662,7 @@ class OperatorTerms:
         bytes, ``[n]``. Serve: sized for the scheduler's token budget whatever the batch
         (vLLM profiles the peak at ``max_num_batched_tokens``, FC-20)."""
         rows = dec + pf
-        ws_rows = np.full(np.shape(rows), float(self.config.max_num_batched_tokens)) \
+        ws_rows = np.full(np.shape(rows), float(self.config.token_budget)) \
             if self.workload.phase is Phase.SERVE else rows
         return self._workspace(ws_rows, self.lm_head_rows(dec, pf_seqs), tp, etp,
                                self._padded_vocab(tp))

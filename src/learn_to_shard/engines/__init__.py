@@ -234,6 +234,66 @@ ADMISSION_SOURCES: dict[str, str] = {
 }
 
 
+#: TensorRT-LLM's default ``max_num_tokens`` (``BuildConfig``, the same source as
+#: :data:`TRTLLM_MAX_BATCH_SIZE`).
+TRTLLM_MAX_NUM_TOKENS = 8192
+#: Where each engine's default token budget per step is defined (the rule
+#: :func:`default_max_num_batched_tokens` implements).
+TOKEN_BUDGET_SOURCES: dict[str, str] = {
+    "vllm": f"{_VLLM}: vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (API server: "
+            "16384 on devices of >= 160 GiB, 8192 on devices of >= 70 GiB that are not an "
+            "A100, else 2048); vLLM v0.11.0 has the same rule without the 160 GiB tier",
+    "sglang": f"{_SGL}: sglang/srt/arg_groups/memory_hook.py handle_gpu_memory_settings "
+              "(chunked_prefill_size by device memory: < 20 GiB 2048, < 60 GiB 4096, "
+              "< 160 GiB 8192, else 16384); with DP attention SGLang divides it by the "
+              "attention-DP size (sglang/srt/arg_groups/parallel_hook.py)",
+    "trtllm": "NVIDIA/TensorRT-LLM tensorrt_llm/builder.py @ "
+              "008b2b8d23af95e4e19fa6f354f9c5f6349b2bfc BuildConfig.max_num_tokens = 8192, "
+              f"taken by {_TRT_SERVE} get_llm_args",
+}
+#: The token budget of a cost model with no engine: vLLM's on an H100-class device.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+
+
+def default_max_num_batched_tokens(engine: str | None, device_name: str,
+                                   device_memory_bytes: float) -> int:
+    """Tokens per engine step (prompt chunk + decodes) when the launch does not set the
+    engine's budget (vLLM ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``,
+    TensorRT-LLM ``max_num_tokens``); the rule and its source per engine are in
+    :data:`TOKEN_BUDGET_SOURCES`. The engines read the memory from the device (bytes, as
+    ``torch.cuda`` reports them) and compare it with thresholds in GiB.
+
+    Args:
+        engine: ``vllm``, ``sglang``, ``trtllm``, or ``None`` (no engine:
+            :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`).
+        device_name: the device preset key (vLLM tests the name for ``a100``).
+        device_memory_bytes: the device's memory capacity, bytes.
+
+    Returns:
+        The budget per instance; for SGLang with DP attention the engine then divides it by
+        the attention-DP size (a launch printed by ``l2s`` states it explicitly).
+
+    Raises:
+        ConfigError: unknown engine.
+    """
+    mem_gib = device_memory_bytes / GIB
+    if engine is None:
+        return DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if engine == "vllm":
+        if mem_gib >= 160:
+            return 16384
+        return 8192 if mem_gib >= 70 and "a100" not in device_name.lower() else 2048
+    if engine == "sglang":
+        if mem_gib < 20:
+            return 2048
+        if mem_gib < 60:
+            return 4096
+        return 8192 if mem_gib < 160 else 16384
+    if engine == "trtllm":
+        return TRTLLM_MAX_NUM_TOKENS
+    raise ConfigError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+
+
 #: Engines whose scheduler runs a prefill-only step whenever prompts are pending and decodes
 #: otherwise (no mixed prefill + decode steps by default), the simulation's
 #: ``prefill_first`` (for one scheduler: with attention-DP each rank schedules its own batch,
@@ -354,8 +414,9 @@ def get_engine(name: str) -> EngineProfile:
     return ENGINES[name]
 
 
-__all__ = ["ADMISSION_SOURCES", "BLOCKS", "ENGINES", "KV_ADMISSION", "KV_ADMISSION_SOURCES",
-           "MEGATRON", "OVERLAP_SCHEDULE_ENGINES",
+__all__ = ["ADMISSION_SOURCES", "BLOCKS", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "ENGINES",
+           "KV_ADMISSION", "KV_ADMISSION_SOURCES", "MEGATRON", "OVERLAP_SCHEDULE_ENGINES",
            "OVERLAP_SOURCES", "PREFILL_FIRST_ENGINES", "SCHEDULING_SOURCES",
-           "TRTLLM_MAX_BATCH_SIZE", "EngineProfile", "Variant", "default_max_num_seqs",
+           "TOKEN_BUDGET_SOURCES", "TRTLLM_MAX_BATCH_SIZE", "TRTLLM_MAX_NUM_TOKENS",
+           "EngineProfile", "Variant", "default_max_num_batched_tokens", "default_max_num_seqs",
            "get_engine"]

@@ -221,7 +221,7 @@ def _max_batch(r: Measurement, m: ModelSpec, cluster: ClusterSpec, wl: Workload,
             break
         cfg = dataclasses.replace(cfg, max_num_batched_tokens=tokens)
     if serve:
-        batch = whole(min(batch, _budget_batch(r, cfg.max_num_batched_tokens)))
+        batch = whole(min(batch, _budget_batch(r, cfg.token_budget)))
     # The linear extrapolation can overshoot by a request; step down until it fits.
     for _ in range(4):
         e = _evaluate(r, m, cluster, wl, batch, cfg)
@@ -249,6 +249,7 @@ def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
     try:
         m = resolve_model(r.model)
         dev = resolve_device(r.hardware)
+        cfg = cfg.for_device(dev.name, dev.hbm_bytes)
         cluster = ClusterSpec(dev, max(r.devices, r.tp * r.pp * r.dp, r.ep),
                               name=f"{dev.name}:{r.devices}")
         if r.kind == "collective":

@@ -119,7 +119,11 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
     * vLLM ``--num-scheduler-steps N`` (V0 multi-step): decode bursts of N steps, and V0's
       default scheduler, which runs waiting prompts first in prompt-only steps when chunked
       prefill is off (multi-step and chunked prefill did not combine in V0;
-      vllm-project/vllm v0.6.0 ``vllm/core/scheduler.py`` ``_schedule_default``).
+      vllm-project/vllm v0.6.0 ``vllm/core/scheduler.py`` ``_schedule_default``), with V0's
+      token budget for unchunked prompts, ``max(max_model_len, 2048)`` (``vllm/config.py``
+      ``SchedulerConfig``), where the launch states ``--max-model-len``; other rows run the
+      engine's default budget for the device
+      (:func:`learn_to_shard.engines.default_max_num_batched_tokens`).
     * SGLang ``--disable-radix-cache``: its benchmark's fixed-length (ignore-EOS) requests
       are admitted by the no-future-OOM check (``kv_admission = "no_future_oom"``,
       :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`).
@@ -144,6 +148,11 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
         if m and int(m.group(1)) > 1:
             out["decode_steps_per_schedule"] = int(m.group(1))
             out["prefill_first"] = True
+            # V0 without prompt chunking: a step's budget is max(max_model_len, 2048)
+            # (vllm-project/vllm v0.6.0 vllm/config.py SchedulerConfig.__init__)
+            length = re.search(r"--max[-_]model[-_]len[ =](\d+)", notes)
+            if length:
+                out["max_num_batched_tokens"] = max(int(length.group(1)), 2048)
     if row["engine"] == "sglang" and "--disable-radix-cache" in notes:
         out["kv_admission"] = "no_future_oom"
     return out

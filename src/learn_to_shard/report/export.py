@@ -405,7 +405,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             elif s.tp > 1:
                 args += ["--enable-dense-mlp-attn-tp"]
         args += ["--max-running-requests", str(batch_per_server),
-                 "--context-length", str(max_len), "--chunked-prefill-size", str(tokens),
+                 "--context-length", str(max_len),
+                 # per instance: SGLang divides it over the attention-DP ranks (sglang
+                 # v0.5.23 sglang/srt/arg_groups/parallel_hook.py), as --max-running-requests
+                 "--chunked-prefill-size", str(tokens * dp),
                  "--mem-fraction-static", f"{mem_util:g}"]
         if fp8_weights and not native_quant:
             args += ["--quantization", "fp8"]

@@ -328,7 +328,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         else c.overlap_schedule
     admission = kv_admission(c)
     res = simulate(step, req, max_num_seqs=seqs,
-                   max_num_batched_tokens=cm.config.max_num_batched_tokens * s.dp,
+                   max_num_batched_tokens=cm.config.token_budget * s.dp,
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
                    prefill_first=prefill_first, overlap_schedule=overlap,
                    decode_steps_per_schedule=c.decode_steps_per_schedule,

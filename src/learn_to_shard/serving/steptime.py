@@ -212,7 +212,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         at ``s`` (``|t_fit − t_model| / t_model``; NaN outside the serve phase).
     """
     wl = cm.workload
-    budget = int(max_tokens or cm.config.max_num_batched_tokens * s.dp)
+    budget = int(max_tokens or cm.config.token_budget * s.dp)
     grid = sorted({1 << i for i in range(int(np.log2(max(budget, 1))) + 1)} | {budget})
     grid = [g for g in grid if g % s.dp == 0 or g < s.dp] or [s.dp]
     c = cm.config
@@ -268,7 +268,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
                            - t_serve)
         if unbalanced:
             excess_l.append(_rank_excess(b_arr / s.dp, pf_arr / s.dp, i, s.dp,
-                                         c.max_num_batched_tokens))
+                                         c.token_budget))
             rank_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl, config=rank_cfg)[0]
                           - t_serve)
     pf_pairs_s = 0.0
@@ -288,7 +288,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
                                 eager_step_s=c.eager_layer_overhead_s * cm.model.num_layers,
                                 stages=s.pp, ranks=s.dp if unbalanced else 1,
                                 rank_prompt_s=rank_prompt_s,
-                                rank_budget=c.max_num_batched_tokens)
+                                rank_budget=c.token_budget)
     if wl.phase is not Phase.SERVE:
         return model, float("nan")
     # The cost model's serve step at the plan's batch: ``n_dec`` decodes, ``n_pf`` prompt
@@ -300,9 +300,9 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     n_pf = b * wl.isl / wl.osl * share
     n_done = b / wl.osl * share
     eager = float(prompt_step_share(n_dec / s.dp, n_pf / s.dp, n_done / s.dp, s.dp,
-                                    c.max_num_batched_tokens))
+                                    c.token_budget))
     t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
-    excess = _rank_excess(n_dec / s.dp, n_pf / s.dp, wl.isl, s.dp, c.max_num_batched_tokens) \
+    excess = _rank_excess(n_dec / s.dp, n_pf / s.dp, wl.isl, s.dp, c.token_budget) \
         if unbalanced else 0.0
     fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
                                   n_pf * wl.isl / 2, n_dec + n_done, n_done, eager, excess))
