@@ -479,3 +479,22 @@ def test_rows_run_the_engine_limits_their_launch_sets():
     # vLLM's flags are not TensorRT-LLM's: a row is read with its own engine's.
     assert row_launch_limits({**rows["gs-dsr1-h200-vllm-tp8-sharegpt"],
                               "notes": "--max_num_tokens 1024"}) == {}
+
+
+def test_token_budget_follows_the_device_display_name_and_rejects_unknown_engines(tmp_path):
+    """vLLM's A100 rule tests the CUDA device name: a custom device named otherwise but
+    displayed as an A100 gets vLLM's A100 budget; a config naming no known engine is bad
+    input, not a silent 8192."""
+    import dataclasses as dc
+
+    from learn_to_shard.hardware.presets import load_device
+    from learn_to_shard.hardware.spec import ClusterSpec
+
+    a100 = load_device("a100-80gb")
+    lab = dc.replace(a100, name="lab-gpu", display_name="NVIDIA A100-SXM4-80GB")
+    wl = make_workload("serve", isl=1024, osl=128)
+    cm = make_cost_model("llama-3.1-8b", ClusterSpec(lab, 1, name="lab-gpu:1"), wl,
+                         config=CostModelConfig.for_engine("vllm"), engine="vllm")
+    assert cm.config.max_num_batched_tokens == 2048
+    with pytest.raises(ConfigError, match="engine"):
+        CostModelConfig(engine="tgi")

@@ -201,7 +201,9 @@ class CostModelConfig:
             activation workspace. ``None``: the engine's default for the device
             (:func:`learn_to_shard.engines.default_max_num_batched_tokens`: e.g. vLLM 8192 on
             an H100, 2048 on an A100; 8192 without an engine), resolved when a
-            :class:`~learn_to_shard.cost.model.CostModel` is built (:meth:`for_device`).
+            :class:`~learn_to_shard.cost.model.CostModel` is built (:meth:`for_device`) and
+            applied per rank (SGLang divides its own default over attention-DP ranks, so
+            its exported launch states the budget: ``report.export``).
         logits_bytes: bytes per logit gathered for sampling (fp32, as vLLM/TRT-LLM gather).
         vocab_padding: the vocabulary is padded to a multiple of ``vocab_padding`` (vLLM
             ``DEFAULT_VOCAB_PADDING_SIZE = 64``); with ``vocab_split_divisible`` off, to a
@@ -524,7 +526,8 @@ class CostModelConfig:
 
         Raises:
             ConfigError: a fraction outside (0, 1], a negative time or size, a count or
-                multiplier below 1, or a non-positive ``workspace_width_factor`` (the message
+                multiplier below 1, a non-positive ``workspace_width_factor``, or an
+                ``engine`` that :mod:`learn_to_shard.engines` does not know (the message
                 names the field and the valid range).
         """
         def bad(name: str, valid: str) -> ConfigError:
@@ -553,6 +556,8 @@ class CostModelConfig:
                 and 0.0 < self.moe_routing_alpha <= MAX_ROUTING_ALPHA):
             raise bad("moe_routing_alpha", f"a number in (0, {MAX_ROUTING_ALPHA:g}] "
                                            f"(or None for uniform routing)")
+        if self.engine is not None and self.engine not in _ENGINE_SPECS:
+            raise bad("engine", "one of " + ", ".join(_ENGINE_SPECS) + " or None")
         if self.max_num_seqs is not None and not self.max_num_seqs >= 1:
             raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
         if self.kv_admission not in (None, *KV_ADMISSIONS):
@@ -591,14 +596,14 @@ class CostModelConfig:
         (:func:`learn_to_shard.engines.default_max_num_batched_tokens` for :attr:`engine`).
 
         Args:
-            device_name: the device preset key (e.g. ``a100-80gb``).
+            device_name: the device's names, its preset key and display name (e.g.
+                ``a100-80gb NVIDIA A100 SXM4 80GB``; vLLM's rule tests for ``a100``).
             device_memory_bytes: the device's memory capacity, bytes.
         """
         if self.max_num_batched_tokens is not None:
             return self
-        engine = self.engine if self.engine in _ENGINE_SPECS else None
         return dataclasses.replace(self, max_num_batched_tokens=default_max_num_batched_tokens(
-            engine, device_name, device_memory_bytes))
+            self.engine, device_name, device_memory_bytes))
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:

@@ -278,7 +278,7 @@ class CostModel(OperatorTerms):
         self.cluster = cluster
         self.workload = workload
         self.config = (config or CostModelConfig()).for_device(
-            cluster.device.name, cluster.device.hbm_bytes)
+            f"{cluster.device.name} {cluster.device.display_name}", cluster.device.hbm_bytes)
         vocab_multiple = self.config.vocab_padding if self.config.vocab_split_divisible else 0
         self.space = space or StrategySpace.build(model, cluster)
         if self.space.vocab_multiple != vocab_multiple:     # the engine's rule, not the space's

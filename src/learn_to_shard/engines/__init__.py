@@ -266,12 +266,15 @@ def default_max_num_batched_tokens(engine: str | None, device_name: str,
     Args:
         engine: ``vllm``, ``sglang``, ``trtllm``, or ``None`` (no engine:
             :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS`).
-        device_name: the device preset key (vLLM tests the name for ``a100``).
+        device_name: the device's names, e.g. its preset key and display name (vLLM tests
+            the CUDA device name for ``a100``).
         device_memory_bytes: the device's memory capacity, bytes.
 
     Returns:
-        The budget per instance; for SGLang with DP attention the engine then divides it by
-        the attention-DP size (a launch printed by ``l2s`` states it explicitly).
+        The engine's default for one scheduler. The cost model applies it per rank; SGLang
+        with DP attention divides its own default over the attention-DP ranks, so a launch
+        printed by ``l2s`` states the budget explicitly (per instance for SGLang: the plan's
+        budget × attention-DP ranks).
 
     Raises:
         ConfigError: unknown engine.
@@ -382,8 +385,8 @@ def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: flo
 
     Args:
         engine: ``vllm``, ``sglang`` or ``trtllm``.
-        device_name: the device preset key (e.g. ``a100-80gb``; vLLM tests the device name for
-            ``a100``).
+        device_name: the device's names, e.g. its preset key and display name (vLLM tests
+            the CUDA device name for ``a100``).
         device_memory_bytes: the device's memory capacity, bytes.
         kv_tokens_per_rank: KV-cache tokens the rank holds (SGLang sizes its cap from them).
         context_len: the served context length, tokens (SGLang's ``--context-length``).

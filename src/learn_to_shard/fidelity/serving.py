@@ -121,8 +121,9 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
       prefill is off (multi-step and chunked prefill did not combine in V0;
       vllm-project/vllm v0.6.0 ``vllm/core/scheduler.py`` ``_schedule_default``), with V0's
       token budget for unchunked prompts, ``max(max_model_len, 2048)`` (``vllm/config.py``
-      ``SchedulerConfig``), where the launch states ``--max-model-len``; other rows run the
-      engine's default budget for the device
+      ``SchedulerConfig``), where the launch states ``--max-model-len`` (else
+      :func:`predict_row` takes the model's ``max_position_embeddings``, vLLM's default
+      ``max_model_len``); other rows run the engine's default budget for the device
       (:func:`learn_to_shard.engines.default_max_num_batched_tokens`).
     * SGLang ``--disable-radix-cache``: its benchmark's fixed-length (ignore-EOS) requests
       are admitted by the no-future-OOM check (``kv_admission = "no_future_oom"``,
@@ -357,8 +358,14 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
         return skip("no load stated")
     try:
         wl = Workload(Phase.SERVE, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd)
+        sched = row_scheduler(row)
+        if sched.get("decode_steps_per_schedule", 1) > 1 and row["engine"] == "vllm":
+            # V0's unchunked budget without a stated --max-model-len: max_model_len defaults
+            # to the model's max_position_embeddings
+            sched.setdefault("max_num_batched_tokens",
+                             max(model.max_position_embeddings or 0, 2048))
         cfg = CostModelConfig.for_engine(_ENGINE_PROFILE.get(row["engine"]),
-                                         **{**row_scheduler(row), **row_launch_limits(row),
+                                         **{**sched, **row_launch_limits(row),
                                             **dict(overrides or {})})
         space = StrategySpace.build(model, cluster)
 

@@ -9,7 +9,8 @@ Row columns (:data:`COLUMNS`; SI units, names carry units):
 * inputs: ``key`` (:meth:`Cell.key`), ``model``, ``cluster``, ``device`` (kind),
   ``cluster_devices``, ``workload`` (label), ``phase``, ``isl``, ``osl``, ``dtype``,
   ``kv_dtype``, ``ttft_slo_s``, ``tpot_slo_s``, ``rate_rps``, ``concurrency``, ``engine``,
-  ``gpu_memory_utilization``, ``max_num_batched_tokens``, ``searcher``, ``budget``, ``seed``;
+  ``gpu_memory_utilization``, ``max_num_batched_tokens`` (the budget the cell ran: unset,
+  the engine's default for the device), ``searcher``, ``budget``, ``seed``;
 * answer: ``feasible``, ``method_used``, ``strategy`` (``Strategy.short()``), ``tp``, ``ep``,
   ``etp``, ``pp``, ``dp``, ``batch``, ``instance_devices`` (``pp·tp·dp``), ``instances``,
   ``placements`` (JSON: operator → ``Shard(d)``/``Replicate()``), ``export_command``;
@@ -121,9 +122,13 @@ def _inputs(cell: Cell) -> dict[str, object]:
         w = wl.workload(load_model(cell.model), e.name)
     except PlannerError:
         w = wl.workload()
+    budget = e.max_num_batched_tokens
     try:
         c = parse_cluster(cell.cluster)
         device, count = c.device.name, c.num_devices
+        if budget is None:          # the engine's default for this device, as the cell runs
+            budget = cost_config(e.name, e.gpu_memory_utilization).for_device(
+                f"{c.device.name} {c.device.display_name}", c.device.hbm_bytes).token_budget
     except PlannerError:
         device, count = None, None
     return {"key": cell.key(), "model": cell.model, "cluster": cell.cluster,
@@ -133,7 +138,7 @@ def _inputs(cell: Cell) -> dict[str, object]:
             "tpot_slo_s": w.tpot_slo_s, "rate_rps": wl.rate_rps,
             "concurrency": wl.concurrency, "engine": e.label,
             "gpu_memory_utilization": e.gpu_memory_utilization,
-            "max_num_batched_tokens": e.max_num_batched_tokens, "searcher": cell.searcher,
+            "max_num_batched_tokens": budget, "searcher": cell.searcher,
             "budget": cell.budget, "seed": cell.seed, "version": __version__}
 
 
