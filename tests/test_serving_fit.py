@@ -498,3 +498,22 @@ def test_token_budget_follows_the_device_display_name_and_rejects_unknown_engine
     assert cm.config.max_num_batched_tokens == 2048
     with pytest.raises(ConfigError, match="engine"):
         CostModelConfig(engine="tgi")
+
+
+def test_v0_row_without_max_model_len_runs_the_models_length_as_its_budget(monkeypatch):
+    """A vLLM V0 multi-step row that states no --max-model-len runs V0's unchunked budget
+    max(max_model_len, 2048) at vLLM's default max_model_len, the model's
+    max_position_embeddings (Llama-3.1-8B: 131072); with it stated, that length."""
+    import learn_to_shard.fidelity.serving as fs
+
+    seen = []
+
+    def spy(cm, est, load, **kw):
+        seen.append(cm.config.max_num_batched_tokens)
+        return simulate_estimate(cm, est, load, **kw)
+
+    monkeypatch.setattr(fs, "simulate_estimate", spy)
+    row = {r["id"]: r for r in load_rows()}["sgl060-8b-vllm-sharegpt-rps4"]
+    predict_row({**row, "notes": "server: --num-scheduler-steps 10"})
+    predict_row(row)                                    # --max_model_len 4096
+    assert seen == [131072, 4096]
