@@ -26,6 +26,7 @@ from ..engines import ENGINES as _ENGINE_SPECS
 from ..engines import default_max_num_batched_tokens
 from ..engines.collectives import ALGORITHMS
 from ..errors import ConfigError
+from ..hardware.spec import DeviceSpec
 from ..jsonio import loads_strict
 
 
@@ -590,20 +591,19 @@ class CostModelConfig:
                               "not resolved yet: call CostModelConfig.for_device first")
         return self.max_num_batched_tokens
 
-    def for_device(self, device_name: str, device_memory_bytes: float) -> CostModelConfig:
+    def for_device(self, device: DeviceSpec) -> CostModelConfig:
         """This configuration with the engine defaults that depend on the device resolved:
         ``max_num_batched_tokens`` when it is ``None``
-        (:func:`learn_to_shard.engines.default_max_num_batched_tokens` for :attr:`engine`).
+        (:func:`learn_to_shard.engines.default_max_num_batched_tokens` for :attr:`engine`,
+        from the device's names and memory capacity).
 
         Args:
-            device_name: the device's names, its preset key and display name (e.g.
-                ``a100-80gb NVIDIA A100 SXM4 80GB``; vLLM's rule tests for ``a100``).
-            device_memory_bytes: the device's memory capacity, bytes.
+            device: the accelerator the configuration prices.
         """
         if self.max_num_batched_tokens is not None:
             return self
         return dataclasses.replace(self, max_num_batched_tokens=default_max_num_batched_tokens(
-            self.engine, device_name, device_memory_bytes))
+            self.engine, device.names, device.hbm_bytes))
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:

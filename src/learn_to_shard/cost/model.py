@@ -277,8 +277,7 @@ class CostModel(OperatorTerms):
         self.model = model
         self.cluster = cluster
         self.workload = workload
-        self.config = (config or CostModelConfig()).for_device(
-            f"{cluster.device.name} {cluster.device.display_name}", cluster.device.hbm_bytes)
+        self.config = (config or CostModelConfig()).for_device(cluster.device)
         vocab_multiple = self.config.vocab_padding if self.config.vocab_split_divisible else 0
         self.space = space or StrategySpace.build(model, cluster)
         if self.space.vocab_multiple != vocab_multiple:     # the engine's rule, not the space's

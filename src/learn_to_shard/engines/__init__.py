@@ -251,6 +251,13 @@ TOKEN_BUDGET_SOURCES: dict[str, str] = {
               "008b2b8d23af95e4e19fa6f354f9c5f6349b2bfc BuildConfig.max_num_tokens = 8192, "
               f"taken by {_TRT_SERVE} get_llm_args",
 }
+def _vllm_large_device(device_name: str, device_memory_bytes: float) -> bool:
+    """vLLM's larger batch defaults apply (``EngineArgs.get_batch_defaults``, source in
+    :data:`TOKEN_BUDGET_SOURCES`): a device of >= 70 GiB whose name does not contain
+    ``a100``."""
+    return device_memory_bytes >= 70 * GIB and "a100" not in device_name.lower()
+
+
 #: The token budget of a cost model with no engine: vLLM's on an H100-class device.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
@@ -285,7 +292,7 @@ def default_max_num_batched_tokens(engine: str | None, device_name: str,
     if engine == "vllm":
         if mem_gib >= 160:
             return 16384
-        return 8192 if mem_gib >= 70 and "a100" not in device_name.lower() else 2048
+        return 8192 if _vllm_large_device(device_name, device_memory_bytes) else 2048
     if engine == "sglang":
         if mem_gib < 20:
             return 2048
@@ -395,8 +402,7 @@ def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: flo
         ConfigError: unknown engine.
     """
     if engine == "vllm":
-        big = device_memory_bytes >= 70 * GIB and "a100" not in device_name.lower()
-        return 1024 if big else 256
+        return 1024 if _vllm_large_device(device_name, device_memory_bytes) else 256
     if engine == "sglang":
         estimated = int(kv_tokens_per_rank / max(1, context_len) * 512)
         estimated = max(min(estimated, 4096), 2048)

@@ -249,7 +249,7 @@ def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
     try:
         m = resolve_model(r.model)
         dev = resolve_device(r.hardware)
-        cfg = cfg.for_device(f"{dev.name} {dev.display_name}", dev.hbm_bytes)
+        cfg = cfg.for_device(dev)
         cluster = ClusterSpec(dev, max(r.devices, r.tp * r.pp * r.dp, r.ep),
                               name=f"{dev.name}:{r.devices}")
         if r.kind == "collective":

@@ -106,7 +106,7 @@ def _version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
 
 
-def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
+def row_scheduler(row: dict[str, str], model: ModelSpec | None = None) -> dict[str, Any]:
     """Cost-model fields of the scheduler a row's engine version and stated launch flags
     ran, where they differ from the engine profile's defaults (the current engines; see
     :data:`learn_to_shard.engines.OVERLAP_SCHEDULE_ENGINES`):
@@ -121,9 +121,9 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
       prefill is off (multi-step and chunked prefill did not combine in V0;
       vllm-project/vllm v0.6.0 ``vllm/core/scheduler.py`` ``_schedule_default``), with V0's
       token budget for unchunked prompts, ``max(max_model_len, 2048)`` (``vllm/config.py``
-      ``SchedulerConfig``), where the launch states ``--max-model-len`` (else
-      :func:`predict_row` takes the model's ``max_position_embeddings``, vLLM's default
-      ``max_model_len``); other rows run the engine's default budget for the device
+      ``SchedulerConfig``): the launch's ``--max-model-len``, else ``model``'s
+      ``max_position_embeddings`` (vLLM's default ``max_model_len``; no budget without
+      either); other rows run the engine's default budget for the device
       (:func:`learn_to_shard.engines.default_max_num_batched_tokens`).
     * SGLang ``--disable-radix-cache``: its benchmark's fixed-length (ignore-EOS) requests
       are admitted by the no-future-OOM check (``kv_admission = "no_future_oom"``,
@@ -151,9 +151,11 @@ def row_scheduler(row: dict[str, str]) -> dict[str, Any]:
             out["prefill_first"] = True
             # V0 without prompt chunking: a step's budget is max(max_model_len, 2048)
             # (vllm-project/vllm v0.6.0 vllm/config.py SchedulerConfig.__init__)
-            length = re.search(r"--max[-_]model[-_]len[ =](\d+)", notes)
+            stated = re.search(r"--max[-_]model[-_]len[ =](\d+)", notes)
+            length = int(stated.group(1)) if stated else (
+                model.max_position_embeddings if model is not None else 0)
             if length:
-                out["max_num_batched_tokens"] = max(int(length.group(1)), 2048)
+                out["max_num_batched_tokens"] = max(length, 2048)
     if row["engine"] == "sglang" and "--disable-radix-cache" in notes:
         out["kv_admission"] = "no_future_oom"
     return out
@@ -358,14 +360,9 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
         return skip("no load stated")
     try:
         wl = Workload(Phase.SERVE, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd)
-        sched = row_scheduler(row)
-        if sched.get("decode_steps_per_schedule", 1) > 1 and row["engine"] == "vllm":
-            # V0's unchunked budget without a stated --max-model-len: max_model_len defaults
-            # to the model's max_position_embeddings
-            sched.setdefault("max_num_batched_tokens",
-                             max(model.max_position_embeddings or 0, 2048))
         cfg = CostModelConfig.for_engine(_ENGINE_PROFILE.get(row["engine"]),
-                                         **{**sched, **row_launch_limits(row),
+                                         **{**row_scheduler(row, model),
+                                            **row_launch_limits(row),
                                             **dict(overrides or {})})
         space = StrategySpace.build(model, cluster)
 

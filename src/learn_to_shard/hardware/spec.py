@@ -41,6 +41,13 @@ class DeviceSpec:
     peak_fp4_flops_per_s: float | None = None
     sources: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def names(self) -> str:
+        """The preset key and the display name, space-separated: what an engine's default
+        that tests the device's name reads (vLLM tests the CUDA device name for ``a100``,
+        :func:`learn_to_shard.engines.default_max_num_seqs`)."""
+        return f"{self.name} {self.display_name}"
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:

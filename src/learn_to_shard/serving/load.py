@@ -258,8 +258,8 @@ def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int 
     per_rank = c.max_num_seqs
     if per_rank is None and c.engine:
         dev = cm.cluster.device
-        per_rank = default_max_num_seqs(c.engine, f"{dev.name} {dev.display_name}",
-                                        dev.hbm_bytes, kv_capacity_tokens // max(1, dp),
+        per_rank = default_max_num_seqs(c.engine, dev.names, dev.hbm_bytes,
+                                        kv_capacity_tokens // max(1, dp),
                                         cm.workload.isl + cm.workload.osl)
     return None if per_rank is None else per_rank * max(1, dp)
 

@@ -128,7 +128,7 @@ def _inputs(cell: Cell) -> dict[str, object]:
         device, count = c.device.name, c.num_devices
         if budget is None:          # the engine's default for this device, as the cell runs
             budget = cost_config(e.name, e.gpu_memory_utilization).for_device(
-                f"{c.device.name} {c.device.display_name}", c.device.hbm_bytes).token_budget
+                c.device).token_budget
     except PlannerError:
         device, count = None, None
     return {"key": cell.key(), "model": cell.model, "cluster": cell.cluster,
