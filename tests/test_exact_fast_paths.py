@@ -6,6 +6,9 @@
   experts, with and without an engine's layout rule and the serve phase's TTFT step.
 * ``exact.SettingCache``: a solve that finds every setting in the cache builds no table rows
   and returns the same solution as a fresh solve.
+* ``exact_tables.needed_options``: with an engine, only the layouts it launches are priced;
+  the certified optimum and its runners-up are those of a solve that prices every layout, on
+  far fewer table rows.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from learn_to_shard.api import cost_config, make_cost_model, make_workload
 from learn_to_shard.parallel.ops import NUM_CHOICES, REPLICATED
 from learn_to_shard.parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE
 from learn_to_shard.search.exact import SettingCache, coarse_grid, solve
+from learn_to_shard.search import exact_tables
 from learn_to_shard.search.exact_tables import (
     HUB_A,
     Parts,
@@ -90,3 +94,28 @@ def test_a_fully_cached_solve_builds_no_tables_and_agrees():
         assert len(sol.top) == len(first.top)
         for a, b in zip(sol.top, first.top, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("model, engine", [("deepseek-v2-lite", "sglang"),
+                                           ("qwen3-30b-a3b", "vllm"),
+                                           ("llama-3.1-8b", "trtllm")])
+def test_an_engine_prices_only_its_layouts_and_finds_the_same_optimum(model, engine,
+                                                                       monkeypatch):
+    cm = make_cost_model(model, "h100-sxm:8",
+                         make_workload("serve", isl=1024, osl=256, ttft_slo_s=2.0),
+                         cost_config(engine), engine=engine)
+    st = Structure.of(cm)
+    need = exact_tables.needed_options(st)
+    assert need["qa"].sum() < NUM_CHOICES ** 2                # not vacuous: rows are skipped
+    fast = solve(cm, verify_samples=64)
+    every = {"qa": np.ones((NUM_CHOICES, NUM_CHOICES), dtype=bool),
+             "router": np.arange(len(st.r_opts)), "group": np.arange(len(st.g_opts)),
+             "dense": np.arange(len(st.d_opts))}
+    monkeypatch.setattr(exact_tables, "needed_options", lambda st_: every)
+    full = solve(cm, verify_samples=64)
+    assert fast.best_objective > 0
+    assert fast.best_objective == full.best_objective
+    assert len(fast.top) == len(full.top)
+    for a, b in zip(fast.top, full.top, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert fast.certificate.table_rows < full.certificate.table_rows / 2

@@ -67,6 +67,16 @@ _GROUP_TABLE_SIZE = 1 << 17
 _N_F = np.maximum(np.arange(_GROUP_TABLE_SIZE), 1).astype(np.float64)
 _FRAC = (_N_F - 1.0) / _N_F
 _STEPS = np.ceil(np.log2(_N_F))
+#: Group sizes below this take :func:`collective_time_s`'s one-lookup path: per ``(kind, n)``
+#: (flat index ``kind · _PAIR_TABLE_SIZE + n``) the bus-byte coefficient of ``S``, the latency
+#: coefficient of ``α``, and whether anything moves (not NONE, more than one rank); the same
+#: products, in the same order, as the general path.
+_PAIR_TABLE_SIZE = 1 << 15
+_BUS_COEF = (_BUS_FACTOR[:, None] * np.where(
+    np.arange(4)[:, None] == ALL_TO_ALL, _FRAC[:_PAIR_TABLE_SIZE] / _N_F[:_PAIR_TABLE_SIZE],
+    _FRAC[:_PAIR_TABLE_SIZE])).ravel()
+_LAT_COEF = (_STEP_FACTOR[:, None] * _STEPS[None, :_PAIR_TABLE_SIZE]).ravel()
+_LIVE = ((np.arange(4)[:, None] != NONE) & (_N_F[None, :_PAIR_TABLE_SIZE] > 1)).ravel()
 KIND_NAMES = ("none", "all-reduce", "all-gather/reduce-scatter", "all-to-all")
 
 
@@ -110,6 +120,17 @@ def collective_time_s(kind: np.ndarray, n: np.ndarray, full_bytes: np.ndarray,
     """
     code = np.asarray(kind, dtype=np.int64)
     n_i = np.maximum(np.asarray(n), 1)
+    if n_i.dtype.kind in "iu" and n_i.size and int(n_i.max()) < _PAIR_TABLE_SIZE:
+        flat = code * _PAIR_TABLE_SIZE + n_i
+        live = _LIVE[flat]
+        if not live.any():
+            return np.zeros(np.broadcast_shapes(live.shape, np.shape(full_bytes),
+                                                np.shape(bw_bytes_per_s), np.shape(alpha_s)))
+        bus = _BUS_COEF[flat] * full_bytes
+        bw = np.asarray(bw_bytes_per_s, dtype=np.float64)
+        t = np.divide(bus, bw, out=np.zeros(np.broadcast_shapes(bus.shape, bw.shape)),
+                      where=bus != 0) + _LAT_COEF[flat] * alpha_s
+        return np.where(live, t, 0.0)
     if not ((code != NONE) & (n_i > 1)).any():      # nothing to move: skip the passes below
         return np.zeros(np.broadcast_shapes(code.shape, n_i.shape, np.shape(full_bytes),
                                             np.shape(bw_bytes_per_s), np.shape(alpha_s)))

@@ -254,6 +254,14 @@ def pareto_mask(z: np.ndarray, ok: np.ndarray, cls: np.ndarray | None = None) ->
     keep = ok.copy()
     if n <= 1:
         return keep
+    live = np.flatnonzero(ok.any(axis=0))
+    if len(live) < n:
+        # An option allowed in no row neither survives nor dominates: compare the others
+        # (in their order, so ties break as before).
+        keep[:] = False
+        keep[:, live] = pareto_mask(z[:, live], ok[:, live],
+                                    None if cls is None else cls[:, live])
+        return keep
     if b >= _DEDUP_ROWS and n >= _DEDUP_OPTIONS:
         # Batch rows that are bitwise equal (features, allowed options, classes) have the
         # same mask: compare each distinct row once.
@@ -730,7 +738,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     if not sp.any_batch:
         return sol, sp
     best = sol.best_objective
-    pool = list(zip(_objectives(cm, sol.top), [sp.decode(a) for a in sol.top], strict=True))
+    found = [sp.decode(a) for a in sol.top]     # priced together below (_objectives)
     rej = [sp.decode(a) for a in sol.rejected]
     curves = [sol.curve]
     none = np.empty(0, dtype=np.int64)
@@ -755,8 +763,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         cert.batch_integers_solved += c2.solved
         for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
             setattr(cert, name, getattr(cert, name) + getattr(c2, name))
-        pool += list(zip(_objectives(cm2, sol2.top), [sp2.decode(a) for a in sol2.top],
-                         strict=True))
+        found += [sp2.decode(a) for a in sol2.top]
         rej += [sp2.decode(a) for a in sol2.rejected]
         if len(sol2.curve):
             curves.append(np.maximum(sol2.curve, best))
@@ -767,6 +774,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
     # bound refines only the cells that reach the optimum; a runner-up is then at least as
     # good as the best grid batch of its degrees). A batch bounded below the worst runner-up
     # cannot improve any of them, so that is the incumbent.
+    pool = list(zip(_objectives(cm2, full_sp, found), found, strict=True))
     alts = _distinct(pool)[1:keep]
     if alts:
         worst = min(max(o for o, y in pool if _degrees(y) == _degrees(x)) for x in alts)
@@ -785,8 +793,8 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         if sol3 is not None:
             for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
                 setattr(cert, name, getattr(cert, name) + getattr(sol3.certificate, name))
-            pool += list(zip(_objectives(cm2, sol3.top),
-                             [full_sp.decode(a) for a in sol3.top], strict=True))
+            more = [full_sp.decode(a) for a in sol3.top]
+            pool += list(zip(_objectives(cm2, full_sp, more), more, strict=True))
     cert.wall_s = time.perf_counter() - t0
     # Best first; equal objectives (to 12 digits) keep the grid's strategy, found first.
     top = _distinct(pool)[:keep]
@@ -855,11 +863,15 @@ def _degrees(x: Strategy) -> tuple[int, int, int, int, int]:
     return (x.tp, x.ep, x.pp, x.dp, x.cp)
 
 
-def _objectives(cm: CostModel, actions: list[np.ndarray]) -> list[float]:
-    """``evaluate_many`` objectives of ``actions`` (empty list: none)."""
-    if not actions:
+def _objectives(cm: CostModel, space: StrategySpace, xs: list[Strategy]) -> list[float]:
+    """``evaluate_many`` objectives of the strategies ``xs`` of ``space`` (any integer
+    batches), in one call (empty list: none)."""
+    if not xs:
         return []
-    return [float(x) for x in cm.evaluate_many(np.array(actions)).objective]
+    cm = copy.copy(cm)
+    cm.space = space.with_batches([x.batch for x in xs])
+    return [float(v) for v in cm.evaluate_many(np.array([cm.space.encode(x) for x in xs]))
+            .objective]
 
 
 def coarse_grid(sp: StrategySpace) -> np.ndarray:

@@ -133,6 +133,9 @@ HUB_Q, HUB_A, HUB_O = (np.ascontiguousarray(HUB[:, j]) for j in range(len(HUB_OP
 #: ``(attention, o_proj)`` options (``ao = h % N_AO``): what the FFN input depends on.
 AO = block_options(HUB_OPS[1:])
 N_AO = len(AO)
+#: The ``(attention, o_proj)`` option of each hub, ``[N_HUB]``.
+_HUB_AO = np.arange(N_HUB) % N_AO
+assert N_AO not in (1, N_HUB), "feature_floor tells (a, o) columns by their length"
 # The layout o_proj runs on per ``(attention, o_proj)`` option (``ChoiceDef`` layouts of
 # :data:`learn_to_shard.parallel.ops.OPS`; the attention core's input is fixed by its own
 # choice, so the incoming layout ``R`` stands for any).
@@ -579,6 +582,44 @@ def _ffn_classes(cm: CostModel, dp: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.array([int(r[0]) for r in rep]), np.searchsorted(vals, x)
 
 
+def needed_options(st: Structure) -> dict[str, np.ndarray]:
+    """The options :func:`step_tables` prices: those some strategy of the space can use.
+
+    Without an engine, every option. With one (``st.engine_ok``), an option the engine's
+    layout rule excludes enters no candidate, no feature floor and no check (every consumer
+    masks it by :func:`_allowed`; :func:`verify` draws launchable strategies), so its rows are
+    not priced and its table entries are ``+inf`` (layouts: ``R``). Priced: ``qa``, the
+    ``(qkv_proj, attention)`` pairs of the allowed hubs (rows ``X(L, q, a)``; ``Y(a, o)``,
+    9 rows, is priced whole, since every ``A`` entry subtracts the reference
+    ``Y(a, REPLICATED)``), and the allowed router, expert-group and dense options plus the
+    all-replicated one, which every FFN difference is taken against.
+
+    Returns:
+        ``qa``: ``[NC, NC]`` bool; ``router``, ``group``, ``dense``: sorted option indices
+        into ``st.r_opts``, ``st.g_opts``, ``st.d_opts``.
+    """
+    ok = st.engine_ok
+    if not ok:
+        return {"qa": np.ones((NC, NC), dtype=bool), "router": np.arange(len(st.r_opts)),
+                "group": np.arange(len(st.g_opts)), "dense": np.arange(len(st.d_opts))}
+    qa = np.zeros((NC, NC), dtype=bool)
+    qa[HUB_Q[ok["hub"]], HUB_A[ok["hub"]]] = True
+    return {"qa": qa,
+            "router": np.flatnonzero(ok["router"] | (st.r_opts == REPLICATED)),
+            "group": np.flatnonzero(ok["group"] | (st.g_opts == REPLICATED).all(axis=1)),
+            "dense": np.flatnonzero(ok["dense"] | (st.d_opts == REPLICATED).all(axis=1))}
+
+
+def _scatter(a: np.ndarray, idx: np.ndarray, n: int, fill: float | int = np.inf) -> np.ndarray:
+    """``a [..., len(idx)]`` placed at columns ``idx`` of a ``[..., n]`` array of ``fill``
+    (``a`` itself when ``idx`` is every column)."""
+    if len(idx) == n:
+        return a
+    out = np.full((*a.shape[:-1], n), fill, dtype=a.dtype)
+    out[..., idx] = a
+    return out
+
+
 def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) -> StepTables:
     """Time tables of the main step (or, ``second=True``, the serve TTFT step) per key.
 
@@ -612,6 +653,11 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     # 4 x 27: A[L, q, a, o] = X[L, q, a] + Y[a, o] - Y[a, 2].
     lqa = np.stack(np.meshgrid(np.arange(N_LAYOUTS), np.arange(NC), np.arange(NC),
                                indexing="ij"), axis=-1).reshape(-1, 3)
+    # Only the options some allowed strategy uses are priced (all of them without an engine);
+    # the others stay +inf (:func:`needed_options`).
+    need = needed_options(st)
+    x_cols = np.flatnonzero(need["qa"][lqa[:, 1], lqa[:, 2]])    # flat (L, q, a) indices
+    lqa = lqa[x_cols]
     n_x = len(lqa)
     hub = np.tile(base, (n_x + N_AO, 1))
     hub[:n_x, Op.QKV_PROJ], hub[:n_x, Op.ATTENTION] = lqa[:, 1], lqa[:, 2]
@@ -632,19 +678,21 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
         rep, sel = classes or (_AO_REP, np.broadcast_to(_AO_CLS.reshape(1, -1), (g, N_AO)))
         n_cls = len(rep)
         if is_moe:
-            nr, ng = len(st.r_opts), len(st.g_opts)
+            r_idx, g_idx = need["router"], need["group"]
+            nr, ng = len(r_idx), len(g_idx)
             ffn = np.tile(base, (n_cls * (nr + ng), 1))
             ao = np.concatenate([np.repeat(rep, nr), np.repeat(rep, ng)])
-            ffn[:n_cls * nr, Op.ROUTER] = np.tile(st.r_opts, n_cls)
+            ffn[:n_cls * nr, Op.ROUTER] = np.tile(st.r_opts[r_idx], n_cls)
             gcols = (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP, Op.SHARED_EXPERT_DOWN)
             for j, col in enumerate(gcols):
-                ffn[n_cls * nr:, col] = np.tile(st.g_opts[:, j], n_cls)
+                ffn[n_cls * nr:, col] = np.tile(st.g_opts[g_idx, j], n_cls)
         else:
-            nd = len(st.d_opts)
+            d_idx = need["dense"]
+            nd = len(d_idx)
             ffn = np.tile(base, (n_cls * nd, 1))
             ao = np.repeat(rep, nd)
-            ffn[:, Op.DENSE_UP] = np.tile(st.d_opts[:, 0], n_cls)
-            ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[:, 1], n_cls)
+            ffn[:, Op.DENSE_UP] = np.tile(st.d_opts[d_idx, 0], n_cls)
+            ffn[:, Op.DENSE_DOWN] = np.tile(st.d_opts[d_idx, 1], n_cls)
         ffn[:, Op.ATTENTION] = AO[ao, 0]
         ffn[:, Op.O_PROJ] = AO[ao, 1]
         # A layer type whose window an earlier type shares differs from it only in the FFN
@@ -654,7 +702,9 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
         if donor is None:
             tt, _ = _layer_rows(cm, env, hub, lin_hub, is_moe, window, ctx)
             rows += k * len(hub)
-            x = tt[:, :n_x].reshape(k, N_LAYOUTS, NC, NC)       # [K, L, q, a]
+            x = np.full((k, N_LAYOUTS * NC * NC), np.inf)
+            x[:, x_cols] = tt[:, :n_x]
+            x = x.reshape(k, N_LAYOUTS, NC, NC)                  # [K, L, q, a]
             y = tt[:, n_x:n_x + N_AO].reshape(k, NC, NC)          # [K, a, o]
             x_by_window[window] = (x, y)
         else:
@@ -670,21 +720,22 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             + (y - y[:, :, REPLICATED:REPLICATED + 1])[:, None, None, :, :]
         A.append(a_full.reshape(k, N_LAYOUTS, N_HUB))
         if is_moe:
+            tr = _scatter(f_t[:, :n_cls * nr].reshape(k, n_cls, nr), r_idx, len(st.r_opts))
+            tg = _scatter(f_t[:, n_cls * nr:].reshape(k, n_cls, ng), g_idx, len(st.g_opts))
             r_ref = int(np.flatnonzero(st.r_opts == REPLICATED)[0])
             g_ref = int(np.flatnonzero((st.g_opts == REPLICATED).all(axis=1))[0])
-            tr = f_t[:, :n_cls * nr].reshape(k, n_cls, nr)
-            tg = f_t[:, n_cls * nr:].reshape(k, n_cls, ng)
             FR.append((tr - tr[:, :, r_ref:r_ref + 1])[pick])
             FG.append((tg - tg[:, :, g_ref:g_ref + 1])[pick])
             FD.append(None)
-            outs.append(f_o[:, n_cls * nr:].reshape(k, n_cls, ng)[pick])
+            outs.append(_scatter(f_o[:, n_cls * nr:].reshape(k, n_cls, ng), g_idx,
+                                 len(st.g_opts), R)[pick])
         else:
             d_ref = int(np.flatnonzero((st.d_opts == REPLICATED).all(axis=1))[0])
-            td = f_t.reshape(k, n_cls, nd)
+            td = _scatter(f_t.reshape(k, n_cls, nd), d_idx, len(st.d_opts))
             FD.append((td - td[:, :, d_ref:d_ref + 1])[pick])
             FR.append(None)
             FG.append(None)
-            outs.append(f_o.reshape(k, n_cls, nd)[pick])
+            outs.append(_scatter(f_o.reshape(k, n_cls, nd), d_idx, len(st.d_opts), R)[pick])
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
     emb_t = cm.embedding_time_s(keys.dec + cm.rank_prompt_tokens(keys.dec, pf, keys.dp))
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
@@ -813,7 +864,8 @@ class Parts:
 GROUPS = ("emb", "dense", "router", "group")
 
 
-def _group_terms(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLayout
+def _group_terms(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLayout,
+                 opts: dict[str, np.ndarray] | None = None, by_ao: bool = False
                  ) -> Iterator[tuple[str, int, np.ndarray, bool]]:
     """The entries of the option-bearing groups' feature arrays, one column at a time.
 
@@ -822,23 +874,34 @@ def _group_terms(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLay
     True adds to it. Applied in order, these give :func:`build_parts`'s ``emb``, ``dense``,
     ``router`` and ``group`` arrays; :func:`feature_floor` minimises the same values per
     column without building the arrays. Columns never yielded stay zero.
+
+    ``opts`` (group name -> option indices) yields only those options of each group
+    (``n = len(opts[group])``); default every option. ``by_ao``: the FFN terms, which
+    depend on the hub only through its ``(attention, o_proj)`` option, come as ``[K, 9, n]``
+    (``ao = h % 9``) instead of repeated over the 27 hubs.
     """
     k = len(mt.ws)
     ao = np.arange(N_HUB) % N_AO
+    ffn_ao = slice(None) if by_ao else ao
     hi = np.arange(N_HUB)
+    full = {"emb": np.arange(NC), "router": np.arange(len(st.r_opts)),
+            "group": np.arange(len(st.g_opts)), "dense": np.arange(len(st.d_opts))}
+    sel = full if opts is None else opts
+    r_opts, g_opts, d_opts = st.r_opts[sel["router"]], st.g_opts[sel["group"]], \
+        st.d_opts[sel["dense"]]
     for t, (is_moe, _) in enumerate(st.types):
         wcol = lay.w.start + t
         dw = mt.dW[t]
         if is_moe:
-            yield "router", wcol, dw[:, Op.ROUTER][:, st.r_opts][:, None, :], False
-            g_sum = sum(dw[:, op][:, st.g_opts[:, j]] for j, op in enumerate(
+            yield "router", wcol, dw[:, Op.ROUTER][:, r_opts][:, None, :], False
+            g_sum = sum(dw[:, op][:, g_opts[:, j]] for j, op in enumerate(
                 (Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
                  Op.SHARED_EXPERT_DOWN)))
             yield "group", wcol, cast(np.ndarray, g_sum)[:, None, :], False
         else:
-            yield "dense", wcol, (dw[:, Op.DENSE_UP][:, st.d_opts[:, 0]]
-                                  + dw[:, Op.DENSE_DOWN][:, st.d_opts[:, 1]])[:, None, :], False
-    yield "emb", lay.ew, mt.EW[:, None, :], False
+            yield "dense", wcol, (dw[:, Op.DENSE_UP][:, d_opts[:, 0]]
+                                  + dw[:, Op.DENSE_DOWN][:, d_opts[:, 1]])[:, None, :], False
+    yield "emb", lay.ew, mt.EW[:, None, sel["emb"]], False
     for si, tb in enumerate(tabs):
         tx0 = lay.tx.start if si == 0 else lay.tx2.start
         for p, (t, pt) in enumerate(st.pairs):
@@ -848,18 +911,21 @@ def _group_terms(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLay
             fr, fg, fd = tb.FR[t], tb.FG[t], tb.FD[t]
             if is_moe:
                 assert fr is not None and fg is not None
-                yield "router", col, fr[:, ao, :], True
-                yield "group", col, fg[:, ao, :], True
+                yield "router", col, fr[:, ffn_ao][:, :, sel["router"]], True
+                yield "group", col, fg[:, ffn_ao][:, :, sel["group"]], True
             else:
                 assert fd is not None
-                yield "dense", col, fd[:, ao, :], True
+                yield "dense", col, fd[:, ffn_ao][:, :, sel["dense"]], True
             if pt < 0:
-                yield "emb", col, np.transpose(a_t[:, EMB_LAYOUT, :], (0, 2, 1)), True
+                yield "emb", col, np.transpose(a_t[:, EMB_LAYOUT[sel["emb"]], :], (0, 2, 1)), True
                 continue
-            o = tb.out[pt][:, ao, :]                          # [K, 27, nφ] layouts
-            # a_t[k, o[k, h, j], h]: the next layer's hub time given this output layout.
-            val = a_t[np.arange(k)[:, None, None], o, hi[None, :, None]]
-            yield ("group" if st.types[pt][0] else "dense"), col, val, True
+            prev = "group" if st.types[pt][0] else "dense"
+            o = tb.out[pt][:, ao][:, :, sel[prev]]            # [K, 27, nφ] layouts
+            # a_t[k, o[k, h, j], h]: the next layer's hub time given this output layout (one
+            # gather along the flattened (layout, hub) axis).
+            val = np.take_along_axis(a_t.reshape(k, -1), (o * N_HUB + hi[None, :, None])
+                                     .reshape(k, -1), axis=1).reshape(o.shape)
+            yield prev, col, val, True
 
 
 def _hub_lm(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLayout
@@ -953,18 +1019,31 @@ def feature_floor(st: Structure, mt: MemTables, tabs: list[StepTables]) -> np.nd
     lay = ZLayout(st.n_pairs, st.n_types, len(tabs) > 1)
     k = len(mt.ws)
     ok = _allowed(st, mt)
+    # An option allowed at no key is never the minimum: its columns are not formed.
+    opts = {name: np.flatnonzero(ok[name].any(axis=0)) for name in GROUPS}
+    ok = {name: (v[:, opts[name]] if name in opts else v) for name, v in ok.items()}
     cols: dict[str, dict[int, np.ndarray]] = {name: {} for name in GROUPS}
-    for name, col, val, add in _group_terms(st, mt, tabs, lay):
+    for name, col, val, add in _group_terms(st, mt, tabs, lay, opts, by_ao=True):
         acc = cols[name]
-        acc[col] = acc[col] + val if add and col in acc else val   # [K, 27 or 1, n]
+        if add and col in acc:                      # [K, 27, 9 or 1, n]: 9 by (a, o)
+            prev = acc[col]
+            if prev.shape[1] != val.shape[1] and N_AO in (prev.shape[1], val.shape[1]) \
+                    and N_HUB in (prev.shape[1], val.shape[1]):
+                prev, val = (prev[:, _HUB_AO], val) if prev.shape[1] == N_AO \
+                    else (prev, val[:, _HUB_AO])
+            acc[col] = prev + val
+        else:
+            acc[col] = val
     hub, lm = _hub_lm(st, mt, tabs, lay)
     z = np.where(ok["hub"][:, :, None], hub, np.inf)
     for name in GROUPS:
         g_ok = ok[name]
         fl = np.empty((k, N_HUB, lay.size))
         fl[:] = np.where(g_ok.any(axis=1), 0.0, np.inf)[:, None, None]
-        for col, val in cols[name].items():     # hub-independent columns: minimised once
-            fl[:, :, col] = np.where(g_ok[:, None, :], val, np.inf).min(axis=2)
+        for col, val in cols[name].items() if g_ok.shape[1] else ():
+            # hub-independent columns are minimised once, (a, o) ones once per option
+            m = np.where(g_ok[:, None, :], val, np.inf).min(axis=2)
+            fl[:, :, col] = m[:, _HUB_AO] if m.shape[1] == N_AO else m
         z = z + fl
     lm_fl = np.where(ok["lm"][:, None, :, None], lm, np.inf).min(axis=(1, 2))   # [K, F]
     z = z + lm_fl[:, None, :]
@@ -1119,7 +1198,8 @@ def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None
     """What the decomposition predicts for full action vectors (for checking it).
 
     Uses exactly the solver's path: tables, :func:`build_parts`, :func:`assemble_z`,
-    :func:`evaluate_z`.
+    :func:`evaluate_z`. With an engine, a layout it cannot launch is not priced
+    (:func:`needed_options`): such a strategy's times come out infinite.
 
     Args:
         cm: the cost model.
@@ -1181,7 +1261,9 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
     Args:
         cm: the cost model.
         n: strategies to sample (coarse part uniform over structurally valid combinations,
-            choices uniform).
+            choices uniform; with an engine, uniform among the layouts it launches,
+            :meth:`~learn_to_shard.parallel.space.StrategySpace.launchable`, the only ones
+            its tables price: :func:`needed_options`).
         seed: RNG seed.
         rel: relative tolerance on TPOT/TTFT, peak memory and objective.
         st: structure (built if omitted).
@@ -1195,7 +1277,7 @@ def verify(cm: CostModel, n: int = 128, seed: int = 0, rel: float = 1e-9,
     rng = np.random.default_rng(seed)
     sp = cm.space
     nvec = sp.nvec
-    cand = rng.integers(0, nvec, size=(8 * n, len(nvec)))
+    cand = sp.launchable(rng.integers(0, nvec, size=(8 * n, len(nvec))), rng)
     neutral = cand.copy()
     neutral[:, NUM_COARSE:] = REPLICATED
     cand = cand[(sp.rule_bits_many(neutral) & ~ENGINE_LAYOUT_BIT) == 0][:n]
