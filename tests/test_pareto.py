@@ -52,3 +52,20 @@ def test_cli_pareto_writes_png_json_table(tmp_path):
                                     for row in data["frontier"])
     img = Image.open(tmp_path / "pareto.png")
     assert img.size[0] > 600 and "tp" in r.stdout
+
+
+@pytest.mark.parametrize("engine, command", [("trtllm-tensorrt", "trtllm-serve"),
+                                             ("sglang", "python -m sglang.launch_server"),
+                                             ("splitwise-dgx-h100", "vllm serve")])
+def test_cli_pareto_prints_the_commands_of_the_engine_its_profile_describes(tmp_path, engine,
+                                                                            command):
+    """Without ``--export`` the table's commands are the profile's engine (TensorRT-LLM for
+    its TensorRT-engine profile, not vLLM with TensorRT-LLM's memory fraction); vLLM for a
+    profile that names no engine."""
+    r = CliRunner().invoke(app, ["pareto", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2",
+                                 "--isl", "1000", "--osl", "200", "--engine", engine,
+                                 "-o", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "pareto.json").read_text())["frontier"]
+    assert rows and all(str(row["export"]).startswith(command) for row in rows), \
+        [row["export"] for row in rows][:2]

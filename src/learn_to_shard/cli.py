@@ -573,6 +573,15 @@ def _write_report(directory: Path, title: str, sections: list) -> None:
     err.print(f"report: {paths[0]}  {paths[1]}", highlight=False)
 
 
+def _launch_engine(engine: str | None) -> str:
+    """The engine whose launch commands a table prints without ``--export``: ``--engine``, or
+    the engine its cost profile describes (``trtllm-tensorrt``: TensorRT-LLM), else vLLM."""
+    from .report.export import EXPORT_ENGINES
+
+    described = ENGINE_PROFILES.get(engine or "", {}).get("engine", engine)
+    return described if described in EXPORT_ENGINES else "vllm"
+
+
 def _check_export(export: str | None) -> None:
     """Refuse an unknown ``--export`` engine before any work is done."""
     from .report.export import EXPORT_ENGINES
@@ -1001,7 +1010,8 @@ def pareto_cmd(
     max_num_batched_tokens: BatchedTokensOpt = None,
     export: str | None = typer.Option(None, "--export", help="Engine of the frontier table's "
                                       "launch commands: vllm | sglang | trtllm (default: "
-                                      "--engine, else vllm)."),
+                                      "--engine, or the engine its profile describes, "
+                                      "else vllm)."),
     out: Path = typer.Option(Path("l2s-pareto"), "--out", "-o",
                              help="Directory for pareto.png and pareto.json."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
@@ -1025,7 +1035,7 @@ def pareto_cmd(
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
         res = pareto(cm)
-        launch_engine = export or (engine if engine in ("vllm", "sglang", "trtllm") else "vllm")
+        launch_engine = export or _launch_engine(engine)
         rows = frontier_rows(res, cm, engine, launch_engine)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
