@@ -20,6 +20,7 @@ from learn_to_shard.api import cost_config, make_cost_model, make_workload, sear
 from learn_to_shard.cli import app
 from learn_to_shard.engines import ENGINES
 from learn_to_shard.engines.flags import check_args, check_yaml_keys, load_snapshot
+from learn_to_shard.errors import ConfigError
 from learn_to_shard.report.export import build_export, export_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,3 +285,19 @@ def test_export_accepts_the_longest_sharegpt_request():
     assert r.exit_code == 0, r.output
     i, o = sharegpt_scaled(1024, 256)
     assert f"--max-model-len {int((i + o).max())}" in r.stdout
+
+
+def test_a_plan_without_a_recorded_budget_exports_the_engines_default_for_its_device():
+    """A plan built by hand (or read from an older JSON) may record no token budget: the
+    export states the engine's default on the plan's device, not a fixed number."""
+    import dataclasses
+
+    cm, plan = _plan("llama-3.1-8b", "a100-80gb:2", "bf16", "vllm")
+    bare = dataclasses.replace(plan, cost_model={**plan.cost_model,
+                                                 "max_num_batched_tokens": None})
+    vllm = build_export(bare, "vllm", model=cm.model)
+    assert vllm.args[vllm.args.index("--max-num-batched-tokens") + 1] == "2048"   # A100 rule
+    assert plan.cost_model["max_num_batched_tokens"] == 2048                # what was priced
+    broken = dataclasses.replace(bare, cluster="no-such-gpu:2")
+    with pytest.raises(ConfigError, match="no token budget"):
+        build_export(broken, "vllm", model=cm.model)

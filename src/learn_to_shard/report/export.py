@@ -36,8 +36,9 @@ from pathlib import Path
 
 import yaml
 
-from ..engines import BLOCKS, MEGATRON, get_engine
-from ..errors import ConfigError
+from ..engines import BLOCKS, MEGATRON, default_max_num_batched_tokens, get_engine
+from ..errors import ConfigError, PlannerError
+from ..hardware.presets import parse_cluster
 from ..model.spec import ModelSpec
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..parallel.strategy import Strategy
@@ -283,6 +284,27 @@ def _sequence_parallel(cfg: dict[str, object], engine: str, group: int, args: li
         args += ["--compilation-config", json.dumps({"pass_config": passes})]
 
 
+def _token_budget(plan: Plan, engine: str) -> int:
+    """Tokens per step the launch states: the budget the plan was priced with
+    (``Plan.cost_model["max_num_batched_tokens"]``, resolved by the cost model), or, for a
+    plan that records none, ``engine``'s default on the plan's device
+    (:func:`~learn_to_shard.engines.default_max_num_batched_tokens`).
+
+    Raises:
+        ConfigError: no budget recorded and the plan's cluster cannot be read.
+    """
+    value = plan.cost_model.get("max_num_batched_tokens")
+    if value is not None:
+        return int(str(value))
+    try:
+        device = parse_cluster(plan.cluster).device
+    except PlannerError as exc:
+        raise ConfigError(f"--export: the plan records no token budget and its cluster "
+                          f"{plan.cluster!r} cannot be read for {engine}'s default: "
+                          f"{exc}") from None
+    return default_max_num_batched_tokens(engine, device.names, device.hbm_bytes)
+
+
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  devices_per_node: int | None = None,
                  max_model_len: int | None = None) -> Export:
@@ -326,7 +348,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     batch_per_server = s.batch // dense_dp
     nodes = max(1, math.ceil(gpus / devices_per_node)) if devices_per_node else 1
     max_len = max(wl.isl + wl.osl, max_model_len or 0)
-    tokens = int(str(cfg.get("max_num_batched_tokens", 8192)))
+    tokens = _token_budget(plan, engine)
     mem_util = float(str(cfg.get("memory_utilization", 0.9)))
     kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))
     fp8_weights = wl.weight_dtype is DType.FP8
