@@ -481,6 +481,29 @@ def test_rows_run_the_engine_limits_their_launch_sets():
                               "notes": "--max_num_tokens 1024"}) == {}
 
 
+def test_inferencex_rows_run_their_yaml_kv_fraction_and_their_length_range():
+    """An InferenceX TensorRT-LLM row states its KV fraction as trtllm-serve's YAML does
+    (``free_gpu_memory_fraction: 0.75``) and its budget as a flag; its client draws lengths
+    from ``int(0.8 × nominal)`` to the nominal one, which the row's ``length_dist`` says."""
+    from learn_to_shard.fidelity.serving import _random_draw, row_launch_limits
+    from learn_to_shard.serving.simulate import fixed_requests
+
+    rows = {r["id"]: r for r in load_rows()}
+    trt = rows["ix-dsr1-h200-trt-tp8ep8-8k1k-c8"]
+    assert row_launch_limits(trt) == {"max_num_batched_tokens": 8320,
+                                      "kv_cache_free_fraction": 0.75}
+    draw = _random_draw(trt["length_dist"])
+    assert draw == {"up_to_nominal": True, "range_ratio": 0.8}
+    req = fixed_requests(2000, 8192, 1024, draw["range_ratio"], 0, draw["up_to_nominal"])
+    assert req.isl.min() >= int(0.8 * 8192) and req.isl.max() <= 8192
+    assert req.osl.min() >= int(0.8 * 1024) and req.osl.max() <= 1024
+    assert abs(req.isl.mean() / (0.9 * 8192) - 1) < 0.01
+    # SGLang's own random dataset ([1, nominal]) and fixed lengths read as before.
+    assert _random_draw("uniform integers in [1, nominal] (bench_serving)") == {
+        "up_to_nominal": True, "range_ratio": 0.0}
+    assert _random_draw("fixed") == {"up_to_nominal": False}
+
+
 def test_token_budget_follows_the_device_display_name_and_rejects_unknown_engines(tmp_path):
     """vLLM's A100 rule tests the CUDA device name: a custom device named otherwise but
     displayed as an A100 gets vLLM's A100 budget; a config naming no known engine is bad

@@ -181,7 +181,10 @@ LAUNCH_LIMIT_FLAGS: dict[str, dict[str, tuple[str, type]]] = {
                "--mem-frac": ("memory_utilization", float)},
     "trtllm": {"--max_num_tokens": ("max_num_batched_tokens", int),
                "--max_batch_size": ("max_num_seqs", int),
-               "--kv_cache_free_gpu_mem_fraction": ("kv_cache_free_fraction", float)},
+               "--kv_cache_free_gpu_mem_fraction": ("kv_cache_free_fraction", float),
+               # the same fraction as trtllm-serve's --extra_llm_api_options YAML states it
+               # (kv_cache_config.free_gpu_memory_fraction)
+               "free_gpu_memory_fraction:": ("kv_cache_free_fraction", float)},
 }
 
 
@@ -189,7 +192,8 @@ def row_launch_limits(row: dict[str, str]) -> dict[str, Any]:
     """Cost-model fields of the engine limits a row's launch sets in its ``notes``
     (:data:`LAUNCH_LIMIT_FLAGS`: token budget per step and rank, running requests per rank,
     memory fractions); the rest keep the engine profile's defaults. A flag is read as
-    ``--flag N`` or ``--flag=N`` with a plain number (not YAML keys, not ``8k``)."""
+    ``--flag N`` or ``--flag=N`` with a plain number (not ``8k``); of YAML keys only the ones
+    :data:`LAUNCH_LIMIT_FLAGS` lists with their colon (``key: N``)."""
     out: dict[str, Any] = {}
     notes = row.get("notes", "")
     engine = row.get("engine", "")
@@ -217,6 +221,24 @@ def _num(text: str | None) -> float | None:
 def default_table() -> Path:
     """The shipped table, ``data/serving_measurements.csv``."""
     return Path(str(resources.files("learn_to_shard") / "data" / "serving_measurements.csv"))
+
+
+#: ``length_dist`` of rows whose random lengths are drawn uniformly from ``r`` times the
+#: nominal length to the nominal length, prompts and outputs alike: SGLang's bench_serving
+#: (``[1, nominal]``, its ``random_range_ratio`` 0.0 default) and the ``benchmark_serving.py``
+#: of SemiAnalysisAI/InferenceX (``int(r · nominal)`` to ``nominal``, ``--random-range-ratio``
+#: 0.8: ``utils/bench_serving/benchmark_serving.py`` ``sample_uniform``).
+_UP_TO_NOMINAL = re.compile(r"^uniform integers in \[(?:1|([0-9.]+) × nominal), nominal\]")
+
+
+def _random_draw(length_dist: str) -> dict[str, Any]:
+    """:class:`~learn_to_shard.serving.load.ServingLoad` length fields of a random-prompt row:
+    ``up_to_nominal`` with its ``range_ratio`` where ``length_dist`` states a range up to the
+    nominal length (:data:`_UP_TO_NOMINAL`), else the nominal lengths (fixed)."""
+    m = _UP_TO_NOMINAL.match(length_dist)
+    if m is None:
+        return {"up_to_nominal": False}
+    return {"up_to_nominal": True, "range_ratio": float(m.group(1) or 0.0)}
 
 
 def _lengths(row: dict[str, str]) -> tuple[int, int] | None:
@@ -334,13 +356,11 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     if row["weight_dtype"] == "fp4":        # the 4-bit bytes and rates come from model.quant
         wd = DType(model.checkpoint_dtype)
     kd = _kv_dtype(row, model, stand_in=name != row["l2s_model"])
-    # SGLang's bench_serving random dataset draws lengths uniformly from 1 to the nominal one
-    # (random_range_ratio 0.0, its default): the rows say so in length_dist.
-    sglang_random = row.get("length_dist", "").startswith("uniform integers in [1, nominal]")
     # ShareGPT rows (lengths: the means of the source's token totals) draw ShareGPT's joint
-    # length distribution scaled to those means, as the benchmark clients sample the dataset.
+    # length distribution scaled to those means, as the benchmark clients sample the dataset;
+    # random rows draw as their length_dist says (:func:`_random_draw`).
     draw: dict[str, Any] = {"dataset": "sharegpt"} if row.get("dataset") == "sharegpt" \
-        else {"up_to_nominal": sglang_random}
+        else _random_draw(row.get("length_dist", ""))
     conc = _num(row.get("concurrency"))
     rate = _num(row.get("request_rate_per_s"))
     n_prompts = _num(row.get("num_prompts"))
