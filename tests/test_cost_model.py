@@ -21,7 +21,8 @@ from learn_to_shard.workload import DType, Phase, Workload
 # Explicit factors so the golden numbers pin the formulas, not a calibration.
 CFG = CostModelConfig(flops_efficiency=0.7, hbm_efficiency=0.8, scale_up_efficiency=0.8,
                       scale_out_efficiency=0.8, kernel_overhead_s=2e-6,
-                      attention_hbm_efficiency=None)   # attention streams KV at hbm_efficiency
+                      attention_hbm_efficiency=None,   # attention streams KV at hbm_efficiency
+                      mla_attention_hbm_efficiency=None)
 REL = 1e-9  # the hand computation follows the documented formulas exactly
 
 

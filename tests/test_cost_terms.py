@@ -89,6 +89,13 @@ def test_golden_mla_absorbed_decode_attention(attention, bound):
     assert (t_flops > 2 * t_bytes) if bound == "flops" else (t_bytes > 2 * t_flops)
     per_layer = max(t_flops, t_bytes) + CFG.kernel_overhead_s + CFG.mla_module_overhead_s
     assert e.op_time_s["attention"] == pytest.approx(m.num_layers * per_layer, rel=1e-9)
+    # MLA's own HBM efficiency, where set, prices the same bytes (GQA keeps the other one).
+    cfg = dataclasses.replace(CFG, mla_attention_hbm_efficiency=0.5)
+    e2 = CostModel(m, cl, wl, config=cfg).evaluate(
+        Strategy(tp=8, ep=8, pp=1, dp=1, batch=batch, dims=tuple(dims)))
+    t_bytes2 = nbytes / (dev.hbm_bytes_per_s * 0.5)
+    per_layer2 = max(t_flops, t_bytes2) + CFG.kernel_overhead_s + CFG.mla_module_overhead_s
+    assert e2.op_time_s["attention"] == pytest.approx(m.num_layers * per_layer2, rel=1e-9)
 
 
 def _serve(batch, cfg=CFG, phase=Phase.SERVE, isl=512, osl=32):

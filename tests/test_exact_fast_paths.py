@@ -19,8 +19,8 @@ import pytest
 from learn_to_shard.api import cost_config, make_cost_model, make_workload
 from learn_to_shard.parallel.ops import NUM_CHOICES, REPLICATED
 from learn_to_shard.parallel.space import ACTION_LEN, ENGINE_LAYOUT_BIT, NUM_COARSE
-from learn_to_shard.search.exact import SettingCache, coarse_grid, solve
 from learn_to_shard.search import exact_tables
+from learn_to_shard.search.exact import SettingCache, coarse_grid, solve
 from learn_to_shard.search.exact_tables import (
     HUB_A,
     Parts,

@@ -139,7 +139,8 @@ COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("alpha-beta", "auto", *ALGORITHMS)
 _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
               "scale_out_efficiency", "memory_utilization", "kv_cache_free_fraction",
               "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency",
-              "gemm_overlap_efficiency", "fp8_block_scale_efficiency")
+              "mla_attention_hbm_efficiency", "gemm_overlap_efficiency",
+              "fp8_block_scale_efficiency")
 #: The serve simulation's KV admission rules (``CostModelConfig.kv_admission``).
 KV_ADMISSIONS = ("reserve", "on_demand", "no_future_oom")
 
@@ -294,6 +295,12 @@ class CostModelConfig:
             over-predicted by 30–60%). Low for a bandwidth-bound kernel: it also absorbs what
             the model leaves out of long decode steps (paged-KV gathers, per-request kernel
             work, batch ramp-up).
+        mla_attention_hbm_efficiency: the same fraction for MLA attention (its latent KV
+            read once per token for every head of the rank); ``None`` (the default) =
+            ``attention_hbm_efficiency``. Fitted on measured kernels it would be 0.9
+            (``data/silicon/mla.csv``, every decode batch; ``docs/validation.md``, "MLA
+            module"), not adopted: the field-case test FC-23 (attention DP beats TP for MLA
+            when KV-bound) then fails, and the serving rows move as often away as toward.
         scale_up_latency_s, scale_out_latency_s: per-step collective latency overriding the
             device preset's ``scale_up_latency_s`` / ``scale_out_latency_s`` (``None`` = the
             preset's). Engine profiles set it where an engine's collectives are slower.
@@ -496,6 +503,7 @@ class CostModelConfig:
     window_kv_capped: bool = True
     attention_flops_efficiency: float | None = None
     attention_hbm_efficiency: float | None = _DEFAULTS["attention_hbm_efficiency"]
+    mla_attention_hbm_efficiency: float | None = None
     scale_up_latency_s: float | None = None
     scale_out_latency_s: float | None = None
     gemm_shape_half: float = 0.0

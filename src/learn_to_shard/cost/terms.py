@@ -260,6 +260,8 @@ class OperatorTerms:
         self._attn_hbm = dev.hbm_bytes_per_s * (
             c.attention_hbm_efficiency if c.attention_hbm_efficiency is not None
             else c.hbm_efficiency)
+        self._mla_hbm = self._attn_hbm if c.mla_attention_hbm_efficiency is None \
+            else dev.hbm_bytes_per_s * c.mla_attention_hbm_efficiency
         # FP8 and 4-bit checkpoints keep the embedding and LM head in 16 bits (DeepSeek-V3
         # FP8, ModelOpt FP8/NVFP4 exclude lm_head); those two use 16-bit bytes and the 16-bit
         # GEMM rate.
@@ -968,7 +970,9 @@ class OperatorTerms:
                     * self._kvb
             by = by + (dec_loc * heads_dec + pf_loc * heads_loc) \
                 * (att.head_dim + att.v_head_dim) * ab
-            out = self._roofline(fl, by, self._attn_flops, self._attn_hbm)
+            out = self._roofline(fl, by, self._attn_flops,
+                                 self._mla_hbm if att.kind is AttentionKind.MLA
+                                 else self._attn_hbm)
             if att.kind is AttentionKind.MLA:   # the module's other kernels, once per layer
                 out = out + np.where(dec_loc + pf_loc > 0, self.config.mla_module_overhead_s, 0.0)
             return out

@@ -49,7 +49,8 @@ __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a
            "MoEStats", "moe_kernel_report", "fit_moe_kernels", "FP8_BLOCK_FIT_GRID",
            "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "BLOCK_FP8_EXPERT_FIT_GRID",
            "fit_block_fp8_expert_overhead", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
-           "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels"]
+           "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels",
+           "MLA_DECODE_BATCHES", "MLA_HBM_FIT_GRID"]
 
 
 @dataclass(frozen=True)
@@ -787,6 +788,15 @@ MLA_FIT_GRID: dict[str, tuple[float, ...]] = {
 #: Decode batches whose rows fit the MLA module's fixed cost (at larger batches the KV stream
 #: dominates, priced at the end-to-end ``attention_hbm_efficiency``); devices held out.
 MLA_FIT_BATCHES: tuple[int, ...] = (1, 8)
+#: The experiment of ``docs/validation.md`` ("MLA module"), not adopted: every decode batch,
+#: and the fraction of peak HBM bandwidth MLA decode attention reaches
+#: (``mla_attention_hbm_efficiency``) fitted beside the module cost
+#: (``fit_mla_kernels(grid={**MLA_FIT_GRID, **MLA_HBM_FIT_GRID},
+#: fit_batches=MLA_DECODE_BATCHES)``).
+MLA_DECODE_BATCHES: tuple[int, ...] = (1, 8, 64, 256)
+MLA_HBM_FIT_GRID: dict[str, tuple[float, ...]] = {
+    "mla_attention_hbm_efficiency": (0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+}
 MLA_HELD_OUT_DEVICES: tuple[str, ...] = ("b200",)
 #: The table's GEMM dtypes the model prices (fp8 block-scaled as FP8); NVFP4 rows need 4-bit
 #: weights the model does not have and are left out.
@@ -820,13 +830,15 @@ class MLAKernel:
 
 
 def mla_kernels(config: CostModelConfig | None = None,
-                tables: dict[str, list[dict[str, str]]] | None = None) -> list[MLAKernel]:
+                tables: dict[str, list[dict[str, str]]] | None = None,
+                fit_batches: tuple[int, ...] = MLA_FIT_BATCHES) -> list[MLAKernel]:
     """Every H100 / H200 / B200 row of ``mla.csv`` predicted by the cost model: DeepSeek-V3 at
     TP ``128 / heads``, a decode step of ``batch`` sequences at context ``length`` or a prefill
     of ``batch`` prompts of ``length`` tokens, ``qkv_proj + attention + o_proj`` of one layer
     (Megatron's dims), weights and KV in the row's dtypes (fp8 block-scaled GEMMs as FP8;
     NVFP4-GEMM rows are left out, :data:`_MLA_GEMM_DTYPES`); in the table's row order, one
-    cost model per (device, module, dtypes, heads, length)."""
+    cost model per (device, module, dtypes, heads, length). ``fit_batches``: the decode
+    batches :attr:`MLAKernel.split` marks for a fit."""
     cfg = config or CostModelConfig.for_engine("trtllm")
     tabs = tables if tables is not None else silicon_tables(silicon_dir())
     model = load_model("deepseek-v3")
@@ -853,7 +865,7 @@ def mla_kernels(config: CostModelConfig | None = None,
             batch = int(r["batch"])
             est = cm.evaluate(Strategy(tp=tp, ep=1, pp=1, dp=1, batch=batch, dims=MEGATRON_DIMS))
             pred = sum(est.op_time_s[k] for k in ("qkv_proj", "attention", "o_proj")) / layers
-            fit_row = gen and batch in MLA_FIT_BATCHES
+            fit_row = gen and batch in fit_batches
             split = ("held-out" if preset in MLA_HELD_OUT_DEVICES else "calibration") \
                 if fit_row else "other"
             out[i] = MLAKernel(preset, module, heads, batch, length, kv_dtype, gemm_dtype,
@@ -862,14 +874,18 @@ def mla_kernels(config: CostModelConfig | None = None,
 
 
 def fit_mla_kernels(config: CostModelConfig | None = None, folder: str | Path | None = None,
-                    grid: dict[str, tuple[float, ...]] | None = None
+                    grid: dict[str, tuple[float, ...]] | None = None,
+                    fit_batches: tuple[int, ...] = MLA_FIT_BATCHES
                     ) -> tuple[dict[str, float], float, float]:
     """Fit ``mla_module_overhead_s`` (default grid :data:`MLA_FIT_GRID`) on the calibration rows
-    of :func:`mla_kernels` by coordinate descent of the median ``|ln(predicted / measured)|``,
-    starting from ``config`` (default: the ``trtllm`` profile).
+    of :func:`mla_kernels` (decode at ``fit_batches``, default :data:`MLA_FIT_BATCHES`) by
+    coordinate descent of the median ``|ln(predicted / measured)|``, starting from ``config``
+    (default: the ``trtllm`` profile).
 
     Returns:
         (fitted values, calibration loss, held-out loss at those values).
     """
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
-    return _fit_on_split(lambda cfg: mla_kernels(cfg, tables), config, grid or MLA_FIT_GRID)
+    return _fit_on_split(lambda cfg: mla_kernels(cfg, tables, fit_batches), config,
+                         grid or MLA_FIT_GRID)
+
