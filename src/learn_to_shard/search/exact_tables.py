@@ -702,9 +702,9 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
         if donor is None:
             tt, _ = _layer_rows(cm, env, hub, lin_hub, is_moe, window, ctx)
             rows += k * len(hub)
-            x = np.full((k, N_LAYOUTS * NC * NC), np.inf)
-            x[:, x_cols] = tt[:, :n_x]
-            x = x.reshape(k, N_LAYOUTS, NC, NC)                  # [K, L, q, a]
+            x_flat = np.full((k, N_LAYOUTS * NC * NC), np.inf)
+            x_flat[:, x_cols] = tt[:, :n_x]
+            x = x_flat.reshape(k, N_LAYOUTS, NC, NC)             # [K, L, q, a]
             y = tt[:, n_x:n_x + N_AO].reshape(k, NC, NC)          # [K, a, o]
             x_by_window[window] = (x, y)
         else:
