@@ -1199,7 +1199,8 @@ def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None
 
     Uses exactly the solver's path: tables, :func:`build_parts`, :func:`assemble_z`,
     :func:`evaluate_z`. With an engine, a layout it cannot launch is not priced
-    (:func:`needed_options`): such a strategy's times come out infinite.
+    (:func:`needed_options`): such a strategy's times come out infinite or NaN (an infinite
+    layer time times a stage's zero count), its objective 0.
 
     Args:
         cm: the cost model.
