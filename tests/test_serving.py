@@ -499,6 +499,35 @@ def test_overlap_schedule_costs_nothing_on_an_idle_engine():
     assert np.allclose(a.finish_s, b.finish_s, rtol=1e-12)
 
 
+def test_a_scheduler_receive_interval_admits_at_the_next_poll():
+    """SGLang ``--scheduler-recv-interval 5``: after request 0's prompt step the scheduler polls
+    at once, then only every fifth decode step, so request 1 (arriving during the second
+    decode step) joins after the fifth; with an interval of 1 it joins after the second."""
+    every, five = _joiner(), _joiner(recv_interval=5)
+    p0 = _toy_step(10, 0)
+    end_d2 = p0 + _toy_step(1, 11) + _toy_step(1, 12)
+    end_d5 = p0 + sum(_toy_step(1, c) for c in range(11, 16))
+    assert every.first_token_s[1] == pytest.approx(end_d2 + _toy_step(21, 13), rel=1e-9)
+    assert five.first_token_s[1] == pytest.approx(end_d5 + _toy_step(21, 16), rel=1e-9)
+    # the next poll after a prompt step is immediate: request 0 is untouched
+    assert five.first_token_s[0] == pytest.approx(every.first_token_s[0], rel=1e-12)
+
+
+def test_a_scheduler_receive_interval_costs_nothing_on_an_idle_engine():
+    """One client: each request finds the engine idle, and an idle SGLang scheduler polls at
+    once, so the run is the one without the interval."""
+    kw = dict(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=10_000,
+              concurrency=1)
+    req = fixed_requests(3, isl=100, osl=4)
+    a, b = simulate(TOY, req, **kw), simulate(TOY, req, recv_interval=30, **kw)
+    assert np.allclose(a.first_token_s, b.first_token_s, rtol=1e-12)
+    assert np.allclose(a.finish_s, b.finish_s, rtol=1e-12)
+    with pytest.raises(ConfigError, match="recv_interval"):
+        simulate(TOY, req, recv_interval=0, **kw)
+    with pytest.raises(ConfigError, match="do not combine"):
+        simulate(TOY, req, recv_interval=2, decode_steps_per_schedule=4, **kw)
+
+
 def test_multi_step_decoding_admits_at_the_end_of_a_burst():
     """vLLM V0 ``--num-scheduler-steps 4``: an arrival during the first decode step of a burst
     is admitted after the burst's fourth step."""

@@ -385,7 +385,7 @@ def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkey
     assert on["mean_ttft_s"] > off["mean_ttft_s"]
     assert simulate_estimate(cm, est, load)["scheduler"] == {
         "prefill_first": True, "overlap_schedule": True, "decode_steps_per_schedule": 1,
-        "kv_admission": "reserve", "preemptions": 0}
+        "recv_interval": 1, "kv_admission": "reserve", "preemptions": 0}
     monkeypatch.setattr(load_mod, "OVERLAP_SCHEDULE_ENGINES", ())
     assert simulate_estimate(cm, est, load)["simulated"] == off
     assert with_config(overlap_schedule=True) == on
@@ -498,6 +498,13 @@ def test_inferencex_rows_run_their_yaml_kv_fraction_and_their_length_range():
     assert req.isl.min() >= int(0.8 * 8192) and req.isl.max() <= 8192
     assert req.osl.min() >= int(0.8 * 1024) and req.osl.max() <= 1024
     assert abs(req.isl.mean() / (0.9 * 8192) - 1) < 0.01
+    # SGLang's scheduler receive interval is read, and not divided over attention-DP ranks
+    # (only its budget and running requests are per instance).
+    sgl = rows["ix-dsr1-b200-sgl-tp8ep1-1k1k-c16"]
+    assert row_launch_limits(sgl) == {"max_num_batched_tokens": 32768, "max_num_seqs": 128,
+                                      "memory_utilization": 0.82,
+                                      "scheduler_recv_interval": 30}
+    assert row_launch_limits({**sgl, "attention_dp": "8"})["scheduler_recv_interval"] == 30
     # SGLang's own random dataset ([1, nominal]) and fixed lengths read as before.
     assert _random_draw("uniform integers in [1, nominal] (bench_serving)") == {
         "up_to_nominal": True, "range_ratio": 0.0}

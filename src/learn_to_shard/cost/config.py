@@ -153,7 +153,7 @@ _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s",
                  "expert_shape_half", "mla_module_overhead_s")
 #: Fields that must be >= 1 (counts, multipliers of an expected maximum).
 _AT_LEAST_ONE = ("max_num_batched_tokens", "logits_bytes", "vocab_padding", "moe_imbalance",
-                 "decode_steps_per_schedule")
+                 "decode_steps_per_schedule", "scheduler_recv_interval")
 
 
 #: Largest power-law exponent ``moe_routing_alpha`` takes: beyond ~155 the inverse CDF's
@@ -295,9 +295,9 @@ class CostModelConfig:
             over-predicted by 30–60%). Low for a bandwidth-bound kernel: it also absorbs what
             the model leaves out of long decode steps (paged-KV gathers, per-request kernel
             work, batch ramp-up).
-        mla_attention_hbm_efficiency: the same fraction for MLA attention (its latent KV
-            read once per token for every head of the rank); ``None`` (the default) =
-            ``attention_hbm_efficiency``. Fitted on measured kernels it would be 0.9
+        mla_attention_hbm_efficiency: the same fraction for MLA attention's bytes (decode's
+            latent KV, read once per token for every head of the rank, and a prefill's); ``None``
+            (the default) = ``attention_hbm_efficiency``. Fitted on measured kernels it would be 0.9
             (``data/silicon/mla.csv``, every decode batch; ``docs/validation.md``, "MLA
             module"), not adopted: the field-case test FC-23 (attention DP beats TP for MLA
             when KV-bound) then fails, and the serving rows move as often away as toward.
@@ -364,6 +364,11 @@ class CostModelConfig:
         decode_steps_per_schedule: serve simulation: decode steps the engine runs per
             scheduler call with no admission between them (vLLM V0 ``--num-scheduler-steps``;
             1, every step, for current engines).
+        scheduler_recv_interval: serve simulation: consecutive decode-only steps between the
+            scheduler's polls for new requests (SGLang ``--scheduler-recv-interval``, default
+            1: every step); a step that prefills, and an idle engine, poll at once (SGLang
+            0.5.12 ``SchedulerRecvSkipper``: decode and idle iterations weigh 1, any other
+            forward mode 1,000, ``sglang/srt/environ.py``).
         kv_admission: serve simulation: when the KV pool admits a request
             (:data:`KV_ADMISSIONS`): ``reserve`` its whole ``isl + osl`` on admission,
             ``on_demand`` a paged pool that grows a token per decode and preempts the newest
@@ -517,6 +522,7 @@ class CostModelConfig:
     prefill_first: bool | None = None
     overlap_schedule: bool | None = None
     decode_steps_per_schedule: int = 1
+    scheduler_recv_interval: int = 1
     kv_admission: str | None = None
     collective_algorithm: str = "alpha-beta"
     collective_tiers: tuple[tuple[str, ...], ...] | None = None
@@ -557,9 +563,10 @@ class CostModelConfig:
                 raise bad(name, ">= 1")
         if not self.workspace_width_factor > 0.0:
             raise bad("workspace_width_factor", "> 0")
-        if not isinstance(self.decode_steps_per_schedule, int) or isinstance(
-                self.decode_steps_per_schedule, bool):
-            raise bad("decode_steps_per_schedule", "an integer >= 1")
+        for name in ("decode_steps_per_schedule", "scheduler_recv_interval"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise bad(name, "an integer >= 1")
         if self.moe_routing_alpha is not None and not (
                 isinstance(self.moe_routing_alpha, (int, float))
                 and 0.0 < self.moe_routing_alpha <= MAX_ROUTING_ALPHA):

@@ -178,7 +178,8 @@ LAUNCH_LIMIT_FLAGS: dict[str, dict[str, tuple[str, type]]] = {
     "sglang": {"--chunked-prefill-size": ("max_num_batched_tokens", int),
                "--max-running-requests": ("max_num_seqs", int),
                "--mem-fraction-static": ("memory_utilization", float),
-               "--mem-frac": ("memory_utilization", float)},
+               "--mem-frac": ("memory_utilization", float),
+               "--scheduler-recv-interval": ("scheduler_recv_interval", int)},
     "trtllm": {"--max_num_tokens": ("max_num_batched_tokens", int),
                "--max_batch_size": ("max_num_seqs", int),
                "--kv_cache_free_gpu_mem_fraction": ("kv_cache_free_fraction", float),
@@ -188,10 +189,15 @@ LAUNCH_LIMIT_FLAGS: dict[str, dict[str, tuple[str, type]]] = {
 }
 
 
+#: SGLang launch values stated per instance and divided over its attention-DP ranks.
+_PER_INSTANCE = ("max_num_batched_tokens", "max_num_seqs")
+
+
 def row_launch_limits(row: dict[str, str]) -> dict[str, Any]:
     """Cost-model fields of the engine limits a row's launch sets in its ``notes``
     (:data:`LAUNCH_LIMIT_FLAGS`: token budget per step and rank, running requests per rank,
-    memory fractions); the rest keep the engine profile's defaults. A flag is read as
+    memory fractions, SGLang's scheduler receive interval); the rest keep the engine
+    profile's defaults. A flag is read as
     ``--flag N`` or ``--flag=N`` with a plain number (not ``8k``); of YAML keys only the ones
     :data:`LAUNCH_LIMIT_FLAGS` lists with their colon (``key: N``)."""
     out: dict[str, Any] = {}
@@ -203,7 +209,8 @@ def row_launch_limits(row: dict[str, str]) -> dict[str, Any]:
         if m:
             value = float(m.group(1))
             if kind is int:
-                per = dp if engine == "sglang" else 1       # SGLang's are per instance
+                # SGLang's budget and running requests are per instance
+                per = dp if engine == "sglang" and name in _PER_INSTANCE else 1
                 out[name] = max(1, int(value) // per)
             else:
                 out[name] = value

@@ -278,7 +278,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              concurrency: int | None = None, max_steps: int = 10_000_000,
              prefill_first: bool = False, overlap_schedule: bool = False,
              decode_steps_per_schedule: int = 1, kv_admission: str = "reserve",
-             dp_ranks: int = 1, frontend_latency_s: float = 0.0) -> SimResult:
+             dp_ranks: int = 1, frontend_latency_s: float = 0.0,
+             recv_interval: int = 1) -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
     Args:
@@ -309,6 +310,12 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             10-token bursts"). 1: the scheduler runs before every step.
         frontend_latency_s: seconds from a client's sending a request to the engine's seeing
             it (see the module doc); TTFT and end-to-end latency are measured from the send.
+        recv_interval: the scheduler polls for new requests only after this many consecutive
+            decode-only steps (SGLang ``--scheduler-recv-interval``); after a step that
+            prefills, and when idle, it polls at once. A request is admissible from the first
+            poll at or after its arrival (with ``overlap_schedule``, after the start of the
+            step before the poll). 1: every step. Not combined with
+            ``decode_steps_per_schedule`` > 1.
         dp_ranks: the instance's DP ranks, each with ``max_num_batched_tokens / dp_ranks``
             tokens per step: a request lives on one of them, so its chunk is at most the room
             that rank's budget leaves beside its share of the decodes.
@@ -349,9 +356,13 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         raise ConfigError(f"simulation: decode_steps_per_schedule must be an integer >= 1, "
                           f"got {decode_steps_per_schedule!r}")
     if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1 \
-            or dp_ranks < 1:
+            or dp_ranks < 1 or not isinstance(recv_interval, (int, np.integer)) \
+            or recv_interval < 1:
         raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens, "
-                          "decode_steps_per_schedule and dp_ranks must be >= 1")
+                          "decode_steps_per_schedule, dp_ranks and recv_interval must be >= 1")
+    if recv_interval > 1 and decode_steps_per_schedule > 1:
+        raise ConfigError("simulation: recv_interval > 1 (SGLang) and "
+                          "decode_steps_per_schedule > 1 (vLLM V0) do not combine")
     if not (math.isfinite(frontend_latency_s) and frontend_latency_s >= 0.0):
         raise ConfigError(f"simulation: frontend_latency_s must be finite and >= 0, got "
                           f"{frontend_latency_s!r}")
@@ -404,6 +415,12 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     running_time = 0.0
     admissions = 0
     step_start = -np.inf        # start of the latest step when the engine ran without a gap
+    # The scheduler's polls for new requests (recv_interval): what arrived by ``seen_t`` is
+    # visible; ``since_poll`` decode-only steps ran since the last poll; ``poll_now``: the
+    # last step prefilled, or the engine was idle or just started, so it polls at once.
+    seen_t = -np.inf
+    since_poll = 0
+    poll_now = True
     while not done.all():
         if steps >= max_steps:
             raise ConfigError(f"simulation: more than {max_steps} steps; lower --num-prompts")
@@ -427,7 +444,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                     preemptions += 1
         # Admission, first come first served; the head of the queue blocks.
         decided = step_start if overlap_schedule and step_start > -np.inf else t
-        waiting = np.flatnonzero(~admitted & (arrival <= decided) & ~done)
+        if recv_interval == 1 or poll_now:
+            seen_t, since_poll, poll_now = decided, 0, False
+        waiting = np.flatnonzero(~admitted & (arrival <= seen_t) & ~done)
         if len(waiting):
             waiting = waiting[np.argsort(rank[waiting], kind="stable")]
             slots = max_num_seqs - int((admitted & ~done).sum())
@@ -470,7 +489,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             chunk = np.clip(left - before, 0, rem)
         n_pf = int(chunk.sum())
         if n_dec == 0 and n_pf == 0:
-            if decided < t:                 # idle: the scheduler sees what arrived by now
+            poll_now = True                 # idle: the scheduler polls at once
+            if decided < t or seen_t < t:   # idle: the scheduler sees what arrived by now
                 step_start = -np.inf
                 continue
             future = arrival[~admitted & (arrival > t)]
@@ -499,12 +519,15 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             j = np.arange(k)
             dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0, n_dec)
             ends = t + np.cumsum(dts)
-            pending = arrival[~admitted & ~done & (arrival > decided)]
+            pending = arrival[~admitted & ~done & (arrival > seen_t)]
             smallest = int(isl.min()) + 1 if on_demand else int(need.min())
             if len(pending) and kv_free >= smallest and int(running.sum()) < max_num_seqs:
                 cut = int(np.searchsorted(ends, float(pending.min())))
                 # up to the step the arrival lands in, or the end of that step's burst
-                k = max(1, min(k, burst * (cut // burst + 1)))
+                stop = burst * (cut // burst + 1)
+                # ... or the first poll after it (every recv_interval decode steps)
+                stop += (-(since_poll + stop)) % recv_interval
+                k = max(1, min(k, stop))
             # Tokens reach the client at the end of each burst (every step when burst = 1):
             # one gap per burst and request, as the clients log one per streamed chunk.
             out = np.arange(burst - 1, k, burst)
@@ -517,6 +540,13 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                 itl_wts.append(np.full(len(out) - 1, float(n_dec)))
             t_new = float(ends[k - 1])
             step_start = float(ends[k - 2]) if k > 1 else t
+            if recv_interval > 1:           # the block's last poll, if it reached one
+                polls = (since_poll + k) // recv_interval
+                if polls:
+                    m = polls * recv_interval - since_poll          # steps to that poll
+                    seen_t = (float(ends[m - 2]) if m > 1 else t) if overlap_schedule \
+                        else float(ends[m - 1])
+                since_poll = (since_poll + k) % recv_interval
             last_token[dec] = t_new
             running_time += int(running.sum()) * (t_new - t)
             t = t_new
@@ -537,6 +567,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             step_start = t
             t += dt
             steps += 1
+            poll_now = True                 # a step that prefills: the scheduler polls next
             generated[dec] += 1
             if on_demand:
                 held[dec] += 1
