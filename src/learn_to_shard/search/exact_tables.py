@@ -582,6 +582,12 @@ def _ffn_classes(cm: CostModel, dp: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.array([int(r[0]) for r in rep]), np.searchsorted(vals, x)
 
 
+def _every_option(st: Structure) -> dict[str, np.ndarray]:
+    """Every option index of each option-bearing group (:data:`GROUPS`)."""
+    return {"emb": np.arange(NC), "router": np.arange(len(st.r_opts)),
+            "group": np.arange(len(st.g_opts)), "dense": np.arange(len(st.d_opts))}
+
+
 def needed_options(st: Structure) -> dict[str, np.ndarray]:
     """The options :func:`step_tables` prices: those some strategy of the space can use.
 
@@ -600,8 +606,7 @@ def needed_options(st: Structure) -> dict[str, np.ndarray]:
     """
     ok = st.engine_ok
     if not ok:
-        return {"qa": np.ones((NC, NC), dtype=bool), "router": np.arange(len(st.r_opts)),
-                "group": np.arange(len(st.g_opts)), "dense": np.arange(len(st.d_opts))}
+        return {"qa": np.ones((NC, NC), dtype=bool), **_every_option(st)}
     qa = np.zeros((NC, NC), dtype=bool)
     qa[HUB_Q[ok["hub"]], HUB_A[ok["hub"]]] = True
     return {"qa": qa,
@@ -884,9 +889,7 @@ def _group_terms(st: Structure, mt: MemTables, tabs: list[StepTables], lay: ZLay
     ao = np.arange(N_HUB) % N_AO
     ffn_ao = slice(None) if by_ao else ao
     hi = np.arange(N_HUB)
-    full = {"emb": np.arange(NC), "router": np.arange(len(st.r_opts)),
-            "group": np.arange(len(st.g_opts)), "dense": np.arange(len(st.d_opts))}
-    sel = full if opts is None else opts
+    sel = _every_option(st) if opts is None else opts
     r_opts, g_opts, d_opts = st.r_opts[sel["router"]], st.g_opts[sel["group"]], \
         st.d_opts[sel["dense"]]
     for t, (is_moe, _) in enumerate(st.types):
@@ -1001,6 +1004,12 @@ def build_parts(st: Structure, mt: MemTables, tabs: list[StepTables]) -> Parts:
                  last_dense=not st.types[st.last_type][0])
 
 
+def _by_hub(a: np.ndarray) -> np.ndarray:
+    """``a [K, 9, ...]`` (by ``(attention, o_proj)`` option) repeated over the 27 hubs; any
+    other second axis (27, or 1 for hub-independent terms) unchanged."""
+    return a[:, _HUB_AO] if a.shape[1] == N_AO else a
+
+
 def feature_floor(st: Structure, mt: MemTables, tabs: list[StepTables]) -> np.ndarray:
     """``[K, 3, F]``: per attention choice, a component-wise lower bound on the features of
     every allowed candidate (hub plus each group's smallest allowed contribution, plus the
@@ -1027,10 +1036,8 @@ def feature_floor(st: Structure, mt: MemTables, tabs: list[StepTables]) -> np.nd
         acc = cols[name]
         if add and col in acc:                      # [K, 27, 9 or 1, n]: 9 by (a, o)
             prev = acc[col]
-            if prev.shape[1] != val.shape[1] and N_AO in (prev.shape[1], val.shape[1]) \
-                    and N_HUB in (prev.shape[1], val.shape[1]):
-                prev, val = (prev[:, _HUB_AO], val) if prev.shape[1] == N_AO \
-                    else (prev, val[:, _HUB_AO])
+            if N_HUB in (prev.shape[1], val.shape[1]):  # a hub-resolved term: widen the other
+                prev, val = _by_hub(prev), _by_hub(val)
             acc[col] = prev + val
         else:
             acc[col] = val
@@ -1042,8 +1049,7 @@ def feature_floor(st: Structure, mt: MemTables, tabs: list[StepTables]) -> np.nd
         fl[:] = np.where(g_ok.any(axis=1), 0.0, np.inf)[:, None, None]
         for col, val in cols[name].items() if g_ok.shape[1] else ():
             # hub-independent columns are minimised once, (a, o) ones once per option
-            m = np.where(g_ok[:, None, :], val, np.inf).min(axis=2)
-            fl[:, :, col] = m[:, _HUB_AO] if m.shape[1] == N_AO else m
+            fl[:, :, col] = _by_hub(np.where(g_ok[:, None, :], val, np.inf).min(axis=2))
         z = z + fl
     lm_fl = np.where(ok["lm"][:, None, :, None], lm, np.inf).min(axis=(1, 2))   # [K, F]
     z = z + lm_fl[:, None, :]

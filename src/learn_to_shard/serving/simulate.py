@@ -489,8 +489,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             chunk = np.clip(left - before, 0, rem)
         n_pf = int(chunk.sum())
         if n_dec == 0 and n_pf == 0:
-            poll_now = True                 # idle: the scheduler polls at once
-            if decided < t or seen_t < t:   # idle: the scheduler sees what arrived by now
+            poll_now = True                 # idle: the scheduler polls at once, and
+            if seen_t < t:                  # sees what arrived by now (seen_t <= decided)
                 step_start = -np.inf
                 continue
             future = arrival[~admitted & (arrival > t)]
