@@ -439,6 +439,34 @@ def test_mxfp4_experts_make_gpt_oss_120b_fit_one_h100():
     assert e.memory.weight_bytes == pytest.approx(expected, rel=1e-4)
 
 
+@pytest.mark.parametrize("model, cluster, scaled", [
+    ("gpt-oss-20b", "h100-sxm:1", True),      # MXFP4 experts, no FP4 math: dequantised
+    ("gpt-oss-20b", "b200:1", False),          # FP4 math: FP4 GEMMs, the field is not read
+    ("qwen3-30b-a3b", "h100-sxm:1", False),    # 16-bit experts
+])
+def test_w4a16_expert_efficiency_scales_only_dequantised_4_bit_experts(model, cluster,
+                                                                       scaled):
+    """``DeviceSpec.w4a16_expert_flops_efficiency`` lowers the routed experts' GEMM rate of a
+    weight-only 4-bit checkpoint on a chip without FP4 math, and nothing else: a
+    compute-bound prefill's expert time grows by about 1 / e there (the other operators
+    unchanged), and is untouched on a chip with FP4 math or for 16-bit experts."""
+    m = load_model(model)
+    base = parse_cluster(cluster)
+    slow = dataclasses.replace(base, device=dataclasses.replace(
+        base.device, w4a16_expert_flops_efficiency=0.25))
+    one = dataclasses.replace(base, device=dataclasses.replace(
+        base.device, w4a16_expert_flops_efficiency=None))
+    wl = Workload(Phase.PREFILL, isl=8192)
+    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=1)
+    e_slow = CostModel(m, slow, wl).evaluate(s)
+    e_one = CostModel(m, one, wl).evaluate(s)
+    for op, t in e_one.op_time_s.items():
+        if op.startswith("expert_") and scaled:
+            assert e_slow.op_time_s[op] > 2.5 * t, op
+        else:
+            assert e_slow.op_time_s[op] == pytest.approx(t), op
+
+
 def test_chunked_and_sliding_attention_spans():
     """Mean keys per query: chunked attention (Llama-4, 8,192-token chunks) sees on average
     half a chunk; a sliding window the last w tokens (causal mean w − w²/2·isl in prefill)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -32,7 +32,7 @@ from ..cost.model import CostModel
 from ..engines.collectives import CUSTOM_ALL_REDUCE
 from ..errors import ConfigError
 from ..hardware.presets import load_device
-from ..hardware.spec import ClusterSpec
+from ..hardware.spec import ClusterSpec, DeviceSpec
 from ..model.hf_config import load_model
 from ..parallel.ops import MEGATRON_DIMS
 from ..parallel.space import StrategySpace
@@ -50,7 +50,9 @@ __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a
            "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "BLOCK_FP8_EXPERT_FIT_GRID",
            "fit_block_fp8_expert_overhead", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
            "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels",
-           "MLA_DECODE_BATCHES", "MLA_HBM_FIT_GRID"]
+           "MLA_DECODE_BATCHES", "MLA_HBM_FIT_GRID", "W4A16_SHAPES", "W4A16_FIT_GRID",
+           "W4A16_FIT_MIN_TOKENS", "W4A16_FIT_MAX_EP", "w4a16_expert_kernels",
+           "fit_w4a16_expert_efficiency"]
 
 
 @dataclass(frozen=True)
@@ -543,7 +545,10 @@ class MoEKernel:
 
 def moe_kernels(config: CostModelConfig | None = None,
                 tables: dict[str, list[dict[str, str]]] | None = None,
-                distribution: str = "balanced") -> list[MoEKernel]:
+                distribution: str = "balanced",
+                shapes: Mapping[tuple[int, int, int, int], str] | None = None,
+                dtypes: Mapping[str, DType] | None = None,
+                devices: Mapping[str, DeviceSpec] | None = None) -> list[MoEKernel]:
     """Every H100 / H200 / B200 row of ``moe.csv`` (or of ``tables["moe.csv"]``: another
     engine's rows, :func:`fit_fp8_block_scale`) with ``distribution`` routing, in a dtype the
     model prices, predicted by the cost model's MoE layer: the row's shape (its shipped config,
@@ -555,18 +560,25 @@ def moe_kernels(config: CostModelConfig | None = None,
     The table's ``balanced`` rows spread tokens evenly over the experts, so they are priced
     with ``moe_balanced_routing`` (the busiest rank holds ``⌈pairs / ep⌉`` pairs, not the
     balls-into-bins maximum of random routing).
+
+    ``shapes`` and ``dtypes`` (default :data:`MOE_SHAPES` and the FP8 / BF16 dtypes) name the
+    rows priced and the workload dtype of each table dtype; ``devices`` replaces the preset
+    of a row's device (a preset key's :class:`DeviceSpec`, e.g. with another
+    ``w4a16_expert_flops_efficiency``).
     """
     cfg = replace(config or CostModelConfig.for_engine("trtllm"),
                   moe_balanced_routing=distribution == "balanced")
     tabs = tables if tables is not None else silicon_tables(silicon_dir())
+    shapes = MOE_SHAPES if shapes is None else shapes
+    dtypes = _MOE_DTYPES if dtypes is None else dtypes
     groups: dict[tuple, list[dict[str, str]]] = {}
     for r in tabs.get("moe.csv", []):
         shape = (int(r["hidden"]), int(r["inter"]), int(r["topk"]), int(r["experts"]))
-        if (r["distribution"] != distribution or shape not in MOE_SHAPES
-                or r["dtype"] not in _MOE_DTYPES
+        if (r["distribution"] != distribution or shape not in shapes
+                or r["dtype"] not in dtypes
                 or r["preset"] not in _KERNEL_DEVICES):
             continue
-        key = (MOE_SHAPES[shape], r["preset"], r["dtype"], int(r["moe_tp"]), int(r["moe_ep"]))
+        key = (shapes[shape], r["preset"], r["dtype"], int(r["moe_tp"]), int(r["moe_ep"]))
         groups.setdefault(key, []).append(r)
     models = {name: load_model(name) for name in {k[0] for k in groups}}
     out = []
@@ -576,13 +588,15 @@ def moe_kernels(config: CostModelConfig | None = None,
         model = replace(models[name], weight_block_size=(128, 128) if dtype == "fp8_block"
                         else None)
         g = etp * ep
-        cluster = ClusterSpec(load_device(preset), max(g, 8))
+        device = devices[preset] if devices is not None and preset in devices \
+            else load_device(preset)
+        cluster = ClusterSpec(device, max(g, 8))
         tokens = tuple(sorted({int(r["tokens"]) for r in rows}))
         space = StrategySpace.build(model, cluster)
         space = replace(space, tp_values=(g,), ep_values=(ep,), pp_values=(1,), dp_values=(1,),
                         batch_values=tokens)
         cm = CostModel(model, cluster, Workload(Phase.DECODE, isl=128,
-                                                weight_dtype=_MOE_DTYPES[dtype]),
+                                                weight_dtype=dtypes[dtype]),
                        config=cfg, space=space)
         layers = sum(1 for layer in model.layers if layer.is_moe)
         split = "calibration" if name in MOE_CALIBRATION_MODELS else "held-out"
@@ -744,6 +758,76 @@ def fit_block_fp8_expert_overhead(config: CostModelConfig | None = None,
     block = _block_scaled_rows(folder)
     return _fit_on_split(lambda cfg: moe_kernels(cfg, block), config,
                          grid or BLOCK_FP8_EXPERT_FIT_GRID)
+
+
+#: ``moe.csv``'s weight-only MXFP4 rows (``w4a16_mxfp4``: TensorRT-LLM's W4A16 MoE block,
+#: 4-bit E2M1 weights with E8M0 scales per 32, BF16 activations) are all of one shape,
+#: gpt-oss-120b's routed experts; priced through that checkpoint (MXFP4 experts, the rest
+#: 16-bit) with BF16 activations.
+W4A16_SHAPES: dict[tuple[int, int, int, int], str] = {(2880, 2880, 4, 128): "gpt-oss-120b"}
+_W4A16_DTYPES = {"w4a16_mxfp4": DType.BF16}
+#: Grid of :func:`fit_w4a16_expert_efficiency`.
+W4A16_FIT_GRID: tuple[float, ...] = (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65,
+                                     0.7, 0.8, 0.9, 1.0)
+#: Rows that fit ``DeviceSpec.w4a16_expert_flops_efficiency``: at least this many tokens and
+#: at most this EP degree, where the rank's expert GEMMs are compute-bound and make the
+#: block's time. At one to 128 tokens the block's fixed cost dominates (74 µs on H100 at
+#: every EP degree, where the model's fixed costs say ~33 µs), and at EP ≥ 16 a per-token
+#: cost of the block over every token entering it (~70 ns each on H100/H200, whatever the
+#: rank's share of the pairs); neither is priced, and neither is a GEMM rate.
+W4A16_FIT_MIN_TOKENS = 1024
+W4A16_FIT_MAX_EP = 8
+
+
+def w4a16_expert_kernels(preset: str, efficiency: float | None = None,
+                         folder: str | Path | None = None,
+                         config: CostModelConfig | None = None) -> list[MoEKernel]:
+    """The balanced-routing ``w4a16_mxfp4`` rows of ``moe.csv`` on ``preset`` priced by the
+    cost model's MoE layer (:func:`moe_kernels`: gpt-oss-120b's experts, MXFP4 weights,
+    BF16 activations, the ``trtllm`` profile by default), with the preset's
+    ``w4a16_expert_flops_efficiency`` replaced by ``efficiency`` when given. Empty where the
+    table has no such rows on ``preset``."""
+    tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
+    device = load_device(preset)
+    if efficiency is not None:
+        device = replace(device, w4a16_expert_flops_efficiency=efficiency)
+    rows = {"moe.csv": [r for r in tables.get("moe.csv", []) if r["preset"] == preset
+                        and r["dtype"] in _W4A16_DTYPES]}
+    return moe_kernels(config, rows, shapes=W4A16_SHAPES, dtypes=_W4A16_DTYPES,
+                       devices={preset: device})
+
+
+def fit_w4a16_expert_efficiency(preset: str, folder: str | Path | None = None,
+                                grid: Sequence[float] = W4A16_FIT_GRID
+                                ) -> tuple[float, float, float]:
+    """Fit ``DeviceSpec.w4a16_expert_flops_efficiency`` of ``preset`` on its measured W4A16
+    MoE blocks (:func:`w4a16_expert_kernels`, the rows of :data:`W4A16_FIT_MIN_TOKENS` tokens
+    or more at EP ≤ :data:`W4A16_FIT_MAX_EP`): the grid value of least median
+    ``|ln(predicted / measured)|`` (the first of equal ones). ~2 s per grid value.
+
+    Returns:
+        (fitted value, loss at 1.0, loss at the fitted value).
+
+    Raises:
+        ConfigError: ``preset`` has no such rows in the table, has FP4 math (where the
+            field does not apply), or is not a preset.
+    """
+    if load_device(preset).peak_fp4_flops_per_s:
+        raise ConfigError(f"device {preset!r} has FP4 math: its 4-bit experts run FP4 GEMMs, "
+                          f"w4a16_expert_flops_efficiency does not apply")
+
+    def loss(value: float) -> float:
+        ks = [k for k in w4a16_expert_kernels(preset, value, folder)
+              if k.tokens >= W4A16_FIT_MIN_TOKENS and k.moe_ep <= W4A16_FIT_MAX_EP]
+        if not ks:
+            raise ConfigError(f"device {preset!r}: no measured W4A16 MoE kernels of "
+                              f"{W4A16_FIT_MIN_TOKENS}+ tokens at EP <= {W4A16_FIT_MAX_EP} "
+                              f"in moe.csv")
+        return statistics.median(abs(math.log(k.predicted_s / k.measured_s)) for k in ks)
+
+    losses = {v: loss(v) for v in grid}
+    best = min(grid, key=lambda v: losses[v])
+    return best, loss(1.0), losses[best]
 
 
 class _SplitKernel(Protocol):

@@ -79,9 +79,10 @@ _POSITIVE_FIELDS = (
     "scale_up_latency_s",
     "scale_out_latency_s",
 )
-_OPTIONAL_POSITIVE_FIELDS = ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s")
+_OPTIONAL_POSITIVE_FIELDS = ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s",
+                             "w4a16_expert_flops_efficiency")
 #: Fields a device file may leave out (they default to null).
-_DEFAULTED_FIELDS = ("peak_fp4_flops_per_s",)
+_DEFAULTED_FIELDS = ("peak_fp4_flops_per_s", "w4a16_expert_flops_efficiency")
 _INT_FIELDS = ("scale_up_domain",)
 #: DeviceSpec fields in declaration order, minus ``sources``.
 _SPEC_FIELDS = tuple(f for f in DeviceSpec.__dataclass_fields__ if f != "sources")
@@ -98,6 +99,7 @@ _UNITS = {
     "scale_out_bytes_per_s": "bytes/s",
     "scale_up_latency_s": "seconds",
     "scale_out_latency_s": "seconds",
+    "w4a16_expert_flops_efficiency": "fraction of the 16-bit rate",
 }
 _COUNT_RE = re.compile(r"^[0-9]+$")
 
@@ -110,6 +112,7 @@ _COUNT_RE = re.compile(r"^[0-9]+$")
 #: * ``hbm_bytes``: 1e6 (1 MB) .. 1e15 (1 PB, ~5000x B200's 192 GB);
 #: * bytes/s: 1e6 (1 MB/s, below 10 Mbit Ethernet) .. 1e15 (1 PB/s, ~100x B200's 8 TB/s HBM);
 #: * latencies: 1e-9 s (one clock) .. 1 s (far beyond any network round trip);
+#: * ``w4a16_expert_flops_efficiency``: a fraction, 0.01 .. 1;
 #:
 #: (the B200 figures are this package's ``data/devices/b200.json``, which cites NVIDIA's
 #: datasheet).
@@ -123,6 +126,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "scale_out_bytes_per_s": (1e6, 1e15),
     "scale_up_latency_s": (1e-9, 1.0),
     "scale_out_latency_s": (1e-9, 1.0),
+    "w4a16_expert_flops_efficiency": (0.01, 1.0),
 }
 
 

@@ -24,6 +24,12 @@ class DeviceSpec:
         scale_out_latency_s: per-collective-step latency across domains, seconds.
         peak_fp4_flops_per_s: dense FP4 (NVFP4 / MXFP4) tensor-core peak, FLOP/s; ``None``
             if the chip has no FP4 math (then FP4 weights are dequantised, 16-bit math).
+        w4a16_expert_flops_efficiency: fraction of the 16-bit GEMM rate (the cost model's
+            ``flops_efficiency`` and shape terms applied first) that the routed-expert GEMMs of
+            a weight-only 4-bit checkpoint reach on this chip when it has no FP4 math (MXFP4,
+            GPTQ / AWQ int4 experts: the weights are dequantised in the GEMM's main loop);
+            ``None``: no measurement of such kernels on the chip, priced as 1. Set from
+            measured MoE kernels (``fidelity.kernels.fit_w4a16_expert_efficiency``).
         sources: where each number comes from (field -> citation).
     """
 
@@ -39,6 +45,7 @@ class DeviceSpec:
     scale_up_latency_s: float
     scale_out_latency_s: float
     peak_fp4_flops_per_s: float | None = None
+    w4a16_expert_flops_efficiency: float | None = None
     sources: tuple[tuple[str, str], ...] = ()
 
     @property
