@@ -467,6 +467,20 @@ def test_w4a16_expert_efficiency_scales_only_dequantised_4_bit_experts(model, cl
             assert e_slow.op_time_s[op] == pytest.approx(t), op
 
 
+def test_plan_weights_note_names_the_w4a16_expert_rate():
+    """The plan's weights line says at what rate dequantised experts run where the device
+    measures it (gpt-oss on H100: 0.65), and says nothing of it where FP4 GEMMs run (B200)
+    or where no measurement exists (A100)."""
+    from learn_to_shard.report.plan import weights_note
+
+    m = load_model("gpt-oss-20b")
+    wl = Workload(Phase.DECODE, isl=1024)
+    assert "0.65 of the 16-bit rate" in weights_note(CostModel(m, parse_cluster("h100-sxm:1"),
+                                                                wl))
+    for cluster in ("b200:1", "a100-80gb:1"):
+        assert "of the 16-bit rate" not in weights_note(CostModel(m, parse_cluster(cluster), wl))
+
+
 def test_chunked_and_sliding_attention_spans():
     """Mean keys per query: chunked attention (Llama-4, 8,192-token chunks) sees on average
     half a chunk; a sliding window the last w tokens (causal mean w − w²/2·isl in prefill)."""

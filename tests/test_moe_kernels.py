@@ -335,3 +335,17 @@ def test_w4a16_efficiency_slows_the_measured_blocks_toward_the_table():
 def test_w4a16_fit_refuses_a_chip_with_fp4_math():
     with pytest.raises(ConfigError, match="FP4 math"):
         fit_w4a16_expert_efficiency("b200")
+
+
+def test_w4a16_kernels_take_aliases_and_refuse_bad_efficiencies(tmp_path):
+    """A preset alias or another spelling reads the preset's rows (``h100`` is ``h100-sxm``);
+    an efficiency outside (0, 1], a missing table folder and an empty grid are refused."""
+    assert len(w4a16_expert_kernels("H200")) == len(w4a16_expert_kernels("h200")) > 0
+    assert len(w4a16_expert_kernels("h100")) == len(w4a16_expert_kernels("h100-sxm")) > 0
+    for bad in (0.0, -0.5, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match=r"must be in \(0, 1\]"):
+            w4a16_expert_kernels("h200", bad)
+    with pytest.raises(ConfigError, match="not a directory"):
+        w4a16_expert_kernels("h200", folder=tmp_path / "absent")
+    with pytest.raises(ConfigError, match="empty grid"):
+        fit_w4a16_expert_efficiency("h200", grid=())

@@ -252,12 +252,13 @@ class OperatorTerms:
         self._gemm_flops = quant_rate if not (q is not None and q.experts_only) \
             else (fp8_rate if fp8 else bf16_rate)
         #: Routed-expert GEMM rate and bytes per weight (differ from the rest only for
-        #: checkpoints that quantise the experts alone, gpt-oss MXFP4). Weight-only 4-bit
-        #: experts on a chip without FP4 math run their dequantising grouped GEMMs at the
-        #: chip's measured fraction of the 16-bit rate
-        #: (DeviceSpec.w4a16_expert_flops_efficiency; unmeasured chips 1).
-        self._expert_flops = quant_rate * (dev.w4a16_expert_flops_efficiency or 1.0) \
-            if low and fp4_rate is None else quant_rate
+        #: checkpoints that quantise the experts alone, gpt-oss MXFP4). Experts stored below
+        #: 8 bits that do not run as FP4 GEMMs (no FP4 math on the chip, or integer 4-bit
+        #: weights) run their dequantising grouped GEMMs at the chip's measured fraction of
+        #: the 16-bit rate (DeviceSpec.w4a16_expert_flops_efficiency; unmeasured chips 1).
+        w4a16 = dev.w4a16_expert_flops_efficiency
+        self._expert_flops = quant_rate * w4a16 \
+            if low and fp4_rate is None and w4a16 is not None else quant_rate
         self._attn_flops = dev.peak_bf16_flops_per_s * (
             c.attention_flops_efficiency if c.attention_flops_efficiency is not None
             else c.flops_efficiency)

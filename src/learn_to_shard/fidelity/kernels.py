@@ -782,19 +782,28 @@ W4A16_FIT_MAX_EP = 8
 def w4a16_expert_kernels(preset: str, efficiency: float | None = None,
                          folder: str | Path | None = None,
                          config: CostModelConfig | None = None) -> list[MoEKernel]:
-    """The balanced-routing ``w4a16_mxfp4`` rows of ``moe.csv`` on ``preset`` priced by the
-    cost model's MoE layer (:func:`moe_kernels`: gpt-oss-120b's experts, MXFP4 weights,
-    BF16 activations, the ``trtllm`` profile by default), with the preset's
-    ``w4a16_expert_flops_efficiency`` replaced by ``efficiency`` when given. Empty where the
-    table has no such rows on ``preset``."""
+    """The balanced-routing ``w4a16_mxfp4`` rows of ``moe.csv`` on ``preset`` (a preset name
+    or alias) priced by the cost model's MoE layer (:func:`moe_kernels`: gpt-oss-120b's
+    experts, MXFP4 weights, BF16 activations, the ``trtllm`` profile by default), with the
+    preset's ``w4a16_expert_flops_efficiency`` replaced by ``efficiency`` when given. Empty
+    where the table has no such rows on ``preset``.
+
+    Raises:
+        ConfigError: an unknown preset, an ``efficiency`` outside (0, 1], or a ``folder``
+            that is not a directory."""
+    if efficiency is not None and not 0.0 < efficiency <= 1.0:     # NaN fails too
+        raise ConfigError(f"w4a16_expert_flops_efficiency must be in (0, 1], got "
+                          f"{efficiency!r}")
+    if folder is not None and not Path(folder).is_dir():
+        raise ConfigError(f"{folder}: not a directory of kernel tables")
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
     device = load_device(preset)
     if efficiency is not None:
         device = replace(device, w4a16_expert_flops_efficiency=efficiency)
-    rows = {"moe.csv": [r for r in tables.get("moe.csv", []) if r["preset"] == preset
+    rows = {"moe.csv": [r for r in tables.get("moe.csv", []) if r["preset"] == device.name
                         and r["dtype"] in _W4A16_DTYPES]}
     return moe_kernels(config, rows, shapes=W4A16_SHAPES, dtypes=_W4A16_DTYPES,
-                       devices={preset: device})
+                       devices={device.name: device})
 
 
 def fit_w4a16_expert_efficiency(preset: str, folder: str | Path | None = None,
@@ -803,18 +812,22 @@ def fit_w4a16_expert_efficiency(preset: str, folder: str | Path | None = None,
     """Fit ``DeviceSpec.w4a16_expert_flops_efficiency`` of ``preset`` on its measured W4A16
     MoE blocks (:func:`w4a16_expert_kernels`, the rows of :data:`W4A16_FIT_MIN_TOKENS` tokens
     or more at EP ≤ :data:`W4A16_FIT_MAX_EP`): the grid value of least median
-    ``|ln(predicted / measured)|`` (the first of equal ones). ~2 s per grid value.
+    ``|ln(predicted / measured)|`` (the first of equal ones). ~0.3 s per grid value.
 
     Returns:
         (fitted value, loss at 1.0, loss at the fitted value).
 
     Raises:
-        ConfigError: ``preset`` has no such rows in the table, has FP4 math (where the
-            field does not apply), or is not a preset.
+        ConfigError: ``preset`` has no such rows in the table, has FP4 math (the model
+            prices the table's MXFP4 experts there as FP4 GEMMs, which these weight-only
+            kernels do not measure), or is not a preset; an empty ``grid`` or a value of it
+            outside (0, 1].
     """
+    if not grid:
+        raise ConfigError("fit_w4a16_expert_efficiency: empty grid")
     if load_device(preset).peak_fp4_flops_per_s:
-        raise ConfigError(f"device {preset!r} has FP4 math: its 4-bit experts run FP4 GEMMs, "
-                          f"w4a16_expert_flops_efficiency does not apply")
+        raise ConfigError(f"device {preset!r} has FP4 math: the model prices MXFP4 experts "
+                          f"there as FP4 GEMMs, which the table's W4A16 kernels do not measure")
 
     def loss(value: float) -> float:
         ks = [k for k in w4a16_expert_kernels(preset, value, folder)

@@ -23,7 +23,10 @@ file)::
       "notes": "free text"                   # optional, ignored
     }
 
-All fields except ``sources`` and ``notes`` are required; unknown keys are rejected (to catch
+Two more numeric fields are optional (absent = null): ``peak_fp4_flops_per_s`` (dense FP4 peak,
+FLOP/s; null = no FP4 math) and ``w4a16_expert_flops_efficiency`` (a fraction in 0.01 .. 1:
+the rate of dequantising 4-bit expert GEMMs relative to 16-bit ones, measured; null = 1).
+All other fields except ``sources`` and ``notes`` are required; unknown keys are rejected (to catch
 typos). Each number must lie in a physically sane range (``_RANGES``: e.g. links 1e6 .. 1e15
 bytes/s, latencies 1e-9 .. 1 s; ``scale_up_domain`` at most ``MAX_DEVICES``).
 Shipped presets additionally cite a source for every numeric field.
@@ -99,7 +102,7 @@ _UNITS = {
     "scale_out_bytes_per_s": "bytes/s",
     "scale_up_latency_s": "seconds",
     "scale_out_latency_s": "seconds",
-    "w4a16_expert_flops_efficiency": "fraction of the 16-bit rate",
+    "w4a16_expert_flops_efficiency": "",
 }
 _COUNT_RE = re.compile(r"^[0-9]+$")
 
@@ -208,10 +211,9 @@ def _check_field(field: str, value: Any, where: str) -> float | int | str | None
     low, high = _RANGES[field]
     if not _is_number(value) or not low <= value <= high:     # NaN fails the comparison
         nullable = " or null" if field in _OPTIONAL_POSITIVE_FIELDS else ""
-        raise ConfigError(
-            f"{where}: field {field!r} must be a positive number in "
-            f"{_UNITS[field]} between {low:g} and {high:g}{nullable}, got {_show(value)}"
-        )
+        what = f"a fraction between {low:g} and {high:g}" if not _UNITS[field] else \
+            f"a positive number in {_UNITS[field]} between {low:g} and {high:g}"
+        raise ConfigError(f"{where}: field {field!r} must be {what}{nullable}, got {_show(value)}")
     return float(value)
 
 

@@ -26,10 +26,11 @@ class DeviceSpec:
             if the chip has no FP4 math (then FP4 weights are dequantised, 16-bit math).
         w4a16_expert_flops_efficiency: fraction of the 16-bit GEMM rate (the cost model's
             ``flops_efficiency`` and shape terms applied first) that the routed-expert GEMMs of
-            a weight-only 4-bit checkpoint reach on this chip when it has no FP4 math (MXFP4,
-            GPTQ / AWQ int4 experts: the weights are dequantised in the GEMM's main loop);
-            ``None``: no measurement of such kernels on the chip, priced as 1. Set from
-            measured MoE kernels (``fidelity.kernels.fit_w4a16_expert_efficiency``).
+            a checkpoint with experts below 8 bits reach on this chip where they do not run as
+            FP4 GEMMs (MXFP4 / NVFP4 on a chip without FP4 math, GPTQ / AWQ integer experts on
+            any chip): the weights are dequantised in the GEMM's main loop. ``None``: no
+            measurement of such kernels on the chip, priced as 1. Set from measured MoE
+            kernels (``fidelity.kernels.fit_w4a16_expert_efficiency``; H100 and H200 only).
         sources: where each number comes from (field -> citation).
     """
 
