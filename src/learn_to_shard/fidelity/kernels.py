@@ -791,17 +791,37 @@ def w4a16_expert_kernels(preset: str, efficiency: float | None = None,
     Raises:
         ConfigError: an unknown preset, an ``efficiency`` outside (0, 1], or a ``folder``
             that is not a directory."""
-    if efficiency is not None and not 0.0 < efficiency <= 1.0:     # NaN fails too
-        raise ConfigError(f"w4a16_expert_flops_efficiency must be in (0, 1], got "
-                          f"{efficiency!r}")
+    device, rows = _w4a16_rows(preset, folder)
+    return _price_w4a16(device, rows, efficiency, config)
+
+
+def _w4a16_rows(preset: str, folder: str | Path | None
+                ) -> tuple[DeviceSpec, dict[str, list[dict[str, str]]]]:
+    """``preset``'s device and its ``w4a16_mxfp4`` rows of ``moe.csv``, as a table set for
+    :func:`moe_kernels` (read once; :func:`w4a16_expert_kernels`).
+
+    Raises:
+        ConfigError: an unknown preset, or a ``folder`` that is not a directory."""
     if folder is not None and not Path(folder).is_dir():
         raise ConfigError(f"{folder}: not a directory of kernel tables")
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
     device = load_device(preset)
+    return device, {"moe.csv": [r for r in tables.get("moe.csv", [])
+                                if r["preset"] == device.name and r["dtype"] in _W4A16_DTYPES]}
+
+
+def _price_w4a16(device: DeviceSpec, rows: dict[str, list[dict[str, str]]],
+                 efficiency: float | None, config: CostModelConfig | None = None
+                 ) -> list[MoEKernel]:
+    """:func:`w4a16_expert_kernels` on rows already read (:func:`_w4a16_rows`).
+
+    Raises:
+        ConfigError: an ``efficiency`` outside (0, 1]."""
+    if efficiency is not None and not 0.0 < efficiency <= 1.0:     # NaN fails too
+        raise ConfigError(f"w4a16_expert_flops_efficiency must be in (0, 1], got "
+                          f"{efficiency!r}")
     if efficiency is not None:
         device = replace(device, w4a16_expert_flops_efficiency=efficiency)
-    rows = {"moe.csv": [r for r in tables.get("moe.csv", []) if r["preset"] == device.name
-                        and r["dtype"] in _W4A16_DTYPES]}
     return moe_kernels(config, rows, shapes=W4A16_SHAPES, dtypes=_W4A16_DTYPES,
                        devices={device.name: device})
 
@@ -825,12 +845,13 @@ def fit_w4a16_expert_efficiency(preset: str, folder: str | Path | None = None,
     """
     if not grid:
         raise ConfigError("fit_w4a16_expert_efficiency: empty grid")
-    if load_device(preset).peak_fp4_flops_per_s:
+    device, rows = _w4a16_rows(preset, folder)
+    if device.peak_fp4_flops_per_s:
         raise ConfigError(f"device {preset!r} has FP4 math: the model prices MXFP4 experts "
                           f"there as FP4 GEMMs, which the table's W4A16 kernels do not measure")
 
     def loss(value: float) -> float:
-        ks = [k for k in w4a16_expert_kernels(preset, value, folder)
+        ks = [k for k in _price_w4a16(device, rows, value)
               if k.tokens >= W4A16_FIT_MIN_TOKENS and k.moe_ep <= W4A16_FIT_MAX_EP]
         if not ks:
             raise ConfigError(f"device {preset!r}: no measured W4A16 MoE kernels of "
