@@ -244,6 +244,44 @@ def test_summary_per_source_and_gpu_gives_count_and_both_medians():
     assert a100["output_tok_s_median_signed_err"] == pytest.approx(-0.1)
 
 
+def test_a_row_stating_mean_and_median_is_compared_on_the_median():
+    """A row that states both a mean and a median TTFT / TPOT is compared on the medians
+    (InferenceX's heavy-tailed first requests move the mean, not the median); one that
+    states only the mean on the mean; the statistic is recorded per metric."""
+    from learn_to_shard.fidelity.serving import default_table, load_rows, predict_row
+
+    rows = {r["id"]: r for r in load_rows(default_table())}
+    both = rows["ix-dsr1-h200-sgl-tp8ep1-1k1k-c4"]
+    assert float(both["ttft_ms_mean"]) > 1.5 * float(both["ttft_ms_median"])
+    r = predict_row(both)
+    assert r.measured["ttft_ms"] == float(both["ttft_ms_median"])
+    assert r.measured["tpot_ms"] == float(both["tpot_ms_median"])
+    assert r.statistic == {"ttft_ms": "p50", "tpot_ms": "p50"}
+    mean_only = dict(both, ttft_ms_median="", tpot_ms_median="", itl_ms_median="")
+    r = predict_row(mean_only)
+    assert r.measured["ttft_ms"] == float(both["ttft_ms_mean"])
+    assert r.statistic["ttft_ms"] == "mean"
+    itl_only = dict(mean_only, ttft_ms_mean="", tpot_ms_mean="",
+                    itl_ms_median=both["itl_ms_median"])
+    assert predict_row(itl_only).statistic == {"tpot_ms": "itl p50"}
+
+
+def test_a_sweep_direction_counts_only_where_its_ends_compare_one_statistic():
+    """The sweep check compares a metric from the sweep's first point to its last only where
+    both compare the same statistic: a mean at one end and a median at the other is not a
+    direction."""
+    from learn_to_shard.fidelity.serving import ServingRowResult, summarize
+
+    def pt(x, ttft, stat):
+        return ServingRowResult(f"p{x}", "held-out", "sglang", "s", "concurrency",
+                                measured={"ttft_ms": ttft}, predicted={"ttft_ms": x * 10.0},
+                                statistic={"ttft_ms": stat}, x=x)
+
+    assert summarize([pt(1, 100.0, "p50"), pt(8, 200.0, "p50")])["sweep_directions"] == "1/1"
+    assert summarize([pt(1, 100.0, "p50"), pt(8, 50.0, "p50")])["sweep_directions"] == "0/1"
+    assert summarize([pt(1, 300.0, "mean"), pt(8, 200.0, "p50")])["sweep_directions"] == "0/0"
+
+
 def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():
     """A row whose source does not state the KV dtype runs as its engine's ``auto`` loads
     the checkpoint: TensorRT-LLM with an NVIDIA ModelOpt export (``nvidia/``) in FP8, with

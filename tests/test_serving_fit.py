@@ -435,7 +435,7 @@ def test_rows_run_the_scheduler_of_their_engine_version():
 def test_a_median_itl_is_predicted_by_the_pooled_gaps(monkeypatch):
     """A row's median ITL is set beside the simulation's pooled-gap median (SGLang's and vLLM's
     benchmark clients), except under LLMPerf, whose ITL is a per-request mean (then the median
-    TPOT); a stated TPOT is preferred to either."""
+    TPOT); a stated TPOT is preferred to either, its median to its mean."""
     import learn_to_shard.fidelity.serving as fs
 
     stats = {f"{s}_{m}_s": v for m, base in (("ttft", 1.0), ("tpot", 2.0), ("itl", 3.0),
@@ -449,7 +449,10 @@ def test_a_median_itl_is_predicted_by_the_pooled_gaps(monkeypatch):
     llmperf = fs.predict_row(rows["trt5929-fp8-h200-c1-isl1600-ep8"])
     assert llmperf.predicted["tpot_ms"] == pytest.approx(2500.0)         # p50_tpot_s
     stated = fs.predict_row(rows["gs-dsr1-h200-vllm-tp8-sharegpt-c4"])
-    assert stated.predicted["tpot_ms"] == pytest.approx(2000.0)          # mean_tpot_s
+    assert stated.predicted["tpot_ms"] == pytest.approx(2500.0)          # p50_tpot_s
+    mean_only = fs.predict_row({**rows["gs-dsr1-h200-vllm-tp8-sharegpt-c4"],
+                                "tpot_ms_median": ""})
+    assert mean_only.predicted["tpot_ms"] == pytest.approx(2000.0)       # mean_tpot_s
 
 
 def test_rows_run_the_engine_limits_their_launch_sets():

@@ -5,10 +5,11 @@ a deployment — model, GPU kind and count, TP/PP/EP/attention-DP, dtypes, lengt
 (closed-loop concurrency, a request rate, or all requests at once). The row's strategy is
 fixed (Megatron's per-operator dims, the stated degrees), priced by the cost model, and served
 by :func:`~learn_to_shard.serving.simulate.simulate` under that load; the simulated TTFT, TPOT
-and output throughput are set beside the measured ones with the statistic the source reports
-(mean or median). Lengths follow the row's dataset: fixed (vLLM's and TensorRT-LLM's random
-datasets), uniform up to the nominal length (SGLang's), or ShareGPT's joint distribution
-scaled to the means of the source's token totals (``ServingLoad(dataset="sharegpt")``).
+and output throughput are set beside the measured ones with the statistic the source reports:
+the median where it states one, else the mean (:func:`predict_row`). Lengths follow the row's
+dataset: fixed (vLLM's and TensorRT-LLM's random datasets), uniform up to the nominal length
+(SGLang's), or ShareGPT's joint distribution scaled to the means of the source's token totals
+(``ServingLoad(dataset="sharegpt")``).
 
 A row is "not expressible" (with the reason) when it needs what the planner does not model:
 a model or device it does not ship, FP4 weights of a model without a shipped NVFP4
@@ -76,6 +77,8 @@ class ServingRowResult:
             ``hardware`` columns), for :func:`summarize_by_source`.
         reason: why it was not predicted, ``None`` when it was.
         measured, predicted: metric -> value (``ttft_ms``, ``tpot_ms``, ``output_tok_s``).
+        statistic: metric -> the statistic compared (``"p50"``, ``"mean"``, or ``"itl p50"``
+            for a pooled median ITL standing in for TPOT; ``output_tok_s`` has none).
         x: the swept value (concurrency or rate) for sweep-direction checks.
     """
 
@@ -89,6 +92,7 @@ class ServingRowResult:
     reason: str | None = None
     measured: dict[str, float] = field(default_factory=dict)
     predicted: dict[str, float] = field(default_factory=dict)
+    statistic: dict[str, str] = field(default_factory=dict)
     x: float = math.nan
 
 
@@ -323,7 +327,18 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
     sets (:func:`row_launch_limits`), then ``overrides`` (cost-model fields, e.g. trial
     values of a fit). The running batch is the row's concurrency within what the engine
     admits (:func:`~learn_to_shard.serving.load.engine_max_num_seqs`: the launch's
-    ``max_num_seqs`` per rank, else the engine's default)."""
+    ``max_num_seqs`` per rank, else the engine's default).
+
+    TTFT and TPOT are compared as the median where the row states one, else as the mean
+    (TPOT last as the median ITL, :func:`_per_request_itl`), beside the simulation's same
+    statistic. The median first, for two reasons: the calibration rows every engine's
+    step overheads are fitted on state medians (all but one state nothing else), and a
+    source that states both can differ between them nearly 2x where a few requests stall on
+    what the simulation does not run (InferenceX's DeepSeek-R1 rows: median TTFT 85 ms, mean
+    158 ms, p99 811 ms at four clients; one-off kernel compilation or warm-up in the first
+    requests), which moves the mean of 10–40 requests and not their median. One capture of
+    InferenceX's API states the mean of some runs of a sweep and not of others, so the mean
+    first compared a mean at one end of a sweep with a median at the other."""
     res = ServingRowResult(id=row["id"], split=row.get("split", ""), engine=row["engine"],
                            series=row.get("series", ""), varies=row.get("varies", ""),
                            source_key=row.get("source_key", ""),
@@ -414,8 +429,8 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
         return skip(str(exc)[:160])
     simulated = sim["simulated"]
     assert isinstance(simulated, dict)
-    for metric, cols in (("ttft_ms", ("ttft_ms_mean", "ttft_ms_median")),
-                         ("tpot_ms", ("tpot_ms_mean", "tpot_ms_median", "itl_ms_median"))):
+    for metric, cols in (("ttft_ms", ("ttft_ms_median", "ttft_ms_mean")),
+                         ("tpot_ms", ("tpot_ms_median", "tpot_ms_mean", "itl_ms_median"))):
         for col in cols:
             v = _num(row.get(col))
             if v is not None:
@@ -429,6 +444,7 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
                 key = f"{stat}_{'itl' if pooled else metric.split('_')[0]}_s"
                 res.measured[metric] = v
                 res.predicted[metric] = float(simulated[key]) * 1e3
+                res.statistic[metric] = "itl p50" if pooled else stat
                 break
     tps = _num(row.get("output_tok_s"))
     per_gpu = _num(row.get("output_tok_s_per_gpu"))
@@ -466,7 +482,7 @@ def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[
     """Median |relative error| per metric over the rows of ``split``, how many rows were
     predicted, and, per sweep (rows of one ``series`` varying concurrency or rate), whether the
     predicted TTFT and TPOT move in the measured direction from the sweep's first to its last
-    point."""
+    point (a metric counts where both points compare the same statistic)."""
     rows = [r for r in results if r.split == split]
     out: dict[str, object] = {"rows": len(rows),
                               "predicted": sum(r.reason is None for r in rows)}
@@ -486,7 +502,8 @@ def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[
             continue
         for metric in ("ttft_ms", "tpot_ms"):
             a, b = pts[0], pts[-1]
-            if metric in a.measured and metric in b.measured:
+            if metric in a.measured and metric in b.measured \
+                    and a.statistic.get(metric) == b.statistic.get(metric):
                 total += 1
                 agree += (np.sign(b.measured[metric] - a.measured[metric])
                           == np.sign(b.predicted[metric] - a.predicted[metric]))
