@@ -59,14 +59,17 @@ def test_cp2_halves_kv_per_rank_and_prices_the_exchange() -> None:
 def test_mla_latent_is_split_by_cp() -> None:
     """DeepSeek-V3 (MLA: one latent shared by every head) at TP8: TP replicates the latent on
     all 8 ranks; cp = 8 keeps 1/8 of every sequence's tokens per rank (vLLM's DeepSeek-R1
-    case study)."""
+    case study). The KV stream splits 8 ways, the math does not (all 128 heads over 1/8 of
+    the tokens = 16 heads over all of them): at the measured MLA kernels' bandwidth the
+    attention goes from KV-bound to compute-bound, faster but by less than 8x."""
     cm = make_cost_model("deepseek-v3", "h200:8",
                          make_workload("decode", context=65536, dtype="fp8"))
     s1 = Strategy(tp=8, ep=8, pp=1, dp=1, batch=16)
     e1, e8 = cm.evaluate(s1), cm.evaluate(dataclasses.replace(s1, cp=8))
     assert e8.memory.kv_cache_bytes == pytest.approx(e1.memory.kv_cache_bytes / 8, rel=1e-12)
     assert e8.kv_capacity_tokens == pytest.approx(8 * e1.kv_capacity_tokens, rel=1e-6)
-    assert e8.op_time_s["attention"] < e1.op_time_s["attention"] / 4
+    assert e1.op_time_s["attention"] / 8 < e8.op_time_s["attention"] \
+        < e1.op_time_s["attention"] / 1.5
 
 
 def test_cp_candidates_and_rule() -> None:

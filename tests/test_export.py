@@ -71,12 +71,7 @@ def test_showcase_degrees_multiply_to_the_server(showcase):
     assert ds.servers * ds.gpus_per_server <= 16
     sg = showcase[("deepseek-v3", "sglang")]
     assert int(_arg(sg.args, "--tp-size")) == sg.gpus_per_server
-    assert "--attn-dp-size" in sg.args and "--enable-dp-attention" not in sg.args
-    # SGLang divides --chunked-prefill-size over its attention-DP ranks: the export states
-    # the instance's budget, so each rank gets the plan's.
-    attn_dp = int(_arg(sg.args, "--attn-dp-size"))
-    assert attn_dp > 1
-    assert int(_arg(sg.args, "--chunked-prefill-size")) == 8192 * attn_dp
+    assert "--enable-dp-attention" not in sg.args
     trt = showcase[("deepseek-v3", "trtllm")]
     y = trt.yaml_config
     assert y["moe_expert_parallel_size"] * y["moe_tensor_parallel_size"] == \
@@ -89,6 +84,31 @@ def test_showcase_degrees_multiply_to_the_server(showcase):
     # trtllm-serve cannot do; that is listed, not dropped.
     assert _arg(showcase[("qwen3-235b-a22b", "vllm")].args, "--quantization") == "fp8"
     assert any("FP8" in u for u in showcase[("qwen3-235b-a22b", "trtllm")].unexpressed)
+
+
+def test_sglang_attention_dp_export_states_the_instance_budget():
+    """DeepSeek-V3 on 16 H200 searched with attention-DP > 1 only: SGLang's export gives
+    ``--tp-size`` = TP x attention-DP (the server's GPUs) and ``--attn-dp-size`` (not the
+    deprecated ``--enable-dp-attention``), and, since SGLang divides
+    ``--chunked-prefill-size`` over its attention-DP ranks, states the instance's budget so
+    that each rank gets the plan's."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+
+    cm, _ = _plan("deepseek-v3", "h200:16", "fp8", "sglang")
+    space = dataclasses.replace(cm.space, dp_values=tuple(d for d in cm.space.dp_values
+                                                          if d > 1))
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config, space=space)
+    plan = search_plan(cm, engine="sglang")
+    sg = build_export(plan, "sglang", model=cm.model,
+                      devices_per_node=cm.cluster.device.scale_up_domain)
+    assert int(_arg(sg.args, "--tp-size")) == sg.gpus_per_server
+    assert "--attn-dp-size" in sg.args and "--enable-dp-attention" not in sg.args
+    attn_dp = int(_arg(sg.args, "--attn-dp-size"))
+    assert plan.best is not None and attn_dp == plan.best.strategy.dp > 1
+    assert int(_arg(sg.args, "--chunked-prefill-size")) == \
+        plan.cost_model["max_num_batched_tokens"] * attn_dp
 
 
 def test_unrestricted_plan_lists_what_the_engine_cannot_express():

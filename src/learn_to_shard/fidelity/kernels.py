@@ -50,7 +50,7 @@ __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a
            "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "BLOCK_FP8_EXPERT_FIT_GRID",
            "fit_block_fp8_expert_overhead", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
            "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels",
-           "MLA_DECODE_BATCHES", "MLA_HBM_FIT_GRID", "W4A16_SHAPES", "W4A16_FIT_GRID",
+           "W4A16_SHAPES", "W4A16_FIT_GRID",
            "W4A16_FIT_MIN_TOKENS", "W4A16_FIT_MAX_EP", "w4a16_expert_kernels",
            "fit_w4a16_expert_efficiency"]
 
@@ -899,22 +899,15 @@ def _fit_on_split(price: Callable[[CostModelConfig], Sequence[_SplitKernel]],
     return {k: float(getattr(cfg, k)) for k in grid}, loss, losses(cfg)[1]
 
 
-#: Grid of :func:`fit_mla_kernels`: the fixed cost per MLA module (s).
+#: Grid of :func:`fit_mla_kernels`: the fixed cost per MLA module (s) and the fraction of peak
+#: HBM bandwidth MLA attention's latent-KV stream reaches.
 MLA_FIT_GRID: dict[str, tuple[float, ...]] = {
     "mla_module_overhead_s": tuple(x * 1e-6 for x in (0, 10, 15, 20, 25, 30, 35, 40, 50, 60)),
-}
-#: Decode batches whose rows fit the MLA module's fixed cost (at larger batches the KV stream
-#: dominates, priced at the end-to-end ``attention_hbm_efficiency``); devices held out.
-MLA_FIT_BATCHES: tuple[int, ...] = (1, 8)
-#: The experiment of ``docs/validation.md`` ("MLA module"), not adopted: every decode batch,
-#: and the fraction of peak HBM bandwidth MLA decode attention reaches
-#: (``mla_attention_hbm_efficiency``) fitted beside the module cost
-#: (``fit_mla_kernels(grid={**MLA_FIT_GRID, **MLA_HBM_FIT_GRID},
-#: fit_batches=MLA_DECODE_BATCHES)``).
-MLA_DECODE_BATCHES: tuple[int, ...] = (1, 8, 64, 256)
-MLA_HBM_FIT_GRID: dict[str, tuple[float, ...]] = {
     "mla_attention_hbm_efficiency": (0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 }
+#: Decode batches whose rows fit the module: 1 and 8, where the module's own kernels dominate,
+#: and 64 and 256, where the KV stream does; devices held out.
+MLA_FIT_BATCHES: tuple[int, ...] = (1, 8, 64, 256)
 MLA_HELD_OUT_DEVICES: tuple[str, ...] = ("b200",)
 #: The table's GEMM dtypes the model prices (fp8 block-scaled as FP8); NVFP4 rows need 4-bit
 #: weights the model does not have and are left out.
@@ -995,8 +988,9 @@ def fit_mla_kernels(config: CostModelConfig | None = None, folder: str | Path | 
                     grid: dict[str, tuple[float, ...]] | None = None,
                     fit_batches: tuple[int, ...] = MLA_FIT_BATCHES
                     ) -> tuple[dict[str, float], float, float]:
-    """Fit ``mla_module_overhead_s`` (default grid :data:`MLA_FIT_GRID`) on the calibration rows
-    of :func:`mla_kernels` (decode at ``fit_batches``, default :data:`MLA_FIT_BATCHES`) by
+    """Fit ``mla_module_overhead_s`` and ``mla_attention_hbm_efficiency`` (default grid
+    :data:`MLA_FIT_GRID`) on the calibration rows of :func:`mla_kernels` (decode at
+    ``fit_batches``, default :data:`MLA_FIT_BATCHES`) by
     coordinate descent of the median ``|ln(predicted / measured)|``, starting from ``config``
     (default: the ``trtllm`` profile).
 
