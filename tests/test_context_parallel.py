@@ -68,7 +68,7 @@ def test_mla_latent_is_split_by_cp() -> None:
     e1, e8 = cm.evaluate(s1), cm.evaluate(dataclasses.replace(s1, cp=8))
     assert e8.memory.kv_cache_bytes == pytest.approx(e1.memory.kv_cache_bytes / 8, rel=1e-12)
     assert e8.kv_capacity_tokens == pytest.approx(8 * e1.kv_capacity_tokens, rel=1e-6)
-    assert e1.op_time_s["attention"] / 8 < e8.op_time_s["attention"] \
+    assert e1.op_time_s["attention"] / 3 < e8.op_time_s["attention"] \
         < e1.op_time_s["attention"] / 1.5
 
 

@@ -353,6 +353,7 @@ def test_fc23_mla_attention_dp_multiplies_kv_capacity_and_wins_when_kv_bound():
         b = max(8, _ev(m, cl, w, s, cfg).max_batch // 8 * 8)
         return _ev(m, cl, w, dataclasses.replace(s, batch=b), cfg).tokens_per_s_per_device
     assert at_max(dp, wl(8192)) > at_max(tp, wl(8192))
+    assert at_max(tp, wl(1024)) > at_max(dp, wl(1024))       # ranks wait on the prompt chunk
     balanced = CostModelConfig(attention_dp_balanced=True)
     assert at_max(dp, wl(1024), balanced) > at_max(tp, wl(1024), balanced)
 

@@ -260,7 +260,8 @@ def test_a_row_stating_mean_and_median_is_compared_on_the_median():
     mean_only = dict(both, ttft_ms_median="", tpot_ms_median="", itl_ms_median="")
     r = predict_row(mean_only)
     assert r.measured["ttft_ms"] == float(both["ttft_ms_mean"])
-    assert r.statistic["ttft_ms"] == "mean"
+    assert r.measured["tpot_ms"] == float(both["tpot_ms_mean"])
+    assert r.statistic == {"ttft_ms": "mean", "tpot_ms": "mean"}
     itl_only = dict(mean_only, ttft_ms_mean="", tpot_ms_mean="",
                     itl_ms_median=both["itl_ms_median"])
     assert predict_row(itl_only).statistic == {"tpot_ms": "itl p50"}
@@ -279,7 +280,8 @@ def test_a_sweep_direction_counts_only_where_its_ends_compare_one_statistic():
 
     assert summarize([pt(1, 100.0, "p50"), pt(8, 200.0, "p50")])["sweep_directions"] == "1/1"
     assert summarize([pt(1, 100.0, "p50"), pt(8, 50.0, "p50")])["sweep_directions"] == "0/1"
-    assert summarize([pt(1, 300.0, "mean"), pt(8, 200.0, "p50")])["sweep_directions"] == "0/0"
+    mixed = summarize([pt(1, 300.0, "mean"), pt(8, 200.0, "p50")])
+    assert mixed["sweep_directions"] == "0/0" and mixed["sweep_ends_unlike"] == 1
 
 
 def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():

@@ -795,7 +795,7 @@ def validate_cmd(
             "trtllm", moe_block_overhead_s=0.0, expert_shape_half=0.0,
             block_fp8_local_expert_overhead_s=0.0)), con)
         render_mla_kernels(mla_kernels(), mla_kernels(CostModelConfig.for_engine(
-            "trtllm", mla_module_overhead_s=0.0)), con)
+            "trtllm", mla_module_overhead_s=0.0, mla_attention_hbm_efficiency=None)), con)
     if serving:
         _render_serving_check(con, rows=rows)
     if fit:
@@ -832,7 +832,9 @@ def _render_serving_check(con: Console, rows: bool = True) -> None:
                       f"{s['ttft_ms_median_abs_err']:.1%} (n={s['ttft_ms_n']}), TPOT "
                       f"{s['tpot_ms_median_abs_err']:.1%} (n={s['tpot_ms_n']}), output tok/s "
                       f"{s['output_tok_s_median_abs_err']:.1%} (n={s['output_tok_s_n']}); "
-                      f"sweep directions {s['sweep_directions']}; "
+                      f"sweep directions {s['sweep_directions']}"
+                      + (f" ({s['sweep_ends_unlike']} left out: their ends compare different "
+                         "statistics)" if s["sweep_ends_unlike"] else "") + "; "
                       f"{s['predicted']}/{s['rows']} rows predicted", highlight=False,
                       soft_wrap=True)
 

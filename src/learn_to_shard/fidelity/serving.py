@@ -77,8 +77,10 @@ class ServingRowResult:
             ``hardware`` columns), for :func:`summarize_by_source`.
         reason: why it was not predicted, ``None`` when it was.
         measured, predicted: metric -> value (``ttft_ms``, ``tpot_ms``, ``output_tok_s``).
-        statistic: metric -> the statistic compared (``"p50"``, ``"mean"``, or ``"itl p50"``
-            for a pooled median ITL standing in for TPOT; ``output_tok_s`` has none).
+        statistic: metric -> the statistic compared: ``"p50"``, ``"mean"``, ``"itl p50"``
+            (a pooled median ITL standing in for TPOT, beside the simulated pooled gaps) or
+            ``"itl p50 per request"`` (LLMPerf's median of per-request mean ITLs, beside the
+            simulated median TPOT); ``output_tok_s`` has none.
         x: the swept value (concurrency or rate) for sweep-direction checks.
     """
 
@@ -444,7 +446,8 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
                 key = f"{stat}_{'itl' if pooled else metric.split('_')[0]}_s"
                 res.measured[metric] = v
                 res.predicted[metric] = float(simulated[key]) * 1e3
-                res.statistic[metric] = "itl p50" if pooled else stat
+                res.statistic[metric] = "itl p50" if pooled else \
+                    "itl p50 per request" if col == "itl_ms_median" else stat
                 break
     tps = _num(row.get("output_tok_s"))
     per_gpu = _num(row.get("output_tok_s_per_gpu"))
@@ -482,7 +485,8 @@ def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[
     """Median |relative error| per metric over the rows of ``split``, how many rows were
     predicted, and, per sweep (rows of one ``series`` varying concurrency or rate), whether the
     predicted TTFT and TPOT move in the measured direction from the sweep's first to its last
-    point (a metric counts where both points compare the same statistic)."""
+    point (a metric counts where both points compare the same statistic;
+    ``sweep_ends_unlike`` counts the (sweep, metric) pairs left out because they do not)."""
     rows = [r for r in results if r.split == split]
     out: dict[str, object] = {"rows": len(rows),
                               "predicted": sum(r.reason is None for r in rows)}
@@ -495,19 +499,22 @@ def summarize(results: list[ServingRowResult], split: str = "held-out") -> dict[
     for r in rows:
         if r.reason is None and r.varies in ("concurrency", "request_rate_per_s") and r.series:
             sweeps.setdefault(r.series, []).append(r)
-    agree = total = 0
+    agree = total = unlike = 0
     for pts in sweeps.values():
         pts = sorted(pts, key=lambda r: r.x)
         if len(pts) < 2:
             continue
         for metric in ("ttft_ms", "tpot_ms"):
             a, b = pts[0], pts[-1]
-            if metric in a.measured and metric in b.measured \
-                    and a.statistic.get(metric) == b.statistic.get(metric):
+            if metric in a.measured and metric in b.measured:
+                if a.statistic.get(metric) != b.statistic.get(metric):
+                    unlike += 1
+                    continue
                 total += 1
                 agree += (np.sign(b.measured[metric] - a.measured[metric])
                           == np.sign(b.predicted[metric] - a.predicted[metric]))
     out["sweep_directions"] = f"{agree}/{total}"
+    out["sweep_ends_unlike"] = unlike
     return out
 
 

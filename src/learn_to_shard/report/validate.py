@@ -189,13 +189,16 @@ def render_moe_kernels(shipped: Sequence[MoEStats], without: Sequence[MoEStats],
 def render_mla_kernels(shipped: Sequence[MLAKernel], without: Sequence[MLAKernel],
                        console: Any = None) -> None:
     """Print the MLA module against ``mla.csv``: median signed error per (device, module,
-    batch class) at the shipped factors and ``without`` (the module's fixed cost off)."""
+    batch class) at the shipped factors and ``without`` (the module's fixed cost off and its
+    KV stream at the GQA attention's end-to-end bandwidth fraction, as before both were
+    fitted)."""
     from rich.console import Console
 
     con = console or Console()
     t = _table("MLA module vs measured kernels (data/silicon/mla.csv; "
-               "CostModelConfig.mla_module_overhead_s)",
-               ("device", "module", "batch", "kernels", "median error", "without module cost"))
+               "CostModelConfig.mla_module_overhead_s, mla_attention_hbm_efficiency)",
+               ("device", "module", "batch", "kernels", "median error",
+                "without module cost, at the GQA bandwidth"))
 
     def groups(ks: Sequence[MLAKernel]) -> dict[tuple[str, str, str], list[float]]:
         out: dict[tuple[str, str, str], list[float]] = {}
