@@ -198,6 +198,10 @@ class OperatorTerms:
         shapes: operator shapes; mesh: rank placement (:class:`~learn_to_shard.parallel.mesh.
             Mesh`); layer_types: distinct ``(is_moe, window)`` in order of appearance;
         layer_type_of: ``[num_layers]`` index into ``layer_types``.
+        expert_dequant_efficiency: the fraction of the 16-bit rate the routed-expert GEMMs
+            run at where they dequantise experts stored below 8 bits
+            (``DeviceSpec.w4a16_expert_flops_efficiency``); ``None`` where that rate is not
+            applied (8-bit or wider experts, FP4 GEMMs, or no measurement on the device).
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
@@ -257,8 +261,9 @@ class OperatorTerms:
         #: weights) run their dequantising grouped GEMMs at the chip's measured fraction of
         #: the 16-bit rate (DeviceSpec.w4a16_expert_flops_efficiency; unmeasured chips 1).
         w4a16 = dev.w4a16_expert_flops_efficiency
-        self._expert_flops = quant_rate * w4a16 \
-            if low and fp4_rate is None and w4a16 is not None else quant_rate
+        self.expert_dequant_efficiency = w4a16 if low and fp4_rate is None else None
+        self._expert_flops = quant_rate * self.expert_dequant_efficiency \
+            if self.expert_dequant_efficiency is not None else quant_rate
         self._attn_flops = dev.peak_bf16_flops_per_s * (
             c.attention_flops_efficiency if c.attention_flops_efficiency is not None
             else c.flops_efficiency)

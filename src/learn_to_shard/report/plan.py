@@ -221,8 +221,8 @@ def _weights_format(cm: CostModel) -> str:
         scope = "routed experts" if q.experts_only else "linear weights"
         math = "FP4 tensor-core math" if q.fp4 and dev.peak_fp4_flops_per_s else \
             "dequantised to 16-bit math" + (" (no FP4 math on this device)" if q.fp4 else "")
-        eff = dev.w4a16_expert_flops_efficiency
-        if eff is not None and not (q.fp4 and dev.peak_fp4_flops_per_s):
+        eff = cm.expert_dequant_efficiency
+        if eff is not None:
             math += (f"; routed-expert GEMMs at {eff:g} of the 16-bit rate (this device's "
                      f"measured W4A16 MoE kernels)")
         return (f"{scope} {q.method} at {q.weight_bits:.4g} bits/weight incl. scales "
