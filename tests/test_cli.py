@@ -466,7 +466,8 @@ def test_plan_names_the_engines_frontend_time_in_ttft():
     doc = json.loads(runner.invoke(app, [*base, "--json", "--no-timing", "-q"]).stdout)
     assert doc["cost_model"]["frontend_latency_s"] == fe
     plain = runner.invoke(app, [a for a in base if a not in ("--engine", "vllm")])
-    assert "front-end" not in plain.stdout
+    flat = " ".join(plain.stdout.split())            # the engine line may wrap
+    assert "front-end" not in flat[flat.index("engine defaults:"):flat.index(" searched ")]
     # The prefill phase's TTFT does not carry it (a prefill pool's own time), so its plan
     # does not name it.
     prefill = runner.invoke(app, ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1",
@@ -501,8 +502,41 @@ def test_plan_names_the_engines_host_time():
     for args in (serve, [*serve, "--engine", "trtllm-tensorrt"]):
         out = runner.invoke(app, args)
         assert out.exit_code == 0, out.output
-        assert "host time" not in out.stdout and "front-end" not in out.stdout
+        flat = " ".join(out.stdout.split())          # the engine line may wrap
+        line = flat[flat.index("engine "):flat.index(" searched ")]
+        assert "host time" not in line and "front-end" not in line
     decode = runner.invoke(app, [*base, "--phase", "decode", "--context", "1200",
                                  "--engine", "trtllm"])
     assert decode.exit_code == 0, decode.output
     assert "per layer of a prompt step" not in decode.stdout
+
+
+def test_engine_optima_price_the_unrestricted_strategy_at_each_engines_costs():
+    """Without --engine the plan sets each engine's best launchable strategy beside the
+    unrestricted optimum, and prices the unrestricted optimum's own strategy under each
+    engine's profile: host and front-end time only add, so on a dense BF16 model it is never
+    above the unrestricted optimum; and an engine's exact optimum, searched over its space,
+    is never below that same strategy when the engine can launch it as is and it breaks
+    nothing at the engine's costs."""
+    r = _run("plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:2", "--phase", "serve",
+             "--isl", "1000", "--osl", "200", "--tpot-slo", "40ms", "--json", "-q",
+             "--no-timing")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    best = doc["best"]["tokens_per_s_per_device"]
+    rows = doc["engine_optima"]
+    assert {row["engine"] for row in rows} == {"vllm", "sglang", "trtllm"}
+    for row in rows:
+        same = row["unrestricted_under_engine_tokens_per_s_per_device"]
+        assert same is not None and 0 < same <= best * (1 + 1e-9), row
+        assert row["ratio_to_unrestricted"] == pytest.approx(
+            row["tokens_per_s_per_device"] / best)
+        if not row["unrestricted_not_expressible"] and \
+                not row["unrestricted_under_engine_violations"]:
+            assert row["tokens_per_s_per_device"] >= same * (1 - 1e-9), row
+    # The engines' host and front-end time, not their layouts, is what separates them here.
+    assert any(row["unrestricted_under_engine_tokens_per_s_per_device"] < best * 0.99
+               for row in rows)
+    text = _run("plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:2", "--phase", "serve",
+                "--isl", "1000", "--osl", "200", "--tpot-slo", "40ms")
+    assert "unrestricted strategy at the" in text.stdout
