@@ -1185,9 +1185,11 @@ class OperatorTerms:
         the step's prompts whole on one of the ``t`` ranks, ``[n]``.
 
         ``N`` whole prompts of ``isl`` tokens over ``t`` ranks put ``ceil(N / t) · isl`` on
-        the busiest rank (attention-DP inside the TP group, SGLang's DP attention; ranks with
-        fewer prompts idle part of the step). The step's prompts :meth:`step_prompts` ``n =
-        pf / isl`` are a mean (a chunk, a share of one prompt, a steady-state mix): the
+        the busiest rank (whole sequences per rank inside the TP group, as attention-DP keeps
+        them; the engines' attention-DP is the ``dp`` axis, priced by
+        :func:`busiest_rank_prompt_tokens`; ranks with fewer prompts idle part of the step).
+        The step's prompts :meth:`step_prompts` ``n = pf / isl`` are a mean (a chunk, a
+        share of one prompt, a steady-state mix): the
         steps carry ``floor(n)`` or ``floor(n) + 1`` prompts in the proportion that gives
         the mean ``n``, so the price is the linear interpolation of ``ceil(N / t) · isl``
         between them, rounded up to whole tokens — ``pf`` itself below one prompt, one
