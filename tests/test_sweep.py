@@ -297,3 +297,42 @@ def test_grid_and_size_plan_in_the_checkpoint_dtype_as_plan_does():
                                  str(Path(tempfile.mkdtemp()) / "s"), "-q"])
     assert r.exit_code == 0, r.output
     assert "fewest devices: 8 × h200" in r.output
+
+
+def test_size_answers_from_this_run_only_and_says_why_none_fits(tmp_path):
+    """``l2s size`` into a folder holding another run's rows (another model and device)
+    answers from its own clusters: Llama-3.1-405B on up to 2 RTX 4090s fits nowhere, so it
+    exits 1 and says why on the largest cluster, not "fewest devices" from the 8B rows the
+    folder keeps."""
+    out = str(tmp_path / "size")
+    first = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-8b", "--rate", "5", "--devices", "h100-sxm",
+        "--max-devices", "1", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
+        "--method", "megatron", "--workers", "1", "--out", out, "--quiet"])
+    assert first.exit_code == 0 and "fewest devices: 1 × h100-sxm" in first.output
+    again = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-405b", "--rate", "5", "--devices", "rtx-4090",
+        "--max-devices", "2", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
+        "--method", "megatron", "--workers", "1", "--out", out, "--quiet"])
+    assert again.exit_code == 1, again.output
+    assert "fewest devices" not in again.output
+    assert "no plan on rtx-4090 up to 2 devices meets the SLOs" in again.output
+    assert "rtx-4090:2:" in again.output and "memory" in again.output
+    assert len(read_parquet(tmp_path / "size" / "results.parquet")) == 3   # the folder keeps all
+
+
+def test_sweep_summarises_its_own_grid_in_a_shared_folder(local_run, tmp_path):
+    """A second grid run into the first grid's folder prints and plots only its own cells,
+    and says how many rows of other cells the result files keep."""
+    _, out, res = local_run
+    target = tmp_path / "shared"
+    shutil.copytree(out / "results", target)
+    one = {**SMALL, "models": ["llama-3.1-8b"], "clusters": ["h100-sxm:2"],
+           "searchers": ["megatron"], "seeds": [0]}
+    r = CliRunner().invoke(app, ["sweep", str(_write_grid(tmp_path, one)), "--out",
+                                 str(target), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert "1 cells run, 0 skipped, 0 failed" in r.output
+    assert "they also hold 16 rows of cells not in this grid" in " ".join(r.output.split())
+    assert "qwen3-30b-a3b" not in r.output and "h200" not in r.output
+    assert len(read_parquet(target / "results.parquet")) == 17

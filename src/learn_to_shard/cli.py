@@ -1197,16 +1197,20 @@ def sweep_cmd(
                             on_start=on_start, on_row=on_row)
     except PlannerError as exc:
         raise _fail(exc) from None
+    rows = res.grid_rows                  # this grid's cells; the folder may hold others
     if not quiet:
-        render_sweep(res.rows, spec.prices_per_device_hour,
+        render_sweep(rows, spec.prices_per_device_hour,
                      Console() if sys.stdout.isatty() else Console(width=200))
-    if plots and res.rows:
-        plot_tokens_per_device(res.rows, out / "tokens_per_device.png")
-        plot_cheapest(cheapest(res.rows, spec.prices_per_device_hour), out / "cheapest.png")
-    failed = sum(bool(r.get("error")) for r in res.rows)
-    infeasible = [r for r in res.rows if not r.get("error") and r.get("feasible") is False]
+    if plots and rows:
+        plot_tokens_per_device(rows, out / "tokens_per_device.png")
+        plot_cheapest(cheapest(rows, spec.prices_per_device_hour), out / "cheapest.png")
+    failed = sum(bool(r.get("error")) for r in rows)
+    infeasible = [r for r in rows if not r.get("error") and r.get("feasible") is False]
+    others = (f" (they also hold {res.other_rows} rows of cells not in this grid, from "
+              f"earlier runs into {out}; the tables and plots above are this grid's)"
+              if res.other_rows else "")
     err.print(f"{len(res.ran)} cells run, {res.skipped} skipped, {failed} failed, "
-              f"{len(infeasible)} infeasible; results: {res.parquet}, {res.csv}",
+              f"{len(infeasible)} infeasible; results: {res.parquet}, {res.csv}{others}",
               highlight=False)
     for r in infeasible[:5]:
         err.print(f"infeasible: {r.get('model')} on {r.get('cluster')} "
@@ -1306,7 +1310,8 @@ def size_cmd(
                             ray_address=ray_address, on_start=on_start, on_row=on_row)
     except PlannerError as exc:
         raise _fail(exc) from None
-    fleets = size_fleets(res.rows, rate_rps=rate, prices=prices, node_sizes=node_sizes(res.rows))
+    rows = res.grid_rows                  # this run's clusters only, not the folder's others
+    fleets = size_fleets(rows, rate_rps=rate, prices=prices, node_sizes=node_sizes(rows))
     con = Console() if sys.stdout.isatty() else Console(width=200)
     if fleets:
         con.print(fleet_table(fleets))
@@ -1315,12 +1320,19 @@ def size_cmd(
         cost = "" if best.cost_per_hour is None else f", {best.cost_per_hour:,.2f} per hour"
         con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} replicas of "
                   f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
-    failed = [r for r in res.rows if r.get("error")]
+    failed = [r for r in rows if r.get("error")]
     for r in failed[:3]:
         err.print(f"failed: {r['cluster']}: {r['error']}", markup=False, highlight=False)
     if not fleets:
         err.print(f"no plan on {devices} up to {max_devices} devices meets the SLOs",
                   highlight=False)
+        for kind in kinds:                 # why, on the largest cluster of each kind
+            mine = [r for r in rows if r.get("device") == kind and not r.get("error")]
+            if mine:
+                big = max(mine, key=lambda r: int(r.get("cluster_devices") or 0))
+                err.print(f"  {kind}:{big.get('cluster_devices')}: "
+                          f"{big.get('reasons') or 'no feasible strategy'}",
+                          markup=False, highlight=False)
     if res.interrupted:
         raise typer.Exit(code=130)
     raise typer.Exit(code=0 if fleets else 1)

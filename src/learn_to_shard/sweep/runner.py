@@ -42,6 +42,18 @@ class SweepResult:
     csv: Path | None = None
     interrupted: bool = False
 
+    @property
+    def grid_rows(self) -> list[dict[str, object]]:
+        """The rows of this grid's cells, in grid order: what a summary of this run reads
+        (``rows`` also holds the folder's rows of other grids, which the result files keep)."""
+        keys = {c.key() for c in self.cells}
+        return [r for r in self.rows if str(r["key"]) in keys]
+
+    @property
+    def other_rows(self) -> int:
+        """Rows in the folder of cells not in this grid (an earlier run's, kept)."""
+        return len(self.rows) - len(self.grid_rows)
+
 
 def ordered_rows(cells: list[Cell], journal_rows: list[dict[str, object]]
                  ) -> list[dict[str, object]]:
