@@ -1329,7 +1329,7 @@ def size_cmd(
         for kind in kinds:                 # why, on the largest cluster of each kind
             mine = [r for r in rows if r.get("device") == kind and not r.get("error")]
             if mine:
-                big = max(mine, key=lambda r: int(r.get("cluster_devices") or 0))
+                big = max(mine, key=lambda r: int(str(r.get("cluster_devices") or 0)))
                 err.print(f"  {kind}:{big.get('cluster_devices')}: "
                           f"{big.get('reasons') or 'no feasible strategy'}",
                           markup=False, highlight=False)
