@@ -73,3 +73,30 @@ def test_json_and_table_carry_capacity_and_per_user(phase, kw):
         assert row in r.stdout
     r = CliRunner().invoke(app, [*args, "--json"])
     assert json.loads(r.stdout)["best"]["stages"]
+
+
+def test_trtllm_plan_says_what_its_kv_pool_fraction_holds_back():
+    """Under TensorRT-LLM's profile the KV pool is 0.9 of the free memory, so a batch's KV needs
+    KV / 0.9 of it: the memory line says how much more must be free beside the batch's KV,
+    the headroom line how much of the free memory is that held-back share, and the stage line
+    that it counts KV as the memory limit does. The numbers agree: stage 0's total is the
+    memory line's plus the held-back share."""
+    args = ["plan", "--model", "deepseek-v3", "--cluster", "h100-sxm:32", "--phase", "decode",
+            "--context", "4096", "--dtype", "fp8", "--engine", "trtllm", "-q"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.replace("│", " ").split())
+    assert "a KV pool of 0.9 of the free memory holds this batch's KV only with" in text
+    assert "the 10% the engine keeps out of its KV pool" in text
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json", "--no-timing"]).stdout)
+    best = doc["best"]
+    mem = best["memory_per_device"]
+    if best["strategy"]["pp"] > 1:
+        assert "counted as the limit counts them: weights, workspace and KV ÷ 0.9" in text
+    held = mem["kv_cache_bytes"] * (1 / 0.9 - 1)
+    worst = max(best["stage_memory_bytes"])
+    total = mem["weight_bytes"] + mem["kv_cache_bytes"] + mem["workspace_bytes"]
+    assert worst == pytest.approx(total + held, rel=1e-9)
+    # vLLM's accounting (fraction 1) says none of it.
+    plain = CliRunner().invoke(app, [a if a != "trtllm" else "vllm" for a in args])
+    assert "KV pool of" not in plain.stdout and "keeps out of its KV pool" not in plain.stdout

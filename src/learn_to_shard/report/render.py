@@ -153,12 +153,20 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     f"stage times " + ", ".join(_ms(x) for x in e.stage_time_s[:8])
                     + (" …" if len(e.stage_time_s) > 8 else ""))
     m = e.memory
+    # TensorRT-LLM's KV pool is a fraction f of the memory left after weights and workspace:
+    # a batch's KV needs KV / f of it, and the rest stays out of the pool.
+    f = float(str(plan.cost_model.get("kv_cache_free_fraction", 1.0)))
+    held = m.kv_cache_bytes * (1.0 / f - 1.0) if 0.0 < f < 1.0 else 0.0
     summary.add_row("memory/device", f"{to_gib(m.total_bytes):.1f} of {to_gib(m.usable_bytes):.1f}"
                     f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
                     f"KV of this batch {to_gib(m.kv_cache_bytes):.1f}, workspace "
-                    f"{to_gib(m.workspace_bytes):.2f} GiB")
+                    f"{to_gib(m.workspace_bytes):.2f} GiB"
+                    + (f"; a KV pool of {f:g} of the free memory holds this batch's KV only "
+                       f"with {to_gib(held):.1f} GiB more free beside it" if held else ""))
     free, marginal = memory_headroom(e)
     summary.add_row("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
+                    + (f" ({to_gib(min(held, free)):.1f} of it the {1 - f:.0%} the engine "
+                       f"keeps out of its KV pool)" if held else "")
                     + (f"  [bold yellow]marginal[/]: under "
                        f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
                        f"may not fit" if marginal else ""))
@@ -166,7 +174,9 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
         summary.add_row("stages", "; ".join(
             f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
             f"{to_gib(float(r['memory_bytes'] or 0)):.1f} GiB"
-            for i, r in enumerate(stage_rows(e, plan.num_layers)) if r["layers"]))
+            for i, r in enumerate(stage_rows(e, plan.num_layers)) if r["layers"])
+            + (f" (counted as the limit counts them: weights, workspace and KV ÷ {f:g})"
+               if held else ""))
     summary.add_row("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the pool "
                     f"left after weights and workspace); longest context "
                     f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
