@@ -540,3 +540,24 @@ def test_engine_optima_price_the_unrestricted_strategy_at_each_engines_costs():
     text = _run("plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:2", "--phase", "serve",
                 "--isl", "1000", "--osl", "200", "--tpot-slo", "40ms")
     assert "unrestricted strategy at the" in text.stdout
+
+
+def test_engines_are_refused_on_devices_they_do_not_run_on():
+    """TensorRT-LLM runs on NVIDIA GPUs only, vLLM and SGLang on NVIDIA and AMD: --export or
+    --engine on another vendor's device is one line naming the flag and the vendors, exit 2
+    (no launch command for hardware the engine cannot use), and a plan without --engine
+    leaves those engines out of its engine table."""
+    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1024", "--osl",
+            "256", "-q"]
+    for cluster, flag, engine, vendor in (("mi300x:8", "--export", "trtllm", "an AMD device"),
+                                          ("trainium2:16", "--export", "vllm",
+                                           "an AWS Neuron device"),
+                                          ("mi300x:8", "--engine", "trtllm", "an AMD device")):
+        r = _run(*base, "--cluster", cluster, flag, engine)
+        assert r.exit_code == 2, (cluster, flag, r.output)
+        assert f"{flag} {engine}: {engine} runs on" in r.output and vendor in r.output
+        assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    ok = _run(*base, "--cluster", "mi300x:8", "--export", "vllm")
+    assert ok.exit_code == 0 and "vllm serve" in ok.stdout
+    doc = json.loads(_run(*base, "--cluster", "mi300x:8", "--json", "--no-timing").stdout)
+    assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang"}

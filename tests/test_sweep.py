@@ -336,3 +336,14 @@ def test_sweep_summarises_its_own_grid_in_a_shared_folder(local_run, tmp_path):
     assert "they also hold 16 rows of cells not in this grid" in " ".join(r.output.split())
     assert "qwen3-30b-a3b" not in r.output and "h200" not in r.output
     assert len(read_parquet(target / "results.parquet")) == 17
+
+
+def test_grid_cell_of_an_engine_on_a_device_it_does_not_run_on_is_an_error_row():
+    """A grid cell with TensorRT-LLM on AMD GPUs records why it cannot run, and the sweep goes
+    on."""
+    g = grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["mi300x:8"],
+                        "workloads": [{"phase": "serve", "isl": 1024, "osl": 256}],
+                        "engines": ["trtllm"]})
+    (cell,) = expand(g)
+    row = run_cell(cell)
+    assert row["error"] and "trtllm runs on NVIDIA GPUs" in str(row["error"]), row

@@ -392,3 +392,28 @@ def test_moe_reference_table_holds_every_shape_and_the_ep_over_expert_tp_gap():
             if k[-1] != "balanced" and (*k[:-1], "balanced") in t and k[4] == "8192"
             and int(k[6]) >= 8]
     assert len(skew) > 100 and statistics.median(skew) > 1.5
+
+
+def test_validate_table_with_no_predictable_row_is_bad_input(tmp_path):
+    """A user's --table whose rows all name a device l2s does not have predicts nothing: one
+    line naming the table, the first row and why, exit 2 (not an empty summary, exit 0)."""
+    import csv
+
+    from learn_to_shard.fidelity.measurements import default_table_path
+
+    with open(default_table_path(), newline="") as f:
+        reader = csv.DictReader(f)
+        fields = list(reader.fieldnames or [])
+        row = next(reader)
+    row["hardware"] = "v100"
+    table = tmp_path / "mine.csv"
+    with open(table, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerow(row)
+    r = CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
+                                 "--plot", str(tmp_path / "p.png"), "--report",
+                                 str(tmp_path / "r.json")])
+    assert r.exit_code == 2, r.output
+    assert f"--table {table}: none of its 1 rows can be predicted" in r.output
+    assert "unknown device preset 'v100'" in r.output

@@ -55,6 +55,7 @@ from .cost.config import (
     CostModelConfig,
 )
 from .cost.model import CostModel
+from .engines.collectives import check_engine_device, engine_runs_on
 from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
@@ -477,6 +478,7 @@ def plan_cmd(
             cfg = dataclasses.replace(cfg, kv_admission=kv_admission)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
                              context_parallel=context_parallel)
+        check_engine_device(engine, "--export" if export else "--engine", cm.cluster.device)
         if collectives not in ("alpha-beta", "search"):
             cm = make_cost_model(spec, cm.cluster, wl,
                                  collectives_config(cfg, collectives, engine, cm.cluster),
@@ -692,6 +694,8 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
         return []
     rows = []
     for name, prof in ENGINES.items():
+        if not engine_runs_on(name, cm.cluster.device):
+            continue
         cfg = dataclasses.replace(
             _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens),
             moe_routing_alpha=cm.config.moe_routing_alpha)          # --moe-routing
@@ -805,6 +809,14 @@ def validate_cmd(
         if fit:
             calibration_rows(measurements)       # nothing to fit is bad input, before any work
         result = validate(measurements, table=table)
+        if table is not None and result.results and \
+                not any(x.status == "ok" for x in result.results):
+            first = result.results[0]
+            raise PlannerError(
+                f"--table {table}: none of its {len(result.results)} rows can be predicted "
+                f"(row {first.row.id}: {first.status}: {first.reason}); see "
+                "l2s models and l2s devices, and the columns in "
+                "src/learn_to_shard/data/README.md")
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     # Piped output gets a wide console so the row ids stay whole; markup off: row ids and
@@ -969,6 +981,7 @@ def compare_cmd(
         wl = with_images(wl, spec, images_per_request, image_tokens)
         cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
+        check_engine_device(engine, "--engine", cm.cluster.device)
         store = RunStore(out, problem_fingerprint(cm, budget))
         if store.check(resume):
             err.print(f"resuming: finished runs are loaded from {store.runs_dir}, not run "
@@ -1065,6 +1078,9 @@ def pareto_cmd(
             raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
+        check_engine_device(engine, "--engine", cm.cluster.device)
+        if export:
+            check_engine_device(export, "--export", cm.cluster.device)
         res = pareto(cm)
         launch_engine = export or _launch_engine(engine)
         rows = frontier_rows(res, cm, engine, launch_engine)

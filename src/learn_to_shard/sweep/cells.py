@@ -33,6 +33,7 @@ import time
 from .. import __version__
 from ..api import cost_config, make_cost_model, search_plan
 from ..cost.model import CostModel
+from ..engines.collectives import check_engine_device
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
@@ -74,9 +75,11 @@ def _cost_model(cell_problem: str) -> CostModel:
     cell = Cell.model_validate_json(cell_problem)
     e = cell.engine
     spec = load_model(cell.model)
-    return make_cost_model(spec, cell.cluster, cell.workload.workload(spec, e.name),
+    cm = make_cost_model(spec, cell.cluster, cell.workload.workload(spec, e.name),
                            cost_config(e.name, e.gpu_memory_utilization,
                                        e.max_num_batched_tokens), engine=e.name)
+    check_engine_device(e.name, "engine", cm.cluster.device)
+    return cm
 
 
 def cost_model_of(cell: Cell) -> CostModel:
