@@ -321,3 +321,27 @@ def test_a_plan_without_a_recorded_budget_exports_the_engines_default_for_its_de
     broken = dataclasses.replace(bare, cluster="no-such-gpu:2")
     with pytest.raises(ConfigError, match="no token budget"):
         build_export(broken, "vllm", model=cm.model)
+
+
+def test_export_of_a_config_not_named_config_json_says_the_engine_will_not_load_it(tmp_path):
+    """The engines load a local model from its folder's config.json: exporting a plan made
+    from ``cfg/mymodel.json`` marks the model NOT EXPRESSIBLE (the folder has no config.json),
+    and one made from ``cfg/config.json`` only notes where the weights must be."""
+    import shutil
+    from importlib import resources
+
+    src = resources.files("learn_to_shard").joinpath("data", "models", "qwen3-8b.json")
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    other = folder / "mymodel.json"
+    other.write_text(src.read_text())
+    base = ["plan", "--cluster", "h100-sxm:1", "--phase", "serve", "--isl", "1000", "--osl",
+            "200", "--export", "vllm", "-q"]
+    r = CliRunner().invoke(app, [*base, "--model", str(other)])
+    assert r.exit_code == 0, r.output
+    assert "# NOT EXPRESSIBLE: model: l2s planned" in r.stdout and "has none" in r.stdout
+    shutil.copy(other, folder / "config.json")
+    again = CliRunner().invoke(app, [*base, "--model", str(other)])
+    assert "which is another file" in again.stdout
+    ok = CliRunner().invoke(app, [*base, "--model", str(folder / "config.json")])
+    assert "NOT EXPRESSIBLE: model" not in ok.stdout and "config.json read by l2s" in ok.stdout

@@ -492,8 +492,17 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
     if model is not None and model.source_kind == "file":
-        notes.append(f"the model is loaded from the folder {model_id_of(plan.model, model)} "
-                     f"(config.json read by l2s); its weights must be in that folder")
+        src = Path(model.source or "")
+        if src.suffix == ".json" and src.name != "config.json":
+            there = (src.parent / "config.json").exists()
+            unexpressed.append(
+                f"model: l2s planned {src}, but the engines load the folder's config.json, "
+                + (f"which is another file ({src.parent / 'config.json'})" if there else
+                   f"and {src.parent} has none: put the checkpoint and this config, named "
+                   f"config.json, in one folder and plan with that folder"))
+        else:
+            notes.append(f"the model is loaded from the folder {model_id_of(plan.model, model)}"
+                         f" (config.json read by l2s); its weights must be in that folder")
     if unexpressed and plan.engine != engine:
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
