@@ -374,3 +374,32 @@ def test_unknown_shipped_name_lists_names() -> None:
         load_model("llama-9")
     msg = _one_line(exc)
     assert "'llama-9'" in msg and "llama-3.1-70b" in msg and "switch-c-2048" not in msg
+
+
+def test_torch_dtype_must_name_a_torch_dtype_and_its_absence_is_said(tmp_path):
+    """``torch_dtype: "banana"`` is refused naming the field and the valid names; a config
+    without one loads with ``native_dtype`` empty, and the plan's weights line says a 16-bit
+    checkpoint was assumed rather than quoting a dtype the config never stated."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    data = json.loads(resources.files("learn_to_shard").joinpath(
+        "data", "models", "qwen3-8b.json").read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**data, "torch_dtype": "banana"}))
+    with pytest.raises(ConfigError, match="field 'torch_dtype' is 'banana'; expected a torch "
+                                          "dtype name: .*bfloat16"):
+        load_model(str(bad))
+    plain = {k: v for k, v in data.items() if k not in ("torch_dtype", "dtype")}
+    none = tmp_path / "none.json"
+    none.write_text(json.dumps(plain))
+    assert load_model(str(none)).native_dtype == ""
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({**plain, "torch_dtype": "torch.float16"}))
+    assert load_model(str(ok)).native_dtype == "float16"
+    r = CliRunner().invoke(app, ["plan", "--model", str(none), "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--isl", "1000", "--osl", "200", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "the config states no torch_dtype: a 16-bit checkpoint assumed" in \
+        " ".join(r.stdout.split())

@@ -339,8 +339,9 @@ def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
         raise ConfigError(
             f"--model {repo_id}: not a shipped model or a local path, and no config.json for "
             f"it in the HuggingFace cache (looked in {folder}; cache from HF_HUB_CACHE / "
-            f"HF_HOME); nothing is downloaded: run `huggingface-cli download {repo_id} "
-            f"config.json` first, or pass a config.json path")
+            f"HF_HOME); nothing is downloaded: run `hf download {repo_id} config.json` first "
+            f"(`huggingface-cli download` before huggingface_hub 0.34), or pass a config.json "
+            f"path")
     quant = try_to_load_from_cache(repo_id, "hf_quant_config.json", cache_dir=cache)
     return Path(found), Path(quant) if isinstance(quant, str) else None
 
@@ -559,20 +560,33 @@ def _moe_check(f: _Fields, num_experts: int, top_k: int, top_k_key: str) -> None
         )
 
 
+#: The ``torch_dtype`` names a checkpoint's config may state (torch's dtype attribute names;
+#: ``auto`` as ``transformers`` writes it for a dtype left to the loader).
+_TORCH_DTYPES = frozenset({"bfloat16", "float16", "float32", "float64", "half", "float",
+                           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                           "int8", "uint8", "auto"})
+
+
 def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     """Fields every family shares (``data`` is the top-level object, for dtype/architectures;
     a wrapper's ``text_config`` may carry its own ``dtype``)."""
     archs = data.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    dtype = data.get("torch_dtype", data.get("dtype", f.data.get("torch_dtype",
-                                                                   f.data.get("dtype"))))
+    key = next((k for k in ("torch_dtype", "dtype") if k in data), None)
+    where, obj = ("", data) if key is not None else (f.prefix, f.data)
+    key = key or next((k for k in ("torch_dtype", "dtype") if k in f.data), None)
+    dtype = obj.get(key) if key is not None else None
+    if key is not None and dtype is not None and (
+            not isinstance(dtype, str) or dtype.removeprefix("torch.") not in _TORCH_DTYPES):
+        raise ConfigError(f"{f.source}: field '{where}{key}' is {dtype!r}; expected a torch "
+                          f"dtype name: {', '.join(sorted(_TORCH_DTYPES))}")
     return {
         "architecture": arch or str(data["model_type"]),
         "hidden_size": f.integer("hidden_size"),
         "vocab_size": f.integer("vocab_size"),
         "tie_word_embeddings": f.flag("tie_word_embeddings",
                                       data.get("tie_word_embeddings") is True),
-        "native_dtype": dtype if isinstance(dtype, str) else "bfloat16",
+        "native_dtype": dtype.removeprefix("torch.") if isinstance(dtype, str) else "",
         "max_position_embeddings": f.integer("max_position_embeddings", 0, minimum=0),
     }
 

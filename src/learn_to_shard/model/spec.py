@@ -186,7 +186,8 @@ class ModelSpec:
         tie_word_embeddings: LM head shares the embedding matrix.
         weight_block_size: quantisation block (rows, cols) of block-quantised checkpoints
             (DeepSeek FP8: (128, 128)); every sharded weight dim must be a multiple of it.
-        native_dtype: ``torch_dtype`` of the checkpoint (informational).
+        native_dtype: ``torch_dtype`` of the checkpoint (informational; ``""`` when the
+            config states none).
         max_position_embeddings: longest context the model supports (tokens).
         expert_weight_bits: bits per routed-expert weight, scales included, when the
             checkpoint stores its experts below the workload's dtype (MXFP4: 4.25); ``None``:

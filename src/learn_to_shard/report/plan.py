@@ -229,7 +229,9 @@ def _weights_format(cm: CostModel) -> str:
                 f"(checkpoint), {math}")
     ckpt = m.checkpoint_dtype
     if wl.weight_dtype.value == ckpt:
-        what = f"{q.method} checkpoint" if q is not None else f"{m.native_dtype} checkpoint"
+        what = f"{q.method} checkpoint" if q is not None else \
+            f"{m.native_dtype} checkpoint" if m.native_dtype else \
+            "the config states no torch_dtype: a 16-bit checkpoint assumed"
         return f"{ckpt} ({what})"
     if ckpt == "fp8":
         stored = q.method if q is not None else "fp8"
