@@ -561,3 +561,20 @@ def test_engines_are_refused_on_devices_they_do_not_run_on():
     assert ok.exit_code == 0 and "vllm serve" in ok.stdout
     doc = json.loads(_run(*base, "--cluster", "mi300x:8", "--json", "--no-timing").stdout)
     assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang"}
+
+
+def test_bad_lengths_name_the_flag_given_and_tiny_slos_print_in_microseconds():
+    """``--isl 0`` names --isl (not --isl/--context), ``--osl -1`` in the serve phase says a
+    positive length is needed (0 is refused too), and a 1 µs TPOT SLO prints as 1.00 µs in the
+    reasons, not 0.00 ms."""
+    base = ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1", "-q"]
+    r = _run(*base, "--phase", "prefill", "--isl", "0")
+    assert r.exit_code == 2 and "error: --isl: must be a positive token count, got 0" in r.output
+    r = _run(*base, "--phase", "decode", "--context", "0")
+    assert r.exit_code == 2 and "--context (or --isl): must be a positive" in r.output
+    for osl in ("-1", "0"):
+        r = _run(*base, "--phase", "serve", "--isl", "100", "--osl", osl)
+        assert r.exit_code == 2
+        assert f"--osl: the serve phase needs a positive output length, got {osl}" in r.output
+    r = _run(*base, "--phase", "serve", "--isl", "100", "--osl", "10", "--tpot-slo", "1us")
+    assert r.exit_code == 1 and "> SLO 1.00 µs" in r.output

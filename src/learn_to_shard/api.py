@@ -8,9 +8,11 @@ from typing import cast
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
 from .engines import default_kv_dtype
+from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError
+from .hardware.fabric import scale_up_fabric
 from .hardware.presets import parse_cluster
-from .hardware.spec import ClusterSpec
+from .hardware.spec import ClusterSpec, DeviceSpec
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan
@@ -87,7 +89,7 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
                               "the prompt's KV); use --phase serve for isl/osl requests")
         return Workload(ph, isl=isl, osl=0, weight_dtype=wd, kv_dtype=kd,
                         ttft_slo_s=ttft_slo_s)
-    if not osl:
+    if osl is None:
         raise ConfigError("--osl: the serve phase needs an output length, e.g. --osl 1024")
     return Workload(ph, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd,
                     ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, concurrency=concurrency)
@@ -598,3 +600,33 @@ def slo_under_load(workload: Workload, sim: dict[str, object]) -> dict[str, obje
         p90_met = p90_met and p90 <= slo
     return {"ttft_slo_s": workload.ttft_slo_s, "tpot_slo_s": workload.tpot_slo_s, "met": met,
             "p90_met": p90_met, "missed": missed}
+
+
+_VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "aws": "AWS Neuron"}
+
+
+def engine_runs_on(engine: str, device: DeviceSpec) -> bool:
+    """Whether ``engine`` runs on ``device``'s vendor
+    (:data:`~learn_to_shard.engines.collectives.ENGINE_VENDORS`; an engine not listed there,
+    or a device of unknown vendor such as a cluster file's own, passes)."""
+    vendor = scale_up_fabric(device).vendor
+    return engine not in ENGINE_VENDORS or vendor == "unknown" \
+        or vendor in ENGINE_VENDORS[engine]
+
+
+def check_engine_device(engine: str | None, flag: str, device: DeviceSpec) -> None:
+    """Refuse an engine (``--engine``, ``--export``, a grid's engine) on a device it does not
+    run on (:func:`engine_runs_on`).
+
+    Raises:
+        ConfigError: naming ``flag``, the engine, the device's vendor and the vendors the
+            engine runs on.
+    """
+    if engine is None or engine_runs_on(engine, device):
+        return
+    runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[engine])
+    vendor = scale_up_fabric(device).vendor
+    raise ConfigError(f"{flag} {engine}: {engine} runs on {runs} GPUs, and {device.name} is "
+                      f"{'an' if vendor in ('amd', 'aws') else 'a'} "
+                      f"{_VENDOR_NAMES.get(vendor, vendor)} device; plan without {flag}, or "
+                      f"with an engine that runs there")

@@ -35,9 +35,11 @@ from rich.progress import (
 from .api import (
     DEFAULT_BUDGET,
     CollectiveSearchInterrupted,
+    check_engine_device,
     checkpoint_dtypes,
     collectives_config,
     cost_config,
+    engine_runs_on,
     exact_optimum,
     expected_evaluations,
     make_cost_model,
@@ -55,7 +57,6 @@ from .cost.config import (
     CostModelConfig,
 )
 from .cost.model import CostModel
-from .engines.collectives import check_engine_device, engine_runs_on
 from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
@@ -392,7 +393,9 @@ def plan_cmd(
                                   help="Print the plan as JSON on stdout (a flag: no value)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write JSON here "
                                        "(with --export: the launch script instead)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", metavar="", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", metavar="",
+                               help="No progress bar; with --export, no plan on stderr either "
+                               "(the launch script alone)."),
     timing: TimingOpt = True,
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
@@ -1334,7 +1337,8 @@ def size_cmd(
         best = fleets[0]
         what = "lowest cost" if best.cost_per_hour is not None else "fewest devices"
         cost = "" if best.cost_per_hour is None else f", {best.cost_per_hour:,.2f} per hour"
-        con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} replicas of "
+        con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} "
+                  f"{'replica' if best.replicas == 1 else 'replicas'} of "
                   f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
     failed = [r for r in rows if r.get("error")]
     for r in failed[:3]:

@@ -59,6 +59,15 @@ def to_ms(seconds: float) -> float:
     return seconds / MS
 
 
+def format_ms(seconds: float, digits: int = 2) -> str:
+    """A time for people: milliseconds to ``digits`` decimals (``"6.30 ms"``), or
+    microseconds when that would print as zero (under 10 µs, e.g. a ``1us`` SLO:
+    ``"1.00 µs"``)."""
+    if 0 < abs(seconds) < 10 ** -(digits + 3):
+        return f"{seconds * 1e6:.{digits}f} µs"
+    return f"{to_ms(seconds):.{digits}f} ms"
+
+
 def to_gib(n_bytes: float) -> float:
     """Bytes to GiB (2**30 bytes), for display."""
     return n_bytes / GIB

@@ -95,11 +95,13 @@ class Workload:
                 raise ConfigError(f"{flag}: {name} must be a positive finite number of "
                                   f"seconds, got {v!r}")
         if self.isl <= 0:
-            raise ConfigError(f"--isl/--context: must be a positive token count, got {self.isl}")
+            flag = "--context (or --isl)" if self.phase is Phase.DECODE else "--isl"
+            raise ConfigError(f"{flag}: must be a positive token count, got {self.isl}")
+        if self.phase is Phase.SERVE and self.osl <= 0:
+            raise ConfigError(f"--osl: the serve phase needs a positive output length, got "
+                              f"{self.osl}")
         if self.osl < 0:
             raise ConfigError(f"--osl: must be >= 0, got {self.osl}")
-        if self.phase is Phase.SERVE and self.osl <= 0:
-            raise ConfigError("--osl: the serve phase needs a positive output length")
         if self.concurrency is not None:
             if self.phase is not Phase.SERVE:
                 raise ConfigError("--concurrency: a closed-loop load needs --phase serve")

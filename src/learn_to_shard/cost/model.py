@@ -371,7 +371,7 @@ class CostModel(OperatorTerms):
     def _explain(self, names: tuple[str, ...], out: dict, s: Strategy) -> tuple[str, ...]:
         """Turn violation names into one specific line each (numbers where they help)."""
         lines = []
-        from ..units import to_gib, to_ms
+        from ..units import format_ms, to_gib
         for line in names:
             key = line.split(":")[0]
             if key == "memory":
@@ -385,11 +385,11 @@ class CostModel(OperatorTerms):
                         f"(weights {to_gib(w):.1f}, KV {to_gib(out['stage_kv'][0, worst]):.1f}, "
                         f"workspace {to_gib(out['ws'][0]):.1f} GiB)")
             elif key == "tpot_slo":
-                line = (f"tpot_slo: TPOT {to_ms(out['batch'].tpot_s[0]):.2f} ms > SLO "
-                        f"{to_ms(self.workload.tpot_slo_s or 0):.2f} ms")
+                line = (f"tpot_slo: TPOT {format_ms(out['batch'].tpot_s[0])} > SLO "
+                        f"{format_ms(self.workload.tpot_slo_s or 0)}")
             elif key == "ttft_slo":
-                line = (f"ttft_slo: TTFT {to_ms(out['batch'].ttft_s[0]):.1f} ms > SLO "
-                        f"{to_ms(self.workload.ttft_slo_s or 0):.1f} ms")
+                line = (f"ttft_slo: TTFT {format_ms(out['batch'].ttft_s[0], 1)} > SLO "
+                        f"{format_ms(self.workload.ttft_slo_s or 0, 1)}")
             lines.append(line)
         return tuple(lines)
 

@@ -20,15 +20,11 @@ be read at those exact tags; each source below names the commit that was read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..hardware.spec import DeviceSpec
 
 __all__ = ["ALGORITHMS", "COLLECTIVE_SETTINGS", "CUSTOM_ALL_REDUCE", "CollectiveSetting",
            "CustomAllReduce", "ENGINE_VENDORS", "FUSED_RMSNORM", "FUSED_RMSNORM_CAPABILITIES",
-           "NCCL_ALGORITHMS", "NVLS_IN_ENGINE", "SEQUENCE_PARALLEL_PASS", "check_engine_device",
-           "collective_setting", "custom_all_reduce", "engine_runs_on"]
+           "NCCL_ALGORITHMS", "NVLS_IN_ENGINE", "SEQUENCE_PARALLEL_PASS", "collective_setting",
+           "custom_all_reduce"]
 
 MiB = 1024 * 1024
 
@@ -115,40 +111,6 @@ class CustomAllReduce:
 ENGINE_VENDORS: dict[str, tuple[str, ...]] = {"vllm": ("nvidia", "amd"),
                                               "sglang": ("nvidia", "amd"),
                                               "trtllm": ("nvidia",)}
-
-_VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "aws": "AWS Neuron"}
-
-
-def engine_runs_on(engine: str, device: DeviceSpec) -> bool:
-    """Whether ``engine`` runs on ``device``'s vendor (:data:`ENGINE_VENDORS`; an engine not
-    listed there, or a device of unknown vendor such as a cluster file's own, passes)."""
-    from ..hardware.fabric import scale_up_fabric
-
-    vendor = scale_up_fabric(device).vendor
-    return engine not in ENGINE_VENDORS or vendor == "unknown" \
-        or vendor in ENGINE_VENDORS[engine]
-
-
-def check_engine_device(engine: str | None, flag: str, device: DeviceSpec) -> None:
-    """Refuse an engine (``--engine``, ``--export``, a grid's engine) on a device it does not
-    run on (:func:`engine_runs_on`).
-
-    Raises:
-        ConfigError: naming ``flag``, the engine, the device's vendor and the vendors the
-            engine runs on.
-    """
-    from ..errors import ConfigError
-    from ..hardware.fabric import scale_up_fabric
-
-    if engine is None or engine_runs_on(engine, device):
-        return
-    runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[engine])
-    vendor = scale_up_fabric(device).vendor
-    raise ConfigError(f"{flag} {engine}: {engine} runs on {runs} GPUs, and {device.name} is "
-                      f"{'an' if vendor in ('amd', 'aws') else 'a'} "
-                      f"{_VENDOR_NAMES.get(vendor, vendor)} device; plan without {flag}, or "
-                      f"with an engine that runs there")
-
 
 #: Compute capabilities with fused all-reduce + RMSNorm kernels: TensorRT-LLM's strategy
 #: table covers SM 90 and SM 100 (``customAllReduceUtils.h``), FlashInfer's all-reduce fusion

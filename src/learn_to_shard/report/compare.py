@@ -421,7 +421,8 @@ def comparison_table(cmp: Comparison) -> Table:
     """A rich table, one row per method."""
     p = cmp.problem
     n = len(cmp.seeds)
-    title = (f"{p['model']} on {p['cluster']}, {p['phase']} isl={p['isl']}"
+    length = "context" if p["phase"] == "decode" else "isl"
+    title = (f"{p['model']} on {p['cluster']}, {p['phase']} {length}={p['isl']}"
              f"{' osl=' + str(p['osl']) if p['osl'] else ''}: budget {cmp.budget}, {n} seeds")
     t = Table(title=title, title_justify="left")
     t.add_column("method")
@@ -496,7 +497,8 @@ def plot_convergence(cmp: Comparison, path: str | Path) -> Path:
             ax.fill_between(x, c.min(axis=0), c.max(axis=0), alpha=0.2,
                             color=line.get_color(), linewidth=0)
     p = cmp.problem
-    ax.set_title(f"{p['model']}, {p['cluster']}, {p['phase']} isl={p['isl']} "
+    length = "context" if p["phase"] == "decode" else "isl"
+    ax.set_title(f"{p['model']}, {p['cluster']}, {p['phase']} {length}={p['isl']} "
                  f"({len(cmp.seeds)} seeds; band = min–max)", fontsize=10)
     ax.set_xlabel("evaluations (invalid included)")
     ax.set_ylabel("best feasible tokens/s per device")

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
-from ..units import to_gib, to_ms
+from ..units import format_ms, to_gib, to_ms
 from ..workload import Phase
 from .plan import MARGINAL_HEADROOM_FRACTION, Plan, memory_headroom, stage_rows
 
@@ -21,7 +21,8 @@ _MOE_OPS = {Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
 
 
 def _ms(x: float) -> str:
-    return "—" if x is None or math.isnan(x) else f"{to_ms(x):.2f} ms"
+    """Seconds as :func:`~learn_to_shard.units.format_ms` (``—`` for none)."""
+    return "—" if x is None or math.isnan(x) else format_ms(x)
 
 
 def _unit(plan: Plan) -> str:
@@ -243,7 +244,13 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims
                if sim.get("scheduler", {}).get("preemptions")]
-        con.print(f"[dim]KV admission: {sched['kv_admission']}"
+        how = {"reserve": "a request's whole isl + osl reserved when it is admitted",
+               "on_demand": "a paged pool that grows a token per decode and preempts when "
+                            "full",
+               "no_future_oom": "admitted while no future step can run out of KV"}
+        con.print(f"[dim]KV admission in the simulation: {sched['kv_admission']} "
+                  f"({how.get(sched['kv_admission'], 'see --kv-admission')}; the engine line "
+                  f"above is the steady-state estimate's accounting)"
                   + (f"; requests preempted when the KV pool ran out ({', '.join(pre)}), "
                      "recomputed when readmitted" if pre else "") + "[/]", highlight=False)
     slo = first.get("slo")

@@ -31,9 +31,8 @@ import sys
 import time
 
 from .. import __version__
-from ..api import cost_config, make_cost_model, search_plan
+from ..api import check_engine_device, cost_config, make_cost_model, search_plan
 from ..cost.model import CostModel
-from ..engines.collectives import check_engine_device
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
