@@ -69,3 +69,14 @@ def test_cli_pareto_prints_the_commands_of_the_engine_its_profile_describes(tmp_
     rows = json.loads((tmp_path / "pareto.json").read_text())["frontier"]
     assert rows and all(str(row["export"]).startswith(command) for row in rows), \
         [row["export"] for row in rows][:2]
+
+
+def test_cli_pareto_with_nothing_that_fits_says_why(tmp_path):
+    """Llama-3.1-405B on two RTX 4090s: no candidate fits, so the frontier is empty, exit 1,
+    and the last line names the closest candidate's broken limits (memory)."""
+    r = CliRunner().invoke(app, ["pareto", "--model", "llama-3.1-405b", "--cluster",
+                                 "rtx-4090:2", "--isl", "1024", "--osl", "256", "--out",
+                                 str(tmp_path / "p")])
+    assert r.exit_code == 1, r.output
+    assert "no strategy fits: closest candidate" in r.output
+    assert "memory: stage 0 weights alone exceed" in r.output

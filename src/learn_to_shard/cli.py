@@ -60,7 +60,7 @@ from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
-from .report.plan import Plan
+from .report.plan import Plan, join_reasons
 from .search.base import SearchInterrupted, interruptible
 from .serving import ServingLoad
 from .units import parse_duration_s
@@ -1125,6 +1125,11 @@ def pareto_cmd(
                       str(r["export"]))
         con.print(t)
     err.print(f"plot: {plot}  json: {out / 'pareto.json'}", highlight=False)
+    if not rows:                     # why: the exact search's closest candidate and counts
+        why = exact_optimum(cm, engine=engine).reasons
+        err.print("no strategy fits: " + (join_reasons(why) if why else "none of the "
+                                          f"{res.candidates:,} candidates"),
+                  markup=False, highlight=False)
     raise typer.Exit(code=0 if rows else 1)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import __version__
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
+from ..parallel.space import active_heads, canonical
 from ..parallel.strategy import Strategy
 from ..search.base import SearchResult, is_timing_key
 from ..workload import DType, Workload
@@ -97,7 +98,8 @@ class Plan:
         reasons: list[str] = []
         if best is None:
             if result.closest is not None:
-                near = cm.evaluate(result.closest[0])
+                # Inactive heads as every other printed strategy has them (absent operators ∅).
+                near = cm.evaluate(canonical(result.closest[0], active_heads(cm.space)))
                 reasons.append(f"closest candidate {near.strategy.short()}:")
                 reasons.extend(near.violations)
             reasons.extend(f"{k} evaluations broke '{name}'" for name, k in
@@ -248,6 +250,15 @@ def _num(x: float) -> float | None:
 #: "marginal": the engines' own allocations (CUDA graphs, NCCL buffers, fragmentation) vary by
 #: a few percent between versions and settings, so such a plan may not start.
 MARGINAL_HEADROOM_FRACTION = 0.03
+
+
+def join_reasons(reasons: list[str] | tuple[str, ...]) -> str:
+    """:attr:`Plan.reasons` as one line: ``; `` between reasons, a space after a heading that
+    ends in ``:`` (``closest candidate …:``)."""
+    out = ""
+    for r in reasons:
+        out += r if not out else (" " if out.endswith(":") else "; ") + r
+    return out
 
 
 def memory_headroom(e: Estimate) -> tuple[float, bool]:

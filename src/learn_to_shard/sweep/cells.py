@@ -36,7 +36,7 @@ from ..cost.model import CostModel
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
-from ..report.plan import Plan
+from ..report.plan import Plan, join_reasons
 from ..search import get_searcher
 from ..search.base import SearchResult
 from .grid import Cell
@@ -163,22 +163,13 @@ def error_row(cell: Cell, exc: BaseException, wall_s: float = 0.0) -> dict[str, 
     return row
 
 
-def _join_reasons(reasons: list[str] | tuple[str, ...]) -> str:
-    """``Plan.reasons`` as one line: ``; `` between reasons, a space after a heading that
-    ends in ``:`` (``closest candidate …:``)."""
-    out = ""
-    for r in reasons:
-        out += r if not out else (" " if out.endswith(":") else "; ") + r
-    return out
-
-
 def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, object]:
     """The row of a finished cell (see the module docstring for the columns)."""
     row = empty_row(cell)
     row.update(feasible=plan.feasible, method_used=plan.method_used,
                evaluations=int(plan.search["evaluations"]),    # type: ignore[call-overload]
                search_wall_s=float(plan.search["wall_s"]),     # type: ignore[arg-type]
-               wall_s=wall_s, reasons=_join_reasons(plan.reasons) or None)
+               wall_s=wall_s, reasons=join_reasons(plan.reasons) or None)
     b = plan.best
     if b is not None:
         s = b.strategy
