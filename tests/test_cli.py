@@ -557,6 +557,9 @@ def test_engines_are_refused_on_devices_they_do_not_run_on():
         assert r.exit_code == 2, (cluster, flag, r.output)
         assert f"{flag} {engine}: {engine} runs on" in r.output and vendor in r.output
         assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    # TensorRT-LLM's other runtime's profile is refused the same way.
+    r = _run(*base, "--cluster", "mi300x:8", "--engine", "trtllm-tensorrt")
+    assert r.exit_code == 2 and "trtllm runs on NVIDIA GPUs" in r.output
     ok = _run(*base, "--cluster", "mi300x:8", "--export", "vllm")
     assert ok.exit_code == 0 and "vllm serve" in ok.stdout
     doc = json.loads(_run(*base, "--cluster", "mi300x:8", "--json", "--no-timing").stdout)

@@ -401,5 +401,14 @@ def test_torch_dtype_must_name_a_torch_dtype_and_its_absence_is_said(tmp_path):
     r = CliRunner().invoke(app, ["plan", "--model", str(none), "--cluster", "h100-sxm:1",
                                  "--phase", "serve", "--isl", "1000", "--osl", "200", "-q"])
     assert r.exit_code == 0, r.output
-    assert "the config states no torch_dtype: a 16-bit checkpoint assumed" in \
+    assert "the config states no torch_dtype (or auto): a 16-bit checkpoint assumed" in \
         " ".join(r.stdout.split())
+    auto = tmp_path / "auto.json"
+    auto.write_text(json.dumps({**plain, "torch_dtype": "auto"}))
+    assert load_model(str(auto)).native_dtype == ""
+    f8 = tmp_path / "f8.json"
+    f8.write_text(json.dumps({**plain, "torch_dtype": "float8_e4m3fn"}))
+    r = CliRunner().invoke(app, ["plan", "--model", str(f8), "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--isl", "1000", "--osl", "200", "-q"])
+    assert "torch_dtype float8_e4m3fn without a quantization config: priced as a 16-bit" \
+        in " ".join(r.stdout.split())

@@ -78,5 +78,18 @@ def test_cli_pareto_with_nothing_that_fits_says_why(tmp_path):
                                  "rtx-4090:2", "--isl", "1024", "--osl", "256", "--out",
                                  str(tmp_path / "p")])
     assert r.exit_code == 1, r.output
-    assert "no strategy fits: closest candidate" in r.output
+    flat = " ".join(r.output.split())
+    assert "no strategy fits: none of the " in flat
+    assert "candidates; an exact search's closest candidate" in flat
     assert "memory: stage 0 weights alone exceed" in r.output
+
+
+def test_cli_pareto_prints_no_launch_command_where_no_engine_runs(tmp_path):
+    """On Trainium2 (no exported engine runs there) the frontier is priced, but its rows carry
+    no launch command instead of a 'vllm serve' for hardware vLLM's CUDA build lacks."""
+    r = CliRunner().invoke(app, ["pareto", "--model", "llama-3.1-8b", "--cluster",
+                                 "trainium2:16", "--isl", "1024", "--osl", "256", "--out",
+                                 str(tmp_path / "p"), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["frontier"]
+    assert rows and all(x["export"] is None and x["servers"] is None for x in rows)

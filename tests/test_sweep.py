@@ -310,6 +310,12 @@ def test_size_answers_from_this_run_only_and_says_why_none_fits(tmp_path):
         "--max-devices", "1", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
         "--method", "megatron", "--workers", "1", "--out", out, "--quiet"])
     assert first.exit_code == 0 and "fewest devices: 1 × h100-sxm" in first.output
+    alias = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-405b", "--rate", "5", "--devices", "H100",
+        "--max-devices", "1", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
+        "--method", "megatron", "--workers", "1", "--out", str(tmp_path / "alias"),
+        "--quiet"])
+    assert alias.exit_code == 1 and "H100:1: closest candidate" in alias.output
     again = CliRunner().invoke(app, [
         "size", "--model", "llama-3.1-405b", "--rate", "5", "--devices", "rtx-4090",
         "--max-devices", "2", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",

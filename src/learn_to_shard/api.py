@@ -609,9 +609,16 @@ def engine_runs_on(engine: str, device: DeviceSpec) -> bool:
     """Whether ``engine`` runs on ``device``'s vendor
     (:data:`~learn_to_shard.engines.collectives.ENGINE_VENDORS`; an engine not listed there,
     or a device of unknown vendor such as a cluster file's own, passes)."""
+    engine = _runtime_of(engine)
     vendor = scale_up_fabric(device).vendor
     return engine not in ENGINE_VENDORS or vendor == "unknown" \
         or vendor in ENGINE_VENDORS[engine]
+
+
+def _runtime_of(engine: str) -> str:
+    """The engine a profile describes (``trtllm-tensorrt`` is TensorRT-LLM's other runtime):
+    its ``ENGINE_PROFILES`` entry's ``engine`` where it names one, else the name itself."""
+    return str(ENGINE_PROFILES.get(engine, {}).get("engine", engine))
 
 
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec) -> None:
@@ -624,9 +631,10 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec) -> No
     """
     if engine is None or engine_runs_on(engine, device):
         return
-    runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[engine])
+    runtime = _runtime_of(engine)
+    runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[runtime])
     vendor = scale_up_fabric(device).vendor
-    raise ConfigError(f"{flag} {engine}: {engine} runs on {runs} GPUs, and {device.name} is "
+    raise ConfigError(f"{flag} {engine}: {runtime} runs on {runs} GPUs, and {device.name} is "
                       f"{'an' if vendor in ('amd', 'aws') else 'a'} "
-                      f"{_VENDOR_NAMES.get(vendor, vendor)} device; plan without {flag}, or "
-                      f"with an engine that runs there")
+                      f"{_VENDOR_NAMES.get(vendor, vendor)} device; run without it, or with "
+                      f"an engine that runs there")

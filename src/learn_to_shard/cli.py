@@ -58,6 +58,7 @@ from .cost.config import (
 )
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
+from .hardware.presets import ALIASES
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan, join_reasons
@@ -685,11 +686,13 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
     tokens/s/device and the rules it then breaks beside the engine's layout and degree
     rules; ``None`` where the engine's space has not its degrees). The unrestricted optimum
     is priced without any engine's host and front-end time, so the ratio mixes what the
-    engine's restriction costs with what its own overheads cost; the strategy priced under
-    the engine separates them. Empty with ``--engine``, unless the unrestricted answer is the
-    exact optimum (budgeted answers are not optima, and an engine's space is a subset, so its
-    exact search is no slower), or when it is infeasible.
-    """
+    engine's restriction costs with what its profile costs; the strategy priced under the
+    engine separates them. Both engine prices use the profile's config alone
+    (:func:`_engine_config`): the plan's collective, sequence-parallel, GEMM-overlap and MoE
+    all-to-all options are not carried into them. Empty with ``--engine``, when the
+    unrestricted answer is not the exact optimum (budgeted answers are not optima; an
+    engine's space is a subset, so its exact search is no slower), or when it is infeasible;
+    engines that do not run on the device's vendor are left out (:func:`engine_runs_on`)."""
     from .engines import ENGINES
     from .report.export import build_export
 
@@ -754,9 +757,12 @@ def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
                   "\n".join(row["unrestricted_not_expressible"]) or "nothing (launchable as is)")
     con.print(t)
     con.print("× unrestricted: over the optimum priced without an engine's host and front-end "
-              "time; the unrestricted strategy priced at each engine's costs (its host time, "
-              "front-end time and memory policy) shows how much of the gap is those costs "
-              "rather than the layouts the engine cannot launch.")
+              "time. Each engine row, its own best and the unrestricted strategy alike, is "
+              "priced with that engine's profile (host and front-end time, memory policy, "
+              "its kernel factors) and without this plan's --collectives, --sequence-parallel, "
+              "--gemm-overlap, --moe-a2a and --two-batch-overlap; the unrestricted strategy's "
+              "price there shows how much of the gap is the profile rather than the layouts "
+              "the engine cannot launch.")
 
 
 @app.command("validate")
@@ -813,7 +819,7 @@ def validate_cmd(
             calibration_rows(measurements)       # nothing to fit is bad input, before any work
         result = validate(measurements, table=table)
         if table is not None and result.results and \
-                not any(x.status == "ok" for x in result.results):
+                all(x.predicted is None for x in result.results):
             first = result.results[0]
             raise PlannerError(
                 f"--table {table}: none of its {len(result.results)} rows can be predicted "
@@ -1085,7 +1091,9 @@ def pareto_cmd(
         if export:
             check_engine_device(export, "--export", cm.cluster.device)
         res = pareto(cm)
-        launch_engine = export or _launch_engine(engine)
+        launch_engine: str | None = export or _launch_engine(engine)
+        if launch_engine is not None and not engine_runs_on(launch_engine, cm.cluster.device):
+            launch_engine = None                 # no launch command for hardware it lacks
         rows = frontier_rows(res, cm, engine, launch_engine)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
@@ -1093,8 +1101,9 @@ def pareto_cmd(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
-    title = (f"{cm.model.name} on {cm.cluster.name}, {wl.phase.value} isl={wl.isl} "
-             f"osl={wl.osl}, {wl.weight_dtype.value}" + (f", engine {engine}" if engine else ""))
+    lengths = f"context={wl.isl}" if wl.phase is Phase.DECODE else f"isl={wl.isl} osl={wl.osl}"
+    title = (f"{cm.model.name} on {cm.cluster.name}, {wl.phase.value} {lengths}, "
+             f"{wl.weight_dtype.value}" + (f", engine {engine}" if engine else ""))
     plot = plot_pareto(res, out / "pareto.png", title)
     data = {"model": cm.model.name, "cluster": cm.cluster.name, "engine": engine,
             "workload": {"phase": wl.phase.value, "isl": wl.isl, "osl": wl.osl,
@@ -1121,14 +1130,19 @@ def pareto_cmd(
             t.add_row(str(r["strategy"]), f"{r['tokens_per_s_per_user']:.1f}",
                       f"{r['tokens_per_s_per_device']:,.1f}",
                       f"{float(str(r['tpot_s'])) * 1e3:.2f} ms",
-                      "yes" if r["meets_tpot_slo"] else "no", str(r["servers"]),
-                      str(r["export"]))
+                      "yes" if r["meets_tpot_slo"] else "no",
+                      "—" if r["servers"] is None else str(r["servers"]),
+                      "— (no exported engine runs on this device)" if r["export"] is None
+                      else str(r["export"]))
         con.print(t)
     err.print(f"plot: {plot}  json: {out / 'pareto.json'}", highlight=False)
     if not rows:                     # why: the exact search's closest candidate and counts
-        why = exact_optimum(cm, engine=engine).reasons
-        err.print("no strategy fits: " + (join_reasons(why) if why else "none of the "
-                                          f"{res.candidates:,} candidates"),
+        try:
+            why = exact_optimum(cm, engine=engine).reasons
+        except (PlannerError, InternalError, SearchInterrupted, KeyboardInterrupt):
+            why = []
+        err.print(f"no strategy fits: none of the {res.candidates:,} candidates"
+                  + (f"; an exact search's {join_reasons(why)}" if why else ""),
                   markup=False, highlight=False)
     raise typer.Exit(code=0 if rows else 1)
 
@@ -1352,7 +1366,8 @@ def size_cmd(
         err.print(f"no plan on {devices} up to {max_devices} devices meets the SLOs",
                   highlight=False)
         for kind in kinds:                 # why, on the largest cluster of each kind
-            mine = [r for r in rows if r.get("device") == kind and not r.get("error")]
+            name = ALIASES.get(kind.lower(), kind.lower())     # rows carry the preset name
+            mine = [r for r in rows if r.get("device") == name and not r.get("error")]
             if mine:
                 big = max(mine, key=lambda r: int(str(r.get("cluster_devices") or 0)))
                 err.print(f"  {kind}:{big.get('cluster_devices')}: "

@@ -586,7 +586,8 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         "vocab_size": f.integer("vocab_size"),
         "tie_word_embeddings": f.flag("tie_word_embeddings",
                                       data.get("tie_word_embeddings") is True),
-        "native_dtype": dtype.removeprefix("torch.") if isinstance(dtype, str) else "",
+        "native_dtype": "" if not isinstance(dtype, str) or dtype == "auto"
+        else dtype.removeprefix("torch."),
         "max_position_embeddings": f.integer("max_position_embeddings", 0, minimum=0),
     }
 

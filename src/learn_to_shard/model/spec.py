@@ -187,7 +187,7 @@ class ModelSpec:
         weight_block_size: quantisation block (rows, cols) of block-quantised checkpoints
             (DeepSeek FP8: (128, 128)); every sharded weight dim must be a multiple of it.
         native_dtype: ``torch_dtype`` of the checkpoint (informational; ``""`` when the
-            config states none).
+            config states none or ``auto``).
         max_position_embeddings: longest context the model supports (tokens).
         expert_weight_bits: bits per routed-expert weight, scales included, when the
             checkpoint stores its experts below the workload's dtype (MXFP4: 4.25); ``None``:

@@ -70,6 +70,8 @@ class Export:
             (:meth:`server_commands`); ``None`` when unknown.
         env: environment variables the server needs (the NCCL algorithm a plan priced with
             ``--collectives`` pinned to one), exported before the launch lines by :meth:`text`.
+        warnings: what keeps the command from running the planned model as printed (a
+            config file the engine will not read), ``# WARNING:`` lines of :meth:`text`.
     """
 
     engine: str
@@ -85,6 +87,7 @@ class Export:
     notes: list[str] = field(default_factory=list)
     devices_per_node: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def command(self, config_path: str = "extra_llm_api_options.yaml") -> str:
         """The launch command line (shell-quoted)."""
@@ -107,6 +110,8 @@ class Export:
         lines = [f"# {self.engine} {self.version}: {self.servers} server(s), "
                  f"{self.gpus_per_server} GPU(s) each"
                  + (f" over {self.nodes_per_server} nodes" if self.nodes_per_server > 1 else "")]
+        for w in self.warnings:
+            lines.append(f"# WARNING: {w}")
         for u in self.unexpressed:
             lines.append(f"# NOT EXPRESSIBLE: {u}")
         for n in self.notes:
@@ -180,8 +185,8 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
         return _hf_ids().get(model.name if model is not None else name, name)
     if model.repo_id is not None:
         return model.repo_id
-    src = Path(model.source)
-    return str(src.parent if src.suffix == ".json" else src)
+    src = Path(model.source)          # the file read: its folder is what engines load
+    return str(src.parent if src.suffix == ".json" or src.is_file() else src)
 
 
 def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
@@ -491,15 +496,17 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          "(trtllm-llmapi-launch), one rank per GPU")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
+    warnings: list[str] = []
     if model is not None and model.source_kind == "file":
         src = Path(model.source or "")
-        if src.suffix == ".json" and src.name != "config.json":
+        if src.name != "config.json":
             there = (src.parent / "config.json").exists()
-            unexpressed.append(
-                f"model: l2s planned {src}, but the engines load the folder's config.json, "
-                + (f"which is another file ({src.parent / 'config.json'})" if there else
-                   f"and {src.parent} has none: put the checkpoint and this config, named "
-                   f"config.json, in one folder and plan with that folder"))
+            warnings.append(
+                f"l2s planned the model of {src}, but the engine loads the config.json of "
+                f"{src.parent}, "
+                + ("which is another file" if there else
+                   "and there is none: put the checkpoint and this config, named "
+                   "config.json, in one folder and plan with that folder"))
         else:
             notes.append(f"the model is loaded from the folder {model_id_of(plan.model, model)}"
                          f" (config.json read by l2s); its weights must be in that folder")
@@ -508,6 +515,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
     return Export(engine=engine, version=prof.version, launcher=prof.launcher,
                   model_id=model_id_of(plan.model, model), args=args, yaml_config=yaml_cfg,
+                  warnings=warnings,
                   servers=servers, gpus_per_server=gpus, nodes_per_server=nodes,
                   unexpressed=unexpressed, notes=notes, devices_per_node=devices_per_node,
                   env=env)

@@ -199,8 +199,11 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None) ->
         out.append(Section("Engines", paragraphs=[
             "The best strategy each engine can launch, beside the unrestricted optimum. "
             "The unrestricted optimum is priced without an engine's host and front-end time; "
-            "its strategy priced at each engine's costs shows how much of the gap is those "
-            "costs rather than the layouts the engine cannot launch."],
+            "each engine row (its best, and the unrestricted strategy) is priced with that "
+            "engine's profile and without the plan's collective, sequence-parallel, "
+            "GEMM-overlap and MoE all-to-all options, so the unrestricted strategy's price "
+            "there shows how much of the gap is the profile rather than the layouts the "
+            "engine cannot launch."],
             tables=[(["engine", "strategy", "tokens/s/device", "× unrestricted",
                       "unrestricted strategy at the engine's costs",
                       "unrestricted optimum needs"],
@@ -226,7 +229,7 @@ def pareto_sections(title: str, rows: list[dict], plot: Path) -> list[Section]:
     """Sections of a ``pareto`` report: the plot and the frontier table."""
     table = [[str(r["strategy"]), f"{r['tokens_per_s_per_user']:.1f}",
               f"{r['tokens_per_s_per_device']:,.1f}", "yes" if r["meets_tpot_slo"] else "no",
-              str(r["export"])] for r in rows]
+              "—" if r["export"] is None else str(r["export"])] for r in rows]
     return [Section(f"Pareto frontier: {title}", figures=[image_figure(
         "pareto", plot, "tokens/s per device against tokens/s per user")],
         tables=[(["strategy", "tokens/s/user", "tokens/s/device", "meets TPOT SLO",

@@ -152,13 +152,23 @@ def plot_pareto(res: ParetoResult, path: str | Path, title: str) -> Path:
 
 
 def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
-                  export_engine: str) -> list[dict[str, object]]:
+                  export_engine: str | None) -> list[dict[str, object]]:
     """The frontier as JSON-ready rows: strategy, tokens/s per user and per device, TPOT,
-    TTFT, whether it meets the TPOT SLO, and the export command for ``export_engine``."""
+    TTFT, whether it meets the TPOT SLO, and the export command for ``export_engine``
+    (``None``: no engine to launch on this device; ``servers``, ``export`` and
+    ``not_expressible`` are then ``None``)."""
     from .export import build_export
 
-    rows = []
+    rows: list[dict[str, object]] = []
     for e in res.frontier:
+        base = {
+            "strategy": e.strategy.short(), "tokens_per_s_per_user": 1.0 / e.tpot_s,
+            "tokens_per_s_per_device": e.tokens_per_s_per_device, "tpot_s": e.tpot_s,
+            "ttft_s": None if math.isnan(e.ttft_s) else e.ttft_s,
+            "meets_tpot_slo": res.tpot_slo_s is None or e.tpot_s <= res.tpot_slo_s}
+        if export_engine is None:
+            rows.append({**base, "servers": None, "export": None, "not_expressible": None})
+            continue
         ex = build_export(point_plan(cm, e, engine), export_engine, model=cm.model,
                           devices_per_node=cm.cluster.device.scale_up_domain)
         rows.append({

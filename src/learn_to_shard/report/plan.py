@@ -231,9 +231,12 @@ def _weights_format(cm: CostModel) -> str:
                 f"(checkpoint), {math}")
     ckpt = m.checkpoint_dtype
     if wl.weight_dtype.value == ckpt:
+        wide = m.native_dtype in ("bfloat16", "float16", "float32", "float64", "half", "float")
         what = f"{q.method} checkpoint" if q is not None else \
-            f"{m.native_dtype} checkpoint" if m.native_dtype else \
-            "the config states no torch_dtype: a 16-bit checkpoint assumed"
+            f"{m.native_dtype} checkpoint" if wide else \
+            f"torch_dtype {m.native_dtype} without a quantization config: priced as a 16-bit " \
+            f"checkpoint" if m.native_dtype else \
+            "the config states no torch_dtype (or auto): a 16-bit checkpoint assumed"
         return f"{ckpt} ({what})"
     if ckpt == "fp8":
         stored = q.method if q is not None else "fp8"

@@ -165,9 +165,13 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     + (f"; a KV pool of {f:g} of the free memory holds this batch's KV only "
                        f"with {to_gib(held):.1f} GiB more free beside it" if held else ""))
     free, marginal = memory_headroom(e)
+    # The pool is f of what weights and workspace leave; the engine keeps the rest out of it.
+    kept_out = (1.0 - f) * (m.usable_bytes - m.weight_bytes - m.workspace_bytes) \
+        if held else 0.0
     summary.add_row("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
-                    + (f" ({to_gib(min(held, free)):.1f} of it the {1 - f:.0%} the engine "
-                       f"keeps out of its KV pool)" if held else "")
+                    + (f" ({to_gib(min(kept_out, free)):.1f} of it outside the KV pool, which "
+                       f"takes {f:g} of the memory weights and workspace leave)"
+                       if held else "")
                     + (f"  [bold yellow]marginal[/]: under "
                        f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
                        f"may not fit" if marginal else ""))
