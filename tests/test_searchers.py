@@ -275,3 +275,24 @@ def test_launchable_redraws_only_disallowed_blocks() -> None:
         kept = sp.block_ok(block, a[:, cols])
         np.testing.assert_array_equal(b[kept][:, cols], a[kept][:, cols])
     np.testing.assert_array_equal(b[:, :NUM_COARSE], a[:, :NUM_COARSE])
+
+
+def test_closest_candidate_is_the_least_memory_of_the_fewest_broken_rules():
+    """Llama-3.1-405B on two H100s breaks memory and the TPOT SLO everywhere: the closest
+    candidate the Megatron search reports is the one with the least peak memory among those
+    breaking the fewest rules (TP2, ~380 GiB), not the first evaluated (TP1, ~760 GiB): the
+    tie-break on bytes must survive beside the rule count."""
+    from learn_to_shard.api import make_cost_model, make_workload
+    from learn_to_shard.search.megatron import coarse_grid
+
+    cm = make_cost_model("llama-3.1-405b", "h100-sxm:2",
+                         make_workload("serve", isl=1024, osl=256, tpot_slo_s=0.05))
+    res = get_searcher("megatron").search(cm, None, 0)
+    assert res.best_action is None and res.closest is not None
+    est = cm.evaluate_many(coarse_grid(cm))
+    nbits = np.array([bin(int(b)).count("1") for b in est.violation_bits])
+    fewest = nbits == nbits.min()
+    closest = cm.evaluate_many(res.closest[0][None, :])
+    assert float(closest.peak_memory_bytes[0]) == pytest.approx(
+        float(est.peak_memory_bytes[fewest].min()), rel=1e-12)
+    assert cm.space.decode(res.closest[0]).tp == 2

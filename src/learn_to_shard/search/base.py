@@ -291,8 +291,9 @@ class BudgetedEvaluator:
                 if b not in self._rej or r > self._rej[b][1]:
                     self._rej[b] = (a[j].copy(), r, int(b))
             nbits = np.array([bin(int(b)).count("1") for b in bits[infeas]])
-            key = nbits * 1e30 + est.peak_memory_bytes[infeas]
-            j = int(infeas[np.argmin(key)])
+            # Fewest broken rules, then the least peak memory (np.lexsort: last key first; a
+            # weighted sum such as nbits·1e30 + bytes loses the bytes to float rounding).
+            j = int(infeas[np.lexsort((est.peak_memory_bytes[infeas], nbits))[0]])
             k = (int(nbits.min()), float(est.peak_memory_bytes[j]))
             if self._closest is None or k < self._closest[0]:
                 self._closest = (k, a[j].copy(), int(bits[j]))
