@@ -356,7 +356,7 @@ def test_simulate_estimate_runs_the_engines_order_and_the_loads_lengths(sglang_7
     assert simulate_estimate(cm, est, load)["simulated"] == first
     # 20,000 draws: the sd of the mean is 1.65 / sqrt(20,000) = 1.2% for the prompts (ShareGPT's
     # coefficient of variation 1.65) and 0.6% for the outputs (0.82); 5% is four sd.
-    req, _, _ = load_mod._instance_requests(cm, ServingLoad(concurrency=4, num_prompts=20_000,
+    req, _, _, _ = load_mod._instance_requests(cm, ServingLoad(concurrency=4, num_prompts=20_000,
                                                             dataset="sharegpt"), 1)
     assert len(set(req.isl.tolist())) > 50 and len(set(req.osl.tolist())) > 50
     assert req.isl.mean() == pytest.approx(cm.workload.isl, rel=0.05)

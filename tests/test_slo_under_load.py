@@ -42,3 +42,39 @@ def test_plan_warns_when_the_simulation_misses_the_slo():
     assert data["best"]["ttft_s"] <= 0.3
     first = data["simulation"][0]["slo"]
     assert first["met"] is False and first["ttft_slo_s"] == 0.3
+
+
+def test_clients_that_do_not_fill_every_replica_are_not_counted_twice():
+    """Three clients on 8 H100s: two TP4 replicas of batch 2 hold only three sequences, so the
+    cluster runs 1.5 replicas' worth of that batch, not 2 (the objective counted 4 clients),
+    and the plan's answer is one TP8 replica serving all three; the JSON's cluster tokens/s
+    is the objective times the devices, and a simulation of the two-replica plan credits
+    3 / ceil(3 / 2) = 1.5 replicas."""
+    import copy
+
+    import pytest
+
+    from learn_to_shard.api import make_cost_model, make_workload
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.serving import ServingLoad, simulate_estimate
+
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                         make_workload("serve", isl=1024, osl=256, concurrency=3))
+    tp4 = Strategy(tp=4, ep=1, pp=1, dp=1, batch=2)
+    cm2 = copy.copy(cm)
+    cm2.space = cm.space.with_batches([2, 3])
+    e = cm2.evaluate(tp4)
+    assert e.instances == 2
+    assert e.tokens_per_s_per_device == pytest.approx(e.output_tokens_per_s * 1.5 / 8,
+                                                      rel=1e-12)
+    doc = json.loads(CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "serve",
+        "--isl", "1024", "--osl", "256", "--concurrency", "3", "--json", "-q",
+        "--no-timing"]).stdout)
+    best = doc["best"]
+    assert (best["strategy"]["tp"], best["strategy"]["batch"]) == (8, 3)
+    assert best["cluster_tokens_per_s"] == pytest.approx(8 * best["tokens_per_s_per_device"])
+    sim = simulate_estimate(cm2, e, ServingLoad(concurrency=3, num_prompts=30))
+    assert sim["replicas"] == 2 and sim["replicas_worth"] == pytest.approx(1.5)
+    assert sim["cluster_output_tokens_per_s"] == pytest.approx(
+        1.5 * sim["simulated"]["output_tokens_per_s"])

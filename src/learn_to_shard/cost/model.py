@@ -416,7 +416,8 @@ class CostModel(OperatorTerms):
             st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
             t2 = aggregate.pipeline_sums(st2["stage_t"], st2["p2p"], pp)[0]
         lat = aggregate.latency(wl, sum_t, max_t, m_mb, batch, ph["share"],
-                                self.replica_fraction(tp * dp * pp), t2, ph["chunk_steps"],
+                                self.replica_fraction(tp * dp * pp, batch), t2,
+                                ph["chunk_steps"],
                                 self.config.frontend_latency_s)
         tpot, ttft = lat.tpot_s, lat.ttft_s
         instance_tps, tps_dev = lat.instance_tokens_per_s, lat.tokens_per_s_per_device
@@ -483,17 +484,29 @@ class CostModel(OperatorTerms):
     # ------------------------------------------------------------------ shared pieces
     # These small blocks are also called by search/exact_tables.py (the exact solver's tables), so
     # that the two cannot drift apart.
-    def replica_fraction(self, devices: np.ndarray) -> np.ndarray:
-        """Instances the cluster runs per cluster device, ``floor(N / devices) / N``, ``[n]``.
+    def replica_fraction(self, devices: np.ndarray, batch: np.ndarray | None = None
+                         ) -> np.ndarray:
+        """Instances the cluster runs at a full batch per cluster device, ``[n]``:
+        ``floor(N / devices) / N``, or with a closed-loop load of ``C`` clients
+        (``Workload.concurrency``) ``min(floor(N / devices), C / batch) / N``.
 
         One instance uses ``devices = pp · tp · dp`` devices; the cluster of ``N`` devices runs
         ``floor(N / devices)`` replicas of it and leaves the rest idle, so the objective
-        (tokens/s per device of the whole cluster) is an instance's tokens/s times this. Idle
-        devices count: TP4 on 7 GPUs is one replica over 7 devices, not 4. 0 where an
-        instance needs more devices than the cluster has (the ``devices`` rule).
+        (tokens/s per device of the whole cluster) is an instance's tokens/s at ``batch``
+        times this. Idle devices count: TP4 on 7 GPUs is one replica over 7 devices, not 4.
+        With ``C`` clients over ``r`` replicas at most ``C`` sequences run in all, so only
+        ``C / batch`` replicas' worth run the plan's batch (3 clients on two replicas of
+        batch 2 are 1.5 of them, not 2); a replica with fewer clients runs a shorter step, so
+        this slightly undercounts it. 0 where an instance needs more devices than the
+        cluster has (the ``devices`` rule). Non-increasing in ``batch``.
         """
         n_dev = float(self.cluster.num_devices)
-        return np.floor(n_dev / np.maximum(devices, 1).astype(np.float64)) / n_dev
+        full = np.floor(n_dev / np.maximum(devices, 1).astype(np.float64))
+        c = self.workload.concurrency
+        if c is not None and batch is not None:
+            full = np.minimum(full, float(c) / np.maximum(np.asarray(batch, dtype=np.float64),
+                                                          1.0))
+        return full / n_dev
 
     def phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
         """Micro-batching and the phase split, per row (module docstring, "Pipeline" and

@@ -376,8 +376,9 @@ class Coarse:
         actions: ``[M, 5]`` coarse indices (tp, ep, pp, dp, batch).
         pp_idx, pp, batch, devices, m_mb: pipeline index and degree, batch, devices per
             instance, micro-batches in flight, ``[M]``.
-        replica_frac: replicas per cluster device ``floor(N / devices) / N``
-            (``CostModel.replica_fraction``), ``[M]``.
+        replica_frac: full-batch replicas per cluster device (``CostModel.replica_fraction``
+            at the row's batch: ``floor(N / devices) / N``, fewer under a closed-loop load
+            that cannot fill them), ``[M]``.
         key: index into the :class:`Keys` built alongside, ``[M]``.
         p2p, p2p2: stage-to-stage send time of the main / TTFT step, seconds, ``[M]``.
         s_all, s_seq: resident sequences per rank without / with a sequence split of attention.
@@ -457,7 +458,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     tie = cm.model.tie_word_embeddings
     co = Coarse(actions=a, pp_idx=a[:, PP_HEAD], pp=pp, batch=batch,
                 devices=(tp * dp * pp).astype(np.float64),
-                replica_frac=cm.replica_fraction(tp * dp * pp), m_mb=m_mb.astype(np.float64),
+                replica_frac=cm.replica_fraction(tp * dp * pp, batch),
+                m_mb=m_mb.astype(np.float64),
                 key=inv.reshape(-1), p2p=p2p_of(pf), p2p2=p2p_of(pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),

@@ -208,28 +208,36 @@ def load_trace(path: str | Path) -> Requests:
 
 
 def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
-                       ) -> tuple[Requests, int | None, str]:
+                       ) -> tuple[Requests, int | None, str, float]:
     """The requests one (the most loaded) replica sees: clients or arrivals are spread
-    round-robin over ``replicas`` instances (a load balancer in front of identical servers)."""
+    round-robin over ``replicas`` instances (a load balancer in front of identical servers).
+
+    Returns:
+        (its requests, its clients (closed loop) or ``None``, a description of its share,
+        the cluster's load in units of that replica's: ``C / ceil(C / r)`` clients, trace
+        rows ``len / ceil(len / r)``, ``r`` for a rate split evenly; the cluster's tokens/s
+        is the replica's times this, a replica with less load counted in proportion).
+    """
     wl = cm.workload
     if load.trace is not None:
         tr = load.trace
         idx = np.arange(0, len(tr.isl), replicas)
         assert tr.arrival_s is not None
         return (Requests(tr.isl[idx], tr.osl[idx], tr.arrival_s[idx]), None,
-                f"one request in {replicas} of the trace" if replicas > 1 else "the trace")
+                f"one request in {replicas} of the trace" if replicas > 1 else "the trace",
+                len(tr.isl) / len(idx))
     n_total = load.num_prompts or DEFAULT_NUM_PROMPTS
     n = max(1, math.ceil(n_total / replicas))
     base = sharegpt_requests(n, wl.isl, wl.osl, load.seed) if load.dataset == "sharegpt" \
         else fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
     if load.concurrency is not None:
         c = max(1, math.ceil(load.concurrency / replicas))
-        return base, c, f"{c} of {load.concurrency} clients"
+        return base, c, f"{c} of {load.concurrency} clients", load.concurrency / c
     assert load.request_rate_per_s is not None
     rate = load.request_rate_per_s / replicas
     arr = poisson_arrivals(n, rate, load.seed)
     return (Requests(base.isl, base.osl, arr), None,
-            f"{rate:g} of {load.request_rate_per_s:g} requests/s")
+            f"{rate:g} of {load.request_rate_per_s:g} requests/s", float(replicas))
 
 
 def kv_admission(config: CostModelConfig) -> str:
@@ -306,7 +314,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                           "(--phase serve)")
     s = est.strategy
     replicas = max(1, est.instances)
-    req, conc, share = _instance_requests(cm, load, replicas)
+    req, conc, share, worth = _instance_requests(cm, load, replicas)
     limit = cm.model.max_position_embeddings
     if limit and int((req.isl + req.osl).max()) > limit:
         worst = int((req.isl + req.osl).max())
@@ -365,7 +373,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                           "recv_interval": c.scheduler_recv_interval,
                           "kv_admission": admission, "preemptions": res.preemptions},
             "simulated": summ,
-            "cluster_output_tokens_per_s": inst_tps * replicas,
-            "tokens_per_s_per_device": inst_tps * replicas / devices,
+            "replicas_worth": worth,
+            "cluster_output_tokens_per_s": inst_tps * worth,
+            "tokens_per_s_per_device": inst_tps * worth / devices,
             "analytic": analytic, "sim_over_analytic": ratio,
             "step_fit_rel_err": fit_rel}
