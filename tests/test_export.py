@@ -360,3 +360,28 @@ def test_export_of_a_config_not_named_config_json_says_the_engine_will_not_load_
     rows = json.loads(doc.stdout)["engine_optima"]
     assert all("planned the model" not in " ".join(r["unrestricted_not_expressible"])
                for r in rows)
+
+
+def test_sglang_export_says_what_deepep_and_two_batch_overlap_change():
+    """SGLang sets --ep-size to --tp-size under the DeepEP backend, and refuses two-batch
+    overlap without an all-to-all backend: an export whose plan has EP below the group says
+    the server runs EP = the group, one with --two-batch-overlap and no --moe-a2a leaves the
+    flag out and says why; DeepEP on AMD GPUs is refused (exit 2)."""
+    base = ["plan", "--model", "qwen3-30b-a3b", "--phase", "serve", "--isl", "1024",
+            "--osl", "256", "-q", "--export", "sglang"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:16", "--moe-a2a", "deepep-ll",
+                                 "--two-batch-overlap"])
+    assert r.exit_code == 0, r.output
+    launch = [ln for ln in r.stdout.splitlines() if "sglang.launch_server" in ln][0]
+    tp = int(launch.split("--tp-size ")[1].split()[0])
+    ep = int(launch.split("--ep-size ")[1].split()[0])
+    assert "--moe-a2a-backend deepep" in launch and "--enable-two-batch-overlap" in launch
+    assert (f"SGLang sets --ep-size to --tp-size, so the server runs EP {tp}" in r.stdout) \
+        == (ep != tp)
+    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:16", "--two-batch-overlap"])
+    assert r.exit_code == 0, r.output
+    assert not any("--enable-two-batch-overlap" in ln for ln in r.stdout.splitlines()
+                   if "sglang.launch_server" in ln)
+    assert "# NOT EXPRESSIBLE: two-batch overlap: SGLang needs an all-to-all backend" in r.stdout
+    r = CliRunner().invoke(app, [*base, "--cluster", "mi300x:8", "--moe-a2a", "deepep"])
+    assert r.exit_code == 2 and "DeepEP runs on NVIDIA GPUs" in r.output

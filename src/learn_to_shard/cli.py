@@ -58,6 +58,7 @@ from .cost.config import (
 )
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
+from .hardware.fabric import scale_up_fabric
 from .hardware.presets import ALIASES
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
@@ -483,6 +484,10 @@ def plan_cmd(
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
                              context_parallel=context_parallel)
         check_engine_device(engine, "--export" if export else "--engine", cm.cluster.device)
+        if moe_a2a is not None and \
+                scale_up_fabric(cm.cluster.device).vendor not in ("nvidia", "unknown"):
+            raise ConfigError(f"--moe-a2a {moe_a2a}: DeepEP runs on NVIDIA GPUs (NVSHMEM), "
+                              f"and {cm.cluster.device.name} is not one; leave --moe-a2a out")
         if collectives not in ("alpha-beta", "search"):
             cm = make_cost_model(spec, cm.cluster, wl,
                                  collectives_config(cfg, collectives, engine, cm.cluster),

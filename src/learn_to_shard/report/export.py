@@ -444,8 +444,24 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if moe and a2a is not None and s.ep > 1:
             args += ["--moe-a2a-backend", "deepep", "--deepep-mode",
                      {"deepep_auto": "auto", "deepep_normal": "normal"}.get(a2a, "low_latency")]
+            if s.ep != s.tp * dp:
+                # sglang/srt/server_args.py ServerArgs._handle_a2a_moe: with the DeepEP
+                # backend "the expert parallel size is adjusted to be the same as the tensor
+                # parallel size".
+                unexpressed.append(f"ep={s.ep} with --moe-a2a-backend deepep: SGLang sets "
+                                   f"--ep-size to --tp-size, so the server runs EP "
+                                   f"{s.tp * dp} (experts not tensor-parallel)")
         if moe and tbo:
-            args += ["--enable-two-batch-overlap"]
+            if a2a is not None and s.ep > 1:
+                args += ["--enable-two-batch-overlap"]
+            else:
+                # SGLang refuses two-batch overlap without an all-to-all backend
+                # (sglang/srt/server_args.py: "When enabling two batch overlap,
+                # moe_a2a_backend cannot be 'none'").
+                unexpressed.append("two-batch overlap: SGLang needs an all-to-all backend "
+                                   "for it (--moe-a2a-backend, here none: "
+                                   + ("no --moe-a2a" if a2a is None else "EP 1") + "); "
+                                   "exported without --enable-two-batch-overlap")
         if nodes > 1:
             args += ["--nnodes", str(nodes), "--node-rank", "0",
                      "--dist-init-addr", "NODE0_HOST:5000"]
