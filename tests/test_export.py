@@ -385,3 +385,16 @@ def test_sglang_export_says_what_deepep_and_two_batch_overlap_change():
     assert "# NOT EXPRESSIBLE: two-batch overlap: SGLang needs an all-to-all backend" in r.stdout
     r = CliRunner().invoke(app, [*base, "--cluster", "mi300x:8", "--moe-a2a", "deepep"])
     assert r.exit_code == 2 and "DeepEP runs on NVIDIA GPUs" in r.output
+
+
+def test_vllm_export_of_an_ep1_plan_under_moe_a2a_says_no_backend_is_set():
+    """--moe-a2a with a plan that keeps EP 1: vLLM's export sets no --all2all-backend (it
+    applies to expert parallelism) and says so instead of dropping the choice silently."""
+    r = CliRunner().invoke(app, ["plan", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm:16",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256", "-q",
+                                 "--moe-a2a", "deepep-normal", "--export", "vllm"])
+    assert r.exit_code == 0, r.output
+    launch = " ".join(ln for ln in r.stdout.splitlines() if "vllm serve" in ln)
+    assert launch and "--enable-expert-parallel" not in launch      # this plan keeps EP 1
+    assert "--all2all-backend" not in launch
+    assert "the plan has no expert parallelism (EP 1), so no --all2all-backend" in r.stdout

@@ -400,6 +400,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--quantization", "fp8"]
         if fp8_kv:
             args += ["--kv-cache-dtype", "fp8"]
+        if moe and a2a is not None and s.ep == 1:
+            unexpressed.append(f"moe all-to-all {a2a}: the plan has no expert parallelism "
+                               f"(EP 1), so no --all2all-backend is set; its MoE exchange "
+                               f"between attention-DP ranks was priced as a plain all-to-all")
         if moe and a2a is not None and s.ep > 1:
             args += ["--all2all-backend", "deepep_low_latency" if a2a == "deepep_low_latency"
                      else "deepep_high_throughput"]
