@@ -581,3 +581,27 @@ def test_bad_lengths_name_the_flag_given_and_tiny_slos_print_in_microseconds():
         assert f"--osl: the serve phase needs a positive output length, got {osl}" in r.output
     r = _run(*base, "--phase", "serve", "--isl", "100", "--osl", "10", "--tpot-slo", "1us")
     assert r.exit_code == 1 and "> SLO 1.00 µs" in r.output
+
+
+def test_trace_values_and_outputs_onto_inputs_are_one_line_errors(tmp_path):
+    """A trace row with ``inf`` or a fractional token count, or a missing field, is one error
+    line naming the file, row and column (no traceback); -o onto the --trace file, or onto
+    the --report folder, is refused before anything is written."""
+    head = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "100", "--osl", "10", "-q"]
+    for body, want in (("0,inf,10\n", "row 2: ContextTokens 'inf' is not a whole number"),
+                       ("0,100.5,10\n", "row 2: ContextTokens '100.5' is not a whole number"),
+                       ("0,100\n", "row 2: no GeneratedTokens (the row has fewer fields")):
+        f = tmp_path / "t.csv"
+        f.write_text(head + body)
+        r = _run(*base, "--trace", str(f))
+        assert r.exit_code == 2 and want in r.output and "Traceback" not in r.output, r.output
+    f = tmp_path / "ok.csv"
+    f.write_text(head + "0,100,10\n1,100,10\n")
+    r = _run(*base, "--trace", str(f), "-o", str(f))
+    assert r.exit_code == 2 and "is the --trace input" in r.output
+    assert f.read_text().startswith("TIMESTAMP")
+    rep = tmp_path / "rep"
+    r = _run(*base, "--report", str(rep), "-o", str(rep))
+    assert r.exit_code == 2 and "--report and --output are the same path" in r.output

@@ -451,7 +451,11 @@ def plan_cmd(
         _check_budget(budget)
         _check_output(report, "--report", directory=True)
         _check_output(output, "--output", inputs=((_model_file(model), "--model"),
-                                                  (_cluster_file(cluster), "--cluster")))
+                                                  (_cluster_file(cluster), "--cluster"),
+                                                  (trace, "--trace")))
+        if report is not None and output is not None and _same_file(report, output):
+            raise PlannerError(f"--report and --output are the same path ({output}); the "
+                               f"report is a folder, give the output another name")
         _check_export(export)
         engine = _export_engine(export, engine)
         spec = load_model(model)

@@ -192,11 +192,19 @@ def load_trace(path: str | Path) -> Requests:
     for i, r in enumerate(rows, start=2):
         arr.append(_parse_time(r[ca] or "", p, i))
         for col, out in ((ci, isl), (co, osl)):
+            text = r[col]
+            if text is None:
+                raise ConfigError(f"--trace: {p}: row {i}: no {col} (the row has fewer "
+                                  f"fields than the header)")
             try:
-                v = int(float(r[col] or ""))
-            except ValueError:
-                raise ConfigError(f"--trace: {p}: row {i}: {col} {r[col]!r} is not a number "
-                                  f"of tokens") from None
+                x = float(text or "")
+                v = int(x)
+            except (ValueError, TypeError, OverflowError):   # junk, a missing field, inf
+                raise ConfigError(f"--trace: {p}: row {i}: {col} {text!r} is not a whole "
+                                  f"number of tokens") from None
+            if x != v:
+                raise ConfigError(f"--trace: {p}: row {i}: {col} {text!r} is not a whole "
+                                  f"number of tokens")
             if v < 1:
                 raise ConfigError(f"--trace: {p}: row {i}: {col} must be >= 1, got {v}")
             out.append(v)
