@@ -78,3 +78,24 @@ def test_clients_that_do_not_fill_every_replica_are_not_counted_twice():
     assert sim["replicas"] == 2 and sim["replicas_worth"] == pytest.approx(1.5)
     assert sim["cluster_output_tokens_per_s"] == pytest.approx(
         1.5 * sim["simulated"]["output_tokens_per_s"])
+
+
+def test_an_open_loop_rate_above_capacity_is_flagged_overloaded():
+    """20 requests/s of Llama-3.1-70B on 8 H100s under vLLM exceeds what its replicas serve:
+    the simulation marks the plan overloaded (its last arrivals wait far longer than its
+    first), it serves less than is offered, and the
+    plan prints a warning that the percentiles describe the run's length; 1 request/s is
+    not overloaded."""
+    base = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--engine", "vllm", "--tpot-slo", "50ms",
+            "--num-prompts", "200"]
+    r = CliRunner().invoke(app, [*base, "--request-rate", "20", "--json", "-q",
+                                 "--no-timing"])
+    sim = json.loads(r.stdout)["simulation"][0]
+    assert sim["overloaded"] is True
+    assert sim["simulated"]["requests_per_s"] < sim["offered_requests_per_s"]
+    text = CliRunner().invoke(app, [*base, "--request-rate", "20", "-q"]).stdout
+    assert "the queue grows through the run" in " ".join(text.split())
+    calm = CliRunner().invoke(app, [*base, "--request-rate", "1", "--json", "-q",
+                                    "--no-timing"])
+    assert json.loads(calm.stdout)["simulation"][0]["overloaded"] is False

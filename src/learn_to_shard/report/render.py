@@ -224,14 +224,15 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
     t = Table(box=None, pad_edge=False)
     for col in ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/p90/p99",
                 "ITL ms p50/p99", "E2E s p50/p99", "tok/s/dev", "running", "÷ steady"):
+        # Numbers wrap at their '/' rather than lose their tail (p99) to an ellipsis.
         t.add_column(col, justify="left" if col == "strategy" else "right",
-                     no_wrap=col == "strategy")
+                     no_wrap=col == "strategy", overflow="fold")
     for sim in sims:
         s = sim["simulated"]
         r = sim["sim_over_analytic"]
 
         def q(name: str, s: dict = s) -> str:
-            return "/".join(f"{to_ms(s[k]):.1f}" for k in (
+            return "/ ".join(f"{to_ms(s[k]):.1f}" for k in (
                 f"mean_{name}_s", f"p50_{name}_s", f"p90_{name}_s", f"p99_{name}_s"))
 
         t.add_row(sim["strategy"], q("ttft"), q("tpot"),
@@ -244,6 +245,14 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
               "analytical estimate's at "
               "the same number of running requests (queueing, prefill stalls and bursts are "
               "what the steady state leaves out).[/]")
+    for sim in sims:
+        if sim.get("overloaded"):
+            con.print(f"[bold red]warning:[/] {sim['strategy']} serves "
+                      f"{sim['simulated']['requests_per_s']:.2f} of the "
+                      f"{sim['offered_requests_per_s']:g} requests/s offered to each replica: "
+                      f"the queue grows through the run, so its TTFT grows with --num-prompts "
+                      f"and the percentiles describe the run's length, not a steady state",
+                      highlight=False)
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims

@@ -310,8 +310,12 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         simulated summary (seconds,
         tokens/s), the analytical TPOT/TTFT/tokens/s of the plan at its batch and at the mean
         number of running requests the simulation reached (``analytic``), ``sim / analytic``
-        ratios at that occupancy, and the step-time fit's relative difference from the
-        analytical step.
+        ratios at that occupancy, the step-time fit's relative difference from the
+        analytical step, the cluster's load in replicas' worth (``replicas_worth``, see
+        :func:`_instance_requests`) and the tokens/s it gives, and for a request rate the
+        rate offered to the replica and whether its queue grows through the run
+        (``offered_requests_per_s``; ``overloaded``: the last quarter of arrivals waits
+        for its first token more than twice as long as the first quarter, plus 1 s).
 
     Raises:
         ConfigError: the workload is not the serve phase, a request is longer than the model's
@@ -370,7 +374,18 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     ratio = {"mean_tpot": over(summ["mean_tpot_s"], a_tpot),
              "mean_ttft": over(summ["mean_ttft_s"], a_ttft),
              "output_tokens_per_s": over(inst_tps, a_tps)}
+    # An open-loop load above what the replica serves: its queue grows through the run, so
+    # the last quarter of arrivals waits far longer than the first.
+    offered = None if load.request_rate_per_s is None else load.request_rate_per_s / replicas
+    overloaded = False
+    if offered is not None and len(res.arrival_s) >= 8:
+        order = np.argsort(res.arrival_s, kind="stable")
+        wait = (res.first_token_s - res.arrival_s)[order]
+        q = len(wait) // 4
+        early, late = float(wait[:q].mean()), float(wait[-q:].mean())
+        overloaded = late > 2.0 * early + 1.0
     return {"load": load.describe(),
+            "offered_requests_per_s": offered, "overloaded": overloaded,
             "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
                         "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
             "replicas": replicas, "replica_share": share,
