@@ -605,3 +605,16 @@ def test_trace_values_and_outputs_onto_inputs_are_one_line_errors(tmp_path):
     rep = tmp_path / "rep"
     r = _run(*base, "--report", str(rep), "-o", str(rep))
     assert r.exit_code == 2 and "--report and --output are the same path" in r.output
+
+
+def test_a_load_whose_longest_request_no_strategy_can_hold_names_its_flag():
+    """Llama-3.1-8B on one RTX 4090 under vLLM (KV on demand, so the plan fits its mean
+    occupancy) with requests up to 45,000 tokens (--range-ratio 0.5 around 20,000 + 10,000):
+    no strategy's KV pool holds the longest, so the command says so
+    naming --range-ratio and the pools, exit 2, instead of a simulation error."""
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "rtx-4090:1", "--phase", "serve",
+             "--isl", "20000", "--osl", "10000", "--concurrency", "2", "--range-ratio", "0.5",
+             "--engine", "vllm", "-q")
+    assert r.exit_code == 2, r.output
+    assert "--range-ratio: the load's longest request (45,000 tokens) does not fit the KV " \
+           "pool" in " ".join(r.output.split())

@@ -560,15 +560,26 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
     from .serving import simulate_estimate
 
     out: list[dict[str, object]] = []
+    skipped: list[str] = []
     for est in ([plan.best] if plan.best is not None else []) + list(plan.alternatives):
         if len(out) >= top:
             break
         if not est.feasible:
             continue
+        if load.longest_request_tokens(cm.workload.isl, cm.workload.osl) \
+                > est.kv_capacity_tokens:
+            skipped.append(f"{est.strategy.short()} (KV pool {est.kv_capacity_tokens:,})")
+            continue
         sim = simulate_estimate(cm, est, load, max_num_seqs=est.strategy.batch
                                 if export_caps else None)
         out.append({"strategy": est.strategy.short(), **sim,
                     "slo": slo_under_load(cm.workload, sim)})
+    if not out and skipped:
+        longest = load.longest_request_tokens(cm.workload.isl, cm.workload.osl)
+        raise ConfigError(f"{load.lengths_flag()}: the load's longest request ({longest:,} "
+                          f"tokens) does not fit the KV pool of any of the plan's strategies "
+                          f"({'; '.join(skipped)}): the engine could never admit it; shorten "
+                          f"the requests or plan with more memory per instance")
     return out
 
 
