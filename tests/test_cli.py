@@ -618,3 +618,23 @@ def test_a_load_whose_longest_request_no_strategy_can_hold_names_its_flag():
     assert r.exit_code == 2, r.output
     assert "--range-ratio: the load's longest request (45,000 tokens) does not fit the KV " \
            "pool" in " ".join(r.output.split())
+
+
+def test_python_api_refuses_bad_arguments_with_its_own_error():
+    """learn_to_shard.plan with arguments of the wrong kind raises ConfigError naming the
+    argument, never a bare AttributeError / TypeError, and a budget beyond the CLI's range
+    is refused before any search (it would run for hours)."""
+    import learn_to_shard
+    from learn_to_shard.errors import ConfigError
+
+    ok = {"context": 1024, "method": "random"}
+    for kw, name in (({"budget": "10"}, "budget"), ({"budget": 10.5}, "budget"),
+                     ({"budget": 10**8}, "budget"), ({"seed": "a"}, "seed"),
+                     ({"progress": 5}, "progress"), ({"config": {"a": 1}}, "config"),
+                     ({"context_parallel": "no"}, "context_parallel")):
+        with pytest.raises(ConfigError, match=name):
+            learn_to_shard.plan("qwen3-8b", "h100-sxm:1", "decode", **{**ok, **kw})
+    with pytest.raises(ConfigError, match="model"):
+        learn_to_shard.plan(None, "h100-sxm:1", "decode", **ok)      # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="cluster"):
+        learn_to_shard.plan("qwen3-8b", 8, "decode", **ok)            # type: ignore[arg-type]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import cast
 
+import numpy as np
+
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
 from .engines import default_kv_dtype
@@ -238,6 +240,10 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
     return CostModel(m, c, workload, config=config, space=space)
 
 
+#: The largest evaluation budget a search accepts (``--budget``'s range).
+MAX_BUDGET = 10_000_000
+
+
 def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decode", *,
          isl: int | None = None, osl: int | None = None, context: int | None = None,
          dtype: str | None = None, kv_dtype: str | None = None,
@@ -287,6 +293,16 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     if engine is not None and config is not None:
         raise ConfigError("engine and config both given: apply the engine with "
                           "cost_config(engine, ...) and pass the result as config")
+    if not isinstance(model, (str, ModelSpec)):
+        raise ConfigError(f"model: a shipped name, a config.json path or a ModelSpec, got "
+                          f"{model!r}")
+    if not isinstance(cluster, (str, ClusterSpec)):
+        raise ConfigError(f"cluster: 'DEVICE:COUNT', a cluster JSON path or a ClusterSpec, "
+                          f"got {cluster!r}")
+    if config is not None and not isinstance(config, CostModelConfig):
+        raise ConfigError(f"config: a CostModelConfig (cost_config(...)), got {config!r}")
+    if not isinstance(context_parallel, bool):
+        raise ConfigError(f"context_parallel: True or False, got {context_parallel!r}")
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     # The engine whose auto KV dtype applies: ``engine``, or the one ``config`` was made for.
     wd, kd = checkpoint_dtypes(spec, dtype, kv_dtype,
@@ -316,13 +332,19 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
         engine: the engine profile ``cm.config`` was built with (recorded in the plan).
 
     Raises:
-        ConfigError: unknown method, non-positive budget or negative seed.
+        ConfigError: unknown method, a budget outside ``[1, MAX_BUDGET]`` or not a whole
+            number, a negative or non-integer seed, a ``progress`` that is not callable.
         InternalError: the exact search's self-check failed (a bug).
     """
-    if budget <= 0:
-        raise ConfigError(f"--budget: must be a positive number of evaluations, got {budget}")
-    if seed < 0:
-        raise ConfigError(f"--seed: must be >= 0, got {seed}")
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) \
+            or not 1 <= budget <= MAX_BUDGET:
+        raise ConfigError(f"budget (--budget): must be a whole number of evaluations in "
+                          f"[1, {MAX_BUDGET:,}], got {budget!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed (--seed): must be a whole number >= 0, got {seed!r}")
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress: must be a callable taking an evaluation count, got "
+                          f"{progress!r}")
     if method == "auto":
         return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_work_limit),
                                 "auto", engine=engine)

@@ -34,6 +34,7 @@ from rich.progress import (
 
 from .api import (
     DEFAULT_BUDGET,
+    MAX_BUDGET,
     CollectiveSearchInterrupted,
     check_engine_device,
     checkpoint_dtypes,
@@ -81,7 +82,6 @@ err = Console(stderr=True, soft_wrap=True, markup=False)
 #: random search, the fastest, evaluates about 1e5 strategies/s on one CPU core (measured
 #: with ``l2s plan --method random --budget 200000``), so the cap is minutes of work; 1e12
 #: would be months and terabytes, which looked like a hang.
-MAX_BUDGET = 10_000_000
 #: Most runs per method in ``compare`` (the paper uses 10): the run list is built up front.
 MAX_SEEDS = 1000
 
