@@ -398,3 +398,24 @@ def test_vllm_export_of_an_ep1_plan_under_moe_a2a_says_no_backend_is_set():
     assert launch and "--enable-expert-parallel" not in launch      # this plan keeps EP 1
     assert "--all2all-backend" not in launch
     assert "the plan has no expert parallelism (EP 1), so no --all2all-backend" in r.stdout
+
+
+def test_export_warns_when_servers_do_not_fit_inside_node_boundaries(tmp_path):
+    """12 H100s in nodes of 6 (a cluster file): three TP4 servers fit two whole nodes only
+    twice, so the export warns that the third would span nodes, which the plan did not price;
+    one TP8 server over both nodes (priced on the scale-out link) gets no such warning."""
+    import json
+
+    cluster = tmp_path / "odd.json"
+    cluster.write_text(json.dumps({"name": "odd", "device": "h100-sxm", "num_devices": 12,
+                                   "overrides": {"scale_up_domain": 6}}))
+    base = ["plan", "--model", "llama-3.1-70b", "--cluster", str(cluster), "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--export", "vllm", "-q"]
+    r = CliRunner().invoke(app, [*base, "--tpot-slo", "25ms"])
+    assert r.exit_code == 0, r.output
+    assert "3 server(s), 4 GPU(s) each" in r.stdout        # the plan this case is about
+    assert "# WARNING: 3 servers of 4 GPUs on 2 node(s) of 6: only 2 fit inside node " \
+           "boundaries" in r.stdout
+    r = CliRunner().invoke(app, [*base, "--tpot-slo", "20ms"])
+    assert r.exit_code == 0 and "1 server(s), 8 GPU(s) each over 2 nodes" in r.stdout
+    assert "fit inside node boundaries" not in r.stdout

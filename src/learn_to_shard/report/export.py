@@ -517,6 +517,22 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
     warnings: list[str] = []
+    if devices_per_node:
+        # Servers placed inside node boundaries: a server of g <= node devices fits
+        # node // g times per node (and the partial last node's rest); a larger one needs
+        # whole nodes of its own.
+        total = e.instances * s.devices + e.idle_devices
+        full, rest = divmod(total, devices_per_node)
+        # A server spanning nodes is priced over the scale-out link; what is not priced is
+        # servers sharing a node's devices with another server's share of another node.
+        fit = (full * (devices_per_node // gpus) + rest // gpus) if gpus <= devices_per_node \
+            else (full // nodes if gpus % devices_per_node == 0 else 1)
+        if servers > fit:
+            warnings.append(
+                f"{servers} servers of {gpus} GPUs on {full} node(s) of {devices_per_node}"
+                + (f" and one of {rest}" if rest else "")
+                + f": only {fit} fit inside node boundaries; the others would span nodes over "
+                f"the scale-out network, which the plan did not price")
     if model is not None and model.source_kind == "file":
         src = Path(model.source or "")
         if src.name != "config.json":
