@@ -638,3 +638,18 @@ def test_python_api_refuses_bad_arguments_with_its_own_error():
         learn_to_shard.plan(None, "h100-sxm:1", "decode", **ok)      # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="cluster"):
         learn_to_shard.plan("qwen3-8b", 8, "decode", **ok)            # type: ignore[arg-type]
+
+
+def test_load_flags_name_themselves_and_engine_specific_passes_are_refused():
+    """--range-ratio without a load names --range-ratio alone; --num-prompts below
+    --concurrency is refused (the clients could never all be busy); --sequence-parallel under
+    an engine that has no launch option for it is refused, not priced and dropped."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2", "--phase", "serve",
+            "--isl", "100", "--osl", "10", "-q"]
+    r = _run(*base, "--range-ratio", "0.5")
+    assert r.exit_code == 2 and "error: --range-ratio: shape a simulated load" in r.output
+    r = _run(*base, "--concurrency", "64", "--num-prompts", "10")
+    assert r.exit_code == 2 and "--num-prompts 10 < --concurrency 64" in r.output
+    r = _run(*base, "--engine", "sglang", "--sequence-parallel")
+    assert r.exit_code == 2 and "--sequence-parallel: sglang has no launch option" in r.output
+    assert _run(*base, "--engine", "vllm", "--sequence-parallel").exit_code == 0

@@ -191,10 +191,17 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
         PlannerError: a load outside the serve phase, several loads, or bad values.
     """
     if concurrency is None and request_rate is None and trace is None:
-        if num_prompts is not None or range_ratio or dataset != "random":
-            raise PlannerError("--num-prompts/--range-ratio/--dataset: only with "
+        given = [flag for flag, on in (("--num-prompts", num_prompts is not None),
+                                       ("--range-ratio", bool(range_ratio)),
+                                       ("--dataset", dataset != "random")) if on]
+        if given:
+            raise PlannerError(f"{'/'.join(given)}: shape a simulated load; only with "
                                "--concurrency, --request-rate or --trace")
         return None
+    if concurrency is not None and num_prompts is not None and num_prompts < concurrency:
+        raise PlannerError(f"--num-prompts {num_prompts} < --concurrency {concurrency}: the "
+                           f"clients could never all be busy; give at least {concurrency} "
+                           f"prompts (benchmark clients send several per client)")
     if wl.phase is not Phase.SERVE:
         raise PlannerError("--concurrency/--request-rate/--trace: a simulated load needs "
                            "--phase serve")
@@ -475,6 +482,14 @@ def plan_cmd(
             raise ConfigError("--gemm-overlap: overlaps the all-gathers / reduce-scatters of "
                               "sequence parallelism, so it needs --sequence-parallel too (vLLM's "
                               "fuse_gemm_comms needs enable_sp)")
+        if engine is not None and (sequence_parallel or gemm_overlap):
+            from .engines.collectives import SEQUENCE_PARALLEL_PASS
+            runtime = str(ENGINE_PROFILES.get(engine, {}).get("engine", engine))
+            if runtime not in SEQUENCE_PARALLEL_PASS:
+                flag = "--sequence-parallel" if sequence_parallel else "--gemm-overlap"
+                raise ConfigError(f"{flag}: {engine} has no launch option for it (only "
+                                  f"{', '.join(SEQUENCE_PARALLEL_PASS)}: compilation passes "
+                                  f"enable_sp / fuse_gemm_comms); drop it or the --engine")
         cfg = dataclasses.replace(cfg, sequence_parallel=sequence_parallel,
                                   gemm_overlap=gemm_overlap)
         if kv_admission is not None:
