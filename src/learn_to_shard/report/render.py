@@ -235,11 +235,16 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
             return "/ ".join(f"{to_ms(s[k]):.1f}" for k in (
                 f"mean_{name}_s", f"p50_{name}_s", f"p90_{name}_s", f"p99_{name}_s"))
 
-        t.add_row(sim["strategy"], q("ttft"), q("tpot"),
-                  f"{to_ms(s['p50_itl_s']):.1f}/{to_ms(s['p99_itl_s']):.1f}",
+        # One output token per request has no token after the first: no TPOT or ITL.
+        gaps = s["p99_tpot_s"] > 0 or s["p99_itl_s"] > 0
+        t.add_row(sim["strategy"], q("ttft"), q("tpot") if gaps else "n/a (one token)",
+                  f"{to_ms(s['p50_itl_s']):.1f}/{to_ms(s['p99_itl_s']):.1f}" if gaps
+                  else "n/a",
                   f"{s['p50_e2e_s']:.2f}/{s['p99_e2e_s']:.2f}",
                   f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
-                  f"{r['mean_ttft']:.2f}×/{r['mean_tpot']:.2f}×/{r['output_tokens_per_s']:.2f}×")
+                  f"{r['mean_ttft']:.2f}×/"
+                  + (f"{r['mean_tpot']:.2f}×" if gaps else "n/a")
+                  + f"/{r['output_tokens_per_s']:.2f}×")
     con.print(t)
     con.print("[dim]÷ steady: the simulation's mean TTFT / mean TPOT / tok/s over the "
               "analytical estimate's at "
