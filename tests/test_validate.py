@@ -405,25 +405,21 @@ def test_validate_table_with_no_predictable_row_is_bad_input(tmp_path):
         reader = csv.DictReader(f)
         fields = list(reader.fieldnames or [])
         row = next(reader)
-    row["hardware"] = "v100"
     table = tmp_path / "mine.csv"
-    with open(table, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerow(row)
-    r = CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
-                                 "--plot", str(tmp_path / "p.png"), "--report",
-                                 str(tmp_path / "r.json")])
+
+    def validate_with(hardware: str):
+        with open(table, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerow({**row, "hardware": hardware})
+        return CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
+                                        "--plot", str(tmp_path / "p.png"), "--report",
+                                        str(tmp_path / "r.json")])
+
+    r = validate_with("v100")
     assert r.exit_code == 2, r.output
     assert f"--table {table}: none of its 1 rows can be predicted" in r.output
     assert "unknown device preset 'v100'" in r.output
     # A row the model calls infeasible is still predicted: the table is validated.
-    row["hardware"] = "l40s"
-    with open(table, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerow(row)
-    r = CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
-                                 "--plot", str(tmp_path / "p.png"), "--report",
-                                 str(tmp_path / "r.json")])
+    r = validate_with("l40s")
     assert r.exit_code == 0, r.output
