@@ -223,3 +223,16 @@ def test_collective_options_the_hardware_cannot_run_are_one_line_errors(args, sa
     r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--phase", "decode",
                                  "--context", "4096", *args])
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output
+
+
+def test_collective_search_counts_every_settings_evaluations() -> None:
+    """``--collectives search`` runs one search per launch setting: the plan's evaluation
+    count is their sum (budget × settings for a budgeted searcher), the kept setting's alone
+    recorded beside it."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:2",
+                         make_workload("serve", isl=1024, osl=256))
+    plan = search_collectives(cm, method="random", budget=50, seed=0, engine="vllm")
+    n = len(plan.search["collective_settings"])
+    assert n > 1
+    assert plan.search["evaluations_kept_setting"] == 50
+    assert plan.search["evaluations"] == 50 * n

@@ -473,7 +473,8 @@ def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAUL
         one, the engine's default first); ``plan.search["collective_settings"]`` holds each
         variant's best tokens/s per device (0 where nothing is feasible; names ``SETTING``,
         ``SETTING+sp``, ``SETTING+sp+overlap``) and ``plan.search["collective_setting"]``
-        the winner.
+        the winner; ``plan.search["evaluations"]`` counts every setting's evaluations
+        (``evaluations_kept_setting`` the winner's alone).
 
     Raises:
         As :func:`search_plan`; Ctrl-C raises :class:`CollectiveSearchInterrupted` (the
@@ -493,6 +494,7 @@ def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAUL
     best: Plan | None = None
     best_name = ""
     scores: dict[str, float] = {}
+    evaluations = 0                          # over every setting's search, not the kept one's
     for name in names:
         for sp, overlap, suffix in sp_opts:
             cfg = dataclasses.replace(collectives_config(cm.config, name, engine, cm.cluster),
@@ -506,6 +508,7 @@ def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAUL
             except SearchInterrupted as stop:
                 raise CollectiveSearchInterrupted(stop.result, cm_s) from None
             scores[name + suffix] = p.best.tokens_per_s_per_device if p.best else 0.0
+            evaluations += int(str(p.search.get("evaluations", 0)))
             if best is None or (p.best is not None and (
                     best.best is None
                     or p.best.tokens_per_s_per_device > best.best.tokens_per_s_per_device)):
@@ -513,6 +516,8 @@ def search_collectives(cm: CostModel, method: str = "auto", budget: int = DEFAUL
     assert best is not None
     best.search["collective_settings"] = scores
     best.search["collective_setting"] = best_name
+    best.search["evaluations_kept_setting"] = best.search.get("evaluations", 0)
+    best.search["evaluations"] = evaluations
     return best
 
 
