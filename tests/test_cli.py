@@ -653,3 +653,14 @@ def test_load_flags_name_themselves_and_engine_specific_passes_are_refused():
     r = _run(*base, "--engine", "sglang", "--sequence-parallel")
     assert r.exit_code == 2 and "--sequence-parallel: sglang has no launch option" in r.output
     assert _run(*base, "--engine", "vllm", "--sequence-parallel").exit_code == 0
+
+
+def test_phase_and_engine_values_are_case_insensitive():
+    """--phase SERVE --engine VLLM plans as --phase serve --engine vllm (device names were
+    already case-insensitive)."""
+    base = ["plan", "--model", "qwen3-8b", "--cluster", "H100-SXM:1", "--isl", "100",
+            "--osl", "10", "--json", "-q", "--no-timing"]
+    upper = _run(*base, "--phase", "SERVE", "--engine", "VLLM")
+    lower = _run(*base, "--phase", "serve", "--engine", "vllm")
+    assert upper.exit_code == 0 and lower.exit_code == 0, upper.output
+    assert json.loads(upper.stdout)["best"] == json.loads(lower.stdout)["best"]

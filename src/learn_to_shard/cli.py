@@ -104,7 +104,12 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Shipped model name
                                        "HuggingFace repo id in the local HF cache.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="DEVICE:COUNT (e.g. "
                                          "h100-sxm:8) or a cluster JSON file.")]
-PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.")]
+def _lower(value: str | None) -> str | None:
+    """Option values are matched case-insensitively (``--phase SERVE``, ``--engine VLLM``)."""
+    return value.lower() if isinstance(value, str) else value
+
+
+PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.", callback=_lower)]
 IslOpt = Annotated[int | None, typer.Option(help="Prompt length in tokens (prefill/serve).")]
 OslOpt = Annotated[int | None, typer.Option(help="Output length in tokens (serve).")]
 ContextOpt = Annotated[int | None, typer.Option(help="Context length in tokens (decode).")]
@@ -125,8 +130,8 @@ KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache pre
                                                 "trtllm or trtllm-tensorrt where the "
                                                 "checkpoint ships FP8 KV scales).")]
 EngineOpt = Annotated[str | None, typer.Option(
-    "--engine", help="Serving engine: vllm, sglang and trtllm restrict the search to what "
-    "that engine can launch; each sets its memory policy: "
+    "--engine", callback=_lower, help="Serving engine: vllm, sglang and trtllm restrict the "
+    "search to what that engine can launch; each sets its memory policy: "
     f"{', '.join(ENGINE_PROFILES)} (default: vLLM memory accounting, KV reserved per whole "
     "request).")]
 MemUtilOpt = Annotated[float | None, typer.Option(
