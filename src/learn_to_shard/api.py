@@ -588,13 +588,13 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
 
     out: list[dict[str, object]] = []
     skipped: list[str] = []
+    longest = load.longest_request_tokens(cm.workload.isl, cm.workload.osl)
     for est in ([plan.best] if plan.best is not None else []) + list(plan.alternatives):
         if len(out) >= top:
             break
         if not est.feasible:
             continue
-        if load.longest_request_tokens(cm.workload.isl, cm.workload.osl) \
-                > est.kv_capacity_tokens:
+        if longest > est.kv_capacity_tokens:
             skipped.append(f"{est.strategy.short()} (KV pool {est.kv_capacity_tokens:,})")
             continue
         sim = simulate_estimate(cm, est, load, max_num_seqs=est.strategy.batch
@@ -602,7 +602,6 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
         out.append({"strategy": est.strategy.short(), **sim,
                     "slo": slo_under_load(cm.workload, sim)})
     if not out and skipped:
-        longest = load.longest_request_tokens(cm.workload.isl, cm.workload.osl)
         raise ConfigError(f"{load.lengths_flag()}: the load's longest request ({longest:,} "
                           f"tokens) does not fit the KV pool of any of the plan's strategies "
                           f"({'; '.join(skipped)}): the engine could never admit it; shorten "
@@ -647,13 +646,13 @@ def engine_runs_on(engine: str, device: DeviceSpec) -> bool:
     """Whether ``engine`` runs on ``device``'s vendor
     (:data:`~learn_to_shard.engines.collectives.ENGINE_VENDORS`; an engine not listed there,
     or a device of unknown vendor such as a cluster file's own, passes)."""
-    engine = _runtime_of(engine)
+    engine = engine_runtime(engine)
     vendor = scale_up_fabric(device).vendor
     return engine not in ENGINE_VENDORS or vendor == "unknown" \
         or vendor in ENGINE_VENDORS[engine]
 
 
-def _runtime_of(engine: str) -> str:
+def engine_runtime(engine: str) -> str:
     """The engine a profile describes (``trtllm-tensorrt`` is TensorRT-LLM's other runtime):
     its ``ENGINE_PROFILES`` entry's ``engine`` where it names one, else the name itself."""
     return str(ENGINE_PROFILES.get(engine, {}).get("engine", engine))
@@ -669,7 +668,7 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec) -> No
     """
     if engine is None or engine_runs_on(engine, device):
         return
-    runtime = _runtime_of(engine)
+    runtime = engine_runtime(engine)
     runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[runtime])
     vendor = scale_up_fabric(device).vendor
     raise ConfigError(f"{flag} {engine}: {runtime} runs on {runs} GPUs, and {device.name} is "

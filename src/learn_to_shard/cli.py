@@ -41,6 +41,7 @@ from .api import (
     collectives_config,
     cost_config,
     engine_runs_on,
+    engine_runtime,
     exact_optimum,
     expected_evaluations,
     make_cost_model,
@@ -60,7 +61,7 @@ from .cost.config import (
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
 from .hardware.fabric import scale_up_fabric
-from .hardware.presets import ALIASES
+from .hardware.presets import load_device
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan, join_reasons
@@ -489,8 +490,7 @@ def plan_cmd(
                               "fuse_gemm_comms needs enable_sp)")
         if engine is not None and (sequence_parallel or gemm_overlap):
             from .engines.collectives import SEQUENCE_PARALLEL_PASS
-            runtime = str(ENGINE_PROFILES.get(engine, {}).get("engine", engine))
-            if runtime not in SEQUENCE_PARALLEL_PASS:
+            if engine_runtime(engine) not in SEQUENCE_PARALLEL_PASS:
                 flag = "--sequence-parallel" if sequence_parallel else "--gemm-overlap"
                 raise ConfigError(f"{flag}: {engine} has no launch option for it (only "
                                   f"{', '.join(SEQUENCE_PARALLEL_PASS)}: compilation passes "
@@ -614,7 +614,7 @@ def _launch_engine(engine: str | None) -> str:
     the engine its cost profile describes (``trtllm-tensorrt``: TensorRT-LLM), else vLLM."""
     from .report.export import EXPORT_ENGINES
 
-    described = ENGINE_PROFILES.get(engine or "", {}).get("engine", engine)
+    described = engine_runtime(engine) if engine is not None else None
     return described if described in EXPORT_ENGINES else "vllm"
 
 
@@ -1395,7 +1395,7 @@ def size_cmd(
         err.print(f"no plan on {devices} up to {max_devices} devices meets the SLOs",
                   highlight=False)
         for kind in kinds:                 # why, on the largest cluster of each kind
-            name = ALIASES.get(kind.lower(), kind.lower())     # rows carry the preset name
+            name = load_device(kind).name          # rows carry the preset's name
             mine = [r for r in rows if r.get("device") == name and not r.get("error")]
             if mine:
                 big = max(mine, key=lambda r: int(str(r.get("cluster_devices") or 0)))
