@@ -769,17 +769,15 @@ def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
         return
     from rich.table import Table
 
+    from .report.html import at_engine_costs
+
     t = Table(title="Best strategy each engine can launch (vs the unrestricted optimum above)")
     for col in ("engine", "strategy", "tok/s/device", "× unrestricted",
                 "unrestricted strategy at the engine's costs",
                 "what the unrestricted optimum needs beyond the engine"):
         t.add_column(col)
     for row, _ in optima:
-        same = row["unrestricted_under_engine_tokens_per_s_per_device"]
-        broken = row["unrestricted_under_engine_violations"]
-        same_txt = "degrees not in the engine's space" if same is None else \
-            f"{same:,.1f} tok/s/device" + ("".join(f"\nbreaks {v.split(':')[0]}"
-                                                   for v in broken) if broken else "")
+        same_txt = at_engine_costs(row, sep="\n")
         t.add_row(f"{row['engine']} {row['version']}", row["strategy"] or "none feasible",
                   f"{row['tokens_per_s_per_device']:,.1f}",
                   f"{row['ratio_to_unrestricted']:.4f}", same_txt,

@@ -237,6 +237,13 @@ class Estimate:
     kv_capacity_tokens: int = 0
     max_context_tokens: int = 0
 
+    @property
+    def cluster_tokens_per_s(self) -> float:
+        """The whole cluster's tokens/s: the objective times the cluster's devices (replicas
+        and idle ones; :meth:`CostModel.replica_fraction` says how replicas count)."""
+        return self.tokens_per_s_per_device * (self.instances * self.strategy.devices
+                                               + self.idle_devices)
+
 
 class CostModel(OperatorTerms):
     """Analytical performance model of one (model, cluster, workload) problem.

@@ -210,19 +210,22 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None) ->
                      [[f"{r['engine']} {r['version']}", str(r["strategy"]),
                        f"{r['tokens_per_s_per_device']:,.1f}",
                        f"{r['ratio_to_unrestricted']:.4f}",
-                       _at_engine_costs(r),
+                       at_engine_costs(r),
                        "; ".join(r["unrestricted_not_expressible"]) or "nothing"]
                       for r in optima])]))
     return out
 
 
-def _at_engine_costs(row: dict) -> str:
-    """The ``unrestricted_under_engine_*`` fields of an engine-optimum row as one cell."""
+def at_engine_costs(row: dict, sep: str = "; ") -> str:
+    """The ``unrestricted_under_engine_*`` fields of an engine-optimum row as one table cell
+    (its tokens/s per device, then ``sep`` and each rule it breaks), for the report and the
+    terminal table alike."""
     tps = row.get("unrestricted_under_engine_tokens_per_s_per_device")
     if tps is None:
         return "degrees not in the engine's space"
     broken = row.get("unrestricted_under_engine_violations") or []
-    return f"{tps:,.1f}" + "".join(f"; breaks {v.split(':')[0]}" for v in broken)
+    return f"{tps:,.1f} tok/s/device" + "".join(f"{sep}breaks {v.split(':')[0]}"
+                                                for v in broken)
 
 
 def pareto_sections(title: str, rows: list[dict], plot: Path) -> list[Section]:

@@ -329,8 +329,7 @@ def _estimate_core(e: Estimate, wl: Workload, s: Strategy) -> dict[str, object]:
         "max_batch": e.max_batch,
         "instances": e.instances,
         "idle_devices": e.idle_devices,
-        "cluster_tokens_per_s": e.tokens_per_s_per_device
-        * (e.instances * e.strategy.devices + e.idle_devices),
+        "cluster_tokens_per_s": e.cluster_tokens_per_s,
         "collectives": [{"where": c.where, "kind": c.kind, "group": c.group,
                          "time_s": c.time_s, "per_pass": c.per_step} for c in e.collectives],
         "op_time_s": e.op_time_s,

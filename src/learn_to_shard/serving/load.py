@@ -199,12 +199,11 @@ def load_trace(path: str | Path) -> Requests:
             try:
                 x = float(text or "")
                 v = int(x)
-            except (ValueError, TypeError, OverflowError):   # junk, a missing field, inf
+                if x != v:                                 # 100.5 tokens
+                    raise ValueError(text)
+            except (ValueError, OverflowError):            # junk, a fraction, inf
                 raise ConfigError(f"--trace: {p}: row {i}: {col} {text!r} is not a whole "
                                   f"number of tokens") from None
-            if x != v:
-                raise ConfigError(f"--trace: {p}: row {i}: {col} {text!r} is not a whole "
-                                  f"number of tokens")
             if v < 1:
                 raise ConfigError(f"--trace: {p}: row {i}: {col} must be >= 1, got {v}")
             out.append(v)
