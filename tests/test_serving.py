@@ -176,6 +176,68 @@ def test_trace_formats(tmp_path):
         load_trace(bad)
 
 
+def test_a_trace_is_read_in_arrival_order_and_dealt_so(tmp_path):
+    """Rows out of time order are sorted by arrival (ties keep file order), so replicas are
+    dealt the requests as they arrive, not as the file lists them: with two replicas, the one
+    simulated gets the 1st, 3rd, ... arrivals."""
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,isl,osl\n3,400,4\n1,200,2\n1,250,2\n0,100,1\n",
+                 encoding="utf-8")
+    tr = load_trace(f)
+    assert list(tr.arrival_s) == [0.0, 1.0, 1.0, 3.0]
+    assert list(tr.isl) == [100, 200, 250, 400] and list(tr.osl) == [1, 2, 2, 4]
+    from learn_to_shard.serving.load import _instance_requests
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:2", make_workload("serve", isl=200, osl=2))
+    req, _, _, worth = _instance_requests(cm, ServingLoad(trace=tr), 2)
+    assert list(req.isl) == [100, 250] and list(req.arrival_s) == [0.0, 1.0] and worth == 2
+
+
+def test_trace_times_too_far_apart_to_resolve_are_refused(tmp_path):
+    """Arrival times beyond 1e11 s (of 0 or of each other) are refused: float64 seconds there
+    are coarser than a step, so every request would share one instant."""
+    for times in (("1e300", "1e300"), ("0", "2e11"), ("-1e12", "0")):
+        f = tmp_path / "t.csv"
+        f.write_text(f"arrival_s,isl,osl\n{times[0]},10,2\n{times[1]},10,2\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match="within 1e\\+11 s"):
+            load_trace(f)
+
+
+def test_a_trace_without_isl_osl_ranks_at_its_means(tmp_path):
+    """--trace without --isl/--osl ranks strategies at the trace's mean lengths (rounded),
+    says so on stderr and records it in the JSON; an --isl given is kept."""
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,isl,osl\n0,1000,200\n0.5,3000,100\n0.2,500,401\n",
+                 encoding="utf-8")
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--method", "megatron", "--trace", str(f)]
+    r = CliRunner().invoke(app, [*base, "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert (data["workload"]["isl"], data["workload"]["osl"]) == (1500, 234)
+    assert data["simulation"][0]["lengths"]["ranked_at"] == {
+        "isl": 1500, "osl": 234, "from": "the trace's means"}
+    r = CliRunner().invoke(app, [*base, "-q"])
+    assert r.exit_code == 0 and "ranked at the trace's mean lengths (--isl 1500, --osl 234)" \
+        in r.output
+    r = CliRunner().invoke(app, [*base, "--isl", "800", "--json"])
+    data = json.loads(r.stdout)
+    assert (data["workload"]["isl"], data["workload"]["osl"]) == (800, 234)
+
+
+def test_a_trace_faster_than_the_replica_is_flagged(tmp_path):
+    """A trace whose arrivals outpace the replica gets the overload flag a request rate gets,
+    at its own mean rate; one that arrives slowly does not."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", make_workload("serve", isl=2000, osl=200))
+    plan = search_plan(cm, method="megatron")
+    n = 400
+    fast = Requests(np.full(n, 2000), np.full(n, 200), np.arange(n) * 0.005)
+    slow = Requests(np.full(64, 2000), np.full(64, 200), np.arange(64) * 10.0)
+    hot = simulate_plan(cm, plan, ServingLoad(trace=fast), top=1)[0]
+    cold = simulate_plan(cm, plan, ServingLoad(trace=slow), top=1)[0]
+    assert hot["overloaded"] and hot["offered_requests_per_s"] == pytest.approx(200.0)
+    assert not cold["overloaded"] and cold["offered_requests_per_s"] == pytest.approx(0.1)
+
+
 def test_cli_simulates_top_plans(tmp_path):
     runner = CliRunner()
     base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2", "--phase", "serve",

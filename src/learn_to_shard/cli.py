@@ -66,7 +66,7 @@ from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan, join_reasons
 from .search.base import SearchInterrupted, interruptible
-from .serving import ServingLoad
+from .serving import Requests, ServingLoad, load_trace, trace_mean_lengths
 from .units import parse_duration_s
 from .workload import Phase, Workload
 
@@ -146,7 +146,8 @@ RateOpt = Annotated[float | None, typer.Option(
     "across the cluster.")]
 TraceOpt = Annotated[Path | None, typer.Option(
     "--trace", help="Serve: also simulate a request trace (CSV: arrival_s or TIMESTAMP, isl or "
-    "ContextTokens, osl or GeneratedTokens).")]
+    "ContextTokens, osl or GeneratedTokens; replayed in arrival order). Without --isl/--osl "
+    "the search ranks at the trace's mean lengths.")]
 NumPromptsOpt = Annotated[int | None, typer.Option(
     "--num-prompts", help="Requests per simulation (default 1000).")]
 RangeRatioOpt = Annotated[float, typer.Option(
@@ -189,9 +190,10 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
 
 
 def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | None,
-                  trace: Path | None, num_prompts: int | None, range_ratio: float,
+                  trace: Requests | None, num_prompts: int | None, range_ratio: float,
                   seed: int, dataset: str = "random") -> ServingLoad | None:
-    """The simulated load of the flags, or ``None`` when none is given.
+    """The simulated load of the flags (``trace``: the requests ``load_trace`` read), or
+    ``None`` when none is given.
 
     Raises:
         PlannerError: a load outside the serve phase, several loads, or bad values.
@@ -211,10 +213,7 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
     if wl.phase is not Phase.SERVE:
         raise PlannerError("--concurrency/--request-rate/--trace: a simulated load needs "
                            "--phase serve")
-    from .serving import load_trace
-
-    return ServingLoad(concurrency=concurrency, request_rate_per_s=request_rate,
-                       trace=load_trace(trace) if trace is not None else None,
+    return ServingLoad(concurrency=concurrency, request_rate_per_s=request_rate, trace=trace,
                        num_prompts=num_prompts, range_ratio=range_ratio, dataset=dataset,
                        seed=seed)
 
@@ -472,14 +471,23 @@ def plan_cmd(
         _check_export(export)
         engine = _export_engine(export, engine)
         spec = load_model(model)
+        trace_req = load_trace(trace) if trace is not None else None
+        from_trace: list[str] = []
+        if trace_req is not None and (isl is None or osl is None):
+            # The search prices one length pair: rank at the trace's means.
+            mean_isl, mean_osl = trace_mean_lengths(trace_req)
+            if isl is None:
+                isl, from_trace = mean_isl, [*from_trace, f"--isl {mean_isl}"]
+            if osl is None:
+                osl, from_trace = mean_osl, [*from_trace, f"--osl {mean_osl}"]
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype, engine), concurrency=concurrency)
         wl = with_images(wl, spec, images_per_request, image_tokens)
         if trace is not None and wl.images_per_request:
             raise ConfigError("--images-per-request with --trace: the trace's isl column is "
                               "the prompt as prefilled; add the image tokens to it instead")
-        load = _serving_load(wl, concurrency, request_rate, trace, num_prompts, range_ratio,
-                             seed, dataset)
+        load = _serving_load(wl, concurrency, request_rate, trace_req, num_prompts,
+                             range_ratio, seed, dataset)
         cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
                                           max_num_batched_tokens),
                            spec, engine, moe_a2a, two_batch_overlap)
@@ -536,8 +544,18 @@ def plan_cmd(
             if export and result.feasible else None
         if load is not None and result.feasible and not result.interrupted:
             sims = simulate_plan(cm, result, load, export_caps=export is not None)
+            if from_trace:
+                for sim in sims:
+                    lengths = sim["lengths"]
+                    assert isinstance(lengths, dict)
+                    lengths["ranked_at"] = {"isl": wl.isl, "osl": wl.osl,
+                                            "from": "the trace's means"}
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
+    if from_trace and not json_out:
+        err.print(f"note: --trace without {' / '.join(f.split()[0] for f in from_trace)}: "
+                  f"strategies are ranked at the trace's mean lengths ({', '.join(from_trace)}); "
+                  f"the simulation replays every request as recorded", highlight=False)
     data = result.to_dict(timing=timing)
     last = data.pop("timing", None)        # "timing" stays the last key
     if optima:

@@ -252,12 +252,15 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
               "what the steady state leaves out).[/]")
     for sim in sims:
         if sim.get("overloaded"):
+            offered = sim["offered_requests_per_s"]
+            trace = sim.get("lengths", {}).get("dataset") == "trace"
+            what = f"{offered:.3g} requests/s offered to each replica"
+            grows = ("so its TTFT grows through the trace and the percentiles describe the "
+                     "trace's length" if trace else "so its TTFT grows with --num-prompts and "
+                     "the percentiles describe the run's length")
             con.print(f"[bold red]warning:[/] {sim['strategy']} serves "
-                      f"{sim['simulated']['requests_per_s']:.2f} of the "
-                      f"{sim['offered_requests_per_s']:g} requests/s offered to each replica: "
-                      f"the queue grows through the run, so its TTFT grows with --num-prompts "
-                      f"and the percentiles describe the run's length, not a steady state",
-                      highlight=False)
+                      f"{sim['simulated']['requests_per_s']:.2f} of the {what}: the queue "
+                      f"grows through the run, {grows}, not a steady state", highlight=False)
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims

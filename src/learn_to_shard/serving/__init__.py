@@ -8,11 +8,17 @@ and end-to-end latency as the engines' benchmark scripts do (mean and percentile
 
 from __future__ import annotations
 
-from .load import ServingLoad, engine_max_num_seqs, load_trace, simulate_estimate
+from .load import (
+    ServingLoad,
+    engine_max_num_seqs,
+    load_trace,
+    simulate_estimate,
+    trace_mean_lengths,
+)
 from .simulate import PERCENTILES, Requests, SimResult, fixed_requests, poisson_arrivals, simulate
 from .steptime import StepTimeModel, fit_step_model
 
 __all__ = ["PERCENTILES", "Requests", "ServingLoad", "SimResult", "StepTimeModel",
            "engine_max_num_seqs",
            "fit_step_model", "fixed_requests", "load_trace", "poisson_arrivals", "simulate",
-           "simulate_estimate"]
+           "simulate_estimate", "trace_mean_lengths"]

@@ -138,6 +138,12 @@ class ServingLoad:
         return f"trace of {len(self.trace.isl)} requests"
 
 
+#: Largest arrival time, and span of arrival times, a trace may have, seconds (1e11 s, about
+#: 3,200 years; epoch seconds of today's date-times are 1.7e9). float64 seconds are spaced
+#: 1.5e-5 s at 1e11 and coarser beyond, too coarse for step times of milliseconds.
+MAX_ARRIVAL_S = 1e11
+
+
 def _parse_time(text: str, path: Path, row: int) -> float:
     """Seconds from a number or an ISO date-time (fractions beyond microseconds dropped)."""
     try:
@@ -159,11 +165,15 @@ def load_trace(path: str | Path) -> Requests:
     """Read a request trace: a CSV with an arrival column (seconds, or ISO date-times as in the
     Azure LLM inference traces, ``TIMESTAMP``), a prompt-length column and an output-length
     column (``isl``/``osl``, ``input_tokens``/``output_tokens``, or the Azure traces'
-    ``ContextTokens``/``GeneratedTokens``). Arrivals are shifted to start at 0.
+    ``ContextTokens``/``GeneratedTokens``). Arrivals are shifted to start at 0 and the
+    requests put in arrival order (rows with equal times keep their file order), so a trace
+    whose rows are not sorted is dealt to replicas as it arrives.
 
     Raises:
         ConfigError: unreadable file, a missing column (the message lists the accepted names),
-            or a non-numeric or non-positive length.
+            a non-numeric or non-positive length, or arrival times that are not finite or lie
+            beyond :data:`MAX_ARRIVAL_S` of 0 or of each other (float seconds there no longer
+            resolve a millisecond: float64's spacing at 1e11 is 1.5e-5 s).
     """
     p = Path(path)
     try:
@@ -210,8 +220,21 @@ def load_trace(path: str | Path) -> Requests:
     a = np.asarray(arr, dtype=float)
     if not np.isfinite(a).all():
         raise ConfigError(f"--trace: {p}: arrival times must be finite")
-    return Requests(isl=np.asarray(isl, dtype=np.int64), osl=np.asarray(osl, dtype=np.int64),
-                    arrival_s=a - a.min())
+    if float(np.abs(a).max()) > MAX_ARRIVAL_S or float(a.max() - a.min()) > MAX_ARRIVAL_S:
+        raise ConfigError(f"--trace: {p}: arrival times must lie within {MAX_ARRIVAL_S:.0e} s "
+                          f"of 0 and of each other (seconds or ISO date-times), got "
+                          f"{a.min():.6g} .. {a.max():.6g}")
+    order = np.argsort(a, kind="stable")
+    return Requests(isl=np.asarray(isl, dtype=np.int64)[order],
+                    osl=np.asarray(osl, dtype=np.int64)[order], arrival_s=(a - a.min())[order])
+
+
+def trace_mean_lengths(trace: Requests) -> tuple[int, int]:
+    """The trace's mean prompt and output lengths, tokens, rounded (each >= 1): the
+    ``isl``/``osl`` the search ranks strategies at when ``--trace`` is given without them
+    (the analytical model prices one length pair; the simulation replays every request)."""
+    return (max(1, round(float(np.mean(trace.isl)))),
+            max(1, round(float(np.mean(trace.osl)))))
 
 
 def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
@@ -313,8 +336,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         analytical step, the cluster's load in replicas' worth (``replicas_worth``, see
         :func:`_instance_requests`) and the tokens/s it gives, and for a request rate the
         rate offered to the replica and whether its queue grows through the run
-        (``offered_requests_per_s``; ``overloaded``: the last quarter of arrivals waits
-        for its first token more than twice as long as the first quarter, plus 1 s).
+        (``offered_requests_per_s``, for a trace its mean rate, requests over the span of
+        their arrivals, ``None`` when all arrive at once; ``overloaded``, for a rate or a
+        trace that spreads its arrivals: the last quarter of arrivals waits for its first
+        token more than twice as long as the first quarter, plus 1 s).
 
     Raises:
         ConfigError: the workload is not the serve phase, a request is longer than the model's
@@ -376,6 +401,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     # An open-loop load above what the replica serves: its queue grows through the run, so
     # the last quarter of arrivals waits far longer than the first.
     offered = None if load.request_rate_per_s is None else load.request_rate_per_s / replicas
+    if load.trace is not None and req.arrival_s is not None:
+        span = float(req.arrival_s.max() - req.arrival_s.min())
+        # The trace's mean rate at this replica: its requests over the span they arrive in.
+        offered = (len(req.isl) - 1) / span if span > 0 else None
     overloaded = False
     if offered is not None and len(res.arrival_s) >= 8:
         order = np.argsort(res.arrival_s, kind="stable")
