@@ -38,6 +38,45 @@ def test_plan_report_files(plan_report):
         assert f"({name}.png)" in md and (plan_report / f"{name}.png").stat().st_size > 1000
     for text in ("Strategy per layer", "Memory", "Engines", "tokens/s per device"):
         assert text in html and text in md
+    assert "Serving under load" not in md
+
+
+def test_a_simulated_load_has_its_report_section(tmp_path):
+    """With --concurrency, the report carries the simulation the terminal prints: the load,
+    one table row per simulated plan with the same cells as the terminal table, the notes,
+    and the latency figure; without a load there is no such section."""
+    d = tmp_path / "r"
+    r = CliRunner().invoke(app, ["plan", *PROBLEM, "--concurrency", "16", "--json", "--report",
+                                 str(d)])
+    assert r.exit_code == 0, r.output
+    import json
+
+    from learn_to_shard.report.render import simulation_rows
+    sims = json.loads(r.stdout[r.stdout.index("{"):])["simulation"]
+    md = (d / "report.md").read_text()
+    html = (d / "report.html").read_text()
+    assert "## Serving under load" in md and "closed loop, concurrency 16" in md
+    for row in simulation_rows(sims):
+        assert "| " + " | ".join(row) + " |" in md
+    assert "KV admission in the simulation" in md and "(latency.png)" in md
+    assert (d / "latency.png").stat().st_size > 1000
+    assert "Serving under load" in html and html.count("src='data:image/png;base64,") == 3
+
+
+def test_layer_drawing_puts_the_moe_combine_after_the_experts():
+    """The MoE dispatch is drawn after the router and the combine after the expert
+    down-projection (it was drawn beside the router too); pipeline sends under no operator."""
+    from learn_to_shard.api import plan
+    from learn_to_shard.report.html import collectives_by_operator
+
+    p = plan("qwen3-30b-a3b", "h100-sxm:8", "serve", isl=1024, osl=256, method="megatron")
+    assert p.best is not None
+    kinds = {c.where for c in p.best.collectives}
+    assert {"moe dispatch", "moe combine"} <= kinds
+    _, by_op = collectives_by_operator(p.best, is_moe=True)
+    assert any(line.startswith("moe dispatch:") for line in by_op["router"])
+    assert any(line.startswith("moe combine:") for line in by_op["expert_down"])
+    assert not any(line.startswith("moe combine:") for line in by_op["router"])
 
 
 def test_pareto_and_compare_reports(tmp_path):

@@ -568,7 +568,7 @@ def plan_cmd(
         from .report.html import plan_sections
 
         _write_report(report, f"l2s plan: {cm.model.name} on {cm.cluster.name}",
-                      plan_sections(result, cm.model.is_moe, [r for r, _ in optima]))
+                      plan_sections(result, cm.model.is_moe, [r for r, _ in optima], sims))
     if export is not None:
         if not (quiet or json_out):
             from .report.render import render_plan, render_simulation

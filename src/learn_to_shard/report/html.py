@@ -6,7 +6,8 @@ HTML embeds every figure as a ``data:`` URI, so ``report.html`` opens anywhere o
 :func:`html.escape`; figures come from :mod:`matplotlib` (Agg backend).
 
 Builders: :func:`plan_sections` (plan table, the chosen strategy drawn per layer with its
-collectives and their cost, memory per stage, the engines' optima), :func:`pareto_sections`
+collectives and their cost, memory per stage, the engines' optima, the top plans simulated
+under a load), :func:`pareto_sections`
 and :func:`compare_sections` (their plots and tables).
 """
 
@@ -65,16 +66,12 @@ def _ms(x: float) -> str:
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
-def layer_figure(e: Estimate, is_moe: bool) -> Figure:
-    """The chosen strategy drawn per layer: each fused operator as a box coloured by its
-    placement (with its compute time per pass), and under it the collectives the layout
-    change after it costs (kind, group, time each, count per pass)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    s = e.strategy
+def collectives_by_operator(e: Estimate, is_moe: bool) -> tuple[list[str], dict[str, list[str]]]:
+    """The operators of one layer of ``e`` in order (embedding first, LM head last) and, per
+    operator, the collectives drawn after it (one line each: where, kind, group, µs each,
+    count per pass): a layout change after the operator whose output it converts, the MoE
+    dispatch after the router and its combine after the expert down-projection; those of
+    no operator (pipeline sends) under ``other``."""
     ffn = ["router", "expert_up", "expert_down", "shared_expert_up", "shared_expert_down"] \
         if is_moe else ["dense_up", "dense_down"]
     ops = ["embedding", "qkv_proj", "attention", "o_proj", *ffn, "lm_head"]
@@ -85,6 +82,8 @@ def layer_figure(e: Estimate, is_moe: bool) -> Figure:
         key = next((o for o in ops if src.startswith(o)), "other")
         if src == "layer input":
             key = "embedding"
+        elif src == "moe combine":
+            key = "expert_down"                  # the experts' outputs return to their tokens
         elif src.startswith("moe"):
             key = "router"
         elif src == "shared_expert":
@@ -93,6 +92,20 @@ def layer_figure(e: Estimate, is_moe: bool) -> Figure:
             key = ops[-2]
         by_src.setdefault(key, []).append(
             f"{c.where}: {c.kind} over {c.group}, {to_ms(c.time_s) * 1e3:.1f} µs × {c.per_step}")
+    return ops, by_src
+
+
+def layer_figure(e: Estimate, is_moe: bool) -> Figure:
+    """The chosen strategy drawn per layer: each fused operator as a box coloured by its
+    placement (with its compute time per pass), and under it the collectives the layout
+    change after it costs (kind, group, time each, count per pass)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = e.strategy
+    ops, by_src = collectives_by_operator(e, is_moe)
     rows = len(ops)
     fig, ax = plt.subplots(figsize=(9.0, 0.85 * rows + 1.0))
     ax.set_xlim(0, 10)
@@ -157,8 +170,11 @@ def image_figure(name: str, path: Path, alt: str) -> Figure:
     return Figure(name, Path(path).read_bytes(), alt)
 
 
-def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None) -> list[Section]:
-    """Sections of a plan report (see the module docstring)."""
+def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
+                  sims: list[dict] | None = None) -> list[Section]:
+    """Sections of a plan report (see the module docstring); ``sims``, the simulated plans of
+    a ``--concurrency`` / ``--request-rate`` / ``--trace`` load, add
+    :func:`simulation_sections`."""
     wl = plan.workload
     head = Section("Plan", paragraphs=[
         f"{plan.model} on {plan.cluster}: {wl.phase.value}, isl {wl.isl}, osl {wl.osl}, "
@@ -213,7 +229,53 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None) ->
                        at_engine_costs(r),
                        "; ".join(r["unrestricted_not_expressible"]) or "nothing"]
                       for r in optima])]))
-    return out
+    return out + simulation_sections(sims or [])
+
+
+def latency_figure(sims: list[dict]) -> Figure:
+    """TTFT and TPOT of each simulated plan, mean and p50/p90/p99 side by side (ms), from
+    ``api.simulate_plan``'s ``simulated`` summaries."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stats = ("mean", "p50", "p90", "p99")
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.2))
+    width = 0.8 / max(1, len(sims))
+    for ax, name, label in ((axes[0], "ttft", "TTFT"), (axes[1], "tpot", "TPOT")):
+        for i, sim in enumerate(sims):
+            vals = [to_ms(sim["simulated"][f"{st}_{name}_s"]) for st in stats]
+            ax.bar([k + i * width for k in range(len(stats))], vals, width=width,
+                   label=sim["strategy"].split(" [")[0])
+        ax.set_xticks([k + width * (len(sims) - 1) / 2 for k in range(len(stats))], stats)
+        ax.set_ylabel("ms")
+        ax.set_title(f"{label} under the load", fontsize=9)
+    axes[0].legend(fontsize=7)
+    return Figure("latency", _png(fig), "simulated TTFT and TPOT percentiles of the top plans")
+
+
+def simulation_sections(sims: list[dict]) -> list[Section]:
+    """The "Serving under load" section of a plan report: the load, the table of
+    :func:`~learn_to_shard.report.render.simulation_rows`, its warnings and notes, and
+    :func:`latency_figure`; none without a simulated load."""
+    from .render import (
+        SIMULATION_COLUMNS,
+        STEADY_RATIO_NOTE,
+        simulation_heading,
+        simulation_notes,
+        simulation_rows,
+    )
+
+    if not sims:
+        return []
+    notes = [("Warning: " if kind == "warning" else "") + text
+             for kind, text in simulation_notes(sims)]
+    return [Section("Serving under load", paragraphs=[
+        f"The top plans replayed request by request through the simulation of continuous "
+        f"batching: {simulation_heading(sims)}.", STEADY_RATIO_NOTE, *notes],
+        tables=[(list(SIMULATION_COLUMNS), simulation_rows(sims))],
+        figures=[latency_figure(sims)])]
 
 
 def at_engine_costs(row: dict, sep: str = "; ") -> str:

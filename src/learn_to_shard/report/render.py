@@ -209,24 +209,29 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
         con.print(Text("violations: " + "; ".join(e.violations), style="red"))
 
 
-def render_simulation(sims: list[dict], console: Console | None = None) -> None:
-    """Print the request-level simulation of the top plans (``api.simulate_plan``): mean and
-    p50/p90/p99 TTFT and TPOT, the median and p99 of the pooled inter-token latency (ITL, as
-    the benchmark clients print it), end-to-end latency, throughput, and where the
-    steady-state estimate differs from the simulation."""
-    con = console or Console()
-    if not sims:
-        return
+#: Columns of the simulated-serving table (terminal and report alike).
+SIMULATION_COLUMNS = ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/p90/p99",
+                      "ITL ms p50/p99", "E2E s p50/p99", "tok/s/dev", "running", "÷ steady")
+
+#: What ``÷ steady`` means, printed under the table.
+STEADY_RATIO_NOTE = ("÷ steady: the simulation's mean TTFT / mean TPOT / tok/s over the "
+                     "analytical estimate's at the same number of running requests (queueing, "
+                     "prefill stalls and bursts are what the steady state leaves out).")
+
+
+def simulation_heading(sims: list[dict]) -> str:
+    """One line naming the simulated load and the replica's share of it, e.g. ``closed loop,
+    concurrency 64; 1 replica(s), one simulated: 64 of 64 clients, 1000 requests``."""
     first = sims[0]
-    con.print(f"\n[bold]Simulated serving[/] ({first['load']}; {first['replicas']} replica(s), "
-              f"one simulated: {first['replica_share']}, {first['requests_simulated']} "
-              f"requests)")
-    t = Table(box=None, pad_edge=False)
-    for col in ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/p90/p99",
-                "ITL ms p50/p99", "E2E s p50/p99", "tok/s/dev", "running", "÷ steady"):
-        # Numbers wrap at their '/' rather than lose their tail (p99) to an ellipsis.
-        t.add_column(col, justify="left" if col == "strategy" else "right",
-                     no_wrap=col == "strategy", overflow="fold")
+    return (f"{first['load']}; {first['replicas']} replica(s), one simulated: "
+            f"{first['replica_share']}, {first['requests_simulated']} requests")
+
+
+def simulation_rows(sims: list[dict]) -> list[list[str]]:
+    """The cells of the simulated-serving table (:data:`SIMULATION_COLUMNS`), one row per
+    simulated plan of ``api.simulate_plan``: latencies in ms (end-to-end in s), a one-token
+    output's TPOT and ITL as ``n/a``."""
+    rows = []
     for sim in sims:
         s = sim["simulated"]
         r = sim["sim_over_analytic"]
@@ -237,30 +242,33 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
 
         # One output token per request has no token after the first: no TPOT or ITL.
         gaps = s["p99_tpot_s"] > 0 or s["p99_itl_s"] > 0
-        t.add_row(sim["strategy"], q("ttft"), q("tpot") if gaps else "n/a (one token)",
-                  f"{to_ms(s['p50_itl_s']):.1f}/{to_ms(s['p99_itl_s']):.1f}" if gaps
-                  else "n/a",
-                  f"{s['p50_e2e_s']:.2f}/{s['p99_e2e_s']:.2f}",
-                  f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
-                  f"{r['mean_ttft']:.2f}×/"
-                  + (f"{r['mean_tpot']:.2f}×" if gaps else "n/a")
-                  + f"/{r['output_tokens_per_s']:.2f}×")
-    con.print(t)
-    con.print("[dim]÷ steady: the simulation's mean TTFT / mean TPOT / tok/s over the "
-              "analytical estimate's at "
-              "the same number of running requests (queueing, prefill stalls and bursts are "
-              "what the steady state leaves out).[/]")
+        rows.append([sim["strategy"], q("ttft"), q("tpot") if gaps else "n/a (one token)",
+                     f"{to_ms(s['p50_itl_s']):.1f}/{to_ms(s['p99_itl_s']):.1f}" if gaps
+                     else "n/a",
+                     f"{s['p50_e2e_s']:.2f}/{s['p99_e2e_s']:.2f}",
+                     f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
+                     f"{r['mean_ttft']:.2f}×/" + (f"{r['mean_tpot']:.2f}×" if gaps else "n/a")
+                     + f"/{r['output_tokens_per_s']:.2f}×"])
+    return rows
+
+
+def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
+    """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
+    ``kind`` ``warning`` (an overloaded open loop, an SLO the best plan misses under the
+    load) or ``note`` (the KV admission rule simulated, preemptions)."""
+    out: list[tuple[str, str]] = []
+    first = sims[0]
     for sim in sims:
         if sim.get("overloaded"):
             offered = sim["offered_requests_per_s"]
             trace = sim.get("lengths", {}).get("dataset") == "trace"
-            what = f"{offered:.3g} requests/s offered to each replica"
             grows = ("so its TTFT grows through the trace and the percentiles describe the "
                      "trace's length" if trace else "so its TTFT grows with --num-prompts and "
                      "the percentiles describe the run's length")
-            con.print(f"[bold red]warning:[/] {sim['strategy']} serves "
-                      f"{sim['simulated']['requests_per_s']:.2f} of the {what}: the queue "
-                      f"grows through the run, {grows}, not a steady state", highlight=False)
+            out.append(("warning", f"{sim['strategy']} serves "
+                        f"{sim['simulated']['requests_per_s']:.2f} of the {offered:.3g} "
+                        f"requests/s offered to each replica: the queue grows through the "
+                        f"run, {grows}, not a steady state"))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims
@@ -269,17 +277,45 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
                "on_demand": "a paged pool that grows a token per decode and preempts when "
                             "full",
                "no_future_oom": "admitted while no future step can run out of KV"}
-        con.print(f"[dim]KV admission in the simulation: {sched['kv_admission']} "
-                  f"({how.get(sched['kv_admission'], 'see --kv-admission')}; the engine line "
-                  f"above is the steady-state estimate's accounting)"
-                  + (f"; requests preempted when the KV pool ran out ({', '.join(pre)}), "
-                     "recomputed when readmitted" if pre else "") + "[/]", highlight=False)
+        out.append(("note", f"KV admission in the simulation: {sched['kv_admission']} "
+                    f"({how.get(sched['kv_admission'], 'see --kv-admission')}; the engine line "
+                    f"above is the steady-state estimate's accounting)"
+                    + (f"; requests preempted when the KV pool ran out ({', '.join(pre)}), "
+                       "recomputed when readmitted" if pre else "")))
     slo = first.get("slo")
     if isinstance(slo, dict) and slo.get("missed"):
         ok = [sim["strategy"] for sim in sims[1:]
               if isinstance(sim.get("slo"), dict) and sim["slo"].get("met")]
-        con.print(f"[bold red]warning:[/] under this load the best plan misses its SLO: "
-                  f"{'; '.join(slo['missed'])}. The search checks SLOs on steady-state means; "
-                  + (f"the simulated alternative {ok[0]} meets them." if ok else
-                     "no simulated alternative meets them: lower the load (--concurrency / "
-                     "--request-rate), relax the SLO or add devices."), highlight=False)
+        out.append(("warning", f"under this load the best plan misses its SLO: "
+                    f"{'; '.join(slo['missed'])}. The search checks SLOs on steady-state "
+                    f"means; " + (f"the simulated alternative {ok[0]} meets them." if ok else
+                                  "no simulated alternative meets them: lower the load "
+                                  "(--concurrency / --request-rate), relax the SLO or add "
+                                  "devices.")))
+    return out
+
+
+def render_simulation(sims: list[dict], console: Console | None = None) -> None:
+    """Print the request-level simulation of the top plans (``api.simulate_plan``): mean and
+    p50/p90/p99 TTFT and TPOT, the median and p99 of the pooled inter-token latency (ITL, as
+    the benchmark clients print it), end-to-end latency, throughput, and where the
+    steady-state estimate differs from the simulation (:func:`simulation_rows`,
+    :func:`simulation_notes`)."""
+    con = console or Console()
+    if not sims:
+        return
+    con.print(f"\n[bold]Simulated serving[/] ({escape(simulation_heading(sims))})")
+    t = Table(box=None, pad_edge=False)
+    for col in SIMULATION_COLUMNS:
+        # Numbers wrap at their '/' rather than lose their tail (p99) to an ellipsis.
+        t.add_column(col, justify="left" if col == "strategy" else "right",
+                     no_wrap=col == "strategy", overflow="fold")
+    for row in simulation_rows(sims):
+        t.add_row(*row)
+    con.print(t)
+    con.print(f"[dim]{escape(STEADY_RATIO_NOTE)}[/]")
+    for kind, text in simulation_notes(sims):
+        if kind == "warning":
+            con.print(f"[bold red]warning:[/] {escape(text)}", highlight=False)
+        else:
+            con.print(f"[dim]{escape(text)}[/]", highlight=False)
