@@ -609,14 +609,14 @@ def test_trace_values_and_outputs_onto_inputs_are_one_line_errors(tmp_path):
 
 def test_a_load_whose_longest_request_no_strategy_can_hold_names_its_flag():
     """Llama-3.1-8B on one RTX 4090 under vLLM (KV on demand, so the plan fits its mean
-    occupancy) with requests up to 45,000 tokens (--range-ratio 0.5 around 20,000 + 10,000):
-    no strategy's KV pool holds the longest, so the command says so
+    occupancy) with requests up to 60,000 tokens (--range-ratio 0.5 around 30,000 + 10,000):
+    no strategy's KV pool (46,556 tokens) holds the longest, so the command says so
     naming --range-ratio and the pools, exit 2, instead of a simulation error."""
     r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "rtx-4090:1", "--phase", "serve",
-             "--isl", "20000", "--osl", "10000", "--concurrency", "2", "--range-ratio", "0.5",
+             "--isl", "30000", "--osl", "10000", "--concurrency", "2", "--range-ratio", "0.5",
              "--engine", "vllm", "-q")
     assert r.exit_code == 2, r.output
-    assert "--range-ratio: the load's longest request (45,000 tokens) does not fit the KV " \
+    assert "--range-ratio: the load's longest request (60,000 tokens) does not fit the KV " \
            "pool" in " ".join(r.output.split())
 
 
@@ -664,3 +664,36 @@ def test_phase_and_engine_values_are_case_insensitive():
     lower = _run(*base, "--phase", "serve", "--engine", "vllm")
     assert upper.exit_code == 0 and lower.exit_code == 0, upper.output
     assert json.loads(upper.stdout)["best"] == json.loads(lower.stdout)["best"]
+
+
+def test_models_and_devices_list_names_or_a_table_with_long():
+    """``l2s models`` / ``l2s devices`` print one name per line (for scripts); ``--long`` a
+    table of each one's shape or datasheet figures, read from the same specs the planner
+    uses (a parameter count, the weight format of a 4-bit checkpoint, a missing context
+    limit as a dash; a device's memory in GiB and its aliases)."""
+    from learn_to_shard.hardware.presets import device_names
+    from learn_to_shard.model.hf_config import shipped_model_names
+
+    r = _run("models")
+    assert r.exit_code == 0 and r.output.split() == shipped_model_names()
+    r = _run("models", "--long")
+    assert r.exit_code == 0
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in r.output.splitlines() if line.startswith("│") and
+            line.split("│")[1].strip()}
+    assert set(shipped_model_names()) <= set(rows)
+    assert rows["llama-3.1-70b"][1:4] == ["70.6", "69.5", "80"]
+    assert rows["gpt-oss-120b"][-1] == "mxfp4 (experts)" and rows["deepseek-v3"][-1] == "fp8"
+    assert rows["deepseek-v3"][4].startswith("MLA 128 heads") and rows["qwen3-8b"][5] == "dense"
+    assert rows["falcon-7b-instruct"][-2] == "—"
+    r = _run("devices")
+    assert r.exit_code == 0 and r.output.split() == device_names()
+    r = _run("devices", "-l")
+    assert r.exit_code == 0
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in r.output.splitlines() if line.startswith("│") and
+            line.split("│")[1].strip()}
+    assert set(device_names()) <= set(rows)
+    assert rows["h100-sxm"][1:4] == ["h100", "80", "989"]
+    assert rows["rtx-4090"][2] == "24" and rows["mi300x"][4] == "2,615"
+

@@ -854,3 +854,17 @@ def test_frontend_latency_lengthens_the_analytical_ttft_only():
     a, b = cm.evaluate(s), cm2.evaluate(s)
     assert b.ttft_s == pytest.approx(a.ttft_s + 0.050, rel=1e-9)
     assert b.tpot_s == a.tpot_s and b.output_tokens_per_s == a.output_tokens_per_s
+
+
+def test_a_long_run_of_decode_steps_simulates_rather_than_hitting_the_step_bound():
+    """A thousand requests of ~10,000 output tokens at batch 1 need ~1e7 engine steps; the
+    decode runs between events are priced as vectorised blocks, so this simulates (it hit
+    a 1e7-step bound and told the user to lower --num-prompts)."""
+    n = 1000
+    req = Requests(np.full(n, 100), np.full(n, 10_000))
+    res = simulate(TOY, req, max_num_seqs=1, max_num_batched_tokens=8192,
+                   kv_capacity_tokens=20_000, concurrency=1)
+    assert res.steps == n * 10_000
+    with pytest.raises(ConfigError, match="more than 1,000 engine steps"):
+        simulate(TOY, req, max_num_seqs=1, max_num_batched_tokens=8192,
+                 kv_capacity_tokens=20_000, concurrency=1, max_steps=1000)

@@ -1193,21 +1193,77 @@ def pareto_cmd(
 
 
 @app.command("models")
-def models_cmd() -> None:
-    """List the shipped model configs."""
+def models_cmd(long: bool = typer.Option(False, "--long", "-l", help="A table: architecture, "
+                                          "parameters, layers, attention, experts, context, "
+                                          "checkpoint weight format.")) -> None:
+    """List the shipped model configs (names, one per line; --long: a table of their
+    shapes)."""
     from .model.hf_config import shipped_model_names
 
+    if not long:
+        for name in shipped_model_names():
+            typer.echo(name)
+        return
+    from rich.table import Table
+
+    from .model.params import count_params
+
+    t = Table(title="Shipped models (params in billions; active: per token, LM head "
+                    "included, input embedding not)")
+    for col in ("name", "architecture", "params", "active", "layers", "attention",
+                "experts (routed top-k + shared)", "context", "weights"):
+        t.add_column(col, justify="right" if col in ("params", "active", "layers", "context")
+                     else "left")
     for name in shipped_model_names():
-        typer.echo(name)
+        m = load_model(name)
+        pc = count_params(m)
+        a = m.attention
+        att = (f"MLA {a.num_heads} heads, latent {a.kv_lora_rank}" if a.kind.value == "mla"
+               else f"GQA {a.num_heads}/{a.num_kv_heads} heads × {a.head_dim}")
+        moe = (f"{m.moe.num_experts} top-{m.moe.top_k}"
+               + (f" + {m.moe.num_shared_experts}" if m.moe.num_shared_experts else "")
+               if m.moe is not None else "dense")
+        q = m.quant
+        weights = (f"{q.method}{' (experts)' if q.experts_only else ''}" if q is not None
+                   else m.checkpoint_dtype)
+        context = f"{m.max_position_embeddings:,}" if m.max_position_embeddings else "—"
+        t.add_row(name, m.architecture, f"{pc.total / 1e9:.1f}", f"{pc.active / 1e9:.1f}",
+                  str(m.num_layers), att, moe, context, weights)
+    (Console() if sys.stdout.isatty() else Console(width=200)).print(t)
 
 
 @app.command("devices")
-def devices_cmd() -> None:
-    """List the device presets."""
-    from .hardware.presets import device_names
+def devices_cmd(long: bool = typer.Option(False, "--long", "-l", help="A table: memory, "
+                                           "peak FLOP/s per precision, HBM and link "
+                                           "bandwidths, devices per scale-up domain.")) -> None:
+    """List the device presets (names, one per line; --long: a table of their datasheet
+    figures, each cited in the preset's sources)."""
+    from .hardware.presets import ALIASES, device_names
+
+    if not long:
+        for name in device_names():
+            typer.echo(name)
+        return
+    from rich.table import Table
+
+    t = Table(title="Device presets (dense peaks; link bandwidths per device, one direction)")
+    for col in ("name", "device", "aliases", "memory GiB", "BF16 TFLOP/s", "FP8 TFLOP/s",
+                "FP4 TFLOP/s", "HBM TB/s", "scale-up domain", "scale-up GB/s",
+                "scale-out GB/s"):
+        t.add_column(col, justify="left" if col in ("name", "device", "aliases") else "right")
+
+    def tf(x: float | None) -> str:
+        return "—" if x is None else f"{x / 1e12:,.0f}"
 
     for name in device_names():
-        typer.echo(name)
+        d = load_device(name)
+        aliases = ", ".join(sorted(a for a, target in ALIASES.items() if target == name))
+        t.add_row(name, d.display_name, aliases or "—", f"{d.hbm_bytes / 2**30:,.0f}",
+                  tf(d.peak_bf16_flops_per_s), tf(d.peak_fp8_flops_per_s),
+                  tf(d.peak_fp4_flops_per_s), f"{d.hbm_bytes_per_s / 1e12:.2f}",
+                  str(d.scale_up_domain), f"{d.scale_up_bytes_per_s / 1e9:,.0f}",
+                  f"{d.scale_out_bytes_per_s / 1e9:,.1f}")
+    (Console() if sys.stdout.isatty() else Console(width=200)).print(t)
 
 
 @app.command("engines")

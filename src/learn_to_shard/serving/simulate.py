@@ -275,7 +275,7 @@ class SimResult:
 
 def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              max_num_batched_tokens: int, kv_capacity_tokens: int,
-             concurrency: int | None = None, max_steps: int = 10_000_000,
+             concurrency: int | None = None, max_steps: int = 200_000_000,
              prefill_first: bool = False, overlap_schedule: bool = False,
              decode_steps_per_schedule: int = 1, kv_admission: str = "reserve",
              dp_ranks: int = 1, frontend_latency_s: float = 0.0,
@@ -289,7 +289,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         max_num_batched_tokens: tokens per step (decode tokens + prompt chunk).
         kv_capacity_tokens: KV-cache tokens the instance holds.
         concurrency: closed-loop clients (required without arrival times).
-        max_steps: safety bound on simulated steps.
+        max_steps: safety bound on simulated engine steps (decode runs between events are
+            priced as one vectorised block, so the cost is the number of events, not of steps:
+            2e8 steps, e.g. 1,000 requests of 15,000 output tokens at concurrency 1 needing
+            1.5e7, simulate in seconds).
         prefill_first: while any running request has prompt tokens left, a step carries only
             prompt chunks and the decodes wait (SGLang's scheduler: a new prefill batch runs
             whenever one can be formed, decode otherwise; prefill and decode are not mixed
@@ -423,7 +426,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     poll_now = True
     while not done.all():
         if steps >= max_steps:
-            raise ConfigError(f"simulation: more than {max_steps} steps; lower --num-prompts")
+            raise ConfigError(f"simulation: more than {max_steps:,} engine steps; lower "
+                              f"--num-prompts or the output lengths")
         grow = 0                          # KV tokens this step's decodes take (on demand)
         if on_demand:
             running = admitted & ~done
