@@ -54,6 +54,9 @@ def test_a_layout_at_the_memory_limit_is_flagged_marginal():
                                  "--context", "32768", "--gpu-memory-utilization", "0.86",
                                  "--method", "megatron", "-q"])
     assert r.exit_code == 0
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "marginal: under 3% of usable" in text
+    assert "a lower --gpu-memory-utilization plans with room to spare" in text
 
 
 @pytest.mark.parametrize("phase,kw", [("serve", {"isl": 1024, "osl": 256}),

@@ -174,7 +174,8 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                        if held else "")
                     + (f"  [bold yellow]marginal[/]: under "
                        f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
-                       f"may not fit" if marginal else ""))
+                       f"may not fit (a lower --gpu-memory-utilization plans with room to "
+                       f"spare)" if marginal else ""))
     if plan.num_layers is not None and s.pp > 1:
         summary.add_row("stages", "; ".join(
             f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
