@@ -697,3 +697,36 @@ def test_models_and_devices_list_names_or_a_table_with_long():
     assert rows["h100-sxm"][1:4] == ["h100", "80", "989"]
     assert rows["rtx-4090"][2] == "24" and rows["mi300x"][4] == "2,615"
 
+
+
+def test_fp8_weights_of_a_16_bit_checkpoint_under_tensorrt_llm_are_refused():
+    """TensorRT-LLM has no online FP8 quantisation: --dtype fp8 on a BF16 checkpoint under
+    --export trtllm (or --engine trtllm) priced FP8 weights, then exported BF16 servers
+    that run out of memory. It is one line, exit 2; an FP8 checkpoint, or vLLM (which
+    quantises at load), plans as before."""
+    base = ["plan", "--cluster", "h100-sxm:8", "--phase", "serve", "--isl", "1024", "--osl",
+            "256", "--method", "megatron", "-q"]
+    for flag in (["--export", "trtllm"], ["--engine", "trtllm"]):
+        r = _run(*base, "--model", "llama-3.1-70b", "--dtype", "fp8", *flag)
+        assert r.exit_code == 2 and "TensorRT-LLM has no online FP8 quantisation" in r.output
+        assert "Traceback" not in r.output
+    r = _run(*base, "--model", "llama-3.1-70b-instruct-fp8", "--dtype", "fp8", "--export",
+             "trtllm")
+    assert r.exit_code == 0 and "trtllm-serve" in r.output
+    r = _run(*base, "--model", "llama-3.1-70b", "--dtype", "fp8", "--export", "vllm")
+    assert r.exit_code == 0 and "--quantization fp8" in r.output
+
+
+def test_an_unknown_method_is_refused_before_any_work():
+    """--method foo is one error line before the progress bar starts (it left a blank line
+    above the error), in plan and size alike; a one-request trace is 'trace of 1 request'."""
+    for cmd in (["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1"],
+                ["size", "--model", "llama-3.1-8b", "--rate", "1", "--devices", "h100-sxm"]):
+        r = _run(*cmd, "--phase", "serve", "--isl", "100", "--osl", "10", "--method", "foo")
+        assert r.exit_code == 2
+        assert r.output.startswith("error: --method: 'foo' is not one of auto, exact")
+    import numpy as np
+
+    from learn_to_shard.serving import Requests, ServingLoad
+    one = Requests(np.array([10]), np.array([2]), np.array([0.0]))
+    assert ServingLoad(trace=one).describe() == "trace of 1 request"

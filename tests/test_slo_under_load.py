@@ -99,3 +99,23 @@ def test_an_open_loop_rate_above_capacity_is_flagged_overloaded():
     calm = CliRunner().invoke(app, [*base, "--request-rate", "1", "--json", "-q",
                                     "--no-timing"])
     assert json.loads(calm.stdout)["simulation"][0]["overloaded"] is False
+
+
+def test_the_slo_warning_never_recommends_an_alternative_that_falls_behind_the_load():
+    """The warning that the best plan misses its SLO names a simulated alternative that meets
+    it only if that alternative also keeps up with the load: one whose queue grows through
+    the run (``overloaded``) is passed over."""
+    from learn_to_shard.report.render import simulation_notes
+
+    def sim(name, met, overloaded):
+        return {"strategy": name, "overloaded": overloaded, "offered_requests_per_s": 3.25,
+                "simulated": {"requests_per_s": 1.83}, "lengths": {"dataset": "random"},
+                "scheduler": {"kv_admission": "reserve", "preemptions": 0},
+                "slo": {"met": met, "missed": [] if met else ["TPOT SLO 50 ms: ..."]}}
+
+    best = sim("tp4 b64", False, False)
+    behind, keeps_up = sim("tp2 b24", True, True), sim("tp8 b96", True, False)
+    text = " ".join(t for _, t in simulation_notes([best, behind]))
+    assert "no simulated alternative meets them" in text and "tp2 b24 meets" not in text
+    text = " ".join(t for _, t in simulation_notes([best, behind, keeps_up]))
+    assert "the simulated alternative tp8 b96 meets them and keeps up with the load" in text

@@ -108,10 +108,23 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
     SGLang and no engine keep 16 bits whatever the weights). So typing the checkpoint's own
     ``--dtype`` changes nothing. ``engine`` may name a cost profile: the engine it describes
     applies (``trtllm-tensorrt``: TensorRT-LLM's; the Splitwise profiles: none).
+
+    Raises:
+        ConfigError: ``fp8`` weights of a 16-bit checkpoint under TensorRT-LLM, which has no
+            online FP8 quantisation (vLLM and SGLang quantise at load, ``--quantization
+            fp8``): the plan would price weights the server cannot load, and its launch
+            command would run out of memory.
     """
+    profile = ENGINE_PROFILES.get(engine or "", {})
+    runtime = profile.get("engine", engine)
+    if dtype == "fp8" and runtime == "trtllm" and model.quant is None \
+            and model.weight_block_size is None:
+        raise ConfigError(f"--dtype fp8 with --engine/--export {engine}: TensorRT-LLM has no "
+                          f"online FP8 quantisation of {model.name}'s 16-bit checkpoint; "
+                          f"plan an FP8 checkpoint (e.g. the shipped "
+                          f"llama-3.1-70b-instruct-fp8, qwen3-32b-fp8) or drop --dtype fp8")
     if kv_dtype is None:
         quant = model.quant
-        profile = ENGINE_PROFILES.get(engine or "", {})
         kv_dtype = default_kv_dtype(profile.get("engine", engine),
                                     quant is not None and quant.kv_cache_fp8)
     return dtype or model.checkpoint_dtype, kv_dtype
@@ -345,16 +358,25 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
     if progress is not None and not callable(progress):
         raise ConfigError(f"progress: must be a callable taking an evaluation count, got "
                           f"{progress!r}")
+    check_method(method)
     if method == "auto":
         return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_work_limit),
                                 "auto", engine=engine)
-    try:
-        searcher = get_searcher(method)
-    except KeyError:
-        raise ConfigError(f"--method: {method!r} is not one of "
-                          f"{', '.join(['auto', *searcher_names()])}") from None
+    searcher = get_searcher(method)
     result = searcher.search(cm, budget, seed, progress)
     return Plan.from_search(cm, result, method, engine=engine)
+
+
+def check_method(method: str) -> None:
+    """Refuse a searcher name that is neither ``auto`` nor one of
+    :func:`~learn_to_shard.search.searcher_names` (before any work starts).
+
+    Raises:
+        ConfigError: naming ``--method`` and the valid names.
+    """
+    if method != "auto" and method not in searcher_names():
+        raise ConfigError(f"--method: {method!r} is not one of "
+                          f"{', '.join(['auto', *searcher_names()])}")
 
 
 def exact_optimum(cm: CostModel, engine: str | None = None) -> Plan:

@@ -37,6 +37,7 @@ from .api import (
     MAX_BUDGET,
     CollectiveSearchInterrupted,
     check_engine_device,
+    check_method,
     checkpoint_dtypes,
     collectives_config,
     cost_config,
@@ -461,6 +462,7 @@ def plan_cmd(
     sims: list[dict[str, object]] = []
     try:
         _check_budget(budget)
+        check_method(method)
         _check_output(report, "--report", directory=True)
         _check_output(output, "--output", inputs=((_model_file(model), "--model"),
                                                   (_cluster_file(cluster), "--cluster"),
@@ -1415,6 +1417,7 @@ def size_cmd(
 
     try:
         _check_output(out, "--out", directory=True)
+        check_method(method)
         if not 0 < rate < float("inf"):
             raise PlannerError(f"--rate: must be a positive number of requests/s, got {rate}")
         if max_devices < 1:

@@ -135,7 +135,8 @@ class ServingLoad:
         if self.request_rate_per_s is not None:
             return f"Poisson arrivals, {self.request_rate_per_s:g} requests/s{lengths}"
         assert self.trace is not None
-        return f"trace of {len(self.trace.isl)} requests"
+        n = len(self.trace.isl)
+        return f"trace of {n} request{'s' if n != 1 else ''}"
 
 
 #: Largest arrival time, and span of arrival times, a trace may have, seconds (1e11 s, about
