@@ -356,6 +356,17 @@ class CostModelConfig:
             defaults to off (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py
             ``AttentionDpConfig``), SGLang's DP controller and vLLM's DP engine cores hand a
             request to one rank whole. ``True`` prices every rank at the mean.
+        serve_step_mix: serve phase: price the mean step as the mix of the steps an engine
+            runs (:meth:`~learn_to_shard.cost.terms.OperatorTerms.prompt_step_weight`): a
+            share ``q`` of the steps carries whole prompts (or budget-filling chunks) beside
+            the decodes, the rest decodes alone, ``t = q·t(prompt step) + (1 − q)·t(decode
+            step)``. A step's time is convex in its tokens (flat while the weights' read
+            bounds it, then linear in the GEMMs' work), so the mean content's time
+            underestimates the mean step; the request-level simulation, which runs those
+            steps, measured TPOT 1.29× and tokens/s 0.77× the mean-content price of a
+            Llama-3.1-70B TP2 PP2 plan at the same occupancy. ``False``: price the mean
+            content (what :func:`~learn_to_shard.serving.steptime.fit_step_model` reads to
+            fit per-step prices).
         prefill_first: serve simulation: steps carry only prompt chunks while prompts are
             pending (SGLang's scheduler; vLLM V0 without chunked prefill); ``None`` = the
             engine's default (:data:`learn_to_shard.engines.PREFILL_FIRST_ENGINES`).
@@ -520,6 +531,7 @@ class CostModelConfig:
     moe_dispatch_payload: str | None = None
     two_batch_overlap: bool = False
     attention_dp_balanced: bool = False
+    serve_step_mix: bool = True
     prefill_first: bool | None = None
     overlap_schedule: bool | None = None
     decode_steps_per_schedule: int = 1

@@ -415,7 +415,16 @@ class CostModel(OperatorTerms):
         ph = self.phase_rows(pp, dp, batch)
         m_mb = ph["m"]
         dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
-        step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
+        q = self.prompt_step_weight(dec, pf, pf_seqs, dp)
+        mixed = q < 1.0
+        if mixed.any():
+            # The mean step as the mix of prompt steps and decode-only steps (serve_step_mix).
+            step = self._step(a, deg, dims, dec, ctx, pf / q, pf_seqs / q, detail)
+            zero = np.zeros(n)
+            alone = self._step(a, deg, dims, dec, ctx, zero, zero, detail)
+            step = self._mix_steps(step, alone, q, detail)
+        else:
+            step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
         stage_t, p2p = step["stage_t"], step["p2p"]
         sum_t, max_t = aggregate.pipeline_sums(stage_t, p2p, pp)
         t2 = None
@@ -580,6 +589,30 @@ class CostModel(OperatorTerms):
         wl = self.workload
         return np.minimum(seq_dp, self.config.token_budget
                           / (1.0 + float(wl.isl) / float(wl.osl)))
+
+    def _mix_steps(self, prompt: dict, alone: dict, q: np.ndarray, detail: bool) -> dict:
+        """``prompt`` (a step carrying the prompt tokens) weighted ``q`` and ``alone`` (the
+        decodes alone) weighted ``1 − q``: the stage times, the stage send and, with
+        ``detail``, the breakdown's operator and collective times (row 0). Memory terms are
+        the prompt step's: its workspace (LM-head rows of the prompts it completes) is the
+        larger, the peak the engine must hold."""
+        out = dict(prompt)
+        w = q[:, None]
+        out["stage_t"] = np.where(w < 1.0, w * prompt["stage_t"] + (1.0 - w) * alone["stage_t"],
+                                  prompt["stage_t"])
+        out["p2p"] = np.where(q < 1.0, q * prompt["p2p"] + (1.0 - q) * alone["p2p"],
+                              prompt["p2p"])
+        if detail:
+            q0 = float(q[0])
+            out["op_time"] = {k: q0 * v + (1.0 - q0) * alone["op_time"].get(k, 0.0)
+                              for k, v in prompt["op_time"].items()}
+            by_key = {(c.where, c.kind, c.group): c for c in alone["collectives"]}
+            out["collectives"] = [
+                dataclasses.replace(c, time_s=q0 * c.time_s + (1.0 - q0) * by_key[
+                    (c.where, c.kind, c.group)].time_s)
+                if (c.where, c.kind, c.group) in by_key else c
+                for c in prompt["collectives"]]
+        return out
 
     # ------------------------------------------------------------------ one step
     def _step(self, a: np.ndarray, deg: dict, dims: np.ndarray, dec: np.ndarray, ctx: float,

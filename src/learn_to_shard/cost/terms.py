@@ -538,6 +538,34 @@ class OperatorTerms:
             out = out + c.eager_layer_overhead_s * layers * steps
         return out
 
+    def prompt_step_weight(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
+                           dp: np.ndarray) -> np.ndarray:
+        """The share ``q`` of serve steps that carry prompt tokens, when the mean step is priced
+        as their mix (``config.serve_step_mix``), ``[n]`` in ``(0, 1]``.
+
+        ``q = min(1, r)`` with ``r`` :func:`rank_prompt_share` (``max(min(1, pf_seqs),
+        pf / (budget − dec))``): a step completing ``pf_seqs < 1`` prompts on average carries
+        a whole prompt that often (the engines schedule a waiting prompt's tokens in the next
+        step, vLLM V1 and TensorRT-LLM within the step budget after the decodes), a prompt
+        longer than the room the decodes leave fills it in ``pf / room`` of the steps; the
+        prompt step then carries ``pf / q`` tokens and ``pf_seqs / q`` prompts, the others
+        none. 1 (one mean step) where ``pf = 0``, outside the serve phase, with the mix off,
+        and for a MoE model's attention-DP ranks (``dp > 1``), whose unevenness the busiest
+        rank's prompt tokens price instead (``config.attention_dp_balanced``); a dense
+        model's ranks run apart and mix like one rank.
+
+        ``dec``, ``pf``, ``pf_seqs`` per step and rank, ``dp`` the ranks, ``[n]`` each.
+        """
+        pf = np.asarray(pf, dtype=float)
+        one = np.ones(np.shape(pf))
+        if not self.config.serve_step_mix or self.workload.phase is not Phase.SERVE:
+            return one
+        r = rank_prompt_share(dec, pf, pf_seqs, self.config.token_budget)
+        q = np.where(pf > 0, np.minimum(1.0, r), 1.0)
+        if self.model.moe is not None:
+            q = np.where(np.asarray(dp) > 1, 1.0, q)
+        return np.maximum(q, 1e-12)
+
     def layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
                   pf: np.ndarray, cp: np.ndarray | None = None) -> dict:
         """The per-row environment :meth:`layer` reads, from ``[n]`` degrees and the step's

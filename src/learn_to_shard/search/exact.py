@@ -78,6 +78,7 @@ from .exact_tables import (
     evaluate_z,
     feature_floor,
     kv_free,
+    main_step_tables,
     mem_tables,
     needs_step2,
     peak_z,
@@ -533,7 +534,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     def tables_of(idx: np.ndarray) -> tuple[MemTables, list[StepTables]]:
         ks = keys.take(idx)
         mt = mem_tables(cm, st, ks)
-        tabs = [step_tables(cm, st, ks)]
+        tabs = [main_step_tables(cm, st, ks)]
         if step2:
             tabs.append(step_tables(cm, st, ks, second=True))
         cert.table_rows += sum(t.rows for t in tabs)

@@ -62,6 +62,7 @@ this is what makes Pareto pruning of the per-operator choices exact.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -447,6 +448,13 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
         """The stage send of the busiest rank's tokens (``OperatorTerms.layer_env``)."""
         return cm.p2p_time_s(dec + cm.rank_prompt_tokens(dec, pf_, dp), tp, dp, pp)
 
+    # The main step as the mix of prompt and decode-only steps (``CostModel._mix_steps``).
+    q = cm.prompt_step_weight(dec, pf, pf_seqs, dp)
+    zero = np.zeros(len(a))
+
+    def mixed(f_prompt: np.ndarray, f_alone: np.ndarray) -> np.ndarray:
+        return np.where(q < 1.0, q * f_prompt + (1.0 - q) * f_alone, f_prompt)
+
     s_all, s_seq = cm.resident_sequences(batch, dp, tp, cp)
     key_cols = np.stack([a[:, TP_HEAD], a[:, EP_HEAD], a[:, DP_HEAD], a[:, CP_HEAD], dec, pf,
                          pf_seqs], axis=1)
@@ -460,10 +468,12 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 devices=(tp * dp * pp).astype(np.float64),
                 replica_frac=cm.replica_fraction(tp * dp * pp, batch),
                 m_mb=m_mb.astype(np.float64),
-                key=inv.reshape(-1), p2p=p2p_of(pf), p2p2=p2p_of(pf2),
+                key=inv.reshape(-1), p2p=mixed(p2p_of(pf / q), p2p_of(zero)),
+                p2p2=p2p_of(pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
-                host=_host_time(cm, dec, pf, pf_seqs, pp, dp),
+                host=mixed(_host_time(cm, dec, pf / q, pf_seqs / q, pp, dp),
+                           _host_time(cm, dec, zero, zero, pp, dp)),
                 host2=_host_time(cm, dec, pf2, pf_seqs2, pp, dp),
                 share=ph["share"])
     return co, keys
@@ -748,6 +758,39 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
 
 
+def main_step_tables(cm: CostModel, st: Structure, keys: Keys) -> StepTables:
+    """Time tables of the main step per key: :func:`step_tables` at the keys' mean content,
+    or, where the serve phase prices the mean step as a mix
+    (``OperatorTerms.prompt_step_weight`` ``q < 1``, as ``CostModel._mix_steps``), ``q`` times
+    the tables of the step carrying ``pf / q`` prompt tokens plus ``1 − q`` times those of the
+    decodes alone. Every table is a sum of per-operator times, so the mix keeps the
+    decomposition exact (``verify``); the layouts (``out``) do not depend on the content."""
+    q = cm.prompt_step_weight(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
+    if not (q < 1.0).any():
+        return step_tables(cm, st, keys)
+    prompt = step_tables(cm, st, dataclasses.replace(keys, pf=keys.pf / q,
+                                                     pf_seqs=keys.pf_seqs / q))
+    zero = np.zeros(len(keys))
+    alone = step_tables(cm, st, dataclasses.replace(keys, pf=zero, pf_seqs=zero))
+
+    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        w = q.reshape((-1,) + (1,) * (x.ndim - 1))
+        with np.errstate(invalid="ignore"):
+            out = w * x + (1.0 - w) * y
+        # An unpriced option (+inf in both) stays +inf; q = 1 keys keep the prompt step.
+        return np.where(w < 1.0, np.where(np.isinf(x) | np.isinf(y), np.inf, out), x)
+
+    def mix_opt(x: np.ndarray | None, y: np.ndarray | None) -> np.ndarray | None:
+        return None if x is None or y is None else mix(x, y)
+
+    return StepTables(A=[mix(x, y) for x, y in zip(prompt.A, alone.A, strict=True)],
+                      FR=[mix_opt(x, y) for x, y in zip(prompt.FR, alone.FR, strict=True)],
+                      FG=[mix_opt(x, y) for x, y in zip(prompt.FG, alone.FG, strict=True)],
+                      FD=[mix_opt(x, y) for x, y in zip(prompt.FD, alone.FD, strict=True)],
+                      out=prompt.out, LM=mix(prompt.LM, alone.LM),
+                      emb_t=mix(prompt.emb_t, alone.emb_t), rows=prompt.rows + alone.rows)
+
+
 @dataclass
 class MemTables:
     """Per-key memory tables and structural validity of each operator choice.
@@ -823,7 +866,9 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, NC)
     ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1)
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
-    ws = cm.workspace_bytes(keys.dec, keys.pf, keys.pf_seqs, tp, etp)
+    # The workspace of the step that carries the prompts (``CostModel._mix_steps``).
+    q = cm.prompt_step_weight(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
+    ws = cm.workspace_bytes(keys.dec, keys.pf / q, keys.pf_seqs / q, tp, etp)
     return MemTables(W0=W0, dW=dW, KV=KV, EW=ew, LW=lw, ws=np.broadcast_to(ws, (k,)).copy(),
                      allowed=allowed)
 
@@ -1236,7 +1281,7 @@ def predict_many(cm: CostModel, actions: np.ndarray, st: Structure | None = None
         return out
     co, keys = coarse_terms(cm, a[rows, :NUM_COARSE])
     mt = mem_tables(cm, st, keys)
-    tabs = [step_tables(cm, st, keys)]
+    tabs = [main_step_tables(cm, st, keys)]
     if step2:
         tabs.append(step_tables(cm, st, keys, second=True))
     pa = build_parts(st, mt, tabs)

@@ -49,10 +49,11 @@ cost-model prices into a function of that content:
   ``b`` requests with ``b·isl/osl`` prompt tokens), minus ``T_tokens`` and decode attention,
   over the prompt tokens' ``isl/2`` earlier tokens each, at a few batches and prompt lengths.
 
-The fit is re-checked against the cost model's own serve-phase step (:func:`fit_step_model`
-returns the relative difference), so the simulation and the analytical model agree on the
-steady state by construction and differ only in what the steady state leaves out (arrivals,
-queueing, the prefill/decode mix of each step).
+The fit is re-checked against the cost model's own serve-phase step of the mean content
+(:func:`fit_step_model` returns the relative difference), so the simulation and the analytical
+model price each step alike. The analytical steady state mixes steps that carry prompts with
+decode-only steps (``CostModelConfig.serve_step_mix``), as the simulation runs them; they
+differ in what the steady state leaves out (arrivals, queueing, how prompts cluster in steps).
 """
 
 from __future__ import annotations
@@ -209,13 +210,17 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
 
     Returns:
         The model and its relative difference from the cost model's own serve-phase step time
-        at ``s`` (``|t_fit − t_model| / t_model``; NaN outside the serve phase).
+        of the mean content at ``s`` (``|t_fit − t_model| / t_model``, with
+        ``serve_step_mix`` off; NaN outside the serve phase).
     """
     wl = cm.workload
     budget = int(max_tokens or cm.config.token_budget * s.dp)
     grid = sorted({1 << i for i in range(int(np.log2(max(budget, 1))) + 1)} | {budget})
     grid = [g for g in grid if g % s.dp == 0 or g < s.dp] or [s.dp]
-    c = cm.config
+    # Per-step prices: the serve probes price one step of the mean content, not the mix of
+    # prompt and decode-only steps the analytical steady state uses (``serve_step_mix``;
+    # the simulation runs those steps itself).
+    c = dataclasses.replace(cm.config, serve_step_mix=False)
     # Token time: the fixed host time per step stays in, the per-sequence and per-prompt host
     # terms are priced apart (a prompt chunk is many tokens but one sequence).
     tok_cfg = dataclasses.replace(c, host_seq_overhead_s=0.0, host_prefill_overhead_s=0.0,
@@ -301,7 +306,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     n_done = b / wl.osl * share
     eager = float(prompt_step_share(n_dec / s.dp, n_pf / s.dp, n_done / s.dp, s.dp,
                                     c.token_budget))
-    t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl)[0][0])
+    t_model = float(priced(cm, s, Phase.SERVE, wl.isl, (b,), osl=wl.osl, config=c)[0][0])
     excess = _rank_excess(n_dec / s.dp, n_pf / s.dp, wl.isl, s.dp, c.token_budget) \
         if unbalanced else 0.0
     fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
