@@ -93,3 +93,26 @@ def test_cli_pareto_prints_no_launch_command_where_no_engine_runs(tmp_path):
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["frontier"]
     assert rows and all(x["export"] is None and x["servers"] is None for x in rows)
+
+
+def test_cli_pareto_says_what_its_unrestricted_numbers_are_and_prints_canonical_layouts(
+        tmp_path):
+    """Without --engine the frontier's numbers carry no engine's host time while its launch
+    commands are vLLM's: a line under the table says so and how to price them as vLLM runs
+    them (--engine vllm gives fewer tokens/s); with --engine there is no such line. A dense
+    model's strategies print its absent MoE operators as ∅, as plan prints them."""
+    base = ["pareto", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase",
+            "serve", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms"]
+    r = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "priced without an engine's host and front-end time (no --engine)" in text
+    assert "--engine vllm prices them as vllm runs them" in text
+    free = json.loads((tmp_path / "a" / "pareto.json").read_text())["frontier"]
+    # router, expert_up, expert_down, shared_expert_up, shared_expert_down: absent
+    assert free and all(str(row["strategy"]).split("[")[1][6:11] == "∅∅∅∅∅" for row in free)
+    r = CliRunner().invoke(app, [*base, "--engine", "vllm", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0 and "priced without an engine" not in r.output
+    vllm = json.loads((tmp_path / "b" / "pareto.json").read_text())["frontier"]
+    assert max(x["tokens_per_s_per_device"] for x in vllm) < \
+        max(x["tokens_per_s_per_device"] for x in free)

@@ -109,3 +109,32 @@ def test_trtllm_plan_says_what_its_kv_pool_fraction_holds_back():
     # vLLM's accounting (fraction 1) says none of it.
     plain = CliRunner().invoke(app, [a if a != "trtllm" else "vllm" for a in args])
     assert "KV pool of" not in plain.stdout and "keeps out of its KV pool" not in plain.stdout
+
+
+def test_a_dense_models_dp_ranks_are_shown_as_replicas():
+    """A dense model's DP ranks share nothing, so the plan shows them as replicas (as the
+    export launches them), not as attention-DP with an expert-TP degree."""
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.report.render import render_plan
+
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:12",
+                         make_workload("serve", isl=1024, osl=256))
+    plan = search_plan(cm, method="megatron")
+    assert plan.best is not None and plan.moe_routing == ""
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((96,)))
+    est = cm.evaluate(Strategy(tp=4, ep=1, pp=1, dp=3, batch=96, dims=plan.best.strategy.dims))
+    buf = io.StringIO()
+    render_plan(dataclasses.replace(plan, best=est, alternatives=[]),
+                Console(file=buf, width=200))
+    text = " ".join(buf.getvalue().replace("│", " ").split())
+    assert "TP=4 PP=1 DP=3 batch=96 (3 replicas of 32: a dense model has no attention-DP)" \
+        in text
+    assert "12 per instance, 3 replicas of 4 × 1 instance" in text
+    assert "attention-DP=3" not in text and "ETP" not in text

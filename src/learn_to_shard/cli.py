@@ -1119,7 +1119,9 @@ def pareto_cmd(
     images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
     """Frontier of output tokens/s per device against tokens/s per user (1/TPOT) over every
-    degree combination and batch, with the TPOT SLO line; PNG, table and JSON."""
+    degree combination on the batch grid (every batch up to 16, then 2^k and 1.5·2^k), with the
+    TPOT SLO line; PNG, table and JSON. Without --engine the numbers are the unrestricted
+    model's (no engine's host time): add --engine to price the launch commands' engine."""
     from .report.pareto import frontier_rows, pareto, plot_pareto
 
     try:
@@ -1182,6 +1184,11 @@ def pareto_cmd(
                       "— (no exported engine runs on this device)" if r["export"] is None
                       else str(r["export"]))
         con.print(t)
+        if engine is None and launch_engine is not None and rows:
+            con.print(f"priced without an engine's host and front-end time (no --engine); the "
+                      f"{launch_engine} commands launch each layout, and --engine "
+                      f"{launch_engine} prices them as {launch_engine} runs them (lower "
+                      f"tokens/s, higher TPOT)", markup=False, highlight=False)
     err.print(f"plot: {plot}  json: {out / 'pareto.json'}", highlight=False)
     if not rows:                     # why: the exact search's closest candidate and counts
         try:

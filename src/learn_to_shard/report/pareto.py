@@ -22,7 +22,7 @@ import numpy as np
 from ..cost.model import CostModel, Estimate
 from ..engines import BLOCKS, MEGATRON
 from ..parallel.ops import NUM_OPS, OP_NAMES
-from ..parallel.space import ACTION_LEN, NUM_COARSE
+from ..parallel.space import ACTION_LEN, NUM_COARSE, active_heads, canonical
 from .plan import Plan
 
 
@@ -106,7 +106,8 @@ def pareto(cm: CostModel) -> ParetoResult:
     keep = frontier_mask(user, dev)
     front = idx[keep][np.argsort(user[keep])]
     return ParetoResult(points_user_tps=user, points_device_tps=dev,
-                        frontier=[cm.evaluate(acts[i]) for i in front], tpot_slo_s=slo,
+                        frontier=[cm.evaluate(canonical(acts[i], active_heads(sp)))
+                                  for i in front], tpot_slo_s=slo,
                         candidates=len(acts), layouts=len(lay))
 
 

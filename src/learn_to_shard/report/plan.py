@@ -81,17 +81,21 @@ class Plan:
                     engine: str | None = None) -> Plan:
         """Assemble a plan from a search result (re-evaluating the kept strategies in detail);
         ``engine`` names the profile ``cm.config`` was built with."""
-        best = cm.evaluate(result.best_action) if result.best_action is not None else None
+        # Inactive heads as every printed strategy has them (absent operators ∅), whichever
+        # encoding the searcher kept.
+        active = active_heads(cm.space)
+        best = cm.evaluate(canonical(result.best_action, active)) \
+            if result.best_action is not None else None
         alts: list[Estimate] = []
         seen = set() if best is None else {_signature(best)}
         for a, _ in result.top:
-            e = cm.evaluate(a)
+            e = cm.evaluate(canonical(a, active))
             if _signature(e) not in seen:   # skip equivalent encodings of the same plan
                 seen.add(_signature(e))
                 alts.append(e)
         alts = alts[:4]
         # Only rejected strategies that would have been faster than the answer explain it.
-        rejected = [e for e in (cm.evaluate(a) for a, _, _ in result.rejected)
+        rejected = [e for e in (cm.evaluate(canonical(a, active)) for a, _, _ in result.rejected)
                     if best is None or e.tokens_per_s_per_device
                     > best.tokens_per_s_per_device][:3]
         counts = {_bit_name(b): k for b, k in sorted(result.violation_counts.items())}
@@ -99,7 +103,7 @@ class Plan:
         if best is None:
             if result.closest is not None:
                 # Inactive heads as every other printed strategy has them (absent operators ∅).
-                near = cm.evaluate(canonical(result.closest[0], active_heads(cm.space)))
+                near = cm.evaluate(canonical(result.closest[0], active))
                 reasons.append(f"closest candidate {near.strategy.short()}:")
                 reasons.extend(near.violations)
             reasons.extend(f"{k} evaluations broke '{name}'" for name, k in

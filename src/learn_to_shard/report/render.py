@@ -121,7 +121,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                       "\n".join(rej.violations))
         con.print(t)
     if plan.alternatives or plan.rejected:
-        con.print("[dim]strategy: tp ep pp dp (attention-DP) [cp (decode context parallelism, "
+        dp_word = "attention-DP" if plan.moe_routing else "replicas of a dense model"
+        con.print(f"[dim]strategy: tp ep pp dp ({dp_word}) [cp (decode context parallelism, "
                   "shown when > 1)] b (sequences per instance), then "
                   "one choice per operator in order " + ", ".join(OP_NAMES)
                   + ": 0 = Shard(0), 1 = Shard(1), ∅ = Replicate()[/]")
@@ -135,9 +136,20 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     summary.add_column("k", style="bold")
     summary.add_column("v")
     cp = f"  decode-CP={s.cp}" if s.cp > 1 else ""
-    summary.add_row("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
-                    f"attention-DP={s.dp}{cp}  batch={s.batch}")
-    summary.add_row("devices", f"{s.devices} per instance × {e.instances} "
+    if plan.moe_routing:
+        summary.add_row("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
+                        f"attention-DP={s.dp}{cp}  batch={s.batch}")
+    else:
+        # A dense model's DP ranks share nothing: they are replicas (the export launches
+        # one server each).
+        summary.add_row("degrees", f"TP={s.tp}  PP={s.pp}  DP={s.dp}{cp}  batch={s.batch}"
+                        + (f" ({s.dp} replicas of {s.batch // s.dp}: a dense model has no "
+                           f"attention-DP)" if s.dp > 1 and s.batch % s.dp == 0 else
+                           f" ({s.dp} replicas: a dense model has no attention-DP)"
+                           if s.dp > 1 else ""))
+    replicas = f", {s.dp} replicas of {s.devices // s.dp}" \
+        if not plan.moe_routing and s.dp > 1 else ""
+    summary.add_row("devices", f"{s.devices} per instance{replicas} × {e.instances} "
                     f"instance{'s' if e.instances != 1 else ''}"
                     + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
     summary.add_row("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit(plan)}  "
@@ -190,7 +202,8 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
         summary.add_row("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
     summary.add_row("max batch", f"{e.max_batch} sequences fit at these degrees")
     con.print(summary)
-    ops = Table(title="Per-operator placement (along TP; experts along ETP)")
+    ops = Table(title="Per-operator placement (along TP; experts along ETP)"
+                if plan.moe_routing else "Per-operator placement (along TP)")
     ops.add_column("operator")
     ops.add_column("placement")
     ops.add_column("compute / pass")
