@@ -419,3 +419,31 @@ def test_export_warns_when_servers_do_not_fit_inside_node_boundaries(tmp_path):
     r = CliRunner().invoke(app, [*base, "--tpot-slo", "20ms"])
     assert r.exit_code == 0 and "1 server(s), 8 GPU(s) each over 2 nodes" in r.stdout
     assert "fit inside node boundaries" not in r.stdout
+
+
+def test_vllm_max_num_seqs_of_a_pipeline_plan_is_its_whole_batch():
+    """vLLM's scheduler caps the requests running in a server, pipeline micro-batches in
+    flight included (``max_num_running_reqs`` against ``len(self.running)``), so a PP plan of
+    batch b exports ``--max-num-seqs b`` (it exported b / pp, which would run the server at a
+    pp-th of the planned batch), and the step budget is at least that."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8",
+                         make_workload("serve", isl=2048, osl=128), cost_config("vllm"),
+                         engine="vllm")
+    plan = search_plan(cm, method="megatron", engine="vllm")
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((448, 12000)))
+    for batch in (448, 12000):
+        est = cm.evaluate(Strategy(tp=2, ep=1, pp=4, dp=1, batch=batch,
+                                   dims=plan.best.strategy.dims))
+        ex = build_export(dataclasses.replace(plan, best=est), "vllm", model=cm.model)
+        args = ex.args
+        seqs = int(args[args.index("--max-num-seqs") + 1])
+        tokens = int(args[args.index("--max-num-batched-tokens") + 1])
+        assert args[args.index("--pipeline-parallel-size") + 1] == "4"
+        assert seqs == batch and tokens == max(8192, batch)
+    assert any("--max-num-batched-tokens raised from 8192 to 12000" in n for n in ex.notes)

@@ -6,8 +6,12 @@ engine profiles in :mod:`learn_to_shard.engines` (pinned versions, sources there
 
 * **vLLM 0.33.0** (``vllm serve``): ``--tensor-parallel-size tp``, ``--pipeline-parallel-size
   pp``; MoE attention-DP as ``--data-parallel-size dp`` and ``ep = tp × dp`` as
-  ``--enable-expert-parallel``; ``--max-num-seqs`` is per DP rank (vllm/config/scheduler.py)
-  and per scheduled batch, so it is ``batch / dp / micro_batches``; ``cp`` as
+  ``--enable-expert-parallel``; ``--max-num-seqs`` is per DP rank and caps the requests
+  running in it, pipeline micro-batches in flight included (``Scheduler.max_num_running_reqs``
+  against ``len(self.running)``, whose requests still in flight in another micro-batch are
+  skipped, vllm/v1/core/sched/scheduler.py at vllm-project/vllm@00024d31), so it is
+  ``batch / dp``, and ``--max-num-batched-tokens`` at least that (vLLM refuses fewer
+  tokens than sequences, vllm/config/scheduler.py); ``cp`` as
   ``--decode-context-parallel-size`` with ``--dcp-comm-backend ag_rs`` (the exchange priced).
 * **SGLang 0.5.23** (``python -m sglang.launch_server``): ``--tp-size tp × dp`` (the whole
   stage group), ``--attn-dp-size dp``, ``--ep-size ep``, ``--pp-size pp``;
@@ -381,7 +385,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             unexpressed.append(f"ep={s.ep} with etp={s.etp}: vLLM splits experts over all "
                                f"tp × dp = {s.tp * dp} ranks one way (ep 1 or ep {s.tp * dp}); "
                                f"exported as --enable-expert-parallel (ep {s.tp * dp})")
-        seqs = max(1, batch_per_server // dp // max(1, e.micro_batches if s.pp > 1 else 1))
+        seqs = max(1, batch_per_server // dp)
         args += ["--tensor-parallel-size", str(s.tp)]
         if s.pp > 1:
             args += ["--pipeline-parallel-size", str(s.pp)]
@@ -391,8 +395,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--enable-expert-parallel"]
         if s.cp > 1:
             args += ["--decode-context-parallel-size", str(s.cp), "--dcp-comm-backend", "ag_rs"]
+        if seqs > tokens:
+            notes.append(f"--max-num-batched-tokens raised from {tokens} to {seqs}: vLLM "
+                         f"refuses a step budget below --max-num-seqs")
         args += ["--max-num-seqs", str(seqs), "--max-model-len", str(max_len),
-                 "--max-num-batched-tokens", str(tokens),
+                 "--max-num-batched-tokens", str(max(tokens, seqs)),
                  "--gpu-memory-utilization", f"{mem_util:g}"]
         if wl.phase is Phase.SERVE:
             args += ["--enable-chunked-prefill"]
