@@ -353,3 +353,25 @@ def test_grid_cell_of_an_engine_on_a_device_it_does_not_run_on_is_an_error_row()
     (cell,) = expand(g)
     row = run_cell(cell)
     assert row["error"] and "trtllm runs on NVIDIA GPUs" in str(row["error"]), row
+
+
+def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
+    """size's fleet is the steady state's ceil(R / r) replicas; the serving simulation then
+    replays Poisson arrivals at each replica's share. Well below capacity the line says it
+    keeps up; at ~96% of the replicas' steady-state capacity a replica falls behind, and the
+    line says so and names the replicas that keep up (it said nothing: the answer promised a
+    rate the fleet's queue could not drain)."""
+    base = ["size", "--model", "llama-3.1-70b", "--isl", "1024", "--osl", "256",
+            "--tpot-slo", "50ms", "--devices", "h100-sxm", "--max-devices", "8", "-q"]
+    r = CliRunner().invoke(app, [*base, "--rate", "9", "-o", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "fewest devices: 8 × h100-sxm (2 replicas of" in text
+    assert "simulated (Poisson arrivals, 4.5 req/s per replica): keeps up within the SLOs" \
+        in text
+    r = CliRunner().invoke(app, [*base, "--rate", "15", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "fewest devices: 8 × h100-sxm (2 replicas of" in text
+    assert "warning: simulated (Poisson arrivals), 2 replicas fall behind or miss the SLOs; " \
+           "3 replicas (12 × h100-sxm, 5 req/s each) keep up" in text

@@ -19,7 +19,7 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from rich.console import Console
@@ -68,11 +68,12 @@ from .model.spec import ModelSpec
 from .report.plan import Plan, join_reasons
 from .search.base import SearchInterrupted, interruptible
 from .serving import Requests, ServingLoad, load_trace, trace_mean_lengths
-from .units import parse_duration_s
+from .units import parse_duration_s, to_ms
 from .workload import Phase, Workload
 
 if TYPE_CHECKING:
     from .fidelity.serving import ServingRowResult
+    from .sweep.sizing import Fleet
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Plan distributed LLM inference: parallelism degrees and per-operator "
@@ -1470,6 +1471,13 @@ def size_cmd(
         con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} "
                   f"{'replica' if best.replicas == 1 else 'replicas'} of "
                   f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
+        if wl.phase is Phase.SERVE and not res.interrupted:
+            try:
+                line = _simulated_fleet(best, model, wl, engine, gpu_memory_utilization,
+                                        max_num_batched_tokens, method, budget, seed)
+            except (PlannerError, InternalError) as exc:
+                line = f"not simulated: {exc}"
+            con.print(line, markup=False, highlight=False)
     failed = [r for r in rows if r.get("error")]
     for r in failed[:3]:
         err.print(f"failed: {r['cluster']}: {r['error']}", markup=False, highlight=False)
@@ -1487,6 +1495,51 @@ def size_cmd(
     if res.interrupted:
         raise typer.Exit(code=130)
     raise typer.Exit(code=0 if fleets else 1)
+
+
+#: Replicas beyond the steady-state count that ``l2s size`` simulates before it gives up.
+SIZE_EXTRA_REPLICAS = 3
+
+
+def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
+                     gpu_memory_utilization: float | None, max_num_batched_tokens: int | None,
+                     method: str, budget: int, seed: int) -> str:
+    """One line checking ``l2s size``'s steady-state answer with the serving simulation: the
+    fleet's plan (searched again on its cluster, as the sweep searched it) under Poisson
+    arrivals at its share of the rate, and, where a replica falls behind (its queue grows)
+    or misses an SLO on the simulated mean, the fewest replicas up to
+    :data:`SIZE_EXTRA_REPLICAS` more that keep up.
+
+    Raises:
+        PlannerError: the plan cannot be rebuilt or simulated.
+    """
+    cm = make_cost_model(load_model(model), fleet.searched_cluster, wl,
+                         _engine_config(wl, engine, gpu_memory_utilization,
+                                        max_num_batched_tokens), engine=engine)
+    plan = search_plan(cm, method=method, budget=budget, seed=seed, engine=engine)
+    if plan.best is None or plan.best.strategy.short() != fleet.strategy:
+        return "not simulated: the plan searched again differs from the sweep's"
+    inst = max(1, plan.best.instances)
+    for k in range(fleet.replicas, fleet.replicas + SIZE_EXTRA_REPLICAS + 1):
+        per = fleet.rate_rps / k
+        sim = simulate_plan(cm, plan, ServingLoad(request_rate_per_s=per * inst), top=1)[0]
+        slo = sim["slo"]
+        keeps_up = not sim["overloaded"] and isinstance(slo, dict) and bool(slo["met"])
+        if keeps_up:
+            break
+    summ = cast("dict[str, float]", sim["simulated"])
+    stats = (f"TTFT mean {to_ms(summ['mean_ttft_s']):.0f} ms (p99 "
+             f"{to_ms(summ['p99_ttft_s']):.0f}), TPOT mean {to_ms(summ['mean_tpot_s']):.1f} ms")
+    if not keeps_up:
+        return (f"warning: simulated, a replica falls behind or misses the SLOs even at "
+                f"{fleet.replicas + SIZE_EXTRA_REPLICAS} replicas ({per:.3g} req/s each: "
+                f"{stats}); the steady-state answer above is optimistic for this load")
+    if k == fleet.replicas:
+        return (f"simulated (Poisson arrivals, {per:.3g} req/s per replica): keeps up "
+                f"within the SLOs, {stats}")
+    return (f"warning: simulated (Poisson arrivals), {fleet.replicas} replicas fall behind or "
+            f"miss the SLOs; {k} replicas ({k * fleet.instance_devices} × {fleet.device}, "
+            f"{per:.3g} req/s each) keep up: {stats}")
 
 
 def _click_message(exc: Exception) -> str:

@@ -19,7 +19,9 @@ Assumptions (steady state, as the cost model's serve phase):
 * the latencies are those of the plan at its full batch: a replica loaded below capacity runs
   smaller batches, which this cost model never predicts slower, so the SLOs still hold;
 * no queueing delay is modelled: bursts above the mean rate wait, and only the SLO margin
-  absorbs that wait;
+  absorbs that wait (``l2s size`` then replays Poisson arrivals at a replica's share of the
+  rate through the serving simulation and says how many replicas keep up, which a fleet
+  sized near capacity needs more of);
 * replicas of a plan smaller than a node share nodes (``nodes = ceil(devices / node size)``).
 
 The candidate plans are those of the sweep's rows (one best plan per cluster size searched),
