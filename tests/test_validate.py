@@ -423,3 +423,27 @@ def test_validate_table_with_no_predictable_row_is_bad_input(tmp_path):
     # A row the model calls infeasible is still predicted: the table is validated.
     r = validate_with("l40s")
     assert r.exit_code == 0, r.output
+
+
+def test_the_pinned_accuracy_is_what_validate_measures_now(report):
+    """Every plan prints the held-out medians of data/calibration/accuracy.json as its
+    expected error; its steady-state part must be what ``l2s validate`` measures now (a
+    change that moves a median fails here until scripts/accuracy_snapshot.py is re-run)."""
+    from learn_to_shard.fidelity.accuracy import accuracy_line, shipped
+
+    pinned = shipped()["steady_state"]
+    for kind in ("throughput", "ttft", "tpot"):
+        st = report.stat(kind, "held-out")
+        assert pinned[kind] == {"median_abs_error": round(st.median_abs, 4), "n": st.n}
+    line = accuracy_line(Phase.SERVE)
+    assert f"steady-state throughput {100 * pinned['throughput']['median_abs_error']:.0f}%" \
+        in line and "under load, simulated TTFT" in line
+
+
+@pytest.mark.slow
+def test_the_pinned_serving_accuracy_is_what_validate_serving_measures_now():
+    """The under-load part of data/calibration/accuracy.json against a live
+    ``l2s validate --serving`` (75 s; run with ``pytest -m slow``)."""
+    from learn_to_shard.fidelity.accuracy import measure, shipped
+
+    assert measure()["under_load"] == shipped()["under_load"]

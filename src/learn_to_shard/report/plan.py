@@ -153,6 +153,7 @@ class Plan:
             "alternatives": [estimate_to_dict(e, wl) for e in self.alternatives],
             "rejected": [estimate_to_dict(e, wl) for e in self.rejected],
             "reasons": self.reasons,
+            "expected_error": expected_error(),
             "violation_counts": self.violation_counts,
             "search": {k: v for k, v in self.search.items() if not is_timing_key(k)},
             "engine": self.engine,
@@ -257,6 +258,16 @@ def _num(x: float) -> float | None:
 #: "marginal": the engines' own allocations (CUDA graphs, NCCL buffers, fragmentation) vary by
 #: a few percent between versions and settings, so such a plan may not start.
 MARGINAL_HEADROOM_FRACTION = 0.03
+
+
+def expected_error() -> dict[str, object]:
+    """The shipped cost model's held-out median |error| on published measurements
+    (:func:`learn_to_shard.fidelity.accuracy.shipped`: ``steady_state`` and ``under_load``,
+    fractions with their row counts), for the plan's JSON."""
+    from ..fidelity.accuracy import shipped
+
+    acc = shipped()
+    return {"steady_state": acc["steady_state"], "under_load": acc["under_load"]}
 
 
 def join_reasons(reasons: list[str] | tuple[str, ...]) -> str:

@@ -88,6 +88,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     wall_s = cast(float, s.get("wall_s", 0))
     con.print(f"searched {s.get('evaluations')} strategies in {float(wall_s):.2f} s "
               f"(space {s.get('space_size'):.3g})")
+    from ..fidelity.accuracy import accuracy_line
+
+    con.print(f"[dim]{escape(accuracy_line(plan.workload.phase))}[/]", highlight=False)
     factors = plan.cost_model or {}
     algo = factors.get("collective_algorithm")
     if algo and algo != "alpha-beta":
