@@ -104,8 +104,15 @@ class Plan:
             if result.closest is not None:
                 # Inactive heads as every other printed strategy has them (absent operators ∅).
                 near = cm.evaluate(canonical(result.closest[0], active))
-                reasons.append(f"closest candidate {near.strategy.short()}:")
-                reasons.extend(near.violations)
+                if near.violations:
+                    reasons.append(f"closest candidate {near.strategy.short()}:")
+                    reasons.extend(near.violations)
+                else:
+                    # Broken only at the encoding the searcher kept (a rule of a head that
+                    # the canonical form sets aside): the rule counts below say which.
+                    reasons.append(f"closest candidate {near.strategy.short()} (no rule "
+                                   f"broken once its absent operators are ∅; the counts "
+                                   f"below are the search's)")
             reasons.extend(f"{k} evaluations broke '{name}'" for name, k in
                            sorted(counts.items(), key=lambda kv: -kv[1]))
         return cls(model=cm.model.name, cluster=cm.cluster.name, workload=cm.workload,
