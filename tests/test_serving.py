@@ -215,18 +215,25 @@ def test_a_trace_without_isl_osl_ranks_at_its_means(tmp_path):
     data = json.loads(r.stdout)
     assert (data["workload"]["isl"], data["workload"]["osl"]) == (1500, 234)
     assert data["simulation"][0]["lengths"]["ranked_at"] == {
-        "isl": 1500, "osl": 234, "from": "the trace's means"}
+        "isl": 1500, "osl": 234, "trace_means": ["isl", "osl"]}
     r = CliRunner().invoke(app, [*base, "-q"])
     assert r.exit_code == 0 and "ranked at the trace's mean lengths (--isl 1500, --osl 234)" \
         in r.output
     r = CliRunner().invoke(app, [*base, "--isl", "800", "--json"])
     data = json.loads(r.stdout)
     assert (data["workload"]["isl"], data["workload"]["osl"]) == (800, 234)
+    assert data["simulation"][0]["lengths"]["ranked_at"]["trace_means"] == ["osl"]
+    # Outside the serve phase the trace gives no lengths: the load is refused as before.
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--context", "1000", "--trace", str(f)])
+    assert r.exit_code == 2 and "a simulated load needs --phase serve" in r.output
 
 
 def test_a_trace_faster_than_the_replica_is_flagged(tmp_path):
-    """A trace whose arrivals outpace the replica gets the overload flag a request rate gets,
-    at its own mean rate; one that arrives slowly does not."""
+    """A trace whose mean rate exceeds what the replica completes at the plan's batch is
+    flagged as overloaded; one that arrives slowly is not, nor one whose mean rate the
+    replica serves but which ends in a burst (its burst queues, the trace is not
+    overloaded)."""
     cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", make_workload("serve", isl=2000, osl=200))
     plan = search_plan(cm, method="megatron")
     n = 400
@@ -236,6 +243,12 @@ def test_a_trace_faster_than_the_replica_is_flagged(tmp_path):
     cold = simulate_plan(cm, plan, ServingLoad(trace=slow), top=1)[0]
     assert hot["overloaded"] and hot["offered_requests_per_s"] == pytest.approx(200.0)
     assert not cold["overloaded"] and cold["offered_requests_per_s"] == pytest.approx(0.1)
+    assert hot["capacity_requests_per_s"] < 200.0
+    arr = np.concatenate([np.arange(300) * 2.0, np.full(300, 600.0)])
+    burst = Requests(np.full(600, 2000), np.full(600, 200), arr)
+    tail = simulate_plan(cm, plan, ServingLoad(trace=burst), top=1)[0]
+    assert tail["offered_requests_per_s"] < tail["capacity_requests_per_s"]
+    assert not tail["overloaded"]
 
 
 def test_cli_simulates_top_plans(tmp_path):
@@ -868,6 +881,11 @@ def test_a_long_run_of_decode_steps_simulates_rather_than_hitting_the_step_bound
     with pytest.raises(ConfigError, match="more than 1,000 engine steps"):
         simulate(TOY, req, max_num_seqs=1, max_num_batched_tokens=8192,
                  kv_capacity_tokens=20_000, concurrency=1, max_steps=1000)
+    # Steps priced one by one (every one admits or finishes a request) have their own bound.
+    short = Requests(np.full(5000, 8), np.full(5000, 2))
+    with pytest.raises(ConfigError, match="more than 2,000 steps that admit"):
+        simulate(TOY, short, max_num_seqs=1, max_num_batched_tokens=8192,
+                 kv_capacity_tokens=20_000, concurrency=1, max_events=2000)
 
 
 @pytest.mark.parametrize("tp,pp,batch", [(2, 2, 122), (4, 1, 104)])
@@ -899,3 +917,29 @@ def test_the_steady_state_agrees_with_the_simulation_at_full_occupancy(tp, pp, b
     if pp > 1:
         # The mean content priced once is the optimistic price the mix corrects.
         assert unmixed.evaluate(est.strategy).tpot_s < 0.85 * est.tpot_s
+
+
+def test_a_pipeline_plan_whose_step_budget_binds_agrees_with_the_simulation():
+    """The step budget applies per pipeline micro-batch in the analytical model (each
+    micro-batch is scheduled within max_num_batched_tokens) and now in the simulation too
+    (``step_token_budget``): a TP4 PP2 plan at 16000/300 with a 2048-token budget simulated
+    at 0.54x the analytical TPOT when the simulated step shared one budget."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.serving import simulate_estimate
+    from learn_to_shard.serving.load import step_token_budget
+
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8",
+                         make_workload("serve", isl=16000, osl=300))
+    cfg = dataclasses.replace(cm.config, max_num_batched_tokens=2048)
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cfg,
+                   space=cm.space.with_batches((72,)))
+    est = cm.evaluate(Strategy(tp=4, ep=1, pp=2, dp=1, batch=72, dims=MEGATRON_DIMS))
+    assert step_token_budget(cm, est.strategy) == 2 * 2048
+    sim = simulate_estimate(cm, est, ServingLoad(concurrency=72 * est.instances,
+                                                 range_ratio=0.5, num_prompts=600))
+    assert sim["sim_over_analytic"]["mean_tpot"] == pytest.approx(1.0, abs=0.06)
+    assert sim["step_fit_rel_err"] < 0.05

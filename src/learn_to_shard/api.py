@@ -110,17 +110,18 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
     applies (``trtllm-tensorrt``: TensorRT-LLM's; the Splitwise profiles: none).
 
     Raises:
-        ConfigError: ``fp8`` weights of a 16-bit checkpoint under TensorRT-LLM, which has no
-            online FP8 quantisation (vLLM and SGLang quantise at load, ``--quantization
+        ConfigError: ``fp8`` weights of a checkpoint not stored in FP8 (16-bit, or 4-bit
+            experts beside 16-bit layers) under TensorRT-LLM, which has no online FP8
+            quantisation (vLLM and SGLang quantise at load, ``--quantization
             fp8``): the plan would price weights the server cannot load, and its launch
             command would run out of memory.
     """
     profile = ENGINE_PROFILES.get(engine or "", {})
     runtime = profile.get("engine", engine)
-    if dtype == "fp8" and runtime == "trtllm" and model.quant is None \
-            and model.weight_block_size is None:
+    if dtype == "fp8" and runtime == "trtllm" and model.checkpoint_dtype != "fp8":
+        stored = "16-bit" if model.quant is None else f"{model.quant.method}"
         raise ConfigError(f"--dtype fp8 with --engine/--export {engine}: TensorRT-LLM has no "
-                          f"online FP8 quantisation of {model.name}'s 16-bit checkpoint; "
+                          f"online FP8 quantisation of {model.name}'s {stored} checkpoint; "
                           f"plan an FP8 checkpoint (e.g. the shipped "
                           f"llama-3.1-70b-instruct-fp8, qwen3-32b-fp8) or drop --dtype fp8")
     if kv_dtype is None:

@@ -476,7 +476,8 @@ def plan_cmd(
         spec = load_model(model)
         trace_req = load_trace(trace) if trace is not None else None
         from_trace: list[str] = []
-        if trace_req is not None and (isl is None or osl is None):
+        if trace_req is not None and (isl is None or osl is None) \
+                and phase.strip().lower() == Phase.SERVE.value:
             # The search prices one length pair: rank at the trace's means.
             mean_isl, mean_osl = trace_mean_lengths(trace_req)
             if isl is None:
@@ -551,8 +552,9 @@ def plan_cmd(
                 for sim in sims:
                     lengths = sim["lengths"]
                     assert isinstance(lengths, dict)
-                    lengths["ranked_at"] = {"isl": wl.isl, "osl": wl.osl,
-                                            "from": "the trace's means"}
+                    lengths["ranked_at"] = {
+                        "isl": wl.isl, "osl": wl.osl,
+                        "trace_means": [f.split()[0].lstrip("-") for f in from_trace]}
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
     if from_trace and not json_out:

@@ -397,7 +397,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--decode-context-parallel-size", str(s.cp), "--dcp-comm-backend", "ag_rs"]
         if seqs > tokens:
             notes.append(f"--max-num-batched-tokens raised from {tokens} to {seqs}: vLLM "
-                         f"refuses a step budget below --max-num-seqs")
+                         f"refuses a step budget below --max-num-seqs, so a step may carry "
+                         f"more prompt tokens than the plan priced ({tokens} per micro-batch "
+                         f"and DP rank)")
         args += ["--max-num-seqs", str(seqs), "--max-model-len", str(max_len),
                  "--max-num-batched-tokens", str(max(tokens, seqs)),
                  "--gpu-memory-utilization", f"{mem_util:g}"]

@@ -278,14 +278,18 @@ def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
     for sim in sims:
         if sim.get("overloaded"):
             offered = sim["offered_requests_per_s"]
-            trace = sim.get("lengths", {}).get("dataset") == "trace"
-            grows = ("so its TTFT grows through the trace and the percentiles describe the "
-                     "trace's length" if trace else "so its TTFT grows with --num-prompts and "
-                     "the percentiles describe the run's length")
-            out.append(("warning", f"{sim['strategy']} serves "
-                        f"{sim['simulated']['requests_per_s']:.2f} of the {offered:.3g} "
-                        f"requests/s offered to each replica: the queue grows through the "
-                        f"run, {grows}, not a steady state"))
+            if sim.get("lengths", {}).get("dataset") == "trace":
+                out.append(("warning", f"{sim['strategy']}: the trace's mean rate, "
+                            f"{offered:.4g} requests/s per replica, exceeds the "
+                            f"{sim['capacity_requests_per_s']:.4g} a replica completes at the "
+                            f"plan's batch: the queue grows through the trace, so its TTFT "
+                            f"grows with the trace's length, not a steady state"))
+            else:
+                out.append(("warning", f"{sim['strategy']} serves "
+                            f"{sim['simulated']['requests_per_s']:.2f} of the {offered:.4g} "
+                            f"requests/s offered to each replica: the queue grows through "
+                            f"the run, so its TTFT grows with --num-prompts and the "
+                            f"percentiles describe the run's length, not a steady state"))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims
@@ -295,8 +299,8 @@ def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
                             "full",
                "no_future_oom": "admitted while no future step can run out of KV"}
         out.append(("note", f"KV admission in the simulation: {sched['kv_admission']} "
-                    f"({how.get(sched['kv_admission'], 'see --kv-admission')}; the engine line "
-                    f"above is the steady-state estimate's accounting)"
+                    f"({how.get(sched['kv_admission'], 'see --kv-admission')}; the plan's "
+                    f"engine line is the steady-state estimate's accounting)"
                     + (f"; requests preempted when the KV pool ran out ({', '.join(pre)}), "
                        "recomputed when readmitted" if pre else "")))
     slo = first.get("slo")
@@ -309,9 +313,8 @@ def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
                     f"{'; '.join(slo['missed'])}. The search checks SLOs on steady-state "
                     f"means; " + (f"the simulated alternative {ok[0]} meets them and keeps "
                                   f"up with the load." if ok else
-                                  "no simulated alternative meets them: lower the load "
-                                  "(--concurrency / --request-rate), relax the SLO or add "
-                                  "devices.")))
+                                  "no simulated alternative meets them: lower the load, "
+                                  "relax the SLO or add devices.")))
     return out
 
 

@@ -19,6 +19,7 @@ from ..engines import (
     default_max_num_seqs,
 )
 from ..errors import ConfigError
+from ..parallel.strategy import Strategy
 from ..workload import Phase
 from .simulate import (
     Requests,
@@ -224,7 +225,7 @@ def load_trace(path: str | Path) -> Requests:
     if float(np.abs(a).max()) > MAX_ARRIVAL_S or float(a.max() - a.min()) > MAX_ARRIVAL_S:
         raise ConfigError(f"--trace: {p}: arrival times must lie within {MAX_ARRIVAL_S:.0e} s "
                           f"of 0 and of each other (seconds or ISO date-times), got "
-                          f"{a.min():.6g} .. {a.max():.6g}")
+                          f"{float(a.min())!r} .. {float(a.max())!r}")
     order = np.argsort(a, kind="stable")
     return Requests(isl=np.asarray(isl, dtype=np.int64)[order],
                     osl=np.asarray(osl, dtype=np.int64)[order], arrival_s=(a - a.min())[order])
@@ -303,6 +304,15 @@ def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int 
     return None if per_rank is None else per_rank * max(1, dp)
 
 
+def step_token_budget(cm: CostModel, s: Strategy) -> int:
+    """Tokens one simulated step of strategy ``s`` may carry: ``max_num_batched_tokens`` per
+    attention-DP rank and per pipeline micro-batch in flight (``min(pp, batch)``, as the
+    cost model's ``phase_rows`` applies it): a simulated step is one pass of every
+    micro-batch, and the engines schedule each micro-batch within the budget (vLLM's
+    scheduler runs once per micro-batch of its batch queue)."""
+    return int(cm.config.token_budget * s.dp * max(1, min(s.pp, s.batch)))
+
+
 def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                       max_num_seqs: int | None = None) -> dict[str, object]:
     """Simulate the plan ``est`` of ``cm`` under ``load`` and set it beside the analytical
@@ -338,9 +348,12 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         :func:`_instance_requests`) and the tokens/s it gives, and for a request rate the
         rate offered to the replica and whether its queue grows through the run
         (``offered_requests_per_s``, for a trace its mean rate, requests over the span of
-        their arrivals, ``None`` when all arrive at once; ``overloaded``, for a rate or a
-        trace that spreads its arrivals: the last quarter of arrivals waits for its first
-        token more than twice as long as the first quarter, plus 1 s).
+        their arrivals, ``None`` when all arrive at once; ``overloaded``: for a rate, the
+        last quarter of arrivals waits for its first token more than twice as long as the
+        first quarter, plus 1 s; for a trace, its mean rate exceeds
+        ``capacity_requests_per_s``, the requests/s the replica completes at the plan's batch,
+        the analytical tokens/s over the mean output length: a trace's bursts queue
+        without overloading it).
 
     Raises:
         ConfigError: the workload is not the serve phase, a request is longer than the model's
@@ -373,7 +386,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         else c.overlap_schedule
     admission = kv_admission(c)
     res = simulate(step, req, max_num_seqs=seqs,
-                   max_num_batched_tokens=cm.config.token_budget * s.dp,
+                   max_num_batched_tokens=step_token_budget(cm, s),
                    kv_capacity_tokens=max(1, est.kv_capacity_tokens), concurrency=conc,
                    prefill_first=prefill_first, overlap_schedule=overlap,
                    decode_steps_per_schedule=c.decode_steps_per_schedule,
@@ -396,7 +409,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     def over(x: float, y: float) -> float:
         return x / y if y > 0 else math.nan
 
-    ratio = {"mean_tpot": over(summ["mean_tpot_s"], a_tpot),
+    # One output token per request has no TPOT: no ratio (None in the JSON).
+    tpot_ratio = over(summ["mean_tpot_s"], a_tpot) if float(req.osl.max()) > 1 else None
+    ratio = {"mean_tpot": tpot_ratio,
              "mean_ttft": over(summ["mean_ttft_s"], a_ttft),
              "output_tokens_per_s": over(inst_tps, a_tps)}
     # An open-loop load above what the replica serves: its queue grows through the run, so
@@ -407,7 +422,12 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         # The trace's mean rate at this replica: its requests over the span they arrive in.
         offered = (len(req.isl) - 1) / span if span > 0 else None
     overloaded = False
-    if offered is not None and len(res.arrival_s) >= 8:
+    capacity = est.output_tokens_per_s / float(np.mean(req.osl))
+    if load.trace is not None:
+        # A trace's bursts queue without overloading it: only a mean rate above what the
+        # replica completes at the plan's batch grows the queue through the whole trace.
+        overloaded = offered is not None and offered > capacity
+    elif offered is not None and len(res.arrival_s) >= 8:
         order = np.argsort(res.arrival_s, kind="stable")
         wait = (res.first_token_s - res.arrival_s)[order]
         q = len(wait) // 4
@@ -415,6 +435,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         overloaded = late > 2.0 * early + 1.0
     return {"load": load.describe(),
             "offered_requests_per_s": offered, "overloaded": overloaded,
+            "capacity_requests_per_s": capacity,
             "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
                         "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
             "replicas": replicas, "replica_share": share,

@@ -276,6 +276,7 @@ class SimResult:
 def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              max_num_batched_tokens: int, kv_capacity_tokens: int,
              concurrency: int | None = None, max_steps: int = 200_000_000,
+             max_events: int = 1_000_000,
              prefill_first: bool = False, overlap_schedule: bool = False,
              decode_steps_per_schedule: int = 1, kv_admission: str = "reserve",
              dp_ranks: int = 1, frontend_latency_s: float = 0.0,
@@ -293,6 +294,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             priced as one vectorised block, so the cost is the number of events, not of steps:
             2e8 steps, e.g. 1,000 requests of 15,000 output tokens at concurrency 1 needing
             1.5e7, simulate in seconds).
+        max_events: safety bound on the steps priced one by one (each admits, prefills or
+            finishes a request; about 1e4 per second): a million prompts of two output
+            tokens are two million such steps.
         prefill_first: while any running request has prompt tokens left, a step carries only
             prompt chunks and the decodes wait (SGLang's scheduler: a new prefill batch runs
             whenever one can be formed, decode otherwise; prefill and decode are not mixed
@@ -424,10 +428,15 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     seen_t = -np.inf
     since_poll = 0
     poll_now = True
+    events = 0
     while not done.all():
         if steps >= max_steps:
             raise ConfigError(f"simulation: more than {max_steps:,} engine steps; lower "
                               f"--num-prompts or the output lengths")
+        events += 1
+        if events > max_events:
+            raise ConfigError(f"simulation: more than {max_events:,} steps that admit, "
+                              f"prefill or finish requests; lower --num-prompts")
         grow = 0                          # KV tokens this step's decodes take (on demand)
         if on_demand:
             running = admitted & ~done

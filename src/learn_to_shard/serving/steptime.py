@@ -206,7 +206,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         cm: the problem (serve phase; its workload's ``isl``/``osl`` set the contexts probed).
         s: the strategy (degrees and per-operator choices; its batch is ignored).
         max_tokens: largest step token count to price (default: the engine's token budget
-            per instance, ``max_num_batched_tokens × dp``).
+            per instance step, ``max_num_batched_tokens × dp × min(pp, batch)``).
 
     Returns:
         The model and its relative difference from the cost model's own serve-phase step time
@@ -214,7 +214,8 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         ``serve_step_mix`` off; NaN outside the serve phase).
     """
     wl = cm.workload
-    budget = int(max_tokens or cm.config.token_budget * s.dp)
+    # The instance step's budget: per DP rank and per pipeline micro-batch in flight.
+    budget = int(max_tokens or cm.config.token_budget * s.dp * max(1, min(s.pp, s.batch)))
     grid = sorted({1 << i for i in range(int(np.log2(max(budget, 1))) + 1)} | {budget})
     grid = [g for g in grid if g % s.dp == 0 or g < s.dp] or [s.dp]
     # Per-step prices: the serve probes price one step of the mean content, not the mix of
