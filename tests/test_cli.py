@@ -666,6 +666,15 @@ def test_phase_and_engine_values_are_case_insensitive():
     assert json.loads(upper.stdout)["best"] == json.loads(lower.stdout)["best"]
 
 
+def _table_rows(*args: str) -> dict[str, list[str]]:
+    """The rows of the rich table ``l2s ARGS`` prints: first cell -> the other cells."""
+    r = _run(*args)
+    assert r.exit_code == 0, r.output
+    return {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in r.output.splitlines()
+            if line.startswith("│") and line.split("│")[1].strip()}
+
+
 def test_models_and_devices_list_names_or_a_table_with_long():
     """``l2s models`` / ``l2s devices`` print one name per line (for scripts); ``--long`` a
     table of each one's shape or datasheet figures, read from the same specs the planner
@@ -676,11 +685,7 @@ def test_models_and_devices_list_names_or_a_table_with_long():
 
     r = _run("models")
     assert r.exit_code == 0 and r.output.split() == shipped_model_names()
-    r = _run("models", "--long")
-    assert r.exit_code == 0
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-            for line in r.output.splitlines() if line.startswith("│") and
-            line.split("│")[1].strip()}
+    rows = _table_rows("models", "--long")
     assert set(shipped_model_names()) <= set(rows)
     assert rows["llama-3.1-70b"][1:4] == ["70.6", "69.5", "80"]
     assert rows["gpt-oss-120b"][-1] == "mxfp4 (experts)" and rows["deepseek-v3"][-1] == "fp8"
@@ -688,11 +693,7 @@ def test_models_and_devices_list_names_or_a_table_with_long():
     assert rows["falcon-7b-instruct"][-2] == "—"
     r = _run("devices")
     assert r.exit_code == 0 and r.output.split() == device_names()
-    r = _run("devices", "-l")
-    assert r.exit_code == 0
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-            for line in r.output.splitlines() if line.startswith("│") and
-            line.split("│")[1].strip()}
+    rows = _table_rows("devices", "-l")
     assert set(device_names()) <= set(rows)
     assert rows["h100-sxm"][1:4] == ["h100", "80", "989"]
     assert rows["rtx-4090"][2] == "24" and rows["mi300x"][4] == "2,615"
