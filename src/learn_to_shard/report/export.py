@@ -16,7 +16,9 @@ engine profiles in :mod:`learn_to_shard.engines` (pinned versions, sources there
 * **SGLang 0.5.23** (``python -m sglang.launch_server``): ``--tp-size tp × dp`` (the whole
   stage group), ``--attn-dp-size dp``, ``--ep-size ep``, ``--pp-size pp``;
   ``--max-running-requests`` is the instance total (its scheduler divides it by
-  ``attn_dp_size``, sglang/srt/model_executor/pool_configurator.py); ``cp`` as
+  ``attn_dp_size``, sglang/srt/model_executor/pool_configurator.py, and by ``pp_size`` for
+  each pipeline micro-batch, ``pp_max_micro_batch_size = max_running_requests // pp_size``,
+  python/sglang/srt/managers/scheduler.py at sgl-project/sglang@0003215c); ``cp`` as
   ``--decode-context-parallel-size`` with ``--dcp-comm-backend ag_rs``.
 * **TensorRT-LLM** (``trtllm-serve``): ``--tp_size tp × dp``, ``--pp_size``, ``--ep_size``;
   ``enable_attention_dp``, ``moe_tensor_parallel_size``, ``moe_expert_parallel_size`` and
