@@ -943,3 +943,27 @@ def test_a_pipeline_plan_whose_step_budget_binds_agrees_with_the_simulation():
                                                  range_ratio=0.5, num_prompts=600))
     assert sim["sim_over_analytic"]["mean_tpot"] == pytest.approx(1.0, abs=0.06)
     assert sim["step_fit_rel_err"] < 0.05
+
+
+@pytest.mark.parametrize("ep", [8, 4])
+def test_a_moe_plan_with_about_one_prompt_per_step_agrees_with_the_simulation(ep):
+    """DeepSeek-V3 TP8 on 8 H200 at 2000/500 with ~496 requests running: about one prompt
+    joins each step (λ ≈ 1), and real steps carry 0, 1, 2 or more. The mix matches the
+    binomial mean and variance of that count (half the steps at λ + σ prompts, half at
+    λ − σ); with a {0, 1}-prompt Bernoulli mix it priced every step at the mean and the
+    simulation's TPOT was 1.21x the analytical."""
+    from learn_to_shard.api import search_plan as plan_of
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.serving import simulate_estimate
+
+    cm = make_cost_model("deepseek-v3", "h200:8",
+                         make_workload("serve", isl=2000, osl=500, dtype="fp8"))
+    dims = plan_of(cm, method="auto").best.strategy.dims
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((496,)))
+    est = cm.evaluate(Strategy(tp=8, ep=ep, pp=1, dp=1, batch=496, dims=dims))
+    assert est.feasible
+    sim = simulate_estimate(cm, est, ServingLoad(concurrency=496, range_ratio=0.5,
+                                                 num_prompts=1500))
+    assert sim["sim_over_analytic"]["mean_tpot"] == pytest.approx(1.0, abs=0.05)

@@ -125,17 +125,24 @@ LIMITS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Relative tolerance of the SLO checks: a latency within ``1e-9`` of its SLO meets it. The
+#: cost model sums stage times and the exact solver sums per-operator tables, mixes of two
+#: steps included, and the two round differently in the last bits; an SLO set at a
+#: strategy's own latency must not flip with them.
+SLO_REL_TOL = 1e-9
+
+
 def limits_broken(workload: Workload, usable_bytes: float, peak_bytes: np.ndarray,
                   tpot_s: np.ndarray, ttft_s: np.ndarray) -> dict[str, np.ndarray]:
     """Which rows break each limit of :data:`LIMITS` (bool arrays; a limit the workload or
     phase does not have is absent): memory when the worst stage is not within
-    ``usable_bytes``, an SLO when the latency is not within it (decode has no TTFT, prefill
-    no TPOT)."""
+    ``usable_bytes``, an SLO when the latency is not within it (within
+    :data:`SLO_REL_TOL`; decode has no TTFT, prefill no TPOT)."""
     out = {"memory": ~(peak_bytes <= usable_bytes)}
     if workload.tpot_slo_s is not None and workload.phase is not Phase.PREFILL:
-        out["tpot_slo"] = ~(tpot_s <= workload.tpot_slo_s)
+        out["tpot_slo"] = ~(tpot_s <= workload.tpot_slo_s * (1.0 + SLO_REL_TOL))
     if workload.ttft_slo_s is not None and workload.phase is not Phase.DECODE:
-        out["ttft_slo"] = ~(ttft_s <= workload.ttft_slo_s)
+        out["ttft_slo"] = ~(ttft_s <= workload.ttft_slo_s * (1.0 + SLO_REL_TOL))
     return out
 
 

@@ -356,17 +356,18 @@ class CostModelConfig:
             defaults to off (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py
             ``AttentionDpConfig``), SGLang's DP controller and vLLM's DP engine cores hand a
             request to one rank whole. ``True`` prices every rank at the mean.
-        serve_step_mix: serve phase: price the mean step as the mix of the steps an engine
-            runs (:meth:`~learn_to_shard.cost.terms.OperatorTerms.prompt_step_weight`): a
-            share ``q`` of the steps carries whole prompts (or budget-filling chunks) beside
-            the decodes, the rest decodes alone, ``t = q·t(prompt step) + (1 − q)·t(decode
-            step)``. A step's time is convex in its tokens (flat while the weights' read
-            bounds it, then linear in the GEMMs' work), so the mean content's time
-            underestimates the mean step; the request-level simulation, which runs those
-            steps, measured TPOT 1.29× and tokens/s 0.77× the mean-content price of a
-            Llama-3.1-70B TP2 PP2 plan at the same occupancy. ``False``: price the mean
-            content (what :func:`~learn_to_shard.serving.steptime.fit_step_model` reads to
-            fit per-step prices).
+        serve_step_mix: serve phase: price the mean step as the mix of two steps an engine
+            runs (:meth:`~learn_to_shard.cost.terms.OperatorTerms.prompt_step_mix`: steps
+            carrying more and fewer whole prompts, or budget-filling chunks, beside the
+            decodes, matching the mean and variance of the prompts that join a step),
+            ``t = q·t(step a) + (1 − q)·t(step b)``. A step's time is convex in its tokens
+            (flat while the weights' read bounds it, then linear in the GEMMs' work), so the
+            mean content's time underestimates the mean step; the request-level
+            simulation, which runs those steps, measured TPOT 1.29× and tokens/s 0.77× the
+            mean-content price of a Llama-3.1-70B TP2 PP2 plan at the same occupancy.
+            ``False``: price the mean content (what
+            :func:`~learn_to_shard.serving.steptime.fit_step_model` reads to fit per-step
+            prices).
         prefill_first: serve simulation: steps carry only prompt chunks while prompts are
             pending (SGLang's scheduler; vLLM V0 without chunked prefill); ``None`` = the
             engine's default (:data:`learn_to_shard.engines.PREFILL_FIRST_ENGINES`).

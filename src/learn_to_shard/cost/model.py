@@ -415,14 +415,12 @@ class CostModel(OperatorTerms):
         ph = self.phase_rows(pp, dp, batch)
         m_mb = ph["m"]
         dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
-        q = self.prompt_step_weight(dec, pf, pf_seqs, dp)
-        mixed = q < 1.0
-        if mixed.any():
-            # The mean step as the mix of prompt steps and decode-only steps (serve_step_mix).
-            step = self._step(a, deg, dims, dec, ctx, pf / q, pf_seqs / q, detail)
-            zero = np.zeros(n)
-            alone = self._step(a, deg, dims, dec, ctx, zero, zero, detail)
-            step = self._mix_steps(step, alone, q, detail)
+        mix = self.prompt_step_mix(dec, pf, pf_seqs, dp)
+        if mix.mixed.any():
+            # The mean step as the mix of the steps an engine runs (serve_step_mix).
+            step = self._step(a, deg, dims, dec, ctx, mix.pf_a, mix.seqs_a, detail)
+            other = self._step(a, deg, dims, dec, ctx, mix.pf_b, mix.seqs_b, detail)
+            step = self._mix_steps(step, other, mix.q, detail)
         else:
             step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
         stage_t, p2p = step["stage_t"], step["p2p"]
@@ -591,11 +589,11 @@ class CostModel(OperatorTerms):
                           / (1.0 + float(wl.isl) / float(wl.osl)))
 
     def _mix_steps(self, prompt: dict, alone: dict, q: np.ndarray, detail: bool) -> dict:
-        """``prompt`` (a step carrying the prompt tokens) weighted ``q`` and ``alone`` (the
-        decodes alone) weighted ``1 − q``: the stage times, the stage send and, with
-        ``detail``, the breakdown's operator and collective times (row 0). Memory terms are
-        the prompt step's: its workspace (LM-head rows of the prompts it completes) is the
-        larger, the peak the engine must hold."""
+        """``prompt`` (the step carrying more prompt tokens, ``StepMix.pf_a``) weighted ``q``
+        and ``alone`` (``pf_b``: fewer, or none) weighted ``1 − q``: the stage times, the
+        stage send and, with ``detail``, the breakdown's operator and collective times (row
+        0). Memory terms are the first step's: its workspace (LM-head rows of the prompts it
+        completes) is the larger, the peak the engine must hold."""
         out = dict(prompt)
         w = q[:, None]
         out["stage_t"] = np.where(w < 1.0, w * prompt["stage_t"] + (1.0 - w) * alone["stage_t"],

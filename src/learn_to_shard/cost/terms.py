@@ -171,6 +171,25 @@ def busiest_rank_prompt_tokens(dec: np.ndarray | float, pf: np.ndarray | float,
     return np.where(pf > 0, np.maximum(busy, pf), pf)
 
 
+@dataclass(frozen=True)
+class StepMix:
+    """The two serve steps whose mix prices the mean step
+    (:meth:`OperatorTerms.prompt_step_mix`), ``[n]`` each: weight ``q`` on the step with
+    ``pf_a`` prompt tokens and ``seqs_a`` completing prompts per rank, ``1 − q`` on
+    ``pf_b`` / ``seqs_b``. ``mixed``: the rows where the two differ (``q < 1``)."""
+
+    q: np.ndarray
+    pf_a: np.ndarray
+    seqs_a: np.ndarray
+    pf_b: np.ndarray
+    seqs_b: np.ndarray
+
+    @property
+    def mixed(self) -> np.ndarray:
+        """``[n]`` bool: priced as two steps."""
+        return self.q < 1.0
+
+
 @dataclass
 class Link:
     """The link each row's group rides: achievable bus bandwidth ``bw`` (bytes/s) and
@@ -538,33 +557,59 @@ class OperatorTerms:
             out = out + c.eager_layer_overhead_s * layers * steps
         return out
 
-    def prompt_step_weight(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
-                           dp: np.ndarray) -> np.ndarray:
-        """The share ``q`` of serve steps that carry prompt tokens, when the mean step is priced
-        as their mix (``config.serve_step_mix``), ``[n]`` in ``(0, 1]``.
+    def prompt_step_mix(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
+                        dp: np.ndarray) -> StepMix:
+        """The two kinds of serve step the mean step is priced as (``config.serve_step_mix``):
+        a share ``q`` carrying ``pf_a`` prompt tokens (``seqs_a`` prompts completing) and the
+        rest ``pf_b`` (``seqs_b``), each ``[n]``, per step and rank, with the mean content
+        ``q·pf_a + (1 − q)·pf_b = pf`` and the engines' arrival of prompts in steps:
 
-        ``q = min(1, r)`` with ``r`` :func:`rank_prompt_share` (``max(min(1, pf_seqs),
-        pf / (budget − dec))``): a step completing ``pf_seqs < 1`` prompts on average carries
-        a whole prompt that often (the engines schedule a waiting prompt's tokens in the next
-        step, vLLM V1 and TensorRT-LLM within the step budget after the decodes), a prompt
-        longer than the room the decodes leave fills it in ``pf / room`` of the steps; the
-        prompt step then carries ``pf / q`` tokens and ``pf_seqs / q`` prompts, the others
-        none. 1 (one mean step) where ``pf = 0``, outside the serve phase, with the mix off,
-        and for a MoE model's attention-DP ranks (``dp > 1``), whose unevenness the busiest
-        rank's prompt tokens price instead (``config.attention_dp_balanced``); a dense
-        model's ranks run apart and mix like one rank.
+        The prompts arriving per step follow the completions of the step's ``dec`` decodes,
+        each finishing with probability ``λ / dec`` (``λ = pf_seqs``): binomial, mean ``λ``,
+        variance ``v = λ·(1 − λ/dec)`` (a finished request's client sends its next prompt,
+        or a new arrival takes its place, and joins the next step: vLLM V1 and TensorRT-LLM
+        schedule a waiting prompt within the step budget after the decodes). The two steps
+        match that mean and variance:
 
-        ``dec``, ``pf``, ``pf_seqs`` per step and rank, ``dp`` the ranks, ``[n]`` each.
+        * ``λ < 1``: a share ``q = λ² / (λ² + v)`` of the steps carries ``λ + v/λ`` prompts
+          (``pf_a = pf·(1 + v/λ²)`` tokens; one whole prompt when ``dec = 1``), the rest
+          decode alone; where that exceeds the room the decodes leave (``budget − dec``),
+          the prompt steps fill the room, a share ``q = pf / room`` of them (a long prompt's
+          chunks);
+        * ``λ ≥ 1``: ``q = 1/2``, ``λ ± √v`` prompts: ``pf_a = pf·(1 + √v/λ)`` (at most the
+          room) and ``pf_b = 2·pf − pf_a``;
+        * one mean step (``q = 1``, ``pf_a = pf``) where the prompts fill every step's
+          budget, where ``pf = 0``, outside the serve phase, with the mix off, and for a MoE
+          model's attention-DP ranks (``dp > 1``), whose unevenness the busiest rank's prompt
+          tokens price instead (``config.attention_dp_balanced``); a dense model's ranks run
+          apart and mix like one rank.
         """
         pf = np.asarray(pf, dtype=float)
+        seqs = np.asarray(pf_seqs, dtype=float) * np.ones(np.shape(pf))
         one = np.ones(np.shape(pf))
         if not self.config.serve_step_mix or self.workload.phase is not Phase.SERVE:
-            return one
-        r = rank_prompt_share(dec, pf, pf_seqs, self.config.token_budget)
-        q = np.where(pf > 0, np.minimum(1.0, r), 1.0)
+            return StepMix(one, pf, seqs, pf, seqs)
+        room = np.maximum(self.config.token_budget - np.asarray(dec, dtype=float), 1.0)
+        on = (pf > 0) & (pf < room)
         if self.model.moe is not None:
-            q = np.where(np.asarray(dp) > 1, 1.0, q)
-        return np.maximum(q, 1e-12)
+            on &= np.asarray(dp) <= 1
+        lam = np.maximum(seqs, 1e-12)
+        # Binomial: each of the d decodes completes with probability λ / d.
+        var = lam * np.maximum(1.0 - lam / np.maximum(np.asarray(dec, dtype=float), 1.0), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_token = np.where(pf > 0, seqs / np.where(pf > 0, pf, 1.0), 0.0)
+            lumps = pf * (1.0 + var / lam / lam)     # (λ + var/λ) prompts in a prompt step
+            hi = pf * (1.0 + np.sqrt(var) / lam)     # λ + σ prompts
+        full = on & (seqs < 1.0) & (lumps >= room)   # prompt steps fill the room
+        few = on & (seqs < 1.0) & ~full
+        many = on & (seqs >= 1.0)
+        hi = np.minimum(room, hi)
+        q = np.where(full, pf / room, np.where(few, lam * lam / (lam * lam + var),
+                                               np.where(many, 0.5, 1.0)))
+        q = np.maximum(q, 1e-12)
+        pf_a = np.where(full, room, np.where(few, lumps, np.where(many, hi, pf)))
+        pf_b = np.where(full | few, 0.0, np.where(many, 2.0 * pf - hi, pf))
+        return StepMix(q, pf_a, pf_a * per_token, pf_b, pf_b * per_token)
 
     def layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
                   pf: np.ndarray, cp: np.ndarray | None = None) -> dict:

@@ -448,9 +448,9 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
         """The stage send of the busiest rank's tokens (``OperatorTerms.layer_env``)."""
         return cm.p2p_time_s(dec + cm.rank_prompt_tokens(dec, pf_, dp), tp, dp, pp)
 
-    # The main step as the mix of prompt and decode-only steps (``CostModel._mix_steps``).
-    q = cm.prompt_step_weight(dec, pf, pf_seqs, dp)
-    zero = np.zeros(len(a))
+    # The main step as the mix of two steps (``CostModel._mix_steps``).
+    mix = cm.prompt_step_mix(dec, pf, pf_seqs, dp)
+    q = mix.q
 
     def mixed(f_prompt: np.ndarray, f_alone: np.ndarray) -> np.ndarray:
         return np.where(q < 1.0, q * f_prompt + (1.0 - q) * f_alone, f_prompt)
@@ -468,12 +468,12 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 devices=(tp * dp * pp).astype(np.float64),
                 replica_frac=cm.replica_fraction(tp * dp * pp, batch),
                 m_mb=m_mb.astype(np.float64),
-                key=inv.reshape(-1), p2p=mixed(p2p_of(pf / q), p2p_of(zero)),
+                key=inv.reshape(-1), p2p=mixed(p2p_of(mix.pf_a), p2p_of(mix.pf_b)),
                 p2p2=p2p_of(pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
-                host=mixed(_host_time(cm, dec, pf / q, pf_seqs / q, pp, dp),
-                           _host_time(cm, dec, zero, zero, pp, dp)),
+                host=mixed(_host_time(cm, dec, mix.pf_a, mix.seqs_a, pp, dp),
+                           _host_time(cm, dec, mix.pf_b, mix.seqs_b, pp, dp)),
                 host2=_host_time(cm, dec, pf2, pf_seqs2, pp, dp),
                 share=ph["share"])
     return co, keys
@@ -761,17 +761,16 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
 def main_step_tables(cm: CostModel, st: Structure, keys: Keys) -> StepTables:
     """Time tables of the main step per key: :func:`step_tables` at the keys' mean content,
     or, where the serve phase prices the mean step as a mix
-    (``OperatorTerms.prompt_step_weight`` ``q < 1``, as ``CostModel._mix_steps``), ``q`` times
-    the tables of the step carrying ``pf / q`` prompt tokens plus ``1 − q`` times those of the
-    decodes alone. Every table is a sum of per-operator times, so the mix keeps the
+    (``OperatorTerms.prompt_step_mix``, ``q < 1``, as ``CostModel._mix_steps``), ``q`` times
+    the tables of the step carrying ``pf_a`` prompt tokens plus ``1 − q`` times those of the
+    step carrying ``pf_b``. Every table is a sum of per-operator times, so the mix keeps the
     decomposition exact (``verify``); the layouts (``out``) do not depend on the content."""
-    q = cm.prompt_step_weight(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
-    if not (q < 1.0).any():
+    m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
+    q = m.q
+    if not m.mixed.any():
         return step_tables(cm, st, keys)
-    prompt = step_tables(cm, st, dataclasses.replace(keys, pf=keys.pf / q,
-                                                     pf_seqs=keys.pf_seqs / q))
-    zero = np.zeros(len(keys))
-    alone = step_tables(cm, st, dataclasses.replace(keys, pf=zero, pf_seqs=zero))
+    prompt = step_tables(cm, st, dataclasses.replace(keys, pf=m.pf_a, pf_seqs=m.seqs_a))
+    alone = step_tables(cm, st, dataclasses.replace(keys, pf=m.pf_b, pf_seqs=m.seqs_b))
 
     def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         w = q.reshape((-1,) + (1,) * (x.ndim - 1))
@@ -867,8 +866,8 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1)
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
     # The workspace of the step that carries the prompts (``CostModel._mix_steps``).
-    q = cm.prompt_step_weight(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
-    ws = cm.workspace_bytes(keys.dec, keys.pf / q, keys.pf_seqs / q, tp, etp)
+    m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
+    ws = cm.workspace_bytes(keys.dec, m.pf_a, m.seqs_a, tp, etp)
     return MemTables(W0=W0, dW=dW, KV=KV, EW=ew, LW=lw, ws=np.broadcast_to(ws, (k,)).copy(),
                      allowed=allowed)
 
