@@ -373,5 +373,7 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert "fewest devices: 8 × h100-sxm (2 replicas of" in text
-    assert "warning: simulated (Poisson arrivals), 2 replicas fall behind or miss the SLOs; " \
-           "3 replicas (12 × h100-sxm, 5 req/s each) keep up" in text
+    assert "warning: simulated (Poisson arrivals), with 2 replicas at 7.5 req/s each a " \
+           "replica " in text
+    assert "; 3 replicas (12 × h100-sxm, 5 req/s each) keep up" in text
+    assert "falls behind (its queue grows)" in text or "misses the TPOT SLO" in text

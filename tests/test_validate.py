@@ -437,7 +437,8 @@ def test_the_pinned_accuracy_is_what_validate_measures_now(report):
         assert pinned[kind] == {"median_abs_error": round(st.median_abs, 4), "n": st.n}
     line = accuracy_line(Phase.SERVE)
     assert f"steady-state throughput {100 * pinned['throughput']['median_abs_error']:.0f}%" \
-        in line and "under load, simulated TTFT" in line
+        in line and "under a load (--concurrency / --request-rate / --trace, simulated) TTFT" \
+        in line and f"decode step {100 * pinned['tpot']['median_abs_error']:.0f}%" in line
 
 
 @pytest.mark.slow

@@ -547,7 +547,9 @@ def plan_cmd(
         launch = _export_text(result, export, cm, longest) \
             if export and result.feasible else None
         if load is not None and result.feasible and not result.interrupted:
-            sims = simulate_plan(cm, result, load, export_caps=export is not None)
+            # The server the plan recommends: --max-num-seqs at the plan's batch, as the
+            # export writes it (an engine's default cap could run another batch).
+            sims = simulate_plan(cm, result, load, export_caps=True)
             if from_trace:
                 for sim in sims:
                     lengths = sim["lengths"]
@@ -1230,8 +1232,10 @@ def models_cmd(long: bool = typer.Option(False, "--long", "-l", help="A table: a
         m = load_model(name)
         pc = count_params(m)
         a = m.attention
+        kind = "MQA" if a.num_kv_heads == 1 else "MHA" if a.num_kv_heads == a.num_heads \
+            else "GQA"
         att = (f"MLA {a.num_heads} heads, latent {a.kv_lora_rank}" if a.kind.value == "mla"
-               else f"GQA {a.num_heads}/{a.num_kv_heads} heads × {a.head_dim}")
+               else f"{kind} {a.num_heads}/{a.num_kv_heads} heads × {a.head_dim}")
         moe = (f"{m.moe.num_experts} top-{m.moe.top_k}"
                + (f" + {m.moe.num_shared_experts}" if m.moe.num_shared_experts else "")
                if m.moe is not None else "dense")
@@ -1522,26 +1526,36 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
     if plan.best is None or plan.best.strategy.short() != fleet.strategy:
         return "not simulated: the plan searched again differs from the sweep's"
     inst = max(1, plan.best.instances)
+
+    def why(sim: dict[str, object]) -> str:
+        slo = sim["slo"]
+        missed = [m.split(":")[0] for m in (slo["missed"] if isinstance(slo, dict) else [])]
+        parts = (["falls behind (its queue grows)"] if sim["overloaded"] else []) + \
+            [f"misses the {m}" for m in missed]
+        return " and ".join(parts)
+
+    first = ""
     for k in range(fleet.replicas, fleet.replicas + SIZE_EXTRA_REPLICAS + 1):
         per = fleet.rate_rps / k
         sim = simulate_plan(cm, plan, ServingLoad(request_rate_per_s=per * inst), top=1)[0]
-        slo = sim["slo"]
-        keeps_up = not sim["overloaded"] and isinstance(slo, dict) and bool(slo["met"])
-        if keeps_up:
+        first = first or why(sim)
+        if not why(sim):
             break
     summ = cast("dict[str, float]", sim["simulated"])
     stats = (f"TTFT mean {to_ms(summ['mean_ttft_s']):.0f} ms (p99 "
              f"{to_ms(summ['p99_ttft_s']):.0f}), TPOT mean {to_ms(summ['mean_tpot_s']):.1f} ms")
-    if not keeps_up:
-        return (f"warning: simulated, a replica falls behind or misses the SLOs even at "
+    if why(sim):
+        return (f"warning: simulated, a replica {why(sim)} even at "
                 f"{fleet.replicas + SIZE_EXTRA_REPLICAS} replicas ({per:.3g} req/s each: "
                 f"{stats}); the steady-state answer above is optimistic for this load")
     if k == fleet.replicas:
         return (f"simulated (Poisson arrivals, {per:.3g} req/s per replica): keeps up "
                 f"within the SLOs, {stats}")
-    return (f"warning: simulated (Poisson arrivals), {fleet.replicas} replicas fall behind or "
-            f"miss the SLOs; {k} replicas ({k * fleet.instance_devices} × {fleet.device}, "
-            f"{per:.3g} req/s each) keep up: {stats}")
+    n = fleet.replicas
+    return (f"warning: simulated (Poisson arrivals), with {n} replica{'s' if n != 1 else ''} "
+            f"at {fleet.rate_rps / n:.3g} req/s each a replica {first}; {k} replicas "
+            f"({k * fleet.instance_devices} × {fleet.device}, {per:.3g} req/s each) keep "
+            f"up: {stats}")
 
 
 def _click_message(exc: Exception) -> str:

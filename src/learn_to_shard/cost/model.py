@@ -391,12 +391,15 @@ class CostModel(OperatorTerms):
                         f"per device > {to_gib(self.usable_bytes):.1f} GiB usable "
                         f"(weights {to_gib(w):.1f}, KV {to_gib(out['stage_kv'][0, worst]):.1f}, "
                         f"workspace {to_gib(out['ws'][0]):.1f} GiB)")
-            elif key == "tpot_slo":
-                line = (f"tpot_slo: TPOT {format_ms(out['batch'].tpot_s[0])} > SLO "
-                        f"{format_ms(self.workload.tpot_slo_s or 0)}")
-            elif key == "ttft_slo":
-                line = (f"ttft_slo: TTFT {format_ms(out['batch'].ttft_s[0], 1)} > SLO "
-                        f"{format_ms(self.workload.ttft_slo_s or 0, 1)}")
+            elif key in ("tpot_slo", "ttft_slo"):
+                name = key.split("_")[0]
+                got = float(getattr(out["batch"], f"{name}_s")[0])
+                slo = getattr(self.workload, f"{name}_slo_s") or 0.0
+                # Enough digits that a latency just above its SLO does not print as equal.
+                digits = next((d for d in range(2 if name == "tpot" else 1, 7)
+                               if format_ms(got, d) != format_ms(slo, d)), 6)
+                line = (f"{key}: {name.upper()} {format_ms(got, digits)} > SLO "
+                        f"{format_ms(slo, digits)}")
             lines.append(line)
         return tuple(lines)
 

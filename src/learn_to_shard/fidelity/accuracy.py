@@ -59,8 +59,9 @@ def shipped() -> dict[str, Any]:
 
 def accuracy_line(phase: Phase) -> str:
     """One line for a plan of ``phase``: the held-out median |error| of the figures it prints,
-    from :func:`shipped` (steady-state throughput and, for decode / prefill, the step
-    latencies; for serve, the serving simulation's TTFT, TPOT and tokens/s under load)."""
+    from :func:`shipped` (steady-state throughput and step latencies; for serve also the
+    serving simulation's TTFT, TPOT and tokens/s under a load, what a plan run with one
+    prints)."""
     acc = shipped()
     st, ld = acc["steady_state"], acc["under_load"]
 
@@ -69,9 +70,10 @@ def accuracy_line(phase: Phase) -> str:
 
     head = "expected error (held-out median |error| on published measurements, l2s validate):"
     if phase is Phase.SERVE:
-        return (f"{head} steady-state throughput {pct(st['throughput'])}; under load, "
-                f"simulated TTFT {pct(ld['ttft'])}, TPOT {pct(ld['tpot'])}, tokens/s "
-                f"{pct(ld['output_tok_s'])}")
+        return (f"{head} steady-state throughput {pct(st['throughput'])}, prefill time "
+                f"{pct(st['ttft'])}, decode step {pct(st['tpot'])}; under a load "
+                f"(--concurrency / --request-rate / --trace, simulated) TTFT {pct(ld['ttft'])}, "
+                f"TPOT {pct(ld['tpot'])}, tokens/s {pct(ld['output_tok_s'])}")
     if phase is Phase.PREFILL:
         return f"{head} prefill time (TTFT) {pct(st['ttft'])}"
     return f"{head} decode step (TPOT) {pct(st['tpot'])}, throughput {pct(st['throughput'])}"
