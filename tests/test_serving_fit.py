@@ -315,16 +315,28 @@ def test_clients_above_the_cap_wait_in_the_queue():
         CostModelConfig(max_num_seqs=0)
 
 
-def test_plan_shows_the_queue_beyond_the_engine_cap():
-    """``l2s plan --engine vllm --concurrency`` above vLLM's A100 default of 256: the
-    simulation runs 256 and reports the clients left waiting."""
-    res = CliRunner().invoke(app, [
-        "plan", "--model", "llama-3.1-8b", "--cluster", "a100-80gb:1", "--phase", "serve",
-        "--isl", "128", "--osl", "128", "--engine", "vllm", "--concurrency", "600",
-        "--num-prompts", "1200", "--json"])
+def test_plan_simulates_its_batch_and_the_api_the_engine_default_cap():
+    """``l2s plan --engine vllm --concurrency 600`` on an A100 plans a batch of 600 and
+    simulates the server its export launches (``--max-num-seqs 600``), though vLLM's default
+    cap there is 256; ``simulate_plan`` without the export's caps runs a server launched
+    without the flag: 256 running and the other 344 clients waiting."""
+    args = ["plan", "--model", "llama-3.1-8b", "--cluster", "a100-80gb:1", "--phase", "serve",
+            "--isl", "128", "--osl", "128", "--engine", "vllm", "--concurrency", "600",
+            "--num-prompts", "1200"]
+    res = CliRunner().invoke(app, [*args, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     sim = doc["simulation"][0]
+    batch = doc["best"]["strategy"]["batch"]
+    assert batch > 256 and sim["max_num_seqs"] == batch
+    res = CliRunner().invoke(app, [*args, "--export", "vllm", "-q"])
+    assert f"--max-num-seqs {batch}" in res.stdout
+    from learn_to_shard.api import cost_config, search_plan, simulate_plan
+    cm = make_cost_model("llama-3.1-8b", "a100-80gb:1",
+                         make_workload("serve", isl=128, osl=128, concurrency=600),
+                         cost_config("vllm"), engine="vllm")
+    plan = search_plan(cm, engine="vllm")
+    sim = simulate_plan(cm, plan, ServingLoad(concurrency=600, num_prompts=1200), top=1)[0]
     assert sim["engine_max_num_seqs"] == 256 and sim["max_num_seqs"] == 256
     assert "344 wait in the queue" in sim["replica_share"]
     assert np.isfinite(sim["simulated"]["mean_ttft_s"])
