@@ -930,7 +930,7 @@ def test_a_pipeline_plan_whose_step_budget_binds_agrees_with_the_simulation():
     from learn_to_shard.parallel.ops import MEGATRON_DIMS
     from learn_to_shard.parallel.strategy import Strategy
     from learn_to_shard.serving import simulate_estimate
-    from learn_to_shard.serving.load import step_token_budget
+    from learn_to_shard.serving.steptime import step_token_budget
 
     cm = make_cost_model("llama-3.1-70b", "h100-sxm:8",
                          make_workload("serve", isl=16000, osl=300))

@@ -92,7 +92,7 @@ from ..workload import Phase, Workload
 from . import aggregate
 from .comm import transition_label
 from .config import CostModelConfig
-from .terms import Link, OperatorTerms
+from .terms import Link, OperatorTerms, StepMix
 
 # Cost-side violation bits (after the structural RULES bits).
 _COST_RULES = aggregate.LIMITS
@@ -418,14 +418,13 @@ class CostModel(OperatorTerms):
         ph = self.phase_rows(pp, dp, batch)
         m_mb = ph["m"]
         dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
+        # The mean step as the mix of the steps an engine runs (serve_step_mix); a row not
+        # mixed has the mean content in step a.
         mix = self.prompt_step_mix(dec, pf, pf_seqs, dp)
+        step = self._step(a, deg, dims, dec, ctx, mix.pf_a, mix.seqs_a, detail)
         if mix.mixed.any():
-            # The mean step as the mix of the steps an engine runs (serve_step_mix).
-            step = self._step(a, deg, dims, dec, ctx, mix.pf_a, mix.seqs_a, detail)
             other = self._step(a, deg, dims, dec, ctx, mix.pf_b, mix.seqs_b, detail)
-            step = self._mix_steps(step, other, mix.q, detail)
-        else:
-            step = self._step(a, deg, dims, dec, ctx, pf, pf_seqs, detail)
+            step = self._mix_steps(step, other, mix, detail)
         stage_t, p2p = step["stage_t"], step["p2p"]
         sum_t, max_t = aggregate.pipeline_sums(stage_t, p2p, pp)
         t2 = None
@@ -591,20 +590,17 @@ class CostModel(OperatorTerms):
         return np.minimum(seq_dp, self.config.token_budget
                           / (1.0 + float(wl.isl) / float(wl.osl)))
 
-    def _mix_steps(self, prompt: dict, alone: dict, q: np.ndarray, detail: bool) -> dict:
+    def _mix_steps(self, prompt: dict, alone: dict, mix: StepMix, detail: bool) -> dict:
         """``prompt`` (the step carrying more prompt tokens, ``StepMix.pf_a``) weighted ``q``
-        and ``alone`` (``pf_b``: fewer, or none) weighted ``1 − q``: the stage times, the
-        stage send and, with ``detail``, the breakdown's operator and collective times (row
-        0). Memory terms are the first step's: its workspace (LM-head rows of the prompts it
-        completes) is the larger, the peak the engine must hold."""
+        and ``alone`` (``pf_b``: fewer, or none) weighted ``1 − q`` (:meth:`StepMix.blend`):
+        the stage times, the stage send and, with ``detail``, the breakdown's operator and
+        collective times (row 0). Memory terms are the first step's: its workspace (LM-head
+        rows of the prompts it completes) is the larger, the peak the engine must hold."""
         out = dict(prompt)
-        w = q[:, None]
-        out["stage_t"] = np.where(w < 1.0, w * prompt["stage_t"] + (1.0 - w) * alone["stage_t"],
-                                  prompt["stage_t"])
-        out["p2p"] = np.where(q < 1.0, q * prompt["p2p"] + (1.0 - q) * alone["p2p"],
-                              prompt["p2p"])
+        out["stage_t"] = mix.blend(prompt["stage_t"], alone["stage_t"])
+        out["p2p"] = mix.blend(prompt["p2p"], alone["p2p"])
         if detail:
-            q0 = float(q[0])
+            q0 = float(mix.q[0])
             out["op_time"] = {k: q0 * v + (1.0 - q0) * alone["op_time"].get(k, 0.0)
                               for k, v in prompt["op_time"].items()}
             by_key = {(c.where, c.kind, c.group): c for c in alone["collectives"]}

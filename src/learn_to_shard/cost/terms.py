@@ -189,6 +189,15 @@ class StepMix:
         """``[n]`` bool: priced as two steps."""
         return self.q < 1.0
 
+    def blend(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``q·a + (1 − q)·b`` per row, ``a`` itself where the row is not mixed; ``a`` and
+        ``b`` are ``[n, ...]`` (``q`` broadcast over the trailing axes), priced for step
+        a and step b. An unpriced (+inf) entry stays +inf: ``0 < q < 1`` where mixed."""
+        a, b = np.asarray(a), np.asarray(b)
+        w = self.q.reshape(self.q.shape + (1,) * (a.ndim - self.q.ndim))
+        with np.errstate(invalid="ignore"):            # 0·inf in the branch not taken
+            return np.where(w < 1.0, w * a + (1.0 - w) * b, a)
+
 
 @dataclass
 class Link:
@@ -562,7 +571,7 @@ class OperatorTerms:
         """The two kinds of serve step the mean step is priced as (``config.serve_step_mix``):
         a share ``q`` carrying ``pf_a`` prompt tokens (``seqs_a`` prompts completing) and the
         rest ``pf_b`` (``seqs_b``), each ``[n]``, per step and rank, with the mean content
-        ``q·pf_a + (1 − q)·pf_b = pf`` and the engines' arrival of prompts in steps:
+        ``q·pf_a + (1 − q)·pf_b = pf``.
 
         The prompts arriving per step follow the completions of the step's ``dec`` decodes,
         each finishing with probability ``λ / dec`` (``λ = pf_seqs``): binomial, mean ``λ``,
@@ -609,7 +618,9 @@ class OperatorTerms:
         q = np.maximum(q, 1e-12)
         pf_a = np.where(full, room, np.where(few, lumps, np.where(many, hi, pf)))
         pf_b = np.where(full | few, 0.0, np.where(many, 2.0 * pf - hi, pf))
-        return StepMix(q, pf_a, pf_a * per_token, pf_b, pf_b * per_token)
+        mixed = full | few | many                    # elsewhere both steps are the mean's
+        return StepMix(q, pf_a, np.where(mixed, pf_a * per_token, seqs),
+                       pf_b, np.where(mixed, pf_b * per_token, seqs))
 
     def layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
                   pf: np.ndarray, cp: np.ndarray | None = None) -> dict:

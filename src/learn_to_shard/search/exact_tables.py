@@ -766,18 +766,11 @@ def main_step_tables(cm: CostModel, st: Structure, keys: Keys) -> StepTables:
     step carrying ``pf_b``. Every table is a sum of per-operator times, so the mix keeps the
     decomposition exact (``verify``); the layouts (``out``) do not depend on the content."""
     m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
-    q = m.q
     if not m.mixed.any():
         return step_tables(cm, st, keys)
     prompt = step_tables(cm, st, dataclasses.replace(keys, pf=m.pf_a, pf_seqs=m.seqs_a))
     alone = step_tables(cm, st, dataclasses.replace(keys, pf=m.pf_b, pf_seqs=m.seqs_b))
-
-    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        w = q.reshape((-1,) + (1,) * (x.ndim - 1))
-        with np.errstate(invalid="ignore"):
-            out = w * x + (1.0 - w) * y
-        # An unpriced option (+inf in both) stays +inf; q = 1 keys keep the prompt step.
-        return np.where(w < 1.0, np.where(np.isinf(x) | np.isinf(y), np.inf, out), x)
+    mix = m.blend
 
     def mix_opt(x: np.ndarray | None, y: np.ndarray | None) -> np.ndarray | None:
         return None if x is None or y is None else mix(x, y)

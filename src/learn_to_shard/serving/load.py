@@ -19,7 +19,6 @@ from ..engines import (
     default_max_num_seqs,
 )
 from ..errors import ConfigError
-from ..parallel.strategy import Strategy
 from ..workload import Phase
 from .simulate import (
     Requests,
@@ -30,7 +29,7 @@ from .simulate import (
     sharegpt_scaled,
     simulate,
 )
-from .steptime import fit_step_model, priced
+from .steptime import fit_step_model, priced, step_token_budget
 
 #: Length sources of a load without a trace (:class:`ServingLoad` ``dataset``).
 DATASETS = ("random", "sharegpt")
@@ -302,15 +301,6 @@ def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int 
                                         kv_capacity_tokens // max(1, dp),
                                         cm.workload.isl + cm.workload.osl)
     return None if per_rank is None else per_rank * max(1, dp)
-
-
-def step_token_budget(cm: CostModel, s: Strategy) -> int:
-    """Tokens one simulated step of strategy ``s`` may carry: ``max_num_batched_tokens`` per
-    attention-DP rank and per pipeline micro-batch in flight (``min(pp, batch)``, as the
-    cost model's ``phase_rows`` applies it): a simulated step is one pass of every
-    micro-batch, and the engines schedule each micro-batch within the budget (vLLM's
-    scheduler runs once per micro-batch of its batch queue)."""
-    return int(cm.config.token_budget * s.dp * max(1, min(s.pp, s.batch)))
 
 
 def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,

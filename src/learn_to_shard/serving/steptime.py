@@ -198,6 +198,15 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
     return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device * s.devices
 
 
+def step_token_budget(cm: CostModel, s: Strategy) -> int:
+    """Tokens one simulated step of strategy ``s`` may carry: ``max_num_batched_tokens`` per
+    attention-DP rank and per pipeline micro-batch in flight (``min(pp, batch)``, as the
+    cost model's ``phase_rows`` applies it): a simulated step is one pass of every
+    micro-batch, and the engines schedule each micro-batch within the budget (vLLM's
+    scheduler runs once per micro-batch of its batch queue)."""
+    return int(cm.config.token_budget * s.dp * max(1, min(s.pp, s.batch)))
+
+
 def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
                    ) -> tuple[StepTimeModel, float]:
     """Fit :class:`StepTimeModel` for strategy ``s`` of problem ``cm`` (see the module doc).
@@ -214,8 +223,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         ``serve_step_mix`` off; NaN outside the serve phase).
     """
     wl = cm.workload
-    # The instance step's budget: per DP rank and per pipeline micro-batch in flight.
-    budget = int(max_tokens or cm.config.token_budget * s.dp * max(1, min(s.pp, s.batch)))
+    budget = int(max_tokens or step_token_budget(cm, s))
     grid = sorted({1 << i for i in range(int(np.log2(max(budget, 1))) + 1)} | {budget})
     grid = [g for g in grid if g % s.dp == 0 or g < s.dp] or [s.dp]
     # Per-step prices: the serve probes price one step of the mean content, not the mix of
