@@ -397,14 +397,16 @@ def test_irrelevant_operators_change_nothing():
           suppress_health_check=[HealthCheck.too_slow])
 @given(m=models(max_layers=6), n_dev=st.sampled_from([1, 2, 4, 8, 16, 24, 64]),
        domain=st.sampled_from([2, 8]), phase=st.sampled_from(list(Phase)),
-       hbm=st.sampled_from([1e6, 2e7, 8e10]))
-def test_decomposition_matches_cost_model(m, n_dev, domain, phase, hbm):
-    """Every term the exact solver uses, summed as the solver sums it, equals evaluate_many."""
+       hbm=st.sampled_from([1e6, 2e7, 8e10]), prefill_first=st.booleans())
+def test_decomposition_matches_cost_model(m, n_dev, domain, phase, hbm, prefill_first):
+    """Every term the exact solver uses, summed as the solver sums it, equals evaluate_many
+    (serve steps decodes first, and prefill first as SGLang runs them)."""
     cl = ClusterSpec(device(hbm, domain), n_dev, name="t")
     osl = 32 if phase is Phase.SERVE else 0
     wl = Workload(phase, isl=500, osl=osl, tpot_slo_s=None if phase is Phase.PREFILL else 1e-3,
                   ttft_slo_s=None if phase is Phase.DECODE else 1e-2)
-    cm = CostModel(m, cl, wl, space=StrategySpace.build(m, cl, batch_values=(1, 4, 32, 512)))
+    cm = CostModel(m, cl, wl, config=CostModelConfig(prefill_first=prefill_first),
+                   space=StrategySpace.build(m, cl, batch_values=(1, 4, 32, 512)))
     assert verify(cm, n=64) > 0
 
 
@@ -417,6 +419,21 @@ def test_decomposition_matches_cost_model(m, n_dev, domain, phase, hbm):
 ])
 def test_decomposition_matches_cost_model_on_shipped_models(name, cluster, kw):
     assert verify(make_cost_model(name, cluster, make_workload(**kw)), n=200) > 0
+
+
+@pytest.mark.parametrize("name,cluster,kw", [
+    ("deepseek-v3", "h200:16", dict(phase="serve", isl=2000, osl=500, tpot_slo_s=0.1,
+                                    dtype="fp8")),
+    ("llama-3.1-70b", "h100-sxm:8", dict(phase="serve", isl=16000, osl=300)),
+])
+def test_decomposition_matches_sglang_prefill_first_steps(name, cluster, kw):
+    """SGLang's serve step is a prefill-only step and a decode-only step
+    (``OperatorTerms.prompt_step_mix`` prefill first); the exact solver's tables price it
+    as the cost model does."""
+    cm = make_cost_model(name, cluster, make_workload(**kw),
+                         config=CostModelConfig.for_engine("sglang"), engine="sglang")
+    assert cm.config.runs_prefill_first
+    assert verify(cm, n=200) > 0
 
 
 def test_verify_catches_a_wrong_term(monkeypatch):

@@ -345,8 +345,11 @@ def test_plan_simulates_its_batch_and_the_api_the_engine_default_cap():
 def test_simulate_estimate_runs_the_engines_order_and_the_loads_lengths(sglang_70b, monkeypatch):
     """simulate_estimate reads engines.PREFILL_FIRST_ENGINES for the profile's engine (SGLang:
     prefill-first steps, so a step never carries a decode beside a prompt chunk; without the
-    entry the same plan runs decode-first mixed steps and simulates otherwise), and a
-    ``dataset="sharegpt"`` load draws ShareGPT's lengths (not the fixed isl/osl)."""
+    entry the same plan runs decode-first mixed steps and simulates otherwise), a dense
+    model's DP ranks simulate as the replicas they are (each its own scheduler, prefill
+    first), and a ``dataset="sharegpt"`` load draws ShareGPT's lengths (not the fixed
+    isl/osl)."""
+    import learn_to_shard.cost.config as config_mod
     import learn_to_shard.serving.load as load_mod
 
     cm = sglang_70b
@@ -355,17 +358,19 @@ def test_simulate_estimate_runs_the_engines_order_and_the_loads_lengths(sglang_7
     load = ServingLoad(request_rate_per_s=4.0, num_prompts=60)
     assert cm.config.engine == "sglang"
     first = simulate_estimate(cm, est, load)["simulated"]
-    monkeypatch.setattr(load_mod, "PREFILL_FIRST_ENGINES", ())
+    monkeypatch.setattr(config_mod, "PREFILL_FIRST_ENGINES", ())
     mixed = simulate_estimate(cm, est, load)["simulated"]
     assert first["mean_tpot_s"] != pytest.approx(mixed["mean_tpot_s"], rel=1e-3)
-    # With attention-DP every rank schedules its own batch: no single prefill-only step holds
-    # all ranks' decodes, so the plan runs mixed steps whether or not the engine is listed.
-    s_dp = Strategy(tp=4, ep=1, pp=1, dp=2, batch=16, dims=MEGATRON_DIMS)
-    est_dp = cm.evaluate(s_dp)
-    dp_mixed = simulate_estimate(cm, est_dp, load)["simulated"]
-    monkeypatch.setattr(load_mod, "PREFILL_FIRST_ENGINES", ("sglang",))
-    assert simulate_estimate(cm, est_dp, load)["simulated"] == dp_mixed
+    monkeypatch.setattr(config_mod, "PREFILL_FIRST_ENGINES", ("sglang",))
     assert simulate_estimate(cm, est, load)["simulated"] == first
+    # TP4 DP2 at batch 16 is two TP4 servers of batch 8: the same simulation, prefill first.
+    dp2 = simulate_estimate(cm, cm.evaluate(Strategy(tp=4, ep=1, pp=1, dp=2, batch=16,
+                                                     dims=MEGATRON_DIMS)), load)
+    two = simulate_estimate(cm, cm.evaluate(Strategy(tp=4, ep=1, pp=1, dp=1, batch=8,
+                                                     dims=MEGATRON_DIMS)), load)
+    assert dp2["scheduler"]["prefill_first"] and dp2["replicas"] == two["replicas"] == 2
+    assert dp2["simulated"] == two["simulated"]
+    assert "2 DP ranks" in dp2["replica_share"]
     # 20,000 draws: the sd of the mean is 1.65 / sqrt(20,000) = 1.2% for the prompts (ShareGPT's
     # coefficient of variation 1.65) and 0.6% for the outputs (0.82); 5% is four sd.
     req, _, _, _ = load_mod._instance_requests(cm, ServingLoad(concurrency=4, num_prompts=20_000,
@@ -401,7 +406,8 @@ def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkey
     monkeypatch.setattr(load_mod, "OVERLAP_SCHEDULE_ENGINES", ())
     assert simulate_estimate(cm, est, load)["simulated"] == off
     assert with_config(overlap_schedule=True) == on
-    monkeypatch.setattr(load_mod, "PREFILL_FIRST_ENGINES", ())
+    import learn_to_shard.cost.config as config_mod
+    monkeypatch.setattr(config_mod, "PREFILL_FIRST_ENGINES", ())
     assert with_config(prefill_first=True) == off
     burst = with_config(decode_steps_per_schedule=8, prefill_first=True)
     assert burst["mean_ttft_s"] > off["mean_ttft_s"]

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..engines import ENGINES as _ENGINE_SPECS
-from ..engines import default_max_num_batched_tokens
+from ..engines import PREFILL_FIRST_ENGINES, default_max_num_batched_tokens
 from ..engines.collectives import ALGORITHMS
 from ..errors import ConfigError
 from ..hardware.spec import DeviceSpec
@@ -368,8 +368,10 @@ class CostModelConfig:
             ``False``: price the mean content (what
             :func:`~learn_to_shard.serving.steptime.fit_step_model` reads to fit per-step
             prices).
-        prefill_first: serve simulation: steps carry only prompt chunks while prompts are
-            pending (SGLang's scheduler; vLLM V0 without chunked prefill); ``None`` = the
+        prefill_first: serve phase: steps carry only prompt chunks while prompts are
+            pending (SGLang's scheduler; vLLM V0 without chunked prefill), in the simulation
+            and in the analytical serve step (``serve_step_mix``,
+            :meth:`~learn_to_shard.cost.terms.OperatorTerms.prompt_step_mix`); ``None`` = the
             engine's default (:data:`learn_to_shard.engines.PREFILL_FIRST_ENGINES`).
         overlap_schedule: serve simulation: a step's contents are fixed while the previous
             step runs (SGLang's and TensorRT-LLM's overlap schedulers, vLLM
@@ -633,6 +635,15 @@ class CostModelConfig:
             return self
         return dataclasses.replace(self, max_num_batched_tokens=default_max_num_batched_tokens(
             self.engine, device.names, device.hbm_bytes))
+
+    @property
+    def runs_prefill_first(self) -> bool:
+        """Whether the engine runs a prefill-only step whenever prompts wait (``prefill_first``,
+        or where that is ``None`` the engine's default,
+        :data:`learn_to_shard.engines.PREFILL_FIRST_ENGINES`)."""
+        if self.prefill_first is not None:
+            return bool(self.prefill_first)
+        return self.engine in PREFILL_FIRST_ENGINES
 
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:

@@ -421,7 +421,7 @@ class CostModel(OperatorTerms):
         # The mean step as the mix of the steps an engine runs (serve_step_mix); a row not
         # mixed has the mean content in step a.
         mix = self.prompt_step_mix(dec, pf, pf_seqs, dp)
-        step = self._step(a, deg, dims, dec, ctx, mix.pf_a, mix.seqs_a, detail)
+        step = self._step(a, deg, dims, mix.dec_a, ctx, mix.pf_a, mix.seqs_a, detail)
         if mix.mixed.any():
             other = self._step(a, deg, dims, dec, ctx, mix.pf_b, mix.seqs_b, detail)
             step = self._mix_steps(step, other, mix, detail)
@@ -591,21 +591,24 @@ class CostModel(OperatorTerms):
                           / (1.0 + float(wl.isl) / float(wl.osl)))
 
     def _mix_steps(self, prompt: dict, alone: dict, mix: StepMix, detail: bool) -> dict:
-        """``prompt`` (the step carrying more prompt tokens, ``StepMix.pf_a``) weighted ``q``
-        and ``alone`` (``pf_b``: fewer, or none) weighted ``1 − q`` (:meth:`StepMix.blend`):
+        """``prompt`` (step a, carrying more prompt tokens, ``StepMix.pf_a``) weighted ``q``
+        and ``alone`` (step b: fewer, or none) weighted ``w_b`` (:meth:`StepMix.blend`):
         the stage times, the stage send and, with ``detail``, the breakdown's operator and
-        collective times (row 0). Memory terms are the first step's: its workspace (LM-head
-        rows of the prompts it completes) is the larger, the peak the engine must hold."""
+        collective times (row 0). Memory terms are the first step's but for the workspace,
+        the larger of the two steps' (the peak the engine must hold: step a's LM-head rows
+        of the prompts it completes; a prefill-only step a may hold fewer rows than step
+        b's decodes)."""
         out = dict(prompt)
         out["stage_t"] = mix.blend(prompt["stage_t"], alone["stage_t"])
         out["p2p"] = mix.blend(prompt["p2p"], alone["p2p"])
+        out["ws"] = np.maximum(prompt["ws"], alone["ws"])
         if detail:
-            q0 = float(mix.q[0])
-            out["op_time"] = {k: q0 * v + (1.0 - q0) * alone["op_time"].get(k, 0.0)
+            q0, w0 = float(mix.q[0]), float(mix.w_b[0])
+            out["op_time"] = {k: q0 * v + w0 * alone["op_time"].get(k, 0.0)
                               for k, v in prompt["op_time"].items()}
             by_key = {(c.where, c.kind, c.group): c for c in alone["collectives"]}
             out["collectives"] = [
-                dataclasses.replace(c, time_s=q0 * c.time_s + (1.0 - q0) * by_key[
+                dataclasses.replace(c, time_s=q0 * c.time_s + w0 * by_key[
                     (c.where, c.kind, c.group)].time_s)
                 if (c.where, c.kind, c.group) in by_key else c
                 for c in prompt["collectives"]]

@@ -173,30 +173,38 @@ def busiest_rank_prompt_tokens(dec: np.ndarray | float, pf: np.ndarray | float,
 
 @dataclass(frozen=True)
 class StepMix:
-    """The two serve steps whose mix prices the mean step
-    (:meth:`OperatorTerms.prompt_step_mix`), ``[n]`` each: weight ``q`` on the step with
-    ``pf_a`` prompt tokens and ``seqs_a`` completing prompts per rank, ``1 − q`` on
-    ``pf_b`` / ``seqs_b``. ``mixed``: the rows where the two differ (``q < 1``)."""
+    """The two serve steps whose weighted sum prices the mean step
+    (:meth:`OperatorTerms.prompt_step_mix`), ``[n]`` each: weight ``q`` on step a, which
+    carries ``dec_a`` decodes, ``pf_a`` prompt tokens and ``seqs_a`` completing prompts per
+    rank, and weight ``w_b`` on step b, which carries the row's decodes, ``pf_b`` and
+    ``seqs_b``. ``mixed``: the rows priced as two steps; elsewhere step a alone (its
+    content the mean's).
+
+    Decodes first (vLLM V1, TensorRT-LLM) both steps decode and ``w_b = 1 − q``: the mean
+    step. Prefill first (SGLang) step a is a prefill-only step (``dec_a = 0``) and step b
+    decodes alone, ``w_b = 1`` and ``q`` prefill-only steps per decode step: the time
+    between two decode steps of a request, which is what a serve step's time stands for
+    (TPOT, and tokens per second at the decodes per step)."""
 
     q: np.ndarray
     pf_a: np.ndarray
     seqs_a: np.ndarray
     pf_b: np.ndarray
     seqs_b: np.ndarray
-
-    @property
-    def mixed(self) -> np.ndarray:
-        """``[n]`` bool: priced as two steps."""
-        return self.q < 1.0
+    dec_a: np.ndarray
+    w_b: np.ndarray
+    mixed: np.ndarray
 
     def blend(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """``q·a + (1 − q)·b`` per row, ``a`` itself where the row is not mixed; ``a`` and
-        ``b`` are ``[n, ...]`` (``q`` broadcast over the trailing axes), priced for step
-        a and step b. An unpriced (+inf) entry stays +inf: ``0 < q < 1`` where mixed."""
+        """``q·a + w_b·b`` per row, ``a`` itself where the row is not mixed; ``a`` and
+        ``b`` are ``[n, ...]`` (weights broadcast over the trailing axes), priced for step
+        a and step b. An unpriced (+inf) entry stays +inf: both weights are positive where
+        mixed."""
         a, b = np.asarray(a), np.asarray(b)
-        w = self.q.reshape(self.q.shape + (1,) * (a.ndim - self.q.ndim))
+        shape = self.q.shape + (1,) * (a.ndim - self.q.ndim)
+        wa, wb, on = self.q.reshape(shape), self.w_b.reshape(shape), self.mixed.reshape(shape)
         with np.errstate(invalid="ignore"):            # 0·inf in the branch not taken
-            return np.where(w < 1.0, w * a + (1.0 - w) * b, a)
+            return np.where(on, wa * a + wb * b, a)
 
 
 @dataclass
@@ -592,19 +600,31 @@ class OperatorTerms:
           model's attention-DP ranks (``dp > 1``), whose unevenness the busiest rank's prompt
           tokens price instead (``config.attention_dp_balanced``); a dense model's ranks run
           apart and mix like one rank.
+
+        Prefill first (``config.runs_prefill_first``, SGLang: a prefill-only step whenever
+        prompts wait, the decodes held back; one scheduler per rank, and a MoE model's
+        attention-DP ranks, whose decodes go on beside another rank's prompt, keep the
+        decodes-first mix, as the simulation runs them) the prompts that join after a decode
+        step are prefilled in steps of their own before the next decode step: step a carries no
+        decodes and ``pf_a = pf / q`` prompt tokens, step b decodes alone, and ``q = max(1 − (1
+        − λ/dec)^dec, pf / budget)`` prefill-only steps run per decode step (the chance that a
+        decode step finishes a request, whose successor is then prefilled in one step, or the
+        budget-sized chunks the prompts need, whichever is more). Priced as ``q·t(step a) +
+        t(step b)``, the time between two decode steps of a request.
         """
         pf = np.asarray(pf, dtype=float)
         seqs = np.asarray(pf_seqs, dtype=float) * np.ones(np.shape(pf))
         one = np.ones(np.shape(pf))
+        dec_f = np.asarray(dec, dtype=float) * one
         if not self.config.serve_step_mix or self.workload.phase is not Phase.SERVE:
-            return StepMix(one, pf, seqs, pf, seqs)
-        room = np.maximum(self.config.token_budget - np.asarray(dec, dtype=float), 1.0)
+            return StepMix(one, pf, seqs, pf, seqs, dec_f, 1.0 - one, one < 0.0)
+        room = np.maximum(self.config.token_budget - dec_f, 1.0)
         on = (pf > 0) & (pf < room)
         if self.model.moe is not None:
             on &= np.asarray(dp) <= 1
         lam = np.maximum(seqs, 1e-12)
         # Binomial: each of the d decodes completes with probability λ / d.
-        var = lam * np.maximum(1.0 - lam / np.maximum(np.asarray(dec, dtype=float), 1.0), 0.0)
+        var = lam * np.maximum(1.0 - lam / np.maximum(dec_f, 1.0), 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             per_token = np.where(pf > 0, seqs / np.where(pf > 0, pf, 1.0), 0.0)
             lumps = pf * (1.0 + var / lam / lam)     # (λ + var/λ) prompts in a prompt step
@@ -619,8 +639,26 @@ class OperatorTerms:
         pf_a = np.where(full, room, np.where(few, lumps, np.where(many, hi, pf)))
         pf_b = np.where(full | few, 0.0, np.where(many, 2.0 * pf - hi, pf))
         mixed = full | few | many                    # elsewhere both steps are the mean's
-        return StepMix(q, pf_a, np.where(mixed, pf_a * per_token, seqs),
-                       pf_b, np.where(mixed, pf_b * per_token, seqs))
+        seqs_a = np.where(mixed, pf_a * per_token, seqs)
+        seqs_b = np.where(mixed, pf_b * per_token, seqs)
+        w_b, dec_a, two = 1.0 - q, dec_f, q < 1.0
+        if self.config.runs_prefill_first:
+            first = pf > 0
+            if self.model.moe is not None:
+                first &= np.asarray(dp) <= 1
+            d = np.maximum(dec_f, 1.0)
+            finish = 1.0 - (1.0 - np.minimum(lam / d, 1.0)) ** d
+            r = np.maximum(np.maximum(finish, pf / float(self.config.token_budget)), 1e-12)
+            q = np.where(first, r, q)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pf_a = np.where(first, pf / r, pf_a)
+                seqs_a = np.where(first, seqs / r, seqs_a)
+            pf_b = np.where(first, 0.0, pf_b)
+            seqs_b = np.where(first, 0.0, seqs_b)
+            dec_a = np.where(first, 0.0, dec_a)
+            w_b = np.where(first, 1.0, w_b)
+            two = two | first
+        return StepMix(q, pf_a, seqs_a, pf_b, seqs_b, dec_a, w_b, two)
 
     def layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
                   pf: np.ndarray, cp: np.ndarray | None = None) -> dict:

@@ -444,16 +444,13 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
 
-    def p2p_of(pf_: np.ndarray) -> np.ndarray:
+    def p2p_of(dec_: np.ndarray, pf_: np.ndarray) -> np.ndarray:
         """The stage send of the busiest rank's tokens (``OperatorTerms.layer_env``)."""
-        return cm.p2p_time_s(dec + cm.rank_prompt_tokens(dec, pf_, dp), tp, dp, pp)
+        return cm.p2p_time_s(dec_ + cm.rank_prompt_tokens(dec_, pf_, dp), tp, dp, pp)
 
     # The main step as the mix of two steps (``CostModel._mix_steps``).
     mix = cm.prompt_step_mix(dec, pf, pf_seqs, dp)
-    q = mix.q
-
-    def mixed(f_prompt: np.ndarray, f_alone: np.ndarray) -> np.ndarray:
-        return np.where(q < 1.0, q * f_prompt + (1.0 - q) * f_alone, f_prompt)
+    mixed = mix.blend
 
     s_all, s_seq = cm.resident_sequences(batch, dp, tp, cp)
     key_cols = np.stack([a[:, TP_HEAD], a[:, EP_HEAD], a[:, DP_HEAD], a[:, CP_HEAD], dec, pf,
@@ -468,11 +465,12 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 devices=(tp * dp * pp).astype(np.float64),
                 replica_frac=cm.replica_fraction(tp * dp * pp, batch),
                 m_mb=m_mb.astype(np.float64),
-                key=inv.reshape(-1), p2p=mixed(p2p_of(mix.pf_a), p2p_of(mix.pf_b)),
-                p2p2=p2p_of(pf2),
+                key=inv.reshape(-1),
+                p2p=mixed(p2p_of(mix.dec_a, mix.pf_a), p2p_of(dec, mix.pf_b)),
+                p2p2=p2p_of(dec, pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
-                host=mixed(_host_time(cm, dec, mix.pf_a, mix.seqs_a, pp, dp),
+                host=mixed(_host_time(cm, mix.dec_a, mix.pf_a, mix.seqs_a, pp, dp),
                            _host_time(cm, dec, mix.pf_b, mix.seqs_b, pp, dp)),
                 host2=_host_time(cm, dec, pf2, pf_seqs2, pp, dp),
                 share=ph["share"])
@@ -759,16 +757,17 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
 
 
 def main_step_tables(cm: CostModel, st: Structure, keys: Keys) -> StepTables:
-    """Time tables of the main step per key: :func:`step_tables` at the keys' mean content,
-    or, where the serve phase prices the mean step as a mix
-    (``OperatorTerms.prompt_step_mix``, ``q < 1``, as ``CostModel._mix_steps``), ``q`` times
-    the tables of the step carrying ``pf_a`` prompt tokens plus ``1 − q`` times those of the
-    step carrying ``pf_b``. Every table is a sum of per-operator times, so the mix keeps the
+    """Time tables of the main step per key: :func:`step_tables` at the keys' mean content, or,
+    where the serve phase prices the mean step as a mix (``OperatorTerms.prompt_step_mix``,
+    ``StepMix.mixed``, as ``CostModel._mix_steps``), ``q`` times the tables of step a
+    (``dec_a`` decodes, ``pf_a`` prompt tokens) plus ``w_b`` times those of step b (the
+    decodes, ``pf_b``). Every table is a sum of per-operator times, so the mix keeps the
     decomposition exact (``verify``); the layouts (``out``) do not depend on the content."""
     m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
     if not m.mixed.any():
         return step_tables(cm, st, keys)
-    prompt = step_tables(cm, st, dataclasses.replace(keys, pf=m.pf_a, pf_seqs=m.seqs_a))
+    prompt = step_tables(cm, st, dataclasses.replace(keys, dec=m.dec_a, pf=m.pf_a,
+                                                     pf_seqs=m.seqs_a))
     alone = step_tables(cm, st, dataclasses.replace(keys, pf=m.pf_b, pf_seqs=m.seqs_b))
     mix = m.blend
 
@@ -858,9 +857,11 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, NC)
     ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1)
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
-    # The workspace of the step that carries the prompts (``CostModel._mix_steps``).
+    # The larger workspace of the two steps of the mix (``CostModel._mix_steps``).
     m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
-    ws = cm.workspace_bytes(keys.dec, m.pf_a, m.seqs_a, tp, etp)
+    ws = cm.workspace_bytes(m.dec_a, m.pf_a, m.seqs_a, tp, etp)
+    if m.mixed.any():
+        ws = np.maximum(ws, cm.workspace_bytes(keys.dec, m.pf_b, m.seqs_b, tp, etp))
     return MemTables(W0=W0, dW=dW, KV=KV, EW=ew, LW=lw, ws=np.broadcast_to(ws, (k,)).copy(),
                      allowed=allowed)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,6 @@ from ..cost.model import CostModel, Estimate
 from ..engines import (
     KV_ADMISSION,
     OVERLAP_SCHEDULE_ENGINES,
-    PREFILL_FIRST_ENGINES,
     default_max_num_seqs,
 )
 from ..errors import ConfigError
@@ -316,10 +316,13 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     Closed-loop clients beyond ``max_num_seqs`` wait in the queue, and their waiting counts in
     TTFT (``replica_share`` says how many). Cluster figures are that replica's times the number
     of replicas; per device, divided by all devices of the cluster (idle ones included).
-    Steps follow the engine's order (:data:`~learn_to_shard.engines.PREFILL_FIRST_ENGINES`:
-    SGLang's prefill-only steps) for one scheduler; with attention-DP (``dp > 1``) every rank
-    schedules its own batch, so ranks without a prompt keep decoding while another prefills:
-    the single-scheduler simulation then runs mixed steps, decodes first, which is closer to
+    A dense model's DP ranks share no layer, so each is simulated as a replica (its share
+    of the plan's batch, KV capacity and ``max_num_seqs``; the per-rank figures are what the
+    cost model prices). Steps follow the engine's order
+    (:data:`~learn_to_shard.engines.PREFILL_FIRST_ENGINES`: SGLang's prefill-only steps)
+    for one scheduler; with a MoE model's attention-DP (``dp > 1``) every rank schedules its
+    own batch, so ranks without a prompt keep decoding while another prefills: the
+    single-scheduler simulation then runs mixed steps, decodes first, which is closer to
     that than holding every rank's decodes. The engine's overlap scheduler
     (:data:`~learn_to_shard.engines.OVERLAP_SCHEDULE_ENGINES`) fixes each step while the one
     before it runs; ``cm.config.prefill_first`` / ``overlap_schedule`` override the engine's
@@ -352,6 +355,20 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     if cm.workload.phase is not Phase.SERVE:
         raise ConfigError("--concurrency/--request-rate/--trace: simulate the serve phase "
                           "(--phase serve)")
+    ranks_apart = 1
+    if cm.model.moe is None and est.strategy.dp > 1:
+        # A dense model's DP ranks share no layer: each is a server of its own (SGLang --dp
+        # and vLLM -dp run one scheduler per rank), priced per rank by the cost model, and
+        # simulated as a replica with its share of the batch, KV and admission cap.
+        ranks_apart = est.strategy.dp
+        est = dataclasses.replace(
+            est, strategy=dataclasses.replace(est.strategy, dp=1,
+                                              batch=-(-est.strategy.batch // ranks_apart)),
+            instances=max(1, est.instances) * ranks_apart,
+            kv_capacity_tokens=est.kv_capacity_tokens // ranks_apart,
+            output_tokens_per_s=est.output_tokens_per_s / ranks_apart)
+        if max_num_seqs is not None:
+            max_num_seqs = -(-max_num_seqs // ranks_apart)
     s = est.strategy
     replicas = max(1, est.instances)
     req, conc, share, worth = _instance_requests(cm, load, replicas)
@@ -370,8 +387,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                else f"the plan's batch {seqs}")
         share += f"; {conc - seqs} wait in the queue ({seqs} running: {why})"
     c = cm.config
-    prefill_first = (c.engine in PREFILL_FIRST_ENGINES if c.prefill_first is None
-                     else c.prefill_first) and s.dp == 1
+    prefill_first = c.runs_prefill_first and s.dp == 1
     overlap = c.engine in OVERLAP_SCHEDULE_ENGINES if c.overlap_schedule is None \
         else c.overlap_schedule
     admission = kv_admission(c)
@@ -423,6 +439,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         q = len(wait) // 4
         early, late = float(wait[:q].mean()), float(wait[-q:].mean())
         overloaded = late > 2.0 * early + 1.0
+    if ranks_apart > 1:
+        share += f" (each of the instance's {ranks_apart} DP ranks schedules its own)"
     return {"load": load.describe(),
             "offered_requests_per_s": offered, "overloaded": overloaded,
             "capacity_requests_per_s": capacity,
