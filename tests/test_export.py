@@ -447,3 +447,34 @@ def test_vllm_max_num_seqs_of_a_pipeline_plan_is_its_whole_batch():
         assert args[args.index("--pipeline-parallel-size") + 1] == "4"
         assert seqs == batch and tokens == max(8192, batch)
     assert any("--max-num-batched-tokens raised from 8192 to 12000" in n for n in ex.notes)
+
+
+def test_trtllm_max_batch_size_of_a_pipeline_plan_is_per_micro_batch():
+    """TensorRT-LLM admits ``max_batch_size × pp_size`` requests per rank and schedules
+    ``max_batch_size`` per pipeline micro-batch (``PyTorchModelEngine.get_max_num_sequences``,
+    NVIDIA/TensorRT-LLM@1a0dc5f7), so a PP4 plan of batch b exports ``--max_batch_size
+    ceil(b / 4)`` (it exported b, which would run up to 4b requests); the simulation's default
+    cap is likewise 2048 per micro-batch."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.serving import engine_max_num_seqs
+
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8",
+                         make_workload("serve", isl=2048, osl=128), cost_config("trtllm"),
+                         engine="trtllm")
+    plan = search_plan(cm, method="megatron", engine="trtllm")
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((450,)))
+    est = cm.evaluate(Strategy(tp=2, ep=1, pp=4, dp=1, batch=450, dims=plan.best.strategy.dims))
+    ex = build_export(dataclasses.replace(plan, best=est), "trtllm", model=cm.model)
+    args = ex.args
+    assert args[args.index("--pp_size") + 1] == "4"
+    assert args[args.index("--max_batch_size") + 1] == "113"
+    assert any("per pipeline micro-batch" in n for n in ex.notes)
+    assert engine_max_num_seqs(cm, 1, est.kv_capacity_tokens, 4) == 4 * 2048
+    assert engine_max_num_seqs(cm, 2, est.kv_capacity_tokens, 1) == 2 * 2048
+    vllm = CostModel(cm.model, cm.cluster, cm.workload, config=cost_config("vllm"),
+                     space=cm.space)
+    assert engine_max_num_seqs(vllm, 1, est.kv_capacity_tokens, 4) == 1024

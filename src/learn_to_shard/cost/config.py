@@ -323,7 +323,8 @@ class CostModelConfig:
             apply; set by its profile, ``None`` for the defaults and the Splitwise profiles.
         max_num_seqs: running requests one scheduler (one attention-DP rank) admits: vLLM
             ``--max-num-seqs``, SGLang ``--max-running-requests`` / attention-DP size,
-            TensorRT-LLM ``max_batch_size``. ``None``: the engine's default
+            TensorRT-LLM ``max_batch_size`` (per pipeline micro-batch, so ``pp`` times this
+            run per rank). ``None``: the engine's default
             (:func:`learn_to_shard.engines.default_max_num_seqs`; no cap without ``engine``).
             The request-level simulation admits at most this many; the analytical search does
             not read it.

@@ -230,7 +230,10 @@ ADMISSION_SOURCES: dict[str, str] = {
               "(per attention-DP worker: KV tokens / context length x 512, clamped to "
               "[2048, 4096], at most KV tokens // 2)",
     "trtllm": f"{_TRT_BUILD} = 2048, taken by {_TRT_SERVE} get_llm_args; per attention-DP "
-              "rank",
+              "rank and pipeline micro-batch (NVIDIA/TensorRT-LLM@1a0dc5f7 "
+              "tensorrt_llm/_torch/pyexecutor/model_engine.py "
+              "PyTorchModelEngine.get_max_num_sequences: pp_size x max_batch_size, the "
+              "executor's max_num_active_requests)",
 }
 
 

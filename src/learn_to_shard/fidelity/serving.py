@@ -419,7 +419,7 @@ def predict_row(row: dict[str, str], overrides: Mapping[str, Any] | None = None
 
         want = dp * math.ceil((load.concurrency or _UNCAPPED) / dp)
         cm, s, est = at(want)
-        cap = engine_max_num_seqs(cm, dp, est.kv_capacity_tokens)
+        cap = engine_max_num_seqs(cm, dp, est.kv_capacity_tokens, pp)
         if cap is not None and cap < want:
             cm, s, est = at(cap)
         if est.violations and any(not v.startswith("memory") for v in est.violations):

@@ -22,7 +22,10 @@ engine profiles in :mod:`learn_to_shard.engines` (pinned versions, sources there
   ``--decode-context-parallel-size`` with ``--dcp-comm-backend ag_rs``.
 * **TensorRT-LLM** (``trtllm-serve``): ``--tp_size tp × dp``, ``--pp_size``, ``--ep_size``;
   ``enable_attention_dp``, ``moe_tensor_parallel_size``, ``moe_expert_parallel_size`` and
-  ``kv_cache_config`` in the ``--config`` YAML; ``--max_batch_size`` per attention-DP rank.
+  ``kv_cache_config`` in the ``--config`` YAML; ``--max_batch_size`` per attention-DP rank
+  and pipeline micro-batch (its executor admits ``max_batch_size × pp_size`` requests,
+  ``PyTorchModelEngine.get_max_num_sequences``, tensorrt_llm/_torch/pyexecutor/model_engine.py
+  at NVIDIA/TensorRT-LLM@1a0dc5f7).
 
 Dense models have no attention-DP in any engine: their ``dp`` becomes more servers. Whatever a
 plan chooses that the engine cannot express (a per-operator layout outside its profile, an
@@ -498,7 +501,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--pp_size", str(s.pp)]
         if moe and s.ep > 1:
             args += ["--ep_size", str(s.ep)]
-        args += ["--max_batch_size", str(max(1, batch_per_server // dp)),
+        # Per pipeline micro-batch: TensorRT-LLM admits max_batch_size x pp_size requests
+        # (PyTorchModelEngine.get_max_num_sequences, NVIDIA/TensorRT-LLM@1a0dc5f7
+        # tensorrt_llm/_torch/pyexecutor/model_engine.py, PyExecutor's
+        # max_num_active_requests) and schedules max_batch_size per micro-batch.
+        per_mb = max(1, -(-max(1, batch_per_server // dp) // s.pp))
+        if s.pp > 1:
+            notes.append(f"--max_batch_size {per_mb} is per pipeline micro-batch: "
+                         f"TensorRT-LLM runs up to {per_mb} x {s.pp} requests per "
+                         f"attention-DP rank")
+        args += ["--max_batch_size", str(per_mb),
                  "--max_num_tokens", str(tokens), "--max_seq_len", str(max_len),
                  "--kv_cache_free_gpu_memory_fraction", f"{kv_frac:g}"]
         yaml_cfg = {"tensor_parallel_size": group, "pipeline_parallel_size": s.pp}

@@ -283,12 +283,16 @@ def kv_admission(config: CostModelConfig) -> str:
     return "reserve" if config.kv_reserve_full_request else "on_demand"
 
 
-def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int | None:
-    """Running requests one instance of ``dp`` attention-DP ranks admits: the per-rank cap
-    ``cm.config.max_num_seqs``, or the engine's default for it
+def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int, pp: int = 1
+                        ) -> int | None:
+    """Running requests one instance of ``dp`` attention-DP ranks and ``pp`` pipeline stages
+    admits: the per-rank cap ``cm.config.max_num_seqs``, or the engine's default for it
     (:func:`learn_to_shard.engines.default_max_num_seqs`, from the device and, for SGLang, the
     rank's share of the instance's ``kv_capacity_tokens`` and the served context
-    ``isl + osl``), times ``dp``; ``None`` when neither is set (no engine named).
+    ``isl + osl``), times ``dp``, and for TensorRT-LLM times ``pp`` (its cap is per pipeline
+    micro-batch, :data:`learn_to_shard.engines.ADMISSION_SOURCES`; vLLM's and SGLang's caps
+    count the requests of every micro-batch in flight); ``None`` when neither is set (no
+    engine named).
 
     Raises:
         ConfigError: ``cm.config.engine`` is not an engine of :mod:`learn_to_shard.engines`.
@@ -300,7 +304,9 @@ def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int) -> int 
         per_rank = default_max_num_seqs(c.engine, dev.names, dev.hbm_bytes,
                                         kv_capacity_tokens // max(1, dp),
                                         cm.workload.isl + cm.workload.osl)
-    return None if per_rank is None else per_rank * max(1, dp)
+    if per_rank is None:
+        return None
+    return per_rank * max(1, dp) * (max(1, pp) if c.engine == "trtllm" else 1)
 
 
 def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
@@ -379,8 +385,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                           f"exceeds {cm.model.name}'s max_position_embeddings {limit}; the "
                           f"engines refuse it")
     step, fit_rel = fit_step_model(cm, s)
-    cap = engine_max_num_seqs(cm, s.dp, est.kv_capacity_tokens) if max_num_seqs is None \
-        else max_num_seqs
+    cap = engine_max_num_seqs(cm, s.dp, est.kv_capacity_tokens, s.pp) \
+        if max_num_seqs is None else max_num_seqs
     seqs = max(1, s.batch if cap is None else min(s.batch, cap))
     if conc is not None and conc > seqs:
         why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
