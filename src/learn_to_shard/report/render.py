@@ -269,9 +269,16 @@ def simulation_rows(sims: list[dict]) -> list[list[str]]:
     return rows
 
 
+#: Share of a replica's steady-state capacity from which a simulated open loop is flagged
+#: as near saturation (``simulation_notes``): the latency of an M/G/1-like queue grows as
+#: ``1 / (1 − ρ)``, so at ρ = 0.9 a 5% throughput error moves the queueing delay by ~1.5×.
+NEAR_CAPACITY = 0.9
+
+
 def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
     """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
-    ``kind`` ``warning`` (an overloaded open loop, an SLO the best plan misses under the
+    ``kind`` ``warning`` (an overloaded open loop, one at :data:`NEAR_CAPACITY` of a
+    replica's capacity or more, an SLO the best plan misses under the
     load) or ``note`` (the KV admission rule simulated, preemptions)."""
     out: list[tuple[str, str]] = []
     first = sims[0]
@@ -284,12 +291,27 @@ def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
                             f"{sim['capacity_requests_per_s']:.4g} a replica completes at the "
                             f"plan's batch: the queue grows through the trace, so its TTFT "
                             f"grows with the trace's length, not a steady state"))
+            elif not sim.get("queue_grows") and (sim.get("utilization") or 0.0) > 1.0:
+                out.append(("warning", f"{sim['strategy']}: the {offered:.4g} requests/s "
+                            f"offered to each replica exceed the "
+                            f"{sim['capacity_requests_per_s']:.4g} it completes at the "
+                            f"plan's batch (steady state): the queue grows without bound "
+                            f"(a run ramps up and drains, so a short one may not show it), "
+                            f"so its TTFT grows with --num-prompts and the percentiles "
+                            f"describe the run's length, not a steady state"))
             else:
                 out.append(("warning", f"{sim['strategy']} serves "
                             f"{sim['simulated']['requests_per_s']:.2f} of the {offered:.4g} "
                             f"requests/s offered to each replica: the queue grows through "
                             f"the run, so its TTFT grows with --num-prompts and the "
                             f"percentiles describe the run's length, not a steady state"))
+        elif (sim.get("utilization") or 0.0) >= NEAR_CAPACITY:
+            out.append(("warning", f"{sim['strategy']} runs at "
+                        f"{100 * sim['utilization']:.0f}% of the "
+                        f"{sim['capacity_requests_per_s']:.4g} requests/s a replica completes "
+                        f"at the plan's batch: near saturation a few percent of throughput "
+                        f"error doubles the latencies, so leave headroom (more replicas, or "
+                        f"l2s size with the rate)"))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims

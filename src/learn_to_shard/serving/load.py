@@ -347,12 +347,13 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         :func:`_instance_requests`) and the tokens/s it gives, and for a request rate the
         rate offered to the replica and whether its queue grows through the run
         (``offered_requests_per_s``, for a trace its mean rate, requests over the span of
-        their arrivals, ``None`` when all arrive at once; ``overloaded``: for a rate, the
-        last quarter of arrivals waits for its first token more than twice as long as the
-        first quarter, plus 1 s; for a trace, its mean rate exceeds
-        ``capacity_requests_per_s``, the requests/s the replica completes at the plan's batch,
-        the analytical tokens/s over the mean output length: a trace's bursts queue
-        without overloading it).
+        their arrivals, ``None`` when all arrive at once; ``overloaded``: the offered rate
+        exceeds ``capacity_requests_per_s``, the requests/s the replica completes at the
+        plan's batch, the analytical tokens/s over the mean output length, or, for a rate,
+        the last quarter of arrivals waits for its first token more than twice as long as
+        the first quarter, plus 1 s (``queue_grows``; a trace's bursts queue without
+        overloading it);
+        ``utilization``: the offered rate over that capacity, ``None`` without a rate).
 
     Raises:
         ConfigError: the workload is not the serve phase, a request is longer than the model's
@@ -433,23 +434,29 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         span = float(req.arrival_s.max() - req.arrival_s.min())
         # The trace's mean rate at this replica: its requests over the span they arrive in.
         offered = (len(req.isl) - 1) / span if span > 0 else None
-    overloaded = False
+    overloaded = queue_grows = False
     capacity = est.output_tokens_per_s / float(np.mean(req.osl))
     if load.trace is not None:
         # A trace's bursts queue without overloading it: only a mean rate above what the
         # replica completes at the plan's batch grows the queue through the whole trace.
         overloaded = offered is not None and offered > capacity
-    elif offered is not None and len(res.arrival_s) >= 8:
-        order = np.argsort(res.arrival_s, kind="stable")
-        wait = (res.first_token_s - res.arrival_s)[order]
-        q = len(wait) // 4
-        early, late = float(wait[:q].mean()), float(wait[-q:].mean())
-        overloaded = late > 2.0 * early + 1.0
+    elif offered is not None:
+        # Above the steady state's capacity the queue grows without bound, whether or not a
+        # run of this length shows it (it ramps up and drains, so a short run may not).
+        if len(res.arrival_s) >= 8:
+            order = np.argsort(res.arrival_s, kind="stable")
+            wait = (res.first_token_s - res.arrival_s)[order]
+            q = len(wait) // 4
+            early, late = float(wait[:q].mean()), float(wait[-q:].mean())
+            queue_grows = late > 2.0 * early + 1.0
+        overloaded = queue_grows or offered > capacity
+    utilization = offered / capacity if offered is not None and capacity > 0 else None
     if ranks_apart > 1:
         share += f" (each of the instance's {ranks_apart} DP ranks schedules its own)"
     return {"load": load.describe(),
             "offered_requests_per_s": offered, "overloaded": overloaded,
-            "capacity_requests_per_s": capacity,
+            "queue_grows": queue_grows,
+            "capacity_requests_per_s": capacity, "utilization": utilization,
             "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
                         "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
             "replicas": replicas, "replica_share": share,
