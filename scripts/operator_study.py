@@ -73,7 +73,7 @@ from learn_to_shard.hardware.spec import ClusterSpec
 from learn_to_shard.model.hf_config import load_model
 from learn_to_shard.model.spec import ModelSpec
 from learn_to_shard.parallel.ops import CHOICE_NAMES, MEGATRON_DIMS, OP_NAMES, OPS
-from learn_to_shard.parallel.space import StrategySpace
+from learn_to_shard.parallel.space import StrategySpace, active_heads, canonical
 from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.search import get_searcher
 from learn_to_shard.workload import Workload
@@ -302,7 +302,9 @@ def _search(cm: CostModel, method: str) -> Run:
     res = get_searcher(method).search(cm, None, 0)
     if res.best_action is None or res.best_objective <= 0:
         return Run(0.0, None, None)
-    est = cm.evaluate(res.best_action)
+    # Absent operators as every printed strategy has them (∅), whichever encoding the
+    # searcher kept (the megatron searcher keeps Megatron's dims for a dense model's experts).
+    est = cm.evaluate(canonical(res.best_action, active_heads(cm.space)))
     return Run(float(res.best_objective), est.strategy, est)
 
 
