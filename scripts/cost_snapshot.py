@@ -2,13 +2,14 @@
 
 Writes ``tests/data/cost_snapshot.npz``: for every shipped model (``data/models``) × the three
 phases × two configurations (the defaults, and one engine profile with extra factors so that
-host time, GEMM shape factor, routing skew, the KV free fraction, uncapped windows,
-prefill-only serve steps, the engine's rules and per-rank vocabulary padding are all
-exercised), ``N`` seeded random action vectors (uniform over the space, so most are infeasible
-and the per-operator choices are mostly not Megatron's, plus Megatron's dims on random degrees
-so that feasible rows are present) and every ``BatchEstimate`` field ``evaluate_many`` returns
-for them; and, for a few strategies per phase, the plan's breakdown (``CostModel.evaluate``:
-stage times, micro-batches, memory, collectives, operator times, KV capacity).
+host time, GEMM shape factor, routing skew, the KV free fraction, uncapped windows, the
+engine's rules and per-rank vocabulary padding are all exercised), and SGLang's profile in the
+serve phase (its prefill-only and decode-only steps), ``N`` seeded random action vectors
+(uniform over the space, so most are infeasible and the per-operator choices are mostly not
+Megatron's, plus Megatron's dims on random degrees so that feasible rows are present) and every
+``BatchEstimate`` field ``evaluate_many`` returns for them; and, for a few strategies per
+phase, the plan's breakdown (``CostModel.evaluate``: stage times, micro-batches, memory,
+collectives, operator times, KV capacity).
 
 ``tests/test_cost_snapshot.py`` rebuilds each case from the recorded description (model name,
 cluster, workload, every ``CostModelConfig`` field value, engine) and compares the working tree
@@ -50,13 +51,15 @@ PHASES: dict[str, dict[str, Any]] = {
     "prefill": dict(phase="prefill", isl=2048, ttft_slo_s=2.0),
     "serve": dict(phase="serve", isl=1024, osl=256, tpot_slo_s=0.05, ttft_slo_s=4.0),
 }
-#: The second configuration: an engine profile plus factors the defaults leave at 0 / 1.
+#: The second configuration: an engine profile plus factors the defaults leave at 0 / 1; the
+#: third, SGLang's profile, in the serve phase only.
 VARIANTS: tuple[dict[str, Any], ...] = (
     {"engine": None, "overrides": {}},
     {"engine": "trtllm", "overrides": dict(host_step_overhead_s=1e-5, host_seq_overhead_s=1e-6,
                                            host_prefill_overhead_s=2e-6, gemm_shape_half=64.0,
-                                           moe_imbalance=1.3, window_kv_capped=False,
-                                           prefill_first=True)},
+                                           moe_imbalance=1.3, window_kv_capped=False)},
+    # SGLang's serve steps (prefill-only and decode-only steps, its DP ranks).
+    {"engine": "sglang", "overrides": {}, "phases": ("serve",)},
 )
 
 
@@ -143,6 +146,8 @@ def cases() -> list[dict[str, Any]]:
         dtype, kv = checkpoint_dtypes(m, None, None)
         for phase, wl in PHASES.items():
             for vi, var in enumerate(VARIANTS):
+                if phase not in var.get("phases", PHASES):
+                    continue
                 cfg = CostModelConfig.for_engine(var["engine"], **var["overrides"])
                 out.append({"model": name, "cluster": cluster_for(m), "phase": phase,
                             "variant": vi, "engine": var["engine"],

@@ -472,7 +472,12 @@ def test_trtllm_max_batch_size_of_a_pipeline_plan_is_per_micro_batch():
     args = ex.args
     assert args[args.index("--pp_size") + 1] == "4"
     assert args[args.index("--max_batch_size") + 1] == "113"
-    assert any("per pipeline micro-batch" in n for n in ex.notes)
+    note = next(n for n in ex.notes if "per pipeline micro-batch" in n)
+    assert "113 x 4 = 452 requests, 2 more than the plan's 450" in note
+    assert "attention-DP" not in note                      # a dense plan has none
+    from learn_to_shard.api import exported_max_num_seqs
+    assert exported_max_num_seqs(cm, est.strategy) == 452  # the server the export launches
+    assert exported_max_num_seqs(cm, dataclasses.replace(est.strategy, pp=1)) == 450
     assert engine_max_num_seqs(cm, 1, est.kv_capacity_tokens, 4) == 4 * 2048
     assert engine_max_num_seqs(cm, 2, est.kv_capacity_tokens, 1) == 2 * 2048
     vllm = CostModel(cm.model, cm.cluster, cm.workload, config=cost_config("vllm"),

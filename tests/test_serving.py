@@ -989,6 +989,52 @@ def test_sglang_plans_price_its_prefill_only_steps_as_the_simulation_runs_them(m
     assert decodes_first.evaluate(s).tpot_s < 0.96 * est.tpot_s
 
 
+def test_sglang_decodes_every_running_request_and_prefills_with_the_whole_budget():
+    """SGLang's decode-only steps carry every running request (its chunked-prefill size
+    bounds the prefill-only steps alone), so where prompts need more than one budget-sized
+    step per decode step the steady state prices several (``q > 1``), as the simulation
+    runs them: Llama-3.1-8B at 4000/200 with a 2048-token budget and 220 running simulated
+    at 1.33x the TPOT while the decodes were capped at vLLM's budget share. The TTFT step
+    is a prefill-only step with the whole budget, so TTFT does not depend on the batch
+    (it jumped when the decodes left the prompt a second chunk). At ``osl = 1`` there is no
+    decode step: the one token comes from the prefill."""
+    import dataclasses
+
+    from learn_to_shard.cost.config import CostModelConfig
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.serving import simulate_estimate
+
+    cfg = CostModelConfig.for_engine("sglang", max_num_batched_tokens=2048)
+    cm = make_cost_model("llama-3.1-8b", "h200:1", make_workload("serve", isl=4000, osl=200),
+                         config=cfg, engine="sglang")
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cfg,
+                   space=cm.space.with_batches((42, 43, 220)))
+    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=220, dims=MEGATRON_DIMS)
+    est = cm.evaluate(s)
+    ph = cm.phase_rows(np.array([1]), np.array([1]), np.array([220]))
+    assert ph["dec"][0] == 220 and ph["share"][0] == 1.0 and ph["dec2"][0] == 0.0
+    mix = cm.prompt_step_mix(ph["dec"], ph["pf"], ph["pf_seqs"], np.array([1]))
+    assert mix.q[0] == pytest.approx(220 * 4000 / 200 / 2048) and mix.pf_a[0] == 2048
+    sim = simulate_estimate(cm, est, ServingLoad(concurrency=600, range_ratio=0.5,
+                                                 num_prompts=3000))
+    assert sim["sim_over_analytic"]["mean_tpot"] == pytest.approx(1.0, abs=0.05)
+    assert sim["sim_over_analytic"]["output_tokens_per_s"] == pytest.approx(1.0, abs=0.05)
+    ttft = [cm.evaluate(dataclasses.replace(s, batch=b)).ttft_s for b in (42, 43, 220)]
+    assert ttft[0] == ttft[1] == ttft[2]
+    one = make_cost_model("llama-3.1-8b", "h100-sxm:1", make_workload("serve", isl=1, osl=1),
+                          config=CostModelConfig.for_engine("sglang"), engine="sglang")
+    ph = one.phase_rows(np.array([1]), np.array([1]), np.array([64]))
+    mix = one.prompt_step_mix(ph["dec"], ph["pf"], ph["pf_seqs"], np.array([1]))
+    assert mix.mixed[0] and mix.w_b[0] == 0.0 and mix.q[0] == 1.0
+    one = CostModel(one.model, one.cluster, one.workload, config=one.config,
+                    space=one.space.with_batches((64,)))
+    e1 = one.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=64, dims=MEGATRON_DIMS))
+    sim = simulate_estimate(one, e1, ServingLoad(concurrency=64, num_prompts=3000))
+    assert sim["sim_over_analytic"]["output_tokens_per_s"] == pytest.approx(1.0, abs=0.05)
+
+
 @pytest.mark.parametrize("ep", [8, 4])
 def test_a_moe_plan_with_about_one_prompt_per_step_agrees_with_the_simulation(ep):
     """DeepSeek-V3 TP8 on 8 H200 at 2000/500 with ~496 requests running: about one prompt

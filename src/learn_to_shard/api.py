@@ -17,6 +17,7 @@ from .hardware.presets import parse_cluster
 from .hardware.spec import ClusterSpec, DeviceSpec
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
+from .parallel.strategy import Strategy
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
 from .search.base import ProgressFn, SearchInterrupted, SearchResult, interruptible
@@ -586,6 +587,20 @@ def expected_evaluations(cm: CostModel, method: str, budget: int) -> int | None:
     return budget
 
 
+def exported_max_num_seqs(cm: CostModel, s: Strategy) -> int:
+    """Running requests per instance the server ``l2s plan --export`` launches for ``s``
+    admits: the plan's batch, or for TensorRT-LLM with pipeline stages its per-micro-batch
+    ``--max_batch_size`` times ``pp`` per attention-DP rank
+    (:func:`learn_to_shard.report.export.trtllm_max_batch_size`: the batch rounded up to whole
+    micro-batches)."""
+    from .report.export import trtllm_max_batch_size
+
+    if cm.config.engine == "trtllm" and s.pp > 1:
+        # Per attention-DP rank, or per server for a dense model's DP (export's servers).
+        return trtllm_max_batch_size(s.batch // s.dp, s.pp) * s.pp * s.dp
+    return s.batch
+
+
 def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
                   export_caps: bool = False) -> list[dict[str, object]]:
     """Check the plan's best ``top`` feasible strategies under a request-level simulation of
@@ -620,8 +635,8 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
         if longest > est.kv_capacity_tokens:
             skipped.append(f"{est.strategy.short()} (KV pool {est.kv_capacity_tokens:,})")
             continue
-        sim = simulate_estimate(cm, est, load, max_num_seqs=est.strategy.batch
-                                if export_caps else None)
+        sim = simulate_estimate(cm, est, load, max_num_seqs=exported_max_num_seqs(
+            cm, est.strategy) if export_caps else None)
         out.append({"strategy": est.strategy.short(), **sim,
                     "slo": slo_under_load(cm.workload, sim)})
     if not out and skipped:

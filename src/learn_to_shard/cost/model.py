@@ -429,7 +429,7 @@ class CostModel(OperatorTerms):
         sum_t, max_t = aggregate.pipeline_sums(stage_t, p2p, pp)
         t2 = None
         if wl.phase is Phase.SERVE:
-            st2 = self._step(a, deg, dims, dec, ctx, ph["pf2"], ph["pf_seqs2"], False)
+            st2 = self._step(a, deg, dims, ph["dec2"], ctx, ph["pf2"], ph["pf_seqs2"], False)
             t2 = aggregate.pipeline_sums(st2["stage_t"], st2["p2p"], pp)[0]
         lat = aggregate.latency(wl, sum_t, max_t, m_mb, batch, ph["share"],
                                 self.replica_fraction(tp * dp * pp, batch), t2,
@@ -534,8 +534,11 @@ class CostModel(OperatorTerms):
             and DP rank; ``share`` the fraction of the running requests a step can carry
             (:meth:`_step_share`; 1 outside serve); ``ctx`` mean decode KV length (tokens);
             for serve the TTFT step's ``pf2``/``pf_seqs2`` (the prompt's mean chunk,
-            ``isl / chunk_steps`` tokens and ``1 / chunk_steps`` of the prompt) and
-            ``chunk_steps`` (zeros otherwise).
+            ``isl / chunk_steps`` tokens and ``1 / chunk_steps`` of the prompt), its decodes
+            ``dec2`` (``dec``; 0 where the engine runs prefill first,
+            :meth:`~learn_to_shard.cost.terms.OperatorTerms.prefill_first_rows`) and
+            ``chunk_steps`` (zeros otherwise). Prefill first, ``dec`` is every running
+            request (the decode-only steps carry them all) and a chunk has the whole budget.
         """
         wl, c = self.workload, self.config
         n = len(pp)
@@ -549,22 +552,29 @@ class CostModel(OperatorTerms):
         elif wl.phase is Phase.PREFILL:
             dec, pf, pf_seqs, ctx = zeros, seq_dp * isl, seq_dp, 0.0
         share = np.ones(n)
+        dec2 = zeros
         if wl.phase is Phase.SERVE:
-            dec = self._step_requests(seq_dp)
+            # Prefill first, every running request decodes in the decode-only steps (the
+            # budget bounds the prefill-only steps alone) and a prompt's chunk has the whole
+            # budget; decodes first, the budget bounds the step (:meth:`_step_requests`).
+            first = self.prefill_first_rows(dp)
+            dec = np.where(first, seq_dp, self._step_requests(seq_dp))
             share = dec / seq_dp
             pf_seqs, pf, ctx = dec / osl, dec * isl / osl, wl.decode_context
-            chunk = np.minimum(np.maximum(c.token_budget - dec, 1.0), isl)
+            room = np.where(first, float(c.token_budget), c.token_budget - dec)
+            chunk = np.minimum(np.maximum(room, 1.0), isl)
             chunk_steps = np.ceil(isl / chunk)
             # The TTFT step carries the prompt's mean chunk: its isl tokens over the
             # ceil(isl / chunk) steps it takes (the last chunk is the remainder), so the steps
-            # price the prompt's tokens once.
+            # price the prompt's tokens once; prefill first, it carries no decodes.
             pf2 = isl / chunk_steps
             pf_seqs2 = 1.0 / chunk_steps
+            dec2 = np.where(first, 0.0, dec)
         else:
             pf2, pf_seqs2, chunk_steps = zeros, zeros, zeros
         return {"m": m_mb, "seq_dp": seq_dp, "dec": dec, "pf": pf, "pf_seqs": pf_seqs,
                 "share": share, "ctx": ctx, "pf2": pf2, "pf_seqs2": pf_seqs2,
-                "chunk_steps": chunk_steps}
+                "chunk_steps": chunk_steps, "dec2": dec2}
 
     def _step_share(self, seq_dp: np.ndarray) -> np.ndarray:
         """Serve phase: the fraction of the running requests a step can carry, ``[n]``.

@@ -182,9 +182,9 @@ class StepMix:
 
     Decodes first (vLLM V1, TensorRT-LLM) both steps decode and ``w_b = 1 − q``: the mean
     step. Prefill first (SGLang) step a is a prefill-only step (``dec_a = 0``) and step b
-    decodes alone, ``w_b = 1`` and ``q`` prefill-only steps per decode step: the time
-    between two decode steps of a request, which is what a serve step's time stands for
-    (TPOT, and tokens per second at the decodes per step)."""
+    decodes alone, ``w_b = 1`` (0 at ``osl = 1``: no decode step) and ``q`` prefill-only steps
+    per decode step: the mean time per decode step, prefills included, which is what a serve
+    step's time stands for (tokens per second at the decodes per step, and TPOT)."""
 
     q: np.ndarray
     pf_a: np.ndarray
@@ -198,13 +198,13 @@ class StepMix:
     def blend(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``q·a + w_b·b`` per row, ``a`` itself where the row is not mixed; ``a`` and
         ``b`` are ``[n, ...]`` (weights broadcast over the trailing axes), priced for step
-        a and step b. An unpriced (+inf) entry stays +inf: both weights are positive where
-        mixed."""
+        a and step b. An unpriced (+inf) entry stays +inf (``q > 0`` where mixed; a step b
+        of weight 0, prefill first at ``osl = 1``, adds nothing)."""
         a, b = np.asarray(a), np.asarray(b)
         shape = self.q.shape + (1,) * (a.ndim - self.q.ndim)
         wa, wb, on = self.q.reshape(shape), self.w_b.reshape(shape), self.mixed.reshape(shape)
         with np.errstate(invalid="ignore"):            # 0·inf in the branch not taken
-            return np.where(on, wa * a + wb * b, a)
+            return np.where(on, wa * a + np.where(wb > 0.0, wb * b, 0.0), a)
 
 
 @dataclass
@@ -574,6 +574,19 @@ class OperatorTerms:
             out = out + c.eager_layer_overhead_s * layers * steps
         return out
 
+    def prefill_first_rows(self, dp: np.ndarray) -> np.ndarray:
+        """``[n]`` bool: the serve steps of these rows run prefill first
+        (``config.runs_prefill_first``, SGLang), one scheduler per rank: every row of a dense
+        model (its DP ranks are servers of their own) and a MoE model's rows without
+        attention-DP (``dp = 1``; its ranks decode beside another rank's prompt and keep the
+        decodes-first mix). All False outside the serve phase."""
+        dp = np.asarray(dp)
+        if not self.config.runs_prefill_first or self.workload.phase is not Phase.SERVE:
+            return np.zeros(np.shape(dp), dtype=bool)
+        if self.model.moe is None:
+            return np.ones(np.shape(dp), dtype=bool)
+        return dp <= 1
+
     def prompt_step_mix(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
                         dp: np.ndarray) -> StepMix:
         """The two kinds of serve step the mean step is priced as (``config.serve_step_mix``):
@@ -602,15 +615,20 @@ class OperatorTerms:
           apart and mix like one rank.
 
         Prefill first (``config.runs_prefill_first``, SGLang: a prefill-only step whenever
-        prompts wait, the decodes held back; one scheduler per rank, and a MoE model's
-        attention-DP ranks, whose decodes go on beside another rank's prompt, keep the
-        decodes-first mix, as the simulation runs them) the prompts that join after a decode
-        step are prefilled in steps of their own before the next decode step: step a carries no
-        decodes and ``pf_a = pf / q`` prompt tokens, step b decodes alone, and ``q = max(1 − (1
-        − λ/dec)^dec, pf / budget)`` prefill-only steps run per decode step (the chance that a
-        decode step finishes a request, whose successor is then prefilled in one step, or the
-        budget-sized chunks the prompts need, whichever is more). Priced as ``q·t(step a) +
-        t(step b)``, the time between two decode steps of a request.
+        prompts wait, the decodes held back; :meth:`prefill_first_rows`) the prompts that join
+        after a decode step are prefilled in steps of their own before the next decode step:
+        step a carries no decodes and ``pf_a = pf / q`` prompt tokens, step b decodes alone,
+        and ``q = max(1 − (1 − min(1, λ/d))^d, pf / budget)`` prefill-only steps run per
+        decode step, ``d = max(1, dec)`` (the chance that a decode step finishes a request,
+        whose successor is then prefilled in one step, or the budget-sized chunks the prompts
+        need, whichever is more; ``dec`` is then every running request,
+        :meth:`~learn_to_shard.cost.model.CostModel.phase_rows`). Priced as ``q·t(step a) +
+        t(step b)`` (no step b at ``osl = 1``, whose one token comes from the prefill): the
+        mean time per decode step. A request's own TPOT excludes its own prompt's prefill
+        (``1/d`` of that work), so at small batches this prices TPOT high, by up to the
+        prefill steps' whole share at batch 1 (Llama-3.1-8B at 4096/64, batch 1, 1024-token
+        budget: 10.9 ms against 8.7 ms simulated; 6% at batch 8); tokens per second are
+        right.
         """
         pf = np.asarray(pf, dtype=float)
         seqs = np.asarray(pf_seqs, dtype=float) * np.ones(np.shape(pf))
@@ -642,10 +660,8 @@ class OperatorTerms:
         seqs_a = np.where(mixed, pf_a * per_token, seqs)
         seqs_b = np.where(mixed, pf_b * per_token, seqs)
         w_b, dec_a, two = 1.0 - q, dec_f, q < 1.0
-        if self.config.runs_prefill_first:
-            first = pf > 0
-            if self.model.moe is not None:
-                first &= np.asarray(dp) <= 1
+        first = self.prefill_first_rows(dp) & (pf > 0)
+        if first.any():
             d = np.maximum(dec_f, 1.0)
             finish = 1.0 - (1.0 - np.minimum(lam / d, 1.0)) ** d
             r = np.maximum(np.maximum(finish, pf / float(self.config.token_budget)), 1e-12)
@@ -656,7 +672,8 @@ class OperatorTerms:
             pf_b = np.where(first, 0.0, pf_b)
             seqs_b = np.where(first, 0.0, seqs_b)
             dec_a = np.where(first, 0.0, dec_a)
-            w_b = np.where(first, 1.0, w_b)
+            # One output token per request comes from its prefill: no decode step (osl 1).
+            w_b = np.where(first, 0.0 if self.workload.osl <= 1 else 1.0, w_b)
             two = two | first
         return StepMix(q, pf_a, seqs_a, pf_b, seqs_b, dec_a, w_b, two)
 

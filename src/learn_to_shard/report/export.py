@@ -58,6 +58,17 @@ from .plan import Plan
 EXPORT_ENGINES = ("vllm", "sglang", "trtllm")
 
 
+def trtllm_max_batch_size(batch_per_rank: int, pp: int) -> int:
+    """TensorRT-LLM's ``--max_batch_size`` for ``batch_per_rank`` running requests per
+    attention-DP rank over ``pp`` pipeline stages: ``ceil(batch_per_rank / pp)``, at least 1.
+    It is per pipeline micro-batch: the executor admits ``max_batch_size × pp_size``
+    requests (``PyTorchModelEngine.get_max_num_sequences``,
+    tensorrt_llm/_torch/pyexecutor/model_engine.py at NVIDIA/TensorRT-LLM@1a0dc5f7), the
+    plan's batch rounded up to whole micro-batches, whose size the cost model prices
+    (``CostModel.phase_rows``: ``ceil(batch / pp)`` sequences per micro-batch)."""
+    return max(1, -(-max(1, batch_per_rank) // max(1, pp)))
+
+
 @dataclass
 class Export:
     """A plan's launch settings for one engine.
@@ -505,11 +516,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         # (PyTorchModelEngine.get_max_num_sequences, NVIDIA/TensorRT-LLM@1a0dc5f7
         # tensorrt_llm/_torch/pyexecutor/model_engine.py, PyExecutor's
         # max_num_active_requests) and schedules max_batch_size per micro-batch.
-        per_mb = max(1, -(-max(1, batch_per_server // dp) // s.pp))
+        per_rank = max(1, batch_per_server // dp)
+        per_mb = trtllm_max_batch_size(per_rank, s.pp)
         if s.pp > 1:
+            where = " per attention-DP rank" if dp > 1 else ""
+            more = (f", {per_mb * s.pp - per_rank} more than the plan's {per_rank} (whole "
+                    f"micro-batches)" if per_mb * s.pp > per_rank else "")
             notes.append(f"--max_batch_size {per_mb} is per pipeline micro-batch: "
-                         f"TensorRT-LLM runs up to {per_mb} x {s.pp} requests per "
-                         f"attention-DP rank")
+                         f"TensorRT-LLM runs up to {per_mb} x {s.pp} = {per_mb * s.pp} "
+                         f"requests{where}{more}")
         args += ["--max_batch_size", str(per_mb),
                  "--max_num_tokens", str(tokens), "--max_seq_len", str(max_len),
                  "--kv_cache_free_gpu_memory_fraction", f"{kv_frac:g}"]

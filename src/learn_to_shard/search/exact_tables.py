@@ -344,7 +344,8 @@ class Keys:
         tp, ep, dp, cp: degrees, ``[K]``.
         dec, pf, pf_seqs: decode sequences, prefill tokens and completing prompts per attention
             DP rank in one main step (as ``CostModel._run``), ``[K]``.
-        pf2, pf_seqs2: the serve TTFT step's prefill chunk and completing prompts, ``[K]``.
+        pf2, pf_seqs2, dec2: the serve TTFT step's prefill chunk, completing prompts and
+            decodes, ``[K]``.
     """
 
     tp_idx: np.ndarray
@@ -360,6 +361,7 @@ class Keys:
     pf_seqs: np.ndarray
     pf2: np.ndarray
     pf_seqs2: np.ndarray
+    dec2: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -443,6 +445,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     ph = cm.phase_rows(pp, dp, batch)
     m_mb, dec, pf, pf_seqs = ph["m"], ph["dec"], ph["pf"], ph["pf_seqs"]
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
+    dec2 = ph["dec2"]
 
     def p2p_of(dec_: np.ndarray, pf_: np.ndarray) -> np.ndarray:
         """The stage send of the busiest rank's tokens (``OperatorTerms.layer_env``)."""
@@ -459,7 +462,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     keys = Keys(tp_idx=a[first, TP_HEAD], ep_idx=a[first, EP_HEAD], dp_idx=a[first, DP_HEAD],
                 cp_idx=a[first, CP_HEAD], tp=tp[first], ep=ep[first], dp=dp[first],
                 cp=cp[first], dec=dec[first], pf=pf[first],
-                pf_seqs=pf_seqs[first], pf2=pf2[first], pf_seqs2=pf_seqs2[first])
+                pf_seqs=pf_seqs[first], pf2=pf2[first], pf_seqs2=pf_seqs2[first],
+                dec2=np.broadcast_to(dec2, np.shape(dec))[first])
     tie = cm.model.tie_word_embeddings
     co = Coarse(actions=a, pp_idx=a[:, PP_HEAD], pp=pp, batch=batch,
                 devices=(tp * dp * pp).astype(np.float64),
@@ -467,12 +471,12 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 m_mb=m_mb.astype(np.float64),
                 key=inv.reshape(-1),
                 p2p=mixed(p2p_of(mix.dec_a, mix.pf_a), p2p_of(dec, mix.pf_b)),
-                p2p2=p2p_of(dec, pf2),
+                p2p2=p2p_of(dec2, pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
                 host=mixed(_host_time(cm, mix.dec_a, mix.pf_a, mix.seqs_a, pp, dp),
                            _host_time(cm, dec, mix.pf_b, mix.seqs_b, pp, dp)),
-                host2=_host_time(cm, dec, pf2, pf_seqs2, pp, dp),
+                host2=_host_time(cm, dec2, pf2, pf_seqs2, pp, dp),
                 share=ph["share"])
     return co, keys
 
@@ -642,12 +646,15 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
         cm: the cost model.
         st: its structure.
         keys: the distinct settings.
-        second: price the serve TTFT step (prefill chunk ``keys.pf2``) instead of the main one.
+        second: price the serve TTFT step (prefill chunk ``keys.pf2``, decodes ``keys.dec2``)
+            instead of the main one.
 
     Returns:
         The :class:`StepTables`.
     """
     wl = cm.workload
+    if second:                      # the TTFT step's decodes (none where prefill first)
+        keys = dataclasses.replace(keys, dec=keys.dec2)
     pf = keys.pf2 if second else keys.pf
     pf_seqs = keys.pf_seqs2 if second else keys.pf_seqs
     ctx = float(wl.isl) if wl.phase is Phase.DECODE else \

@@ -322,14 +322,15 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     Closed-loop clients beyond ``max_num_seqs`` wait in the queue, and their waiting counts in
     TTFT (``replica_share`` says how many). Cluster figures are that replica's times the number
     of replicas; per device, divided by all devices of the cluster (idle ones included).
-    A dense model's DP ranks share no layer, so each is simulated as a replica (its share
-    of the plan's batch, KV capacity and ``max_num_seqs``; the per-rank figures are what the
-    cost model prices). Steps follow the engine's order
-    (:data:`~learn_to_shard.engines.PREFILL_FIRST_ENGINES`: SGLang's prefill-only steps)
-    for one scheduler; with a MoE model's attention-DP (``dp > 1``) every rank schedules its
-    own batch, so ranks without a prompt keep decoding while another prefills: the
-    single-scheduler simulation then runs mixed steps, decodes first, which is closer to
-    that than holding every rank's decodes. The engine's overlap scheduler
+    A dense model's DP ranks share no layer, so each is simulated as a replica (its share of
+    the plan's batch, KV capacity and ``max_num_seqs``; the per-rank figures are what the cost
+    model prices): ``dp_ranks_as_replicas`` is then the instance's DP, ``replicas`` counts
+    ranks, and ``analytic``'s plan batch and tokens/s per instance are one rank's. Steps follow
+    the engine's order (:data:`~learn_to_shard.engines.PREFILL_FIRST_ENGINES`: SGLang's
+    prefill-only steps) for one scheduler; with a MoE model's attention-DP (``dp > 1``) every
+    rank schedules its own batch, so ranks without a prompt keep decoding while another
+    prefills: the single-scheduler simulation then runs mixed steps, decodes first, which is
+    closer to that than holding every rank's decodes. The engine's overlap scheduler
     (:data:`~learn_to_shard.engines.OVERLAP_SCHEDULE_ENGINES`) fixes each step while the one
     before it runs; ``cm.config.prefill_first`` / ``overlap_schedule`` override the engine's
     defaults and ``decode_steps_per_schedule`` sets multi-step decoding.
@@ -460,6 +461,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
                         "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
             "replicas": replicas, "replica_share": share,
+            "dp_ranks_as_replicas": ranks_apart,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
             "scheduler": {"prefill_first": prefill_first, "overlap_schedule": overlap,
