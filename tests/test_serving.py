@@ -948,7 +948,6 @@ def test_a_pipeline_plan_whose_step_budget_binds_agrees_with_the_simulation():
 @pytest.mark.parametrize("model,cluster,wl,deg", [
     ("llama-3.1-70b", "h100-sxm:8", dict(isl=1024, osl=256), (4, 1, 1, 1, 122)),
     ("llama-3.1-8b", "h100-sxm:2", dict(isl=2000, osl=200), (1, 1, 1, 2, 128)),
-    ("deepseek-v3", "h200:8", dict(isl=2000, osl=500, dtype="fp8"), (8, 8, 1, 1, 496)),
 ])
 def test_sglang_plans_price_its_prefill_only_steps_as_the_simulation_runs_them(model, cluster,
                                                                              wl, deg):
@@ -958,7 +957,10 @@ def test_sglang_plans_price_its_prefill_only_steps_as_the_simulation_runs_them(m
     occupancy agrees within 5%. Priced decodes first, as vLLM runs them, these plans
     simulated at 1.05-1.08x their TPOT (a dense model's DP ranks are each their own
     prefill-first server). Not within 5% yet: a TP2 PP2 plan of the same 70B model
-    simulates at 1.04x the TPOT and 0.94x the tokens/s (1.12x and 0.87x decodes first)."""
+    simulates at 1.04x the TPOT and 0.94x the tokens/s (1.12x and 0.87x decodes first). A
+    MoE model stays priced decodes first at every dp, so that its dp = 1 and attention-DP
+    plans compare alike (each SGLang attention-DP rank prefills first on its own, which is
+    not priced); its dp = 1 plans simulate prefill first at 1.05-1.08x the TPOT."""
     import dataclasses
 
     from learn_to_shard.api import search_plan as plan_of
@@ -987,6 +989,11 @@ def test_sglang_plans_price_its_prefill_only_steps_as_the_simulation_runs_them(m
     decodes_first = CostModel(cm.model, cm.cluster, cm.workload, space=cm.space,
                               config=dataclasses.replace(cm.config, prefill_first=False))
     assert decodes_first.evaluate(s).tpot_s < 0.96 * est.tpot_s
+    moe = make_cost_model("deepseek-v3", "h200:8",
+                          make_workload("serve", isl=2000, osl=500, dtype="fp8"),
+                          config=CostModelConfig.for_engine("sglang"), engine="sglang")
+    assert moe.config.runs_prefill_first
+    assert not moe.prefill_first_rows(np.array([1, 2, 8])).any()
 
 
 def test_sglang_decodes_every_running_request_and_prefills_with_the_whole_budget():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -96,7 +97,9 @@ def test_an_open_loop_rate_above_capacity_is_flagged_overloaded():
     assert sim["overloaded"] is True
     assert sim["simulated"]["requests_per_s"] < sim["offered_requests_per_s"]
     text = CliRunner().invoke(app, [*base, "--request-rate", "20", "-q"]).stdout
-    assert "the queue grows through the run" in " ".join(text.split())
+    flat = " ".join(text.split())
+    assert "is overloaded: serves" in flat and "its queue growing through the run" in flat
+    assert "This rate needs at least" in flat
     calm = CliRunner().invoke(app, [*base, "--request-rate", "1", "--json", "-q",
                                     "--no-timing"])
     assert json.loads(calm.stdout)["simulation"][0]["overloaded"] is False
@@ -121,7 +124,8 @@ def test_a_rate_above_capacity_is_overloaded_even_where_a_short_run_hides_it():
     assert res["requests_per_s"] > 0.8 * over["offered_requests_per_s"]   # the run hides it
     text = " ".join(CliRunner().invoke(
         app, [*base, "--request-rate", f"{1.08 * replicas * capacity:.6g}"]).stdout.split())
-    assert "exceed the" in text and "the queue grows without bound" in text
+    assert "is overloaded: the" in text and "queue grows without bound" in text
+    assert f"needs at least {math.ceil(1.08 * replicas - 1e-9)} replicas" in text
     near = CliRunner().invoke(app, [*base, "--request-rate",
                                     f"{0.95 * replicas * capacity:.6g}", "--json",
                                     "--no-timing"])
@@ -130,6 +134,8 @@ def test_a_rate_above_capacity_is_overloaded_even_where_a_short_run_hides_it():
     text = " ".join(CliRunner().invoke(
         app, [*base, "--request-rate", f"{0.95 * replicas * capacity:.6g}"]).stdout.split())
     assert "runs at 95% of the" in text and "leave headroom" in text
+    assert f"({math.ceil(0.95 * replicas / 0.9 - 1e-9)} replicas keep each at or below 90%)" \
+        in text
 
 
 def test_the_slo_warning_never_recommends_an_alternative_that_falls_behind_the_load():

@@ -587,6 +587,14 @@ def plan_cmd(
         if launch is None:
             err.print("error: --export: no feasible strategy to export", highlight=False)
             raise typer.Exit(code=1)
+        if sims and result.best is not None \
+                and sims[0]["strategy"] == result.best.strategy.short():
+            from .report.render import simulation_notes
+
+            # The exported plan's load warnings travel with its commands (-q and --output
+            # drop the terminal's notes).
+            warn = [t for kind, t in simulation_notes(sims[:1]) if kind == "warning"]
+            launch = "".join(f"# warning (simulated load): {t}\n" for t in warn) + launch
         if output is not None:
             _write(output, launch, "--output")
         if json_out:
@@ -1548,14 +1556,24 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
         return (f"warning: simulated, a replica {why(sim)} even at "
                 f"{fleet.replicas + SIZE_EXTRA_REPLICAS} replicas ({per:.3g} req/s each: "
                 f"{stats}); the steady-state answer above is optimistic for this load")
+    from .report.render import NEAR_CAPACITY
+
+    util = sim.get("utilization")
+    near = ""
+    if isinstance(util, float) and util >= NEAR_CAPACITY:
+        extra = math.ceil(fleet.rate_rps / (NEAR_CAPACITY * float(
+            cast("float", sim["capacity_requests_per_s"]))) - 1e-9)
+        near = (f"; at {100 * util:.0f}% of a replica's capacity, near saturation: a few "
+                f"percent of throughput error moves the latencies by half or more "
+                f"({extra} replicas keep each at or below {100 * NEAR_CAPACITY:.0f}%)")
     if k == fleet.replicas:
         return (f"simulated (Poisson arrivals, {per:.3g} req/s per replica): keeps up "
-                f"within the SLOs, {stats}")
+                f"within the SLOs, {stats}{near}")
     n = fleet.replicas
     return (f"warning: simulated (Poisson arrivals), with {n} replica{'s' if n != 1 else ''} "
             f"at {fleet.rate_rps / n:.3g} req/s each a replica {first}; {k} replicas "
             f"({k * fleet.instance_devices} × {fleet.device}, {per:.3g} req/s each) keep "
-            f"up: {stats}")
+            f"up: {stats}{near}")
 
 
 def _click_message(exc: Exception) -> str:

@@ -575,17 +575,18 @@ class OperatorTerms:
         return out
 
     def prefill_first_rows(self, dp: np.ndarray) -> np.ndarray:
-        """``[n]`` bool: the serve steps of these rows run prefill first
-        (``config.runs_prefill_first``, SGLang), one scheduler per rank: every row of a dense
-        model (its DP ranks are servers of their own) and a MoE model's rows without
-        attention-DP (``dp = 1``; its ranks decode beside another rank's prompt and keep the
-        decodes-first mix). All False outside the serve phase."""
+        """``[n]`` bool: the serve steps of these rows are priced prefill first
+        (``config.runs_prefill_first``, SGLang): every row of a dense model, whose DP ranks
+        are servers of their own. A MoE model's rows keep the decodes-first mix, with or
+        without attention-DP: each SGLang attention-DP rank runs its own prefill first while
+        the ranks meet at every MoE layer, which is not priced yet, and pricing ``dp = 1``
+        prefill first beside attention-DP decodes first tilted plans toward attention-DP
+        (DeepSeek-V3 on 16 H200 under SGLang switched to it). All False outside the serve
+        phase."""
         dp = np.asarray(dp)
-        if not self.config.runs_prefill_first or self.workload.phase is not Phase.SERVE:
-            return np.zeros(np.shape(dp), dtype=bool)
-        if self.model.moe is None:
-            return np.ones(np.shape(dp), dtype=bool)
-        return dp <= 1
+        on = self.config.runs_prefill_first and self.workload.phase is Phase.SERVE \
+            and self.model.moe is None
+        return np.full(np.shape(dp), on, dtype=bool)
 
     def prompt_step_mix(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
                         dp: np.ndarray) -> StepMix:

@@ -186,7 +186,10 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
     e = plan.best
     s = e.strategy
     head.tables.append((["quantity", "value"], [
-        ["degrees", f"TP={s.tp} EP={s.ep} (ETP={s.etp}) PP={s.pp} attention-DP={s.dp}"
+        ["degrees", (f"TP={s.tp} EP={s.ep} (ETP={s.etp}) PP={s.pp} attention-DP={s.dp}"
+                     if is_moe else
+                     f"TP={s.tp} PP={s.pp} DP={s.dp}"
+                     + (" (replicas: a dense model has no attention-DP)" if s.dp > 1 else ""))
                     + (f" decode-CP={s.cp}" if s.cp > 1 else "")],
         ["batch", f"{s.batch} sequences per instance"],
         ["devices", f"{s.devices} per instance × {e.instances} "

@@ -110,9 +110,11 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         t = Table(title="Top alternatives", show_lines=False)
         for col in ("strategy", _unit(plan), "TPOT", "TTFT", "mem/device"):
             t.add_column(col)
+        one = plan.workload.phase is Phase.SERVE and plan.workload.osl <= 1
         for a in plan.alternatives:
-            t.add_row(a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}", _ms(a.tpot_s),
-                      _ms(a.ttft_s), f"{to_gib(a.memory.total_bytes):.1f} GiB")
+            t.add_row(a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}",
+                      "n/a" if one else _ms(a.tpot_s), _ms(a.ttft_s),
+                      f"{to_gib(a.memory.total_bytes):.1f} GiB")
         con.print(t)
     if plan.rejected:
         t = Table(title="Best rejected strategies and why")
@@ -157,7 +159,11 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
     summary.add_row("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit(plan)}  "
                     f"({e.output_tokens_per_s:,.0f} per instance)")
-    if not math.isnan(e.tpot_s):
+    one_token = wl.phase is Phase.SERVE and wl.osl <= 1
+    if one_token:
+        summary.add_row("TPOT", f"n/a (one output token per request; the mean step is "
+                        f"{_ms(e.tpot_s)})")
+    elif not math.isnan(e.tpot_s):
         margin = f"  (SLO {_ms(wl.tpot_slo_s)}, margin {_ms(wl.tpot_slo_s - e.tpot_s)})" \
             if wl.tpot_slo_s else ""
         summary.add_row("TPOT", _ms(e.tpot_s) + margin)
@@ -201,7 +207,8 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     summary.add_row("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the pool "
                     f"left after weights and workspace); longest context "
                     f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
-    if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s):
+    if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s) \
+            and not one_token:
         summary.add_row("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
     summary.add_row("max batch", f"{e.max_batch} sequences fit at these degrees")
     con.print(summary)
@@ -233,15 +240,21 @@ SIMULATION_COLUMNS = ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/
 #: What ``÷ steady`` means, printed under the table.
 STEADY_RATIO_NOTE = ("÷ steady: the simulation's mean TTFT / mean TPOT / tok/s over the "
                      "analytical estimate's at the same number of running requests (queueing, "
-                     "prefill stalls and bursts are what the steady state leaves out).")
+                     "prefill stalls and bursts are what the steady state leaves out; "
+                     "fixed-length requests in a closed loop run in lock-step waves, whose "
+                     "prompts prefill together while the decodes run undisturbed, so there "
+                     "the simulated TPOT is lower and tok/s higher than the steady state of "
+                     "spread arrivals: --range-ratio spreads them).")
 
 
 def simulation_heading(sims: list[dict]) -> str:
-    """One line naming the simulated load and the replica's share of it, e.g. ``closed loop,
-    concurrency 64; 1 replica(s), one simulated: 64 of 64 clients, 1000 requests``."""
+    """One line naming the simulated load and the best plan's replica's share of it, e.g.
+    ``closed loop, concurrency 64; best plan: 1 replica(s), one simulated: 64 of 64 clients,
+    1000 requests`` (each other row's replicas split the load by their own count)."""
     first = sims[0]
-    return (f"{first['load']}; {first['replicas']} replica(s), one simulated: "
-            f"{first['replica_share']}, {first['requests_simulated']} requests")
+    more = "; the other rows' replicas share the load alike" if len(sims) > 1 else ""
+    return (f"{first['load']}; best plan: {first['replicas']} replica(s), one simulated: "
+            f"{first['replica_share']}, {first['requests_simulated']} requests{more}")
 
 
 def simulation_rows(sims: list[dict]) -> list[list[str]]:
@@ -275,11 +288,24 @@ def simulation_rows(sims: list[dict]) -> list[list[str]]:
 NEAR_CAPACITY = 0.9
 
 
+def _replicas_needed(sim: dict, load: float = 1.0) -> int | None:
+    """Replicas of a simulated plan that keep an open loop's rate at or below ``load`` of a
+    replica's steady-state capacity: ``ceil(offered × replicas / (load × capacity))``;
+    ``None`` without a rate or capacity."""
+    import math
+
+    offered, cap = sim.get("offered_requests_per_s"), sim.get("capacity_requests_per_s")
+    if not offered or not cap:
+        return None
+    return max(1, math.ceil(offered * sim["replicas"] / (load * cap) - 1e-9))
+
+
 def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
     """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
-    ``kind`` ``warning`` (an overloaded open loop, one at :data:`NEAR_CAPACITY` of a
-    replica's capacity or more, an SLO the best plan misses under the
-    load) or ``note`` (the KV admission rule simulated, preemptions)."""
+    ``kind`` ``warning`` (an overloaded open loop and the replicas its rate needs, one at
+    :data:`NEAR_CAPACITY` of a replica's capacity or more, an SLO the best plan misses under the
+    load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
+    simulated, preemptions)."""
     out: list[tuple[str, str]] = []
     first = sims[0]
     for sim in sims:
@@ -291,27 +317,41 @@ def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
                             f"{sim['capacity_requests_per_s']:.4g} a replica completes at the "
                             f"plan's batch: the queue grows through the trace, so its TTFT "
                             f"grows with the trace's length, not a steady state"))
-            elif not sim.get("queue_grows") and (sim.get("utilization") or 0.0) > 1.0:
-                out.append(("warning", f"{sim['strategy']}: the {offered:.4g} requests/s "
-                            f"offered to each replica exceed the "
-                            f"{sim['capacity_requests_per_s']:.4g} it completes at the "
-                            f"plan's batch (steady state): the queue grows without bound "
-                            f"(a run ramps up and drains, so a short one may not show it), "
-                            f"so its TTFT grows with --num-prompts and the percentiles "
-                            f"describe the run's length, not a steady state"))
             else:
-                out.append(("warning", f"{sim['strategy']} serves "
-                            f"{sim['simulated']['requests_per_s']:.2f} of the {offered:.4g} "
-                            f"requests/s offered to each replica: the queue grows through "
-                            f"the run, so its TTFT grows with --num-prompts and the "
-                            f"percentiles describe the run's length, not a steady state"))
+                cap = sim.get("capacity_requests_per_s") or math.nan
+                # Flagged from the steady state's capacity alone: the run hid the growth.
+                grows = sim.get("queue_grows") or not (sim.get("utilization") or 0.0) > 1.0
+                what = (f"serves {sim['simulated']['requests_per_s']:.2f} of the "
+                        f"{offered:.4g} requests/s offered to each replica, its queue growing "
+                        f"through the run" if grows else
+                        f"the {offered:.4g} requests/s offered to each replica exceed the "
+                        f"{cap:.4g} it completes at the plan's batch (steady state), so its "
+                        f"queue grows without bound (a run ramps up and drains, so a short "
+                        f"one may not show it)")
+                need = _replicas_needed(sim)
+                out.append(("warning", f"{sim['strategy']} is overloaded: {what}; its TTFT "
+                            f"grows with --num-prompts and the percentiles describe the "
+                            f"run's length, not a steady state"
+                            + (f". This rate needs at least {need} replicas of it "
+                               f"({sim['replicas']} now)" if need else "")))
         elif (sim.get("utilization") or 0.0) >= NEAR_CAPACITY:
+            need = _replicas_needed(sim, NEAR_CAPACITY)
             out.append(("warning", f"{sim['strategy']} runs at "
                         f"{100 * sim['utilization']:.0f}% of the "
                         f"{sim['capacity_requests_per_s']:.4g} requests/s a replica completes "
-                        f"at the plan's batch: near saturation a few percent of throughput "
-                        f"error doubles the latencies, so leave headroom (more replicas, or "
-                        f"l2s size with the rate)"))
+                        f"at the plan's batch: near saturation the queueing delay grows as "
+                        f"1 / (1 − load), so a few percent of throughput error moves the "
+                        f"latencies by half or more; leave headroom"
+                        + (f" ({need} replicas keep each at or below "
+                           f"{100 * NEAR_CAPACITY:.0f}%)"
+                           if need else "")))
+        if sim.get("lengths", {}).get("dataset") != "trace" and "wait in the queue" in \
+                str(sim.get("replica_share", "")):
+            s_ = sim["simulated"]
+            part = str(sim["replica_share"]).split("; ", 1)[-1]
+            out.append(("note", f"{sim['strategy']}: per replica, {part}; the wait counts in "
+                        f"TTFT (mean {s_['mean_ttft_s']:.3g} s): fewer clients per replica "
+                        f"(more devices, or a larger batch if it fits) shorten it"))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims

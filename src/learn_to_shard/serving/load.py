@@ -392,7 +392,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     seqs = max(1, s.batch if cap is None else min(s.batch, cap))
     if conc is not None and conc > seqs:
         why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
-               else f"the plan's batch {seqs}")
+               else f"the plan's batch {seqs}" if ranks_apart == 1
+               else f"the plan's {seqs} per DP rank")
         share += f"; {conc - seqs} wait in the queue ({seqs} running: {why})"
     c = cm.config
     prefill_first = c.runs_prefill_first and s.dp == 1
