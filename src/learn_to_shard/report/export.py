@@ -466,6 +466,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  # v0.5.23 sglang/srt/arg_groups/parallel_hook.py), as --max-running-requests
                  "--chunked-prefill-size", str(tokens * dp),
                  "--mem-fraction-static", f"{mem_util:g}"]
+        if dp > 1:
+            notes.append(f"--chunked-prefill-size {tokens * dp} and --max-running-requests "
+                         f"{batch_per_server} are the server's: SGLang divides them over its "
+                         f"{dp} attention-DP ranks ({tokens} tokens and "
+                         f"{batch_per_server // dp} requests each, as planned)")
         if fp8_weights and not native_quant:
             args += ["--quantization", "fp8"]
         if fp8_kv:
@@ -584,6 +589,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         else:
             notes.append(f"the model is loaded from the folder {model_id_of(plan.model, model)}"
                          f" (config.json read by l2s); its weights must be in that folder")
+    if servers > 1:
+        notes.append(f"{servers} servers: put a load balancer in front of them that spreads "
+                     f"requests round-robin (what the plan's throughput and its simulation "
+                     f"assume)")
     if unexpressed and plan.engine != engine:
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
