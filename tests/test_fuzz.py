@@ -420,8 +420,10 @@ def _problems(draw: st.DrawFn) -> tuple[str, ClusterSpec, Any, CostModelConfig]:
     wl = make_workload(phase, isl=isl if phase != "decode" else None,
                        context=isl if phase == "decode" else None,
                        osl=osl if phase == "serve" else None, dtype=dtype,
-                       tpot_slo_s=slo if phase != "prefill" else None,
-                       ttft_slo_s=slo if phase == "prefill" else None)
+                       tpot_slo_s=slo if phase == "decode" or (phase == "serve" and osl > 1)
+                       else None,
+                       ttft_slo_s=slo if phase == "prefill" or (phase == "serve" and osl == 1)
+                       else None)
     engine = draw(st.sampled_from([None, *ENGINE_PROFILES]))
     util = draw(st.one_of(st.none(), st.floats(0.05, 1.0)))
     cfg = CostModelConfig.for_engine(engine, **({} if util is None

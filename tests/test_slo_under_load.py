@@ -134,8 +134,8 @@ def test_a_rate_above_capacity_is_overloaded_even_where_a_short_run_hides_it():
     text = " ".join(CliRunner().invoke(
         app, [*base, "--request-rate", f"{0.95 * replicas * capacity:.6g}"]).stdout.split())
     assert "runs at 95% of the" in text and "leave headroom" in text
-    assert f"({math.ceil(0.95 * replicas / 0.9 - 1e-9)} replicas keep each at or below 90%)" \
-        in text
+    assert f"({math.ceil(0.95 * replicas / 0.9 - 1e-9)} replicas of it keep each at or " \
+        f"below 90%; {replicas} now)" in text
 
 
 def test_the_slo_warning_never_recommends_an_alternative_that_falls_behind_the_load():
@@ -156,3 +156,50 @@ def test_the_slo_warning_never_recommends_an_alternative_that_falls_behind_the_l
     assert "no simulated alternative meets them" in text and "tp2 b24 meets" not in text
     text = " ".join(t for _, t in simulation_notes([best, behind, keeps_up]))
     assert "the simulated alternative tp8 b96 meets them and keeps up with the load" in text
+
+
+def test_replicas_needed_counts_instances_and_exceeds_an_overloaded_plan():
+    """The replicas a warning asks for: the steady state's capacity, or what a replica served
+    where its simulated queue grew (then more than it has, never "1 (1 now)"), and a dense
+    model's DP ranks (simulated apart) grouped back into its instances."""
+    from learn_to_shard.report.render import _replicas_needed, simulation_notes
+
+    base = {"strategy": "tp1 b129", "offered_requests_per_s": 9.0, "replicas": 1,
+            "capacity_requests_per_s": 9.46, "utilization": 9.0 / 9.46, "overloaded": True,
+            "queue_grows": True, "simulated": {"requests_per_s": 7.27},
+            "lengths": {"dataset": "random"}, "scheduler": {}, "replica_share": ""}
+    assert _replicas_needed(base) == (2, 1)
+    text = " ".join(t for _, t in simulation_notes([base]))
+    assert "needs at least 2 replicas of it (1 now)" in text
+    # tp1 dp2 on 8 GPUs: 4 instances simulated as 8 ranks of 12.5 req/s each.
+    dense = {**base, "offered_requests_per_s": 50.0, "replicas": 8, "dp_ranks_as_replicas": 2,
+             "capacity_requests_per_s": 12.0, "utilization": 50.0 / 12.0, "queue_grows": False}
+    assert _replicas_needed(dense) == (17, 4)          # 34 ranks of 12 req/s: 17 instances
+    near = {**dense, "offered_requests_per_s": 11.4, "utilization": 0.95, "overloaded": False}
+    assert _replicas_needed(near, 0.9) == (5, 4)        # 8 x 11.4 / (0.9 x 12) = 8.4 ranks
+
+
+def test_an_exported_plan_carries_its_load_warnings_and_osl_1_has_no_tpot():
+    """``--export`` under a load puts the best plan's warnings at the top of the commands as
+    shell comments (``-q`` drops the terminal's notes); a TPOT SLO with ``--osl 1`` is bad
+    input (no token follows the first), and such a plan reports no TPOT."""
+    import subprocess
+
+    base = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms", "--engine", "sglang"]
+    out = CliRunner().invoke(app, [*base, "--request-rate", "30", "--export", "sglang",
+                                   "-q"]).stdout
+    first = out.splitlines()[0]
+    assert first.startswith("# warning (simulated load): ") and "is overloaded" in first
+    assert "replicas of it" in first
+    assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
+    assert "load balancer" in out                       # two servers of TP4
+    bad = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster",
+                                   "h100-sxm:1", "--phase", "serve", "--isl", "1024", "--osl",
+                                   "1", "--tpot-slo", "50ms"])
+    assert bad.exit_code == 2 and "--tpot-slo has no meaning with --osl 1" in bad.output
+    one = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                   "--phase", "serve", "--isl", "1024", "--osl", "1", "--json",
+                                   "-q", "--no-timing"])
+    best = json.loads(one.stdout)["best"]
+    assert best["tpot_s"] is None and best["tokens_per_s_per_user"] is None

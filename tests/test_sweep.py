@@ -377,3 +377,8 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
            "replica " in text
     assert "; 3 replicas (12 × h100-sxm, 5 req/s each) keep up" in text
     assert "falls behind (its queue grows)" in text or "misses the TPOT SLO" in text
+    # 2 replicas at 7.2 req/s each: 95% of the 7.61 a replica completes, flagged as near
+    # saturation with the replicas that keep each at or below 90%.
+    r = CliRunner().invoke(app, [*base, "--rate", "14.4", "-o", str(tmp_path / "c")])
+    text = " ".join(r.output.split())
+    assert "near saturation" in text and "(3 replicas keep each at or below 90%)" in text

@@ -94,6 +94,9 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
                         ttft_slo_s=ttft_slo_s)
     if osl is None:
         raise ConfigError("--osl: the serve phase needs an output length, e.g. --osl 1024")
+    if osl == 1 and tpot_slo_s is not None:
+        raise ConfigError("--tpot-slo has no meaning with --osl 1 (a request's one token "
+                          "comes from its prefill: no token follows it); use --ttft-slo")
     return Workload(ph, isl=isl, osl=osl, weight_dtype=wd, kv_dtype=kd,
                     ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, concurrency=concurrency)
 

@@ -593,7 +593,9 @@ def plan_cmd(
 
             # The exported plan's load warnings travel with its commands (-q and --output
             # drop the terminal's notes).
-            warn = [t for kind, t in simulation_notes(sims[:1]) if kind == "warning"]
+            best = sims[0]["strategy"]
+            warn = [t for kind, t in simulation_notes(sims) if kind == "warning"
+                    and (t.startswith(str(best)) or t.startswith("under this load"))]
             launch = "".join(f"# warning (simulated load): {t}\n" for t in warn) + launch
         if output is not None:
             _write(output, launch, "--output")
@@ -1561,7 +1563,9 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
     util = sim.get("utilization")
     near = ""
     if isinstance(util, float) and util >= NEAR_CAPACITY:
-        extra = math.ceil(fleet.rate_rps / (NEAR_CAPACITY * float(
+        # A dense model's DP ranks are simulated apart: a replica's capacity is theirs summed.
+        ranks = max(1, int(cast("int", sim.get("dp_ranks_as_replicas") or 1)))
+        extra = math.ceil(fleet.rate_rps / (NEAR_CAPACITY * ranks * float(
             cast("float", sim["capacity_requests_per_s"]))) - 1e-9)
         near = (f"; at {100 * util:.0f}% of a replica's capacity, near saturation: a few "
                 f"percent of throughput error moves the latencies by half or more "

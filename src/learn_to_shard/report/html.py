@@ -24,7 +24,7 @@ from typing import Any
 from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..units import to_gib, to_ms
-from .plan import Plan
+from .plan import Plan, one_output_token
 
 #: Colour of each placement in the per-layer drawing (Shard(0), Shard(1), Replicate()).
 CHOICE_COLOURS = ("#9ecae1", "#fdae6b", "#d9d9d9")
@@ -195,13 +195,15 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         ["devices", f"{s.devices} per instance × {e.instances} "
                     f"instance{'s' if e.instances != 1 else ''}"],
         ["throughput", f"{e.tokens_per_s_per_device:,.1f} tokens/s per device"],
-        ["TPOT", _ms(e.tpot_s) + (f" (SLO {_ms(wl.tpot_slo_s)})" if wl.tpot_slo_s else "")],
+        ["TPOT", "n/a (one output token per request)" if one_output_token(wl) else
+         _ms(e.tpot_s) + (f" (SLO {_ms(wl.tpot_slo_s)})" if wl.tpot_slo_s else "")],
         ["TTFT", _ms(e.ttft_s) + (f" (SLO {_ms(wl.ttft_slo_s)})" if wl.ttft_slo_s else "")],
         ["memory / device", f"{to_gib(e.memory.total_bytes):.1f} of "
                             f"{to_gib(e.memory.usable_bytes):.1f} GiB usable"],
     ]))
-    alts = [[a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}", _ms(a.tpot_s),
-             _ms(a.ttft_s)] for a in plan.alternatives]
+    alts = [[a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}",
+             "n/a" if one_output_token(wl) else _ms(a.tpot_s), _ms(a.ttft_s)]
+            for a in plan.alternatives]
     if alts:
         head.tables.append((["alternative", "tokens/s/device", "TPOT", "TTFT"], alts))
     layer = Section("Strategy per layer", paragraphs=[

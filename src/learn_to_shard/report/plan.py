@@ -12,7 +12,7 @@ from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_coun
 from ..parallel.space import active_heads, canonical
 from ..parallel.strategy import Strategy
 from ..search.base import SearchResult, is_timing_key
-from ..workload import DType, Workload
+from ..workload import DType, Phase, Workload
 
 
 def _bit_name(bit: int) -> str:
@@ -307,6 +307,13 @@ def stage_rows(e: Estimate, num_layers: int) -> list[dict[str, Any]]:
     return out
 
 
+def one_output_token(wl: Workload) -> bool:
+    """A serve workload of one output token per request (``osl = 1``): its token comes from
+    the prefill, so it has no TPOT (the cost model's serve step time is then the mean step,
+    not a time per output token)."""
+    return wl.phase is Phase.SERVE and wl.osl <= 1
+
+
 def estimate_to_dict(e: Estimate, wl: Workload, num_layers: int | None = None
                      ) -> dict[str, object]:
     """One estimate as a JSON-ready dictionary (``num_layers``: the model's, for the per-stage
@@ -316,8 +323,8 @@ def estimate_to_dict(e: Estimate, wl: Workload, num_layers: int | None = None
     extra: dict[str, object] = {
         "kv_capacity_tokens": e.kv_capacity_tokens,
         "max_context_tokens": e.max_context_tokens,
-        "tokens_per_s_per_user": 1.0 / e.tpot_s if e.tpot_s > 0 and math.isfinite(e.tpot_s)
-        else None,
+        "tokens_per_s_per_user": 1.0 / e.tpot_s
+        if e.tpot_s > 0 and math.isfinite(e.tpot_s) and not one_output_token(wl) else None,
         "memory_headroom_bytes": headroom,
         "memory_marginal": marginal,
     }
@@ -335,7 +342,7 @@ def _estimate_core(e: Estimate, wl: Workload, s: Strategy) -> dict[str, object]:
         "violations": list(e.violations),
         "tokens_per_s_per_device": e.tokens_per_s_per_device,
         "instance_tokens_per_s": e.output_tokens_per_s,
-        "tpot_s": _num(e.tpot_s),
+        "tpot_s": None if one_output_token(wl) else _num(e.tpot_s),
         "ttft_s": _num(e.ttft_s),
         "tpot_slo_margin_s": _num(wl.tpot_slo_s - e.tpot_s) if wl.tpot_slo_s and
         not math.isnan(e.tpot_s) else None,

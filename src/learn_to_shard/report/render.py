@@ -14,7 +14,13 @@ from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
 from ..units import format_ms, to_gib, to_ms
 from ..workload import Phase
-from .plan import MARGINAL_HEADROOM_FRACTION, Plan, memory_headroom, stage_rows
+from .plan import (
+    MARGINAL_HEADROOM_FRACTION,
+    Plan,
+    memory_headroom,
+    one_output_token,
+    stage_rows,
+)
 
 _MOE_OPS = {Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
             Op.SHARED_EXPERT_DOWN}
@@ -110,7 +116,7 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         t = Table(title="Top alternatives", show_lines=False)
         for col in ("strategy", _unit(plan), "TPOT", "TTFT", "mem/device"):
             t.add_column(col)
-        one = plan.workload.phase is Phase.SERVE and plan.workload.osl <= 1
+        one = one_output_token(plan.workload)
         for a in plan.alternatives:
             t.add_row(a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}",
                       "n/a" if one else _ms(a.tpot_s), _ms(a.ttft_s),
@@ -159,7 +165,7 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
     summary.add_row("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit(plan)}  "
                     f"({e.output_tokens_per_s:,.0f} per instance)")
-    one_token = wl.phase is Phase.SERVE and wl.osl <= 1
+    one_token = one_output_token(wl)
     if one_token:
         summary.add_row("TPOT", f"n/a (one output token per request; the mean step is "
                         f"{_ms(e.tpot_s)})")
@@ -288,16 +294,35 @@ def simulation_rows(sims: list[dict]) -> list[list[str]]:
 NEAR_CAPACITY = 0.9
 
 
-def _replicas_needed(sim: dict, load: float = 1.0) -> int | None:
-    """Replicas of a simulated plan that keep an open loop's rate at or below ``load`` of a
-    replica's steady-state capacity: ``ceil(offered × replicas / (load × capacity))``;
-    ``None`` without a rate or capacity."""
+def _replicas_needed(sim: dict, load: float = 1.0) -> tuple[int, int] | None:
+    """``(needed, now)``: replicas of a simulated plan (instances; a dense model's DP ranks,
+    simulated apart, grouped back into its instances) that keep an open loop's rate at or
+    below ``load`` of a replica's capacity, and how many it has. The capacity is the steady
+    state's (``capacity_requests_per_s``), or, where the simulated queue grew, the lower of
+    it and what the replica served; an overloaded plan needs more than it has. ``None``
+    without a rate or capacity."""
     import math
 
     offered, cap = sim.get("offered_requests_per_s"), sim.get("capacity_requests_per_s")
     if not offered or not cap:
         return None
-    return max(1, math.ceil(offered * sim["replicas"] / (load * cap) - 1e-9))
+    served = sim.get("simulated", {}).get("requests_per_s")
+    if sim.get("queue_grows") and served:
+        cap = min(cap, served)
+    ranks = max(1, int(sim.get("dp_ranks_as_replicas") or 1))
+    now = max(1, int(sim["replicas"]) // ranks)
+    need = max(1, math.ceil(offered * sim["replicas"] / (load * cap * ranks) - 1e-9))
+    if sim.get("overloaded"):
+        need = max(need, now + 1)
+    return need, now
+
+
+def _replicas_text(counts: tuple[int, int] | None) -> str:
+    """``". This rate needs at least 3 replicas of it (2 now)"`` (empty without counts)."""
+    if counts is None:
+        return ""
+    need, now = counts
+    return f". This rate needs at least {need} replica{'s' if need != 1 else ''} of it ({now} now)"
 
 
 def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
@@ -312,11 +337,12 @@ def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
         if sim.get("overloaded"):
             offered = sim["offered_requests_per_s"]
             if sim.get("lengths", {}).get("dataset") == "trace":
-                out.append(("warning", f"{sim['strategy']}: the trace's mean rate, "
-                            f"{offered:.4g} requests/s per replica, exceeds the "
+                out.append(("warning", f"{sim['strategy']} is overloaded: the trace's mean "
+                            f"rate, {offered:.4g} requests/s per replica, exceeds the "
                             f"{sim['capacity_requests_per_s']:.4g} a replica completes at the "
                             f"plan's batch: the queue grows through the trace, so its TTFT "
-                            f"grows with the trace's length, not a steady state"))
+                            f"grows with the trace's length, not a steady state"
+                            + _replicas_text(_replicas_needed(sim))))
             else:
                 cap = sim.get("capacity_requests_per_s") or math.nan
                 # Flagged from the steady state's capacity alone: the run hid the growth.
@@ -328,23 +354,20 @@ def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
                         f"{cap:.4g} it completes at the plan's batch (steady state), so its "
                         f"queue grows without bound (a run ramps up and drains, so a short "
                         f"one may not show it)")
-                need = _replicas_needed(sim)
                 out.append(("warning", f"{sim['strategy']} is overloaded: {what}; its TTFT "
                             f"grows with --num-prompts and the percentiles describe the "
                             f"run's length, not a steady state"
-                            + (f". This rate needs at least {need} replicas of it "
-                               f"({sim['replicas']} now)" if need else "")))
+                            + _replicas_text(_replicas_needed(sim))))
         elif (sim.get("utilization") or 0.0) >= NEAR_CAPACITY:
-            need = _replicas_needed(sim, NEAR_CAPACITY)
+            counts = _replicas_needed(sim, NEAR_CAPACITY)
             out.append(("warning", f"{sim['strategy']} runs at "
                         f"{100 * sim['utilization']:.0f}% of the "
                         f"{sim['capacity_requests_per_s']:.4g} requests/s a replica completes "
                         f"at the plan's batch: near saturation the queueing delay grows as "
                         f"1 / (1 − load), so a few percent of throughput error moves the "
                         f"latencies by half or more; leave headroom"
-                        + (f" ({need} replicas keep each at or below "
-                           f"{100 * NEAR_CAPACITY:.0f}%)"
-                           if need else "")))
+                        + (f" ({counts[0]} replicas of it keep each at or below "
+                           f"{100 * NEAR_CAPACITY:.0f}%; {counts[1]} now)" if counts else "")))
         if sim.get("lengths", {}).get("dataset") != "trace" and "wait in the queue" in \
                 str(sim.get("replica_share", "")):
             s_ = sim["simulated"]

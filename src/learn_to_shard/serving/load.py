@@ -347,14 +347,14 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         analytical step, the cluster's load in replicas' worth (``replicas_worth``, see
         :func:`_instance_requests`) and the tokens/s it gives, and for a request rate the
         rate offered to the replica and whether its queue grows through the run
-        (``offered_requests_per_s``, for a trace its mean rate, requests over the span of
-        their arrivals, ``None`` when all arrive at once; ``overloaded``: the offered rate
-        exceeds ``capacity_requests_per_s``, the requests/s the replica completes at the
-        plan's batch, the analytical tokens/s over the mean output length, or, for a rate,
-        the last quarter of arrivals waits for its first token more than twice as long as
-        the first quarter, plus 1 s (``queue_grows``; a trace's bursts queue without
-        overloading it);
-        ``utilization``: the offered rate over that capacity, ``None`` without a rate).
+        (``offered_requests_per_s``, for a trace its mean rate, requests over the span of their
+        arrivals, ``None`` when all arrive at once; ``overloaded``: the offered rate reaches
+        ``capacity_requests_per_s`` (a queue at full load does not settle), the requests/s the
+        replica completes at the plan's batch, the analytical tokens/s over the mean output
+        length, or, for a rate, the last quarter of arrivals waits for its first token more
+        than twice as long as the first quarter, plus 1 s (``queue_grows``; a trace's bursts
+        queue without overloading it); ``utilization``: the offered rate over that capacity,
+        ``None`` without a rate).
 
     Raises:
         ConfigError: the workload is not the serve phase, a request is longer than the model's
@@ -441,7 +441,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     if load.trace is not None:
         # A trace's bursts queue without overloading it: only a mean rate above what the
         # replica completes at the plan's batch grows the queue through the whole trace.
-        overloaded = offered is not None and offered > capacity
+        overloaded = offered is not None and offered >= capacity
     elif offered is not None:
         # Above the steady state's capacity the queue grows without bound, whether or not a
         # run of this length shows it (it ramps up and drains, so a short run may not).
@@ -451,7 +451,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             q = len(wait) // 4
             early, late = float(wait[:q].mean()), float(wait[-q:].mean())
             queue_grows = late > 2.0 * early + 1.0
-        overloaded = queue_grows or offered > capacity
+        overloaded = queue_grows or offered >= capacity
     utilization = offered / capacity if offered is not None and capacity > 0 else None
     if ranks_apart > 1:
         share += f" (each of the instance's {ranks_apart} DP ranks schedules its own)"
