@@ -993,7 +993,7 @@ def test_sglang_plans_price_its_prefill_only_steps_as_the_simulation_runs_them(m
                           make_workload("serve", isl=2000, osl=500, dtype="fp8"),
                           config=CostModelConfig.for_engine("sglang"), engine="sglang")
     assert moe.config.runs_prefill_first
-    assert not moe.prefill_first_rows(np.array([1, 2, 8])).any()
+    assert not moe.serve_prefill_first
 
 
 def test_sglang_decodes_every_running_request_and_prefills_with_the_whole_budget():

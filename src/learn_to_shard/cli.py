@@ -593,9 +593,8 @@ def plan_cmd(
 
             # The exported plan's load warnings travel with its commands (-q and --output
             # drop the terminal's notes).
-            best = sims[0]["strategy"]
-            warn = [t for kind, t in simulation_notes(sims) if kind == "warning"
-                    and (t.startswith(str(best)) or t.startswith("under this load"))]
+            warn = [t for kind, t in simulation_notes(sims, best_only=True)
+                    if kind == "warning"]
             launch = "".join(f"# warning (simulated load): {t}\n" for t in warn) + launch
         if output is not None:
             _write(output, launch, "--output")
@@ -1558,15 +1557,12 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
         return (f"warning: simulated, a replica {why(sim)} even at "
                 f"{fleet.replicas + SIZE_EXTRA_REPLICAS} replicas ({per:.3g} req/s each: "
                 f"{stats}); the steady-state answer above is optimistic for this load")
-    from .report.render import NEAR_CAPACITY
+    from .report.render import NEAR_CAPACITY, replicas_for_rate
 
     util = sim.get("utilization")
     near = ""
     if isinstance(util, float) and util >= NEAR_CAPACITY:
-        # A dense model's DP ranks are simulated apart: a replica's capacity is theirs summed.
-        ranks = max(1, int(cast("int", sim.get("dp_ranks_as_replicas") or 1)))
-        extra = math.ceil(fleet.rate_rps / (NEAR_CAPACITY * ranks * float(
-            cast("float", sim["capacity_requests_per_s"]))) - 1e-9)
+        extra = replicas_for_rate(sim, fleet.rate_rps, NEAR_CAPACITY)
         near = (f"; at {100 * util:.0f}% of a replica's capacity, near saturation: a few "
                 f"percent of throughput error moves the latencies by half or more "
                 f"({extra} replicas keep each at or below {100 * NEAR_CAPACITY:.0f}%)")

@@ -536,7 +536,7 @@ class CostModel(OperatorTerms):
             for serve the TTFT step's ``pf2``/``pf_seqs2`` (the prompt's mean chunk,
             ``isl / chunk_steps`` tokens and ``1 / chunk_steps`` of the prompt), its decodes
             ``dec2`` (``dec``; 0 where the engine runs prefill first,
-            :meth:`~learn_to_shard.cost.terms.OperatorTerms.prefill_first_rows`) and
+            :attr:`~learn_to_shard.cost.terms.OperatorTerms.serve_prefill_first`) and
             ``chunk_steps`` (zeros otherwise). Prefill first, ``dec`` is every running
             request (the decode-only steps carry them all) and a chunk has the whole budget.
         """
@@ -557,11 +557,11 @@ class CostModel(OperatorTerms):
             # Prefill first, every running request decodes in the decode-only steps (the
             # budget bounds the prefill-only steps alone) and a prompt's chunk has the whole
             # budget; decodes first, the budget bounds the step (:meth:`_step_requests`).
-            first = self.prefill_first_rows(dp)
-            dec = np.where(first, seq_dp, self._step_requests(seq_dp))
+            first = self.serve_prefill_first
+            dec = seq_dp if first else self._step_requests(seq_dp)
             share = dec / seq_dp
             pf_seqs, pf, ctx = dec / osl, dec * isl / osl, wl.decode_context
-            room = np.where(first, float(c.token_budget), c.token_budget - dec)
+            room = np.full(n, float(c.token_budget)) if first else c.token_budget - dec
             chunk = np.minimum(np.maximum(room, 1.0), isl)
             chunk_steps = np.ceil(isl / chunk)
             # The TTFT step carries the prompt's mean chunk: its isl tokens over the
@@ -569,7 +569,7 @@ class CostModel(OperatorTerms):
             # price the prompt's tokens once; prefill first, it carries no decodes.
             pf2 = isl / chunk_steps
             pf_seqs2 = 1.0 / chunk_steps
-            dec2 = np.where(first, 0.0, dec)
+            dec2 = zeros if first else dec
         else:
             pf2, pf_seqs2, chunk_steps = zeros, zeros, zeros
         return {"m": m_mb, "seq_dp": seq_dp, "dec": dec, "pf": pf, "pf_seqs": pf_seqs,

@@ -574,19 +574,17 @@ class OperatorTerms:
             out = out + c.eager_layer_overhead_s * layers * steps
         return out
 
-    def prefill_first_rows(self, dp: np.ndarray) -> np.ndarray:
-        """``[n]`` bool: the serve steps of these rows are priced prefill first
-        (``config.runs_prefill_first``, SGLang): every row of a dense model, whose DP ranks
-        are servers of their own. A MoE model's rows keep the decodes-first mix, with or
-        without attention-DP: each SGLang attention-DP rank runs its own prefill first while
-        the ranks meet at every MoE layer, which is not priced yet, and pricing ``dp = 1``
-        prefill first beside attention-DP decodes first tilted plans toward attention-DP
-        (DeepSeek-V3 on 16 H200 under SGLang switched to it). All False outside the serve
-        phase."""
-        dp = np.asarray(dp)
-        on = self.config.runs_prefill_first and self.workload.phase is Phase.SERVE \
-            and self.model.moe is None
-        return np.full(np.shape(dp), on, dtype=bool)
+    @property
+    def serve_prefill_first(self) -> bool:
+        """Whether the serve steps are priced prefill first (``config.runs_prefill_first``,
+        SGLang): for a dense model, whose DP ranks are servers of their own. A MoE model
+        keeps the decodes-first mix at every ``dp``: each SGLang attention-DP rank runs its
+        own prefill first while the ranks meet at every MoE layer, which is not priced yet,
+        and pricing ``dp = 1`` prefill first beside attention-DP decodes first tilted plans
+        toward attention-DP (DeepSeek-V3 on 16 H200 under SGLang switched to it). False
+        outside the serve phase."""
+        return (self.config.runs_prefill_first and self.workload.phase is Phase.SERVE
+                and self.model.moe is None)
 
     def prompt_step_mix(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
                         dp: np.ndarray) -> StepMix:
@@ -616,7 +614,7 @@ class OperatorTerms:
           apart and mix like one rank.
 
         Prefill first (``config.runs_prefill_first``, SGLang: a prefill-only step whenever
-        prompts wait, the decodes held back; :meth:`prefill_first_rows`) the prompts that join
+        prompts wait, the decodes held back; :attr:`serve_prefill_first`) the prompts that join
         after a decode step are prefilled in steps of their own before the next decode step:
         step a carries no decodes and ``pf_a = pf / q`` prompt tokens, step b decodes alone,
         and ``q = max(1 − (1 − min(1, λ/d))^d, pf / budget)`` prefill-only steps run per
@@ -661,7 +659,7 @@ class OperatorTerms:
         seqs_a = np.where(mixed, pf_a * per_token, seqs)
         seqs_b = np.where(mixed, pf_b * per_token, seqs)
         w_b, dec_a, two = 1.0 - q, dec_f, q < 1.0
-        first = self.prefill_first_rows(dp) & (pf > 0)
+        first = (pf > 0) & self.serve_prefill_first
         if first.any():
             d = np.maximum(dec_f, 1.0)
             finish = 1.0 - (1.0 - np.minimum(lam / d, 1.0)) ** d

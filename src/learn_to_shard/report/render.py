@@ -294,24 +294,31 @@ def simulation_rows(sims: list[dict]) -> list[list[str]]:
 NEAR_CAPACITY = 0.9
 
 
-def _replicas_needed(sim: dict, load: float = 1.0) -> tuple[int, int] | None:
-    """``(needed, now)``: replicas of a simulated plan (instances; a dense model's DP ranks,
-    simulated apart, grouped back into its instances) that keep an open loop's rate at or
-    below ``load`` of a replica's capacity, and how many it has. The capacity is the steady
-    state's (``capacity_requests_per_s``), or, where the simulated queue grew, the lower of
-    it and what the replica served; an overloaded plan needs more than it has. ``None``
-    without a rate or capacity."""
-    import math
-
-    offered, cap = sim.get("offered_requests_per_s"), sim.get("capacity_requests_per_s")
-    if not offered or not cap:
+def replicas_for_rate(sim: dict, rate_rps: float, load: float = 1.0) -> int | None:
+    """Replicas of a simulated plan (instances; a dense model's DP ranks, simulated apart,
+    grouped back into its instances) that keep ``rate_rps`` requests/s at or below ``load``
+    of a replica's capacity: the steady state's (``capacity_requests_per_s``), or, where the
+    simulated queue grew, the lower of it and what the replica served. ``None`` without a
+    capacity."""
+    cap = sim.get("capacity_requests_per_s")
+    if not cap:
         return None
     served = sim.get("simulated", {}).get("requests_per_s")
     if sim.get("queue_grows") and served:
         cap = min(cap, served)
     ranks = max(1, int(sim.get("dp_ranks_as_replicas") or 1))
-    now = max(1, int(sim["replicas"]) // ranks)
-    need = max(1, math.ceil(offered * sim["replicas"] / (load * cap * ranks) - 1e-9))
+    return max(1, math.ceil(rate_rps / (load * cap * ranks) - 1e-9))
+
+
+def _replicas_needed(sim: dict, load: float = 1.0) -> tuple[int, int] | None:
+    """``(needed, now)``: :func:`replicas_for_rate` of the open loop's rate (offered to each
+    simulated replica, times their number) and the plan's replicas; an overloaded plan needs
+    more than it has. ``None`` without a rate or capacity."""
+    offered = sim.get("offered_requests_per_s")
+    if not offered or not sim.get("capacity_requests_per_s"):
+        return None
+    need = replicas_for_rate(sim, offered * sim["replicas"], load) or 1
+    now = max(1, int(sim["replicas"]) // max(1, int(sim.get("dp_ranks_as_replicas") or 1)))
     if sim.get("overloaded"):
         need = max(need, now + 1)
     return need, now
@@ -325,15 +332,16 @@ def _replicas_text(counts: tuple[int, int] | None) -> str:
     return f". This rate needs at least {need} replica{'s' if need != 1 else ''} of it ({now} now)"
 
 
-def simulation_notes(sims: list[dict]) -> list[tuple[str, str]]:
+def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[str, str]]:
     """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
     ``kind`` ``warning`` (an overloaded open loop and the replicas its rate needs, one at
     :data:`NEAR_CAPACITY` of a replica's capacity or more, an SLO the best plan misses under the
     load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
-    simulated, preemptions)."""
+    simulated, preemptions). ``best_only``: the load notes of the best plan (``sims[0]``)
+    alone; the SLO warning still reads every row for an alternative that meets it."""
     out: list[tuple[str, str]] = []
     first = sims[0]
-    for sim in sims:
+    for sim in sims[:1] if best_only else sims:
         if sim.get("overloaded"):
             offered = sim["offered_requests_per_s"]
             if sim.get("lengths", {}).get("dataset") == "trace":

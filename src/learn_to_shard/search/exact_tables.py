@@ -463,7 +463,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 cp_idx=a[first, CP_HEAD], tp=tp[first], ep=ep[first], dp=dp[first],
                 cp=cp[first], dec=dec[first], pf=pf[first],
                 pf_seqs=pf_seqs[first], pf2=pf2[first], pf_seqs2=pf_seqs2[first],
-                dec2=np.broadcast_to(dec2, np.shape(dec))[first])
+                dec2=dec2[first])
     tie = cm.model.tie_word_embeddings
     co = Coarse(actions=a, pp_idx=a[:, PP_HEAD], pp=pp, batch=batch,
                 devices=(tp * dp * pp).astype(np.float64),
