@@ -283,6 +283,11 @@ def test_flags_take_no_value_and_help_says_so():
     r = _run("plan", "--help")
     line = next(ln for ln in r.stdout.splitlines() if "--json" in ln)
     assert "<bool>" not in line
+    # No flag of any command is shown taking a <bool> value (click's own --help aside).
+    for cmd in ("plan", "validate", "compare", "pareto", "sweep", "size", "models", "devices"):
+        shown = [ln for ln in _run(cmd, "--help").stdout.splitlines()
+                 if "<bool>" in ln and "--help" not in ln]
+        assert not shown, (cmd, shown)
     r = _run(*PLAN, "--json", "true")
     assert r.exit_code == 2 and "true" in r.output
 
@@ -321,6 +326,26 @@ def test_output_may_not_be_an_input(tmp_path):
              "-q", "--out", str(out))
     _one_line_error(r, "compare.json", "--model")
     assert model.read_text() == before
+
+
+def test_output_may_not_land_in_the_shipped_data(tmp_path):
+    """A shipped name (``--model llama-3.1-8b``) reads a file of the package's data folder,
+    which an editable install leaves writable: no output may land there."""
+    from learn_to_shard.model.hf_config import _shipped_files
+
+    shipped = _shipped_files()["llama-3.1-8b"]
+    before = shipped.read_text()
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+             "-q", "-o", str(shipped))
+    _one_line_error(r, "--output", "shipped data")
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
+             "-q", "--export", "vllm", "-o", str(shipped.parent / ".." / "devices" / "x.sh"))
+    _one_line_error(r, "--output", "shipped data")
+    r = _run("pareto", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "serve",
+             "--out", str(shipped.parent / "pareto-out"))
+    _one_line_error(r, "--out", "shipped data")
+    assert shipped.read_text() == before
+    assert not (shipped.parent / "pareto-out").exists()
 
 
 def test_validate_outputs_distinct_from_table_and_each_other(tmp_path):

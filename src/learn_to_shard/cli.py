@@ -276,8 +276,15 @@ def _cluster_file(cluster: str) -> Path | None:
         return None
 
 
+def _shipped_data_dir() -> Path:
+    """The package's shipped data folder (model configs, device presets, measurements,
+    calibration factors): ``src/learn_to_shard/data`` in an editable install."""
+    return _resolve(Path(__file__).parent / "data")
+
+
 def _check_output(path: Path | None, flag: str, *, directory: bool = False,
-                  plot: bool = False, inputs: tuple[tuple[Path | None, str], ...] = ()) -> None:
+                  plot: bool = False, inputs: tuple[tuple[Path | None, str], ...] = (),
+                  shipped_ok: bool = False) -> None:
     """Refuse an output path that cannot be written, before any work is done.
 
     Args:
@@ -287,17 +294,27 @@ def _check_output(path: Path | None, flag: str, *, directory: bool = False,
         plot: ``path`` is an image; its suffix must be a format matplotlib writes.
         inputs: ``(file, flag)`` of each input file of the command (``None`` entries are
             skipped); the output may not be one of them.
+        shipped_ok: the output may lie in the package's shipped data folder
+            (:func:`_shipped_data_dir`; ``--write-factors`` writes its calibration file there).
 
     Raises:
         PlannerError: the path is empty or unusable (NUL byte, name too long), is a directory
             where a file is wanted (or a file where a directory is wanted), its folder does not
             exist or is not writable, the file exists and is not writable, it is one of the
-            ``inputs``, or (``plot``) its suffix is not an image format matplotlib writes.
+            ``inputs``, it lies in the shipped data folder (a shipped model config or device
+            preset named by ``--model llama-3.1-70b`` is read from there, and an editable
+            install makes it writable), or (``plot``) its suffix is not an image format
+            matplotlib writes.
     """
     if path is None:
         return
     if not str(path).strip():
         raise PlannerError(f"{flag}: empty path")
+    data = _shipped_data_dir()
+    if not shipped_ok and (_resolve(path) == data or data in _resolve(path).parents):
+        raise PlannerError(f"{flag}: {path} is inside l2s's shipped data ({data}); writing "
+                           f"there would change a shipped model, device or measurement file, "
+                           f"choose a path outside it")
     try:
         is_dir, exists = path.is_dir(), path.exists()
     except (OSError, ValueError) as exc:
@@ -383,7 +400,8 @@ def _saved(save: Callable[[], object], path: Path, flag: str) -> None:
 EXIT_INTERRUPTED = 130
 
 TimingOpt = Annotated[bool, typer.Option(
-    "--timing/--no-timing", help="Include the wall-clock values (the \"timing\" key) in the "
+    "--timing/--no-timing", metavar="",
+    help="Include the wall-clock values (the \"timing\" key) in the "
     "JSON; without them the JSON is byte-identical for the same inputs and seed.")]
 
 
@@ -428,7 +446,8 @@ def plan_cmd(
                                        "of a MoE server: deepep (normal kernels for prefill, "
                                        "low-latency for decode), deepep-normal, deepep-ll; "
                                        "default: the engine's own all-to-all."),
-    two_batch_overlap: bool = typer.Option(False, "--two-batch-overlap", help="Overlap MoE "
+    two_batch_overlap: bool = typer.Option(False, "--two-batch-overlap", metavar="",
+                                           help="Overlap MoE "
                                            "dispatch/combine with the other micro-batch's "
                                            "experts (SGLang --enable-two-batch-overlap, vLLM "
                                            "--enable-dbo)."),
@@ -442,15 +461,17 @@ def plan_cmd(
                                     "fuse-allreduce-rms, strategy-oneshot); or "
                                     "search: one search per setting of the engine, the best "
                                     "kept (--export prints its flags)."),
-    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Run the "
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", metavar="", help="Run the "
                                            "all-reduce before each norm as reduce-scatter, "
                                            "norm on token shards, all-gather (vLLM "
                                            "pass_config enable_sp)."),
-    gemm_overlap: bool = typer.Option(False, "--gemm-overlap", help="Overlap the all-gathers / "
+    gemm_overlap: bool = typer.Option(False, "--gemm-overlap", metavar="",
+                                      help="Overlap the all-gathers / "
                                       "reduce-scatters of --sequence-parallel (which it needs) "
                                       "with the adjacent GEMM (async TP; vLLM pass_config "
                                       "fuse_gemm_comms)."),
     context_parallel: bool = typer.Option(True, "--context-parallel/--no-context-parallel",
+                                          metavar="",
                                           help="Search decode context parallelism (cp: each "
                                           "sequence's KV split by tokens over cp ranks of "
                                           "the TP group, vLLM/SGLang "
@@ -869,7 +890,7 @@ def validate_cmd(
         _check_distinct(((plot, "--plot"), (report, "--report")))
         if write_factors is not None and not fit:
             raise PlannerError("--write-factors: needs --fit (it writes what the fit found)")
-        _check_output(write_factors, "--write-factors", inputs=inputs)
+        _check_output(write_factors, "--write-factors", inputs=inputs, shipped_ok=True)
         if write_factors is not None:
             for flag, other in (("--table", table), ("--plot", plot), ("--report", report)):
                 if other is not None and write_factors.resolve() == other.resolve():
@@ -1005,7 +1026,8 @@ def compare_cmd(
                                   help="Print the JSON on stdout, no table (a flag: no value)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", metavar="", help="No progress bars."),
     timing: TimingOpt = True,
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted compare in "
+    resume: bool = typer.Option(False, "--resume", metavar="",
+                                help="Continue an interrupted compare in "
                                 "--out: load its finished runs, run the rest."),
     report: Path | None = ReportOpt,
     images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
@@ -1128,7 +1150,8 @@ def pareto_cmd(
                                       "else vllm)."),
     out: Path = typer.Option(Path("l2s-pareto"), "--out", "-o",
                              help="Directory for pareto.png and pareto.json."),
-    json_out: bool = typer.Option(False, "--json", help="Print the JSON on stdout, no table."),
+    json_out: bool = typer.Option(False, "--json", metavar="",
+                                  help="Print the JSON on stdout, no table."),
     report: Path | None = ReportOpt,
     images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
 ) -> None:
@@ -1216,7 +1239,8 @@ def pareto_cmd(
 
 
 @app.command("models")
-def models_cmd(long: bool = typer.Option(False, "--long", "-l", help="A table: architecture, "
+def models_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
+                                         help="A table: architecture, "
                                           "parameters, layers, attention, experts, context, "
                                           "checkpoint weight format.")) -> None:
     """List the shipped model configs (names, one per line; --long: a table of their
@@ -1258,7 +1282,8 @@ def models_cmd(long: bool = typer.Option(False, "--long", "-l", help="A table: a
 
 
 @app.command("devices")
-def devices_cmd(long: bool = typer.Option(False, "--long", "-l", help="A table: memory, "
+def devices_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
+                                          help="A table: memory, "
                                            "peak FLOP/s per precision, HBM and link "
                                            "bandwidths, devices per scale-up domain.")) -> None:
     """List the device presets (names, one per line; --long: a table of their datasheet
@@ -1337,11 +1362,14 @@ def sweep_cmd(
     out: Path = typer.Option(Path("l2s-sweep"), "--out", "-o", help="Results folder: "
                              "rows.jsonl, results.parquet, results.csv, plots."),
     workers: WorkersOpt = 0, ray_address: RayOpt = None,
-    retry_errors: bool = typer.Option(False, "--retry-errors", help="Run again the cells "
+    retry_errors: bool = typer.Option(False, "--retry-errors", metavar="",
+                                      help="Run again the cells "
                                       "whose recorded row has an error."),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write tokens_per_device.png "
+    plots: bool = typer.Option(True, "--plots/--no-plots", metavar="",
+                               help="Write tokens_per_device.png "
                                "and cheapest.png."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, no tables."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", metavar="",
+                               help="No progress bar, no tables."),
 ) -> None:
     """Run every cell of a grid (models × clusters × workloads × engines × searchers ×
     budgets × seeds); cells already in the results are skipped. Exit 0: every cell has a row
@@ -1428,7 +1456,7 @@ def size_cmd(
     out: Path = typer.Option(Path("l2s-size"), "--out", "-o", help="Results folder (resumable, "
                              "as l2s sweep)."),
     workers: WorkersOpt = 0, ray_address: RayOpt = None,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", metavar="", help="No progress bar."),
 ) -> None:
     """Fewest devices of each kind (or lowest cost at --price) that serve --rate requests/s of
     the workload within the SLOs: replicas of the best plan found per cluster size
