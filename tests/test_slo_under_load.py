@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -31,10 +32,11 @@ def test_each_slo_is_checked_on_the_simulated_mean_and_p90():
 
 
 def test_plan_warns_when_the_simulation_misses_the_slo():
-    """Llama-70B on 8 H100 at 128 clients: the steady state meets TTFT 300 ms, the closed-loop
-    simulation's queueing does not; the plan says so and the JSON records it."""
+    """Llama-70B on 8 H100 at 128 clients: the steady state, every client in a batch slot,
+    meets TTFT 300 ms; the closed-loop simulation's waves of fixed-length prompts do not; the
+    plan says so and the JSON records it."""
     args = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
-            "--isl", "2000", "--osl", "500", "--ttft-slo", "300ms", "--tpot-slo", "40ms",
+            "--isl", "2000", "--osl", "500", "--ttft-slo", "300ms", "--tpot-slo", "60ms",
             "--concurrency", "128", "--num-prompts", "300", "--engine", "vllm"]
     r = CliRunner().invoke(app, [*args, "-q"])
     assert r.exit_code == 0, r.output
@@ -203,3 +205,51 @@ def test_an_exported_plan_carries_its_load_warnings_and_osl_1_has_no_tpot():
                                    "-q", "--no-timing"])
     best = json.loads(one.stdout)["best"]
     assert best["tpot_s"] is None and best["tokens_per_s_per_user"] is None
+
+
+def test_closed_loop_clients_beyond_the_batch_wait_in_ttft():
+    """64 clients on one TP8 replica of batch 32: each running request has one client waiting
+    behind it, for one slot lifetime (osl · TPOT / share, Little's law), which the steady
+    state's TTFT counts; at batch 64 nobody waits. The exact search prices the same (it
+    checks its decomposition against the cost model), so a TTFT SLO it cannot meet with
+    clients waiting makes it fill the batch."""
+    from learn_to_shard.api import make_cost_model, make_workload
+    from learn_to_shard.parallel.strategy import Strategy
+
+    def est(concurrency, batch):
+        cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",
+                             make_workload("serve", isl=1024, osl=256,
+                                           concurrency=concurrency))
+        cm.space = cm.space.with_batches([batch])
+        return cm, cm.evaluate(Strategy(tp=8, ep=1, pp=1, dp=1, batch=batch))
+
+    cm, half = est(64, 32)
+    _, alone = est(None, 32)
+    assert cm.closed_loop_queue(np.array([8]), np.array([32]))[0] == pytest.approx(1.0)
+    assert half.tpot_s == pytest.approx(alone.tpot_s, rel=1e-12)
+    assert half.ttft_s - alone.ttft_s == pytest.approx(256 * half.tpot_s, rel=1e-9)
+    assert half.ttft_queue_s == pytest.approx(256 * half.tpot_s, rel=1e-9)
+    _, full = est(64, 64)
+    _, full_alone = est(None, 64)
+    assert full.ttft_s == pytest.approx(full_alone.ttft_s, rel=1e-12)
+    assert full.ttft_queue_s == 0.0 and alone.ttft_queue_s == 0.0
+    # On 16 H200s at 256 clients and a 40 ms TPOT, no plan serves every client in a slot
+    # within the TPOT SLO, and one with clients waiting misses the 1 s TTFT: the answer is
+    # infeasible, and its closest candidate is one that is short on TPOT alone.
+    r = CliRunner().invoke(app, [
+        "plan", "--model", "qwen3-235b-a22b", "--cluster", "h200:16", "--phase", "serve",
+        "--isl", "2048", "--osl", "512", "--tpot-slo", "40ms", "--ttft-slo", "1s",
+        "--engine", "sglang", "--concurrency", "256", "-q"])
+    assert r.exit_code == 1, r.output
+    lines = r.output.splitlines()
+    i = next(k for k, ln in enumerate(lines) if "closest candidate" in ln)
+    assert "tpot_slo: TPOT" in lines[i + 1] and "ttft_slo: TTFT" not in lines[i + 2]
+    # Without the TTFT SLO the plan keeps clients waiting, and says how long in its TTFT.
+    args = ["plan", "--model", "qwen3-235b-a22b", "--cluster", "h200:16", "--phase", "serve",
+            "--isl", "2048", "--osl", "512", "--tpot-slo", "40ms", "--engine", "sglang",
+            "--concurrency", "256", "-q"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "waiting for a batch slot: 256 clients" in r.stdout
+    best = json.loads(CliRunner().invoke(app, [*args, "--json", "--no-timing"]).stdout)["best"]
+    assert 0 < best["ttft_queue_s"] < best["ttft_s"]

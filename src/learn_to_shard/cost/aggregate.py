@@ -60,19 +60,23 @@ class Latency:
             NaN otherwise.
         instance_tokens_per_s: one instance's output tokens/s (prompt tokens/s for prefill).
         tokens_per_s_per_device: the same over the whole cluster's devices.
+        ttft_queue_s: the part of ``ttft_s`` a closed-loop client waits for a batch slot,
+            seconds (0 where none waits or TTFT is not priced).
     """
 
     tpot_s: np.ndarray
     ttft_s: np.ndarray
     instance_tokens_per_s: np.ndarray
     tokens_per_s_per_device: np.ndarray
+    ttft_queue_s: np.ndarray | float = 0.0
 
 
 def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.ndarray,
             batch: np.ndarray, share: np.ndarray, replica_frac: np.ndarray,
             ttft_pass_s: np.ndarray | None = None,
             chunk_steps: np.ndarray | None = None,
-            frontend_latency_s: float = 0.0) -> Latency:
+            frontend_latency_s: float = 0.0,
+            queued: np.ndarray | float = 0.0) -> Latency:
     """Pipeline latencies and throughput (module docstring).
 
     Args:
@@ -87,10 +91,16 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
         chunk_steps: serve: TTFT steps ``⌈isl / chunk⌉``.
         frontend_latency_s: serve: the serving front-end's time per request, added to TTFT
             (:attr:`~learn_to_shard.cost.config.CostModelConfig.frontend_latency_s`).
+        queued: serve: closed-loop clients waiting for a batch slot, per running request
+            (:meth:`~learn_to_shard.cost.model.CostModel.closed_loop_queue`); each waits
+            ``queued`` slot lifetimes, ``queued · osl · TPOT / share`` seconds (Little's law
+            on a replica's ``batch`` slots: a slot turns over once per ``osl · TPOT / share``),
+            added to TTFT.
 
     Returns:
         The :class:`Latency`.
     """
+    wait: np.ndarray | float = 0.0
     if workload.phase is Phase.PREFILL:
         makespan = sum_t + (m_mb - 1) * max_t
         ttft = makespan
@@ -101,11 +111,12 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
         inst = batch * share / tpot
         if workload.phase is Phase.SERVE and ttft_pass_s is not None:
             assert chunk_steps is not None
-            ttft = chunk_steps * ttft_pass_s + frontend_latency_s
+            wait = np.asarray(queued, dtype=np.float64) * float(workload.osl) * tpot / share
+            ttft = chunk_steps * ttft_pass_s + frontend_latency_s + wait
         else:
             ttft = np.full(np.broadcast_shapes(np.shape(sum_t), np.shape(batch)), np.nan)
     return Latency(tpot_s=tpot, ttft_s=ttft, instance_tokens_per_s=inst,
-                   tokens_per_s_per_device=inst * replica_frac)
+                   tokens_per_s_per_device=inst * replica_frac, ttft_queue_s=wait)
 
 
 def stage_memory_bytes(weight_bytes: np.ndarray, kv_bytes: np.ndarray,

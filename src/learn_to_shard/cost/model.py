@@ -216,6 +216,8 @@ class Estimate:
         instances: model replicas the cluster holds; idle_devices: devices left over.
         kv_capacity_tokens: KV-cache tokens one instance holds (see :class:`BatchEstimate`).
         max_context_tokens: longest context each of ``batch`` sequences can reach.
+        ttft_queue_s: the part of ``ttft_s`` a closed-loop client waits for a batch slot
+            (:meth:`CostModel.closed_loop_queue`), seconds; 0 where none waits.
     """
 
     strategy: Strategy
@@ -236,6 +238,7 @@ class Estimate:
     idle_devices: int = 0
     kv_capacity_tokens: int = 0
     max_context_tokens: int = 0
+    ttft_queue_s: float = 0.0
 
     @property
     def cluster_tokens_per_s(self) -> float:
@@ -373,7 +376,8 @@ class CostModel(OperatorTerms):
             op_time_s=out["op_time"], instances=inst,
             idle_devices=self.cluster.num_devices - inst * strategy.devices,
             kv_capacity_tokens=int(b.kv_capacity_tokens[0]),
-            max_context_tokens=int(b.max_context_tokens[0]))
+            max_context_tokens=int(b.max_context_tokens[0]),
+            ttft_queue_s=float(out["ttft_queue"][0]))
 
     def _explain(self, names: tuple[str, ...], out: dict, s: Strategy) -> tuple[str, ...]:
         """Turn violation names into one specific line each (numbers where they help)."""
@@ -434,7 +438,8 @@ class CostModel(OperatorTerms):
         lat = aggregate.latency(wl, sum_t, max_t, m_mb, batch, ph["share"],
                                 self.replica_fraction(tp * dp * pp, batch), t2,
                                 ph["chunk_steps"],
-                                self.config.frontend_latency_s)
+                                self.config.frontend_latency_s,
+                                self.closed_loop_queue(tp * dp * pp, batch))
         tpot, ttft = lat.tpot_s, lat.ttft_s
         instance_tps, tps_dev = lat.instance_tokens_per_s, lat.tokens_per_s_per_device
 
@@ -491,7 +496,9 @@ class CostModel(OperatorTerms):
             max_context_tokens=max_context.astype(np.int64))
         out = {"batch": batch_est, "stage_mem": stage_mem, "stage_w": stage_w,
                "stage_kv": stage_kv, "ws": np.broadcast_to(ws, (n,)), "stage_t": stage_t,
-               "m": m_mb, "instance_tps": instance_tps}
+               "m": m_mb, "instance_tps": instance_tps,
+               "ttft_queue": np.broadcast_to(np.asarray(lat.ttft_queue_s, dtype=np.float64),
+                                             (n,))}
         if detail:
             out["collectives"] = step["collectives"]
             out["op_time"] = step["op_time"]
@@ -523,6 +530,28 @@ class CostModel(OperatorTerms):
             full = np.minimum(full, float(c) / np.maximum(np.asarray(batch, dtype=np.float64),
                                                           1.0))
         return full / n_dev
+
+    def closed_loop_queue(self, devices: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        """Closed-loop clients waiting for a batch slot per running request, ``[n]``:
+        ``max(0, C / (r · batch) − 1)`` with ``C`` clients (``Workload.concurrency``) over
+        ``r = floor(N / devices)`` replicas; 0 without a closed-loop load, outside serve, or
+        where no replica fits.
+
+        A plan whose batch holds fewer requests than its replica's share of the clients keeps
+        the rest waiting (vLLM's, SGLang's and TensorRT-LLM's benchmark clients send the next
+        request when one completes, and the engine queues what its batch cannot admit): each
+        running request has that many waiting behind it, and
+        :func:`~learn_to_shard.cost.aggregate.latency` adds their wait to TTFT.
+        """
+        c = self.workload.concurrency
+        b = np.maximum(np.asarray(batch, dtype=np.float64), 1.0)
+        if c is None or self.workload.phase is not Phase.SERVE:
+            return np.zeros(np.shape(b))
+        r = np.floor(float(self.cluster.num_devices)
+                     / np.maximum(np.asarray(devices, dtype=np.float64), 1.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(r > 0, float(c) / (np.maximum(r, 1.0) * b) - 1.0, 0.0)
+        return np.maximum(q, 0.0)
 
     def phase_rows(self, pp: np.ndarray, dp: np.ndarray, batch: np.ndarray) -> dict:
         """Micro-batching and the phase split, per row (module docstring, "Pipeline" and

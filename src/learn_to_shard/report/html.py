@@ -197,7 +197,9 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         ["throughput", f"{e.tokens_per_s_per_device:,.1f} tokens/s per device"],
         ["TPOT", "n/a (one output token per request)" if one_output_token(wl) else
          _ms(e.tpot_s) + (f" (SLO {_ms(wl.tpot_slo_s)})" if wl.tpot_slo_s else "")],
-        ["TTFT", _ms(e.ttft_s) + (f" (SLO {_ms(wl.ttft_slo_s)})" if wl.ttft_slo_s else "")],
+        ["TTFT", _ms(e.ttft_s) + (f" (SLO {_ms(wl.ttft_slo_s)})" if wl.ttft_slo_s else "")
+         + (f" (of which {_ms(e.ttft_queue_s)} waiting for a batch slot)"
+            if e.ttft_queue_s > 0 else "")],
         ["memory / device", f"{to_gib(e.memory.total_bytes):.1f} of "
                             f"{to_gib(e.memory.usable_bytes):.1f} GiB usable"],
     ]))

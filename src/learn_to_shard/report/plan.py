@@ -344,6 +344,7 @@ def _estimate_core(e: Estimate, wl: Workload, s: Strategy) -> dict[str, object]:
         "instance_tokens_per_s": e.output_tokens_per_s,
         "tpot_s": None if one_output_token(wl) else _num(e.tpot_s),
         "ttft_s": _num(e.ttft_s),
+        "ttft_queue_s": _num(e.ttft_queue_s),
         "tpot_slo_margin_s": _num(wl.tpot_slo_s - e.tpot_s) if wl.tpot_slo_s and
         not math.isnan(e.tpot_s) else None,
         "ttft_slo_margin_s": _num(wl.ttft_slo_s - e.ttft_s) if wl.ttft_slo_s and

@@ -176,7 +176,12 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     if not math.isnan(e.ttft_s):
         margin = f"  (SLO {_ms(wl.ttft_slo_s)}, margin {_ms(wl.ttft_slo_s - e.ttft_s)})" \
             if wl.ttft_slo_s else ""
-        summary.add_row("TTFT", _ms(e.ttft_s) + margin)
+        queue = ""
+        if e.ttft_queue_s > 0 and wl.concurrency is not None:
+            slots = e.instances * s.batch
+            queue = (f"  (of which {_ms(e.ttft_queue_s)} waiting for a batch slot: "
+                     f"{wl.concurrency} clients, {slots} slots)")
+        summary.add_row("TTFT", _ms(e.ttft_s) + margin + queue)
     summary.add_row("pipeline", f"{s.pp} stage(s), {e.micro_batches} micro-batch(es), "
                     f"stage times " + ", ".join(_ms(x) for x in e.stage_time_s[:8])
                     + (" …" if len(e.stage_time_s) > 8 else ""))
@@ -245,8 +250,10 @@ SIMULATION_COLUMNS = ("strategy", "TTFT ms mean/p50/p90/p99", "TPOT ms mean/p50/
 
 #: What ``÷ steady`` means, printed under the table.
 STEADY_RATIO_NOTE = ("÷ steady: the simulation's mean TTFT / mean TPOT / tok/s over the "
-                     "analytical estimate's at the same number of running requests (queueing, "
-                     "prefill stalls and bursts are what the steady state leaves out; "
+                     "analytical estimate's at the same number of running requests (an open "
+                     "loop's queueing, prefill stalls and bursts are what the steady state "
+                     "leaves out, while it counts a closed loop's clients waiting beyond the "
+                     "batch; "
                      "fixed-length requests in a closed loop run in lock-step waves, whose "
                      "prompts prefill together while the decodes run undisturbed, so there "
                      "the simulated TPOT is lower and tok/s higher than the steady state of "
@@ -266,15 +273,17 @@ def simulation_heading(sims: list[dict]) -> str:
 def simulation_rows(sims: list[dict]) -> list[list[str]]:
     """The cells of the simulated-serving table (:data:`SIMULATION_COLUMNS`), one row per
     simulated plan of ``api.simulate_plan``: latencies in ms (end-to-end in s), a one-token
-    output's TPOT and ITL as ``n/a``."""
+    output's TPOT and ITL as ``n/a``; a latency of 1 s or more in whole ms."""
     rows = []
     for sim in sims:
         s = sim["simulated"]
         r = sim["sim_over_analytic"]
 
         def q(name: str, s: dict = s) -> str:
-            return "/ ".join(f"{to_ms(s[k]):.1f}" for k in (
-                f"mean_{name}_s", f"p50_{name}_s", f"p90_{name}_s", f"p99_{name}_s"))
+            # Tenths of a ms below 1 s, whole ms above (a queue's TTFT runs to minutes).
+            return "/ ".join(f"{v:.1f}" if abs(v) < 1000.0 else f"{v:.0f}" for v in (
+                to_ms(s[k]) for k in (f"mean_{name}_s", f"p50_{name}_s", f"p90_{name}_s",
+                                      f"p99_{name}_s")))
 
         # One output token per request has no token after the first: no TPOT or ITL.
         gaps = s["p99_tpot_s"] > 0 or s["p99_itl_s"] > 0
@@ -381,7 +390,8 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
             s_ = sim["simulated"]
             part = str(sim["replica_share"]).split("; ", 1)[-1]
             out.append(("note", f"{sim['strategy']}: per replica, {part}; the wait counts in "
-                        f"TTFT (mean {s_['mean_ttft_s']:.3g} s): fewer clients per replica "
+                        f"TTFT (mean {s_['mean_ttft_s']:.3g} s; the plan's TTFT counts it "
+                        f"from its batch's turnover): fewer clients per replica "
                         f"(more devices, or a larger batch if it fits) shorten it"))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
@@ -421,7 +431,7 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
     if not sims:
         return
     con.print(f"\n[bold]Simulated serving[/] ({escape(simulation_heading(sims))})")
-    t = Table(box=None, pad_edge=False)
+    t = Table(box=None, pad_edge=False, collapse_padding=True)
     for col in SIMULATION_COLUMNS:
         # Numbers wrap at their '/' rather than lose their tail (p99) to an ellipsis.
         t.add_column(col, justify="left" if col == "strategy" else "right",

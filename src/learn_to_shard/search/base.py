@@ -24,6 +24,7 @@ import numpy as np
 
 from ..cost.model import BatchEstimate, CostModel
 from ..parallel.space import RULES
+from ..workload import Phase
 
 #: Called with the number of evaluations just spent (drives progress bars).
 ProgressFn = Callable[[int], None]
@@ -194,6 +195,23 @@ class Searcher(Protocol):
         ...
 
 
+def _overshoot(cm: CostModel, est: BatchEstimate, rows: np.ndarray) -> np.ndarray:
+    """How far each row of ``est`` (at ``rows``) is past its limits: the largest of peak
+    memory / usable memory, TPOT / TPOT SLO and TTFT / TTFT SLO (those the workload's phase
+    checks, as :func:`~learn_to_shard.cost.aggregate.limits_broken`),
+    ``[len(rows)]``; NaN counts as infinitely far. Used to rank rejected strategies by how
+    near they came to feasible."""
+    wl = cm.workload
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = [np.asarray(est.peak_memory_bytes[rows], dtype=np.float64) / cm.usable_bytes]
+        if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
+            ratios.append(np.asarray(est.tpot_s[rows], dtype=np.float64) / wl.tpot_slo_s)
+        if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
+            ratios.append(np.asarray(est.ttft_s[rows], dtype=np.float64) / wl.ttft_slo_s)
+    worst = np.max(np.stack(ratios), axis=0)
+    return np.where(np.isnan(worst), np.inf, worst)
+
+
 class BudgetedEvaluator:
     """Wraps a cost model: counts evaluations, enforces the budget, tracks the best.
 
@@ -217,7 +235,7 @@ class BudgetedEvaluator:
         self._top: dict[bytes, tuple[np.ndarray, float]] = {}
         self._rej: dict[int, tuple[np.ndarray, float, int]] = {}
         self.violation_counts: dict[int, int] = {}
-        self._closest: tuple[tuple[int, float], np.ndarray, int] | None = None
+        self._closest: tuple[tuple[int, float, float], np.ndarray, int] | None = None
         self._t0 = time.perf_counter()
         watch = _WATCH.get()
         if watch is not None:
@@ -291,10 +309,13 @@ class BudgetedEvaluator:
                 if b not in self._rej or r > self._rej[b][1]:
                     self._rej[b] = (a[j].copy(), r, int(b))
             nbits = np.array([bin(int(b)).count("1") for b in bits[infeas]])
-            # Fewest broken rules, then the least peak memory (np.lexsort: last key first; a
-            # weighted sum such as nbits·1e30 + bytes loses the bytes to float rounding).
-            j = int(infeas[np.lexsort((est.peak_memory_bytes[infeas], nbits))[0]])
-            k = (int(nbits.min()), float(est.peak_memory_bytes[j]))
+            over = _overshoot(self.cost_model, est, infeas)
+            # Fewest broken rules, then the least overshoot of its limits, then the least peak
+            # memory (np.lexsort: last key first; a weighted sum such as nbits·1e30 + bytes
+            # loses the bytes to float rounding).
+            pick = np.lexsort((est.peak_memory_bytes[infeas], over, nbits))[0]
+            j = int(infeas[pick])
+            k = (int(nbits.min()), float(over[pick]), float(est.peak_memory_bytes[j]))
             if self._closest is None or k < self._closest[0]:
                 self._closest = (k, a[j].copy(), int(bits[j]))
             ub, cnt = np.unique(bits[infeas], return_counts=True)

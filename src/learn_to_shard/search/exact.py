@@ -56,6 +56,7 @@ from ..parallel.space import (
     batch_grid,
 )
 from ..parallel.strategy import Strategy
+from ..workload import Phase
 from . import register
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
 from .exact_tables import (
@@ -671,8 +672,14 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     cert.wall_s = time.perf_counter() - t0
     curve_all = np.concatenate(curve) if curve else np.zeros(0)
     if found <= 0.0 or not top_actions:
-        return ExactSolution(None, 0.0, [], rej_actions, closest(), cert, curve_all,
-                             open_cells)
+        # Combinations fit but none meets the SLOs: beside the smallest-memory ones, those
+        # whose feature floor comes nearest to the SLOs (the evaluator names what they break).
+        near = _nearest_slo_rows(cm, st, lay, co, zlb, emb_t, ws, emb_t2)
+        fit_rows = np.flatnonzero(fits)
+        near_actions = _closest_actions(st, co_all, mt_all, fit_rows[near]) if len(near) \
+            else []
+        return ExactSolution(None, 0.0, [], rej_actions, near_actions + closest(), cert,
+                             curve_all, open_cells)
     return ExactSolution(top_actions[0], found, top_actions, rej_actions, [], cert, curve_all,
                          open_cells)
 
@@ -992,6 +999,36 @@ def _floor_objective(cm: CostModel, st: Structure, lay: ZLayout, p: int, c: Coar
                        emb_t[kk][:, None], ws[kk][:, None],
                        None if emb_t2 is None else emb_t2[kk][:, None])
     return np.where(np.isfinite(zlb[kk]).all(axis=2), r["objective"], 0.0).max(axis=1)
+
+
+def _nearest_slo_rows(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse,
+                      zlb: np.ndarray, emb_t: np.ndarray, ws: np.ndarray,
+                      emb_t2: np.ndarray | None, n: int = 32) -> np.ndarray:
+    """The ``n`` rows of ``co`` whose feature floors (best attention choice) come nearest to
+    the workload's SLOs: least ``max(TPOT / TPOT SLO, TTFT / TTFT SLO)`` at the floor, a
+    lower bound on every candidate's; empty without an SLO. Explains an answer where every
+    combination fits in memory but none meets the SLOs."""
+    wl = cm.workload
+    if wl.tpot_slo_s is None and wl.ttft_slo_s is None:
+        return np.zeros(0, dtype=np.int64)
+    worst = np.full(len(co), np.inf)
+    for p, rows in _by_pp(co):
+        c = co.take(rows)
+        kk = c.key
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            r = evaluate_z(cm, st, lay, p, _bcast(c),
+                           np.where(np.isinf(zlb[kk]), 1e300, zlb[kk]),
+                           emb_t[kk][:, None], ws[kk][:, None],
+                           None if emb_t2 is None else emb_t2[kk][:, None])
+            ratio = np.zeros(np.shape(r["tpot"]))
+            if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
+                ratio = np.maximum(ratio, r["tpot"] / wl.tpot_slo_s)
+            if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
+                ratio = np.maximum(ratio, r["ttft"] / wl.ttft_slo_s)
+        ratio = np.where(np.isnan(ratio) | ~np.isfinite(zlb[kk]).all(axis=2), np.inf, ratio)
+        worst[rows] = ratio.min(axis=1)
+    ok = np.flatnonzero(np.isfinite(worst))
+    return ok[np.argsort(worst[ok], kind="stable")[:n]]
 
 
 def _bcast(c: Coarse) -> Coarse:

@@ -390,6 +390,8 @@ class Coarse:
         host, host2: host time added to every stage of the main / TTFT step, seconds.
         share: fraction of the running requests a serve step carries
             (``CostModel._step_share``; 1 outside serve), ``[M]``.
+        queued: closed-loop clients waiting per running request
+            (``CostModel.closed_loop_queue``), ``[M]``.
     """
 
     actions: np.ndarray
@@ -409,6 +411,7 @@ class Coarse:
     host: np.ndarray
     host2: np.ndarray
     share: np.ndarray
+    queued: np.ndarray
 
     def __len__(self) -> int:
         return len(self.pp)
@@ -477,7 +480,8 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 host=mixed(_host_time(cm, mix.dec_a, mix.pf_a, mix.seqs_a, pp, dp),
                            _host_time(cm, dec, mix.pf_b, mix.seqs_b, pp, dp)),
                 host2=_host_time(cm, dec2, pf2, pf_seqs2, pp, dp),
-                share=ph["share"])
+                share=ph["share"],
+                queued=cm.closed_loop_queue(tp * dp * pp, batch))
     return co, keys
 
 
@@ -1143,7 +1147,7 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
         assert emb_t2 is not None
         s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
     lat = aggregate.latency(wl, sum_t, max_t, co.m_mb, co.batch, co.share, co.replica_frac,
-                            s2, co.chunk_steps, cm.config.frontend_latency_s)
+                            s2, co.chunk_steps, cm.config.frontend_latency_s, co.queued)
     peak = peak_z(st, lay, pp_idx, co, z, ws, kv_free(cm))
     feas = np.ones(np.shape(peak), dtype=bool)
     for broken in aggregate.limits_broken(wl, cm.usable_bytes, peak, lat.tpot_s,
