@@ -466,3 +466,34 @@ def test_any_batch_certifies_the_same_optimum_whatever_the_cell_split(monkeypatc
     sol, space = solve_any_batch(cm)
     assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
     assert sol.certificate.batch_cells_open >= 1
+
+
+def test_any_batch_certifies_a_closed_loop_window():
+    """A closed loop of 200 clients on 2 devices, TPOT SLO at TP1's batch 80 and TTFT SLO at
+    its batch 70: TTFT falls as the batch grows (fewer clients wait for a slot) while TPOT
+    rises, so TP1's feasible batches are the window 70..80, between the grid's 64 and 96. The
+    cell bounds take the wait at each cell's top, so the refinement finds the window and
+    matches the optimum over every integer batch."""
+    m = _tiny()
+    cl = ClusterSpec(_device(4e8), 2, name="t")
+    base = Workload(Phase.SERVE, isl=64, osl=16, concurrency=200)
+
+    def at(b: int, wl: Workload) -> tuple[float, float]:
+        cm = CostModel(m, cl, wl, space=StrategySpace.build(m, cl, batch_values=(b,)))
+        e = cm.evaluate(Strategy(1, 1, 1, 1, b, dims=(2,) * 12))
+        return e.tpot_s, e.ttft_s
+
+    tpot_slo = at(80, base)[0] * (1 + 1e-9)
+    ttft_slo = at(70, base)[1] * (1 + 1e-9)
+    assert at(64, base)[1] > ttft_slo                 # below the window: too many wait
+    wl = dataclasses.replace(base, tpot_slo_s=tpot_slo, ttft_slo_s=ttft_slo)
+    sp = StrategySpace.build(m, cl)
+    grid = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=batch_grid(sp.dp_values, 7), any_batch=True))
+    every = CostModel(m, cl, wl, space=dataclasses.replace(
+        sp, batch_values=tuple(range(1, 129)), any_batch=False))
+    want = ExactSearcher().search(every, None, 0)
+    assert want.best_objective > 0
+    sol, space = solve_any_batch(grid)
+    assert sol.best_objective == pytest.approx(want.best_objective, rel=1e-9)
+    assert space.decode(sol.best_action).batch not in grid.space.batch_values

@@ -483,3 +483,22 @@ def test_trtllm_max_batch_size_of_a_pipeline_plan_is_per_micro_batch():
     vllm = CostModel(cm.model, cm.cluster, cm.workload, config=cost_config("vllm"),
                      space=cm.space)
     assert engine_max_num_seqs(vllm, 1, est.kv_capacity_tokens, 4) == 1024
+
+
+def test_trtllm_export_keeps_the_memory_cap():
+    """TensorRT-LLM has no cap on the device's memory: with --gpu-memory-utilization 0.5 the
+    exported KV pool fraction shrinks so the pool is the one the plan holds within half the
+    device (it wrote 0.9 of everything weights and buffers leave, ~2.7x the planned pool)."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    r = CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+        "--isl", "1000", "--osl", "200", "--concurrency", "64",
+        "--gpu-memory-utilization", "0.5", "--export", "trtllm", "-q"])
+    assert r.exit_code == 0, r.output
+    frac = float(r.stdout.split("--kv_cache_free_gpu_memory_fraction ")[1].split()[0])
+    assert 0.2 < frac < 0.5
+    assert f"free_gpu_memory_fraction: {frac:g}" in r.stdout
+    assert "--gpu-memory-utilization 0.5: TensorRT-LLM has no cap" in r.stdout

@@ -1064,3 +1064,100 @@ def test_a_moe_plan_with_about_one_prompt_per_step_agrees_with_the_simulation(ep
     sim = simulate_estimate(cm, est, ServingLoad(concurrency=496, range_ratio=0.5,
                                                  num_prompts=1500))
     assert sim["sim_over_analytic"]["mean_tpot"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_trace_times_with_offsets_fractions_and_no_zone(tmp_path, monkeypatch):
+    """ISO date-times with a fraction and an offset, 'Z', or none (read as UTC, as the Azure
+    traces' timestamps are): the gaps do not depend on the machine's time zone; a file mixing
+    seconds and date-times, or a length no model holds, is one error naming --trace."""
+    import time
+
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,isl,osl\n2023-11-16T18:15:46.5+02:00,10,2\n"
+                 "2023-11-16T18:15:47.1234567Z,10,2\n2023-11-16 16:15:48,10,2\n"
+                 "2023-11-16 16:15:49,5,2\n", encoding="utf-8")
+    gaps = []
+    for tz in ("UTC", "America/New_York", "Asia/Kolkata"):
+        monkeypatch.setenv("TZ", tz)
+        if hasattr(time, "tzset"):
+            time.tzset()
+        gaps.append(list(load_trace(f).arrival_s))
+    monkeypatch.delenv("TZ")
+    if hasattr(time, "tzset"):
+        time.tzset()
+    assert gaps[0] == gaps[1] == gaps[2]
+    assert gaps[0] == pytest.approx([0.0, 1.5, 2.5, 7200.623456], abs=1e-6)
+    mixed = tmp_path / "m.csv"
+    mixed.write_text("arrival_s,isl,osl\n0,10,2\n2023-11-16 18:15:46,10,2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="--trace: .*row 3: arrival_s mixes seconds"):
+        load_trace(mixed)
+    junk = tmp_path / "j.csv"
+    junk.write_text("arrival_s,isl,osl\nyesterday,10,2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="--trace: .*row 2: arrival time 'yesterday'"):
+        load_trace(junk)
+    big = tmp_path / "b.csv"
+    big.write_text("arrival_s,isl,osl\n0,99999999999999999999,50\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="--trace: .*row 2: isl .* more tokens than any"):
+        load_trace(big)
+
+
+def test_load_flags_out_of_range_are_one_line_errors(tmp_path):
+    """A client count, a rate or a trace request the tool cannot simulate is refused with the
+    flag named (exit 2), never a traceback: a concurrency beyond a million, a rate so low its
+    Poisson arrivals outrun float seconds or so high no replica count prints, and a trace
+    request longer than the model's context names --trace, not --isl/--osl never given."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "-q"]
+    huge = tmp_path / "huge.csv"
+    huge.write_text("arrival_s,isl,osl\n0,500000,50\n1,100,10\n", encoding="utf-8")
+    for extra, needle in (
+            (["--isl", "100", "--osl", "10", "--concurrency", "99999999999999999999"],
+             "--concurrency: must be a whole number of clients in 1..1,000,000"),
+            (["--isl", "100", "--osl", "10", "--request-rate", "1e-15"],
+             "--request-rate: 1e-15 requests/s spreads 1000 requests"),
+            (["--isl", "100", "--osl", "10", "--request-rate", "1e300"],
+             "--request-rate: must be a positive rate of at most"),
+            (["--trace", str(huge)], "--trace: ")):
+        r = CliRunner().invoke(app, [*base, *extra])
+        assert r.exit_code == 2, (extra, r.output)
+        err = r.stderr.strip()
+        assert err.startswith("error: ") and "\n" not in err and needle in err, err
+        assert "Traceback" not in r.output
+    assert "--isl + --osl" not in r.stderr and "500050 tokens" in r.stderr
+
+
+def test_default_prompts_keep_every_client_busy():
+    """With more clients than the default 1,000 prompts, each client sends two: 2,000 clients
+    on one replica simulate 4,000 requests, and the TTFT grows with the clients (it was the
+    same for 2,000 and 20,000, only 1,000 of them ever sending)."""
+    from learn_to_shard.serving.load import default_num_prompts
+
+    assert default_num_prompts(None) == 1000 and default_num_prompts(64) == 1000
+    assert default_num_prompts(2000) == 4000 and default_num_prompts(10**6) == 10**6
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1",
+                         make_workload("serve", isl=200, osl=20, concurrency=2000))
+    plan = search_plan(cm, method="exact")
+    sim = simulate_plan(cm, plan, ServingLoad(concurrency=2000), top=1)[0]
+    assert sim["requests_simulated"] == 4000
+
+
+def test_one_token_outputs_have_no_simulated_tpot_in_the_json():
+    doc = json.loads(CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "serve",
+        "--isl", "1000", "--osl", "1", "--concurrency", "8", "--json", "-q",
+        "--no-timing"]).stdout)
+    s = doc["simulation"][0]["simulated"]
+    assert doc["best"]["tpot_s"] is None
+    assert all(v is None for k, v in s.items() if "_tpot_" in k or "_itl_" in k)
+    assert s["mean_ttft_s"] > 0
+
+
+def test_a_trace_arriving_at_once_is_flagged(tmp_path):
+    """3,000 requests at one instant: no mean rate, so no overload, but they queue behind each
+    other for minutes; the plan warns."""
+    f = tmp_path / "burst.csv"
+    f.write_text("arrival_s,isl,osl\n" + "0,1000,200\n" * 3000, encoding="utf-8")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "-q", "--trace", str(f)])
+    assert r.exit_code == 0, r.output
+    assert "the trace's bursts queue" in r.stdout and "arrive at one instant" in r.stdout

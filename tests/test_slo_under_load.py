@@ -251,5 +251,22 @@ def test_closed_loop_clients_beyond_the_batch_wait_in_ttft():
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "waiting for a batch slot: 256 clients" in r.stdout
-    best = json.loads(CliRunner().invoke(app, [*args, "--json", "--no-timing"]).stdout)["best"]
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json", "--no-timing"]).stdout)
+    best = doc["best"]
     assert 0 < best["ttft_queue_s"] < best["ttft_s"]
+    # The simulation's mean TTFT over the steady state's, the wait in both: near 1.
+    assert 0.7 < doc["simulation"][0]["sim_over_analytic"]["mean_ttft"] < 1.4
+
+
+def test_closest_candidate_is_one_that_can_run():
+    """A closed loop's wait makes every runnable plan miss a 5 s TTFT; a plan needing more
+    devices than the cluster has waits for nothing, but it is no nearer to feasible: the
+    closest candidate breaks no structural rule."""
+    r = CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+        "--isl", "4000", "--osl", "1", "--concurrency", "512", "--num-prompts", "2000",
+        "--ttft-slo", "5s", "--method", "random", "--budget", "2000", "-q"])
+    assert r.exit_code == 1, r.output
+    lines = r.output.splitlines()
+    i = next(k for k, ln in enumerate(lines) if "closest candidate" in ln)
+    assert "devices:" not in lines[i + 1] and "evaluations broke" not in lines[i + 1]

@@ -151,7 +151,8 @@ TraceOpt = Annotated[Path | None, typer.Option(
     "ContextTokens, osl or GeneratedTokens; replayed in arrival order). Without --isl/--osl "
     "the search ranks at the trace's mean lengths.")]
 NumPromptsOpt = Annotated[int | None, typer.Option(
-    "--num-prompts", help="Requests per simulation (default 1000).")]
+    "--num-prompts", help="Requests per simulation (default 1000, or 2 per client of a "
+    "--concurrency above 500).")]
 RangeRatioOpt = Annotated[float, typer.Option(
     "--range-ratio", help="Simulated isl/osl drawn uniformly within ±this fraction (vLLM's "
     "--random-range-ratio; default 0: fixed lengths).")]
@@ -367,6 +368,17 @@ def _check_distinct(outputs: tuple[tuple[Path, str], ...]) -> None:
                                    f"overwrite the other, give two names")
 
 
+def _json_sim(sim: dict) -> dict:
+    """A simulated plan (``api.simulate_plan``) as the plan's JSON records it: where every
+    request has one output token (no TPOT ratio), its TPOT and ITL statistics are ``null``,
+    as the plan's own ``tpot_s`` is, not the simulation's 0."""
+    if sim.get("sim_over_analytic", {}).get("mean_tpot") is not None:
+        return sim
+    summ = {k: (None if ("_tpot_" in k or "_itl_" in k) else v)
+            for k, v in sim["simulated"].items()}
+    return {**sim, "simulated": summ}
+
+
 def _check_budget(budget: int) -> None:
     """Refuse a budget outside ``[1, MAX_BUDGET]``.
 
@@ -496,6 +508,14 @@ def plan_cmd(
         engine = _export_engine(export, engine)
         spec = load_model(model)
         trace_req = load_trace(trace) if trace is not None else None
+        limit = spec.max_position_embeddings
+        if trace_req is not None and limit:
+            # The trace's own longest request names the trace, not lengths never given.
+            total = trace_req.isl + trace_req.osl
+            if int(total.max()) > limit:
+                raise ConfigError(f"--trace: {trace}: a request of {int(total.max())} tokens "
+                                  f"(isl + osl) exceeds {spec.name}'s max_position_embeddings "
+                                  f"{limit}; the engines refuse it: drop or shorten it")
         from_trace: list[str] = []
         if trace_req is not None and (isl is None or osl is None) \
                 and phase.strip().lower() == Phase.SERVE.value:
@@ -589,7 +609,7 @@ def plan_cmd(
     if optima:
         data["engine_optima"] = [row for row, _ in optima]
     if load is not None:
-        data["simulation"] = sims
+        data["simulation"] = [_json_sim(sim) for sim in sims]
     if last is not None:
         data["timing"] = last
     if report is not None:
@@ -606,6 +626,9 @@ def plan_cmd(
             if sims:
                 render_simulation(sims, plan_con)
         if launch is None:
+            if json_out:                    # the infeasible plan's reasons, as without --export
+                data["export"] = None
+                sys.stdout.write(json.dumps(data, indent=2) + "\n")
             err.print("error: --export: no feasible strategy to export", highlight=False)
             raise typer.Exit(code=1)
         if sims and result.best is not None \

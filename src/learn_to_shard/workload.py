@@ -10,6 +10,10 @@ import numpy as np
 
 from .errors import ConfigError
 
+#: Most closed-loop clients ``--concurrency`` accepts (a million; the simulation steps
+#: through every request, ``serving.load.MAX_LOAD_REQUESTS``).
+MAX_CONCURRENCY = 1_000_000
+
 
 class Phase(str, Enum):
     """What is being optimised.
@@ -106,9 +110,10 @@ class Workload:
             if self.phase is not Phase.SERVE:
                 raise ConfigError("--concurrency: a closed-loop load needs --phase serve")
             if isinstance(self.concurrency, bool) or not isinstance(
-                    self.concurrency, (int, np.integer)) or self.concurrency < 1:
-                raise ConfigError(f"--concurrency: must be a whole number of clients >= 1, "
-                                  f"got {self.concurrency!r}")
+                    self.concurrency, (int, np.integer)) or not \
+                    1 <= self.concurrency <= MAX_CONCURRENCY:
+                raise ConfigError(f"--concurrency: must be a whole number of clients in "
+                                  f"1..{MAX_CONCURRENCY:,}, got {self.concurrency!r}")
 
         for name, flag in (("images_per_request", "--images-per-request"),
                            ("tokens_per_image", "--image-tokens")):

@@ -530,6 +530,22 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             notes.append(f"--max_batch_size {per_mb} is per pipeline micro-batch: "
                          f"TensorRT-LLM runs up to {per_mb} x {s.pp} = {per_mb * s.pp} "
                          f"requests{where}{more}")
+        if mem_util < 1.0:
+            # TensorRT-LLM has no cap on the device's memory: its KV pool is kv_frac of what
+            # weights and buffers leave of the whole device. The plan's pool is kv_frac of
+            # what they leave of mem_util of it, so the exported fraction shrinks to match.
+            m = e.memory
+            hbm = m.usable_bytes / mem_util
+            left_all = hbm - m.weight_bytes - m.workspace_bytes
+            left_cap = m.usable_bytes - m.weight_bytes - m.workspace_bytes
+            if left_all > 0 and left_cap > 0:
+                planned = kv_frac
+                kv_frac = math.floor(1000 * kv_frac * left_cap / left_all) / 1000
+                notes.append(f"--gpu-memory-utilization {mem_util:g}: TensorRT-LLM has no cap "
+                             f"on the device's memory, so the KV pool fraction is "
+                             f"{kv_frac:g} (not {planned:g}) of the memory weights and "
+                             f"buffers leave, the pool the plan holds within "
+                             f"{mem_util:g} of the device")
         args += ["--max_batch_size", str(per_mb),
                  "--max_num_tokens", str(tokens), "--max_seq_len", str(max_len),
                  "--kv_cache_free_gpu_memory_fraction", f"{kv_frac:g}"]

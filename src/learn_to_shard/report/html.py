@@ -24,7 +24,7 @@ from typing import Any
 from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..units import to_gib, to_ms
-from .plan import Plan, one_output_token
+from .plan import MARGINAL_HEADROOM_FRACTION, Plan, memory_headroom, one_output_token
 
 #: Colour of each placement in the per-layer drawing (Shard(0), Shard(1), Replicate()).
 CHOICE_COLOURS = ("#9ecae1", "#fdae6b", "#d9d9d9")
@@ -185,6 +185,7 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         return [head]
     e = plan.best
     s = e.strategy
+    free, marginal = memory_headroom(e)
     head.tables.append((["quantity", "value"], [
         ["degrees", (f"TP={s.tp} EP={s.ep} (ETP={s.etp}) PP={s.pp} attention-DP={s.dp}"
                      if is_moe else
@@ -202,6 +203,10 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
             if e.ttft_queue_s > 0 else "")],
         ["memory / device", f"{to_gib(e.memory.total_bytes):.1f} of "
                             f"{to_gib(e.memory.usable_bytes):.1f} GiB usable"],
+        ["headroom", f"{to_gib(free):.1f} GiB free per device"
+                     + (f" — marginal: under {MARGINAL_HEADROOM_FRACTION:.0%} of usable; the "
+                        f"engine's own buffers may not fit (a lower --gpu-memory-utilization "
+                        f"plans with room to spare)" if marginal else "")],
     ]))
     alts = [[a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}",
              "n/a" if one_output_token(wl) else _ms(a.tpot_s), _ms(a.ttft_s)]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
+from ..cost.aggregate import SLO_REL_TOL
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
 from ..parallel.space import active_heads, canonical
 from ..parallel.strategy import Strategy
@@ -261,6 +262,16 @@ def _num(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
+def _margin(slo_s: float | None, got_s: float) -> float | None:
+    """``slo − latency`` in seconds, ``None`` without an SLO or a latency; a latency within
+    :data:`~learn_to_shard.cost.aggregate.SLO_REL_TOL` above the SLO (which meets it) has
+    margin 0, not a negative rounding residue."""
+    if not slo_s or math.isnan(got_s):
+        return None
+    m = slo_s - got_s
+    return 0.0 if m < 0 and got_s <= slo_s * (1.0 + SLO_REL_TOL) else m
+
+
 #: A plan whose worst stage leaves less than this fraction of usable memory free is flagged
 #: "marginal": the engines' own allocations (CUDA graphs, NCCL buffers, fragmentation) vary by
 #: a few percent between versions and settings, so such a plan may not start.
@@ -345,10 +356,8 @@ def _estimate_core(e: Estimate, wl: Workload, s: Strategy) -> dict[str, object]:
         "tpot_s": None if one_output_token(wl) else _num(e.tpot_s),
         "ttft_s": _num(e.ttft_s),
         "ttft_queue_s": _num(e.ttft_queue_s),
-        "tpot_slo_margin_s": _num(wl.tpot_slo_s - e.tpot_s) if wl.tpot_slo_s and
-        not math.isnan(e.tpot_s) else None,
-        "ttft_slo_margin_s": _num(wl.ttft_slo_s - e.ttft_s) if wl.ttft_slo_s and
-        not math.isnan(e.ttft_s) else None,
+        "tpot_slo_margin_s": _margin(wl.tpot_slo_s, e.tpot_s),
+        "ttft_slo_margin_s": _margin(wl.ttft_slo_s, e.ttft_s),
         "stage_time_s": list(e.stage_time_s),
         "micro_batches": e.micro_batches,
         "memory_per_device": {"stage": e.memory.stage, "weight_bytes": e.memory.weight_bytes,

@@ -170,12 +170,13 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
         summary.add_row("TPOT", f"n/a (one output token per request; the mean step is "
                         f"{_ms(e.tpot_s)})")
     elif not math.isnan(e.tpot_s):
-        margin = f"  (SLO {_ms(wl.tpot_slo_s)}, margin {_ms(wl.tpot_slo_s - e.tpot_s)})" \
-            if wl.tpot_slo_s else ""
+        # An SLO met within aggregate.SLO_REL_TOL shows a margin of 0, not -0.00.
+        margin = (f"  (SLO {_ms(wl.tpot_slo_s)}, margin "
+                  f"{_ms(max(0.0, wl.tpot_slo_s - e.tpot_s))})") if wl.tpot_slo_s else ""
         summary.add_row("TPOT", _ms(e.tpot_s) + margin)
     if not math.isnan(e.ttft_s):
-        margin = f"  (SLO {_ms(wl.ttft_slo_s)}, margin {_ms(wl.ttft_slo_s - e.ttft_s)})" \
-            if wl.ttft_slo_s else ""
+        margin = (f"  (SLO {_ms(wl.ttft_slo_s)}, margin "
+                  f"{_ms(max(0.0, wl.ttft_slo_s - e.ttft_s))})") if wl.ttft_slo_s else ""
         queue = ""
         if e.ttft_queue_s > 0 and wl.concurrency is not None:
             slots = e.instances * s.batch
@@ -297,6 +298,10 @@ def simulation_rows(sims: list[dict]) -> list[list[str]]:
     return rows
 
 
+#: Simulated mean TTFT over the steady state's from which a trace within capacity is flagged
+#: as queueing in bursts (``simulation_notes``): ten times is no rounding of a steady state.
+BURST_TTFT_RATIO = 10.0
+
 #: Share of a replica's steady-state capacity from which a simulated open loop is flagged
 #: as near saturation (``simulation_notes``): the latency of an M/G/1-like queue grows as
 #: ``1 / (1 − ρ)``, so at ρ = 0.9 a 5% throughput error moves the queueing delay by ~1.5×.
@@ -344,8 +349,9 @@ def _replicas_text(counts: tuple[int, int] | None) -> str:
 def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[str, str]]:
     """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
     ``kind`` ``warning`` (an overloaded open loop and the replicas its rate needs, one at
-    :data:`NEAR_CAPACITY` of a replica's capacity or more, an SLO the best plan misses under the
-    load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
+    :data:`NEAR_CAPACITY` of a replica's capacity or more, a trace whose bursts queue, its mean
+    TTFT :data:`BURST_TTFT_RATIO` times the steady state's or more, an SLO the best plan misses
+    under the load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
     simulated, preemptions). ``best_only``: the load notes of the best plan (``sims[0]``)
     alone; the SLO warning still reads every row for an alternative that meets it."""
     out: list[tuple[str, str]] = []
@@ -375,6 +381,19 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                             f"grows with --num-prompts and the percentiles describe the "
                             f"run's length, not a steady state"
                             + _replicas_text(_replicas_needed(sim))))
+        elif sim.get("lengths", {}).get("dataset") == "trace" and \
+                (sim.get("sim_over_analytic", {}).get("mean_ttft") or 0.0) >= BURST_TTFT_RATIO:
+            s_ = sim["simulated"]
+            out.append(("warning", f"{sim['strategy']}: the trace's bursts queue: its "
+                        f"simulated mean TTFT, {s_['mean_ttft_s']:.3g} s (p99 "
+                        f"{s_['p99_ttft_s']:.3g} s), is "
+                        f"{sim['sim_over_analytic']['mean_ttft']:.0f}× the steady state's"
+                        + (", though its mean rate is within capacity"
+                           if sim.get("offered_requests_per_s") else
+                           " (its requests arrive at one instant)")
+                        + ": requests arriving "
+                        "together wait for the ones before them; more replicas, or the "
+                        "arrivals spread out, shorten it"))
         elif (sim.get("utilization") or 0.0) >= NEAR_CAPACITY:
             counts = _replicas_needed(sim, NEAR_CAPACITY)
             out.append(("warning", f"{sim['strategy']} runs at "

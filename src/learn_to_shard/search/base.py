@@ -199,8 +199,9 @@ def _overshoot(cm: CostModel, est: BatchEstimate, rows: np.ndarray) -> np.ndarra
     """How far each row of ``est`` (at ``rows``) is past its limits: the largest of peak
     memory / usable memory, TPOT / TPOT SLO and TTFT / TTFT SLO (those the workload's phase
     checks, as :func:`~learn_to_shard.cost.aggregate.limits_broken`),
-    ``[len(rows)]``; NaN counts as infinitely far. Used to rank rejected strategies by how
-    near they came to feasible."""
+    ``[len(rows)]``; NaN, and a broken structural rule (:data:`~learn_to_shard.parallel.
+    space.RULES`), count as infinitely far. Used to rank rejected strategies by how near they
+    came to feasible."""
     wl = cm.workload
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = [np.asarray(est.peak_memory_bytes[rows], dtype=np.float64) / cm.usable_bytes]
@@ -209,7 +210,11 @@ def _overshoot(cm: CostModel, est: BatchEstimate, rows: np.ndarray) -> np.ndarra
         if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
             ratios.append(np.asarray(est.ttft_s[rows], dtype=np.float64) / wl.ttft_slo_s)
     worst = np.max(np.stack(ratios), axis=0)
-    return np.where(np.isnan(worst), np.inf, worst)
+    # A structural rule (more devices than the cluster has, a degree that does not divide)
+    # is no nearer for small latencies: it cannot run at all.
+    structural = (np.asarray(est.violation_bits[rows]).astype(np.int64)
+                  & ((1 << len(RULES)) - 1)) != 0
+    return np.where(np.isnan(worst) | structural, np.inf, worst)
 
 
 class BudgetedEvaluator:

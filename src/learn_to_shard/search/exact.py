@@ -676,8 +676,14 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
         # whose feature floor comes nearest to the SLOs (the evaluator names what they break).
         near = _nearest_slo_rows(cm, st, lay, co, zlb, emb_t, ws, emb_t2)
         fit_rows = np.flatnonzero(fits)
-        near_actions = _closest_actions(st, co_all, mt_all, fit_rows[near]) if len(near) \
-            else []
+        near_actions = []
+        if len(near):
+            # Their smallest-memory choices, and Megatron's layout (faster, so nearer a
+            # latency SLO; the evaluator ranks them and drops a layout a rule forbids).
+            near_actions = _closest_actions(st, co_all, mt_all, fit_rows[near])
+            near_actions += [np.concatenate([co_all.actions[r], np.asarray(MEGATRON_DIMS,
+                                                                           dtype=np.int64)])
+                             for r in fit_rows[near]]
         return ExactSolution(None, 0.0, [], rej_actions, near_actions + closest(), cert,
                              curve_all, open_cells)
     return ExactSolution(top_actions[0], found, top_actions, rej_actions, [], cert, curve_all,
@@ -972,7 +978,9 @@ def _cell_bounds(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, cell_hi
     step carries, ``b · share``, are at most ``cell_hi · share(batch)`` (``share`` never
     increases with the batch). So the row's feature floor evaluated with the numerator at
     ``cell_hi`` bounds the whole cell; a cell whose latency or memory floor already breaks a
-    limit is empty.
+    limit is empty. A closed loop's wait in TTFT (``Coarse.queued``) is the one term that
+    falls as the batch grows, so it is taken at ``cell_hi``, its least in the cell (its TPOT
+    factor at the floor, its ``1 / share`` at ``batch``, both least there too).
     """
     out = np.zeros(len(co))
     nonempty = cell_hi > co.batch
@@ -982,6 +990,9 @@ def _cell_bounds(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse, cell_hi
             continue
         c = co.take(rows)
         c.batch = cell_hi[rows]
+        # The clients waiting per running request fall as the batch grows: the cell's least
+        # is at its top, so TTFT's wait is bounded below there.
+        c.queued = cm.closed_loop_queue(c.devices, c.batch)
         out[rows] = _floor_objective(cm, st, lay, p, c, zlb, emb_t, ws, emb_t2)
     if np.isnan(out).any():
         raise DecompositionError("batch-cell upper bound is NaN; refusing to prune on it")

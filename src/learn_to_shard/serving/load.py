@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +34,27 @@ from .steptime import fit_step_model, priced, step_token_budget
 
 #: Length sources of a load without a trace (:class:`ServingLoad` ``dataset``).
 DATASETS = ("random", "sharegpt")
-#: Requests per simulation when none is given (``vllm bench serve --num-prompts`` default).
+#: Requests per simulation when none is given (``vllm bench serve --num-prompts`` default);
+#: a closed loop of more clients sends :data:`PROMPTS_PER_CLIENT` per client instead, so
+#: every client is busy and sends again (:func:`default_num_prompts`).
 DEFAULT_NUM_PROMPTS = 1000
+#: Requests per client of a closed loop whose clients outnumber :data:`DEFAULT_NUM_PROMPTS`.
+PROMPTS_PER_CLIENT = 2
+#: Largest ``--request-rate``, requests/s (a billion: far beyond any cluster's capacity, and
+#: small enough that the replicas it asks for print as a number).
+MAX_REQUEST_RATE = 1e9
+#: Most closed-loop clients and simulated requests a load may have: a million (the
+#: simulation steps through every request; a million takes minutes on one core).
+MAX_LOAD_REQUESTS = 1_000_000
+
+
+def default_num_prompts(concurrency: int | None) -> int:
+    """Requests a simulation runs when ``--num-prompts`` is not given:
+    :data:`DEFAULT_NUM_PROMPTS`, or :data:`PROMPTS_PER_CLIENT` per client of a closed loop
+    with more clients than that (at most :data:`MAX_LOAD_REQUESTS`)."""
+    if concurrency is None:
+        return DEFAULT_NUM_PROMPTS
+    return min(max(DEFAULT_NUM_PROMPTS, PROMPTS_PER_CLIENT * concurrency), MAX_LOAD_REQUESTS)
 
 _ARRIVAL = ("arrival_s", "timestamp", "TIMESTAMP", "arrival_time")
 _ISL = ("isl", "input_tokens", "ContextTokens", "prompt_tokens")
@@ -53,7 +73,7 @@ class ServingLoad:
             engines' benchmark scripts).
         request_rate_per_s: mean arrivals per second across the cluster.
         trace: requests of a CSV trace (:func:`load_trace`).
-        num_prompts: requests to simulate (default :data:`DEFAULT_NUM_PROMPTS`; a trace's own).
+        num_prompts: requests to simulate (default :func:`default_num_prompts`; a trace's own).
         range_ratio: lengths drawn uniformly within ``±range_ratio`` of ``isl``/``osl``.
         up_to_nominal: lengths drawn uniformly from ``range_ratio·x`` (at least 1) to the
             nominal ``x`` instead (SGLang's random dataset, :func:`fixed_requests`).
@@ -82,11 +102,22 @@ class ServingLoad:
         given = [x is not None for x in (self.concurrency, self.request_rate_per_s, self.trace)]
         if sum(given) != 1:
             raise ConfigError("--concurrency, --request-rate, --trace: give exactly one")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise ConfigError(f"--concurrency: must be >= 1, got {self.concurrency}")
-        if self.request_rate_per_s is not None and not 0 < self.request_rate_per_s < math.inf:
-            raise ConfigError(f"--request-rate: must be a positive finite rate, got "
-                              f"{self.request_rate_per_s}")
+        if self.concurrency is not None and not 1 <= self.concurrency <= MAX_LOAD_REQUESTS:
+            raise ConfigError(f"--concurrency: must be in 1..{MAX_LOAD_REQUESTS:,} clients, "
+                              f"got {self.concurrency}")
+        if self.request_rate_per_s is not None:
+            rate = self.request_rate_per_s
+            if not 0 < rate <= MAX_REQUEST_RATE:
+                raise ConfigError(f"--request-rate: must be a positive rate of at most "
+                                  f"{MAX_REQUEST_RATE:.0e} requests/s, got {rate}")
+            # Poisson arrivals of n requests span about n / rate seconds; float seconds stop
+            # resolving a millisecond far beyond that (MAX_ARRIVAL_S, with room for the tail).
+            n = self.num_prompts or DEFAULT_NUM_PROMPTS
+            if n / rate > MAX_ARRIVAL_S / 100:
+                raise ConfigError(f"--request-rate: {rate:g} requests/s spreads {n} requests "
+                                  f"over about {n / rate:.3g} s, too long to simulate in "
+                                  f"milliseconds; give at least "
+                                  f"{100 * n / MAX_ARRIVAL_S:.3g} requests/s")
         if not 0.0 <= self.range_ratio < 1.0:
             raise ConfigError(f"--range-ratio: must be in [0, 1), got {self.range_ratio}")
         if self.dataset not in DATASETS:
@@ -102,8 +133,9 @@ class ServingLoad:
             if extra:
                 raise ConfigError(f"{', '.join(extra)} with --trace: the trace gives the "
                                   f"requests and their lengths; drop {', '.join(extra)}")
-        if self.num_prompts is not None and not 1 <= self.num_prompts <= 1_000_000:
-            raise ConfigError(f"--num-prompts: must be in 1..1,000,000, got {self.num_prompts}")
+        if self.num_prompts is not None and not 1 <= self.num_prompts <= MAX_LOAD_REQUESTS:
+            raise ConfigError(f"--num-prompts: must be in 1..{MAX_LOAD_REQUESTS:,}, got "
+                              f"{self.num_prompts}")
 
     def longest_request_tokens(self, isl: int, osl: int) -> int:
         """Longest request (prompt + output tokens) this load sends around a nominal
@@ -145,21 +177,46 @@ class ServingLoad:
 MAX_ARRIVAL_S = 1e11
 
 
-def _parse_time(text: str, path: Path, row: int) -> float:
-    """Seconds from a number or an ISO date-time (fractions beyond microseconds dropped)."""
+#: Longest prompt or output a trace row may give, tokens (2^31 − 1: beyond every model's
+#: context by orders of magnitude, and within the int64 arithmetic of the simulation).
+MAX_TRACE_TOKENS = 2**31 - 1
+
+#: An ISO 8601 date-time as traces write it: date, ``T`` or a space, hours and minutes,
+#: optional seconds and fraction (any number of digits), optional ``Z`` or ``±HH[:]MM``.
+_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}(?::\d{2})?)(?:[.,](\d+))?"
+                       r"\s*(Z|z|[+-]\d{2}:?\d{2})?")
+
+
+def _parse_time(text: str, path: Path, row: int) -> tuple[float, bool]:
+    """Seconds from a number or an ISO date-time, and whether it was a date-time.
+
+    A date-time without an offset is read as UTC (the Azure LLM inference traces' timestamps
+    carry none), so a trace's gaps do not depend on the machine's time zone; fractions
+    beyond microseconds are dropped.
+
+    Raises:
+        ConfigError: neither a number nor such a date-time (naming ``--trace``, the file and
+            the row).
+    """
     try:
-        return float(text)
+        return float(text), False
     except ValueError:
         pass
-    t = text.strip().replace("T", " ")
-    if "." in t:
-        head, frac = t.split(".", 1)
-        t = f"{head}.{frac[:6]}"
-    try:
-        return datetime.fromisoformat(t).timestamp()
-    except ValueError:
-        raise ConfigError(f"{path}: row {row}: arrival time {text!r} is neither seconds nor an "
-                          f"ISO date-time") from None
+    m = _ISO_TIME.fullmatch(text.strip())
+    if m is not None:
+        date, clock, frac, tz = m.groups()
+        iso = f"{date} {clock}" + (f".{(frac + '000000')[:6]}" if frac else "")
+        if tz and tz not in ("Z", "z"):
+            iso += tz if ":" in tz else f"{tz[:3]}:{tz[3:]}"
+        try:
+            t = datetime.fromisoformat(iso)
+        except ValueError:
+            t = None
+        if t is not None:
+            return (t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)).timestamp(), True
+    raise ConfigError(f"--trace: {path}: row {row}: arrival time {text!r} is neither seconds "
+                      f"nor an ISO date-time (e.g. 2023-11-16 18:15:46.123 or "
+                      f"2023-11-16T18:15:46Z)")
 
 
 def load_trace(path: str | Path) -> Requests:
@@ -172,7 +229,8 @@ def load_trace(path: str | Path) -> Requests:
 
     Raises:
         ConfigError: unreadable file, a missing column (the message lists the accepted names),
-            a non-numeric or non-positive length, or arrival times that are not finite or lie
+            a non-numeric, non-positive or implausibly long (> :data:`MAX_TRACE_TOKENS`)
+            length, arrival times mixing seconds and date-times, or ones that are not finite or lie
             beyond :data:`MAX_ARRIVAL_S` of 0 or of each other (float seconds there no longer
             resolve a millisecond: float64's spacing at 1e11 is 1.5e-5 s).
     """
@@ -200,8 +258,14 @@ def load_trace(path: str | Path) -> Requests:
     arr: list[float] = []
     isl: list[int] = []
     osl: list[int] = []
+    kinds: set[bool] = set()
     for i, r in enumerate(rows, start=2):
-        arr.append(_parse_time(r[ca] or "", p, i))
+        t, is_date = _parse_time(r[ca] or "", p, i)
+        kinds.add(is_date)
+        if len(kinds) > 1:
+            raise ConfigError(f"--trace: {p}: row {i}: {ca} mixes seconds and ISO date-times "
+                              f"(the rows before it are the other kind); give one kind")
+        arr.append(t)
         for col, out in ((ci, isl), (co, osl)):
             text = r[col]
             if text is None:
@@ -217,6 +281,9 @@ def load_trace(path: str | Path) -> Requests:
                                   f"number of tokens") from None
             if v < 1:
                 raise ConfigError(f"--trace: {p}: row {i}: {col} must be >= 1, got {v}")
+            if v > MAX_TRACE_TOKENS:
+                raise ConfigError(f"--trace: {p}: row {i}: {col} {text!r} is more tokens than "
+                                  f"any model's context (at most {MAX_TRACE_TOKENS:,})")
             out.append(v)
     a = np.asarray(arr, dtype=float)
     if not np.isfinite(a).all():
@@ -257,7 +324,7 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
         return (Requests(tr.isl[idx], tr.osl[idx], tr.arrival_s[idx]), None,
                 f"one request in {replicas} of the trace" if replicas > 1 else "the trace",
                 len(tr.isl) / len(idx))
-    n_total = load.num_prompts or DEFAULT_NUM_PROMPTS
+    n_total = load.num_prompts or default_num_prompts(load.concurrency)
     n = max(1, math.ceil(n_total / replicas))
     base = sharegpt_requests(n, wl.isl, wl.osl, load.seed) if load.dataset == "sharegpt" \
         else fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
@@ -414,8 +481,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     # The steady-state model at the occupancy the simulation reached, to compare like with like.
     occ = max(1, round(summ["mean_running"]))
     wl = cm.workload
+    # A closed loop's clients beyond the running requests wait in TTFT there as here.
     a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, wl.isl, (occ,),
-                                                             osl=wl.osl))
+                                                             osl=wl.osl,
+                                                             concurrency=load.concurrency))
     analytic = {"plan_batch": s.batch, "plan_tpot_s": est.tpot_s, "plan_ttft_s": est.ttft_s,
                 "plan_output_tokens_per_s_per_instance": est.output_tokens_per_s,
                 "at_running": occ, "tpot_s": a_tpot, "ttft_s": a_ttft,
