@@ -346,6 +346,19 @@ def test_output_may_not_land_in_the_shipped_data(tmp_path):
     _one_line_error(r, "--out", "shipped data")
     assert shipped.read_text() == before
     assert not (shipped.parent / "pareto-out").exists()
+    # --write-factors may write the calibration folder's factors, and nothing else there
+    # (the default --table, data/measurements.csv, is its input).
+    from learn_to_shard.cli import _check_output
+    from learn_to_shard.errors import PlannerError
+    from learn_to_shard.fidelity.measurements import default_table_path
+
+    inputs = ((default_table_path(), "--table"),)
+    data = shipped.parent.parent
+    _check_output(data / "calibration" / "factors.json", "--write-factors", inputs=inputs,
+                  shipped_ok="calibration")
+    for bad in (default_table_path(), shipped, data / "devices" / "h100-sxm.json"):
+        with pytest.raises(PlannerError, match="--write-factors: .*shipped data"):
+            _check_output(bad, "--write-factors", inputs=inputs, shipped_ok="calibration")
 
 
 def test_validate_outputs_distinct_from_table_and_each_other(tmp_path):

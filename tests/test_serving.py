@@ -1087,6 +1087,10 @@ def test_trace_times_with_offsets_fractions_and_no_zone(tmp_path, monkeypatch):
         time.tzset()
     assert gaps[0] == gaps[1] == gaps[2]
     assert gaps[0] == pytest.approx([0.0, 1.5, 2.5, 7200.623456], abs=1e-6)
+    forms = tmp_path / "f.csv"          # an hours-only offset, a lowercase t, basic format
+    forms.write_text("arrival_s,isl,osl\n2023-11-16 18:15:46+05,10,2\n"
+                     "2023-11-16t13:15:47,10,2\n20231116T131548Z,10,2\n", encoding="utf-8")
+    assert list(load_trace(forms).arrival_s) == [0.0, 1.0, 2.0]
     mixed = tmp_path / "m.csv"
     mixed.write_text("arrival_s,isl,osl\n0,10,2\n2023-11-16 18:15:46,10,2\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="--trace: .*row 3: arrival_s mixes seconds"):

@@ -285,7 +285,7 @@ def _shipped_data_dir() -> Path:
 
 def _check_output(path: Path | None, flag: str, *, directory: bool = False,
                   plot: bool = False, inputs: tuple[tuple[Path | None, str], ...] = (),
-                  shipped_ok: bool = False) -> None:
+                  shipped_ok: str | None = None) -> None:
     """Refuse an output path that cannot be written, before any work is done.
 
     Args:
@@ -295,8 +295,9 @@ def _check_output(path: Path | None, flag: str, *, directory: bool = False,
         plot: ``path`` is an image; its suffix must be a format matplotlib writes.
         inputs: ``(file, flag)`` of each input file of the command (``None`` entries are
             skipped); the output may not be one of them.
-        shipped_ok: the output may lie in the package's shipped data folder
-            (:func:`_shipped_data_dir`; ``--write-factors`` writes its calibration file there).
+        shipped_ok: a subfolder of the package's shipped data folder
+            (:func:`_shipped_data_dir`) the output may lie in (``--write-factors`` writes
+            the calibration file, ``calibration``); nowhere else in it.
 
     Raises:
         PlannerError: the path is empty or unusable (NUL byte, name too long), is a directory
@@ -312,7 +313,10 @@ def _check_output(path: Path | None, flag: str, *, directory: bool = False,
     if not str(path).strip():
         raise PlannerError(f"{flag}: empty path")
     data = _shipped_data_dir()
-    if not shipped_ok and (_resolve(path) == data or data in _resolve(path).parents):
+    where = _resolve(path)
+    allowed = data / shipped_ok if shipped_ok else None
+    if (where == data or data in where.parents) and not (
+            allowed is not None and allowed in where.parents and not directory):
         raise PlannerError(f"{flag}: {path} is inside l2s's shipped data ({data}); writing "
                            f"there would change a shipped model, device or measurement file, "
                            f"choose a path outside it")
@@ -902,18 +906,20 @@ def validate_cmd(
     """Predict each published measurement with its stated configuration; print the errors."""
     from .fidelity.fit import calibrate, calibration_rows
     from .fidelity.fit import write_factors as save_factors
-    from .fidelity.measurements import load_table
+    from .fidelity.measurements import default_table_path, load_table
     from .fidelity.stats import validate
     from .report.validate import render_validation, save_json, save_plot
 
     try:
-        inputs = ((table, "--table"),)
+        # The table read: --table, or the shipped one (no output may overwrite either).
+        inputs = ((table if table is not None else default_table_path(), "--table"),)
         _check_output(plot, "--plot", plot=True, inputs=inputs)
         _check_output(report, "--report", inputs=inputs)
         _check_distinct(((plot, "--plot"), (report, "--report")))
         if write_factors is not None and not fit:
             raise PlannerError("--write-factors: needs --fit (it writes what the fit found)")
-        _check_output(write_factors, "--write-factors", inputs=inputs, shipped_ok=True)
+        _check_output(write_factors, "--write-factors", inputs=inputs,
+                      shipped_ok="calibration")
         if write_factors is not None:
             for flag, other in (("--table", table), ("--plot", plot), ("--report", report)):
                 if other is not None and write_factors.resolve() == other.resolve():

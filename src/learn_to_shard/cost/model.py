@@ -404,6 +404,11 @@ class CostModel(OperatorTerms):
                                if format_ms(got, d) != format_ms(slo, d)), 6)
                 line = (f"{key}: {name.upper()} {format_ms(got, digits)} > SLO "
                         f"{format_ms(slo, digits)}")
+                wait = float(out["ttft_queue"][0])
+                if name == "ttft" and wait > 0 and self.workload.concurrency is not None:
+                    slots = (self.cluster.num_devices // s.devices) * s.batch
+                    line += (f", {format_ms(wait, 1)} of it waiting for a batch slot "
+                             f"({self.workload.concurrency} clients, {slots} slots)")
             lines.append(line)
         return tuple(lines)
 

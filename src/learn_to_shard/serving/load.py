@@ -181,10 +181,11 @@ MAX_ARRIVAL_S = 1e11
 #: context by orders of magnitude, and within the int64 arithmetic of the simulation).
 MAX_TRACE_TOKENS = 2**31 - 1
 
-#: An ISO 8601 date-time as traces write it: date, ``T`` or a space, hours and minutes,
-#: optional seconds and fraction (any number of digits), optional ``Z`` or ``±HH[:]MM``.
-_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}(?::\d{2})?)(?:[.,](\d+))?"
-                       r"\s*(Z|z|[+-]\d{2}:?\d{2})?")
+#: An ISO 8601 date-time as traces write it, for Pythons whose ``datetime.fromisoformat``
+#: reads less (3.10): date, ``T`` or a space, hours and minutes, optional seconds and
+#: fraction (any number of digits), optional ``Z`` or ``±HH[[:]MM]``.
+_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}(?::\d{2})?)(?:[.,](\d+))?"
+                       r"\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?")
 
 
 def _parse_time(text: str, path: Path, row: int) -> tuple[float, bool]:
@@ -202,18 +203,20 @@ def _parse_time(text: str, path: Path, row: int) -> tuple[float, bool]:
         return float(text), False
     except ValueError:
         pass
+    forms = [text.strip()]          # Python 3.11+ reads most ISO 8601 forms itself
     m = _ISO_TIME.fullmatch(text.strip())
     if m is not None:
         date, clock, frac, tz = m.groups()
         iso = f"{date} {clock}" + (f".{(frac + '000000')[:6]}" if frac else "")
         if tz and tz not in ("Z", "z"):
-            iso += tz if ":" in tz else f"{tz[:3]}:{tz[3:]}"
+            iso += tz if ":" in tz else f"{tz[:3]}:{tz[3:] or '00'}"
+        forms.append(iso)
+    for form in forms:
         try:
-            t = datetime.fromisoformat(iso)
+            t = datetime.fromisoformat(form)
         except ValueError:
-            t = None
-        if t is not None:
-            return (t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)).timestamp(), True
+            continue
+        return (t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)).timestamp(), True
     raise ConfigError(f"--trace: {path}: row {row}: arrival time {text!r} is neither seconds "
                       f"nor an ISO date-time (e.g. 2023-11-16 18:15:46.123 or "
                       f"2023-11-16T18:15:46Z)")
