@@ -502,3 +502,33 @@ def test_trtllm_export_keeps_the_memory_cap():
     assert 0.2 < frac < 0.5
     assert f"free_gpu_memory_fraction: {frac:g}" in r.stdout
     assert "--gpu-memory-utilization 0.5: TensorRT-LLM has no cap" in r.stdout
+
+
+def test_vllm_data_parallel_over_nodes_launches_per_node():
+    """DeepSeek-V3 on two 8-GPU nodes as TP4 x DP4: one vllm serve per node, node 0 with its
+    two DP ranks and the API server, node 1 headless from DP rank 2 (vLLM's internal load
+    balancing, docs/serving/data_parallel_deployment.md); a single command without
+    --data-parallel-size-local would start all four ranks on node 0's eight GPUs."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    r = CliRunner().invoke(app, [
+        "plan", "--model", "deepseek-v3", "--cluster", "h100-sxm:16", "--phase", "serve",
+        "--isl", "2000", "--osl", "500", "--concurrency", "128", "--export", "vllm", "-q"])
+    assert r.exit_code == 0, r.output
+    cmd = next(ln for ln in r.stdout.splitlines() if ln.startswith("vllm serve"))
+    flags = cmd.split()
+    dp = int(flags[flags.index("--data-parallel-size") + 1])
+    tp = int(flags[flags.index("--tensor-parallel-size") + 1])
+    local = int(flags[flags.index("--data-parallel-size-local") + 1])
+    assert tp * local == 8 and dp == 2 * local
+    assert "--data-parallel-address NODE0_HOST" in cmd
+    assert f"--headless and --data-parallel-start-rank ({local} on node 1)" in r.stdout
+    from pathlib import Path
+
+    import learn_to_shard.engines as eng
+    snap = _json.loads((Path(eng.__file__).parent / "data" / "vllm_flags.json").read_text())
+    assert all(f in snap["flags"] for f in flags if f.startswith("--"))

@@ -439,9 +439,30 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                    "deepep_high_throughput")
         if moe and tbo:
             args += ["--enable-dbo"]
-        if nodes > 1:
-            notes.append("vLLM runs a multi-node server on a Ray cluster spanning the nodes "
-                         "(start Ray first); --data-parallel-size-local splits DP ranks")
+        rank_gpus = s.tp * s.pp
+        if nodes > 1 and dp > 1 and devices_per_node and rank_gpus <= devices_per_node \
+                and devices_per_node % rank_gpus == 0:
+            # Internal load balancing over nodes: one vllm serve per node, each starting the
+            # DP ranks it holds; node 0 runs the API server (vllm-project/vllm
+            # docs/serving/data_parallel_deployment.md at 01e4fce0, "Internal Load
+            # Balancing"; the flags are in the pinned flag snapshot, --headless is vllm
+            # serve's own).
+            local = min(dp, devices_per_node // rank_gpus)
+            args += ["--data-parallel-size-local", str(local),
+                     "--data-parallel-address", "NODE0_HOST",
+                     "--data-parallel-rpc-port", "13345"]
+            starts = ", ".join(f"{k * local} on node {k}" for k in range(1, nodes))
+            notes.append(f"this is node 0's command (its {local} DP ranks and the API "
+                         f"server); on every other node run it with --headless and "
+                         f"--data-parallel-start-rank ({starts}), node 0's address in "
+                         f"--data-parallel-address")
+        elif nodes > 1:
+            notes.append("vLLM runs a server whose model replica spans nodes on a Ray cluster "
+                         "spanning them (start Ray first, then run this command on its head "
+                         "node)" + (": --data-parallel-backend ray places the DP ranks, "
+                                    "with VLLM_RAY_DP_PACK_STRATEGY=span" if dp > 1 else ""))
+            if dp > 1:
+                args += ["--data-parallel-backend", "ray"]
     elif engine == "sglang":
         args += ["--tp-size", str(s.tp * dp)]
         if dp > 1:
