@@ -690,7 +690,8 @@ def test_load_flags_name_themselves_and_engine_specific_passes_are_refused():
     assert r.exit_code == 2 and "--num-prompts 10 < --concurrency 64" in r.output
     r = _run(*base, "--engine", "sglang", "--sequence-parallel")
     assert r.exit_code == 2 and "--sequence-parallel: sglang has no launch option" in r.output
-    assert _run(*base, "--engine", "vllm", "--sequence-parallel").exit_code == 0
+    r = _run(*base, "--engine", "vllm", "--sequence-parallel")
+    assert r.exit_code == 2 and "vLLM 0.33.0 dropped its sequence-parallelism" in r.output
 
 
 def test_phase_and_engine_values_are_case_insensitive():

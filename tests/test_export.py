@@ -532,3 +532,39 @@ def test_vllm_data_parallel_over_nodes_launches_per_node():
     import learn_to_shard.engines as eng
     snap = _json.loads((Path(eng.__file__).parent / "data" / "vllm_flags.json").read_text())
     assert all(f in snap["flags"] for f in flags if f.startswith("--"))
+
+
+def _export_text(*args: str) -> str:
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "--phase", "serve", "-q", *args])
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def test_exports_that_span_nodes_or_overlap_batches_launch_as_printed():
+    """What each engine needs before it starts (the pinned releases' own checks):
+    * vLLM refuses a replica wider than a node unless its executor is Ray;
+    * vLLM's --enable-dbo asserts a DeepEP / NIXL all-to-all on CUDA (its default is
+      allgather_reducescatter), and has none without expert parallelism;
+    * TensorRT-LLM over several nodes runs one MPI rank per GPU under
+      trtllm-llmapi-launch;
+    * servers sharing a node are 10 ports apart (SGLang with attention-DP opens --port + 233
+      and the 6 after it)."""
+    v = _export_text("--model", "llama-3.1-405b", "--cluster", "h100-sxm:16", "--isl", "1000",
+                     "--osl", "200", "--export", "vllm")
+    cmd = next(ln for ln in v.splitlines() if ln.startswith("vllm serve"))
+    assert "--distributed-executor-backend ray" in cmd
+    t = _export_text("--model", "llama-3.1-405b", "--cluster", "h100-sxm:16", "--isl", "1000",
+                     "--osl", "200", "--export", "trtllm")
+    assert any(ln.startswith("srun -N 2 --ntasks-per-node=8 --mpi=pmix trtllm-llmapi-launch "
+                             "trtllm-serve ") for ln in t.splitlines())
+    d = _export_text("--model", "qwen3-30b-a3b", "--cluster", "h100-sxm:8", "--isl", "1000",
+                     "--osl", "200", "--two-batch-overlap", "--export", "vllm")
+    lines = [ln for ln in d.splitlines() if "vllm serve" in ln]
+    assert lines and all("--enable-dbo" in ln and "--all2all-backend deepep_" in ln
+                         for ln in lines)
+    ports = [int(ln.split("--port ")[1].split()[0]) for ln in lines if "--port " in ln]
+    assert ports == [8000 + 10 * k for k in range(len(ports))] and len(ports) > 1

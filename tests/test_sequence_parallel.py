@@ -116,37 +116,55 @@ def test_exact_equals_brute_force_with_sequence_parallel(phase: Phase, moe: bool
     check_exact_equals_brute_force(cm, describe=False, bf=bf)
 
 
-def test_vllm_exports_the_passes_and_others_say_they_cannot() -> None:
+def test_no_engine_exports_the_passes_at_its_pinned_version() -> None:
+    """vLLM 0.33.0 has no sequence-parallelism / async-TP pass (its PassConfig lost
+    enable_sp and fuse_gemm_comms and forbids unknown fields), so every engine's export of a
+    plan priced with them lists them as not expressible and emits no pass for them."""
     wl = make_workload("prefill", isl=4096)
     for engine in ("vllm", "sglang", "trtllm"):
         cfg = dataclasses.replace(cost_config(engine), sequence_parallel=True,
                                   gemm_overlap=True)
-        cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", wl, cfg, engine=engine)
-        p = search_plan(cm, method="megatron", budget=200, engine=engine)
+        cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", wl, cfg)
+        p = search_plan(cm, method="megatron", budget=200)
         assert p.best is not None and p.best.strategy.tp > 1
         ex = build_export(p, engine, model=cm.model, devices_per_node=8)
         assert check_args(engine, ex.args) == []
-        if engine == "vllm":
-            i = ex.args.index("--compilation-config")
-            assert '"enable_sp": true' in ex.args[i + 1]
-            assert '"fuse_gemm_comms": true' in ex.args[i + 1]
-        else:
-            assert any("sequence parallel" in u for u in ex.unexpressed)
-    # merged with the collective setting's own pass into one --compilation-config
+        assert any("sequence parallel" in u for u in ex.unexpressed)
+        assert "enable_sp" not in " ".join(ex.args)
+
+
+def test_an_engine_with_the_passes_gets_them_merged_into_one_compile_config(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where an engine has the passes (none at the pinned versions; a mapping stands in), the
+    export writes them into the same --compilation-config as the collective setting's own
+    pass."""
+    import learn_to_shard.engines.collectives as coll
+
+    monkeypatch.setitem(coll.SEQUENCE_PARALLEL_PASS, "vllm", ("sp_pass", "overlap_pass"))
+    wl = make_workload("prefill", isl=4096)
     cl = parse_cluster("h100-sxm:8")
     cfg = dataclasses.replace(collectives_config(cost_config("vllm"), "fuse-allreduce-rms",
-                                                 "vllm", cl), sequence_parallel=True)
+                                                 "vllm", cl), sequence_parallel=True,
+                              gemm_overlap=True)
     cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", wl, cfg, engine="vllm")
     ex = build_export(search_plan(cm, method="megatron", budget=200, engine="vllm"), "vllm",
                       model=cm.model, devices_per_node=8)
     assert ex.args.count("--compilation-config") == 1
     text = ex.args[ex.args.index("--compilation-config") + 1]
-    assert '"fuse_allreduce_rms": true' in text and '"enable_sp": true' in text
+    assert '"fuse_allreduce_rms": true' in text and '"sp_pass": true' in text
+    assert '"overlap_pass": true' in text
 
 
-def test_search_tries_sequence_parallel_where_the_engine_offers_it() -> None:
+def test_search_tries_sequence_parallel_where_the_engine_offers_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     wl = make_workload("prefill", isl=4096, ttft_slo_s=1.0)
     cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", wl, cost_config("vllm"), engine="vllm")
+    # At the pinned versions no engine launches it, so the search does not try it.
+    assert not any("+sp" in k for k in search_collectives(
+        cm, method="megatron", budget=100, engine="vllm").search["collective_settings"])
+    import learn_to_shard.engines.collectives as coll
+
+    monkeypatch.setitem(coll.SEQUENCE_PARALLEL_PASS, "vllm", ("sp_pass", "overlap_pass"))
     p = search_collectives(cm, method="exact", engine="vllm")
     scores = p.search["collective_settings"]
     assert isinstance(scores, dict)

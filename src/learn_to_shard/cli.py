@@ -477,15 +477,16 @@ def plan_cmd(
                                     "fuse-allreduce-rms, strategy-oneshot); or "
                                     "search: one search per setting of the engine, the best "
                                     "kept (--export prints its flags)."),
-    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", metavar="", help="Run the "
-                                           "all-reduce before each norm as reduce-scatter, "
-                                           "norm on token shards, all-gather (vLLM "
-                                           "pass_config enable_sp)."),
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", metavar="",
+                                           help="Price the all-reduce before each norm as "
+                                           "reduce-scatter, norm on token shards, all-gather "
+                                           "(no engine launches it at its pinned version; "
+                                           "vLLM dropped pass_config enable_sp by 0.33)."),
     gemm_overlap: bool = typer.Option(False, "--gemm-overlap", metavar="",
-                                      help="Overlap the all-gathers / "
+                                      help="Price the all-gathers / "
                                       "reduce-scatters of --sequence-parallel (which it needs) "
-                                      "with the adjacent GEMM (async TP; vLLM pass_config "
-                                      "fuse_gemm_comms)."),
+                                      "overlapped with the adjacent GEMM (async TP; no engine "
+                                      "launches it at its pinned version)."),
     context_parallel: bool = typer.Option(True, "--context-parallel/--no-context-parallel",
                                           metavar="",
                                           help="Search decode context parallelism (cp: each "
@@ -549,9 +550,12 @@ def plan_cmd(
             from .engines.collectives import SEQUENCE_PARALLEL_PASS
             if engine_runtime(engine) not in SEQUENCE_PARALLEL_PASS:
                 flag = "--sequence-parallel" if sequence_parallel else "--gemm-overlap"
-                raise ConfigError(f"{flag}: {engine} has no launch option for it (only "
-                                  f"{', '.join(SEQUENCE_PARALLEL_PASS)}: compilation passes "
-                                  f"enable_sp / fuse_gemm_comms); drop it or the --engine")
+                have = (f"only {', '.join(SEQUENCE_PARALLEL_PASS)} have one"
+                        if SEQUENCE_PARALLEL_PASS else
+                        "no engine at its pinned version has one: vLLM 0.33.0 dropped its "
+                        "sequence-parallelism and async-TP passes")
+                raise ConfigError(f"{flag}: {engine} has no launch option for it ({have}); "
+                                  f"drop it or the --engine")
         cfg = dataclasses.replace(cfg, sequence_parallel=sequence_parallel,
                                   gemm_overlap=gemm_overlap)
         if kv_admission is not None:

@@ -279,12 +279,13 @@ def collective_setting(engine: str, name: str) -> CollectiveSetting | None:
     return next((s for s in COLLECTIVE_SETTINGS.get(engine, ()) if s.name == name), None)
 
 
-#: Engine -> ``(sequence_parallel, gemm_overlap)`` keys of its compile configuration that
-#: launch them: vLLM's ``--compilation-config '{"pass_config": {...}}'`` (PassConfig
-#: ``enable_sp``: "Enable sequence parallelism", ``fuse_gemm_comms``: "Enable async TP", which
-#: rewrites the sequence-parallel reduce-scatter / all-gather around GEMMs, so it needs
-#: ``enable_sp``; vllm-project/vllm vllm/config/compilation.py PassConfig). vLLM turns
-#: ``enable_sp`` off by itself when the hidden size is below a device-dependent threshold
-#: (same docstring; not modelled). SGLang 0.5.23 and TensorRT-LLM's ``trtllm-serve`` have no
-#: option for either among the flags / YAML keys read here (engines/data/*_flags.json).
-SEQUENCE_PARALLEL_PASS: dict[str, tuple[str, str]] = {"vllm": ("enable_sp", "fuse_gemm_comms")}
+#: Engine -> ``(sequence_parallel, gemm_overlap)`` keys of its compile configuration's
+#: ``pass_config`` that launch them (``--compilation-config '{"pass_config": {...}}'``); none
+#: at the pinned versions. vLLM's sequence-parallelism and async-TP passes (``enable_sp``,
+#: ``fuse_gemm_comms`` in earlier releases' ``PassConfig``) are gone from vLLM 0.33.0: its
+#: ``vllm/config/compilation.py`` ``PassConfig`` has neither field, forbids unknown ones, and
+#: ``vllm/compilation/passes`` has no such pass (the 0.33.0 wheel, commit g4ba787ec9).
+#: SGLang 0.5.23 and TensorRT-LLM's ``trtllm-serve`` have no option for either among the
+#: flags / YAML keys read here (engines/data/*_flags.json). The plan can still price them
+#: without an engine; an export lists them as not expressible.
+SEQUENCE_PARALLEL_PASS: dict[str, tuple[str, str]] = {}

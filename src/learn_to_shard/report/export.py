@@ -149,8 +149,9 @@ class Export:
         """The launch lines of one node. One server per node (or a server spanning nodes, or
         the node size unknown): :meth:`command`, once. Several servers on a node: one line per
         server, each pinned to its own devices (``CUDA_VISIBLE_DEVICES``) on its own
-        ``--port`` from 8000, started in the background, then ``wait``; when the servers fill
-        several nodes, a comment says to run the same lines on each of them."""
+        ``--port`` from 8000 in steps of :data:`PORT_STRIDE`, started in the background, then
+        ``wait``; when the servers fill several nodes, a comment says to run the same lines on
+        each of them."""
         one = self.command(config_path)
         dpn = self.devices_per_node
         if self.servers <= 1 or self.nodes_per_server > 1 or not dpn:
@@ -167,9 +168,16 @@ class Export:
         for slot in range(min(per_node, self.servers)):
             first = slot * self.gpus_per_server
             gpus = ",".join(str(first + g) for g in range(self.gpus_per_server))
-            out.append(f"CUDA_VISIBLE_DEVICES={gpus} {one} --port {8000 + slot} &")
+            out.append(f"CUDA_VISIBLE_DEVICES={gpus} {one} --port {8000 + PORT_STRIDE * slot} &")
         out.append("wait")
         return out
+
+
+#: Ports between two servers on one node. SGLang with attention-DP opens TCP ports from its
+#: ``--port``: ``port + 233`` for the distributed init and the 6 after it (``PortArgs.init_new``
+#: in sglang/srt/server_args.py of SGLang 0.5.23); servers one port apart would collide there,
+#: ten apart never do (``233 … 239`` is no multiple of 10).
+PORT_STRIDE = 10
 
 
 @cache
@@ -365,6 +373,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     moe = model.is_moe if model is not None else s.ep > 1
     unexpressed = _blocks_off(s, engine, model)
     notes: list[str] = []
+    launcher = prof.launcher
     # Dense models: attention-DP is the same as more replicas (no engine has it for them).
     dense_dp = s.dp if (not moe and s.dp > 1) else 1
     dp = s.dp // dense_dp
@@ -438,7 +447,22 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                    "decode steps; vLLM runs one mode per server: exported as "
                                    "deepep_high_throughput")
         if moe and tbo:
-            args += ["--enable-dbo"]
+            # vLLM's DBO (micro-batching) asserts a DeepEP or NIXL all-to-all backend on CUDA
+            # (VllmConfig.__post_init__, vllm/config/vllm.py of the vLLM 0.33.0 wheel,
+            # commit g4ba787ec9); its default allgather_reducescatter fails at start.
+            if s.ep == 1:
+                unexpressed.append("two-batch overlap with EP 1: vLLM's --enable-dbo runs only "
+                                   "with a DeepEP / NIXL all-to-all, which needs expert "
+                                   "parallelism; exported without it")
+            else:
+                if a2a is None:
+                    backend = "deepep_low_latency" if wl.phase is Phase.DECODE \
+                        else "deepep_high_throughput"
+                    args += ["--all2all-backend", backend]
+                    notes.append(f"--all2all-backend {backend}: vLLM's --enable-dbo runs only "
+                                 f"with a DeepEP / NIXL all-to-all; the plan priced the MoE "
+                                 f"exchange without one (--moe-a2a prices DeepEP's)")
+                args += ["--enable-dbo"]
         rank_gpus = s.tp * s.pp
         if nodes > 1 and dp > 1 and devices_per_node and rank_gpus <= devices_per_node \
                 and devices_per_node % rank_gpus == 0:
@@ -457,10 +481,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"--data-parallel-start-rank ({starts}), node 0's address in "
                          f"--data-parallel-address")
         elif nodes > 1:
+            # A replica wider than a node: vLLM refuses a world size above the node's GPUs
+            # unless the executor is Ray (ParallelConfig.__post_init__, vllm/config/
+            # parallel.py of the vLLM 0.33.0 wheel, commit g4ba787ec9).
             notes.append("vLLM runs a server whose model replica spans nodes on a Ray cluster "
                          "spanning them (start Ray first, then run this command on its head "
                          "node)" + (": --data-parallel-backend ray places the DP ranks, "
                                     "with VLLM_RAY_DP_PACK_STRATEGY=span" if dp > 1 else ""))
+            args += ["--distributed-executor-backend", "ray"]
             if dp > 1:
                 args += ["--data-parallel-backend", "ray"]
     elif engine == "sglang":
@@ -592,8 +620,18 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             unexpressed.append("FP8 weights: trtllm-serve has no online FP8 quantisation; "
                                "serve an FP8 checkpoint (e.g. quantised with ModelOpt)")
         if nodes > 1:
-            notes.append("TensorRT-LLM runs a multi-node server under MPI/Slurm "
-                         "(trtllm-llmapi-launch), one rank per GPU")
+            # One MPI rank per GPU over the server's nodes, trtllm-serve under
+            # trtllm-llmapi-launch (NVIDIA/TensorRT-LLM examples/llm-api/
+            # llm_mgmn_trtllm_serve.sh at 0bd88711: "the number of MPI processes should be the
+            # same as the model world size"; HF downloads are not supported there).
+            per_node = -(-gpus // nodes)
+            launcher = (f"srun -N {nodes} --ntasks-per-node={per_node} --mpi=pmix "
+                        f"trtllm-llmapi-launch {prof.launcher}")
+            notes.append(f"a Slurm job over the server's {nodes} nodes runs it, one MPI rank "
+                         f"per GPU ({per_node} per node; under another MPI launcher, "
+                         f"{gpus} ranks of trtllm-llmapi-launch {prof.launcher}); the model "
+                         f"must be a local folder on every node (Slurm mode downloads "
+                         f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
     warnings: list[str] = []
@@ -633,7 +671,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     if unexpressed and plan.engine != engine:
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
-    return Export(engine=engine, version=prof.version, launcher=prof.launcher,
+    return Export(engine=engine, version=prof.version, launcher=launcher,
                   model_id=model_id_of(plan.model, model), args=args, yaml_config=yaml_cfg,
                   warnings=warnings,
                   servers=servers, gpus_per_server=gpus, nodes_per_server=nodes,
