@@ -544,8 +544,7 @@ def plan_cmd(
         cfg = _moe_routing(cfg, spec, moe_routing)
         if gemm_overlap and not sequence_parallel:
             raise ConfigError("--gemm-overlap: overlaps the all-gathers / reduce-scatters of "
-                              "sequence parallelism, so it needs --sequence-parallel too (vLLM's "
-                              "fuse_gemm_comms needs enable_sp)")
+                              "sequence parallelism, so it needs --sequence-parallel too")
         if engine is not None and (sequence_parallel or gemm_overlap):
             from .engines.collectives import SEQUENCE_PARALLEL_PASS
             if engine_runtime(engine) not in SEQUENCE_PARALLEL_PASS:

@@ -414,14 +414,16 @@ class CostModelConfig:
             from (``report.export`` prints its flags); ``None`` for none.
         sequence_parallel: the all-reduce of a row-parallel output before a norm runs as a
             reduce-scatter, the norm on the token shard, and an all-gather before the next
-            GEMM (``OperatorTerms._conv_parts``; vLLM ``pass_config.enable_sp``). An
-            engine-level compile option, like the collective algorithm.
+            GEMM (``OperatorTerms._conv_parts``; vLLM's ``pass_config.enable_sp`` before
+            0.33; no engine launches it at its pinned version,
+            ``engines.collectives.SEQUENCE_PARALLEL_PASS``). An engine-level compile option,
+            like the collective algorithm.
         gemm_overlap: an all-gather into a GEMM, and the reduce-scatter of the attention
             output projection's result, overlap that GEMM (async TP / collective matmul,
-            vLLM ``pass_config.fuse_gemm_comms``), priced ``min(comm + gemm, max(comm, gemm)
-            / gemm_overlap_efficiency)``; the reduce-scatter after a layer's last GEMM (into
-            the next layer) is not overlapped, which keeps layers separable for the exact
-            solver.
+            vLLM's ``pass_config.fuse_gemm_comms`` before 0.33), priced
+            ``min(comm + gemm, max(comm, gemm) / gemm_overlap_efficiency)``; the
+            reduce-scatter after a layer's last GEMM (into the next layer) is not overlapped,
+            which keeps layers separable for the exact solver.
         gemm_overlap_efficiency: the overlapped pair runs at ``max(comm, gemm) / e``: the
             GEMM split into per-rank chunks runs below its whole-matrix rate and the first
             chunk cannot overlap. 0.8 is an assumption (no measurement of it here).
