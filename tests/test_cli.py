@@ -770,3 +770,36 @@ def test_an_unknown_method_is_refused_before_any_work():
     from learn_to_shard.serving import Requests, ServingLoad
     one = Requests(np.array([10]), np.array([2]), np.array([0.0]))
     assert ServingLoad(trace=one).describe() == "trace of 1 request"
+
+
+def test_a_value_after_a_flag_names_the_flag():
+    """Click says only "Got unexpected extra argument(s) (true)"; after an option the line
+    names the option (the README's promise for --json true)."""
+    from learn_to_shard.cli import _flag_value_message
+
+    msg = "Got unexpected extra argument(s) (true)"
+    got = _flag_value_message(msg, ["plan", "--model", "m", "--json", "true"])
+    assert got.startswith("--json: a flag, it takes no value; got 'true'")
+    assert _flag_value_message(msg, ["plan", "--context", "10", "true"]) == msg
+    assert _flag_value_message("No such option: --jsn", ["plan", "--jsn"]) == \
+        "No such option: --jsn"
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGPIPE"), reason="POSIX only")
+def test_a_reader_that_closes_early_ends_l2s_by_sigpipe():
+    """`l2s plan ... | head -1`: SIGPIPE (the shell's 141), not click's exit 1, which the
+    README's table reserves for "no strategy fits"."""
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-c", "from learn_to_shard.cli import main; main()", "plan",
+         "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()                   # closed before l2s writes its first byte
+    err = p.stderr.read()
+    p.wait(timeout=120)
+    assert p.returncode == -signal.SIGPIPE, (p.returncode, err)
+    assert b"Traceback" not in err

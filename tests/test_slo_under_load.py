@@ -270,3 +270,16 @@ def test_closest_candidate_is_one_that_can_run():
     lines = r.output.splitlines()
     i = next(k for k, ln in enumerate(lines) if "closest candidate" in ln)
     assert "devices:" not in lines[i + 1] and "evaluations broke" not in lines[i + 1]
+
+
+def test_steady_comparison_adds_no_wait_where_every_client_has_a_slot():
+    """64 clients on a plan of batch 64: nobody waits for a slot, so the steady state the
+    simulation is compared with (at its mean running count, a little below 64) adds no wait
+    either (it charged 64/63 - 1 of a slot lifetime, tripling the TTFT compared)."""
+    doc = json.loads(CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+        "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms", "--concurrency", "64", "-q",
+        "--json", "--no-timing"]).stdout)
+    best, sim = doc["best"], doc["simulation"][0]
+    assert best["strategy"]["batch"] * sim["replicas"] >= 64 and best["ttft_queue_s"] == 0
+    assert sim["analytic"]["ttft_s"] < 1.1 * best["ttft_s"]

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -607,7 +608,7 @@ def plan_cmd(
                         "trace_means": [f.split()[0].lstrip("-") for f in from_trace]}
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
-    if from_trace and not json_out:
+    if from_trace and not (json_out or quiet):
         err.print(f"note: --trace without {' / '.join(f.split()[0] for f in from_trace)}: "
                   f"strategies are ranked at the trace's mean lengths ({', '.join(from_trace)}); "
                   f"the simulation replays every request as recorded", highlight=False)
@@ -1642,6 +1643,20 @@ def _click_message(exc: Exception) -> str:
     return str(fmt()) if callable(fmt) else str(exc)
 
 
+def _flag_value_message(msg: str, argv: list[str]) -> str:
+    """Click's "Got unexpected extra argument(s) (X)" names only ``X``; where ``X`` follows an
+    option on the command line (``--json true``), the message names that option and says it
+    takes no value. Any other message comes back unchanged."""
+    if not msg.startswith("Got unexpected extra argument"):
+        return msg
+    extra = msg[msg.rfind("(") + 1:msg.rfind(")")].split()
+    for i, token in enumerate(argv):
+        if extra and token == extra[0] and i > 0 and argv[i - 1].startswith("-"):
+            return (f"{argv[i - 1]}: a flag, it takes no value; got {token!r} after it "
+                    f"(drop the value)")
+    return msg
+
+
 def main() -> None:
     """Console entry point (``l2s``).
 
@@ -1655,13 +1670,18 @@ def main() -> None:
     by_name: dict[str, type[Exception]] = {
         c.__name__: c for c in typer.BadParameter.__mro__ if issubclass(c, Exception)}
     usage_error, click_exception = by_name["UsageError"], by_name["ClickException"]
+    if hasattr(signal, "SIGPIPE"):
+        # A reader that closes stdout early (`l2s plan ... | head`) ends l2s as it ends other
+        # Unix tools, by SIGPIPE (exit 141 in the shell), not as click's exit 1, which is
+        # "no strategy fits".
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         code = app(standalone_mode=False)
     except usage_error as exc:
         ctx = getattr(exc, "ctx", None)
         path = str(getattr(ctx, "command_path", "l2s"))
         where = f"l2s {path.split(' ', 1)[1]}" if " " in path else "l2s"
-        msg = _click_message(exc).replace("\n", " ")
+        msg = _flag_value_message(_click_message(exc).replace("\n", " "), sys.argv[1:])
         if msg.strip():                  # empty: no arguments at all, the help was printed
             err.print(f"error: {msg} (see {where} --help)", markup=False, highlight=False)
         sys.exit(2)

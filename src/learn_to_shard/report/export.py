@@ -629,8 +629,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                         f"trtllm-llmapi-launch {prof.launcher}")
             notes.append(f"a Slurm job over the server's {nodes} nodes runs it, one MPI rank "
                          f"per GPU ({per_node} per node; under another MPI launcher, "
-                         f"{gpus} ranks of trtllm-llmapi-launch {prof.launcher}); the model "
-                         f"must be a local folder on every node (Slurm mode downloads "
+                         f"{gpus} ranks of trtllm-llmapi-launch {prof.launcher}); put the "
+                         f"checkpoint of {model_id_of(plan.model, model)} in a local folder "
+                         f"on every node and give that folder instead (Slurm mode downloads "
                          f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)

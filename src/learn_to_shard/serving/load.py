@@ -484,10 +484,13 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     # The steady-state model at the occupancy the simulation reached, to compare like with like.
     occ = max(1, round(summ["mean_running"]))
     wl = cm.workload
-    # A closed loop's clients beyond the running requests wait in TTFT there as here.
     a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, wl.isl, (occ,),
-                                                             osl=wl.osl,
-                                                             concurrency=load.concurrency))
+                                                             osl=wl.osl))
+    if conc is not None and conc > seqs and a_tps > 0:
+        # A closed loop's clients beyond the replica's batch slots wait in TTFT, as in the
+        # plan (CostModel.closed_loop_queue): q = clients / slots - 1 waiting per running
+        # request, each for q slot lifetimes, osl / (tokens/s per running request).
+        a_ttft += (conc / seqs - 1.0) * float(wl.osl) * occ / a_tps
     analytic = {"plan_batch": s.batch, "plan_tpot_s": est.tpot_s, "plan_ttft_s": est.ttft_s,
                 "plan_output_tokens_per_s_per_instance": est.output_tokens_per_s,
                 "at_running": occ, "tpot_s": a_tpot, "ttft_s": a_ttft,

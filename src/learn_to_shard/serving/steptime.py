@@ -170,8 +170,8 @@ def _rank_excess(dec: np.ndarray | float, pf: np.ndarray | float, isl: int, dp: 
 
 
 def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
-           osl: int = 0, config: CostModelConfig | None = None,
-           concurrency: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           osl: int = 0, config: CostModelConfig | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Strategy ``s`` priced by the cost model at other batches and lengths.
 
     Args:
@@ -180,15 +180,13 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
         phase, isl, osl: the workload to price.
         batches: sequences per instance to price.
         config: factors to price with instead of ``cm.config``.
-        concurrency: serve: the closed loop's clients across the cluster, whose wait for a
-            batch slot TTFT then counts (:meth:`CostModel.closed_loop_queue`); ``None``: none.
 
     Returns:
         ``(tpot_s, ttft_s, output_tokens_per_s)`` per batch, ``[len(batches)]`` each
         (instance throughput before memory and SLO checks).
     """
     wl = Workload(phase, isl=isl, osl=osl, weight_dtype=cm.workload.weight_dtype,
-                  kv_dtype=cm.workload.kv_dtype, concurrency=concurrency)
+                  kv_dtype=cm.workload.kv_dtype)
     space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
                                 pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
                                 batch_values=tuple(batches))
