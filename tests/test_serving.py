@@ -219,6 +219,8 @@ def test_a_trace_without_isl_osl_ranks_at_its_means(tmp_path):
     r = CliRunner().invoke(app, [*base, "-q"])
     assert r.exit_code == 0 and "ranked at the trace's mean lengths (--isl 1500, --osl 234)" \
         in r.output
+    r = CliRunner().invoke(app, [*base, "-q", "--export", "vllm"])   # the launch script alone
+    assert r.exit_code == 0 and r.stdout.startswith("# vllm") and r.stderr == "", r.stderr
     r = CliRunner().invoke(app, [*base, "--isl", "800", "--json"])
     data = json.loads(r.stdout)
     assert (data["workload"]["isl"], data["workload"]["osl"]) == (800, 234)

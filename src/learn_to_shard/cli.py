@@ -608,7 +608,7 @@ def plan_cmd(
                         "trace_means": [f.split()[0].lstrip("-") for f in from_trace]}
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
-    if from_trace and not (json_out or quiet):
+    if from_trace and not (json_out or (quiet and export is not None)):
         err.print(f"note: --trace without {' / '.join(f.split()[0] for f in from_trace)}: "
                   f"strategies are ranked at the trace's mean lengths ({', '.join(from_trace)}); "
                   f"the simulation replays every request as recorded", highlight=False)
