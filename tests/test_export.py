@@ -568,3 +568,15 @@ def test_exports_that_span_nodes_or_overlap_batches_launch_as_printed():
                          for ln in lines)
     ports = [int(ln.split("--port ")[1].split()[0]) for ln in lines if "--port " in ln]
     assert ports == [8000 + 10 * k for k in range(len(ports))] and len(ports) > 1
+
+
+def test_several_servers_spanning_nodes_are_each_launched_on_their_nodes():
+    """Llama-3.1-405B on 32 H100 as two 16-GPU vLLM servers over 2 nodes each: the one
+    command printed is said to run once per set of nodes."""
+    v = _export_text("--model", "llama-3.1-405b", "--cluster", "h100-sxm:32", "--isl", "1000",
+                     "--osl", "200", "--export", "vllm")
+    head = v.splitlines()[0]
+    servers = int(head.split(": ")[1].split(" server")[0])
+    assert servers > 1 and "over 2 nodes" in head
+    assert f"# {servers} servers of 2 nodes each: launch this server on each set of 2 nodes" \
+        in v

@@ -147,13 +147,18 @@ class Export:
 
     def server_commands(self, config_path: str = "extra_llm_api_options.yaml") -> list[str]:
         """The launch lines of one node. One server per node (or a server spanning nodes, or
-        the node size unknown): :meth:`command`, once. Several servers on a node: one line per
+        the node size unknown): :meth:`command`, once, after a comment when several servers
+        each span nodes (each launched on its own nodes). Several servers on a node: one line per
         server, each pinned to its own devices (``CUDA_VISIBLE_DEVICES``) on its own
         ``--port`` from 8000 in steps of :data:`PORT_STRIDE`, started in the background, then
         ``wait``; when the servers fill several nodes, a comment says to run the same lines on
         each of them."""
         one = self.command(config_path)
         dpn = self.devices_per_node
+        if self.servers > 1 and self.nodes_per_server > 1:
+            return [f"# {self.servers} servers of {self.nodes_per_server} nodes each: launch "
+                    f"this server on each set of {self.nodes_per_server} nodes (its own Ray "
+                    f"cluster or job; NODE0_HOST, where named, is that set's first node)", one]
         if self.servers <= 1 or self.nodes_per_server > 1 or not dpn:
             return [one]
         per_node = max(1, dpn // self.gpus_per_server)
