@@ -69,6 +69,7 @@ from .model.spec import ModelSpec
 from .report.plan import Plan, join_reasons
 from .search.base import SearchInterrupted, interruptible
 from .serving import Requests, ServingLoad, load_trace, trace_mean_lengths
+from .serving.load import refuse_beyond_context
 from .units import parse_duration_s, to_ms
 from .workload import Phase, Workload
 
@@ -514,14 +515,10 @@ def plan_cmd(
         engine = _export_engine(export, engine)
         spec = load_model(model)
         trace_req = load_trace(trace) if trace is not None else None
-        limit = spec.max_position_embeddings
-        if trace_req is not None and limit:
-            # The trace's own longest request names the trace, not lengths never given.
-            total = trace_req.isl + trace_req.osl
-            if int(total.max()) > limit:
-                raise ConfigError(f"--trace: {trace}: a request of {int(total.max())} tokens "
-                                  f"(isl + osl) exceeds {spec.name}'s max_position_embeddings "
-                                  f"{limit}; the engines refuse it: drop or shorten it")
+        if trace_req is not None:
+            # Before the workload: the trace's longest request names the trace, not the
+            # --isl/--osl (its means) that were never given.
+            refuse_beyond_context(spec, trace_req, f"--trace: {trace}")
         from_trace: list[str] = []
         if trace_req is not None and (isl is None or osl is None) \
                 and phase.strip().lower() == Phase.SERVE.value:

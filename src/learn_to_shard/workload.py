@@ -11,7 +11,7 @@ import numpy as np
 from .errors import ConfigError
 
 #: Most closed-loop clients ``--concurrency`` accepts (a million; the simulation steps
-#: through every request, ``serving.load.MAX_LOAD_REQUESTS``).
+#: through every request and caps its requests at the same, ``serving.load``).
 MAX_CONCURRENCY = 1_000_000
 
 

@@ -143,17 +143,28 @@ LIMITS: tuple[tuple[str, str], ...] = (
 SLO_REL_TOL = 1e-9
 
 
+def slo_limits(workload: Workload) -> dict[str, float]:
+    """The latency SLOs the workload's phase checks, ``{"tpot_slo": s, "ttft_slo": s}``
+    (seconds; absent where the workload has none, and decode has no TTFT, prefill no TPOT).
+    :func:`limits_broken` checks them; the searches rank rejected strategies by them."""
+    out = {}
+    if workload.tpot_slo_s is not None and workload.phase is not Phase.PREFILL:
+        out["tpot_slo"] = workload.tpot_slo_s
+    if workload.ttft_slo_s is not None and workload.phase is not Phase.DECODE:
+        out["ttft_slo"] = workload.ttft_slo_s
+    return out
+
+
 def limits_broken(workload: Workload, usable_bytes: float, peak_bytes: np.ndarray,
                   tpot_s: np.ndarray, ttft_s: np.ndarray) -> dict[str, np.ndarray]:
     """Which rows break each limit of :data:`LIMITS` (bool arrays; a limit the workload or
     phase does not have is absent): memory when the worst stage is not within
-    ``usable_bytes``, an SLO when the latency is not within it (within
-    :data:`SLO_REL_TOL`; decode has no TTFT, prefill no TPOT)."""
+    ``usable_bytes``, an SLO of :func:`slo_limits` when the latency is not within it (within
+    :data:`SLO_REL_TOL`)."""
     out = {"memory": ~(peak_bytes <= usable_bytes)}
-    if workload.tpot_slo_s is not None and workload.phase is not Phase.PREFILL:
-        out["tpot_slo"] = ~(tpot_s <= workload.tpot_slo_s * (1.0 + SLO_REL_TOL))
-    if workload.ttft_slo_s is not None and workload.phase is not Phase.DECODE:
-        out["ttft_slo"] = ~(ttft_s <= workload.ttft_slo_s * (1.0 + SLO_REL_TOL))
+    got = {"tpot_slo": tpot_s, "ttft_slo": ttft_s}
+    for name, slo in slo_limits(workload).items():
+        out[name] = ~(got[name] <= slo * (1.0 + SLO_REL_TOL))
     return out
 
 

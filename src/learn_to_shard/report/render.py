@@ -404,11 +404,10 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                         f"latencies by half or more; leave headroom"
                         + (f" ({counts[0]} replicas of it keep each at or below "
                            f"{100 * NEAR_CAPACITY:.0f}%; {counts[1]} now)" if counts else "")))
-        if sim.get("lengths", {}).get("dataset") != "trace" and "wait in the queue" in \
-                str(sim.get("replica_share", "")):
+        if sim.get("clients_queued"):
             s_ = sim["simulated"]
-            part = str(sim["replica_share"]).split("; ", 1)[-1]
-            out.append(("note", f"{sim['strategy']}: per replica, {part}; the wait counts in "
+            out.append(("note", f"{sim['strategy']}: per replica, {sim['clients_queued']}; "
+                        f"the wait counts in "
                         f"TTFT (mean {s_['mean_ttft_s']:.3g} s; the plan's TTFT counts it "
                         f"from its batch's turnover): fewer clients per replica "
                         f"(more devices, or a larger batch if it fits) shorten it"))

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..cost.aggregate import slo_limits
 from ..cost.model import BatchEstimate, CostModel
 from ..parallel.space import RULES
-from ..workload import Phase
 
 #: Called with the number of evaluations just spent (drives progress bars).
 ProgressFn = Callable[[int], None]
@@ -198,17 +198,15 @@ class Searcher(Protocol):
 def _overshoot(cm: CostModel, est: BatchEstimate, rows: np.ndarray) -> np.ndarray:
     """How far each row of ``est`` (at ``rows``) is past its limits: the largest of peak
     memory / usable memory, TPOT / TPOT SLO and TTFT / TTFT SLO (those the workload's phase
-    checks, as :func:`~learn_to_shard.cost.aggregate.limits_broken`),
+    checks, :func:`~learn_to_shard.cost.aggregate.slo_limits`),
     ``[len(rows)]``; NaN, and a broken structural rule (:data:`~learn_to_shard.parallel.
     space.RULES`), count as infinitely far. Used to rank rejected strategies by how near they
     came to feasible."""
-    wl = cm.workload
+    got = {"tpot_slo": est.tpot_s, "ttft_slo": est.ttft_s}
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = [np.asarray(est.peak_memory_bytes[rows], dtype=np.float64) / cm.usable_bytes]
-        if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
-            ratios.append(np.asarray(est.tpot_s[rows], dtype=np.float64) / wl.tpot_slo_s)
-        if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
-            ratios.append(np.asarray(est.ttft_s[rows], dtype=np.float64) / wl.ttft_slo_s)
+        ratios += [np.asarray(got[name][rows], dtype=np.float64) / slo
+                   for name, slo in slo_limits(cm.workload).items()]
     worst = np.max(np.stack(ratios), axis=0)
     # A structural rule (more devices than the cluster has, a degree that does not divide)
     # is no nearer for small latencies: it cannot run at all.

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ..arrays import unique_rows
+from ..cost import aggregate
 from ..cost.model import CostModel
 from ..parallel.mesh import Mesh
 from ..parallel.ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, REPLICATED, Op
@@ -56,7 +57,6 @@ from ..parallel.space import (
     batch_grid,
 )
 from ..parallel.strategy import Strategy
-from ..workload import Phase
 from . import register
 from .base import BudgetedEvaluator, ProgressFn, SearchResult
 from .exact_tables import (
@@ -410,7 +410,7 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
           work_limit: int | None = None, incumbent: float = 0.0,
           only: np.ndarray | None = None, cells: bool = False,
           tops: np.ndarray | None = None,
-          setting_cache: SettingCache | None = None) -> ExactSolution:
+          setting_cache: SettingCache | None = None, explain: bool = True) -> ExactSolution:
     """The optimum of ``cm`` over its whole strategy space, with a certificate.
 
     Args:
@@ -433,6 +433,9 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
             batch.
         setting_cache: per-setting floors and candidates from earlier calls on this cost
             model (read and extended; :class:`SettingCache`); ``None``: none kept.
+        explain: when nothing is feasible, also return the combinations whose floors come
+            nearest the SLOs (:func:`_nearest_slo_rows`) among ``closest``; the refinement
+            solves of :func:`solve_any_batch`, whose ``closest`` is not read, skip them.
 
     Returns:
         An :class:`ExactSolution`.
@@ -674,7 +677,8 @@ def solve(cm: CostModel, time_limit_s: float | None = None, keep: int = 5,
     if found <= 0.0 or not top_actions:
         # Combinations fit but none meets the SLOs: beside the smallest-memory ones, those
         # whose feature floor comes nearest to the SLOs (the evaluator names what they break).
-        near = _nearest_slo_rows(cm, st, lay, co, zlb, emb_t, ws, emb_t2)
+        near = _nearest_slo_rows(cm, st, lay, co, zlb, emb_t, ws, emb_t2) if explain \
+            else np.zeros(0, dtype=np.int64)
         fit_rows = np.flatnonzero(fits)
         near_actions = []
         if len(near):
@@ -772,7 +776,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
             time_limit_s - (time.perf_counter() - t0), 1e-3)
         work_left = None if work_limit is None else max(work_limit - cert.work, 0)
         sol2 = solve(cm2, left, keep, 0, progress, work_left, incumbent=best, only=only,
-                     cells=True, tops=tops, setting_cache=kc)
+                     cells=True, tops=tops, setting_cache=kc, explain=False)
         c2 = sol2.certificate
         cert.batch_integers_solved += c2.solved
         for name in ("settings", "table_rows", "candidates", "pairs_evaluated"):
@@ -801,7 +805,7 @@ def solve_any_batch(cm: CostModel, time_limit_s: float | None = None, keep: int 
         work_left = None if work_limit is None else max(work_limit - cert.work, 0)
         try:        # the optimum is certified already: past a limit, keep what was found
             sol3 = solve(cm2, left, keep, 0, progress, work_left, incumbent=worst,
-                         only=only, setting_cache=kc)
+                         only=only, setting_cache=kc, explain=False)
         except (ExactTimeout, ExactWorkLimit):
             sol3 = None
         if sol3 is not None:
@@ -1019,8 +1023,8 @@ def _nearest_slo_rows(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse,
     the workload's SLOs: least ``max(TPOT / TPOT SLO, TTFT / TTFT SLO)`` at the floor, a
     lower bound on every candidate's; empty without an SLO. Explains an answer where every
     combination fits in memory but none meets the SLOs."""
-    wl = cm.workload
-    if wl.tpot_slo_s is None and wl.ttft_slo_s is None:
+    slos = aggregate.slo_limits(cm.workload)
+    if not slos:
         return np.zeros(0, dtype=np.int64)
     worst = np.full(len(co), np.inf)
     for p, rows in _by_pp(co):
@@ -1031,11 +1035,8 @@ def _nearest_slo_rows(cm: CostModel, st: Structure, lay: ZLayout, co: Coarse,
                            np.where(np.isinf(zlb[kk]), 1e300, zlb[kk]),
                            emb_t[kk][:, None], ws[kk][:, None],
                            None if emb_t2 is None else emb_t2[kk][:, None])
-            ratio = np.zeros(np.shape(r["tpot"]))
-            if wl.tpot_slo_s is not None and wl.phase is not Phase.PREFILL:
-                ratio = np.maximum(ratio, r["tpot"] / wl.tpot_slo_s)
-            if wl.ttft_slo_s is not None and wl.phase is not Phase.DECODE:
-                ratio = np.maximum(ratio, r["ttft"] / wl.ttft_slo_s)
+            ratio = np.max([r[name.removesuffix("_slo")] / slo
+                            for name, slo in slos.items()], axis=0)
         ratio = np.where(np.isnan(ratio) | ~np.isfinite(zlb[kk]).all(axis=2), np.inf, ratio)
         worst[rows] = ratio.min(axis=1)
     ok = np.flatnonzero(np.isfinite(worst))

@@ -20,7 +20,8 @@ from ..engines import (
     default_max_num_seqs,
 )
 from ..errors import ConfigError
-from ..workload import Phase
+from ..model.spec import ModelSpec
+from ..workload import MAX_CONCURRENCY, Phase
 from .simulate import (
     Requests,
     fixed_requests,
@@ -43,9 +44,10 @@ PROMPTS_PER_CLIENT = 2
 #: Largest ``--request-rate``, requests/s (a billion: far beyond any cluster's capacity, and
 #: small enough that the replicas it asks for print as a number).
 MAX_REQUEST_RATE = 1e9
-#: Most closed-loop clients and simulated requests a load may have: a million (the
-#: simulation steps through every request; a million takes minutes on one core).
-MAX_LOAD_REQUESTS = 1_000_000
+#: Most closed-loop clients and simulated requests a load may have: the workload's
+#: ``MAX_CONCURRENCY``, a million (the simulation steps through every request; a million
+#: takes minutes on one core).
+MAX_LOAD_REQUESTS = MAX_CONCURRENCY
 
 
 def default_num_prompts(concurrency: int | None) -> int:
@@ -112,7 +114,7 @@ class ServingLoad:
                                   f"{MAX_REQUEST_RATE:.0e} requests/s, got {rate}")
             # Poisson arrivals of n requests span about n / rate seconds; float seconds stop
             # resolving a millisecond far beyond that (MAX_ARRIVAL_S, with room for the tail).
-            n = self.num_prompts or DEFAULT_NUM_PROMPTS
+            n = self.num_prompts or default_num_prompts(self.concurrency)
             if n / rate > MAX_ARRIVAL_S / 100:
                 raise ConfigError(f"--request-rate: {rate:g} requests/s spreads {n} requests "
                                   f"over about {n / rate:.3g} s, too long to simulate in "
@@ -300,6 +302,22 @@ def load_trace(path: str | Path) -> Requests:
                     osl=np.asarray(osl, dtype=np.int64)[order], arrival_s=(a - a.min())[order])
 
 
+def refuse_beyond_context(model: ModelSpec, requests: Requests, flag: str) -> None:
+    """Refuse requests longer than the model's ``max_position_embeddings`` (the engines
+    refuse them).
+
+    Raises:
+        ConfigError: naming ``flag`` (the source of the lengths), the longest request
+            (``isl + osl`` tokens) and the limit.
+    """
+    limit = model.max_position_embeddings
+    worst = int((requests.isl + requests.osl).max())
+    if limit and worst > limit:
+        raise ConfigError(f"{flag}: a request of {worst} tokens (isl + osl) exceeds "
+                          f"{model.name}'s max_position_embeddings {limit}; the engines "
+                          f"refuse it")
+
+
 def trace_mean_lengths(trace: Requests) -> tuple[int, int]:
     """The trace's mean prompt and output lengths, tokens, rounded (each >= 1): the
     ``isl``/``osl`` the search ranks strategies at when ``--trace`` is given without them
@@ -390,7 +408,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     plan's batch within what the engine admits by default, :func:`engine_max_num_seqs`), a
     token budget of ``max_num_batched_tokens`` per DP rank, and the plan's KV capacity.
     Closed-loop clients beyond ``max_num_seqs`` wait in the queue, and their waiting counts in
-    TTFT (``replica_share`` says how many). Cluster figures are that replica's times the number
+    TTFT (``replica_share`` says how many, and ``clients_queued``: that part of it, ``None``
+    where none waits). Cluster figures are that replica's times the number
     of replicas; per device, divided by all devices of the cluster (idle ones included).
     A dense model's DP ranks share no layer, so each is simulated as a replica (its share of
     the plan's batch, KV capacity and ``max_num_seqs``; the per-rank figures are what the cost
@@ -450,21 +469,18 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     s = est.strategy
     replicas = max(1, est.instances)
     req, conc, share, worth = _instance_requests(cm, load, replicas)
-    limit = cm.model.max_position_embeddings
-    if limit and int((req.isl + req.osl).max()) > limit:
-        worst = int((req.isl + req.osl).max())
-        raise ConfigError(f"{load.lengths_flag()}: a request of {worst} tokens (isl + osl) "
-                          f"exceeds {cm.model.name}'s max_position_embeddings {limit}; the "
-                          f"engines refuse it")
+    refuse_beyond_context(cm.model, req, load.lengths_flag())
     step, fit_rel = fit_step_model(cm, s)
     cap = engine_max_num_seqs(cm, s.dp, est.kv_capacity_tokens, s.pp) \
         if max_num_seqs is None else max_num_seqs
     seqs = max(1, s.batch if cap is None else min(s.batch, cap))
+    queue = None
     if conc is not None and conc > seqs:
         why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
                else f"the plan's batch {seqs}" if ranks_apart == 1
                else f"the plan's {seqs} per DP rank")
-        share += f"; {conc - seqs} wait in the queue ({seqs} running: {why})"
+        queue = f"{conc - seqs} wait in the queue ({seqs} running: {why})"
+        share += f"; {queue}"
     c = cm.config
     prefill_first = c.runs_prefill_first and s.dp == 1
     overlap = c.engine in OVERLAP_SCHEDULE_ENGINES if c.overlap_schedule is None \
@@ -536,7 +552,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "capacity_requests_per_s": capacity, "utilization": utilization,
             "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
                         "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
-            "replicas": replicas, "replica_share": share,
+            "replicas": replicas, "replica_share": share, "clients_queued": queue,
             "dp_ranks_as_replicas": ranks_apart,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
