@@ -42,9 +42,11 @@ MOE_EP = (1, 2, 4, 8, 16, 32, 64)
 MOE_DIST = ("balanced", "power_law_1.2")
 #: Engines whose own fused-MoE tables (``moe/<engine>/``) go to ``moe_engines.csv``: their
 #: block-scaled FP8 rows with balanced routing on the Hopper systems, what
-#: ``fidelity.kernels.fit_fp8_block_scale(engine=...)`` fits on (the tables stay small).
+#: ``fidelity.kernels.fit_fp8_block_scale(engine=...)`` fits on, and on B200, where both
+#: engines run FlashInfer's TensorRT-LLM-gen block-scaled MoE (the tables' ``kernel_source``)
+#: and ``fidelity.kernels.fit_fp8_block_mma`` fits on (the tables stay small).
 MOE_ENGINES = ("vllm", "sglang")
-MOE_ENGINE_SYSTEMS = ("h100_sxm", "h200_sxm")
+MOE_ENGINE_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
 MOE_ENGINE_DTYPES = ("fp8_block",)
 MOE_ENGINE_DIST = ("balanced",)
 A2A_TOKENS = (1, 16, 128, 1024, 4096, 16384)

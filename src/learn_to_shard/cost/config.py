@@ -140,9 +140,12 @@ _FRACTIONS = ("flops_efficiency", "hbm_efficiency", "scale_up_efficiency",
               "scale_out_efficiency", "memory_utilization", "kv_cache_free_fraction",
               "fp8_flops_efficiency", "attention_flops_efficiency", "attention_hbm_efficiency",
               "mla_attention_hbm_efficiency", "gemm_overlap_efficiency",
-              "fp8_block_scale_efficiency")
+              "fp8_block_scale_efficiency", "fp8_block_mma_efficiency")
 #: The serve simulation's KV admission rules (``CostModelConfig.kv_admission``).
 KV_ADMISSIONS = ("reserve", "on_demand", "no_future_oom")
+#: Kernels that serve a block-scaled FP8 MoE block on a chip with block-scaled MMA
+#: (``CostModelConfig.block_fp8_moe_kernel``).
+BLOCK_FP8_MOE_KERNELS = ("trtllm-gen", "deepgemm")
 
 #: Fields that are times, sizes or shape constants: each must be >= 0.
 _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s",
@@ -490,6 +493,40 @@ class CostModelConfig:
             0.112), SGLang 0.3 (0.203 → 0.169, held out 0.114 → 0.093). The fitted value
             applies to every GEMM of such a checkpoint (no dense block-scaled GEMM table to
             check it on).
+        fp8_block_mma_efficiency: fraction of the FP8 GEMM rate that GEMMs of a
+            block-scaled FP8 checkpoint (``ModelSpec.weight_block_size``) reach on chips with
+            block-scaled MMA (FP4 math, ``DeviceSpec.peak_fp4_flops_per_s`` set: Blackwell,
+            MI355X), where ``fp8_block_scale_efficiency`` does not apply. On B200 the three
+            engines serve such MoE blocks with TensorRT-LLM-gen's block-scaled kernels:
+            vLLM 0.24.0 and SGLang 0.5.14 through FlashInfer (their measured tables'
+            ``kernel_source``, aiconfigurator-core 0.12.0: ``vllm_fp8moe_flashinfer_trtllm_...``,
+            ``sglang_flashinfer_trtllm_moe``; the two agree within 3% on every shape read),
+            TensorRT-LLM as its ``moe_config.backend`` ``TRTLLM`` (what its ``AUTO`` resolves
+            to for ``FP8_BLOCK_SCALES`` on SM100, ``ModelConfig.resolve_moe_backend`` in
+            tensorrt_llm/_torch/model_config.py, as cited by ai-dynamo/aiconfigurator
+            095f58a5 collector/trtllm/collect_moe.py; the export sets it). 0.25, *fitted on
+            measured kernels* (``fidelity.kernels.fit_fp8_block_mma``): the ``fp8_block``
+            rows of ``data/silicon/moe_engines.csv`` on B200 at >= 1,024 tokens with experts
+            tensor-parallel, where the expert GEMMs make the block's time, median |ln error|
+            at 1.0 → 0.25: SGLang 0.80 → 0.20 (held out, Qwen3-235B-A22B's shape, 0.55 →
+            0.27), vLLM 0.85 → 0.14 (0.55 → 0.16); both engines fit the same value. It
+            applies where ``block_fp8_moe_kernel`` is ``trtllm-gen``, and like
+            ``fp8_block_scale_efficiency`` to every GEMM of such a checkpoint.
+        block_fp8_moe_kernel: the kernels that serve a block-scaled FP8 MoE block on a chip
+            with block-scaled MMA (:data:`BLOCK_FP8_MOE_KERNELS`): ``trtllm-gen``
+            (TensorRT-LLM-gen's fused block-scaled MoE: the GEMMs at
+            ``fp8_block_mma_efficiency``, no ``block_fp8_local_expert_overhead_s`` and no
+            ``expert_shape_half`` curve, as its measured blocks are fitted; what vLLM 0.24.0
+            and SGLang 0.5.14 run on B200 by their tables, SGLang's
+            ``--moe-runner-backend flashinfer_trtllm``, TensorRT-LLM's ``moe_config.backend
+            TRTLLM``) or ``deepgemm`` (grouped DeepGEMM GEMMs at the FP8 datasheet rate with
+            the engine's per-local-expert cost and curve: TensorRT-LLM's ``DEEPGEMM``
+            backend, what aiconfigurator's collector measures for ``fp8_block`` on SM100 in
+            ``data/silicon/moe.csv`` and the backend TensorRT-LLM's DeepSeek-R1 deployment
+            guide lists for FP8 on B200, NVIDIA/TensorRT-LLM
+            docs/source/deployment-guide/quick-start-recipe-for-deepseek-r1-on-trtllm.md;
+            the ``trtllm`` profile's, whose pinned 1.2.0rc2 default was not read here).
+            Ignored on other chips and for other weights.
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
             ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,
@@ -554,6 +591,8 @@ class CostModelConfig:
     expert_shape_half: float = 0.0
     mla_module_overhead_s: float = 40e-6
     fp8_block_scale_efficiency: float = 0.6
+    fp8_block_mma_efficiency: float = 0.25
+    block_fp8_moe_kernel: str = "trtllm-gen"
 
     def __post_init__(self) -> None:
         """Reject values no engine or device can have.
@@ -597,6 +636,8 @@ class CostModelConfig:
             raise bad("max_num_seqs", ">= 1 (or None for the engine's default)")
         if self.kv_admission not in (None, *KV_ADMISSIONS):
             raise bad("kv_admission", "one of " + ", ".join(KV_ADMISSIONS) + " or None")
+        if self.block_fp8_moe_kernel not in BLOCK_FP8_MOE_KERNELS:
+            raise bad("block_fp8_moe_kernel", "one of " + ", ".join(BLOCK_FP8_MOE_KERNELS))
         if self.moe_a2a_kernel not in MOE_A2A_KERNELS:
             raise bad("moe_a2a_kernel", "one of " + ", ".join(str(k) for k in MOE_A2A_KERNELS))
         if self.moe_dispatch_payload not in (None, "bf16", "fp8", "nvfp4"):
@@ -715,6 +756,9 @@ _TRTLLM_FACTS: dict[str, Any] = {
     # tensor-parallel, all of them on every rank): fitted on its measured MoE kernels
     # (fidelity.kernels.fit_block_fp8_expert_overhead, data/silicon/moe.csv).
     "block_fp8_local_expert_overhead_s": 0.25e-6,
+    # On B200 its measured block-scaled MoE is DeepGEMM's (data/silicon/moe.csv; its
+    # deployment guide's FP8 backend there); moe_config.backend TRTLLM selects "trtllm-gen".
+    "block_fp8_moe_kernel": "deepgemm",
     "engine": "trtllm",
 }
 

@@ -266,15 +266,27 @@ class OperatorTerms:
             else c.flops_efficiency
         bf16_rate = dev.peak_bf16_flops_per_s * c.flops_efficiency
         fp8_rate = dev.peak_fp8_flops_per_s * fp8_eff if dev.peak_fp8_flops_per_s else bf16_rate
-        # Block-scaled FP8 weights on a chip without block-scaled MMA (no FP4 math): the
+        # Block-scaled FP8 weights: on a chip without block-scaled MMA (no FP4 math) the
         # scales are applied on CUDA cores in the main loop (CostModelConfig.
-        # fp8_block_scale_efficiency).
-        if fp8 and model.weight_block_size is not None and not dev.peak_fp4_flops_per_s:
+        # fp8_block_scale_efficiency); on one with it (Blackwell) TensorRT-LLM-gen's kernels
+        # run at CostModelConfig.fp8_block_mma_efficiency, DeepGEMM's at the FP8 rate
+        # (CostModelConfig.block_fp8_moe_kernel).
+        block_fp8 = bool(fp8) and model.weight_block_size is not None
+        mma = bool(dev.peak_fp4_flops_per_s)
+        trtllm_gen = block_fp8 and mma and c.block_fp8_moe_kernel == "trtllm-gen"
+        if block_fp8 and not mma:
             fp8_rate *= c.fp8_block_scale_efficiency
+        elif trtllm_gen:
+            fp8_rate *= c.fp8_block_mma_efficiency
         #: Per-step cost of each local expert of a routed-expert block, seconds
-        #: (CostModelConfig.block_fp8_local_expert_overhead_s: block-scaled FP8 weights).
+        #: (CostModelConfig.block_fp8_local_expert_overhead_s: block-scaled FP8 weights, not
+        #: on TensorRT-LLM-gen's kernels).
         self._local_expert_s = c.block_fp8_local_expert_overhead_s \
-            if fp8 and model.weight_block_size is not None else 0.0
+            if block_fp8 and not trtllm_gen else 0.0
+        #: Narrow-GEMM half-width of the routed-expert GEMMs (CostModelConfig.
+        #: expert_shape_half): 0 on TensorRT-LLM-gen's block-scaled kernels, whose measured
+        #: blocks (fidelity.kernels.fit_fp8_block_mma) are priced without it.
+        self._expert_shape_half = 0.0 if trtllm_gen else c.expert_shape_half
         # FP4 (NVFP4 / MXFP4) GEMMs run on FP4 tensor cores where the chip has them (B200,
         # B300, MI355X; DeviceSpec.peak_fp4_flops_per_s), at the FP8 efficiency factor (no FP4
         # measurement to calibrate against); elsewhere (Hopper, MI300X) the weights are
@@ -1233,7 +1245,7 @@ class OperatorTerms:
             r_out = np.where(req == S0, np.ceil(pairs_out / etp_f), pairs_out)
             by = touched * w_loc * self._ewb + (r_loc * k_loc + r_out * n_loc) * ab
             m_exp = r_loc / np.maximum(touched, 1.0)          # tokens per local expert
-            narrow = self._shape_eff(k_loc, n_loc, half=c.expert_shape_half)
+            narrow = self._shape_eff(k_loc, n_loc, half=self._expert_shape_half)
             comp = self._roofline(fl, by, self._expert_flops * narrow
                                   * self._shape_eff(m_exp, k_loc, n_loc))
             if act:         # the block's fixed cost once per layer, with its first GEMM

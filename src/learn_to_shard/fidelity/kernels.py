@@ -47,7 +47,9 @@ __all__ = ["AlgorithmStats", "ExpertA2AStats", "expert_a2a_kernels", "expert_a2a
            "silicon_report", "KernelFitSpec", "KERNEL_FITS", "KernelFit", "fit_silicon",
            "MOE_SHAPES", "MOE_CALIBRATION_MODELS", "MOE_FIT_GRID", "MoEKernel", "moe_kernels",
            "MoEStats", "moe_kernel_report", "fit_moe_kernels", "FP8_BLOCK_FIT_GRID",
-           "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "BLOCK_FP8_EXPERT_FIT_GRID",
+           "FP8_BLOCK_FIT_DEVICES", "fit_fp8_block_scale", "FP8_BLOCK_MMA_FIT_GRID",
+           "FP8_BLOCK_MMA_FIT_DEVICES", "FP8_BLOCK_MMA_FIT_MIN_TOKENS", "FP8_BLOCK_MMA_FIT_EP",
+           "fit_fp8_block_mma", "BLOCK_FP8_EXPERT_FIT_GRID",
            "fit_block_fp8_expert_overhead", "MLA_FIT_GRID", "MLA_FIT_BATCHES",
            "MLA_HELD_OUT_DEVICES", "MLAKernel", "mla_kernels", "fit_mla_kernels",
            "W4A16_SHAPES", "W4A16_FIT_GRID",
@@ -712,6 +714,59 @@ def fit_fp8_block_scale(config: CostModelConfig | None = None,
     return _fit_on_split(lambda cfg: moe_kernels(cfg, block),
                          config or CostModelConfig.for_engine(engine),
                          grid or FP8_BLOCK_FIT_GRID)
+
+
+#: Grid of :func:`fit_fp8_block_mma`.
+FP8_BLOCK_MMA_FIT_GRID: dict[str, tuple[float, ...]] = {
+    "fp8_block_mma_efficiency": (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6,
+                                 0.65, 0.7, 0.8, 0.9, 1.0),
+}
+#: Devices whose block-scaled rows fit ``fp8_block_mma_efficiency``: the chips with
+#: block-scaled MMA (FP4 math) among the tables'.
+FP8_BLOCK_MMA_FIT_DEVICES: tuple[str, ...] = ("b200",)
+#: Rows that fit ``fp8_block_mma_efficiency``: at least this many tokens, experts
+#: tensor-parallel (EP 1), where the rank's expert GEMMs are compute-bound and make the
+#: block's time. With experts split by EP the same blocks at 1,024 and 8,192 tokens take
+#: 1.4–3.3x the EP-1 time at the same FLOPs per rank (DeepSeek-V3's shape at 8,192 tokens:
+#: 1.20 ms at TP8, 4.01 ms at EP8, SGLang 0.5.14; 1.23 / 4.08 ms in vLLM 0.24.0's table of the
+#: same kernel), a cost of the EP path the model does not price and not a GEMM rate.
+FP8_BLOCK_MMA_FIT_MIN_TOKENS = 1024
+FP8_BLOCK_MMA_FIT_EP = 1
+
+
+def fit_fp8_block_mma(config: CostModelConfig | None = None,
+                      folder: str | Path | None = None,
+                      grid: dict[str, tuple[float, ...]] | None = None,
+                      engine: str = "sglang") -> tuple[dict[str, float], float, float]:
+    """Fit ``fp8_block_mma_efficiency`` (grid default :data:`FP8_BLOCK_MMA_FIT_GRID`) on the
+    ``fp8_block`` rows of ``engine``'s own measured MoE kernels (``moe_engines.csv``,
+    :data:`MOE_ENGINE_TABLES`) on :data:`FP8_BLOCK_MMA_FIT_DEVICES` with at least
+    :data:`FP8_BLOCK_MMA_FIT_MIN_TOKENS` tokens at EP :data:`FP8_BLOCK_MMA_FIT_EP` (balanced
+    routing; calibration shapes :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's held out),
+    starting from ``config`` (default: ``engine``'s profile): coordinate descent of the median
+    ``|ln(predicted / measured)|`` (~15 s). On B200 both engines' rows are FlashInfer's
+    TensorRT-LLM-gen block-scaled MoE (the source tables' ``kernel_source``:
+    ``sglang_flashinfer_trtllm_moe``, ``vllm_fp8moe_flashinfer_trtllm_...``).
+
+    Returns:
+        (fitted values, calibration loss, held-out loss at those values).
+
+    Raises:
+        ConfigError: an engine with no measured MoE kernels of its own here (``trtllm``'s
+            B200 block-scaled rows are DeepGEMM's, ``block_fp8_moe_kernel`` ``"deepgemm"``).
+    """
+    if engine not in MOE_ENGINE_TABLES:
+        raise ConfigError(f"engine {engine!r}: no measured TensorRT-LLM-gen block-scaled MoE "
+                          f"kernels of its own on {', '.join(FP8_BLOCK_MMA_FIT_DEVICES)} "
+                          f"(known: {', '.join(MOE_ENGINE_TABLES)}; TensorRT-LLM's B200 "
+                          f"block-scaled rows are DeepGEMM's)")
+    block = _block_scaled_rows(folder, FP8_BLOCK_MMA_FIT_DEVICES, engine)
+    block = {"moe.csv": [r for r in block["moe.csv"]
+                         if int(r["tokens"]) >= FP8_BLOCK_MMA_FIT_MIN_TOKENS
+                         and int(r["moe_ep"]) == FP8_BLOCK_MMA_FIT_EP]}
+    return _fit_on_split(lambda cfg: moe_kernels(cfg, block),
+                         config or CostModelConfig.for_engine(engine),
+                         grid or FP8_BLOCK_MMA_FIT_GRID)
 
 
 def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | None = None,

@@ -136,6 +136,8 @@ def row_scheduler(row: dict[str, str], model: ModelSpec | None = None) -> dict[s
       :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`).
     * TensorRT-LLM ``attention_dp_config`` ``enable_balance: true``: the attention-DP ranks
       are balanced (``attention_dp_balanced``).
+    * TensorRT-LLM ``moe_config`` ``backend`` ``TRTLLM`` / ``DEEPGEMM``: the kernels of a
+      block-scaled FP8 MoE on Blackwell (``block_fp8_moe_kernel``).
 
     Rows with no stated version run the profile's defaults."""
     out: dict[str, Any] = {}
@@ -164,6 +166,9 @@ def row_scheduler(row: dict[str, str], model: ModelSpec | None = None) -> dict[s
                 out["max_num_batched_tokens"] = max(length, 2048)
     if row["engine"] == "sglang" and "--disable-radix-cache" in notes:
         out["kv_admission"] = "no_future_oom"
+    m = re.search(r"moe_config[ :(]+backend:?\s*(TRTLLM|DEEPGEMM)\b", notes)
+    if row["engine"] == "trtllm" and m:
+        out["block_fp8_moe_kernel"] = "trtllm-gen" if m.group(1) == "TRTLLM" else "deepgemm"
     return out
 
 
