@@ -364,26 +364,49 @@ def test_export_of_a_config_not_named_config_json_says_the_engine_will_not_load_
 
 def test_sglang_export_says_what_deepep_and_two_batch_overlap_change():
     """SGLang sets --ep-size to --tp-size under the DeepEP backend, and refuses two-batch
-    overlap without an all-to-all backend: an export whose plan has EP below the group says
-    the server runs EP = the group, one with --two-batch-overlap and no --moe-a2a leaves the
-    flag out and says why; DeepEP on AMD GPUs is refused (exit 2)."""
-    base = ["plan", "--model", "qwen3-30b-a3b", "--phase", "serve", "--isl", "1024",
-            "--osl", "256", "-q", "--export", "sglang"]
-    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:16", "--moe-a2a", "deepep-ll",
+    overlap without an all-to-all backend: with --moe-a2a the SGLang search keeps EP 1 or
+    the whole group, so the server runs the EP planned (DeepSeek-V3 on 16 H200s planned EP 2
+    over TP 8 before, which the server would have run as EP 8); one with --two-batch-overlap
+    and no --moe-a2a leaves the flag out and says why; DeepEP on AMD GPUs is refused
+    (exit 2). An EP below the group that reaches the export anyway is named there."""
+    base = ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256", "-q", "--export",
+            "sglang"]
+    seen_ep = set()
+    for model, cluster in (("qwen3-30b-a3b", "h100-sxm:16"), ("deepseek-v3", "h200:16")):
+        r = CliRunner().invoke(app, [*base, "--model", model, "--cluster", cluster,
+                                     "--tpot-slo", "50ms", "--moe-a2a", "deepep-ll",
+                                     "--two-batch-overlap"])
+        assert r.exit_code == 0, r.output
+        launch = [ln for ln in r.stdout.splitlines() if "sglang.launch_server" in ln][0]
+        tp = int(launch.split("--tp-size ")[1].split()[0])
+        ep = int(launch.split("--ep-size ")[1].split()[0]) if "--ep-size" in launch else 1
+        assert ep in (1, tp), launch
+        assert ("--moe-a2a-backend deepep" in launch) == ("--enable-two-batch-overlap" in launch) \
+            == (ep > 1), launch
+        assert "SGLang sets --ep-size to --tp-size" not in r.stdout
+        seen_ep.add(ep)
+    assert seen_ep == {1, 8}
+    import dataclasses
+
+    from learn_to_shard.api import plan as make_plan
+    from learn_to_shard.cost.config import CostModelConfig
+    from learn_to_shard.report.export import export_command
+    cfg = dataclasses.replace(CostModelConfig.for_engine("sglang"),
+                              moe_a2a_kernel="deepep_low_latency")
+    free = make_plan("deepseek-v3", "h200:16", "serve", isl=1024, osl=256, tpot_slo_s=0.05,
+                     config=cfg, method="megatron")          # no engine: any EP
+    s = free.best.strategy
+    assert 1 < s.ep < s.tp * s.dp, s.short()
+    text = export_command(free, "sglang")
+    assert f"SGLang sets --ep-size to --tp-size, so the server runs EP {s.tp * s.dp}" in text
+    r = CliRunner().invoke(app, [*base, "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm:16",
                                  "--two-batch-overlap"])
-    assert r.exit_code == 0, r.output
-    launch = [ln for ln in r.stdout.splitlines() if "sglang.launch_server" in ln][0]
-    tp = int(launch.split("--tp-size ")[1].split()[0])
-    ep = int(launch.split("--ep-size ")[1].split()[0])
-    assert "--moe-a2a-backend deepep" in launch and "--enable-two-batch-overlap" in launch
-    assert (f"SGLang sets --ep-size to --tp-size, so the server runs EP {tp}" in r.stdout) \
-        == (ep != tp)
-    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:16", "--two-batch-overlap"])
     assert r.exit_code == 0, r.output
     assert not any("--enable-two-batch-overlap" in ln for ln in r.stdout.splitlines()
                    if "sglang.launch_server" in ln)
     assert "# NOT EXPRESSIBLE: two-batch overlap: SGLang needs an all-to-all backend" in r.stdout
-    r = CliRunner().invoke(app, [*base, "--cluster", "mi300x:8", "--moe-a2a", "deepep"])
+    r = CliRunner().invoke(app, [*base, "--model", "qwen3-30b-a3b", "--cluster", "mi300x:8",
+                                 "--moe-a2a", "deepep"])
     assert r.exit_code == 2 and "DeepEP runs on NVIDIA GPUs" in r.output
 
 

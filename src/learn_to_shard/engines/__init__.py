@@ -186,6 +186,9 @@ ENGINES: dict[str, EngineProfile] = {
              f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py"),
             ("vocabulary padded to a multiple of 64 then split evenly",
              f"{_SGL}: sglang/srt/layers/vocab_parallel_embedding.py"),
+            ("--moe-a2a-backend deepep sets --ep-size to --tp-size: under --moe-a2a l2s "
+             "searches EP 1 or the whole stage group only",
+             f"{_SGL}: sglang/srt/server_args.py ServerArgs._handle_a2a_moe"),
             ("memory: --mem-fraction-static of the device for weights and the KV pool; "
              "requests admitted on estimated KV use and retracted when full (on demand)",
              f"{_SGL}: sglang/srt/arg_groups/fields/schedule.py mem_fraction_static"),
