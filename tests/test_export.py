@@ -603,3 +603,21 @@ def test_several_servers_spanning_nodes_are_each_launched_on_their_nodes():
     assert servers > 1 and "over 2 nodes" in head
     assert f"# {servers} servers of 2 nodes each: launch this server on each set of 2 nodes" \
         in v
+
+
+@pytest.mark.parametrize("engine, flag", [("vllm", "--trust-remote-code"),
+                                          ("sglang", "--trust-remote-code"),
+                                          ("trtllm", "--trust_remote_code")])
+def test_checkpoints_with_their_own_code_are_launched_trusting_it(engine, flag):
+    """A config with ``auto_map`` (Phi-3's, Kimi-K2's: classes in the checkpoint's
+    repository) is exported with the engine's trust-remote-code flag and a note to read that
+    code; one without it (Llama-3.1-8B) is not."""
+    base = ["plan", "--cluster", "h100-sxm:1", "--phase", "serve", "--isl", "1000", "--osl",
+            "200", "-q", "--export", engine]
+    r = CliRunner().invoke(app, [*base, "--model", "phi-3-mini-4k-instruct"])
+    assert r.exit_code == 0, r.output
+    launch = [ln for ln in r.stdout.splitlines() if ln and not ln.startswith("#")]
+    assert any(flag in ln.split() for ln in launch), r.stdout
+    assert f"loads only with {flag}: read it before launching" in r.stdout
+    plain = CliRunner().invoke(app, [*base, "--model", "llama-3.1-8b"])
+    assert plain.exit_code == 0 and "trust" not in plain.stdout

@@ -1417,7 +1417,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     expert_bits = quant.weight_bits if quant is not None and quant.below_8_bit \
         and quant.experts_only else None
     return ModelSpec(name=src.name, source=source, source_kind=src.kind, repo_id=src.repo_id,
-                     quant=quant,
+                     remote_code=isinstance(data.get("auto_map"), dict), quant=quant,
                      weight_block_size=block, expert_weight_bits=expert_bits,
                      wrapper=wrapper, vision_params=_vision_params(data) if wrapper else 0,
                      image_tokens=image_tokens(wrapper, data) if wrapper else None,

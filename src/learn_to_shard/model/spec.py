@@ -219,6 +219,10 @@ class ModelSpec:
             no weights, not priced separately.
         repo_id: the HuggingFace repository id ``org/name`` of a config read from the local
             HF cache (``source_kind`` ``hf-cache``), ``None`` otherwise.
+        remote_code: the config names code of its own (an ``auto_map`` of configuration,
+            model or tokenizer classes in the checkpoint's repository, e.g. Kimi-K2's
+            ``kimi_k2`` config and tokenizer), which the engines load only with
+            ``--trust-remote-code``; the exports pass it.
     """
 
     name: str
@@ -246,6 +250,7 @@ class ModelSpec:
     final_logit_softcap: float | None = None
     image_tokens: ImageTokens | None = None
     repo_id: str | None = None
+    remote_code: bool = False
 
     @property
     def checkpoint_dtype(self) -> str:

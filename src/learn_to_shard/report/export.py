@@ -640,6 +640,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
+    if model is not None and model.remote_code:
+        # A config with auto_map names classes in the checkpoint's repository (config,
+        # model or tokenizer); the engines load them only with this flag (vLLM / SGLang
+        # --trust-remote-code, trtllm-serve --trust_remote_code; their flag snapshots).
+        flag = "--trust_remote_code" if engine == "trtllm" else "--trust-remote-code"
+        args.append(flag)
+        notes.append(f"the checkpoint ships code of its own (auto_map in its config.json), "
+                     f"which {prof.title} loads only with {flag}: read it before launching")
     warnings: list[str] = []
     if devices_per_node:
         # Servers placed inside node boundaries: a server of g <= node devices fits
