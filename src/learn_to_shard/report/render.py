@@ -432,10 +432,15 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
               and not sim.get("overloaded")]
         out.append(("warning", f"under this load the best plan misses its SLO: "
                     f"{'; '.join(slo['missed'])}. The search checks SLOs on steady-state "
-                    f"means; " + (f"the simulated alternative {ok[0]} meets them and keeps "
-                                  f"up with the load." if ok else
+                    f"means; " + (f"the simulated alternative {ok[0]} meets them on the "
+                                  f"mean and its queue does not grow." if ok else
                                   "no simulated alternative meets them: lower the load, "
                                   "relax the SLO or add devices.")))
+    elif isinstance(slo, dict) and slo.get("p90_missed"):
+        out.append(("warning", f"the best plan meets its SLO on the simulated mean but not "
+                    f"at p90: {'; '.join(slo['p90_missed'])}. The search checks SLOs on "
+                    f"means; for a percentile SLO (as serving benchmarks report it) set a "
+                    f"tighter SLO or a lower load and plan again."))
     return out
 
 
