@@ -191,6 +191,18 @@ def test_budget_exact_and_restarts():
     assert all(a["evaluations"] == 2 for a in quick.notes["agent_log"][:-1])
 
 
+def test_search_writes_nothing_to_the_temporary_directory(tmp_path, monkeypatch):
+    """SB3's default logger makes an empty ``SB3-<date>`` folder in the temporary directory
+    on every ``learn()``; the searcher's silent logger makes none (each agent of each run
+    left one before)."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    r = RLSearcher().search(_cm(), 40, seed=0)
+    assert r.notes["agents"] >= 2
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("SB3-")]
+
+
 def test_seed_reproduces_exactly():
     cm = _cm()
     a = RLSearcher().search(cm, 80, seed=11)

@@ -166,6 +166,7 @@ class RLSearcher:
     def _search(self, cm: CostModel, budget: int, seed: int,
                 progress: ProgressFn | None) -> SearchResult:
         from stable_baselines3 import PPO
+        from stable_baselines3.common.logger import Logger
         from stable_baselines3.common.utils import set_random_seed
         from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -220,6 +221,10 @@ class RLSearcher:
                         normalize_advantage=cfg.normalize_advantage, ent_coef=cfg.ent_coef,
                         vf_coef=cfg.vf_coef,
                         policy_kwargs=policy_kwargs, device="cpu", verbose=0, seed=None)
+            # A logger of no outputs: SB3's default one makes a folder SB3-<date> in the
+            # temporary directory on every learn() (stable_baselines3 common/logger.py
+            # configure), though nothing is logged.
+            model.set_logger(Logger(folder=None, output_formats=[]))
             state: dict[str, Any] = {"early_exit": False}
             first = ev.evaluations
             callback = _make_callback(ev, stop_at, cfg.tau, cfg.n_steps, state)
