@@ -210,6 +210,11 @@ def test_failing_cell_is_recorded_and_the_rest_go_on(tmp_path):
     ({"engines": ["vllm2"]}, "engines[0]"),
     ({"models": ["no-such-model"]}, "models[0]"),
     ({"budgets": [0]}, "budgets[0]"),
+    ({"budgets": [100_000_000]}, "budgets[0]"),
+    ({"workloads": [{"isl": True, "osl": 8}]}, "workloads[0].isl"),
+    ({"workloads": [{"isl": "512", "osl": 8}]}, "workloads[0].isl"),
+    ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": float("inf")}]}, "workloads[0].rate_rps"),
+    ({"prices_per_device_hour": {"h100-sxm": float("inf")}}, "prices_per_device_hour"),
 ])
 def test_bad_grid_is_one_line_naming_the_field(change, field):
     with pytest.raises(ConfigError) as exc:
@@ -251,6 +256,10 @@ def test_fleet_formula():
     small = dict(row, instance_requests_per_s=3.5, instance_devices=1, tokens_per_s_per_device=90.0)
     fleets = size_fleets([row, small], rate_rps=7.0)
     assert [(f.devices, f.instance_devices) for f in fleets] == [(2, 1)]
+    # Any rate below one replica's takes one replica (1e-12 once gave 0 devices).
+    assert fleet_for(row, 1e-12, 8, None).replicas == 1
+    with pytest.raises(ConfigError, match="more than the 1,048,576 devices"):
+        fleet_for(row, 1e12, 8, None)
 
 
 def test_cli_size_answers_fewest_devices_and_cost(tmp_path):

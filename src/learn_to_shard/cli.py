@@ -1534,7 +1534,11 @@ def size_cmd(
     except PlannerError as exc:
         raise _fail(exc) from None
     rows = res.grid_rows                  # this run's clusters only, not the folder's others
-    fleets = size_fleets(rows, rate_rps=rate, prices=prices, node_sizes=node_sizes(rows))
+    try:
+        fleets = size_fleets(rows, rate_rps=rate, prices=prices, node_sizes=node_sizes(rows))
+    except PlannerError as exc:                       # "rate: ..." is this command's --rate
+        raise _fail(ConfigError(f"--{exc}" if str(exc).startswith("rate:") else str(exc))) \
+            from None
     con = Console() if sys.stdout.isatty() else Console(width=200)
     if fleets:
         con.print(fleet_table(fleets))

@@ -20,14 +20,13 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
-    PositiveFloat,
     PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from ..api import DEFAULT_BUDGET, checkpoint_dtypes, cost_config, make_workload
+from ..api import DEFAULT_BUDGET, MAX_BUDGET, checkpoint_dtypes, cost_config, make_workload
 from ..errors import ConfigError, PlannerError
 from ..model.spec import ModelSpec
 from ..units import parse_duration_s
@@ -55,6 +54,13 @@ def _durations(data: object) -> object:
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
     return data
+
+
+#: A count written as an integer (not ``true`` or ``"512"``, which YAML would otherwise let
+#: through as 1 and 512).
+Count = Annotated[int, Field(gt=0, strict=True)]
+#: A positive finite number (``.inf`` and ``.nan`` refused: rates, SLOs, prices).
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -88,15 +94,15 @@ class WorkloadSpec(_Strict):
 
     name: str | None = None
     phase: Literal["serve", "prefill", "decode"] = "serve"
-    isl: PositiveInt | None = None
-    osl: PositiveInt | None = None
-    context: PositiveInt | None = None
-    ttft_slo_s: PositiveFloat | None = None
-    tpot_slo_s: PositiveFloat | None = None
+    isl: Count | None = None
+    osl: Count | None = None
+    context: Count | None = None
+    ttft_slo_s: Positive | None = None
+    tpot_slo_s: Positive | None = None
     dtype: Literal["bf16", "fp8"] | None = None
     kv_dtype: Literal["bf16", "fp8"] | None = None
-    rate_rps: PositiveFloat | None = None
-    concurrency: PositiveInt | None = None
+    rate_rps: Positive | None = None
+    concurrency: Count | None = None
 
     _read_durations = model_validator(mode="before")(_durations)
 
@@ -208,9 +214,10 @@ class SweepGrid(_Strict):
     engines: list[Annotated[EngineSpec, BeforeValidator(_engine_entry)]] = Field(
         default_factory=lambda: [EngineSpec()], min_length=1)
     searchers: list[str] = Field(default_factory=lambda: ["auto"], min_length=1)
-    budgets: list[PositiveInt] = Field(default_factory=lambda: [DEFAULT_BUDGET], min_length=1)
+    budgets: list[Annotated[int, Field(gt=0, le=MAX_BUDGET, strict=True)]] = Field(
+        default_factory=lambda: [DEFAULT_BUDGET], min_length=1)
     seeds: list[NonNegativeInt] = Field(default_factory=lambda: [0], min_length=1)
-    prices_per_device_hour: dict[str, PositiveFloat] = Field(default_factory=dict)
+    prices_per_device_hour: dict[str, Positive] = Field(default_factory=dict)
 
     @field_validator("searchers")
     @classmethod

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..hardware.presets import MAX_DEVICES
 from ..workload import Phase, Workload
 
 
@@ -101,7 +102,8 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
     has no feasible plan or no request rate, e.g. decode).
 
     Raises:
-        ConfigError: ``rate_rps`` is not positive and finite.
+        ConfigError: ``rate_rps`` is not positive and finite, or needs more than
+            :data:`~learn_to_shard.hardware.presets.MAX_DEVICES` devices.
     """
     if not 0 < rate_rps < math.inf:
         raise ConfigError(f"rate: must be a positive number of requests/s, got {rate_rps}")
@@ -109,8 +111,12 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
     if not row.get("feasible") or not isinstance(r, float) or not r > 0:
         return None
     d = int(row["instance_devices"])                     # type: ignore[call-overload]
-    k = math.ceil(rate_rps / r - 1e-9)
+    k = max(1, math.ceil(rate_rps / r - 1e-9))           # one replica serves any lower rate
     devices = k * d
+    if devices > MAX_DEVICES:
+        raise ConfigError(f"rate: {rate_rps:g} requests/s needs {devices:,} × {row['device']} "
+                          f"({k:,} replicas of {d}), more than the {MAX_DEVICES:,} devices a "
+                          f"cluster may have")
     return Fleet(model=str(row["model"]), workload=str(row["workload"]),
                  device=str(row["device"]), node_size=node_size, rate_rps=rate_rps,
                  strategy=str(row["strategy"]), instance_devices=d, instance_requests_per_s=r,
