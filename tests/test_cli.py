@@ -803,3 +803,29 @@ def test_a_reader_that_closes_early_ends_l2s_by_sigpipe():
     p.wait(timeout=120)
     assert p.returncode == -signal.SIGPIPE, (p.returncode, err)
     assert b"Traceback" not in err
+
+
+def test_engine_table_says_the_unrestricted_optimum_is_no_upper_bound_when_an_engine_beats_it():
+    """An engine row above 1.0000 × unrestricted (its profile's memory policy fits a larger
+    batch) is explained under the table; without one, nothing is added."""
+    import io
+
+    from rich.console import Console
+
+    from learn_to_shard.cli import _render_optima
+
+    def row(engine: str, ratio: float) -> dict:
+        return {"engine": engine, "version": "x", "strategy": "tp8 b100",
+                "tokens_per_s_per_device": 100.0 * ratio, "ratio_to_unrestricted": ratio,
+                "unrestricted_not_expressible": [],
+                "unrestricted_under_engine_tokens_per_s_per_device": None,
+                "unrestricted_under_engine_violations": None}
+
+    def text(rows: list[dict]) -> str:
+        buf = io.StringIO()
+        _render_optima([(r, None) for r in rows], Console(file=buf, width=200))
+        return buf.getvalue()
+
+    assert "Not an upper bound: trtllm (1.0980)" in text([row("vllm", 0.9),
+                                                          row("trtllm", 1.098)])
+    assert "Not an upper bound" not in text([row("vllm", 0.9), row("trtllm", 1.0)])
