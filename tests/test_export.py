@@ -621,3 +621,18 @@ def test_checkpoints_with_their_own_code_are_launched_trusting_it(engine, flag):
     assert f"loads only with {flag}: read it before launching" in r.stdout
     plain = CliRunner().invoke(app, [*base, "--model", "llama-3.1-8b"])
     assert plain.exit_code == 0 and "trust" not in plain.stdout
+
+
+def test_servers_beyond_the_node_boundaries_are_not_told_to_take_a_node_each(tmp_path):
+    """16 H100s in nodes of 3: eight 2-GPU servers fit five nodes inside their boundaries;
+    the export warns and its placement line does not promise a node per server."""
+    import json
+    cluster = tmp_path / "c3.json"
+    cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 16,
+                                   "overrides": {"scale_up_domain": 3}}))
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", str(cluster),
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "--tpot-slo", "50ms", "--export", "vllm", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "only 5 fit inside node boundaries" in r.stdout
+    assert "(more than the cluster has: see the WARNING above)" in r.stdout

@@ -156,15 +156,22 @@ class Export:
         one = self.command(config_path)
         dpn = self.devices_per_node
         if self.servers > 1 and self.nodes_per_server > 1:
+            group = {"vllm": "its own Ray cluster", "sglang": "its own --nnodes group",
+                     "trtllm": "its own Slurm job"}.get(self.engine, "its own job")
             return [f"# {self.servers} servers of {self.nodes_per_server} nodes each: launch "
-                    f"this server on each set of {self.nodes_per_server} nodes (its own Ray "
-                    f"cluster or job; NODE0_HOST, where named, is that set's first node)", one]
+                    f"this server on each set of {self.nodes_per_server} nodes ({group}; "
+                    f"NODE0_HOST, where named, is that set's first node)", one]
         if self.servers <= 1 or self.nodes_per_server > 1 or not dpn:
             return [one]
         per_node = max(1, dpn // self.gpus_per_server)
         nodes = -(-self.servers // per_node)
+        # Servers beyond what the nodes hold inside their boundaries (a WARNING says so)
+        # cannot each have a node of their own.
+        spill = any("fit inside node boundaries" in w for w in self.warnings)
         if per_node == 1:
-            return [f"# one server per node: run this on each of {nodes} nodes", one]
+            return [f"# one server per node: run this on each of {nodes} nodes"
+                    + (" (more than the cluster has: see the WARNING above)" if spill else ""),
+                    one]
         out: list[str] = []
         if nodes > 1:
             out.append(f"# {per_node} servers per node: run these lines on each of {nodes} "
