@@ -636,3 +636,15 @@ def test_servers_beyond_the_node_boundaries_are_not_told_to_take_a_node_each(tmp
     assert r.exit_code == 0, r.output
     assert "only 5 fit inside node boundaries" in r.stdout
     assert "(more than the cluster has: see the WARNING above)" in r.stdout
+
+
+def test_trtllm_export_of_nvfp4_weights_on_hopper_says_the_engine_cannot_run_them():
+    """TensorRT-LLM's FP4 GEMMs need Blackwell: an NVFP4 checkpoint planned on H100 is
+    exported with a NOT EXPRESSIBLE line; on B200 it is not."""
+    base = ["plan", "--model", "deepseek-v3.1-nvfp4", "--phase", "serve", "--isl", "1024",
+            "--osl", "256", "--tpot-slo", "60ms", "--export", "trtllm", "-q"]
+    hopper = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:8"])
+    assert hopper.exit_code == 0, hopper.output
+    assert "# NOT EXPRESSIBLE: NVFP4 weights on a chip without FP4 math" in hopper.stdout
+    blackwell = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])
+    assert blackwell.exit_code == 0 and "NVFP4 weights" not in blackwell.stdout

@@ -631,6 +631,20 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if fp8_weights and not native_quant:
             unexpressed.append("FP8 weights: trtllm-serve has no online FP8 quantisation; "
                                "serve an FP8 checkpoint (e.g. quantised with ModelOpt)")
+        q = model.quant if model is not None else None
+        if q is not None and q.fp4 and "NVFP4" in q.method.upper():
+            try:
+                fp4_chip = bool(parse_cluster(plan.cluster).device.peak_fp4_flops_per_s)
+            except PlannerError:
+                fp4_chip = True                     # the device unknown here: nothing said
+            if not fp4_chip:
+                # "FP4 Gemm not supported before Blackwell" (NVIDIA/TensorRT-LLM issue 5018,
+                # the SM >= 100 check of its FP4 GEMM); a W4A16 fallback on Hopper came with
+                # NVIDIA/TensorRT-LLM PR 14775 (merged 2026-05-30), for Nemotron-H only.
+                unexpressed.append(f"NVFP4 weights on a chip without FP4 math: TensorRT-LLM "
+                                   f"{prof.version}'s FP4 GEMMs need Blackwell (SM 100+); "
+                                   f"serve an FP8 or BF16 checkpoint here, or another "
+                                   f"engine")
         if nodes > 1:
             # One MPI rank per GPU over the server's nodes, trtllm-serve under
             # trtllm-llmapi-launch (NVIDIA/TensorRT-LLM examples/llm-api/
