@@ -829,3 +829,17 @@ def test_engine_table_says_the_unrestricted_optimum_is_no_upper_bound_when_an_en
     assert "Not an upper bound: trtllm (1.0980)" in text([row("vllm", 0.9),
                                                           row("trtllm", 1.098)])
     assert "Not an upper bound" not in text([row("vllm", 0.9), row("trtllm", 1.0)])
+
+
+def test_osl_zero_and_a_non_integer_context_are_refused_naming_their_flag():
+    """``--osl 0`` is refused for decode and prefill as any --osl is (it was ignored as "not
+    given"), and a non-integer decode context names ``--context``, not ``--isl``."""
+    from learn_to_shard.api import make_workload
+    from learn_to_shard.errors import ConfigError
+    for phase, extra in (("decode", ["--context", "512"]), ("prefill", ["--isl", "512"])):
+        r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster",
+                                     "h100-sxm:1", "--phase", phase, *extra, "--osl", "0"])
+        assert r.exit_code == 2 and f"--osl has no meaning for --phase {phase}" in r.output
+    for bad in (True, 1.5):
+        with pytest.raises(ConfigError, match="^--context: must be a whole number"):
+            make_workload("decode", context=bad)

@@ -39,6 +39,18 @@ def test_plan_report_files(plan_report):
     for text in ("Strategy per layer", "Memory", "Engines", "tokens/s per device"):
         assert text in html and text in md
     assert "Serving under load" not in md
+    assert "serve, isl 1024, osl 256," in md
+
+
+def test_a_decode_report_names_its_context(tmp_path):
+    """A decode plan's report says ``decode, context N`` as the terminal does, not ``isl N,
+    osl 0``."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2",
+                                 "--phase", "decode", "--context", "4096", "-q", "--report",
+                                 str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "report.md").read_text()
+    assert "decode, context 4096," in md and "osl 0" not in md
 
 
 def test_a_simulated_load_has_its_report_section(tmp_path):

@@ -73,7 +73,10 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
         if length is None:
             raise ConfigError("--context: the decode phase needs a context length, e.g. "
                               "--context 16384")
-        if osl:
+        if context is not None and (isinstance(context, bool)
+                                    or not isinstance(context, (int, np.integer))):
+            raise ConfigError(f"--context: must be a whole number of tokens, got {context!r}")
+        if osl is not None:
             raise ConfigError("--osl has no meaning for --phase decode (steady decoding at "
                               "--context); use --phase serve for isl/osl workloads")
         if ttft_slo_s is not None:
@@ -87,7 +90,7 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
     if ph is Phase.PREFILL:
         if tpot_slo_s is not None:
             raise ConfigError("--tpot-slo has no meaning for --phase prefill; use --ttft-slo")
-        if osl:
+        if osl is not None:
             raise ConfigError("--osl has no meaning for --phase prefill (a prefill holds only "
                               "the prompt's KV); use --phase serve for isl/osl requests")
         return Workload(ph, isl=isl, osl=0, weight_dtype=wd, kv_dtype=kd,

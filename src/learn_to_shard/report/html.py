@@ -24,6 +24,7 @@ from typing import Any
 from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..units import to_gib, to_ms
+from ..workload import Phase
 from .plan import MARGINAL_HEADROOM_FRACTION, Plan, memory_headroom, one_output_token
 
 #: Colour of each placement in the per-layer drawing (Shard(0), Shard(1), Replicate()).
@@ -176,8 +177,10 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
     a ``--concurrency`` / ``--request-rate`` / ``--trace`` load, add
     :func:`simulation_sections`."""
     wl = plan.workload
+    lengths = f"context {wl.isl}" if wl.phase is Phase.DECODE and not wl.osl \
+        else f"isl {wl.isl}" if wl.phase is Phase.PREFILL else f"isl {wl.isl}, osl {wl.osl}"
     head = Section("Plan", paragraphs=[
-        f"{plan.model} on {plan.cluster}: {wl.phase.value}, isl {wl.isl}, osl {wl.osl}, "
+        f"{plan.model} on {plan.cluster}: {wl.phase.value}, {lengths}, "
         f"weights {wl.weight_dtype.value}, KV {wl.kv_dtype.value}; method {plan.method_used}; "
         f"engine {plan.engine or 'none (unrestricted)'}."])
     if plan.best is None:
