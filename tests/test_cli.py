@@ -843,3 +843,23 @@ def test_osl_zero_and_a_non_integer_context_are_refused_naming_their_flag():
     for bad in (True, 1.5):
         with pytest.raises(ConfigError, match="^--context: must be a whole number"):
             make_workload("decode", context=bad)
+
+
+def test_pareto_refuses_an_export_for_another_engine_than_it_prices(tmp_path):
+    """``l2s pareto --engine vllm --export trtllm`` priced the frontier with vLLM's profile
+    and printed trtllm-serve commands; it is refused as ``l2s plan`` refuses it."""
+    r = CliRunner().invoke(app, ["pareto", "-m", "llama-3.1-8b", "-c", "h100-sxm:1",
+                                 "--phase", "serve", "--isl", "512", "--osl", "128",
+                                 "--engine", "vllm", "--export", "trtllm",
+                                 "--out", str(tmp_path / "p")])
+    assert r.exit_code == 2 and "--engine vllm with --export trtllm" in r.output
+
+
+def test_a_config_json_with_a_byte_order_mark_is_read(tmp_path):
+    """A config.json saved with a UTF-8 byte-order mark (some Windows editors) reads as
+    without one, as traces and cluster files do."""
+    from learn_to_shard.model.hf_config import load_model
+    src = Path(__file__).resolve().parents[1] / "src/learn_to_shard/data/models/llama-3.1-8b.json"
+    bom = tmp_path / "config.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
+    assert load_model(str(bom)).hidden_size == load_model("llama-3.1-8b").hidden_size

@@ -1203,6 +1203,8 @@ def pareto_cmd(
         _check_output(out, "--out", directory=True)
         _check_output(report, "--report", directory=True)
         _check_export(export)
+        if export is not None and engine is not None and engine != export:
+            _export_engine(export, engine)          # refuses: priced for one, launched by another
         spec = load_model(model)
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype, engine))

@@ -168,7 +168,7 @@ def _read_json_file(path: Path, what: str, hint: str = "") -> Any:
             raise ConfigError(f"{what} {shown}: not a regular file")
         raise ConfigError(f"{what} {shown}: file not found{hint}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"{what} {shown}: cannot read file ({reason})") from None

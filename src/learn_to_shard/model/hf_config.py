@@ -348,7 +348,7 @@ def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
 
 def _read_text(path: Path | Traversable, what: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read {what}: {exc}") from exc
 
