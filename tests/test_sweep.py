@@ -215,12 +215,19 @@ def test_failing_cell_is_recorded_and_the_rest_go_on(tmp_path):
     ({"workloads": [{"isl": "512", "osl": 8}]}, "workloads[0].isl"),
     ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": float("inf")}]}, "workloads[0].rate_rps"),
     ({"prices_per_device_hour": {"h100-sxm": float("inf")}}, "prices_per_device_hour"),
+    ({"prices_per_device_hour": {"nope": 3.0}}, "prices_per_device_hour"),
+    ({"prices_per_device_hour": {"h100": 2.0, "h100-sxm": 3.0}}, "priced twice"),
 ])
 def test_bad_grid_is_one_line_naming_the_field(change, field):
     with pytest.raises(ConfigError) as exc:
         grid_from_data(dict(SMALL, **change), "grid.yaml")
     msg = str(exc.value)
     assert msg.startswith("grid.yaml: ") and field in msg and "\n" not in msg
+
+
+def test_grid_prices_take_device_aliases():
+    grid = grid_from_data(dict(SMALL, prices_per_device_hour={"h100": 2.0}), "grid.yaml")
+    assert grid.prices_per_device_hour == {"h100-sxm": 2.0}
 
 
 def test_cli_refuses_bad_grid_file_with_exit_2(tmp_path):
@@ -266,9 +273,9 @@ def test_cli_size_answers_fewest_devices_and_cost(tmp_path):
     r = CliRunner().invoke(app, [
         "size", "--model", "llama-3.1-8b", "--rate", "30", "--devices", "h100-sxm,h200",
         "--max-devices", "2", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
-        "--method", "megatron", "--price", "h100-sxm=2.5,h200=3.5", "--workers", "1",
+        "--method", "megatron", "--price", "h100=2.5,h200=3.5", "--workers", "1",
         "--out", str(tmp_path / "size"), "--quiet"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 0, r.output                  # h100: the alias of h100-sxm
     assert "lowest cost:" in r.output and "serve 30 req/s" in r.output
     rows = read_parquet(tmp_path / "size" / "results.parquet")
     assert {(x["device"], x["cluster_devices"]) for x in rows} == {

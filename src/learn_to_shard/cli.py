@@ -910,7 +910,7 @@ def validate_cmd(
                                  "published serving-under-load table "
                                  "(data/serving_measurements.csv) with the request-level "
                                  "simulation, with and without the engines' fitted step "
-                                 "overheads (~20 s)."),
+                                 "overheads (about a minute on two cores)."),
 ) -> None:
     """Predict each published measurement with its stated configuration; print the errors."""
     from .fidelity.fit import calibrate, calibration_rows
@@ -1461,7 +1461,12 @@ def _csv_list(text: str, flag: str) -> list[str]:
 
 
 def _prices(text: str | None) -> dict[str, float]:
-    """``h100-sxm=2.49,h200=3.5`` → {kind: price per device-hour}."""
+    """``h100-sxm=2.49,h200=3.5`` → {preset name: price per device-hour} (an alias such as
+    ``h100`` is its preset's name).
+
+    Raises:
+        PlannerError: an item that is not KIND=PRICE with a positive finite price, an unknown
+            kind, or a kind priced twice."""
     out: dict[str, float] = {}
     for item in _csv_list(text, "--price") if text else []:
         kind, eq, value = item.partition("=")
@@ -1472,7 +1477,13 @@ def _prices(text: str | None) -> dict[str, float]:
         if not eq or not kind.strip() or not 0 < price < float("inf"):
             raise PlannerError(f"--price: {item!r} is not KIND=PRICE with a positive price per "
                                "device-hour, e.g. h100-sxm=2.49")
-        out[kind.strip()] = price
+        try:
+            name = load_device(kind.strip()).name
+        except PlannerError as exc:
+            raise PlannerError(f"--price: {kind.strip()!r}: {exc}") from None
+        if name in out:
+            raise PlannerError(f"--price: {name} priced twice")
+        out[name] = price
     return out
 
 
@@ -1520,8 +1531,14 @@ def size_cmd(
                                "context); use --phase serve with --isl/--osl")
         _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         kinds = _csv_list(devices, "--devices")
+        names = []
+        for kind in kinds:
+            try:
+                names.append(load_device(kind).name)
+            except PlannerError as exc:
+                raise PlannerError(f"--devices: {kind!r}: {exc}") from None
         prices = _prices(price)
-        unknown = sorted(set(prices) - set(kinds))
+        unknown = sorted(set(prices) - set(names))
         if unknown:
             raise PlannerError(f"--price: {', '.join(unknown)} not among --devices {devices}")
         counts = sorted({2 ** i for i in range(max_devices.bit_length())

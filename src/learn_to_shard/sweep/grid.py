@@ -203,9 +203,9 @@ class SweepGrid(_Strict):
         budgets: evaluation budgets; default ``[4000]``.
         seeds: seeds; default ``[0]``. Seed-independent searchers (``megatron``,
             ``megatron-rule``, ``exact``) run with the first seed only.
-        prices_per_device_hour: device kind → price of one device for one hour (any currency,
-            e.g. USD); used to rank clusters and fleets by cost. Kinds without a price are
-            ranked by device count only.
+        prices_per_device_hour: device kind (a preset or its alias, ``l2s devices``) → price
+            of one device for one hour (any currency, e.g. USD); used to rank clusters and
+            fleets by cost. Kinds without a price are ranked by device count only.
     """
 
     models: list[str] = Field(min_length=1)
@@ -218,6 +218,24 @@ class SweepGrid(_Strict):
         default_factory=lambda: [DEFAULT_BUDGET], min_length=1)
     seeds: list[NonNegativeInt] = Field(default_factory=lambda: [0], min_length=1)
     prices_per_device_hour: dict[str, Positive] = Field(default_factory=dict)
+
+    @field_validator("prices_per_device_hour")
+    @classmethod
+    def _price_kinds(cls, prices: dict[str, float]) -> dict[str, float]:
+        """Each kind a device preset (an alias as its preset's name, e.g. ``h100`` →
+        ``h100-sxm``, which the rows carry), none priced twice."""
+        from ..hardware.presets import load_device
+
+        out: dict[str, float] = {}
+        for kind, price in prices.items():
+            try:
+                name = load_device(kind).name
+            except PlannerError as exc:
+                raise ValueError(f"{kind!r}: {exc}") from None
+            if name in out:
+                raise ValueError(f"{name} priced twice")
+            out[name] = price
+        return out
 
     @field_validator("searchers")
     @classmethod
