@@ -216,6 +216,8 @@ def test_failing_cell_is_recorded_and_the_rest_go_on(tmp_path):
     ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": float("inf")}]}, "workloads[0].rate_rps"),
     ({"prices_per_device_hour": {"h100-sxm": float("inf")}}, "prices_per_device_hour"),
     ({"prices_per_device_hour": {"nope": 3.0}}, "prices_per_device_hour"),
+    ({"foo": 1}, "foo: not a valid key here; valid: models, clusters"),
+    ({"workloads": [{"isl": 8, "osl": 8, "fo": 1}]}, "valid: name, phase, isl"),
     ({"prices_per_device_hour": {"h100": 2.0, "h100-sxm": 3.0}}, "priced twice"),
 ])
 def test_bad_grid_is_one_line_naming_the_field(change, field):
@@ -398,3 +400,17 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
     r = CliRunner().invoke(app, [*base, "--rate", "14.4", "-o", str(tmp_path / "c")])
     text = " ".join(r.output.split())
     assert "near saturation" in text and "(3 replicas keep each at or below 90%)" in text
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--max-devices", "100000000"], "--max-devices: must be in [1, 1,048,576]"),
+    (["--budget", "0"], "--budget: must be a number of evaluations"),
+    (["--workers", "-1"], "--workers: must be >= 0 (0: the CPU count)"),
+    (["--phase", "decode"], "--phase decode has no request rate"),
+    (["--price", "nope=2"], "--price: 'nope'"),
+])
+def test_cli_size_bad_options_name_their_flag(tmp_path, extra, says):
+    r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-8b", "--rate", "5", "--isl",
+                                 "512", "--osl", "128", "--devices", "h100-sxm", "-q",
+                                 "--out", str(tmp_path / "s"), *extra])
+    assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output

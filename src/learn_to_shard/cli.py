@@ -63,7 +63,7 @@ from .cost.config import (
 from .cost.model import CostModel
 from .errors import ConfigError, InternalError, PlannerError
 from .hardware.fabric import scale_up_fabric
-from .hardware.presets import load_device
+from .hardware.presets import MAX_DEVICES, load_device
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .report.plan import Plan, join_reasons
@@ -383,6 +383,16 @@ def _json_sim(sim: dict) -> dict:
     summ = {k: (None if ("_tpot_" in k or "_itl_" in k) else v)
             for k, v in sim["simulated"].items()}
     return {**sim, "simulated": summ}
+
+
+def _check_workers(workers: int) -> None:
+    """Refuse a negative ``--workers`` (0 means the CPU count).
+
+    Raises:
+        PlannerError: naming ``--workers``.
+    """
+    if workers < 0:
+        raise PlannerError(f"--workers: must be >= 0 (0: the CPU count), got {workers}")
 
 
 def _check_budget(budget: int) -> None:
@@ -1421,6 +1431,7 @@ def sweep_cmd(
 
     try:
         _check_output(out, "--out", directory=True)
+        _check_workers(workers)
         spec = load_grid(grid)
         prog, on_start, on_row = _sweep_progress(quiet, "sweep cells")
         with prog:
@@ -1522,13 +1533,16 @@ def size_cmd(
         check_method(method)
         if not 0 < rate < float("inf"):
             raise PlannerError(f"--rate: must be a positive number of requests/s, got {rate}")
-        if max_devices < 1:
-            raise PlannerError(f"--max-devices: must be >= 1, got {max_devices}")
-        wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(load_model(model), dtype, kv_dtype, engine))
-        if wl.phase is Phase.DECODE:
+        if not 1 <= max_devices <= MAX_DEVICES:
+            raise PlannerError(f"--max-devices: must be in [1, {MAX_DEVICES:,}], got "
+                               f"{max_devices:,}")
+        _check_budget(budget)
+        _check_workers(workers)
+        if phase == Phase.DECODE.value:
             raise PlannerError("--phase decode has no request rate (steady decoding at a fixed "
                                "context); use --phase serve with --isl/--osl")
+        wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo,
+                       *checkpoint_dtypes(load_model(model), dtype, kv_dtype, engine))
         _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         kinds = _csv_list(devices, "--devices")
         names = []

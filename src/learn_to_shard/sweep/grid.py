@@ -332,6 +332,17 @@ def validation_message(exc: ValidationError, where: str) -> str:
     errors = exc.errors()
     first = max(errors, key=lambda e: len(e["loc"]))
     msg = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        # Name the keys that would be valid where the unknown one stands.
+        parent = tuple(first["loc"][:-1])
+        models: dict[str, type[BaseModel]] = {"workloads": WorkloadSpec,
+                                              "engines": EngineSpec,
+                                              "clusters": DeviceCounts}
+        model = models.get(str(parent[0]) if parent else "", SweepGrid)
+        keys = [k for k in model.model_fields if not k.endswith("_slo_s")]
+        if model is WorkloadSpec:
+            keys += ["ttft_slo", "tpot_slo"]
+        msg = f"not a valid key here; valid: {', '.join(keys)}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {_loc(tuple(first['loc']))}: {msg}{more}"
 
