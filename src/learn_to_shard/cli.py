@@ -1182,6 +1182,18 @@ def compare_cmd(
         render_comparison(cmp, Console(markup=False) if sys.stdout.isatty()
                           else Console(width=200, markup=False))
     err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
+    if not any(s.found for s in cmp.summaries):
+        # Why nothing is feasible: the closest candidate of a run, as l2s plan explains it.
+        from .report.plan import Plan, join_reasons
+
+        exhaustive = ("exact", "megatron", "megatron-rule")      # their closest is the nearest
+        runs = sorted((r for s in cmp.summaries for r in s.runs if r.closest is not None),
+                      key=lambda r: r.method not in exhaustive)
+        near = runs[0] if runs else None
+        if near is not None and not json_out:
+            why = Plan.from_search(cm, near, near.method).reasons
+            err.print(f"no feasible strategy: {join_reasons(why)}", markup=False,
+                      highlight=False)
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
 
 

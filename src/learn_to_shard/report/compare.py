@@ -456,7 +456,10 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
     console.print(f"optimum: {opt} ({cmp.optimum_note}{took})", highlight=False)
     for s in cmp.summaries:
         if s.found < len(s.runs):
-            console.print(f"{s.method}: {len(s.runs) - s.found} of {len(s.runs)} runs found no "
+            once = len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs)
+            console.print(f"{s.method}: its one run found no feasible strategy (counted as 0)"
+                          if once else
+                          f"{s.method}: {len(s.runs) - s.found} of {len(s.runs)} runs found no "
                           "feasible strategy (counted as 0)")
 
 

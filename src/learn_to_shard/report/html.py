@@ -25,7 +25,13 @@ from ..cost.model import Estimate
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..units import to_gib, to_ms
 from ..workload import Phase
-from .plan import MARGINAL_HEADROOM_FRACTION, Plan, memory_headroom, one_output_token
+from .plan import (
+    MARGINAL_HEADROOM_FRACTION,
+    Plan,
+    join_reasons,
+    memory_headroom,
+    one_output_token,
+)
 
 #: Colour of each placement in the per-layer drawing (Shard(0), Shard(1), Replicate()).
 CHOICE_COLOURS = ("#9ecae1", "#fdae6b", "#d9d9d9")
@@ -184,7 +190,7 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         f"weights {wl.weight_dtype.value}, KV {wl.kv_dtype.value}; method {plan.method_used}; "
         f"engine {plan.engine or 'none (unrestricted)'}."])
     if plan.best is None:
-        head.paragraphs.append("No feasible plan: " + "; ".join(plan.reasons))
+        head.paragraphs.append("No feasible plan: " + join_reasons(plan.reasons))
         return [head]
     e = plan.best
     s = e.strategy
