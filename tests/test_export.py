@@ -648,3 +648,25 @@ def test_trtllm_export_of_nvfp4_weights_on_hopper_says_the_engine_cannot_run_the
     assert "# NOT EXPRESSIBLE: NVFP4 weights on a chip without FP4 math" in hopper.stdout
     blackwell = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])
     assert blackwell.exit_code == 0 and "NVFP4 weights" not in blackwell.stdout
+
+
+@pytest.mark.parametrize("engine, says", [
+    ("vllm", "--moe-backend flashinfer_trtllm"),
+    ("sglang", "--moe-runner-backend flashinfer_trtllm"),
+    ("trtllm", "add 'moe_config: {backend: DEEPGEMM}' to the YAML"),
+])
+def test_blackwell_block_fp8_moe_exports_launch_the_kernels_priced(engine, says):
+    """DeepSeek-V3 (block-scaled FP8) on B200: vLLM and SGLang launch TensorRT-LLM-gen's MoE
+    kernels, which their profiles price there; TensorRT-LLM's export names the backend its
+    profile prices (DeepGEMM). On H200 nothing is added."""
+    base = ["plan", "--model", "deepseek-v3", "--phase", "serve", "--isl", "1024", "--osl",
+            "1024", "--tpot-slo", "50ms", "--export", engine, "-q"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])
+    assert r.exit_code == 0, r.output
+    assert says in r.stdout
+    if engine != "trtllm":
+        launch = [ln for ln in r.stdout.splitlines() if ln and not ln.startswith("#")]
+        assert any(says in ln for ln in launch)
+    hopper = CliRunner().invoke(app, [*base, "--cluster", "h200:8"])
+    assert hopper.exit_code == 0 and "flashinfer_trtllm" not in hopper.stdout \
+        and "moe_config" not in hopper.stdout

@@ -350,6 +350,45 @@ def _token_budget(plan: Plan, engine: str) -> int:
     return default_max_num_batched_tokens(engine, device.names, device.hbm_bytes)
 
 
+#: Launch flags that select TensorRT-LLM-gen's block-scaled FP8 MoE kernels (FlashInfer's) on
+#: Blackwell: vLLM ``--moe-backend``, SGLang ``--moe-runner-backend`` (both among the choices
+#: of their flag snapshots).
+TRTLLM_GEN_MOE_FLAGS: dict[str, tuple[str, ...]] = {
+    "vllm": ("--moe-backend", "flashinfer_trtllm"),
+    "sglang": ("--moe-runner-backend", "flashinfer_trtllm"),
+}
+
+
+def _block_fp8_moe(plan: Plan, model: ModelSpec | None, engine: str, args: list[str],
+                   notes: list[str]) -> None:
+    """For a block-scaled FP8 MoE (DeepSeek's 128 × 128 scales) in FP8 on a chip with FP4
+    math (Blackwell), launch the MoE kernels the plan priced
+    (``CostModelConfig.block_fp8_moe_kernel``): vLLM and SGLang select TensorRT-LLM-gen's
+    (:data:`TRTLLM_GEN_MOE_FLAGS`; what their B200 tables measured); for TensorRT-LLM a note
+    names the ``moe_config.backend`` priced, which this export does not write (the key is not
+    in its YAML snapshot)."""
+    if model is None or not model.is_moe or model.weight_block_size is None \
+            or plan.workload.weight_dtype is not DType.FP8:
+        return
+    try:
+        blackwell = bool(parse_cluster(plan.cluster).device.peak_fp4_flops_per_s)
+    except PlannerError:
+        return
+    if not blackwell:
+        return
+    kernel = str(plan.cost_model.get("block_fp8_moe_kernel", "trtllm-gen"))
+    if engine in TRTLLM_GEN_MOE_FLAGS and kernel == "trtllm-gen":
+        args += list(TRTLLM_GEN_MOE_FLAGS[engine])
+        notes.append(f"{' '.join(TRTLLM_GEN_MOE_FLAGS[engine])}: the block-scaled FP8 MoE "
+                     f"kernels the plan priced (TensorRT-LLM-gen's, through FlashInfer)")
+    elif engine == "trtllm":
+        backend = "TRTLLM" if kernel == "trtllm-gen" else "DEEPGEMM"
+        notes.append(f"the plan prices the block-scaled FP8 MoE as moe_config.backend "
+                     f"{backend} runs it ({kernel}); this export does not write moe_config: "
+                     f"add 'moe_config: {{backend: {backend}}}' to the YAML to run what was "
+                     f"priced")
+
+
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  devices_per_node: int | None = None,
                  max_model_len: int | None = None) -> Export:
@@ -661,6 +700,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
+    _block_fp8_moe(plan, model, engine, args, notes)
     if model is not None and model.remote_code:
         # A config with auto_map names classes in the checkpoint's repository (config,
         # model or tokenizer); the engines load them only with this flag (vLLM / SGLang
