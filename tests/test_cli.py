@@ -863,3 +863,13 @@ def test_a_config_json_with_a_byte_order_mark_is_read(tmp_path):
     bom = tmp_path / "config.json"
     bom.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
     assert load_model(str(bom)).hidden_size == load_model("llama-3.1-8b").hidden_size
+
+
+def test_an_slo_under_a_microsecond_is_refused():
+    """``--tpot-slo 0.0001us`` printed 'SLO 0.00 µs'; an SLO under 1 µs (shorter than any
+    kernel) is refused naming the flag, 1us itself is read."""
+    from learn_to_shard.errors import ConfigError
+    from learn_to_shard.units import parse_duration_s
+    with pytest.raises(ConfigError, match="^--tpot-slo: '0.0001us' is under 1us"):
+        parse_duration_s("0.0001us", field="--tpot-slo")
+    assert parse_duration_s("1us", field="--tpot-slo") == pytest.approx(1e-6)

@@ -209,7 +209,8 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
                                        ("--dataset", dataset != "random")) if on]
         if given:
             raise PlannerError(f"{'/'.join(given)}: shape a simulated load; only with "
-                               "--concurrency, --request-rate or --trace")
+                               "--concurrency or --request-rate (a --trace brings its own "
+                               "requests and lengths)")
         return None
     if concurrency is not None and num_prompts is not None and num_prompts < concurrency:
         raise PlannerError(f"--num-prompts {num_prompts} < --concurrency {concurrency}: the "

@@ -26,6 +26,10 @@ _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us
 _DURATION_SCALE_S = {"s": 1.0, "ms": MS, "us": US, "µs": US, "ns": 1e-9}
 
 
+#: The shortest duration a latency SLO may name, seconds: 1 µs, below a kernel launch.
+MIN_DURATION_S = 1e-6
+
+
 def parse_duration_s(text: str, *, field: str) -> float:
     """Parse a duration such as ``"50ms"``, ``"1.5s"`` or ``"200us"`` into seconds.
 
@@ -40,7 +44,8 @@ def parse_duration_s(text: str, *, field: str) -> float:
         The duration in seconds, finite and > 0.
 
     Raises:
-        ConfigError: if the text is not a positive finite number with a unit s/ms/us/ns.
+        ConfigError: if the text is not a positive finite number with a unit s/ms/us/ns, or
+            is under :data:`MIN_DURATION_S`.
     """
     m = _DURATION_RE.match(str(text))
     if not m:
@@ -51,6 +56,9 @@ def parse_duration_s(text: str, *, field: str) -> float:
     value = float(m.group(1)) * _DURATION_SCALE_S[m.group(2)]
     if not 0 < value < float("inf"):
         raise ConfigError(f"{field}: duration must be positive and finite, got {text!r}")
+    if value < MIN_DURATION_S:
+        raise ConfigError(f"{field}: {text!r} is under 1us, shorter than any GPU kernel; "
+                          f"write at least 1us")
     return value
 
 
