@@ -414,3 +414,20 @@ def test_cli_size_bad_options_name_their_flag(tmp_path, extra, says):
                                  "512", "--osl", "128", "--devices", "h100-sxm", "-q",
                                  "--out", str(tmp_path / "s"), *extra])
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output
+
+
+def test_rows_record_decode_context_parallelism():
+    """A plan with decode context parallelism (DeepSeek-V3 on 16 H200s under SGLang: cp 2)
+    records ``cp`` beside the other degrees; a dense plan records 1."""
+    from learn_to_shard.sweep.cells import COLUMNS
+    assert "cp" in dict(COLUMNS)
+    grid = grid_from_data({"models": ["deepseek-v3", "llama-3.1-8b"],
+                           "clusters": ["h200:16"],
+                           "workloads": [{"isl": 1024, "osl": 256, "tpot_slo": "50ms",
+                                          "dtype": "fp8"}],
+                           "engines": ["sglang"], "searchers": ["auto"]}, "test")
+    rows = {r["model"]: r for r in (run_cell(c) for c in expand(grid))}
+    ds = rows["deepseek-v3"]
+    assert ds["error"] is None and ds["feasible"]
+    assert " cp2 " in ds["strategy"] and ds["cp"] == 2, ds["strategy"]
+    assert rows["llama-3.1-8b"]["cp"] == 1

@@ -12,7 +12,9 @@ Row columns (:data:`COLUMNS`; SI units, names carry units):
   ``gpu_memory_utilization``, ``max_num_batched_tokens`` (the budget the cell ran: unset,
   the engine's default for the device), ``searcher``, ``budget``, ``seed``;
 * answer: ``feasible``, ``method_used``, ``strategy`` (``Strategy.short()``), ``tp``, ``ep``,
-  ``etp``, ``pp``, ``dp``, ``batch``, ``instance_devices`` (``pp·tp·dp``), ``instances``,
+  ``etp``, ``pp``, ``dp``, ``cp`` (decode context parallelism: ranks of the TP group that
+  split each sequence's KV cache; adds no devices), ``batch``, ``instance_devices``
+  (``pp·tp·dp``), ``instances``,
   ``placements`` (JSON: operator → ``Shard(d)``/``Replicate()``), ``export_command``;
 * estimate: ``tokens_per_s_per_device``, ``instance_tokens_per_s``, ``cluster_tokens_per_s``
   (``instances × instance_tokens_per_s``), ``instance_requests_per_s`` (see
@@ -51,7 +53,8 @@ COLUMNS: tuple[tuple[str, type], ...] = (
     ("gpu_memory_utilization", float), ("max_num_batched_tokens", int), ("searcher", str),
     ("budget", int), ("seed", int),
     ("feasible", bool), ("method_used", str), ("strategy", str), ("tp", int), ("ep", int),
-    ("etp", int), ("pp", int), ("dp", int), ("batch", int), ("instance_devices", int),
+    ("etp", int), ("pp", int), ("dp", int), ("cp", int), ("batch", int),
+    ("instance_devices", int),
     ("instances", int), ("placements", str), ("export_command", str),
     ("tokens_per_s_per_device", float), ("instance_tokens_per_s", float),
     ("cluster_tokens_per_s", float), ("instance_requests_per_s", float), ("tpot_s", float),
@@ -173,7 +176,7 @@ def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, 
     b = plan.best
     if b is not None:
         s = b.strategy
-        row.update(strategy=s.short(), tp=s.tp, ep=s.ep, etp=s.etp, pp=s.pp, dp=s.dp,
+        row.update(strategy=s.short(), tp=s.tp, ep=s.ep, etp=s.etp, pp=s.pp, dp=s.dp, cp=s.cp,
                    batch=s.batch, instance_devices=s.devices, instances=b.instances,
                    placements=json.dumps(s.placements(), sort_keys=True),
                    export_command=export_command(plan, cell, cm),
