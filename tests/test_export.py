@@ -670,3 +670,15 @@ def test_blackwell_block_fp8_moe_exports_launch_the_kernels_priced(engine, says)
     hopper = CliRunner().invoke(app, [*base, "--cluster", "h200:8"])
     assert hopper.exit_code == 0 and "flashinfer_trtllm" not in hopper.stdout \
         and "moe_config" not in hopper.stdout
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_no_flashinfer_moe_flags_where_its_kernels_do_not_exist(engine):
+    """TensorRT-LLM-gen's MoE kernels are for compute capability 10.x: MI355X (AMD, FP4
+    math) and RTX PRO 6000 (SM 12.0) get no --moe-backend / --moe-runner-backend."""
+    for model, cluster in (("deepseek-v3", "mi355x:8"), ("qwen3-30b-a3b-fp8", "rtx-pro-6000:1")):
+        r = CliRunner().invoke(app, ["plan", "--model", model, "--cluster", cluster, "--phase",
+                                     "serve", "--isl", "1024", "--osl", "256", "--export",
+                                     engine, "-q"])
+        assert r.exit_code == 0, (cluster, r.output)
+        assert "flashinfer_trtllm" not in r.stdout, cluster

@@ -493,28 +493,28 @@ class CostModelConfig:
             0.112), SGLang 0.3 (0.203 → 0.169, held out 0.114 → 0.093). The fitted value
             applies to every GEMM of such a checkpoint (no dense block-scaled GEMM table to
             check it on).
-        fp8_block_mma_efficiency: fraction of the FP8 GEMM rate that GEMMs of a
-            block-scaled FP8 checkpoint (``ModelSpec.weight_block_size``) reach on chips with
-            block-scaled MMA (FP4 math, ``DeviceSpec.peak_fp4_flops_per_s`` set: Blackwell,
-            MI355X), where ``fp8_block_scale_efficiency`` does not apply. On B200 the three
-            engines serve such MoE blocks with TensorRT-LLM-gen's block-scaled kernels:
-            vLLM 0.24.0 and SGLang 0.5.14 through FlashInfer (their measured tables'
-            ``kernel_source``, aiconfigurator-core 0.12.0: ``vllm_fp8moe_flashinfer_trtllm_...``,
-            ``sglang_flashinfer_trtllm_moe``; the two agree within 3% on every shape read),
-            TensorRT-LLM as its ``moe_config.backend`` ``TRTLLM`` (what its ``AUTO`` resolves
-            to for ``FP8_BLOCK_SCALES`` on SM100, ``ModelConfig.resolve_moe_backend`` in
-            tensorrt_llm/_torch/model_config.py, as cited by ai-dynamo/aiconfigurator
-            095f58a5 collector/trtllm/collect_moe.py; the export sets it). 0.25, *fitted on
-            measured kernels* (``fidelity.kernels.fit_fp8_block_mma``): the ``fp8_block``
-            rows of ``data/silicon/moe_engines.csv`` on B200 at >= 1,024 tokens with experts
+        fp8_block_mma_efficiency: fraction of the FP8 GEMM rate that the routed-expert GEMMs
+            of a block-scaled FP8 MoE checkpoint (``ModelSpec.weight_block_size``) reach on
+            TensorRT-LLM-gen's fused MoE kernels (``block_fp8_moe_kernel`` ``trtllm-gen``),
+            on datacenter Blackwell (compute capability 10.x, ``hardware.fabric``: B200, B300,
+            GB200; those kernels exist for it alone). There the three engines can serve such
+            blocks with them: vLLM 0.24.0 and SGLang 0.5.14 through FlashInfer (their measured
+            tables' ``kernel_source``, aiconfigurator-core 0.12.0:
+            ``vllm_fp8moe_flashinfer_trtllm_...``, ``sglang_flashinfer_trtllm_moe``; the two
+            agree within 3% on every shape read), TensorRT-LLM as its ``moe_config.backend``
+            ``TRTLLM`` (what ``ModelConfig.resolve_moe_backend`` picks for
+            ``FP8_BLOCK_SCALES`` on SM100 in 1.3.0rc20, as ai-dynamo/aiconfigurator 095f58a5
+            collector/trtllm/collect_moe.py cites it). 0.25, *fitted on measured kernels*
+            (``fidelity.kernels.fit_fp8_block_mma``): the ``fp8_block`` rows of
+            ``data/silicon/moe_engines.csv`` on B200 at >= 1,024 tokens with experts
             tensor-parallel, where the expert GEMMs make the block's time, median |ln error|
             at 1.0 → 0.25: SGLang 0.80 → 0.20 (held out, Qwen3-235B-A22B's shape, 0.55 →
-            0.27), vLLM 0.85 → 0.14 (0.55 → 0.16); both engines fit the same value. It
-            applies where ``block_fp8_moe_kernel`` is ``trtllm-gen``, and like
-            ``fp8_block_scale_efficiency`` to every GEMM of such a checkpoint.
-        block_fp8_moe_kernel: the kernels that serve a block-scaled FP8 MoE block on a chip
-            with block-scaled MMA (:data:`BLOCK_FP8_MOE_KERNELS`): ``trtllm-gen``
-            (TensorRT-LLM-gen's fused block-scaled MoE: the GEMMs at
+            0.27), vLLM 0.85 → 0.14 (0.55 → 0.16); both engines fit the same value. Dense,
+            attention and shared-expert GEMMs keep the FP8 rate (no block-scaled dense GEMM
+            of these engines on B200 was measured here).
+        block_fp8_moe_kernel: the kernels that serve a block-scaled FP8 MoE's routed experts
+            on datacenter Blackwell (:data:`BLOCK_FP8_MOE_KERNELS`): ``trtllm-gen``
+            (TensorRT-LLM-gen's fused block-scaled MoE: the expert GEMMs at
             ``fp8_block_mma_efficiency``, no ``block_fp8_local_expert_overhead_s`` and no
             ``expert_shape_half`` curve, as its measured blocks are fitted; what vLLM 0.24.0
             and SGLang 0.5.14 run on B200 by their tables, SGLang's
@@ -526,7 +526,8 @@ class CostModelConfig:
             guide lists for FP8 on B200, NVIDIA/TensorRT-LLM
             docs/source/deployment-guide/quick-start-recipe-for-deepseek-r1-on-trtllm.md;
             the ``trtllm`` profile's, whose pinned 1.2.0rc2 default was not read here).
-            Ignored on other chips and for other weights.
+            Ignored on other chips (their block-scaled MoE keeps the FP8 rate, or Hopper's
+            ``fp8_block_scale_efficiency``) and for other weights.
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
             ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,

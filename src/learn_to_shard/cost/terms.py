@@ -31,6 +31,7 @@ import numpy as np
 
 from ..engines.collectives import ENGINE_VENDORS
 from ..errors import UnsupportedModelError
+from ..hardware.fabric import scale_up_fabric
 from ..hardware.spec import ClusterSpec
 from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.mesh import Mesh
@@ -266,18 +267,20 @@ class OperatorTerms:
             else c.flops_efficiency
         bf16_rate = dev.peak_bf16_flops_per_s * c.flops_efficiency
         fp8_rate = dev.peak_fp8_flops_per_s * fp8_eff if dev.peak_fp8_flops_per_s else bf16_rate
-        # Block-scaled FP8 weights: on a chip without block-scaled MMA (no FP4 math) the
+        # Block-scaled FP8 weights on a chip without block-scaled MMA (no FP4 math): the
         # scales are applied on CUDA cores in the main loop (CostModelConfig.
-        # fp8_block_scale_efficiency); on one with it (Blackwell) TensorRT-LLM-gen's kernels
-        # run at CostModelConfig.fp8_block_mma_efficiency, DeepGEMM's at the FP8 rate
-        # (CostModelConfig.block_fp8_moe_kernel).
+        # fp8_block_scale_efficiency). On datacenter Blackwell (SM 10.x) a MoE's routed
+        # experts run on TensorRT-LLM-gen's kernels where CostModelConfig.block_fp8_moe_kernel
+        # says so, at CostModelConfig.fp8_block_mma_efficiency (below); those kernels exist
+        # for SM 10.x only, so other chips with FP4 math (RTX PRO 6000's SM 12.0, MI355X)
+        # keep the FP8 rate.
         block_fp8 = bool(fp8) and model.weight_block_size is not None
         mma = bool(dev.peak_fp4_flops_per_s)
-        trtllm_gen = block_fp8 and mma and c.block_fp8_moe_kernel == "trtllm-gen"
+        sm100 = (scale_up_fabric(dev).compute_capability or "").startswith("10.")
+        trtllm_gen = block_fp8 and sm100 and model.moe is not None \
+            and c.block_fp8_moe_kernel == "trtllm-gen"
         if block_fp8 and not mma:
             fp8_rate *= c.fp8_block_scale_efficiency
-        elif trtllm_gen:
-            fp8_rate *= c.fp8_block_mma_efficiency
         #: Per-step cost of each local expert of a routed-expert block, seconds
         #: (CostModelConfig.block_fp8_local_expert_overhead_s: block-scaled FP8 weights, not
         #: on TensorRT-LLM-gen's kernels).
@@ -312,6 +315,10 @@ class OperatorTerms:
         self.expert_dequant_efficiency = w4a16 if low and fp4_rate is None else None
         self._expert_flops = quant_rate * self.expert_dequant_efficiency \
             if self.expert_dequant_efficiency is not None else quant_rate
+        if trtllm_gen:
+            # Fitted on those kernels' measured MoE blocks (fidelity.kernels.fit_fp8_block_mma):
+            # the routed-expert GEMMs only; dense and shared-expert GEMMs keep the FP8 rate.
+            self._expert_flops *= c.fp8_block_mma_efficiency
         self._attn_flops = dev.peak_bf16_flops_per_s * (
             c.attention_flops_efficiency if c.attention_flops_efficiency is not None
             else c.flops_efficiency)

@@ -47,6 +47,7 @@ import yaml
 
 from ..engines import BLOCKS, MEGATRON, default_max_num_batched_tokens, get_engine
 from ..errors import ConfigError, PlannerError
+from ..hardware.fabric import scale_up_fabric
 from ..hardware.presets import parse_cluster
 from ..model.spec import ModelSpec
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
@@ -361,8 +362,8 @@ TRTLLM_GEN_MOE_FLAGS: dict[str, tuple[str, ...]] = {
 
 def _block_fp8_moe(plan: Plan, model: ModelSpec | None, engine: str, args: list[str],
                    notes: list[str]) -> None:
-    """For a block-scaled FP8 MoE (DeepSeek's 128 × 128 scales) in FP8 on a chip with FP4
-    math (Blackwell), launch the MoE kernels the plan priced
+    """For a block-scaled FP8 MoE (DeepSeek's 128 × 128 scales) in FP8 on datacenter Blackwell
+    (compute capability 10.x: B200, B300, GB200), launch the MoE kernels the plan priced
     (``CostModelConfig.block_fp8_moe_kernel``): vLLM and SGLang select TensorRT-LLM-gen's
     (:data:`TRTLLM_GEN_MOE_FLAGS`; what their B200 tables measured); for TensorRT-LLM a note
     names the ``moe_config.backend`` priced, which this export does not write (the key is not
@@ -371,11 +372,11 @@ def _block_fp8_moe(plan: Plan, model: ModelSpec | None, engine: str, args: list[
             or plan.workload.weight_dtype is not DType.FP8:
         return
     try:
-        blackwell = bool(parse_cluster(plan.cluster).device.peak_fp4_flops_per_s)
+        device = parse_cluster(plan.cluster).device
     except PlannerError:
         return
-    if not blackwell:
-        return
+    if not (scale_up_fabric(device).compute_capability or "").startswith("10."):
+        return                                   # TensorRT-LLM-gen's kernels: SM 10.x only
     kernel = str(plan.cost_model.get("block_fp8_moe_kernel", "trtllm-gen"))
     if engine in TRTLLM_GEN_MOE_FLAGS and kernel == "trtllm-gen":
         args += list(TRTLLM_GEN_MOE_FLAGS[engine])
