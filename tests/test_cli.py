@@ -829,6 +829,11 @@ def test_engine_table_says_the_unrestricted_optimum_is_no_upper_bound_when_an_en
     assert "Not an upper bound: trtllm (1.0980)" in text([row("vllm", 0.9),
                                                           row("trtllm", 1.098)])
     assert "Not an upper bound" not in text([row("vllm", 0.9), row("trtllm", 1.0)])
+    # The HTML / Markdown report's Engines section carries the same line.
+    from learn_to_shard.report.html import not_upper_bound_note
+    assert not_upper_bound_note([row("trtllm", 1.098)]).startswith(
+        "Not an upper bound: trtllm (1.0980)")
+    assert not_upper_bound_note([row("vllm", 0.5)]) is None
 
 
 def test_osl_zero_and_a_non_integer_context_are_refused_naming_their_flag():

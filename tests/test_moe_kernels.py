@@ -420,15 +420,17 @@ def test_w4a16_kernels_take_aliases_and_refuse_bad_efficiencies(tmp_path):
 def test_the_blackwell_moe_rate_prices_routed_experts_on_sm100_alone():
     """``fp8_block_mma_efficiency`` is TensorRT-LLM-gen's fused-MoE rate: it moves the routed
     experts of a block-scaled FP8 MoE on B200 and nothing else: not a dense block-scaled
-    checkpoint (Qwen3-32B-FP8), not the dense or shared-expert GEMMs of DeepSeek-V3, and not
-    chips with FP4 math that have no such kernels (MI355X, RTX PRO 6000's SM 12.0)."""
+    checkpoint (Qwen3-32B-FP8), not the dense or shared-expert GEMMs of DeepSeek-V3, not
+    chips with FP4 math that have no such kernels (MI355X, RTX PRO 6000's SM 12.0), and not
+    experts behind a DeepEP dispatch."""
     from learn_to_shard.api import make_cost_model, make_workload
     from learn_to_shard.parallel.ops import MEGATRON_DIMS
     from learn_to_shard.parallel.strategy import Strategy
 
-    def ops(model: str, cluster: str, tp: int, eff: float) -> dict[str, float]:
+    def ops(model: str, cluster: str, tp: int, eff: float,
+            a2a: str | None = None) -> dict[str, float]:
         cfg = dataclasses.replace(CostModelConfig.for_engine("vllm"),
-                                  fp8_block_mma_efficiency=eff)
+                                  fp8_block_mma_efficiency=eff, moe_a2a_kernel=a2a)
         cm = make_cost_model(model, cluster, make_workload("prefill", isl=4096, dtype="fp8"),
                              cfg)
         return cm.evaluate(Strategy(tp=tp, ep=1, pp=1, dp=1, batch=4,
@@ -437,6 +439,9 @@ def test_the_blackwell_moe_rate_prices_routed_experts_on_sm100_alone():
     for model, cluster, tp in (("qwen3-32b-fp8", "b200:1", 1), ("deepseek-v3", "mi355x:8", 8),
                                ("qwen3-32b-fp8", "rtx-pro-6000:1", 1)):
         assert ops(model, cluster, tp, 0.25) == ops(model, cluster, tp, 1.0), (model, cluster)
+    # Under a DeepEP dispatch the engines run grouped expert GEMMs, not the fused kernels.
+    assert ops("deepseek-v3", "b200:8", 8, 0.25, "deepep_normal") == \
+        ops("deepseek-v3", "b200:8", 8, 1.0, "deepep_normal")
     slow, fast = ops("deepseek-v3", "b200:8", 8, 0.25), ops("deepseek-v3", "b200:8", 8, 1.0)
     for op in slow:
         if op in ("expert_up", "expert_down"):

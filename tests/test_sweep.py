@@ -217,6 +217,8 @@ def test_failing_cell_is_recorded_and_the_rest_go_on(tmp_path):
     ({"prices_per_device_hour": {"h100-sxm": float("inf")}}, "prices_per_device_hour"),
     ({"prices_per_device_hour": {"nope": 3.0}}, "prices_per_device_hour"),
     ({"foo": 1}, "foo: not a valid key here; valid: models, clusters"),
+    ({"engines": [{"name": "vllm", "max_num_batched_tokens": 2048.0}]},
+     "engines[0].max_num_batched_tokens"),
     ({"workloads": [{"isl": 8, "osl": 8, "fo": 1}]}, "valid: name, phase, isl"),
     ({"prices_per_device_hour": {"h100": 2.0, "h100-sxm": 3.0}}, "priced twice"),
 ])
@@ -431,3 +433,18 @@ def test_rows_record_decode_context_parallelism():
     assert ds["error"] is None and ds["feasible"]
     assert " cp2 " in ds["strategy"] and ds["cp"] == 2, ds["strategy"]
     assert rows["llama-3.1-8b"]["cp"] == 1
+
+
+def test_a_grid_rate_beyond_any_cluster_leaves_its_fleet_out_of_the_summary(tmp_path):
+    """A grid rate needing more than 2^20 devices ended the sweep in a traceback after every
+    cell ran; its summary now has no fleet for it (``l2s size`` refuses such a --rate)."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("models: [llama-3.1-8b]\nclusters: [h100-sxm:1]\nsearchers: [megatron]\n"
+                    "workloads: [{phase: serve, isl: 512, osl: 128, rate_rps: 1.0e12}]\n")
+    r = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "o"),
+                                 "--no-plots"])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    rows = read_parquet(tmp_path / "o" / "results.parquet")
+    with pytest.raises(ConfigError, match="more than the 1,048,576 devices"):
+        size_fleets(rows)
+    assert size_fleets(rows, skip_oversized=True) == []

@@ -241,8 +241,8 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
         config: cost-model factors.
         engine: a serving engine of :data:`learn_to_shard.engines.ENGINES` (``vllm``,
             ``sglang``, ``trtllm``): the strategy space is restricted to what it can launch
-            (SGLang with ``config.moe_a2a_kernel`` set: EP 1 or the whole stage group, as
-            its DeepEP backend runs). Other names (e.g. the fitted ``splitwise-*`` profiles)
+            (SGLang with ``config.moe_a2a_kernel`` set: EP = the whole stage group, as its
+            DeepEP backend runs). Other names (e.g. the fitted ``splitwise-*`` profiles)
             restrict nothing.
         context_parallel: whether the space has decode context parallelism (``cp > 1``,
             :attr:`~learn_to_shard.parallel.space.StrategySpace.cp_values`); False: ``cp = 1``.
@@ -261,9 +261,9 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
     if profile is not None and engine == "sglang" and config is not None \
             and config.moe_a2a_kernel is not None:
         # SGLang with an all-to-all backend (--moe-a2a-backend deepep) sets --ep-size to
-        # --tp-size (sglang/srt/server_args.py ServerArgs._handle_a2a_moe): experts are whole
-        # on every rank or, at EP 1, not dispatched at all.
-        profile = dataclasses.replace(profile, ep_full_or_none=True)
+        # --tp-size (sglang/srt/server_args.py ServerArgs._handle_a2a_moe): every rank holds
+        # whole experts, whatever --ep-size the launch names.
+        profile = dataclasses.replace(profile, ep_whole_group=True)
     space = StrategySpace.build(m, c, engine=profile) if profile is not None else None
     if not context_parallel:
         space = dataclasses.replace(space or StrategySpace.build(m, c), cp_values=(1,))

@@ -863,7 +863,7 @@ def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
         return
     from rich.table import Table
 
-    from .report.html import at_engine_costs
+    from .report.html import at_engine_costs, not_upper_bound_note
 
     t = Table(title="Best strategy each engine can launch (vs the unrestricted optimum above)")
     for col in ("engine", "strategy", "tok/s/device", "× unrestricted",
@@ -884,14 +884,9 @@ def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
               "--gemm-overlap, --moe-a2a and --two-batch-overlap; the unrestricted strategy's "
               "price there shows how much of the gap is the profile rather than the layouts "
               "the engine cannot launch.")
-    above = [f"{row['engine']} ({row['ratio_to_unrestricted']:.4f})" for row, _ in optima
-             if row["ratio_to_unrestricted"] > 1.0]
-    if above:
-        con.print(f"Not an upper bound: {', '.join(above)} price(s) above it, as that "
-                  f"engine's profile prices the plan otherwise (its memory policy, e.g. "
-                  f"TensorRT-LLM's KV pool without vLLM's 0.9 memory cap, fits a larger "
-                  f"batch; its kernel and host factors), not a search that missed the "
-                  f"unrestricted optimum.", highlight=False)
+    note = not_upper_bound_note([row for row, _ in optima])
+    if note:
+        con.print(note, highlight=False)
 
 
 @app.command("validate")

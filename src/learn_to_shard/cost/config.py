@@ -527,7 +527,9 @@ class CostModelConfig:
             docs/source/deployment-guide/quick-start-recipe-for-deepseek-r1-on-trtllm.md;
             the ``trtllm`` profile's, whose pinned 1.2.0rc2 default was not read here).
             Ignored on other chips (their block-scaled MoE keeps the FP8 rate, or Hopper's
-            ``fp8_block_scale_efficiency``) and for other weights.
+            ``fp8_block_scale_efficiency``), for other weights, and with ``moe_a2a_kernel``
+            set (the fused kernels route and combine inside; a DeepEP dispatch runs grouped
+            expert GEMMs, priced as ``deepgemm``).
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
             ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,

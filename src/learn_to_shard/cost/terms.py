@@ -277,8 +277,11 @@ class OperatorTerms:
         block_fp8 = bool(fp8) and model.weight_block_size is not None
         mma = bool(dev.peak_fp4_flops_per_s)
         sm100 = (scale_up_fabric(dev).compute_capability or "").startswith("10.")
+        # Those fused kernels route and combine inside (vLLM's table names them
+        # "...trtllmfp8expertsmonolithic"): with a DeepEP dispatch (moe_a2a_kernel) the
+        # engines run grouped expert GEMMs instead, priced as DeepGEMM's.
         trtllm_gen = block_fp8 and sm100 and model.moe is not None \
-            and c.block_fp8_moe_kernel == "trtllm-gen"
+            and c.block_fp8_moe_kernel == "trtllm-gen" and c.moe_a2a_kernel is None
         if block_fp8 and not mma:
             fp8_rate *= c.fp8_block_scale_efficiency
         #: Per-step cost of each local expert of a routed-expert block, seconds

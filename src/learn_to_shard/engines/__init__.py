@@ -82,6 +82,9 @@ class EngineProfile:
         adp_all_or_none: attention-DP covers the whole group (attention TP 1) or is off:
             ``tp == 1 or dp == 1``.
         variants: offered non-Megatron layouts (:class:`Variant`).
+        ep_whole_group: a MoE's ``ep`` is ``tp × dp`` exactly (no expert TP, not even EP 1):
+            SGLang with an all-to-all backend, which sets ``--ep-size`` to ``--tp-size``
+            (``api.make_cost_model`` sets it); False by default.
         decode_context_parallel: the engine shards the KV cache by tokens over ``cp`` ranks of
             its TP group (``cp > 1``; the flag is :attr:`dcp_flag`). False: ``cp`` is 1.
         dcp_flag: the engine's decode context-parallel flag (empty without one).
@@ -98,6 +101,7 @@ class EngineProfile:
     ep_full_or_none: bool
     adp_all_or_none: bool
     variants: tuple[Variant, ...] = ()
+    ep_whole_group: bool = False
     decode_context_parallel: bool = False
     dcp_flag: str = ""
     launcher: str = ""
@@ -187,7 +191,7 @@ ENGINES: dict[str, EngineProfile] = {
             ("vocabulary padded to a multiple of 64 then split evenly",
              f"{_SGL}: sglang/srt/layers/vocab_parallel_embedding.py"),
             ("--moe-a2a-backend deepep sets --ep-size to --tp-size: under --moe-a2a l2s "
-             "searches EP 1 or the whole stage group only",
+             "searches EP = the whole stage group only",
              f"{_SGL}: sglang/srt/server_args.py ServerArgs._handle_a2a_moe"),
             ("memory: --mem-fraction-static of the device for weights and the KV pool; "
              "requests admitted on estimated KV use and retracted when full (on demand)",

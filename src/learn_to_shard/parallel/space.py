@@ -334,12 +334,15 @@ class StrategySpace:
     def _engine_degrees_bad(self, tp: np.ndarray, ep: np.ndarray,
                             dp: np.ndarray) -> np.ndarray:
         """``[n]`` bool: degrees the space's engine cannot launch (its profile's
-        ``ep_full_or_none`` and ``adp_all_or_none``; sources in :mod:`learn_to_shard.engines`)."""
+        ``ep_full_or_none``, ``ep_whole_group`` and ``adp_all_or_none``; sources in
+        :mod:`learn_to_shard.engines`)."""
         eng = self.engine
         assert eng is not None
         bad = np.zeros(len(tp), dtype=bool)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
+        if eng.ep_whole_group and self.model.is_moe:
+            bad |= ep != tp * dp
         if eng.adp_all_or_none:
             bad |= (tp > 1) & (dp > 1)
         return bad

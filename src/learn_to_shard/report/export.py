@@ -378,6 +378,8 @@ def _block_fp8_moe(plan: Plan, model: ModelSpec | None, engine: str, args: list[
     if not (scale_up_fabric(device).compute_capability or "").startswith("10."):
         return                                   # TensorRT-LLM-gen's kernels: SM 10.x only
     kernel = str(plan.cost_model.get("block_fp8_moe_kernel", "trtllm-gen"))
+    if plan.cost_model.get("moe_a2a_kernel") is not None:
+        return             # a DeepEP dispatch runs grouped expert GEMMs, not the fused kernels
     if engine in TRTLLM_GEN_MOE_FLAGS and kernel == "trtllm-gen":
         args += list(TRTLLM_GEN_MOE_FLAGS[engine])
         notes.append(f"{' '.join(TRTLLM_GEN_MOE_FLAGS[engine])}: the block-scaled FP8 MoE "

@@ -240,7 +240,8 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
             "engine's profile and without the plan's collective, sequence-parallel, "
             "GEMM-overlap and MoE all-to-all options, so the unrestricted strategy's price "
             "there shows how much of the gap is the profile rather than the layouts the "
-            "engine cannot launch."],
+            "engine cannot launch.",
+            *([note] if (note := not_upper_bound_note(optima)) else [])],
             tables=[(["engine", "strategy", "tokens/s/device", "× unrestricted",
                       "unrestricted strategy at the engine's costs",
                       "unrestricted optimum needs"],
@@ -251,6 +252,21 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
                        "; ".join(r["unrestricted_not_expressible"]) or "nothing"]
                       for r in optima])]))
     return out + simulation_sections(sims or [])
+
+
+def not_upper_bound_note(optima: list[dict]) -> str | None:
+    """The line that says the unrestricted optimum is no upper bound, when an engine row's
+    ``ratio_to_unrestricted`` exceeds 1 (its profile prices its own best above it: e.g.
+    TensorRT-LLM's KV pool without vLLM's 0.9 memory cap fits a larger batch); ``None``
+    otherwise."""
+    above = [f"{r['engine']} ({r['ratio_to_unrestricted']:.4f})" for r in optima
+             if r["ratio_to_unrestricted"] > 1.0]
+    if not above:
+        return None
+    return (f"Not an upper bound: {', '.join(above)} price(s) above it, as that engine's "
+            f"profile prices the plan otherwise (its memory policy, e.g. TensorRT-LLM's KV "
+            f"pool without vLLM's 0.9 memory cap, fits a larger batch; its kernel and host "
+            f"factors), not a search that missed the unrestricted optimum.")
 
 
 def latency_figure(sims: list[dict]) -> Figure:

@@ -151,8 +151,8 @@ class EngineSpec(_Strict):
     """
 
     name: str | None = None
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
-    max_num_batched_tokens: PositiveInt | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    max_num_batched_tokens: Count | None = None
 
     @model_validator(mode="after")
     def _known(self) -> EngineSpec:
@@ -183,7 +183,7 @@ class DeviceCounts(_Strict):
     """``{device: h200, counts: [8, 16]}``: one cluster per count of a device preset."""
 
     device: str
-    counts: list[PositiveInt] = Field(min_length=1)
+    counts: list[Count] = Field(min_length=1)
 
 
 ClusterEntry = Annotated[str | DeviceCounts, Field(union_mode="left_to_right")]

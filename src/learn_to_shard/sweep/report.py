@@ -103,7 +103,7 @@ def _cost_key(c: Cheapest) -> tuple[float, int, float]:
 def cheapest(rows: Sequence[Row], prices: Mapping[str, float]) -> list[Cheapest]:
     """Per (model, workload), the cheapest cluster meeting the SLOs (see the module
     docstring): cost per hour first where priced, then devices, then throughput."""
-    fleets = size_fleets(rows, prices=prices, node_sizes=node_sizes(rows))
+    fleets = size_fleets(rows, prices=prices, node_sizes=node_sizes(rows), skip_oversized=True)
     found: dict[tuple[str, str], Cheapest] = {}
 
     def offer(c: Cheapest) -> None:

@@ -131,7 +131,8 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
 
 def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = None,
                 prices: Mapping[str, float] | None = None,
-                node_sizes: Mapping[str, int] | None = None) -> list[Fleet]:
+                node_sizes: Mapping[str, int] | None = None,
+                skip_oversized: bool = False) -> list[Fleet]:
     """The smallest fleet per (model, workload, device kind) over the feasible rows.
 
     Args:
@@ -140,9 +141,16 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
             one are skipped).
         prices: device kind → price per device-hour.
         node_sizes: device kind → devices per node (default 1 where unknown).
+        skip_oversized: leave out a row whose fleet would exceed
+            :data:`~learn_to_shard.hardware.presets.MAX_DEVICES` (a sweep's summary) instead
+            of raising.
 
     Returns:
         Fleets sorted by (model, workload, then cost when priced, else devices).
+
+    Raises:
+        ConfigError: a rate that is not positive and finite, or (without
+            ``skip_oversized``) one that needs more than ``MAX_DEVICES`` devices.
     """
     prices = prices or {}
     node_sizes = node_sizes or {}
@@ -152,7 +160,12 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
         if not isinstance(rate, (int, float)) or row.get("error"):
             continue
         dev = str(row.get("device"))
-        f = fleet_for(row, float(rate), node_sizes.get(dev, 1), prices.get(dev))
+        try:
+            f = fleet_for(row, float(rate), node_sizes.get(dev, 1), prices.get(dev))
+        except ConfigError:
+            if not skip_oversized:
+                raise
+            continue                      # a fleet beyond MAX_DEVICES: no answer for this row
         if f is None:
             continue
         k = (f.model, f.workload, f.device)
