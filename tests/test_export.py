@@ -369,7 +369,8 @@ def test_sglang_export_says_what_deepep_and_two_batch_overlap_change():
     H200s planned EP 2 over TP 8 before, which the server would have run as EP 8; on 16
     B200s EP 1 with attention-DP 2, priced with a DeepEP dispatch the export did not
     launch); one with --two-batch-overlap and no --moe-a2a leaves the flag out and says why;
-    DeepEP on AMD GPUs is refused (exit 2). An EP below the group that reaches the export anyway is named there."""
+    DeepEP on AMD GPUs is refused (exit 2). An EP below the group that reaches the export
+    anyway is named there."""
     base = ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256", "-q", "--export",
             "sglang"]
     for model, cluster in (("qwen3-30b-a3b", "h100-sxm:16"), ("deepseek-v3", "h200:16"),
