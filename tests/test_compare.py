@@ -37,3 +37,14 @@ def test_an_infeasible_comparison_says_why_and_counts_a_single_run_once(tmp_path
     assert "megatron: its one run found no feasible strategy" in r.output
     assert "random: 2 of 2 runs found no feasible strategy" in r.output
     assert "no feasible strategy: closest candidate tp" in r.output and "TPOT" in r.output
+    # The same reasons in compare.json and in the --report.
+    data = json.loads((tmp_path / "c" / "compare.json").read_text())
+    assert data["infeasible_reasons"][0].startswith("closest candidate tp")
+    r2 = CliRunner().invoke(app, ["compare", "-m", "llama-3.1-8b", "-c", "h100-sxm:2",
+                                  "--phase", "serve", "--isl", "512", "--osl", "128",
+                                  "--tpot-slo", "1ms", "--methods", "megatron", "--budget",
+                                  "30", "--seeds", "1", "--out", str(tmp_path / "c2"),
+                                  "--report", str(tmp_path / "rep")])
+    assert r2.exit_code == 1, r2.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "No method found a feasible strategy: closest candidate tp" in md

@@ -637,6 +637,15 @@ def test_servers_beyond_the_node_boundaries_are_not_told_to_take_a_node_each(tmp
     assert r.exit_code == 0, r.output
     assert "only 5 fit inside node boundaries" in r.stdout
     assert "(more than the cluster has: see the WARNING above)" in r.stdout
+    # Two 5-GPU servers over nodes of 3 (10 GPUs): one spans two whole nodes, one cannot.
+    cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 10,
+                                   "overrides": {"scale_up_domain": 3}}))
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", str(cluster),
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "--export", "sglang", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "2 servers of 2 nodes each" in r.stdout and "only 1 fit inside" in r.stdout
+    assert "(not every server gets whole nodes: see the WARNING above)" in r.stdout
 
 
 def test_trtllm_export_of_nvfp4_weights_on_hopper_says_the_engine_cannot_run_them():

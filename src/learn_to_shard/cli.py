@@ -1162,6 +1162,16 @@ def compare_cmd(
     except OSError as exc:
         raise _fail(PlannerError(f"--out: cannot create {out}: {exc.strerror}")) from None
     data = comparison_to_dict(cmp, cm, timing=timing)
+    if not any(s.found for s in cmp.summaries):
+        # Why nothing is feasible: the closest candidate of a run, as l2s plan explains it
+        # (an exhaustive searcher's first: its closest is the nearest).
+        from .report.plan import Plan
+
+        exhaustive = ("exact", "megatron", "megatron-rule")
+        runs = sorted((r for s in cmp.summaries for r in s.runs if r.closest is not None),
+                      key=lambda r: r.method not in exhaustive)
+        if runs:
+            data["infeasible_reasons"] = Plan.from_search(cm, runs[0], runs[0].method).reasons
     _write(out / "compare.json", json.dumps(data, indent=2), "--out")
     plot = out / "convergence.png"
     _saved(lambda: plot_convergence(cmp, plot), plot, "--out")
@@ -1178,18 +1188,12 @@ def compare_cmd(
         render_comparison(cmp, Console(markup=False) if sys.stdout.isatty()
                           else Console(width=200, markup=False))
     err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
-    if not any(s.found for s in cmp.summaries):
-        # Why nothing is feasible: the closest candidate of a run, as l2s plan explains it.
-        from .report.plan import Plan, join_reasons
+    why = data.get("infeasible_reasons")
+    if isinstance(why, list) and why and not json_out:
+        from .report.plan import join_reasons
 
-        exhaustive = ("exact", "megatron", "megatron-rule")      # their closest is the nearest
-        runs = sorted((r for s in cmp.summaries for r in s.runs if r.closest is not None),
-                      key=lambda r: r.method not in exhaustive)
-        near = runs[0] if runs else None
-        if near is not None and not json_out:
-            why = Plan.from_search(cm, near, near.method).reasons
-            err.print(f"no feasible strategy: {join_reasons(why)}", markup=False,
-                      highlight=False)
+        err.print(f"no feasible strategy: {join_reasons(why)}", markup=False,
+                  highlight=False)
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
 
 

@@ -156,19 +156,21 @@ class Export:
         each of them."""
         one = self.command(config_path)
         dpn = self.devices_per_node
+        # Servers beyond what the nodes hold inside their boundaries (a WARNING says so)
+        # cannot each have the nodes of their own that the lines below describe.
+        spill = any("fit inside node boundaries" in w for w in self.warnings)
         if self.servers > 1 and self.nodes_per_server > 1:
             group = {"vllm": "its own Ray cluster", "sglang": "its own --nnodes group",
                      "trtllm": "its own Slurm job"}.get(self.engine, "its own job")
             return [f"# {self.servers} servers of {self.nodes_per_server} nodes each: launch "
                     f"this server on each set of {self.nodes_per_server} nodes ({group}; "
-                    f"NODE0_HOST, where named, is that set's first node)", one]
+                    f"NODE0_HOST, where named, is that set's first node)"
+                    + (" (not every server gets whole nodes: see the WARNING above)"
+                       if spill else ""), one]
         if self.servers <= 1 or self.nodes_per_server > 1 or not dpn:
             return [one]
         per_node = max(1, dpn // self.gpus_per_server)
         nodes = -(-self.servers // per_node)
-        # Servers beyond what the nodes hold inside their boundaries (a WARNING says so)
-        # cannot each have a node of their own.
-        spill = any("fit inside node boundaries" in w for w in self.warnings)
         if per_node == 1:
             return [f"# one server per node: run this on each of {nodes} nodes"
                     + (" (more than the cluster has: see the WARNING above)" if spill else ""),

@@ -353,8 +353,10 @@ def compare_sections(data: dict, plot: Path) -> list[Section]:
                      f"{m['best_tokens_per_s_per_device']:,.1f}", ratios,
                      f"{m['evaluations_mean']:,.0f}",
                      "—" if wall is None else f"{wall:.2f} s"])
+    why = data.get("infeasible_reasons")
     return [Section("Searchers compared", figures=[image_figure(
         "convergence", plot, "best feasible tokens/s per device against evaluations")],
+        paragraphs=[f"No method found a feasible strategy: {join_reasons(why)}"] if why else [],
         tables=[(["method", "mean tokens/s/device", "best", "ratios", "evaluations",
                   "wall"], rows)])]
 
