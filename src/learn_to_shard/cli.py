@@ -1490,7 +1490,9 @@ def _prices(text: str | None) -> dict[str, float]:
     Raises:
         PlannerError: an item that is not KIND=PRICE with a positive finite price, an unknown
             kind, or a kind priced twice."""
-    out: dict[str, float] = {}
+    from .sweep.sizing import price_table
+
+    pairs: list[tuple[str, float]] = []
     for item in _csv_list(text, "--price") if text else []:
         kind, eq, value = item.partition("=")
         try:
@@ -1500,14 +1502,11 @@ def _prices(text: str | None) -> dict[str, float]:
         if not eq or not kind.strip() or not 0 < price < float("inf"):
             raise PlannerError(f"--price: {item!r} is not KIND=PRICE with a positive price per "
                                "device-hour, e.g. h100-sxm=2.49")
-        try:
-            name = load_device(kind.strip()).name
-        except PlannerError as exc:
-            raise PlannerError(f"--price: {kind.strip()!r}: {exc}") from None
-        if name in out:
-            raise PlannerError(f"--price: {name} priced twice")
-        out[name] = price
-    return out
+        pairs.append((kind.strip(), price))
+    try:
+        return price_table(pairs)
+    except PlannerError as exc:
+        raise PlannerError(f"--price: {exc}") from None
 
 
 @app.command("size")

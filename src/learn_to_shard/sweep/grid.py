@@ -224,18 +224,12 @@ class SweepGrid(_Strict):
     def _price_kinds(cls, prices: dict[str, float]) -> dict[str, float]:
         """Each kind a device preset (an alias as its preset's name, e.g. ``h100`` →
         ``h100-sxm``, which the rows carry), none priced twice."""
-        from ..hardware.presets import load_device
+        from .sizing import price_table
 
-        out: dict[str, float] = {}
-        for kind, price in prices.items():
-            try:
-                name = load_device(kind).name
-            except PlannerError as exc:
-                raise ValueError(f"{kind!r}: {exc}") from None
-            if name in out:
-                raise ValueError(f"{name} priced twice")
-            out[name] = price
-        return out
+        try:
+            return price_table(prices.items())
+        except PlannerError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("searchers")
     @classmethod

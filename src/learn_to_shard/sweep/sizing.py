@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PlannerError
 from ..hardware.presets import MAX_DEVICES
 from ..workload import Phase, Workload
 
@@ -94,6 +94,28 @@ class Fleet:
     ttft_s: float | None
     searched_cluster: str
     searcher: str
+
+
+def price_table(prices: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """``(device kind, price per device-hour)`` pairs keyed by the kind's preset name (an
+    alias such as ``h100`` becomes ``h100-sxm``, the name sweep rows carry).
+
+    Raises:
+        ConfigError: an unknown kind (naming it and the valid presets), or a kind priced
+            twice (under two spellings too).
+    """
+    from ..hardware.presets import load_device
+
+    out: dict[str, float] = {}
+    for kind, price in prices:
+        try:
+            name = load_device(kind).name
+        except PlannerError as exc:
+            raise ConfigError(f"{kind!r}: {exc}") from None
+        if name in out:
+            raise ConfigError(f"{name} priced twice")
+        out[name] = price
+    return out
 
 
 def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
