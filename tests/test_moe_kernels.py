@@ -448,3 +448,26 @@ def test_the_blackwell_moe_rate_prices_routed_experts_on_sm100_alone():
             assert slow[op] > 1.2 * fast[op], op
         else:
             assert slow[op] == fast[op], op
+
+
+def test_two_batch_overlap_is_priced_only_where_the_engine_runs_it():
+    """vLLM's --enable-dbo needs a DeepEP / NIXL all-to-all (so EP > 1), SGLang's two-batch
+    overlap an all-to-all backend and EP: at EP 1 neither profile prices the overlap, and
+    SGLang without --moe-a2a prices none at all; without an engine it is priced anywhere."""
+    from learn_to_shard.api import make_cost_model, make_workload
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+    from learn_to_shard.parallel.strategy import Strategy
+    wl = make_workload("serve", isl=1024, osl=1024, dtype="fp8")
+
+    def tpot(engine: str | None, tbo: bool, ep: int, a2a: str | None = None) -> float:
+        base = CostModelConfig.for_engine(engine) if engine else CostModelConfig()
+        cfg = dataclasses.replace(base, two_batch_overlap=tbo, moe_a2a_kernel=a2a)
+        cm = make_cost_model("deepseek-v3", "h200:8", wl, cfg)
+        return cm.evaluate(Strategy(tp=1, ep=ep, pp=1, dp=8, batch=256,
+                                    dims=MEGATRON_DIMS)).tpot_s
+
+    assert tpot("vllm", True, 1) == tpot("vllm", False, 1)
+    assert tpot("vllm", True, 8) < tpot("vllm", False, 8)
+    assert tpot("sglang", True, 8) == tpot("sglang", False, 8)
+    assert tpot("sglang", True, 8, "deepep_normal") < tpot("sglang", False, 8, "deepep_normal")
+    assert tpot(None, True, 1) < tpot(None, False, 1)

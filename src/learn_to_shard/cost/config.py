@@ -346,9 +346,10 @@ class CostModelConfig:
             BF16. Combine is BF16.
         two_batch_overlap: the step runs as two micro-batches whose MoE dispatch and combine
             overlap the other's compute (SGLang ``--enable-two-batch-overlap``, vLLM
-            ``--enable-dbo``): the routed and shared experts take ``max(their compute,
-            dispatch + combine)`` instead of the sum (the overlap bounded by the slower side;
-            only the experts' own compute counts as cover, not the attention's or the
+            ``--enable-dbo``; under those engines' profiles only where they run it: EP > 1,
+            and for SGLang with ``moe_a2a_kernel``): the routed and shared experts take
+            ``max(their compute, dispatch + combine)`` instead of the sum (the overlap
+            bounded by the slower side; only the experts' own compute counts as cover, not the attention's or the
             router's, which keeps the layer separable for the exact solver; running the GEMMs
             on half-size micro-batches is not priced).
         attention_dp_balanced: serve phase, MoE models with attention-DP (``dp > 1``): the
@@ -528,8 +529,10 @@ class CostModelConfig:
             the ``trtllm`` profile's, whose pinned 1.2.0rc2 default was not read here).
             Ignored on other chips (their block-scaled MoE keeps the FP8 rate, or Hopper's
             ``fp8_block_scale_efficiency``), for other weights, and with ``moe_a2a_kernel``
-            set (the fused kernels route and combine inside; a DeepEP dispatch runs grouped
-            expert GEMMs, priced as ``deepgemm``).
+            or ``two_batch_overlap`` set (the fused kernels route and combine inside; a DeepEP
+            dispatch, which two-batch overlap runs over, takes grouped DeepGEMM expert GEMMs,
+            priced as ``deepgemm``: at EP = the group they are wide, and TensorRT-LLM's
+            measured DeepGEMM blocks at EP8 run at or above that price).
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
             ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,

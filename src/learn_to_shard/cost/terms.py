@@ -280,8 +280,10 @@ class OperatorTerms:
         # Those fused kernels route and combine inside (vLLM's table names them
         # "...trtllmfp8expertsmonolithic"): with a DeepEP dispatch (moe_a2a_kernel) the
         # engines run grouped expert GEMMs instead, priced as DeepGEMM's.
+        # Two-batch overlap runs over a DeepEP dispatch too (vLLM's --enable-dbo asserts one).
         trtllm_gen = block_fp8 and sm100 and model.moe is not None \
-            and c.block_fp8_moe_kernel == "trtllm-gen" and c.moe_a2a_kernel is None
+            and c.block_fp8_moe_kernel == "trtllm-gen" and c.moe_a2a_kernel is None \
+            and not c.two_batch_overlap
         if block_fp8 and not mma:
             fp8_rate *= c.fp8_block_scale_efficiency
         #: Per-step cost of each local expert of a routed-expert block, seconds
@@ -1221,8 +1223,8 @@ class OperatorTerms:
             rec.append(("moe combine", "all-to-all", int(g[0]), float(t_combine[0]),
                         float(send[0])))
         t_comm = np.where(local, 0.0, t_dispatch + t_combine)
-        if not c.two_batch_overlap:
-            total += t_comm
+        tbo = self._two_batch_overlap(ep)
+        total += np.where(tbo, 0.0, t_comm)
         # Token-expert pairs on the busiest EP rank; routing skew only unbalances ranks when
         # experts are spread over several (ep > 1): with ep = 1 every rank holds every expert.
         assign = rows_g * moe.top_k / ep * self._busiest_rank_factor(rows_g, ep)
@@ -1285,9 +1287,23 @@ class OperatorTerms:
                                     where="shared_expert_up -> shared_expert_down")
             total += tsu + tsd + conv("shared_expert -> moe output", out_sd, l_moe,
                                       rows * H * ab, t, link)
-        if c.two_batch_overlap:      # dispatch/combine hidden behind the other half's experts
-            total += np.maximum(t_comm - (total - before_experts), 0.0)
+        # dispatch/combine hidden behind the other half's experts
+        total += np.where(tbo, np.maximum(t_comm - (total - before_experts), 0.0), 0.0)
         return total, l_moe, ops
+
+    def _two_batch_overlap(self, ep: np.ndarray) -> np.ndarray:
+        """``[n]`` bool: whether ``config.two_batch_overlap`` applies at each ``ep``, where the
+        engine runs it. vLLM's ``--enable-dbo`` needs a DeepEP / NIXL all-to-all, which needs
+        expert parallelism (``ep > 1``; VllmConfig.__post_init__, vLLM 0.33.0); SGLang's
+        ``--enable-two-batch-overlap`` needs an all-to-all backend (``moe_a2a_kernel``) and
+        EP (sglang/srt/server_args.py); without an engine profile, everywhere."""
+        c = self.config
+        on = np.full(np.shape(ep), bool(c.two_batch_overlap))
+        if c.engine == "vllm":
+            on &= ep > 1
+        elif c.engine == "sglang":
+            on &= (ep > 1) & (c.moe_a2a_kernel is not None)
+        return on
 
     def dcp_exchange_bytes(self, dec_loc: np.ndarray, heads_dec: np.ndarray
                            ) -> tuple[np.ndarray, np.ndarray]:

@@ -380,7 +380,8 @@ def _block_fp8_moe(plan: Plan, model: ModelSpec | None, engine: str, args: list[
     if not (scale_up_fabric(device).compute_capability or "").startswith("10."):
         return                                   # TensorRT-LLM-gen's kernels: SM 10.x only
     kernel = str(plan.cost_model.get("block_fp8_moe_kernel", "trtllm-gen"))
-    if plan.cost_model.get("moe_a2a_kernel") is not None:
+    if plan.cost_model.get("moe_a2a_kernel") is not None \
+            or plan.cost_model.get("two_batch_overlap"):
         return             # a DeepEP dispatch runs grouped expert GEMMs, not the fused kernels
     if engine in TRTLLM_GEN_MOE_FLAGS and kernel == "trtllm-gen":
         args += list(TRTLLM_GEN_MOE_FLAGS[engine])
@@ -507,9 +508,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             # (VllmConfig.__post_init__, vllm/config/vllm.py of the vLLM 0.33.0 wheel,
             # commit g4ba787ec9); its default allgather_reducescatter fails at start.
             if s.ep == 1:
-                unexpressed.append("two-batch overlap with EP 1: vLLM's --enable-dbo runs only "
-                                   "with a DeepEP / NIXL all-to-all, which needs expert "
-                                   "parallelism; exported without it")
+                why = ("two-batch overlap with EP 1: vLLM's --enable-dbo runs only with a "
+                       "DeepEP / NIXL all-to-all, which needs expert parallelism; exported "
+                       "without it")
+                # Searched for vLLM, the plan priced no overlap at EP 1 (CostModel's
+                # _two_batch_overlap): nothing priced is lost.
+                (notes if plan.engine == engine else unexpressed).append(
+                    why + (" (and not priced)" if plan.engine == engine else ""))
             else:
                 if a2a is None:
                     backend = "deepep_low_latency" if wl.phase is Phase.DECODE \
@@ -597,10 +602,12 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 # SGLang refuses two-batch overlap without an all-to-all backend
                 # (sglang/srt/server_args.py: "When enabling two batch overlap,
                 # moe_a2a_backend cannot be 'none'").
-                unexpressed.append("two-batch overlap: SGLang needs an all-to-all backend "
-                                   "for it (--moe-a2a-backend, here none: "
-                                   + ("no --moe-a2a" if a2a is None else "EP 1") + "); "
-                                   "exported without --enable-two-batch-overlap")
+                why = ("two-batch overlap: SGLang needs an all-to-all backend for it "
+                       "(--moe-a2a-backend, here none: "
+                       + ("no --moe-a2a" if a2a is None else "EP 1") + "); exported without "
+                       "--enable-two-batch-overlap")
+                (notes if plan.engine == engine else unexpressed).append(
+                    why + (" (and not priced)" if plan.engine == engine else ""))
         if nodes > 1:
             args += ["--nnodes", str(nodes), "--node-rank", "0",
                      "--dist-init-addr", "NODE0_HOST:5000"]
