@@ -349,9 +349,9 @@ class CostModelConfig:
             ``--enable-dbo``; under those engines' profiles only where they run it: EP > 1,
             and for SGLang with ``moe_a2a_kernel``): the routed and shared experts take
             ``max(their compute, dispatch + combine)`` instead of the sum (the overlap
-            bounded by the slower side; only the experts' own compute counts as cover, not the attention's or the
-            router's, which keeps the layer separable for the exact solver; running the GEMMs
-            on half-size micro-batches is not priced).
+            bounded by the slower side; only the experts' own compute counts as cover, not
+            the attention's or the router's, which keeps the layer separable for the exact
+            solver; running the GEMMs on half-size micro-batches is not priced).
         attention_dp_balanced: serve phase, MoE models with attention-DP (``dp > 1``): the
             engine spreads each step's prompt tokens evenly over the DP ranks. ``False`` (the
             engines' default): each rank admits and prefills its own requests, and since the
