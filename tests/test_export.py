@@ -587,7 +587,9 @@ def test_exports_that_span_nodes_or_overlap_batches_launch_as_printed():
     t = _export_text("--model", "llama-3.1-405b", "--cluster", "h100-sxm:16", "--isl", "1000",
                      "--osl", "200", "--export", "trtllm")
     assert any(ln.startswith("srun -N 2 --ntasks-per-node=8 --mpi=pmix trtllm-llmapi-launch "
-                             "trtllm-serve ") for ln in t.splitlines())
+                             "trtllm-serve /path/to/Meta-Llama-3.1-405B ")
+               for ln in t.splitlines())     # Slurm mode loads a local folder, not a hub id
+    assert "give that folder for /path/to/Meta-Llama-3.1-405B" in t
     d = _export_text("--model", "qwen3-30b-a3b", "--cluster", "h100-sxm:8", "--isl", "1000",
                      "--osl", "200", "--two-batch-overlap", "--export", "vllm")
     lines = [ln for ln in d.splitlines() if "vllm serve" in ln]

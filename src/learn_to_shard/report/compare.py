@@ -450,7 +450,8 @@ def comparison_table(cmp: Comparison) -> Table:
 def render_comparison(cmp: Comparison, console: Console) -> None:
     """Print the comparison table and a line on runs that found nothing feasible."""
     console.print(comparison_table(cmp))
-    opt = f"{cmp.optimum:,.4f} tok/s/dev" if cmp.optimum is not None else "unknown"
+    opt = ("none feasible" if cmp.optimum == 0 else f"{cmp.optimum:,.4f} tok/s/dev") \
+        if cmp.optimum is not None else "unknown"
     took = "" if cmp.optimum_wall_s is None or cmp.optimum is None \
         else f" in {cmp.optimum_wall_s:.1f} s"
     console.print(f"optimum: {opt} ({cmp.optimum_note}{took})", highlight=False)

@@ -460,6 +460,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         notes.append(f"pipeline stages: l2s priced {s.pp} stages with {e.micro_batches} "
                      f"micro-batches in flight")
     yaml_cfg: dict[str, object] | None = None
+    model_path: str | None = None          # the model argument where the hub id cannot serve
     args: list[str] = []
     if engine == "vllm":
         ep_ok = s.ep in (1, s.tp * dp) or not moe
@@ -704,11 +705,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             per_node = -(-gpus // nodes)
             launcher = (f"srun -N {nodes} --ntasks-per-node={per_node} --mpi=pmix "
                         f"trtllm-llmapi-launch {prof.launcher}")
+            hub_id = model_id_of(plan.model, model)
+            if not hub_id.startswith("/"):
+                # Slurm mode loads from a local path only: a placeholder the user fills in.
+                model_path = f"/path/to/{hub_id.rsplit('/', 1)[-1]}"
             notes.append(f"a Slurm job over the server's {nodes} nodes runs it, one MPI rank "
                          f"per GPU ({per_node} per node; under another MPI launcher, "
                          f"{gpus} ranks of trtllm-llmapi-launch {prof.launcher}); put the "
-                         f"checkpoint of {model_id_of(plan.model, model)} in a local folder "
-                         f"on every node and give that folder instead (Slurm mode downloads "
+                         f"checkpoint of {hub_id} in a local folder on every node and give "
+                         f"that folder for {model_path or hub_id} (Slurm mode downloads "
                          f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
@@ -759,7 +764,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
     return Export(engine=engine, version=prof.version, launcher=launcher,
-                  model_id=model_id_of(plan.model, model), args=args, yaml_config=yaml_cfg,
+                  model_id=model_path or model_id_of(plan.model, model), args=args,
+                  yaml_config=yaml_cfg,
                   warnings=warnings,
                   servers=servers, gpus_per_server=gpus, nodes_per_server=nodes,
                   unexpressed=unexpressed, notes=notes, devices_per_node=devices_per_node,
