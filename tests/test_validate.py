@@ -448,3 +448,33 @@ def test_the_pinned_serving_accuracy_is_what_validate_serving_measures_now():
     from learn_to_shard.fidelity.accuracy import measure, shipped
 
     assert measure()["under_load"] == shipped()["under_load"]
+
+
+def test_validate_serving_report_holds_the_serving_rows_and_medians(monkeypatch):
+    """``l2s validate --serving --report F``: the serving table's medians and rows go into
+    the JSON (they were printed only); non-finite values are null, so it parses strictly."""
+    import io
+    import json
+    import math
+
+    from rich.console import Console
+
+    import learn_to_shard.fidelity.serving as serving
+    from learn_to_shard.cli import _render_serving_check
+    from learn_to_shard.fidelity.serving import ServingRowResult
+
+    rows = [ServingRowResult(id="a", split="held-out", engine="vllm", series="s", varies="",
+                             measured={"ttft_ms": 100.0, "tpot_ms": 10.0,
+                                       "output_tok_s": 1000.0},
+                             predicted={"ttft_ms": 80.0, "tpot_ms": 11.0,
+                                        "output_tok_s": 900.0},
+                             statistic={"ttft_ms": "p50", "tpot_ms": "p50"}, x=math.inf),
+            ServingRowResult(id="b", split="calibration", engine="vllm", series="", varies="",
+                             reason="model not shipped")]
+    monkeypatch.setattr(serving, "predict_table", lambda *a, **k: rows)
+    doc = _render_serving_check(Console(file=io.StringIO()), rows=False)
+    text = json.dumps(doc, allow_nan=False)
+    back = json.loads(text)
+    assert back["summary"]["held-out"]["ttft_ms_median_abs_err"] == pytest.approx(0.2)
+    assert [r["id"] for r in back["rows"]] == ["a", "b"] and back["rows"][0]["x"] is None
+    assert back["rows"][1]["reason"] == "model not shipped"

@@ -973,7 +973,8 @@ def validate_cmd(
         render_mla_kernels(mla_kernels(), mla_kernels(CostModelConfig.for_engine(
             "trtllm", mla_module_overhead_s=0.0, mla_attention_hbm_efficiency=None)), con)
     if serving:
-        _render_serving_check(con, rows=rows)
+        serving_doc = _render_serving_check(con, rows=rows)
+        _saved(lambda: save_json(result, report, {"serving": serving_doc}), report, "--report")
     if fit:
         from .fidelity.fit import calibrate_serving
 
@@ -990,10 +991,14 @@ def validate_cmd(
                 raise _fail(exc) from None
 
 
-def _render_serving_check(con: Console, rows: bool = True) -> None:
+def _render_serving_check(con: Console, rows: bool = True) -> dict[str, object]:
     """Print ``fidelity.serving``'s per-row table (with ``rows``; ``--summary-only`` leaves
     it out), the held-out rows' errors per source and GPU, and held-out / calibration
-    summaries."""
+    summaries; return them for the ``--report`` JSON (``summary``: split → the medians, with
+    and without the engines' step overheads; ``rows``: each row's measured and predicted
+    values, or why it was not predicted)."""
+    import dataclasses
+
     from .fidelity.serving import predict_table, summarize
 
     results = predict_table()
@@ -1013,6 +1018,22 @@ def _render_serving_check(con: Console, rows: bool = True) -> None:
                          "statistics)" if s["sweep_ends_unlike"] else "") + "; "
                       f"{s['predicted']}/{s['rows']} rows predicted", highlight=False,
                       soft_wrap=True)
+    def finite(v: object) -> object:
+        """``v`` with every non-finite float as None (strict JSON)."""
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+
+    doc = {"summary": {f"{split}{label}": summarize(res, split)
+                       for label, res in (("", results),
+                                          (" without engine step overheads", without))
+                       for split in ("held-out", "calibration")},
+           "rows": [dataclasses.asdict(r) for r in results]}
+    return cast("dict[str, object]", finite(doc))
 
 
 def _render_serving_sources(con: Console, results: Sequence[ServingRowResult]) -> None:

@@ -72,10 +72,12 @@ def save_plot(report: ValidationReport, path: str | Path) -> Path:
     return out
 
 
-def save_json(report: ValidationReport, path: str | Path) -> Path:
-    """Write :meth:`ValidationReport.to_dict` as JSON."""
+def save_json(report: ValidationReport, path: str | Path,
+              extra: dict[str, object] | None = None) -> Path:
+    """Write :meth:`ValidationReport.to_dict` as JSON, with the keys of ``extra`` beside it
+    (``l2s validate --serving``: ``serving``)."""
     out = Path(path)
-    out.write_text(json.dumps(report.to_dict(), indent=2))
+    out.write_text(json.dumps({**report.to_dict(), **(extra or {})}, indent=2))
     return out
 
 
