@@ -50,6 +50,15 @@ def test_cli_pareto_writes_png_json_table(tmp_path):
     data = json.loads((tmp_path / "pareto.json").read_text())
     assert data["frontier"] and all(row["export"].startswith("vllm serve")
                                     for row in data["frontier"])
+    # Points of several servers on the node are placed as plan --export places them: each
+    # on its own devices and port (the bare command alone launched one server on all 8).
+    several = [row for row in data["frontier"] if row["servers"] > 1]
+    assert several
+    for row in several:
+        lines = [ln for ln in row["launch"] if ln.startswith("CUDA_VISIBLE_DEVICES=")]
+        assert len(lines) == min(row["servers"], 8) and row["launch"][-1] == "wait"
+        assert [ln.split("--port ")[1].split()[0] for ln in lines] == \
+            [str(8000 + 10 * k) for k in range(len(lines))]
     img = Image.open(tmp_path / "pareto.png")
     assert img.size[0] > 600 and "tp" in r.stdout
 

@@ -1293,7 +1293,7 @@ def pareto_cmd(
         t = Table(title=f"Pareto frontier: {title} ({res.candidates:,} candidates, "
                         f"{len(res.points_user_tps):,} fit)")
         for col in ("strategy", "tok/s/user", "tok/s/device", "TPOT", "meets TPOT SLO",
-                    "servers", "launch (each server)"):
+                    "servers", "launch (one node's lines)"):
             t.add_column(col)
         for r in rows:
             t.add_row(str(r["strategy"]), f"{r['tokens_per_s_per_user']:.1f}",
@@ -1301,8 +1301,8 @@ def pareto_cmd(
                       f"{float(str(r['tpot_s'])) * 1e3:.2f} ms",
                       "yes" if r["meets_tpot_slo"] else "no",
                       "—" if r["servers"] is None else str(r["servers"]),
-                      "— (no exported engine runs on this device)" if r["export"] is None
-                      else str(r["export"]))
+                      "— (no exported engine runs on this device)" if r["launch"] is None
+                      else "\n".join(cast("list[str]", r["launch"])))
         con.print(t)
         if engine is None and launch_engine is not None and rows:
             con.print(f"priced without an engine's host and front-end time (no --engine); the "

@@ -156,7 +156,9 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
                   export_engine: str | None) -> list[dict[str, object]]:
     """The frontier as JSON-ready rows: strategy, tokens/s per user and per device, TPOT,
     TTFT, whether it meets the TPOT SLO, and the export command for ``export_engine``
-    (``None``: no engine to launch on this device; ``servers``, ``export`` and
+    (``export``: one server's command; ``launch``: the lines of one node, each server on
+    its own devices and port, as ``plan --export`` prints them; ``None``: no engine to
+    launch on this device; ``servers``, ``export``, ``launch`` and
     ``not_expressible`` are then ``None``)."""
     from .export import build_export
 
@@ -168,7 +170,8 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
             "ttft_s": None if math.isnan(e.ttft_s) else e.ttft_s,
             "meets_tpot_slo": res.tpot_slo_s is None or e.tpot_s <= res.tpot_slo_s}
         if export_engine is None:
-            rows.append({**base, "servers": None, "export": None, "not_expressible": None})
+            rows.append({**base, "servers": None, "export": None, "launch": None,
+                         "not_expressible": None})
             continue
         ex = build_export(point_plan(cm, e, engine), export_engine, model=cm.model,
                           devices_per_node=cm.cluster.device.scale_up_domain)
@@ -178,5 +181,5 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
             "ttft_s": None if math.isnan(e.ttft_s) else e.ttft_s,
             "meets_tpot_slo": res.tpot_slo_s is None or e.tpot_s <= res.tpot_slo_s,
             "servers": ex.servers, "export": ex.command(),
-            "not_expressible": ex.unexpressed})
+            "launch": ex.server_commands(), "not_expressible": ex.unexpressed})
     return rows
