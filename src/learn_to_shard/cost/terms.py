@@ -32,7 +32,7 @@ import numpy as np
 from ..engines.collectives import ENGINE_VENDORS
 from ..errors import UnsupportedModelError
 from ..hardware.fabric import scale_up_fabric
-from ..hardware.spec import ClusterSpec
+from ..hardware.spec import ClusterSpec, DeviceSpec
 from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.mesh import Mesh
 from ..parallel.ops import (
@@ -172,6 +172,24 @@ def busiest_rank_prompt_tokens(dec: np.ndarray | float, pf: np.ndarray | float,
     return np.where(pf > 0, np.maximum(busy, pf), pf)
 
 
+def runs_trtllm_gen_moe(model: ModelSpec, device: DeviceSpec, weight_dtype: DType,
+                        kernel: str, moe_a2a_kernel: str | None,
+                        two_batch_overlap: bool) -> bool:
+    """Whether a MoE's routed experts run on TensorRT-LLM-gen's fused block-scaled kernels
+    (``CostModelConfig.block_fp8_moe_kernel`` ``trtllm-gen``): block-scaled FP8 weights
+    (``ModelSpec.weight_block_size``) served in FP8, on datacenter Blackwell (compute
+    capability 10.x, :mod:`learn_to_shard.hardware.fabric`; those kernels exist for it
+    alone), and no DeepEP dispatch: the fused kernels route and combine inside (vLLM's table
+    names them "...trtllmfp8expertsmonolithic"), so with ``moe_a2a_kernel`` or two-batch
+    overlap (vLLM's ``--enable-dbo`` asserts a DeepEP dispatch) the engines run grouped
+    expert GEMMs, priced as DeepGEMM's. The cost model prices by it and the exports launch
+    by it."""
+    return (model.moe is not None and model.weight_block_size is not None
+            and weight_dtype is DType.FP8 and bool(device.peak_fp8_flops_per_s)
+            and (scale_up_fabric(device).compute_capability or "").startswith("10.")
+            and kernel == "trtllm-gen" and moe_a2a_kernel is None and not two_batch_overlap)
+
+
 @dataclass(frozen=True)
 class StepMix:
     """The two serve steps whose weighted sum prices the mean step
@@ -269,22 +287,15 @@ class OperatorTerms:
         fp8_rate = dev.peak_fp8_flops_per_s * fp8_eff if dev.peak_fp8_flops_per_s else bf16_rate
         # Block-scaled FP8 weights on a chip without block-scaled MMA (no FP4 math): the
         # scales are applied on CUDA cores in the main loop (CostModelConfig.
-        # fp8_block_scale_efficiency). On datacenter Blackwell (SM 10.x) a MoE's routed
-        # experts run on TensorRT-LLM-gen's kernels where CostModelConfig.block_fp8_moe_kernel
-        # says so, at CostModelConfig.fp8_block_mma_efficiency (below); those kernels exist
-        # for SM 10.x only, so other chips with FP4 math (RTX PRO 6000's SM 12.0, MI355X)
-        # keep the FP8 rate.
+        # fp8_block_scale_efficiency). On datacenter Blackwell a MoE's routed experts may run
+        # on TensorRT-LLM-gen's kernels instead (runs_trtllm_gen_moe), at
+        # CostModelConfig.fp8_block_mma_efficiency (below); other chips with FP4 math
+        # (RTX PRO 6000's SM 12.0, MI355X) keep the FP8 rate.
         block_fp8 = bool(fp8) and model.weight_block_size is not None
-        mma = bool(dev.peak_fp4_flops_per_s)
-        sm100 = (scale_up_fabric(dev).compute_capability or "").startswith("10.")
-        # Those fused kernels route and combine inside (vLLM's table names them
-        # "...trtllmfp8expertsmonolithic"): with a DeepEP dispatch (moe_a2a_kernel) the
-        # engines run grouped expert GEMMs instead, priced as DeepGEMM's.
-        # Two-batch overlap runs over a DeepEP dispatch too (vLLM's --enable-dbo asserts one).
-        trtllm_gen = block_fp8 and sm100 and model.moe is not None \
-            and c.block_fp8_moe_kernel == "trtllm-gen" and c.moe_a2a_kernel is None \
-            and not c.two_batch_overlap
-        if block_fp8 and not mma:
+        trtllm_gen = runs_trtllm_gen_moe(model, dev, workload.weight_dtype,
+                                         c.block_fp8_moe_kernel, c.moe_a2a_kernel,
+                                         c.two_batch_overlap)
+        if block_fp8 and not dev.peak_fp4_flops_per_s:
             fp8_rate *= c.fp8_block_scale_efficiency
         #: Per-step cost of each local expert of a routed-expert block, seconds
         #: (CostModelConfig.block_fp8_local_expert_overhead_s: block-scaled FP8 weights, not

@@ -435,7 +435,7 @@ def comparison_table(cmp: Comparison) -> Table:
     t.add_column("evaluations", justify="right")
     t.add_column("wall s/run", justify="right")
     for s in cmp.summaries:
-        once = " (once)" if len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs) else ""
+        once = " (once)" if _ran_once(s) else ""
         if len(s.runs) < n:
             once = f" ({len(s.runs)} of {n} runs)"
         t.add_row(s.method + once, f"{s.mean:,.2f}", f"{s.best:,.2f}",
@@ -445,6 +445,12 @@ def comparison_table(cmp: Comparison) -> Table:
                   _fmt_frac(s.ratios.get("best/optimum")),
                   f"{s.evaluations:,.0f}", f"{s.wall_s:,.1f}")
     return t
+
+
+def _ran_once(s: MethodSummary) -> bool:
+    """Whether a seed-independent method's single run stands for every seed (``runs``
+    repeats one result)."""
+    return len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs)
 
 
 def render_comparison(cmp: Comparison, console: Console) -> None:
@@ -457,9 +463,8 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
     console.print(f"optimum: {opt} ({cmp.optimum_note}{took})", highlight=False)
     for s in cmp.summaries:
         if s.found < len(s.runs):
-            once = len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs)
             console.print(f"{s.method}: its one run found no feasible strategy (counted as 0)"
-                          if once else
+                          if _ran_once(s) else
                           f"{s.method}: {len(s.runs) - s.found} of {len(s.runs)} runs found no "
                           "feasible strategy (counted as 0)")
 

@@ -45,10 +45,11 @@ from pathlib import Path
 
 import yaml
 
+from ..cost.terms import runs_trtllm_gen_moe
 from ..engines import BLOCKS, MEGATRON, default_max_num_batched_tokens, get_engine
 from ..errors import ConfigError, PlannerError
-from ..hardware.fabric import scale_up_fabric
 from ..hardware.presets import parse_cluster
+from ..hardware.spec import DeviceSpec
 from ..model.spec import ModelSpec
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..parallel.strategy import Strategy
@@ -362,32 +363,31 @@ TRTLLM_GEN_MOE_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _block_fp8_moe(plan: Plan, model: ModelSpec | None, engine: str, args: list[str],
-                   notes: list[str]) -> None:
-    """For a block-scaled FP8 MoE (DeepSeek's 128 × 128 scales) in FP8 on datacenter Blackwell
-    (compute capability 10.x: B200, B300, GB200), launch the MoE kernels the plan priced
-    (``CostModelConfig.block_fp8_moe_kernel``): vLLM and SGLang select TensorRT-LLM-gen's
-    (:data:`TRTLLM_GEN_MOE_FLAGS`; what their B200 tables measured); for TensorRT-LLM a note
-    names the ``moe_config.backend`` priced, which this export does not write (the key is not
-    in its YAML snapshot)."""
-    if model is None or not model.is_moe or model.weight_block_size is None \
-            or plan.workload.weight_dtype is not DType.FP8:
+def _block_fp8_moe(plan: Plan, model: ModelSpec | None, device: DeviceSpec | None,
+                   engine: str, args: list[str], notes: list[str]) -> None:
+    """For a block-scaled FP8 MoE (DeepSeek's 128 × 128 scales) on datacenter Blackwell,
+    launch the MoE kernels the plan priced (``CostModelConfig.block_fp8_moe_kernel``, by
+    :func:`~learn_to_shard.cost.terms.runs_trtllm_gen_moe` as the cost model decides):
+    vLLM and SGLang select TensorRT-LLM-gen's (:data:`TRTLLM_GEN_MOE_FLAGS`; what their B200
+    tables measured); for TensorRT-LLM a note names the ``moe_config.backend`` priced, which
+    this export does not write (the key is not in its YAML snapshot). ``device`` None (the
+    plan's cluster unreadable here): nothing."""
+    if model is None or device is None:
         return
-    try:
-        device = parse_cluster(plan.cluster).device
-    except PlannerError:
-        return
-    if not (scale_up_fabric(device).compute_capability or "").startswith("10."):
-        return                                   # TensorRT-LLM-gen's kernels: SM 10.x only
-    kernel = str(plan.cost_model.get("block_fp8_moe_kernel", "trtllm-gen"))
-    if plan.cost_model.get("moe_a2a_kernel") is not None \
-            or plan.cost_model.get("two_batch_overlap"):
-        return             # a DeepEP dispatch runs grouped expert GEMMs, not the fused kernels
-    if engine in TRTLLM_GEN_MOE_FLAGS and kernel == "trtllm-gen":
+    cfg = plan.cost_model
+    kernel = str(cfg.get("block_fp8_moe_kernel", "trtllm-gen"))
+    a2a = cfg.get("moe_a2a_kernel")
+
+    def runs(k: str) -> bool:
+        return runs_trtllm_gen_moe(model, device, plan.workload.weight_dtype, k,
+                                   None if a2a is None else str(a2a),
+                                   bool(cfg.get("two_batch_overlap")))
+
+    if engine in TRTLLM_GEN_MOE_FLAGS and runs(kernel):
         args += list(TRTLLM_GEN_MOE_FLAGS[engine])
         notes.append(f"{' '.join(TRTLLM_GEN_MOE_FLAGS[engine])}: the block-scaled FP8 MoE "
                      f"kernels the plan priced (TensorRT-LLM-gen's, through FlashInfer)")
-    elif engine == "trtllm":
+    elif engine == "trtllm" and runs("trtllm-gen"):     # where the backend choice matters
         backend = "TRTLLM" if kernel == "trtllm-gen" else "DEEPGEMM"
         notes.append(f"the plan prices the block-scaled FP8 MoE as moe_config.backend "
                      f"{backend} runs it ({kernel}); this export does not write moe_config: "
@@ -461,6 +461,18 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                      f"micro-batches in flight")
     yaml_cfg: dict[str, object] | None = None
     model_path: str | None = None          # the model argument where the hub id cannot serve
+    try:
+        device: DeviceSpec | None = parse_cluster(plan.cluster).device
+    except PlannerError:
+        device = None                       # the plan's cluster file unreadable here
+
+    def tbo_dropped(why: str) -> None:
+        """Two-batch overlap the server cannot run: searched for this engine, the plan
+        priced none there (CostModel._two_batch_overlap), so a note; else NOT EXPRESSIBLE."""
+        if plan.engine == engine:
+            notes.append(why + " (and not priced)")
+        else:
+            unexpressed.append(why)
     args: list[str] = []
     if engine == "vllm":
         ep_ok = s.ep in (1, s.tp * dp) or not moe
@@ -509,13 +521,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             # (VllmConfig.__post_init__, vllm/config/vllm.py of the vLLM 0.33.0 wheel,
             # commit g4ba787ec9); its default allgather_reducescatter fails at start.
             if s.ep == 1:
-                why = ("two-batch overlap with EP 1: vLLM's --enable-dbo runs only with a "
-                       "DeepEP / NIXL all-to-all, which needs expert parallelism; exported "
-                       "without it")
-                # Searched for vLLM, the plan priced no overlap at EP 1 (CostModel's
-                # _two_batch_overlap): nothing priced is lost.
-                (notes if plan.engine == engine else unexpressed).append(
-                    why + (" (and not priced)" if plan.engine == engine else ""))
+                tbo_dropped("two-batch overlap with EP 1: vLLM's --enable-dbo runs only "
+                            "with a DeepEP / NIXL all-to-all, which needs expert "
+                            "parallelism; exported without it")
             else:
                 if a2a is None:
                     backend = "deepep_low_latency" if wl.phase is Phase.DECODE \
@@ -603,12 +611,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 # SGLang refuses two-batch overlap without an all-to-all backend
                 # (sglang/srt/server_args.py: "When enabling two batch overlap,
                 # moe_a2a_backend cannot be 'none'").
-                why = ("two-batch overlap: SGLang needs an all-to-all backend for it "
-                       "(--moe-a2a-backend, here none: "
-                       + ("no --moe-a2a" if a2a is None else "EP 1") + "); exported without "
-                       "--enable-two-batch-overlap")
-                (notes if plan.engine == engine else unexpressed).append(
-                    why + (" (and not priced)" if plan.engine == engine else ""))
+                tbo_dropped("two-batch overlap: SGLang needs an all-to-all backend for it "
+                            "(--moe-a2a-backend, here none: "
+                            + ("no --moe-a2a" if a2a is None else "EP 1") + "); exported "
+                            "without --enable-two-batch-overlap")
         if nodes > 1:
             args += ["--nnodes", str(nodes), "--node-rank", "0",
                      "--dist-init-addr", "NODE0_HOST:5000"]
@@ -684,12 +690,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             unexpressed.append("FP8 weights: trtllm-serve has no online FP8 quantisation; "
                                "serve an FP8 checkpoint (e.g. quantised with ModelOpt)")
         q = model.quant if model is not None else None
-        if q is not None and q.fp4 and "NVFP4" in q.method.upper():
-            try:
-                fp4_chip = bool(parse_cluster(plan.cluster).device.peak_fp4_flops_per_s)
-            except PlannerError:
-                fp4_chip = True                     # the device unknown here: nothing said
-            if not fp4_chip:
+        if q is not None and q.fp4 and "NVFP4" in q.method.upper() and device is not None:
+            if not device.peak_fp4_flops_per_s:
                 # "FP4 Gemm not supported before Blackwell" (NVIDIA/TensorRT-LLM issue 5018,
                 # the SM >= 100 check of its FP4 GEMM); a W4A16 fallback on Hopper came with
                 # NVIDIA/TensorRT-LLM PR 14775 (merged 2026-05-30), for Nemotron-H only.
@@ -717,7 +719,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
-    _block_fp8_moe(plan, model, engine, args, notes)
+    _block_fp8_moe(plan, model, device, engine, args, notes)
     if model is not None and model.remote_code:
         # A config with auto_map names classes in the checkpoint's repository (config,
         # model or tokenizer); the engines load them only with this flag (vLLM / SGLang
