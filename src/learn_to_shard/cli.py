@@ -1006,18 +1006,20 @@ def _render_serving_check(con: Console, rows: bool = True) -> dict[str, object]:
         _render_serving_rows(con, results)
     _render_serving_sources(con, results)
     without = predict_table(overrides=dict.fromkeys(ENGINE_STEP_FIELDS, 0.0))
-    for label, res in (("", results), (" without engine step overheads", without)):
-        for split in ("held-out", "calibration"):
-            s = summarize(res, split)
-            con.print(f"serving {split}{label} median |error|: TTFT "
-                      f"{s['ttft_ms_median_abs_err']:.1%} (n={s['ttft_ms_n']}), TPOT "
-                      f"{s['tpot_ms_median_abs_err']:.1%} (n={s['tpot_ms_n']}), output tok/s "
-                      f"{s['output_tok_s_median_abs_err']:.1%} (n={s['output_tok_s_n']}); "
-                      f"sweep directions {s['sweep_directions']}"
-                      + (f" ({s['sweep_ends_unlike']} left out: their ends compare different "
-                         "statistics)" if s["sweep_ends_unlike"] else "") + "; "
-                      f"{s['predicted']}/{s['rows']} rows predicted", highlight=False,
-                      soft_wrap=True)
+    summaries = {f"{split}{label}": summarize(res, split)
+                 for label, res in (("", results), (" without engine step overheads", without))
+                 for split in ("held-out", "calibration")}
+    for key, s in summaries.items():
+        con.print(f"serving {key} median |error|: TTFT "
+                  f"{s['ttft_ms_median_abs_err']:.1%} (n={s['ttft_ms_n']}), TPOT "
+                  f"{s['tpot_ms_median_abs_err']:.1%} (n={s['tpot_ms_n']}), output tok/s "
+                  f"{s['output_tok_s_median_abs_err']:.1%} (n={s['output_tok_s_n']}); "
+                  f"sweep directions {s['sweep_directions']}"
+                  + (f" ({s['sweep_ends_unlike']} left out: their ends compare different "
+                     "statistics)" if s["sweep_ends_unlike"] else "") + "; "
+                  f"{s['predicted']}/{s['rows']} rows predicted", highlight=False,
+                  soft_wrap=True)
+
     def finite(v: object) -> object:
         """``v`` with every non-finite float as None (strict JSON)."""
         if isinstance(v, float):
@@ -1028,11 +1030,7 @@ def _render_serving_check(con: Console, rows: bool = True) -> dict[str, object]:
             return [finite(x) for x in v]
         return v
 
-    doc = {"summary": {f"{split}{label}": summarize(res, split)
-                       for label, res in (("", results),
-                                          (" without engine step overheads", without))
-                       for split in ("held-out", "calibration")},
-           "rows": [dataclasses.asdict(r) for r in results]}
+    doc = {"summary": summaries, "rows": [dataclasses.asdict(r) for r in results]}
     return cast("dict[str, object]", finite(doc))
 
 
