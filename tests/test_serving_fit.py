@@ -308,6 +308,10 @@ def test_clients_above_the_cap_wait_in_the_queue():
     assert "wait" not in str(free["replica_share"])
     assert capped["max_num_seqs"] == 16
     assert "48 wait in the queue" in str(capped["replica_share"])
+    assert capped["clients_queued"] == 48 and free["clients_queued"] is None
+    from learn_to_shard.report.render import simulation_notes
+    note = " ".join(t for _, t in simulation_notes([{**capped, "strategy": "tp1 b64"}]))
+    assert "tp1 b64: per replica, 48 clients wait in the queue (16 running)" in note
     assert capped["simulated"]["mean_running"] <= 16 + 1e-9
     assert capped["simulated"]["mean_ttft_s"] > 3 * free["simulated"]["mean_ttft_s"]
     assert capped["simulated"]["mean_tpot_s"] < free["simulated"]["mean_tpot_s"]
@@ -339,6 +343,7 @@ def test_plan_simulates_its_batch_and_the_api_the_engine_default_cap():
     sim = simulate_plan(cm, plan, ServingLoad(concurrency=600, num_prompts=1200), top=1)[0]
     assert sim["engine_max_num_seqs"] == 256 and sim["max_num_seqs"] == 256
     assert "344 wait in the queue" in sim["replica_share"]
+    assert sim["clients_queued"] == 344
     assert np.isfinite(sim["simulated"]["mean_ttft_s"])
 
 

@@ -408,9 +408,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     plan's batch within what the engine admits by default, :func:`engine_max_num_seqs`), a
     token budget of ``max_num_batched_tokens`` per DP rank, and the plan's KV capacity.
     Closed-loop clients beyond ``max_num_seqs`` wait in the queue, and their waiting counts in
-    TTFT (``replica_share`` says how many, and ``clients_queued``: that part of it, ``None``
-    where none waits). Cluster figures are that replica's times the number
-    of replicas; per device, divided by all devices of the cluster (idle ones included).
+    TTFT (``replica_share`` says how many and why, and ``clients_queued`` counts the waiting
+    clients per replica, ``None`` where none waits). Cluster figures are that replica's times
+    the number of replicas; per device, divided by all devices of the cluster (idle ones included).
     A dense model's DP ranks share no layer, so each is simulated as a replica (its share of
     the plan's batch, KV capacity and ``max_num_seqs``; the per-rank figures are what the cost
     model prices): ``dp_ranks_as_replicas`` is then the instance's DP, ``replicas`` counts
@@ -479,8 +479,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         why = (f"the engine's max_num_seqs {cap}" if cap is not None and cap < s.batch
                else f"the plan's batch {seqs}" if ranks_apart == 1
                else f"the plan's {seqs} per DP rank")
-        queue = f"{conc - seqs} wait in the queue ({seqs} running: {why})"
-        share += f"; {queue}"
+        queue = conc - seqs
+        share += f"; {queue} wait in the queue ({seqs} running: {why})"
     c = cm.config
     prefill_first = c.runs_prefill_first and s.dp == 1
     overlap = c.engine in OVERLAP_SCHEDULE_ENGINES if c.overlap_schedule is None \
