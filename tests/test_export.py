@@ -586,10 +586,16 @@ def test_exports_that_span_nodes_or_overlap_batches_launch_as_printed():
     assert "--distributed-executor-backend ray" in cmd
     t = _export_text("--model", "llama-3.1-405b", "--cluster", "h100-sxm:16", "--isl", "1000",
                      "--osl", "200", "--export", "trtllm")
-    assert any(ln.startswith("srun -N 2 --ntasks-per-node=8 --mpi=pmix trtllm-llmapi-launch "
-                             "trtllm-serve /path/to/Meta-Llama-3.1-405B ")
+    assert any(ln.startswith("srun -N 2 -n 16 --ntasks-per-node=8 --mpi=pmix "
+                             "trtllm-llmapi-launch trtllm-serve /path/to/Meta-Llama-3.1-405B ")
                for ln in t.splitlines())     # Slurm mode loads a local folder, not a hub id
     assert "give that folder for /path/to/Meta-Llama-3.1-405B" in t
+    # 12 ranks on nodes of 8 run 8 + 4, as the plan places its stages (a TP group inside a
+    # node), not Slurm's even 6 + 6, whose second TP group would straddle the nodes.
+    t = _export_text("--model", "deepseek-v3", "--cluster", "h100-sxm:12", "--isl", "1024",
+                     "--osl", "512", "--tpot-slo", "80ms", "--export", "trtllm")
+    srun = next(ln for ln in t.splitlines() if ln.startswith("srun "))
+    assert srun.startswith("srun -N 2 -n 12 --ntasks-per-node=8 ")
     d = _export_text("--model", "qwen3-30b-a3b", "--cluster", "h100-sxm:8", "--isl", "1000",
                      "--osl", "200", "--two-batch-overlap", "--export", "vllm")
     lines = [ln for ln in d.splitlines() if "vllm serve" in ln]
@@ -697,3 +703,21 @@ def test_no_flashinfer_moe_flags_where_its_kernels_do_not_exist(engine):
                                      engine, "-q"])
         assert r.exit_code == 0, (cluster, r.output)
         assert "flashinfer_trtllm" not in r.stdout, cluster
+
+
+def test_a_prefill_plans_export_admits_its_prompt_and_one_output_token():
+    """A prefill plan (``osl`` 0) still serves requests of at least one output token, and the
+    engines refuse prompt + max_tokens above their limit: vLLM's max_model_len, SGLang's
+    context_length, TensorRT-LLM's max_seq_len are ``isl + 1`` or more, not ``isl``."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    flags = {"vllm": "--max-model-len", "sglang": "--context-length", "trtllm": "--max_seq_len"}
+    for engine, flag in flags.items():
+        r = CliRunner().invoke(app, ["plan", "--phase", "prefill", "--model", "llama-3.1-8b",
+                                     "--cluster", "h100-sxm:1", "--isl", "8192", "--ttft-slo",
+                                     "2s", "--export", engine, "-q"])
+        assert r.exit_code == 0, r.output
+        value = int(r.stdout.split(flag + " ")[1].split()[0])
+        assert value >= 8193, (engine, value)

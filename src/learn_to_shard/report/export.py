@@ -438,7 +438,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     gpus = s.devices // dense_dp
     batch_per_server = s.batch // dense_dp
     nodes = max(1, math.ceil(gpus / devices_per_node)) if devices_per_node else 1
-    max_len = max(wl.isl + wl.osl, max_model_len or 0)
+    # A request carries at least one output token (a prefill plan's osl is 0): the engines
+    # refuse prompt + max_tokens above their limit (vLLM max_model_len, SGLang
+    # context_length, TensorRT-LLM max_seq_len).
+    max_len = max(wl.isl + max(wl.osl, 1), max_model_len or 0)
     tokens = _token_budget(plan, engine)
     mem_util = float(str(cfg.get("memory_utilization", 0.9)))
     kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))
@@ -704,15 +707,21 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             # trtllm-llmapi-launch (NVIDIA/TensorRT-LLM examples/llm-api/
             # llm_mgmn_trtllm_serve.sh at 0bd88711: "the number of MPI processes should be the
             # same as the model world size"; HF downloads are not supported there).
-            per_node = -(-gpus // nodes)
-            launcher = (f"srun -N {nodes} --ntasks-per-node={per_node} --mpi=pmix "
-                        f"trtllm-llmapi-launch {prof.launcher}")
+            # The plan fills each node before the next (stages in order, a TP group inside
+            # a node): srun's -n takes precedence over --ntasks-per-node, which is then the
+            # most tasks per node, and its default block distribution puts consecutive ranks
+            # on one node (https://slurm.schedmd.com/srun.html, --ntasks-per-node and
+            # --distribution), so 12 ranks on nodes of 8 run 8 + 4, not 6 + 6.
+            per_node = min(devices_per_node, gpus) if devices_per_node else -(-gpus // nodes)
+            launcher = (f"srun -N {nodes} -n {gpus} --ntasks-per-node={per_node} "
+                        f"--mpi=pmix trtllm-llmapi-launch {prof.launcher}")
             hub_id = model_id_of(plan.model, model)
             if not hub_id.startswith("/"):
                 # Slurm mode loads from a local path only: a placeholder the user fills in.
                 model_path = f"/path/to/{hub_id.rsplit('/', 1)[-1]}"
             notes.append(f"a Slurm job over the server's {nodes} nodes runs it, one MPI rank "
-                         f"per GPU ({per_node} per node; under another MPI launcher, "
+                         f"per GPU (up to {per_node} per node, the first nodes filled "
+                         f"first; under another MPI launcher, "
                          f"{gpus} ranks of trtllm-llmapi-launch {prof.launcher}); put the "
                          f"checkpoint of {hub_id} in a local folder on every node and give "
                          f"that folder for {model_path or hub_id} (Slurm mode downloads "
