@@ -721,3 +721,39 @@ def test_a_prefill_plans_export_admits_its_prompt_and_one_output_token():
         assert r.exit_code == 0, r.output
         value = int(r.stdout.split(flag + " ")[1].split()[0])
         assert value >= 8193, (engine, value)
+
+
+def test_sglang_node_rank_ranges_start_every_stage():
+    """SGLang starts ``max(pp // nnodes, 1)`` stages per node, or a share of one stage's
+    ranks where ``nnodes`` is a multiple of ``pp``: TP4 PP3 on two nodes of 8 leaves stage 2
+    unstarted (the server hangs), TP2 PP6 and TP16 PP1 start everything; one node always
+    does."""
+    import dataclasses
+
+    import numpy as np
+
+    from learn_to_shard.engines import node_ranks_cover
+    from learn_to_shard.parallel.strategy import Strategy
+
+    cases = {(4, 3): False, (4, 5): False, (2, 6): True, (16, 1): True, (8, 2): True,
+             (4, 4): True, (8, 3): True, (12, 1): True, (6, 2): True, (2, 3): True,
+             (4, 2): True, (32, 1): True, (8, 4): True}
+    got = node_ranks_cover(np.array([g for g, _ in cases]), np.array([p for _, p in cases]), 8)
+    assert got.tolist() == list(cases.values())
+    # The search under --engine sglang refuses the layout that would hang ...
+    wl = make_workload("serve", isl=1024, osl=512, dtype="fp8", tpot_slo_s=0.08)
+    cm = make_cost_model("deepseek-v3", "h100-sxm:12", wl, cost_config("sglang"),
+                         engine="sglang")
+    s = Strategy(tp=4, ep=1, pp=3, dp=1, batch=8)
+    assert any(v.startswith("engine_degrees") for v in cm.space.violations(s))
+    free = make_cost_model("deepseek-v3", "h100-sxm:12", wl)
+    assert not any(v.startswith("engine_degrees") for v in free.space.violations(s))
+    # ... and an unrestricted plan of it exports with the reason, not as a launch that hangs.
+    from learn_to_shard.cost.model import CostModel
+    sp = dataclasses.replace(free.space, tp_values=(4,), ep_values=(1, 2, 4), pp_values=(3,),
+                             dp_values=(1,))
+    cm3 = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
+    plan = search_plan(cm3)
+    assert plan.best is not None and (plan.best.strategy.tp, plan.best.strategy.pp) == (4, 3)
+    ex = build_export(plan, "sglang", model=cm3.model, devices_per_node=8)
+    assert any("tp=4 pp=3 over 2 nodes" in u and "never starts" in u for u in ex.unexpressed)

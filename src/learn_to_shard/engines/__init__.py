@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import ConfigError
 from ..units import GIB
 
@@ -64,6 +66,40 @@ class Variant:
     source: str
 
 
+def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
+                     devices_per_node: int) -> np.ndarray:
+    """Whether SGLang's per-node rank ranges start every rank of a server of ``pp`` stages of
+    ``group`` ranks (SGLang's ``--tp-size``: l2s ``tp × dp``) laid on ``nnodes = ceil(group ×
+    pp / devices_per_node)`` nodes, each node holding at most ``devices_per_node`` of them.
+
+    Each node launches ``max(pp // nnodes, 1)`` consecutive stages, or, when several nodes
+    share a stage (``nnodes // pp`` of them), its share ``group // (nnodes // pp)`` of that
+    stage's ranks (sgl-project/sglang v0.5.23, ``sglang/srt/entrypoints/engine.py``
+    ``_calculate_rank_ranges``). So every stage starts only where ``pp`` is a multiple of
+    ``nnodes`` or ``nnodes`` of ``pp`` (with ``group`` divisible by the nodes per stage); its
+    own check, ``tp_size × pp_size`` divisible by ``nnodes``
+    (``sglang/srt/arg_groups/validation_hook.py``), passes layouts that leave a stage
+    unstarted, e.g. ``--tp-size 4 --pp-size 3 --nnodes 2``, where node 0 starts stage 0,
+    node 1 stage 1, and the server waits for stage 2 for ever. A server on one node is
+    always covered.
+
+    Args:
+        group, pp: broadcastable integer arrays (or ints).
+        devices_per_node: devices per node (the cluster's scale-up domain).
+
+    Returns:
+        bool array of the broadcast shape.
+    """
+    g = np.asarray(group, dtype=np.int64)
+    p = np.maximum(np.asarray(pp, dtype=np.int64), 1)
+    dpn = max(int(devices_per_node), 1)
+    nodes = -(-(g * p) // dpn)
+    stages_per_node = (p % nodes == 0) & ((p // np.maximum(nodes, 1)) * g <= dpn)
+    per_stage = np.maximum(nodes // p, 1)
+    split = (nodes % p == 0) & (g % per_stage == 0) & (g // per_stage <= dpn)
+    return np.asarray((nodes <= 1) | stages_per_node | split)
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """What one serving engine, at one pinned version, can launch.
@@ -87,6 +123,10 @@ class EngineProfile:
             (``api.make_cost_model`` sets it); False by default.
         decode_context_parallel: the engine shards the KV cache by tokens over ``cp`` ranks of
             its TP group (``cp > 1``; the flag is :attr:`dcp_flag`). False: ``cp`` is 1.
+        node_rank_ranges: a server over several nodes starts on each node the ranks of
+            SGLang's per-node rank ranges, so only the layouts :func:`node_ranks_cover`
+            accepts start every stage. False: any layout (vLLM places its workers with Ray,
+            TensorRT-LLM one MPI rank per GPU in rank order).
         dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
         facts: ``(fact, source)`` pairs, listed by ``l2s engines``.
@@ -103,6 +143,7 @@ class EngineProfile:
     variants: tuple[Variant, ...] = ()
     ep_whole_group: bool = False
     decode_context_parallel: bool = False
+    node_rank_ranges: bool = False
     dcp_flag: str = ""
     launcher: str = ""
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -165,7 +206,7 @@ ENGINES: dict[str, EngineProfile] = {
     "sglang": EngineProfile(
         name="sglang", title="SGLang", version="0.5.23", source=_SGL,
         memory_profile="sglang", vocab_multiple=64, ep_full_or_none=False,
-        adp_all_or_none=False, decode_context_parallel=True,
+        adp_all_or_none=False, decode_context_parallel=True, node_rank_ranges=True,
         dcp_flag="--decode-context-parallel-size", launcher="python -m sglang.launch_server",
         variants=(
             Variant("dense", (2, 2), ("--moe-dense-tp-size", "1"),
@@ -193,6 +234,11 @@ ENGINES: dict[str, EngineProfile] = {
             ("--moe-a2a-backend deepep sets --ep-size to --tp-size: under --moe-a2a l2s "
              "searches EP = the whole stage group only",
              f"{_SGL}: sglang/srt/server_args.py ServerArgs._handle_a2a_moe"),
+            ("a server over several nodes (--nnodes) starts max(pp // nnodes, 1) stages per "
+             "node, or a share of one stage's ranks when nnodes is a multiple of pp: l2s "
+             "searches only layouts where that starts every stage (e.g. not --tp-size 4 "
+             "--pp-size 3 on 2 nodes, whose third stage never starts)",
+             f"{_SGL}: sglang/srt/entrypoints/engine.py _calculate_rank_ranges"),
             ("memory: --mem-fraction-static of the device for weights and the KV pool; "
              "requests admitted on estimated KV use and retracted when full (on demand)",
              f"{_SGL}: sglang/srt/arg_groups/fields/schedule.py mem_fraction_static"),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engines import BLOCKS, EngineProfile
+from ..engines import BLOCKS, EngineProfile, node_ranks_cover
 from ..hardware.spec import ClusterSpec
 from ..model.spec import ModelSpec
 from .mesh import Mesh
@@ -64,6 +64,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ("concurrency", "batch above what one replica can receive, ceil(--concurrency / replicas) "
      "with replicas = devices // (pp × tp × dp)"),
     ("engine_degrees", "the engine cannot launch these degrees (vLLM: ep is 1 or tp × dp; "
+     "SGLang over several nodes: every stage started by its per-node rank ranges; "
      "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1)"),
     ("engine_layout", "the engine's kernels do not implement this per-operator layout "
      "(engines run Megatron's layout plus the variants their profile lists)"),
@@ -315,7 +316,7 @@ class StrategySpace:
                 and quant.method != "mxfp4":
             flag("quant_group", self._quant_group_bad(dims, tp, etp))
         if self.engine is not None:
-            flag("engine_degrees", self._engine_degrees_bad(tp, ep, dp))
+            flag("engine_degrees", self._engine_degrees_bad(tp, ep, dp, pp))
             ok = np.ones(len(a), dtype=bool)
             for block, ops in BLOCKS.items():
                 cols = [OP_NAMES.index(o) for o in ops]
@@ -332,13 +333,18 @@ class StrategySpace:
         return (cp == 1) | ((tp % (cp * kv)) == 0)
 
     def _engine_degrees_bad(self, tp: np.ndarray, ep: np.ndarray,
-                            dp: np.ndarray) -> np.ndarray:
+                            dp: np.ndarray, pp: np.ndarray) -> np.ndarray:
         """``[n]`` bool: degrees the space's engine cannot launch (its profile's
-        ``ep_full_or_none``, ``ep_whole_group`` and ``adp_all_or_none``; sources in
+        ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none`` and
+        ``node_rank_ranges``, the last over one server's ``tp × dp`` ranks per stage of a MoE
+        model, ``tp`` of a dense one, whose DP ranks are separate servers; sources in
         :mod:`learn_to_shard.engines`)."""
         eng = self.engine
         assert eng is not None
         bad = np.zeros(len(tp), dtype=bool)
+        if eng.node_rank_ranges:
+            group = tp * dp if self.model.is_moe else tp
+            bad |= ~node_ranks_cover(group, pp, self.cluster.devices_per_node)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

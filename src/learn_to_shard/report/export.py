@@ -46,7 +46,7 @@ from pathlib import Path
 import yaml
 
 from ..cost.terms import runs_trtllm_gen_moe
-from ..engines import BLOCKS, MEGATRON, default_max_num_batched_tokens, get_engine
+from ..engines import BLOCKS, MEGATRON, default_max_num_batched_tokens, get_engine, node_ranks_cover
 from ..errors import ConfigError, PlannerError
 from ..hardware.presets import parse_cluster
 from ..hardware.spec import DeviceSpec
@@ -618,6 +618,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                             "(--moe-a2a-backend, here none: "
                             + ("no --moe-a2a" if a2a is None else "EP 1") + "); exported "
                             "without --enable-two-batch-overlap")
+        if nodes > 1 and devices_per_node and not bool(
+                node_ranks_cover(s.tp * dp, s.pp, devices_per_node)):
+            unexpressed.append(f"tp={s.tp * dp} pp={s.pp} over {nodes} nodes: SGLang starts "
+                               f"max(pp // nnodes, 1) stages per node (or a share of one "
+                               f"stage's ranks where nnodes is a multiple of pp), so some "
+                               f"stage of this layout never starts; plan with --engine "
+                               f"sglang for a layout it launches")
         if nodes > 1:
             args += ["--nnodes", str(nodes), "--node-rank", "0",
                      "--dist-init-addr", "NODE0_HOST:5000"]
