@@ -757,3 +757,21 @@ def test_sglang_node_rank_ranges_start_every_stage():
     assert plan.best is not None and (plan.best.strategy.tp, plan.best.strategy.pp) == (4, 3)
     ex = build_export(plan, "sglang", model=cm3.model, devices_per_node=8)
     assert any("tp=4 pp=3 over 2 nodes" in u and "never starts" in u for u in ex.unexpressed)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_bf16_plan_of_an_fp8_checkpoint_is_not_expressible(engine):
+    """``--dtype bf16`` on an FP8 checkpoint plans bf16 weights, but every engine loads the
+    checkpoint as stored (no flag dequantises it): the export says so instead of launching a
+    server whose memory, KV pool and batch are not the plan's."""
+    r = CliRunner().invoke(app, ["plan", "--phase", "serve", "--model", "qwen3-32b-fp8",
+                                 "--cluster", "h100-sxm:8", "--isl", "1024", "--osl", "256",
+                                 "--tpot-slo", "50ms", "--dtype", "bf16", "--export", engine,
+                                 "-q"])
+    assert r.exit_code == 0, r.output
+    assert "# NOT EXPRESSIBLE: bf16 weights: Qwen/Qwen3-32B-FP8 is an FP8 checkpoint" in r.stdout
+    r = CliRunner().invoke(app, ["plan", "--phase", "serve", "--model", "qwen3-32b-fp8",
+                                 "--cluster", "h100-sxm:8", "--isl", "1024", "--osl", "256",
+                                 "--tpot-slo", "50ms", "--export", engine, "-q"])
+    assert r.exit_code == 0, r.output
+    assert "bf16 weights" not in r.stdout

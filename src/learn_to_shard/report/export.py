@@ -451,6 +451,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     native_quant = model is not None and (model.weight_block_size is not None
                                           or model.quant is not None)
     fp8_kv = wl.kv_dtype is DType.FP8
+    if model is not None and model.checkpoint_dtype == "fp8" and wl.weight_dtype is DType.BF16:
+        # The engines load an FP8 checkpoint as its quantization_config says (vLLM, SGLang:
+        # the checkpoint's quant method; TensorRT-LLM: hf_quant_config.json) and none has a
+        # flag that dequantises it, so the launch would hold FP8 weights, not the plan's.
+        unexpressed.append(f"bf16 weights: {model_id_of(plan.model, model)} is an FP8 "
+                           f"checkpoint, which {prof.title} loads as stored (no flag "
+                           f"dequantises it), so the server would hold FP8 weights, not "
+                           f"the plan's bf16; serve a BF16 checkpoint of the model for this "
+                           f"plan, or plan with --dtype fp8")
     a2a_value = cfg.get("moe_a2a_kernel")          # CostModelConfig.moe_a2a_kernel
     a2a = str(a2a_value) if a2a_value is not None else None
     tbo = bool(cfg.get("two_batch_overlap"))
