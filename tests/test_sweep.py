@@ -448,3 +448,18 @@ def test_a_grid_rate_beyond_any_cluster_leaves_its_fleet_out_of_the_summary(tmp_
     with pytest.raises(ConfigError, match="more than the 1,048,576 devices"):
         size_fleets(rows)
     assert size_fleets(rows, skip_oversized=True) == []
+
+
+def test_node_size_is_the_device_kinds_not_the_cluster_searched():
+    """A fleet's nodes count nodes of the device kind (8 H100s each), whatever cluster its
+    cells were searched on: 4 H100s from cells on ``h100-sxm:2`` are one node, not two."""
+    from learn_to_shard.sweep.report import node_sizes
+
+    rows = [{"device": "h100-sxm", "cluster": "h100-sxm:2"},
+            {"device": "h100-sxm", "cluster": "h100-sxm:1"}]
+    assert node_sizes(rows) == {"h100-sxm": 8}
+    row = {"feasible": True, "instance_requests_per_s": 20.0, "instance_devices": 2,
+           "model": "m", "workload": "w", "device": "h100-sxm", "strategy": "tp2",
+           "tokens_per_s_per_device": 100.0, "cluster": "h100-sxm:2", "searcher": "sa"}
+    [f] = size_fleets([row], rate_rps=40.0, node_sizes=node_sizes([row]))
+    assert (f.devices, f.nodes) == (4, 1)

@@ -30,13 +30,15 @@ Row = Mapping[str, object]
 @functools.lru_cache(maxsize=256)
 def _node_size(cluster: str) -> int:
     try:
-        return parse_cluster(cluster).devices_per_node
+        return parse_cluster(cluster).device.scale_up_domain
     except PlannerError:
         return 1
 
 
 def node_sizes(rows: Sequence[Row]) -> dict[str, int]:
-    """Device kind → devices per node, read from the rows' clusters."""
+    """Device kind → devices per node: its scale-up domain, read from the rows' clusters
+    (the kind's node, not the cluster searched: a fleet of 4 H100s is one node of 8, though
+    its cells were searched on 2-device clusters)."""
     out: dict[str, int] = {}
     for r in rows:
         if r.get("device"):
