@@ -308,3 +308,19 @@ def test_a_best_plan_that_meets_its_slo_on_the_mean_only_is_warned_about_its_p90
     ok = slo_under_load(wl, {"simulated": {**stats, "p90_tpot_s": 0.039}})
     assert ok["p90_met"] and not ok["p90_missed"]
     assert "not at p90" not in " ".join(t for _, t in simulation_notes([{**sim, "slo": ok}]))
+
+
+def test_a_missed_slo_never_reads_as_met_after_rounding():
+    """A p90 (or mean) just above its SLO is printed with the decimals that show it above:
+    TPOT p90 50.013 ms against 50 ms reads 50.01, not 50.0."""
+    from learn_to_shard.api import make_workload, slo_under_load
+
+    wl = make_workload("serve", isl=128, osl=64, tpot_slo_s=0.050)
+    sim = {"simulated": {"mean_tpot_s": 0.0490, "p90_tpot_s": 0.050013, "p99_tpot_s": 0.0512,
+                         "mean_ttft_s": 0.1, "p90_ttft_s": 0.2, "p99_ttft_s": 0.3}}
+    out = slo_under_load(wl, sim)
+    assert out["met"] and not out["p90_met"]
+    assert "p90 50.01 ms" in out["p90_missed"][0]
+    sim["simulated"]["mean_tpot_s"] = 0.0500004
+    out = slo_under_load(wl, sim)
+    assert not out["met"] and "mean 50.0004 ms" in out["missed"][0]
