@@ -775,3 +775,17 @@ def test_bf16_plan_of_an_fp8_checkpoint_is_not_expressible(engine):
                                  "--tpot-slo", "50ms", "--export", engine, "-q"])
     assert r.exit_code == 0, r.output
     assert "bf16 weights" not in r.stdout
+
+
+def test_export_with_json_puts_the_launch_in_the_document():
+    """``--export ENGINE --json``: stdout is the JSON document (as ``--json`` promises) and
+    the launch text is in it as ``export.text``, so ``> plan.json`` loses nothing."""
+    import json
+
+    r = CliRunner().invoke(app, ["plan", "--phase", "serve", "--model", "llama-3.1-8b",
+                                 "--cluster", "h100-sxm:1", "--isl", "128", "--osl", "64",
+                                 "--export", "vllm", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["export"]["engine"] == "vllm"
+    assert "vllm serve meta-llama/Meta-Llama-3.1-8B " in doc["export"]["text"]
