@@ -789,3 +789,22 @@ def test_export_with_json_puts_the_launch_in_the_document():
     doc = json.loads(r.stdout)
     assert doc["export"]["engine"] == "vllm"
     assert "vllm serve meta-llama/Meta-Llama-3.1-8B " in doc["export"]["text"]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_gb200_servers_launch_over_their_compute_trays(engine):
+    """A GB200 NVL72 host (a compute tray) holds 4 of the rack's 72 NVLink-connected GPUs: a
+    TP8 server is a two-node launch (SGLang --nnodes 2, vLLM on Ray, TensorRT-LLM srun over 2
+    nodes of 4), though its collectives stay on NVLink; an HGX B200 node holds all 8."""
+    base = ["plan", "--phase", "serve", "--model", "llama-3.1-405b", "--isl", "1024", "--osl",
+            "1024", "--tpot-slo", "50ms", "--export", engine, "-q"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "gb200-nvl72:8"])
+    assert r.exit_code == 0, r.output
+    assert "8 GPU(s) each over 2 nodes" in r.stdout
+    assert "2 nodes of 4 devices (hosts of one NVLink domain of 72" in r.stdout
+    launch = {"sglang": "--nnodes 2", "vllm": "--distributed-executor-backend ray",
+              "trtllm": "srun -N 2 -n 8 --ntasks-per-node=4 "}[engine]
+    assert launch in r.stdout
+    r = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])
+    assert r.exit_code == 0, r.output
+    assert "over 2 nodes" not in r.stdout and launch not in r.stdout

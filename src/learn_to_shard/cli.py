@@ -792,7 +792,7 @@ def _export_text(plan: Plan, engine: str, cm: CostModel, max_model_len: int | No
     from .report.export import export_command
 
     return export_command(plan, engine, model=cm.model, max_model_len=max_model_len,
-                          devices_per_node=cm.cluster.device.scale_up_domain)
+                          devices_per_node=cm.cluster.device.host_devices)
 
 
 def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
@@ -832,7 +832,7 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
                                context_parallel=max(cm.space.cp_values) > 1)
         p = exact_optimum(cm_e, engine=name)
         ex = build_export(plan, name, model=cm.model,
-                          devices_per_node=cm.cluster.device.scale_up_domain)
+                          devices_per_node=cm.cluster.device.host_devices)
         best = p.best
         try:                         # the exact optimum's batch may lie off the grid
             cm_same = copy.copy(cm_e)

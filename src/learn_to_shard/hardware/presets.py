@@ -23,9 +23,11 @@ file)::
       "notes": "free text"                   # optional, ignored
     }
 
-Two more numeric fields are optional (absent = null): ``peak_fp4_flops_per_s`` (dense FP4 peak,
-FLOP/s; null = no FP4 math) and ``w4a16_expert_flops_efficiency`` (a fraction in 0.01 .. 1:
-the rate of dequantising 4-bit expert GEMMs relative to 16-bit ones, measured; null = 1).
+Three more numeric fields are optional (absent = null): ``peak_fp4_flops_per_s`` (dense FP4
+peak, FLOP/s; null = no FP4 math), ``w4a16_expert_flops_efficiency`` (a fraction in 0.01 .. 1:
+the rate of dequantising 4-bit expert GEMMs relative to 16-bit ones, measured; null = 1) and
+``devices_per_host`` (an integer >= 1: devices per host where a host holds fewer than the
+scale-up domain, e.g. 4 on GB200 NVL72; null = the domain).
 All other fields except ``sources`` and ``notes`` are required; unknown keys are rejected (to catch
 typos). Each number must lie in a physically sane range (``_RANGES``: e.g. links 1e6 .. 1e15
 bytes/s, latencies 1e-9 .. 1 s; ``scale_up_domain`` at most ``MAX_DEVICES``).
@@ -85,8 +87,11 @@ _POSITIVE_FIELDS = (
 _OPTIONAL_POSITIVE_FIELDS = ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s",
                              "w4a16_expert_flops_efficiency")
 #: Fields a device file may leave out (they default to null).
-_DEFAULTED_FIELDS = ("peak_fp4_flops_per_s", "w4a16_expert_flops_efficiency")
-_INT_FIELDS = ("scale_up_domain",)
+_DEFAULTED_FIELDS = ("peak_fp4_flops_per_s", "w4a16_expert_flops_efficiency",
+                     "devices_per_host")
+_INT_FIELDS = ("scale_up_domain", "devices_per_host")
+#: Integer fields that may be null.
+_OPTIONAL_INT_FIELDS = ("devices_per_host",)
 #: DeviceSpec fields in declaration order, minus ``sources``.
 _SPEC_FIELDS = tuple(f for f in DeviceSpec.__dataclass_fields__ if f != "sources")
 _NUMERIC_FIELDS = tuple(f for f in _SPEC_FIELDS if f not in _STR_FIELDS)
@@ -200,10 +205,14 @@ def _check_field(field: str, value: Any, where: str) -> float | int | str | None
             )
         return value.strip()
     if field in _INT_FIELDS:
+        if value is None and field in _OPTIONAL_INT_FIELDS:
+            return None
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DEVICES:
+            what = "devices per scale-up domain" if field == "scale_up_domain" else \
+                "devices per host, or null"
             raise ConfigError(
                 f"{where}: field {field!r} must be an integer >= 1 and <= {MAX_DEVICES} "
-                f"(devices per scale-up domain), got {_show(value)}"
+                f"({what}), got {_show(value)}"
             )
         return value
     if value is None and field in _OPTIONAL_POSITIVE_FIELDS:

@@ -31,6 +31,11 @@ class DeviceSpec:
             any chip): the weights are dequantised in the GEMM's main loop. ``None``: no
             measurement of such kernels on the chip, priced as 1. Set from measured MoE
             kernels (``fidelity.kernels.fit_w4a16_expert_efficiency``; H100 and H200 only).
+        devices_per_host: devices of one host (one operating system, one launch of a serving
+            engine's node) where it holds fewer than the scale-up domain: GB200 NVL72's 1U
+            compute trays hold 4 of its 72 NVLink-connected GPUs, so a server of 8 is a
+            two-node launch though its collectives stay on NVLink. ``None``: a host holds the
+            whole domain (an HGX baseboard of 8). Read through :attr:`host_devices`.
         sources: where each number comes from (field -> citation).
     """
 
@@ -47,7 +52,13 @@ class DeviceSpec:
     scale_out_latency_s: float
     peak_fp4_flops_per_s: float | None = None
     w4a16_expert_flops_efficiency: float | None = None
+    devices_per_host: int | None = None
     sources: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def host_devices(self) -> int:
+        """Devices per host: ``devices_per_host``, else the scale-up domain."""
+        return self.devices_per_host or self.scale_up_domain
 
     @property
     def names(self) -> str:

@@ -407,7 +407,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             checkpoint is already quantised, ``ModelSpec.quant``); without it the plan's
             layout is checked on every block and the checkpoint is taken to be in the plan's
             weight dtype.
-        devices_per_node: devices per node (the scale-up domain), for multi-node servers.
+        devices_per_node: devices per node, i.e. per host (``DeviceSpec.host_devices``: the
+            scale-up domain, or a GB200 NVL72 compute tray of 4), for multi-node servers.
         max_model_len: longest request (prompt + output tokens) the server must accept;
             default and minimum the workload's ``isl + osl`` (a length distribution or trace
             has longer ones).
@@ -466,17 +467,21 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     if wl.phase is not Phase.SERVE:
         notes.append(f"the plan is for the {wl.phase.value} phase; the engine serves mixed "
                      f"steps, so its numbers apply to a server fed only {wl.phase.value} work")
+    try:
+        device: DeviceSpec | None = parse_cluster(plan.cluster).device
+    except PlannerError:
+        device = None                       # the plan's cluster file unreadable here
     if nodes > 1:
-        notes.append(f"each server spans {nodes} nodes of {devices_per_node} devices")
+        domain = device.scale_up_domain if device is not None else 0
+        notes.append(f"each server spans {nodes} nodes of {devices_per_node} devices"
+                     + (f" (hosts of one NVLink domain of {domain}: its collectives stay on "
+                        f"NVLink, as priced)" if devices_per_node and
+                        domain >= nodes * devices_per_node else ""))
     if s.pp > 1:
         notes.append(f"pipeline stages: l2s priced {s.pp} stages with {e.micro_batches} "
                      f"micro-batches in flight")
     yaml_cfg: dict[str, object] | None = None
     model_path: str | None = None          # the model argument where the hub id cannot serve
-    try:
-        device: DeviceSpec | None = parse_cluster(plan.cluster).device
-    except PlannerError:
-        device = None                       # the plan's cluster file unreadable here
 
     def tbo_dropped(why: str) -> None:
         """Two-batch overlap the server cannot run: searched for this engine, the plan

@@ -174,7 +174,7 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
                          "not_expressible": None})
             continue
         ex = build_export(point_plan(cm, e, engine), export_engine, model=cm.model,
-                          devices_per_node=cm.cluster.device.scale_up_domain)
+                          devices_per_node=cm.cluster.device.host_devices)
         rows.append({
             "strategy": e.strategy.short(), "tokens_per_s_per_user": 1.0 / e.tpot_s,
             "tokens_per_s_per_device": e.tokens_per_s_per_device, "tpot_s": e.tpot_s,

@@ -30,7 +30,7 @@ Row = Mapping[str, object]
 @functools.lru_cache(maxsize=256)
 def _node_size(cluster: str) -> int:
     try:
-        return parse_cluster(cluster).device.scale_up_domain
+        return parse_cluster(cluster).device.host_devices
     except PlannerError:
         return 1
 
