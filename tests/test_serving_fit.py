@@ -573,3 +573,17 @@ def test_v0_row_without_max_model_len_runs_the_models_length_as_its_budget(monke
     predict_row({**row, "notes": "server: --num-scheduler-steps 10"})
     predict_row(row)                                    # --max_model_len 4096
     assert seen == [131072, 4096]
+
+
+def test_sglang_runs_no_overlap_scheduler_under_pipeline_parallelism():
+    """SGLang turns its overlap scheduler off when pp > 1 (v0.5.23
+    ``_pipeline_parallel_overlap_disable``): the simulation of a PP plan runs the synchronous
+    loop, a TP plan the overlapped one; TensorRT-LLM keeps its overlap under PP."""
+    wl = make_workload("serve", isl=256, osl=64)
+    load = ServingLoad(concurrency=8, num_prompts=32)
+    for engine, pp, want in (("sglang", 1, True), ("sglang", 2, False), ("trtllm", 2, True)):
+        cm = make_cost_model("llama-3.1-8b", "h100-sxm:2", wl,
+                             config=CostModelConfig.for_engine(engine), engine=engine)
+        s = Strategy(tp=2 // pp, ep=1, pp=pp, dp=1, batch=8, dims=MEGATRON_DIMS)
+        sim = simulate_estimate(cm, cm.evaluate(s), load)
+        assert sim["scheduler"]["overlap_schedule"] is want, (engine, pp)

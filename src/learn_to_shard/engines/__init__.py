@@ -412,7 +412,8 @@ OVERLAP_SCHEDULE_ENGINES: tuple[str, ...] = ("sglang", "trtllm")
 OVERLAP_SOURCES: dict[str, str] = {
     "sglang": "the zero-overhead batch scheduler, on by default since SGLang v0.4 "
               "(https://lmsys.org/blog/2024-12-04-sglang-v0-4/#zero-overhead-batch-scheduler; "
-              "off with --disable-overlap-schedule)",
+              "off with --disable-overlap-schedule, and under pipeline parallelism: "
+              f"{_SGL} sglang/srt/arg_groups/overrides.py _pipeline_parallel_overlap_disable)",
     "trtllm": "TensorRT-LLM PyTorch backend overlap scheduler, 'Enabled by default' "
               "(https://nvidia.github.io/TensorRT-LLM/features/overlap-scheduler.html; off "
               "with disable_overlap_scheduler: true)",
