@@ -335,7 +335,9 @@ def test_size_answers_from_this_run_only_and_says_why_none_fits(tmp_path):
         "--max-devices", "1", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
         "--method", "megatron", "--workers", "1", "--out", str(tmp_path / "alias"),
         "--quiet"])
-    assert alias.exit_code == 1 and "H100:1: closest candidate" in alias.output
+    # the alias typed is searched and shown as the preset's own name
+    assert alias.exit_code == 1 and "h100-sxm:1: closest candidate" in alias.output
+    assert "H100:1" not in alias.output
     again = CliRunner().invoke(app, [
         "size", "--model", "llama-3.1-405b", "--rate", "5", "--devices", "rtx-4090",
         "--max-devices", "2", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",

@@ -1587,7 +1587,10 @@ def size_cmd(
             raise PlannerError(f"--price: {', '.join(unknown)} not among --devices {devices}")
         counts = sorted({2 ** i for i in range(max_devices.bit_length())
                          if 2 ** i <= max_devices} | {max_devices})
-        data = {"models": [model], "clusters": [{"device": k, "counts": counts} for k in kinds],
+        # the presets' own names (an alias typed, e.g. h100, is searched and shown as
+        # h100-sxm), each kind once
+        data = {"models": [model], "clusters": [{"device": k, "counts": counts}
+                                                for k in dict.fromkeys(names)],
                 "workloads": [{k: v for k, v in (("phase", phase), ("isl", isl), ("osl", osl),
                                                  ("ttft_slo", ttft_slo), ("tpot_slo", tpot_slo),
                                                  ("dtype", dtype), ("kv_dtype", kv_dtype),
@@ -1630,14 +1633,13 @@ def size_cmd(
     for r in failed[:3]:
         err.print(f"failed: {r['cluster']}: {r['error']}", markup=False, highlight=False)
     if not fleets:
-        err.print(f"no plan on {devices} up to {max_devices} devices meets the SLOs",
-                  highlight=False)
-        for kind in kinds:                 # why, on the largest cluster of each kind
-            name = load_device(kind).name          # rows carry the preset's name
+        err.print(f"no plan on {', '.join(dict.fromkeys(names))} up to {max_devices} "
+                  f"devices meets the SLOs", highlight=False)
+        for name in dict.fromkeys(names):  # why, on the largest cluster of each kind
             mine = [r for r in rows if r.get("device") == name and not r.get("error")]
             if mine:
                 big = max(mine, key=lambda r: int(str(r.get("cluster_devices") or 0)))
-                err.print(f"  {kind}:{big.get('cluster_devices')}: "
+                err.print(f"  {name}:{big.get('cluster_devices')}: "
                           f"{big.get('reasons') or 'no feasible strategy'}",
                           markup=False, highlight=False)
     if res.interrupted:
