@@ -88,3 +88,23 @@ def test_options_are_checked_and_exported():
         ex = build_export(plan, engine, model=cm.model, devices_per_node=8)
         assert all(w in ex.args for w in want), ex.args
         assert check_args(engine, ex.args) == []
+
+
+def test_plan_says_when_the_asked_all_to_all_goes_unused(tmp_path):
+    """``--moe-a2a`` with a best plan at EP 1 (no token exchange: the priced DeepEP plans
+    ranked lower) says so under the plan; SGLang, whose DeepEP backend keeps EP = the group,
+    has nothing to say."""
+    import json
+
+    base = ["plan", "--model", "qwen3-30b-a3b", "--cluster", "h200:8", "--phase", "serve",
+            "--isl", "1024", "--osl", "1024", "--tpot-slo", "50ms", "--moe-a2a", "deepep"]
+    r = CliRunner().invoke(app, [*base, "--engine", "vllm", "--json"])
+    assert r.exit_code == 0, r.output
+    # vLLM's DeepEP plans lose to EP 1 on one H200 node (the priced kernels at EP 8)
+    assert json.loads(r.stdout)["best"]["strategy"]["ep"] == 1
+    r = CliRunner().invoke(app, [*base, "--engine", "vllm", "--report", str(tmp_path)])
+    assert "was asked for, but the best plan has EP 1" in " ".join(r.output.split())
+    assert "was asked for, but the best plan has EP 1" in (tmp_path / "report.md").read_text()
+    r = CliRunner().invoke(app, [*base, "--engine", "sglang"])
+    assert r.exit_code == 0, r.output
+    assert "best plan has EP 1" not in " ".join(r.output.split())
