@@ -878,3 +878,40 @@ def test_an_slo_under_a_microsecond_is_refused():
     with pytest.raises(ConfigError, match="^--tpot-slo: '0.0001us' is under 1us"):
         parse_duration_s("0.0001us", field="--tpot-slo")
     assert parse_duration_s("1us", field="--tpot-slo") == pytest.approx(1e-6)
+
+
+def test_python_api_engine_and_config_together_and_wrong_kinds():
+    """``plan(engine=E, config=cost_config(E, ...))`` searches what E launches with the
+    config's settings (the way to set the memory fraction from Python); a config made for
+    another engine, an engine on a device it does not run on, and arguments of the wrong
+    kind raise ConfigError naming the argument, never AttributeError / TypeError."""
+    import learn_to_shard
+    from learn_to_shard.api import cost_config, make_cost_model
+    from learn_to_shard.errors import ConfigError
+
+    args = ("llama-3.1-70b", "h100-sxm:8", "serve")
+    kw = {"isl": 1024, "osl": 1024, "tpot_slo_s": 0.05}
+    p = learn_to_shard.plan(*args, **kw, engine="vllm",
+                            config=cost_config("vllm", gpu_memory_utilization=0.8))
+    assert p.engine == "vllm" and p.cost_model["memory_utilization"] == 0.8
+    assert p.best is not None and p.best.strategy.dims[0] != 2     # embedding not replicated
+    with pytest.raises(ConfigError, match="config: made for engine 'sglang', not 'vllm'"):
+        learn_to_shard.plan(*args, **kw, engine="vllm", config=cost_config("sglang"))
+    with pytest.raises(ConfigError, match="engine trtllm: .* mi300x is an AMD device"):
+        learn_to_shard.plan("llama-3.1-8b", "mi300x:1", "serve", isl=100, osl=10,
+                            engine="trtllm")
+    bad = [(lambda: learn_to_shard.plan(*args, **kw, engine=3), "engine"),      # type: ignore
+           (lambda: learn_to_shard.plan("qwen3-vl-235b-a22b-instruct", "h200:8", "serve",
+                                        isl=100, osl=10, images_per_request="2"),
+            "--images-per-request"),
+           (lambda: learn_to_shard.plan("qwen3-vl-235b-a22b-instruct", "h200:8", "serve",
+                                        isl=100, osl=10, images_per_request=1,
+                                        image_tokens="1000"), "--image-tokens"),
+           (lambda: cost_config("vllm", gpu_memory_utilization="0.9"),
+            "--gpu-memory-utilization"),
+           (lambda: cost_config("vllm", max_num_batched_tokens=100.5),
+            "--max-num-batched-tokens"),
+           (lambda: make_cost_model("llama-3.1-8b", "h100-sxm:1", None), "workload")]
+    for call, name in bad:
+        with pytest.raises(ConfigError, match=name):
+            call()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import cast
 
 import numpy as np
@@ -143,6 +144,17 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
 MAX_IMAGES_PER_REQUEST = 10_000
 
 
+def _is_int(value: object) -> bool:
+    """A whole number given as an int (not a bool, float or string)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    """A finite number given as an int or float (not a bool or string)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
 def with_images(workload: Workload, model: ModelSpec, images_per_request: int | None,
                 image_tokens: int | None) -> Workload:
     """The workload with each prompt carrying ``images_per_request`` images: every image adds
@@ -164,6 +176,12 @@ def with_images(workload: Workload, model: ModelSpec, images_per_request: int | 
             missing where the resolution sets it (the message gives the rule), or different
             from the count the config fixes.
     """
+    if images_per_request is not None and not _is_int(images_per_request):
+        raise ConfigError(f"--images-per-request: a whole number of images, got "
+                          f"{images_per_request!r}")
+    if image_tokens is not None and not _is_int(image_tokens):
+        raise ConfigError(f"--image-tokens: a whole number of tokens per image, got "
+                          f"{image_tokens!r}")
     n = images_per_request or 0
     if n < 0 or n > MAX_IMAGES_PER_REQUEST:
         raise ConfigError(f"--images-per-request: must be in [0, {MAX_IMAGES_PER_REQUEST}], "
@@ -211,18 +229,20 @@ def cost_config(engine: str | None = None, gpu_memory_utilization: float | None 
     Raises:
         ConfigError: unknown engine, or a value out of range (the message names the option).
     """
+    if engine is not None and not isinstance(engine, str):
+        raise ConfigError(f"--engine: an engine name or None, got {engine!r}")
     if engine is not None and not engine.strip():
         raise ConfigError("--engine: empty; give one of the engine profiles or leave it out")
     overrides: dict[str, float | int] = {}
     if gpu_memory_utilization is not None:
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ConfigError(f"--gpu-memory-utilization: must be in (0, 1], got "
-                              f"{gpu_memory_utilization}")
+        if not _is_real(gpu_memory_utilization) or not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"--gpu-memory-utilization: must be a number in (0, 1], got "
+                              f"{gpu_memory_utilization!r}")
         overrides["memory_utilization"] = gpu_memory_utilization
     if max_num_batched_tokens is not None:
-        if max_num_batched_tokens < 1:
-            raise ConfigError(f"--max-num-batched-tokens: must be a positive number of tokens, "
-                              f"got {max_num_batched_tokens}")
+        if not _is_int(max_num_batched_tokens) or max_num_batched_tokens < 1:
+            raise ConfigError(f"--max-num-batched-tokens: must be a positive whole number of "
+                              f"tokens, got {max_num_batched_tokens!r}")
         overrides["max_num_batched_tokens"] = max_num_batched_tokens
     try:
         return CostModelConfig.for_engine(engine, **overrides)
@@ -248,13 +268,20 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
             :attr:`~learn_to_shard.parallel.space.StrategySpace.cp_values`); False: ``cp = 1``.
 
     Raises:
-        ConfigError, UnsupportedModelError: on bad model or cluster input.
+        ConfigError, UnsupportedModelError: on bad model or cluster input, or a workload,
+            config or engine of the wrong kind.
     """
     import dataclasses
 
     from .engines import ENGINES
     from .parallel.space import StrategySpace
 
+    if not isinstance(workload, Workload):
+        raise ConfigError(f"workload: a Workload (make_workload(...)), got {workload!r}")
+    if config is not None and not isinstance(config, CostModelConfig):
+        raise ConfigError(f"config: a CostModelConfig (cost_config(...)), got {config!r}")
+    if engine is not None and not isinstance(engine, str):
+        raise ConfigError(f"engine: an engine name or None, got {engine!r}")
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
     profile = ENGINES.get(engine or "")
@@ -304,8 +331,11 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         budget: evaluation budget for budgeted searchers.
         seed: RNG seed.
         engine: serving engine whose memory policy and overheads to assume (see
-            :func:`cost_config`); exclusive with ``config``.
-        config: cost-model factors (default: :func:`cost_config` of ``engine``).
+            :func:`cost_config`) and whose launchable layouts to search (``vllm``,
+            ``sglang``, ``trtllm``; other profiles price only).
+        config: cost-model factors (default: :func:`cost_config` of ``engine``); with
+            ``engine``, it must be made for that engine (``cost_config(engine, ...)``, e.g.
+            to set ``gpu_memory_utilization``).
         progress: optional callback receiving evaluation counts.
         images_per_request, image_tokens: images per prompt of a vision-language model and,
             where the image size sets it, tokens per image (:func:`with_images`).
@@ -315,14 +345,18 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         A :class:`Plan`; ``plan.feasible`` is False (with ``plan.reasons``) when nothing fits.
 
     Raises:
-        ConfigError, UnsupportedModelError: on bad input (also: both ``engine`` and
-            ``config`` given).
+        ConfigError, UnsupportedModelError: on bad input (also: ``config`` made for another
+            engine than ``engine``, or ``engine`` on a device it does not run on).
         InternalError: the exact search's self-check failed (a bug; never hidden by a
             fallback to another searcher).
     """
-    if engine is not None and config is not None:
-        raise ConfigError("engine and config both given: apply the engine with "
-                          "cost_config(engine, ...) and pass the result as config")
+    if engine is not None and not isinstance(engine, str):
+        raise ConfigError(f"engine: an engine name (vllm, sglang, trtllm) or None, got "
+                          f"{engine!r}")
+    if engine is not None and isinstance(config, CostModelConfig) and config.engine != engine:
+        made = f"engine {config.engine!r}" if config.engine else "no engine"
+        raise ConfigError(f"config: made for {made}, not {engine!r}; build it with "
+                          f"cost_config({engine!r}, ...)")
     if not isinstance(model, (str, ModelSpec)):
         raise ConfigError(f"model: a shipped name, a config.json path or a ModelSpec, got "
                           f"{model!r}")
@@ -342,6 +376,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     wl = with_images(wl, spec, images_per_request, image_tokens)
     cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine,
                          context_parallel=context_parallel)
+    check_engine_device(engine, "engine", cm.cluster.device)
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 
