@@ -670,13 +670,21 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
         ``slo`` (:func:`slo_under_load`).
 
     Raises:
-        ConfigError: not the serve phase, or a request no plan can hold.
+        ConfigError: not the serve phase, a request longer than the model's
+            ``max_position_embeddings``, or one no plan's KV pool can hold.
     """
     from .serving import simulate_estimate
 
     out: list[dict[str, object]] = []
     skipped: list[str] = []
     longest = load.longest_request_tokens(cm.workload.isl, cm.workload.osl)
+    limit = cm.model.max_position_embeddings
+    if limit and longest > limit:
+        # Before the KV pool: no memory admits a request the model cannot position.
+        raise ConfigError(f"{load.lengths_flag()}: the load's longest request ({longest:,} "
+                          f"tokens, isl + osl) exceeds {cm.model.name}'s "
+                          f"max_position_embeddings {limit:,}; the engines refuse it: "
+                          f"shorten the requests")
     for est in ([plan.best] if plan.best is not None else []) + list(plan.alternatives):
         if len(out) >= top:
             break
