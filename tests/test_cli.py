@@ -70,7 +70,7 @@ def test_no_feasible_plan_exits_1_with_reason():
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
       "--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization"),
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase", "serve", "--isl", "8",
-      "--osl", "8", "--max-num-batched-tokens", "0"), "positive number of tokens"),
+      "--osl", "8", "--max-num-batched-tokens", "0"), "positive whole number of tokens"),
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
       "--max-num-batched-tokens", "4096"), "no effect with --phase decode"),
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",
