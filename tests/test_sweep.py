@@ -465,3 +465,27 @@ def test_node_size_is_the_device_kinds_not_the_cluster_searched():
            "tokens_per_s_per_device": 100.0, "cluster": "h100-sxm:2", "searcher": "sa"}
     [f] = size_fleets([row], rate_rps=40.0, node_sizes=node_sizes([row]))
     assert (f.devices, f.nodes) == (4, 1)
+
+
+def test_workloads_that_differ_get_distinct_labels_and_one_label_twice_is_refused():
+    """The summary tables group rows by workload label: unnamed workloads alike but for
+    their SLOs get labels naming them, and two workloads under one name are refused (one
+    summary row once merged a 30 ms and a 5 ms TPOT workload and showed a plan missing 5 ms
+    as the cheapest meeting it)."""
+    base = {"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"]}
+    g = grid_from_data(dict(base, workloads=[
+        {"phase": "serve", "isl": 1024, "osl": 256, "tpot_slo": "30ms"},
+        {"phase": "serve", "isl": 1024, "osl": 256, "tpot_slo": "30ms", "ttft_slo": "1s"},
+        {"phase": "serve", "isl": 1024, "osl": 256}]), "g.yaml")
+    assert [w.label for w in g.workloads] == [
+        "serve-1024/256 tpot=30ms", "serve-1024/256 ttft=1s tpot=30ms", "serve-1024/256"]
+    with pytest.raises(ConfigError, match=r"workloads\[1\] is labelled 'w' like workloads\[0\]"):
+        grid_from_data(dict(base, workloads=[
+            {"name": "w", "phase": "serve", "isl": 1024, "osl": 256, "tpot_slo": "30ms"},
+            {"name": "w", "phase": "serve", "isl": 1024, "osl": 256, "tpot_slo": "5ms"}]),
+            "g.yaml")
+    # a device alias and the preset's name are one cluster (one cell, not two)
+    g = grid_from_data(dict(base, clusters=["h100:2", "h100-sxm:2", {"device": "H100",
+                                                                      "counts": [1, 2]}],
+                            workloads=[{"phase": "serve", "isl": 10, "osl": 10}]), "g.yaml")
+    assert g.cluster_names() == ["h100-sxm:2", "h100-sxm:1"]

@@ -29,7 +29,7 @@ from pydantic import (
 from ..api import DEFAULT_BUDGET, MAX_BUDGET, checkpoint_dtypes, cost_config, make_workload
 from ..errors import ConfigError, PlannerError
 from ..model.spec import ModelSpec
-from ..units import parse_duration_s
+from ..units import parse_duration_s, to_ms
 from ..workload import Workload
 
 
@@ -132,12 +132,23 @@ class WorkloadSpec(_Strict):
 
     @property
     def label(self) -> str:
-        """``name``, or ``serve-1024/256``, ``prefill-8192``, ``decode-16384``."""
+        """``name``, or the shape and whatever else is set: ``serve-1024/256``,
+        ``prefill-8192``, ``decode-16384``, ``serve-1024/256 ttft=1s tpot=30ms fp8 rate=20``
+        (two workloads that differ only in SLOs, dtypes or load get two labels, which the
+        summary tables group by)."""
         if self.name:
             return self.name
         if self.phase == "decode":
-            return f"decode-{self.context or self.isl}"
-        return f"{self.phase}-{self.isl}" + (f"/{self.osl}" if self.osl else "")
+            head = f"decode-{self.context or self.isl}"
+        else:
+            head = f"{self.phase}-{self.isl}" + (f"/{self.osl}" if self.osl else "")
+        extra = [f"{what}={v:g}s" if v >= 1 else f"{what}={to_ms(v):g}ms"
+                 for what, v in (("ttft", self.ttft_slo_s), ("tpot", self.tpot_slo_s)) if v]
+        extra += [f"{v}" if what == "w" else f"kv={v}" for what, v in
+                  (("w", self.dtype), ("kv", self.kv_dtype)) if v]
+        extra += [f"rate={self.rate_rps:g}"] if self.rate_rps else []
+        extra += [f"conc={self.concurrency}"] if self.concurrency else []
+        return " ".join([head, *extra])
 
 
 class EngineSpec(_Strict):
@@ -231,6 +242,20 @@ class SweepGrid(_Strict):
         except PlannerError as exc:
             raise ValueError(str(exc)) from None
 
+    @field_validator("workloads")
+    @classmethod
+    def _distinct_workloads(cls, workloads: list[WorkloadSpec]) -> list[WorkloadSpec]:
+        """Each workload its own label: the summary tables group rows by it, so two
+        workloads under one name (the same ``name``, or unnamed and alike but for a field
+        the default label leaves out) would be merged."""
+        seen: dict[str, int] = {}
+        for i, wl in enumerate(workloads):
+            if wl.label in seen:
+                raise ValueError(f"workloads[{i}] is labelled {wl.label!r} like "
+                                 f"workloads[{seen[wl.label]}]; give each a distinct name")
+            seen[wl.label] = i
+        return workloads
+
     @field_validator("searchers")
     @classmethod
     def _searchers(cls, names: list[str]) -> list[str]:
@@ -243,14 +268,26 @@ class SweepGrid(_Strict):
         return names
 
     def cluster_names(self) -> list[str]:
-        """Every cluster of the grid as a ``DEVICE:COUNT`` string or a file path, in order."""
+        """Every cluster of the grid as a ``DEVICE:COUNT`` string (the preset's own name, so
+        ``h100:2`` and ``h100-sxm:2`` are one cluster) or a file path, in order, each once."""
+        from ..hardware.presets import load_device
+
+        def canonical(device: str) -> str:
+            try:
+                return load_device(device).name
+            except PlannerError:
+                return device                 # not a preset: the cell reports it
+
         out: list[str] = []
         for entry in self.clusters:
             if isinstance(entry, DeviceCounts):
-                out.extend(f"{entry.device}:{n}" for n in entry.counts)
+                out.extend(f"{canonical(entry.device)}:{n}" for n in entry.counts)
+            elif not entry.endswith(".json") and entry.count(":") == 1:
+                device, count = entry.split(":")
+                out.append(f"{canonical(device)}:{count}")
             else:
                 out.append(entry)
-        return out
+        return list(dict.fromkeys(out))
 
 
 class Cell(_Strict):
