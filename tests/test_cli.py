@@ -84,7 +84,7 @@ def test_no_feasible_plan_exits_1_with_reason():
     # ShareGPT's longest scaled pair beyond the positions: the model's limit, not the KV pool
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve", "--isl",
       "100000", "--osl", "2000", "--dataset", "sharegpt", "--concurrency", "4"),
-     "exceeds llama-3.1-8b's max_position_embeddings 131,072"),
+     "exceeds llama-3.1-8b's max_position_embeddings 131072"),
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:99999999999999999999", "--context",
       "10"), "at most"),
     (("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10",

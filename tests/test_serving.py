@@ -475,8 +475,11 @@ def test_cli_simulates_sharegpt_lengths():
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["workload"]["kv_dtype"] == "bf16"
-    assert data["simulation"][0]["lengths"] == {"dataset": "sharegpt", "range_ratio": 0.0,
-                                                "up_to_nominal": False}
+    lengths = data["simulation"][0]["lengths"]
+    assert {k: lengths[k] for k in ("dataset", "range_ratio", "up_to_nominal")} == {
+        "dataset": "sharegpt", "range_ratio": 0.0, "up_to_nominal": False}
+    assert (lengths["planned_isl"], lengths["planned_osl"]) == (200, 200)
+    assert not lengths["apart_from_planned"]          # only a trace is judged apart
     r = CliRunner().invoke(app, base + ["--dataset", "sharegpt"])
     assert r.exit_code == 2 and "--dataset" in r.output
 
@@ -1167,3 +1170,28 @@ def test_a_trace_arriving_at_once_is_flagged(tmp_path):
                                  "--phase", "serve", "-q", "--trace", str(f)])
     assert r.exit_code == 0, r.output
     assert "the trace's bursts queue" in r.stdout and "arrive at one instant" in r.stdout
+
+
+def test_a_trace_apart_from_the_planned_lengths_is_priced_at_its_own(tmp_path):
+    """A trace replayed beside --isl/--osl far from its own lengths (120k-token prompts
+    against --isl 1024) is judged at the trace's lengths: a replica that completes ~0.1
+    requests/s of them is overloaded at 0.5 requests/s, not "within capacity" at the
+    planned lengths' 11 requests/s with its queue blamed on bursts, and the plan says its
+    ranking was at other lengths. The same trace alone ranks at its means: no such warning."""
+    f = tmp_path / "even.csv"
+    f.write_text("arrival_s,isl,osl\n" + "".join(f"{2 * i},{120000 + 100 * i},600\n"
+                                                   for i in range(20)), encoding="utf-8")
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2", "--phase", "serve",
+            "--tpot-slo", "50ms", "--trace", str(f)]
+    r = CliRunner().invoke(app, [*base, "--isl", "1024", "--osl", "256", "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads(r.stdout)["simulation"][0]
+    assert sim["lengths"]["apart_from_planned"] and sim["overloaded"]
+    assert sim["capacity_requests_per_s"] < sim["offered_requests_per_s"]
+    r = CliRunner().invoke(app, [*base, "--isl", "1024", "--osl", "256"])
+    text = " ".join(r.output.split())
+    assert "are not the --isl 1024 / --osl 256 the search ranked strategies at" in text
+    assert "bursts queue" not in text
+    r = CliRunner().invoke(app, [*base, "--json"])
+    assert r.exit_code == 0, r.output
+    assert not json.loads(r.stdout)["simulation"][0]["lengths"]["apart_from_planned"]

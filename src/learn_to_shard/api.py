@@ -681,10 +681,9 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
     limit = cm.model.max_position_embeddings
     if limit and longest > limit:
         # Before the KV pool: no memory admits a request the model cannot position.
-        raise ConfigError(f"{load.lengths_flag()}: the load's longest request ({longest:,} "
-                          f"tokens, isl + osl) exceeds {cm.model.name}'s "
-                          f"max_position_embeddings {limit:,}; the engines refuse it: "
-                          f"shorten the requests")
+        raise ConfigError(f"{load.lengths_flag()}: a request of {longest} tokens (isl + osl) "
+                          f"exceeds {cm.model.name}'s max_position_embeddings {limit}; the "
+                          f"engines refuse it")
     for est in ([plan.best] if plan.best is not None else []) + list(plan.alternatives):
         if len(out) >= top:
             break

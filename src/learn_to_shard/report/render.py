@@ -361,7 +361,8 @@ def _replicas_text(counts: tuple[int, int] | None) -> str:
 
 def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[str, str]]:
     """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
-    ``kind`` ``warning`` (an overloaded open loop and the replicas its rate needs, one at
+    ``kind`` ``warning`` (a trace whose mean lengths are not the planned ``isl``/``osl``, an
+    overloaded open loop and the replicas its rate needs, one at
     :data:`NEAR_CAPACITY` of a replica's capacity or more, a trace whose bursts queue, its mean
     TTFT :data:`BURST_TTFT_RATIO` times the steady state's or more, an SLO the best plan misses
     under the load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
@@ -369,6 +370,14 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
     alone; the SLO warning still reads every row for an alternative that meets it."""
     out: list[tuple[str, str]] = []
     first = sims[0]
+    lengths = first.get("lengths", {})
+    if lengths.get("apart_from_planned"):
+        out.append(("warning", f"the trace's mean prompt ({lengths['mean_isl']:,.0f} tokens) "
+                    f"and output ({lengths['mean_osl']:,.0f}) are not the --isl "
+                    f"{lengths['planned_isl']} / --osl {lengths['planned_osl']} the search "
+                    f"ranked strategies at: the plan and its steady-state numbers are for those "
+                    f"lengths, and the simulation replays the trace's; plan with --trace "
+                    f"alone to rank at the trace's lengths"))
     for sim in sims[:1] if best_only else sims:
         if sim.get("overloaded"):
             offered = sim["offered_requests_per_s"]

@@ -302,6 +302,12 @@ def load_trace(path: str | Path) -> Requests:
                     osl=np.asarray(osl, dtype=np.int64)[order], arrival_s=(a - a.min())[order])
 
 
+#: A trace's mean prompt or output length more than this fraction away from the ``--isl`` /
+#: ``--osl`` the search ranked at: its capacity is priced at the trace's lengths, and the
+#: plan says the lengths differ (:func:`simulate_estimate`).
+TRACE_LENGTHS_APART = 0.25
+
+
 def refuse_beyond_context(model: ModelSpec, requests: Requests, flag: str) -> None:
     """Refuse requests longer than the model's ``max_position_embeddings`` (the engines
     refuse them).
@@ -440,7 +446,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         arrivals, ``None`` when all arrive at once; ``overloaded``: the offered rate reaches
         ``capacity_requests_per_s`` (a queue at full load does not settle), the requests/s the
         replica completes at the plan's batch, the analytical tokens/s over the mean output
-        length, or, for a rate, the last quarter of arrivals waits for its first token more
+        length (for a trace whose mean lengths are more than :data:`TRACE_LENGTHS_APART` away
+        from the workload's ``isl``/``osl``, priced at the trace's mean lengths with the
+        sequences the KV pool holds at them: ``lengths.apart_from_planned``), or,
+        for a rate, the last quarter of arrivals waits for its first token more
         than twice as long as the first quarter, plus 1 s (``queue_grows``; a trace's bursts
         queue without overloading it); ``utilization``: the offered rate over that capacity,
         ``None`` without a rate).
@@ -531,7 +540,20 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         # The trace's mean rate at this replica: its requests over the span they arrive in.
         offered = (len(req.isl) - 1) / span if span > 0 else None
     overloaded = queue_grows = False
-    capacity = est.output_tokens_per_s / float(np.mean(req.osl))
+    mean_isl, mean_osl = float(np.mean(req.isl)), float(np.mean(req.osl))
+    capacity = est.output_tokens_per_s / mean_osl
+    # A trace replayed beside other --isl/--osl (the lengths the search ranked at): the
+    # replica's capacity at the trace's own mean lengths, with the sequences its KV pool
+    # holds at them, not the plan's steady state at lengths the trace does not send.
+    lengths_apart = load.trace is not None and (
+        abs(mean_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
+        or abs(mean_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
+    if lengths_apart:
+        held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
+        fits = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
+        tps_at = priced(cm, s, Phase.SERVE, max(1, round(mean_isl)), (fits,),
+                        osl=max(1, round(mean_osl)))[2]
+        capacity = float(tps_at[0]) / mean_osl
     if load.trace is not None:
         # A trace's bursts queue without overloading it: only a mean rate above what the
         # replica completes at the plan's batch grows the queue through the whole trace.
@@ -554,7 +576,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "queue_grows": queue_grows,
             "capacity_requests_per_s": capacity, "utilization": utilization,
             "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
-                        "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal},
+                        "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal,
+                        "mean_isl": mean_isl, "mean_osl": mean_osl,
+                        "planned_isl": wl.isl, "planned_osl": wl.osl,
+                        "apart_from_planned": lengths_apart},
             "replicas": replicas, "replica_share": share, "clients_queued": queue,
             "dp_ranks_as_replicas": ranks_apart,
             "requests_simulated": len(req.isl), "max_num_seqs": seqs,
