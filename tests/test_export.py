@@ -648,15 +648,17 @@ def test_servers_beyond_the_node_boundaries_are_not_told_to_take_a_node_each(tmp
     assert r.exit_code == 0, r.output
     assert "only 5 fit inside node boundaries" in r.stdout
     assert "(more than the cluster has: see the WARNING above)" in r.stdout
-    # Two 5-GPU servers over nodes of 3 (10 GPUs): one spans two whole nodes, one cannot.
+    # Two 5-GPU servers over nodes of 3 (10 GPUs): one spans two whole nodes, one cannot
+    # (vLLM on Ray; SGLang, which runs the same ranks on every node, plans none such).
     cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 10,
                                    "overrides": {"scale_up_domain": 3}}))
     r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", str(cluster),
                                  "--phase", "serve", "--isl", "1024", "--osl", "256",
-                                 "--export", "sglang", "-q"])
+                                 "--export", "vllm", "-q"])
     assert r.exit_code == 0, r.output
     assert "2 servers of 2 nodes each" in r.stdout and "only 1 fit inside" in r.stdout
     assert "(not every server gets whole nodes: see the WARNING above)" in r.stdout
+    assert "NVLink domain" not in r.stdout          # hosts are the whole domain here
 
 
 def test_trtllm_export_of_nvfp4_weights_on_hopper_says_the_engine_cannot_run_them():
@@ -740,6 +742,12 @@ def test_sglang_node_rank_ranges_start_every_stage():
              (4, 2): True, (32, 1): True, (8, 4): True}
     got = node_ranks_cover(np.array([g for g, _ in cases]), np.array([p for _, p in cases]), 8)
     assert got.tolist() == list(cases.values())
+    # Every node runs the same ranks on its GPUs 0, 1, …: TP2 PP6 needs 6 on each of two
+    # nodes, which 12 devices in nodes of 8 (8 + 4) do not have, and 16 do; its two servers
+    # on 24 devices need four such shares of a node, and three nodes of 8 hold three.
+    assert not node_ranks_cover(2, 6, 8, 12) and node_ranks_cover(2, 6, 8, 16)
+    assert not node_ranks_cover(2, 6, 8, 24) and node_ranks_cover(2, 6, 8, 32)
+    assert node_ranks_cover(8, 3, 8, 40) and node_ranks_cover(8, 3, 8, 48)
     # The search under --engine sglang refuses the layout that would hang ...
     wl = make_workload("serve", isl=1024, osl=512, dtype="fp8", tpot_slo_s=0.08)
     cm = make_cost_model("deepseek-v3", "h100-sxm:12", wl, cost_config("sglang"),

@@ -67,7 +67,7 @@ class Variant:
 
 
 def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
-                     devices_per_node: int) -> np.ndarray:
+                     devices_per_node: int, num_devices: int | None = None) -> np.ndarray:
     """Whether SGLang's per-node rank ranges start every rank of a server of ``pp`` stages of
     ``group`` ranks (SGLang's ``--tp-size``: l2s ``tp × dp``) laid on ``nnodes = ceil(group ×
     pp / devices_per_node)`` nodes, each node holding at most ``devices_per_node`` of them.
@@ -80,12 +80,18 @@ def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
     own check, ``tp_size × pp_size`` divisible by ``nnodes``
     (``sglang/srt/arg_groups/validation_hook.py``), passes layouts that leave a stage
     unstarted, e.g. ``--tp-size 4 --pp-size 3 --nnodes 2``, where node 0 starts stage 0,
-    node 1 stage 1, and the server waits for stage 2 for ever. A server on one node is
-    always covered.
+    node 1 stage 1, and the server waits for stage 2 for ever. Every node runs the same
+    number of ranks, ``group × pp / nnodes``, on its GPUs 0, 1, …: with ``num_devices`` (a
+    cluster of full nodes and one partial node of ``num_devices % devices_per_node``), the
+    cluster must also have ``nnodes`` nodes with that many devices for each server, and
+    room for every server's share (``num_devices // (group × pp)`` servers), e.g. not TP2 PP6
+    on 12 devices of nodes of 8, whose second node has 4 of the 6 it would use. A server on
+    one node is always covered.
 
     Args:
         group, pp: broadcastable integer arrays (or ints).
-        devices_per_node: devices per node (the cluster's scale-up domain).
+        devices_per_node: devices per node (per host: ``DeviceSpec.host_devices``).
+        num_devices: the cluster's devices; ``None``: enough whole nodes.
 
     Returns:
         bool array of the broadcast shape.
@@ -97,7 +103,16 @@ def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
     stages_per_node = (p % nodes == 0) & ((p // np.maximum(nodes, 1)) * g <= dpn)
     per_stage = np.maximum(nodes // p, 1)
     split = (nodes % p == 0) & (g % per_stage == 0) & (g // per_stage <= dpn)
-    return np.asarray((nodes <= 1) | stages_per_node | split)
+    ok = stages_per_node | split
+    if num_devices is not None:
+        n_dev = int(num_devices)
+        on_node = -(-(g * p) // np.maximum(nodes, 1))          # each node's ranks
+        full, rest = divmod(n_dev, dpn)
+        hosts = full + (rest >= on_node)                        # nodes that hold a share
+        slots = full * (dpn // on_node) + rest // on_node       # shares the cluster holds
+        servers = np.maximum(n_dev // np.maximum(g * p, 1), 1)
+        ok &= (hosts >= nodes) & (slots >= servers * nodes)
+    return np.asarray((nodes <= 1) | ok)
 
 
 @dataclass(frozen=True)

@@ -345,7 +345,8 @@ class StrategySpace:
         if eng.node_rank_ranges:
             group = tp * dp if self.model.is_moe else tp
             bad |= ~node_ranks_cover(group, pp, min(self.cluster.device.host_devices,
-                                                     self.cluster.num_devices))
+                                                     self.cluster.num_devices),
+                                     self.cluster.num_devices)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

@@ -468,11 +468,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         notes.append(f"the plan is for the {wl.phase.value} phase; the engine serves mixed "
                      f"steps, so its numbers apply to a server fed only {wl.phase.value} work")
     try:
-        device: DeviceSpec | None = parse_cluster(plan.cluster).device
+        cluster_spec = parse_cluster(plan.cluster)
+        device: DeviceSpec | None = cluster_spec.device
+        cluster_devices: int | None = cluster_spec.num_devices
     except PlannerError:
-        device = None                       # the plan's cluster file unreadable here
+        device, cluster_devices = None, None   # the plan's cluster file unreadable here
     if nodes > 1:
-        domain = device.scale_up_domain if device is not None else 0
+        # Hosts smaller than the NVLink domain (GB200 NVL72's trays): the server's nodes
+        # are hosts of one domain.
+        domain = device.scale_up_domain if device is not None and \
+            device.devices_per_host is not None else 0
         notes.append(f"each server spans {nodes} nodes of {devices_per_node} devices"
                      + (f" (hosts of one NVLink domain of {domain}: its collectives stay on "
                         f"NVLink, as priced)" if devices_per_node and
@@ -633,12 +638,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                             + ("no --moe-a2a" if a2a is None else "EP 1") + "); exported "
                             "without --enable-two-batch-overlap")
         if nodes > 1 and devices_per_node and not bool(
-                node_ranks_cover(s.tp * dp, s.pp, devices_per_node)):
+                node_ranks_cover(s.tp * dp, s.pp, devices_per_node, cluster_devices)):
             unexpressed.append(f"tp={s.tp * dp} pp={s.pp} over {nodes} nodes: SGLang starts "
                                f"max(pp // nnodes, 1) stages per node (or a share of one "
-                               f"stage's ranks where nnodes is a multiple of pp), so some "
-                               f"stage of this layout never starts; plan with --engine "
-                               f"sglang for a layout it launches")
+                               f"stage's ranks where nnodes is a multiple of pp), the same "
+                               f"number of ranks on every node, so some stage of this layout "
+                               f"never starts or needs GPUs a node of this cluster lacks; plan "
+                               f"with --engine sglang for a layout it launches")
         if nodes > 1:
             args += ["--nnodes", str(nodes), "--node-rank", "0",
                      "--dist-init-addr", "NODE0_HOST:5000"]
