@@ -161,7 +161,10 @@ class Export:
         # cannot each have the nodes of their own that the lines below describe.
         spill = any("fit inside node boundaries" in w for w in self.warnings)
         if self.servers > 1 and self.nodes_per_server > 1:
-            group = {"vllm": "its own Ray cluster", "sglang": "its own --nnodes group",
+            ray = "--distributed-executor-backend" in self.args
+            group = {"vllm": "its own Ray cluster" if ray else
+                     "its own data-parallel group, --data-parallel-address its first node",
+                     "sglang": "its own --nnodes group",
                      "trtllm": "its own Slurm job"}.get(self.engine, "its own job")
             return [f"# {self.servers} servers of {self.nodes_per_server} nodes each: launch "
                     f"this server on each set of {self.nodes_per_server} nodes ({group}; "
