@@ -819,8 +819,8 @@ def test_gb200_servers_launch_over_their_compute_trays(engine):
                                      "--cluster", "gb200-nvl72:16", "--isl", "1024", "--osl",
                                      "1024", "--tpot-slo", "50ms", "--export", "vllm", "-q"])
         assert r.exit_code == 0, r.output
-        if "--data-parallel-address" in r.stdout and "ray" not in r.stdout:
-            assert "its own data-parallel group" in r.stdout and "Ray cluster" not in r.stdout
+        assert "--data-parallel-address" in r.stdout and "ray" not in r.stdout
+        assert "its own data-parallel group" in r.stdout and "Ray cluster" not in r.stdout
     r = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])
     assert r.exit_code == 0, r.output
     assert "over 2 nodes" not in r.stdout and launch not in r.stdout
