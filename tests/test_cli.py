@@ -740,6 +740,7 @@ def test_models_and_devices_list_names_or_a_table_with_long():
     assert set(device_names()) <= set(rows)
     assert rows["h100-sxm"][1:4] == ["h100", "80", "989"]
     assert rows["rtx-4090"][2] == "24" and rows["mi300x"][4] == "2,615"
+    assert "72 (hosts of 4)" in " ".join(rows["gb200-nvl72"])
 
 
 

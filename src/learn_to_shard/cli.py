@@ -1392,7 +1392,9 @@ def devices_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
         t.add_row(name, d.display_name, aliases or "—", f"{d.hbm_bytes / 2**30:,.0f}",
                   tf(d.peak_bf16_flops_per_s), tf(d.peak_fp8_flops_per_s),
                   tf(d.peak_fp4_flops_per_s), f"{d.hbm_bytes_per_s / 1e12:.2f}",
-                  str(d.scale_up_domain), f"{d.scale_up_bytes_per_s / 1e9:,.0f}",
+                  str(d.scale_up_domain) + (f" (hosts of {d.devices_per_host})"
+                                            if d.devices_per_host else ""),
+                  f"{d.scale_up_bytes_per_s / 1e9:,.0f}",
                   f"{d.scale_out_bytes_per_s / 1e9:,.1f}")
     (Console() if sys.stdout.isatty() else Console(width=200)).print(t)
 
