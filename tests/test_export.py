@@ -586,16 +586,18 @@ def test_exports_that_span_nodes_or_overlap_batches_launch_as_printed():
     assert "--distributed-executor-backend ray" in cmd
     t = _export_text("--model", "llama-3.1-405b", "--cluster", "h100-sxm:16", "--isl", "1000",
                      "--osl", "200", "--export", "trtllm")
-    assert any(ln.startswith("srun -N 2 -n 16 --ntasks-per-node=8 --mpi=pmix "
-                             "trtllm-llmapi-launch trtllm-serve /path/to/Meta-Llama-3.1-405B ")
+    assert any(ln.startswith("srun -N 2 -n 16 --ntasks-per-node=8 --distribution=block,Pack "
+                             "--mpi=pmix trtllm-llmapi-launch trtllm-serve "
+                             "/path/to/Meta-Llama-3.1-405B ")
                for ln in t.splitlines())     # Slurm mode loads a local folder, not a hub id
     assert "give that folder for /path/to/Meta-Llama-3.1-405B" in t
     # 12 ranks on nodes of 8 run 8 + 4, as the plan places its stages (a TP group inside a
-    # node), not Slurm's even 6 + 6, whose second TP group would straddle the nodes.
+    # node), not Slurm's even 6 + 6, whose second TP group would straddle the nodes: Pack
+    # fills a node before the next, --ntasks-per-node caps it.
     t = _export_text("--model", "deepseek-v3", "--cluster", "h100-sxm:12", "--isl", "1024",
                      "--osl", "512", "--tpot-slo", "80ms", "--export", "trtllm")
     srun = next(ln for ln in t.splitlines() if ln.startswith("srun "))
-    assert srun.startswith("srun -N 2 -n 12 --ntasks-per-node=8 ")
+    assert srun.startswith("srun -N 2 -n 12 --ntasks-per-node=8 --distribution=block,Pack ")
     d = _export_text("--model", "qwen3-30b-a3b", "--cluster", "h100-sxm:8", "--isl", "1000",
                      "--osl", "200", "--two-batch-overlap", "--export", "vllm")
     lines = [ln for ln in d.splitlines() if "vllm serve" in ln]
@@ -824,3 +826,29 @@ def test_gb200_servers_launch_over_their_compute_trays(engine):
     r = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])
     assert r.exit_code == 0, r.output
     assert "over 2 nodes" not in r.stdout and launch not in r.stdout
+
+
+def test_gb200_servers_over_trays_of_one_rack_are_not_warned_and_across_racks_not_promised():
+    """On GB200 NVL72 a server over several trays of one rack stays on NVLink: two 6-GPU
+    servers on 12 GPUs get no scale-out WARNING; nine TP16 servers on two racks (144 GPUs)
+    put one across the racks, so the note does not promise NVLink for every server."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+
+    def export_of(model, cluster, tp, pp):
+        cm = make_cost_model(model, cluster, make_workload("serve", isl=1024, osl=256))
+        sp = dataclasses.replace(cm.space, tp_values=(tp,), ep_values=(1,), pp_values=(pp,),
+                                 dp_values=(1,))
+        plan = search_plan(CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                                     space=sp))
+        assert plan.best is not None and plan.best.strategy.tp == tp
+        return build_export(plan, "vllm", model=cm.model, devices_per_node=4)
+
+    ex = export_of("llama-3.1-70b", "gb200-nvl72:12", 2, 3)
+    assert ex.servers == 2 and not any("scale-out" in w for w in ex.warnings)
+    assert any("hosts of one NVLink domain of 72" in n for n in ex.notes)
+    ex = export_of("llama-3.1-405b", "gb200-nvl72:144", 16, 1)
+    assert ex.servers == 9
+    assert not any("collectives stay on NVLink" in n for n in ex.notes)
+    assert any("NVLink domain boundaries" in w for w in ex.warnings)

@@ -477,14 +477,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     except PlannerError:
         device, cluster_devices = None, None   # the plan's cluster file unreadable here
     if nodes > 1:
-        # Hosts smaller than the NVLink domain (GB200 NVL72's trays): the server's nodes
-        # are hosts of one domain.
+        # Hosts smaller than the NVLink domain (GB200 NVL72's trays): a server whose devices
+        # (laid one after another) stay inside one domain keeps its collectives on NVLink.
         domain = device.scale_up_domain if device is not None and \
             device.devices_per_host is not None else 0
+        inside = bool(domain) and all(k * gpus // domain == ((k + 1) * gpus - 1) // domain
+                                      for k in range(servers))
         notes.append(f"each server spans {nodes} nodes of {devices_per_node} devices"
                      + (f" (hosts of one NVLink domain of {domain}: its collectives stay on "
-                        f"NVLink, as priced)" if devices_per_node and
-                        domain >= nodes * devices_per_node else ""))
+                        f"NVLink, as priced)" if inside else ""))
     if s.pp > 1:
         notes.append(f"pipeline stages: l2s priced {s.pp} stages with {e.micro_batches} "
                      f"micro-batches in flight")
@@ -739,12 +740,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             # same as the model world size"; HF downloads are not supported there).
             # The plan fills each node before the next (stages in order, a TP group inside
             # a node): srun's -n takes precedence over --ntasks-per-node, which is then the
-            # most tasks per node, and its default block distribution puts consecutive ranks
-            # on one node (https://slurm.schedmd.com/srun.html, --ntasks-per-node and
+            # most tasks per node; block distribution numbers consecutive ranks on one node,
+            # but shares the tasks out evenly over the nodes unless Pack packs them as
+            # tightly as it can (https://slurm.schedmd.com/srun.html, --ntasks-per-node and
             # --distribution), so 12 ranks on nodes of 8 run 8 + 4, not 6 + 6.
             per_node = min(devices_per_node, gpus) if devices_per_node else -(-gpus // nodes)
             launcher = (f"srun -N {nodes} -n {gpus} --ntasks-per-node={per_node} "
-                        f"--mpi=pmix trtllm-llmapi-launch {prof.launcher}")
+                        f"--distribution=block,Pack --mpi=pmix trtllm-llmapi-launch "
+                        f"{prof.launcher}")
             hub_id = model_id_of(plan.model, model)
             if not hub_id.startswith("/"):
                 # Slurm mode loads from a local path only: a placeholder the user fills in.
@@ -768,22 +771,28 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         notes.append(f"the checkpoint ships code of its own (auto_map in its config.json), "
                      f"which {prof.title} loads only with {flag}: read it before launching")
     warnings: list[str] = []
-    if devices_per_node:
+    # Where hosts are smaller than the NVLink domain (GB200 NVL72's trays), a server over
+    # several hosts of one domain stays on NVLink: the boundary that matters is the domain's.
+    unit, where = devices_per_node, "node"
+    if devices_per_node and device is not None and device.devices_per_host is not None:
+        unit, where = device.scale_up_domain, "NVLink domain"
+    if unit:
         # Servers placed inside node boundaries: a server of g <= node devices fits
         # node // g times per node (and the partial last node's rest); a larger one needs
         # whole nodes of its own.
         total = e.instances * s.devices + e.idle_devices
-        full, rest = divmod(total, devices_per_node)
+        full, rest = divmod(total, unit)
+        spans = max(1, math.ceil(gpus / unit))
         # A server spanning nodes is priced over the scale-out link; what is not priced is
         # servers sharing a node's devices with another server's share of another node.
-        fit = (full * (devices_per_node // gpus) + rest // gpus) if gpus <= devices_per_node \
-            else (full // nodes if gpus % devices_per_node == 0 else 1)
+        fit = (full * (unit // gpus) + rest // gpus) if gpus <= unit \
+            else (full // spans if gpus % unit == 0 else 1)
         if servers > fit:
             warnings.append(
-                f"{servers} servers of {gpus} GPUs on {full} node(s) of {devices_per_node}"
+                f"{servers} servers of {gpus} GPUs on {full} {where}(s) of {unit}"
                 + (f" and one of {rest}" if rest else "")
-                + f": only {fit} fit inside node boundaries; the others would span nodes over "
-                f"the scale-out network, which the plan did not price")
+                + f": only {fit} fit inside {where} boundaries; the others would span "
+                f"{where}s over the scale-out network, which the plan did not price")
     if model is not None and model.source_kind == "file":
         src = Path(model.source or "")
         if src.name != "config.json":
