@@ -750,6 +750,16 @@ def test_sglang_node_rank_ranges_start_every_stage():
     assert not node_ranks_cover(2, 6, 8, 12) and node_ranks_cover(2, 6, 8, 16)
     assert not node_ranks_cover(2, 6, 8, 24) and node_ranks_cover(2, 6, 8, 32)
     assert node_ranks_cover(8, 3, 8, 40) and node_ranks_cover(8, 3, 8, 48)
+    # the servers the plan launches, not the cluster's devices over one server's: a dense
+    # TP2 PP6 at DP3 is three servers (6 + 6 each) on six nodes of 48 devices, DP4 is four
+    assert node_ranks_cover(2, 6, 8, 48, servers=3)
+    assert not node_ranks_cover(2, 6, 8, 48, servers=4)
+    dense = make_cost_model("llama-3.1-70b", "h100-sxm:48",
+                            make_workload("serve", isl=1024, osl=256), cost_config("sglang"),
+                            engine="sglang")
+    assert dense.space.violations(Strategy(tp=2, ep=1, pp=6, dp=3, batch=9)) == ()
+    assert any(v.startswith("engine_degrees")
+               for v in dense.space.violations(Strategy(tp=2, ep=1, pp=6, dp=4, batch=8)))
     # The search under --engine sglang refuses the layout that would hang ...
     wl = make_workload("serve", isl=1024, osl=512, dtype="fp8", tpot_slo_s=0.08)
     cm = make_cost_model("deepseek-v3", "h100-sxm:12", wl, cost_config("sglang"),

@@ -481,3 +481,18 @@ def test_parse_cluster_unusable_path_is_config_error() -> None:
             parse_cluster(text)
         assert "\n" not in str(err.value)
         assert len(str(err.value)) < 1000
+
+
+def test_devices_per_host_is_a_host_inside_the_domain(tmp_path: Path) -> None:
+    """``devices_per_host`` (GB200 NVL72: 4 of the 72) may be overridden within the scale-up
+    domain; a host larger than its domain is refused with the field named."""
+    assert load_device("gb200-nvl72").host_devices == 4
+    assert load_device("h100-sxm").devices_per_host is None
+    assert load_device("h100-sxm").host_devices == 8
+    ok = _write(tmp_path / "ok.json", {"device": "h100-sxm", "num_devices": 16,
+                                       "overrides": {"devices_per_host": 4}})
+    assert parse_cluster(str(ok)).device.host_devices == 4
+    bad = _write(tmp_path / "bad.json", {"device": "h100-sxm", "num_devices": 16,
+                                         "overrides": {"devices_per_host": 16}})
+    with pytest.raises(ConfigError, match="'devices_per_host' must be at most scale_up_domain"):
+        parse_cluster(str(bad))

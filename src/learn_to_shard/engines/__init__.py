@@ -67,7 +67,8 @@ class Variant:
 
 
 def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
-                     devices_per_node: int, num_devices: int | None = None) -> np.ndarray:
+                     devices_per_node: int, num_devices: int | None = None,
+                     servers: np.ndarray | int | None = None) -> np.ndarray:
     """Whether SGLang's per-node rank ranges start every rank of a server of ``pp`` stages of
     ``group`` ranks (SGLang's ``--tp-size``: l2s ``tp × dp``) laid on ``nnodes = ceil(group ×
     pp / devices_per_node)`` nodes, each node holding at most ``devices_per_node`` of them.
@@ -84,14 +85,16 @@ def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
     number of ranks, ``group × pp / nnodes``, on its GPUs 0, 1, …: with ``num_devices`` (a
     cluster of full nodes and one partial node of ``num_devices % devices_per_node``), the
     cluster must also have ``nnodes`` nodes with that many devices for each server, and
-    room for every server's share (``num_devices // (group × pp)`` servers), e.g. not TP2 PP6
-    on 12 devices of nodes of 8, whose second node has 4 of the 6 it would use. A server on
-    one node is always covered.
+    room for every server's share, e.g. not TP2 PP6 on 12 devices of nodes of 8, whose
+    second node has 4 of the 6 it would use. A server on one node is always covered.
 
     Args:
         group, pp: broadcastable integer arrays (or ints).
         devices_per_node: devices per node (per host: ``DeviceSpec.host_devices``).
         num_devices: the cluster's devices; ``None``: enough whole nodes.
+        servers: the servers the plan launches (broadcastable; e.g. a dense model's DP
+            replicas, which may leave devices idle); ``None``: ``num_devices // (group ×
+            pp)``.
 
     Returns:
         bool array of the broadcast shape.
@@ -110,8 +113,9 @@ def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
         full, rest = divmod(n_dev, dpn)
         hosts = full + (rest >= on_node)                        # nodes that hold a share
         slots = full * (dpn // on_node) + rest // on_node       # shares the cluster holds
-        servers = np.maximum(n_dev // np.maximum(g * p, 1), 1)
-        ok &= (hosts >= nodes) & (slots >= servers * nodes)
+        count = n_dev // np.maximum(g * p, 1) if servers is None else \
+            np.asarray(servers, dtype=np.int64)
+        ok &= (hosts >= nodes) & (slots >= np.maximum(count, 1) * nodes)
     return np.asarray((nodes <= 1) | ok)
 
 
@@ -250,9 +254,11 @@ ENGINES: dict[str, EngineProfile] = {
              "searches EP = the whole stage group only",
              f"{_SGL}: sglang/srt/server_args.py ServerArgs._handle_a2a_moe"),
             ("a server over several nodes (--nnodes) starts max(pp // nnodes, 1) stages per "
-             "node, or a share of one stage's ranks when nnodes is a multiple of pp: l2s "
-             "searches only layouts where that starts every stage (e.g. not --tp-size 4 "
-             "--pp-size 3 on 2 nodes, whose third stage never starts)",
+             "node, or a share of one stage's ranks when nnodes is a multiple of pp, the same "
+             "number of ranks on every node's GPUs 0, 1, …: l2s searches only layouts where "
+             "that starts every stage on nodes the cluster has (not --tp-size 4 --pp-size 3 "
+             "on 2 nodes, whose third stage never starts; not TP2 PP6 on 12 GPUs of nodes of "
+             "8, whose second node has 4 of the 6 it would run)",
              f"{_SGL}: sglang/srt/entrypoints/engine.py _calculate_rank_ranges"),
             ("memory: --mem-fraction-static of the device for weights and the KV pool; "
              "requests admitted on estimated KV use and retracted when full (on demand)",

@@ -249,6 +249,11 @@ def _device_from_mapping(data: Any, where: str) -> DeviceSpec:
             f"{', '.join(_SPEC_FIELDS)}"
         )
     values = {f: _check_field(f, data.get(f), where) for f in _SPEC_FIELDS}
+    host, domain = values["devices_per_host"], values["scale_up_domain"]
+    if host is not None and isinstance(domain, int) and int(host) > domain:
+        raise ConfigError(f"{where}: field 'devices_per_host' must be at most "
+                          f"scale_up_domain {domain} (a host inside one scale-up domain), "
+                          f"got {host}")
 
     raw_sources = data.get("sources", {})
     if not isinstance(raw_sources, Mapping):

@@ -16,7 +16,8 @@ class DeviceSpec:
         peak_fp8_flops_per_s: dense FP8 peak, FLOP/s; ``None`` if the chip has no FP8 math.
         hbm_bytes: device memory capacity, bytes.
         hbm_bytes_per_s: peak memory bandwidth, bytes/s.
-        scale_up_domain: devices in one scale-up (NVLink / xGMI / NeuronLink) domain, i.e. a node.
+        scale_up_domain: devices in one scale-up (NVLink / xGMI / NeuronLink) domain: a node,
+            unless ``devices_per_host`` says a host holds fewer.
         scale_up_bytes_per_s: per-device unidirectional scale-up bandwidth, bytes/s
             (datasheets quote bidirectional totals; this is half of that).
         scale_out_bytes_per_s: per-device scale-out (InfiniBand / EFA) bandwidth, bytes/s.

@@ -64,7 +64,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("concurrency", "batch above what one replica can receive, ceil(--concurrency / replicas) "
      "with replicas = devices // (pp × tp × dp)"),
     ("engine_degrees", "the engine cannot launch these degrees (vLLM: ep is 1 or tp × dp; "
-     "SGLang over several nodes: every stage started by its per-node rank ranges; "
+     "SGLang over several nodes: every stage started by its per-node rank ranges, on nodes "
+     "the cluster has with the devices each runs; "
      "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1)"),
     ("engine_layout", "the engine's kernels do not implement this per-operator layout "
      "(engines run Megatron's layout plus the variants their profile lists)"),
@@ -343,10 +344,13 @@ class StrategySpace:
         assert eng is not None
         bad = np.zeros(len(tp), dtype=bool)
         if eng.node_rank_ranges:
-            group = tp * dp if self.model.is_moe else tp
-            bad |= ~node_ranks_cover(group, pp, min(self.cluster.device.host_devices,
-                                                     self.cluster.num_devices),
-                                     self.cluster.num_devices)
+            n = self.cluster.num_devices
+            moe = self.model.is_moe
+            group = tp * dp if moe else tp
+            # a MoE instance is one server; a dense one's DP ranks are servers of their own
+            servers = (n // np.maximum(tp * dp * pp, 1)) * (1 if moe else dp)
+            bad |= ~node_ranks_cover(group, pp, min(self.cluster.device.host_devices, n), n,
+                                     servers)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

@@ -642,7 +642,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                             + ("no --moe-a2a" if a2a is None else "EP 1") + "); exported "
                             "without --enable-two-batch-overlap")
         if nodes > 1 and devices_per_node and not bool(
-                node_ranks_cover(s.tp * dp, s.pp, devices_per_node, cluster_devices)):
+                node_ranks_cover(s.tp * dp, s.pp, devices_per_node, cluster_devices,
+                                 servers)):
             unexpressed.append(f"tp={s.tp * dp} pp={s.pp} over {nodes} nodes: SGLang starts "
                                f"max(pp // nnodes, 1) stages per node (or a share of one "
                                f"stage's ranks where nnodes is a multiple of pp), the same "

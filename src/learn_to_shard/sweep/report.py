@@ -36,7 +36,8 @@ def _node_size(cluster: str) -> int:
 
 
 def node_sizes(rows: Sequence[Row]) -> dict[str, int]:
-    """Device kind → devices per node: its scale-up domain, read from the rows' clusters
+    """Device kind → devices per node: its host size (``DeviceSpec.host_devices``), read
+    from the rows' clusters
     (the kind's node, not the cluster searched: a fleet of 4 H100s is one node of 8, though
     its cells were searched on 2-device clusters)."""
     out: dict[str, int] = {}

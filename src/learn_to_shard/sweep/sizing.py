@@ -65,7 +65,8 @@ class Fleet:
 
     Attributes:
         model, workload: what is served (workload label).
-        device: device kind; node_size: devices per scale-up domain.
+        device: device kind; node_size: devices per node (per host,
+            ``DeviceSpec.host_devices``).
         rate_rps: the requests/s to serve.
         strategy: the replicated plan (``Strategy.short()``); instance_devices: its ``D``.
         instance_requests_per_s: ``r`` of one replica; replicas: ``k = ceil(R / r)``.
