@@ -920,3 +920,12 @@ def test_python_api_engine_and_config_together_and_wrong_kinds():
     for call, name in bad:
         with pytest.raises(ConfigError, match=name):
             call()
+    # NumPy scalars are numbers too; a pricing-only profile takes its own config
+    import numpy as np
+    assert cost_config("vllm", max_num_batched_tokens=np.int64(8192)).max_num_batched_tokens \
+        == 8192
+    assert cost_config("vllm", gpu_memory_utilization=np.float64(0.8)).memory_utilization == 0.8
+    p = learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=128, osl=64,
+                            engine="trtllm-tensorrt",
+                            config=cost_config("trtllm-tensorrt", gpu_memory_utilization=0.8))
+    assert p.engine == "trtllm-tensorrt"

@@ -725,6 +725,13 @@ def test_a_prefill_plans_export_admits_its_prompt_and_one_output_token():
         assert r.exit_code == 0, r.output
         value = int(r.stdout.split(flag + " ")[1].split()[0])
         assert value >= 8193, (engine, value)
+    # at the model's positions there is no room for an output token: said, and capped
+    r = CliRunner().invoke(app, ["plan", "--phase", "prefill", "--model", "llama-3.1-8b",
+                                 "--cluster", "h100-sxm:8", "--isl", "131072", "--export",
+                                 "vllm", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "# NOT EXPRESSIBLE: requests of 131073 tokens" in r.stdout
+    assert "--max-model-len 131072 " in r.stdout
 
 
 def test_sglang_node_rank_ranges_start_every_stage():

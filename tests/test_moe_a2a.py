@@ -108,3 +108,8 @@ def test_plan_says_when_the_asked_all_to_all_goes_unused(tmp_path):
     r = CliRunner().invoke(app, [*base, "--engine", "sglang"])
     assert r.exit_code == 0, r.output
     assert "best plan has EP 1" not in " ".join(r.output.split())
+    # one GPU: no plan had expert parallelism, nothing ranked lower
+    one = [a if a != "h200:8" else "h200:1" for a in base]
+    r = CliRunner().invoke(app, [*one, "--engine", "vllm"])
+    assert r.exit_code == 0, r.output
+    assert "best plan has EP 1" not in " ".join(r.output.split())

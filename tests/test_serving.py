@@ -1195,3 +1195,15 @@ def test_a_trace_apart_from_the_planned_lengths_is_priced_at_its_own(tmp_path):
     r = CliRunner().invoke(app, [*base, "--json"])
     assert r.exit_code == 0, r.output
     assert not json.loads(r.stdout)["simulation"][0]["lengths"]["apart_from_planned"]
+    # A trace alone over several replicas: each gets a round-robin share whose means differ
+    # from the whole trace's (alternating short and long rows); it ranked at the trace's
+    # means, so nothing is apart.
+    alt = tmp_path / "alt.csv"
+    alt.write_text("arrival_s,isl,osl\n" + "".join(
+        f"{0.05 * i},{200 if i % 2 == 0 else 4000},{50 if i % 2 == 0 else 400}\n"
+        for i in range(40)), encoding="utf-8")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:4",
+                                 "--phase", "serve", "--trace", str(alt), "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads(r.stdout)["simulation"][0]
+    assert sim["replicas"] > 1 and not sim["lengths"]["apart_from_planned"]

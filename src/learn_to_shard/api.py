@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import cast
 
 import numpy as np
@@ -145,14 +146,15 @@ MAX_IMAGES_PER_REQUEST = 10_000
 
 
 def _is_int(value: object) -> bool:
-    """A whole number given as an int (not a bool, float or string)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A whole number given as an integer (Python's or NumPy's; not a bool, float or
+    string)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_real(value: object) -> bool:
-    """A finite number given as an int or float (not a bool or string)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
+    """A finite real number (Python's or NumPy's; not a bool or string)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) \
+        and math.isfinite(float(value))
 
 
 def with_images(workload: Workload, model: ModelSpec, images_per_request: int | None,
@@ -182,7 +184,8 @@ def with_images(workload: Workload, model: ModelSpec, images_per_request: int | 
     if image_tokens is not None and not _is_int(image_tokens):
         raise ConfigError(f"--image-tokens: a whole number of tokens per image, got "
                           f"{image_tokens!r}")
-    n = images_per_request or 0
+    n = int(images_per_request or 0)
+    image_tokens = None if image_tokens is None else int(image_tokens)
     if n < 0 or n > MAX_IMAGES_PER_REQUEST:
         raise ConfigError(f"--images-per-request: must be in [0, {MAX_IMAGES_PER_REQUEST}], "
                           f"got {n}")
@@ -238,12 +241,12 @@ def cost_config(engine: str | None = None, gpu_memory_utilization: float | None 
         if not _is_real(gpu_memory_utilization) or not 0.0 < gpu_memory_utilization <= 1.0:
             raise ConfigError(f"--gpu-memory-utilization: must be a number in (0, 1], got "
                               f"{gpu_memory_utilization!r}")
-        overrides["memory_utilization"] = gpu_memory_utilization
+        overrides["memory_utilization"] = float(gpu_memory_utilization)
     if max_num_batched_tokens is not None:
         if not _is_int(max_num_batched_tokens) or max_num_batched_tokens < 1:
             raise ConfigError(f"--max-num-batched-tokens: must be a positive whole number of "
                               f"tokens, got {max_num_batched_tokens!r}")
-        overrides["max_num_batched_tokens"] = max_num_batched_tokens
+        overrides["max_num_batched_tokens"] = int(max_num_batched_tokens)
     try:
         return CostModelConfig.for_engine(engine, **overrides)
     except ConfigError as exc:
@@ -353,7 +356,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     if engine is not None and not isinstance(engine, str):
         raise ConfigError(f"engine: an engine name (vllm, sglang, trtllm) or None, got "
                           f"{engine!r}")
-    if engine is not None and isinstance(config, CostModelConfig) and config.engine != engine:
+    if engine is not None and isinstance(config, CostModelConfig) and \
+            config.engine != cost_config(engine).engine:
         made = f"engine {config.engine!r}" if config.engine else "no engine"
         raise ConfigError(f"config: made for {made}, not {engine!r}; build it with "
                           f"cost_config({engine!r}, ...)")

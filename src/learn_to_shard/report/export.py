@@ -446,6 +446,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     # refuse prompt + max_tokens above their limit (vLLM max_model_len, SGLang
     # context_length, TensorRT-LLM max_seq_len).
     max_len = max(wl.isl + max(wl.osl, 1), max_model_len or 0)
+    limit = model.max_position_embeddings if model is not None else 0
+    if model is not None and limit and max_len > limit:
+        # The engines refuse a length limit above the model's positions (SGLang 0.5.23
+        # _derive_context_length raises; vLLM checks max_model_len against the config).
+        unexpressed.append(f"requests of {max_len} tokens (prompt and at least one output "
+                           f"token) exceed {model.name}'s max_position_embeddings {limit}: "
+                           f"no engine serves them; the length limit is set to {limit}")
+        max_len = limit
     tokens = _token_budget(plan, engine)
     mem_util = float(str(cfg.get("memory_utilization", 0.9)))
     kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))

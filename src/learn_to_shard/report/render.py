@@ -145,7 +145,10 @@ def unused_a2a_note(plan: Plan) -> str | None:
     """The sentence saying that the MoE all-to-all kernels asked for (``--moe-a2a``) go
     unused because the best plan has EP 1 (no tokens cross ranks), or ``None``."""
     a2a = (plan.cost_model or {}).get("moe_a2a_kernel")
-    if not (a2a and plan.moe_routing and plan.best is not None and plan.best.strategy.ep == 1):
+    e = plan.best
+    # One device in all: no plan had expert parallelism to price.
+    if not (a2a and plan.moe_routing and e is not None and e.strategy.ep == 1
+            and e.strategy.devices * max(e.instances, 1) + e.idle_devices > 1):
         return None
     return (f"MoE all-to-all {str(a2a).replace('_', ' ')} was asked for, but the best plan has "
             f"EP 1, which sends no tokens between ranks: its experts are tensor-parallel, and "

@@ -545,9 +545,13 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     # A trace replayed beside other --isl/--osl (the lengths the search ranked at): the
     # replica's capacity at the trace's own mean lengths, with the sequences its KV pool
     # holds at them, not the plan's steady state at lengths the trace does not send.
+    # The whole trace's means (the ranked lengths come from them; the simulated replica
+    # gets its round-robin share, whose means may differ).
+    trace_isl = float(np.mean(load.trace.isl)) if load.trace is not None else mean_isl
+    trace_osl = float(np.mean(load.trace.osl)) if load.trace is not None else mean_osl
     lengths_apart = load.trace is not None and (
-        abs(mean_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
-        or abs(mean_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
+        abs(trace_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
+        or abs(trace_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
     if lengths_apart:
         held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
         fits = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
@@ -577,7 +581,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "capacity_requests_per_s": capacity, "utilization": utilization,
             "lengths": {"dataset": "trace" if load.trace is not None else load.dataset,
                         "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal,
-                        "mean_isl": mean_isl, "mean_osl": mean_osl,
+                        "mean_isl": trace_isl, "mean_osl": trace_osl,
                         "planned_isl": wl.isl, "planned_osl": wl.osl,
                         "apart_from_planned": lengths_apart},
             "replicas": replicas, "replica_share": share, "clients_queued": queue,
