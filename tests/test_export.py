@@ -775,6 +775,11 @@ def test_sglang_node_rank_ranges_start_every_stage():
     assert any(v.startswith("engine_degrees") for v in cm.space.violations(s))
     free = make_cost_model("deepseek-v3", "h100-sxm:12", wl)
     assert not any(v.startswith("engine_degrees") for v in free.space.violations(s))
+    # With nothing else feasible, the plan says what the engine's rules left out.
+    none = search_plan(cm, engine="sglang")
+    assert none.best is None
+    assert any("degree combinations were left out because SGLang cannot launch them" in r
+               for r in none.reasons)
     # ... and an unrestricted plan of it exports with the reason, not as a launch that hangs.
     from learn_to_shard.cost.model import CostModel
     sp = dataclasses.replace(free.space, tp_values=(4,), ep_values=(1, 2, 4), pp_values=(3,),

@@ -21,7 +21,7 @@ from ..engines import BLOCKS, EngineProfile, node_ranks_cover
 from ..hardware.spec import ClusterSpec
 from ..model.spec import ModelSpec
 from .mesh import Mesh
-from .ops import NUM_CHOICES, NUM_OPS, OP_NAMES, OPS, REPLICATED, OpDef, present_ops
+from .ops import MEGATRON_DIMS, NUM_CHOICES, NUM_OPS, OP_NAMES, OPS, REPLICATED, OpDef, present_ops
 from .strategy import Strategy
 
 NUM_COARSE = 6
@@ -324,6 +324,28 @@ class StrategySpace:
                 ok &= self.block_ok(block, dims[:, cols])
             flag("engine_layout", ~ok)
         return bits
+
+    def engine_refused_degrees(self) -> int:
+        """How many degree combinations (tp, ep, pp, dp; Megatron's layout, the smallest
+        batch each allows, cp 1) only the engine's degree rules (``engine_degrees``) refuse:
+        0 without an engine. What a plan with nothing feasible under an engine says was
+        left out, e.g. SGLang's multi-node layouts on a cluster whose nodes hold none."""
+        if self.engine is None:
+            return 0
+        grids = np.meshgrid(*(np.arange(len(v)) for v in (self.tp_values, self.ep_values,
+                                                           self.pp_values, self.dp_values)),
+                            indexing="ij")
+        a = np.zeros((grids[0].size, len(self.nvec)), dtype=np.int64)
+        for head, g in zip((TP_HEAD, EP_HEAD, PP_HEAD, DP_HEAD), grids, strict=True):
+            a[:, head] = g.ravel()
+        dp = np.asarray(self.dp_values, dtype=np.int64)[a[:, DP_HEAD]]
+        batches = np.asarray(self.batch_values, dtype=np.int64)
+        # the smallest batch that is a multiple of dp (the batch rule), else the largest
+        a[:, BATCH_HEAD] = np.argmax(batches[None, :] % dp[:, None] == 0, axis=1)
+        a[:, CP_HEAD] = int(np.argmin(self.cp_values))
+        a[:, NUM_COARSE:] = np.asarray(MEGATRON_DIMS, dtype=np.int64)
+        bits = self.rule_bits_many(a) & ~RULE_BIT["engine_layout"]
+        return int(np.count_nonzero(bits == RULE_BIT["engine_degrees"]))
 
     def cp_ok(self, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
         """Whether each ``(tp, cp)`` pair meets the ``context_parallel`` rule (broadcast, bool):

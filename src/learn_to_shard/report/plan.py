@@ -116,6 +116,13 @@ class Plan:
                                    f"below are the search's)")
             reasons.extend(f"{k} evaluations broke '{name}'" for name, k in
                            sorted(counts.items(), key=lambda kv: -kv[1]))
+            refused = cm.space.engine_refused_degrees()
+            if refused and cm.space.engine is not None:
+                reasons.append(f"{refused} degree combinations were left out because "
+                               f"{cm.space.engine.title} cannot launch them ('engine_degrees':"
+                               f" its expert/attention-DP rules, or multi-node layouts this "
+                               f"cluster's nodes do not hold); without --engine they are "
+                               f"searched")
         return cls(model=cm.model.name, cluster=cm.cluster.name, workload=cm.workload,
                    method=method, method_used=result.method, feasible=best is not None,
                    best=best, alternatives=alts, rejected=rejected, reasons=reasons,
