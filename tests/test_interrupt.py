@@ -35,10 +35,15 @@ RUN_FILES = {"sa-seed0.json", "sa-seed1.json", "sa-seed2.json", "random-seed0.js
              "random-seed1.json", "random-seed2.json", "megatron-seed0.json"}
 # Runs the CLI in a subprocess, telling the test on stderr when the imports are done
 # ("ready") and when a search has spent SEARCHING evaluations ("searching"), so the SIGINT
-# lands where the test means it to, however loaded the machine.
+# lands where the test means it to, however loaded the machine. The child takes SIGINT as
+# a command started from a terminal does (Python's KeyboardInterrupt): a parent that ignores
+# SIGINT, as a non-interactive shell does for the commands it starts with &, would pass the
+# ignoring down and the test's Ctrl-C would never land.
 SEARCHING = 50
 WRAP = f"""
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from learn_to_shard.cli import app
 from learn_to_shard.search import base, searcher_names
 searcher_names()
