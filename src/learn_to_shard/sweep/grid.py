@@ -144,8 +144,8 @@ class WorkloadSpec(_Strict):
             head = f"{self.phase}-{self.isl}" + (f"/{self.osl}" if self.osl else "")
         extra = [f"{what}={v:g}s" if v >= 1 else f"{what}={to_ms(v):g}ms"
                  for what, v in (("ttft", self.ttft_slo_s), ("tpot", self.tpot_slo_s)) if v]
-        extra += [f"{v}" if what == "w" else f"kv={v}" for what, v in
-                  (("w", self.dtype), ("kv", self.kv_dtype)) if v]
+        extra += [self.dtype] if self.dtype else []
+        extra += [f"kv={self.kv_dtype}"] if self.kv_dtype else []
         extra += [f"rate={self.rate_rps:g}"] if self.rate_rps else []
         extra += [f"conc={self.concurrency}"] if self.concurrency else []
         return " ".join([head, *extra])
