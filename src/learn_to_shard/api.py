@@ -145,6 +145,17 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
 MAX_IMAGES_PER_REQUEST = 10_000
 
 
+def _check_engine_name(engine: object, flag: str) -> None:
+    """Refuse an ``engine`` that is neither a name nor ``None``.
+
+    Raises:
+        ConfigError: naming ``flag``.
+    """
+    if engine is not None and not isinstance(engine, str):
+        raise ConfigError(f"{flag}: an engine name (vllm, sglang, trtllm) or None, got "
+                          f"{engine!r}")
+
+
 def _is_int(value: object) -> bool:
     """A whole number given as an integer (Python's or NumPy's; not a bool, float or
     string)."""
@@ -232,8 +243,7 @@ def cost_config(engine: str | None = None, gpu_memory_utilization: float | None 
     Raises:
         ConfigError: unknown engine, or a value out of range (the message names the option).
     """
-    if engine is not None and not isinstance(engine, str):
-        raise ConfigError(f"--engine: an engine name or None, got {engine!r}")
+    _check_engine_name(engine, "--engine")
     if engine is not None and not engine.strip():
         raise ConfigError("--engine: empty; give one of the engine profiles or leave it out")
     overrides: dict[str, float | int] = {}
@@ -283,8 +293,7 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
         raise ConfigError(f"workload: a Workload (make_workload(...)), got {workload!r}")
     if config is not None and not isinstance(config, CostModelConfig):
         raise ConfigError(f"config: a CostModelConfig (cost_config(...)), got {config!r}")
-    if engine is not None and not isinstance(engine, str):
-        raise ConfigError(f"engine: an engine name or None, got {engine!r}")
+    _check_engine_name(engine, "engine")
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
     profile = ENGINES.get(engine or "")
@@ -353,9 +362,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         InternalError: the exact search's self-check failed (a bug; never hidden by a
             fallback to another searcher).
     """
-    if engine is not None and not isinstance(engine, str):
-        raise ConfigError(f"engine: an engine name (vllm, sglang, trtllm) or None, got "
-                          f"{engine!r}")
+    _check_engine_name(engine, "engine")
     if engine is not None and isinstance(config, CostModelConfig) and \
             config.engine != cost_config(engine).engine:
         made = f"engine {config.engine!r}" if config.engine else "no engine"
