@@ -390,7 +390,6 @@ def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkey
     SGLang's is on, so under a Poisson load arrivals wait one more step and TTFT grows);
     ``overlap_schedule`` and ``prefill_first`` in the config override the engine's defaults,
     and ``decode_steps_per_schedule`` reaches the simulation."""
-    import learn_to_shard.serving.load as load_mod
 
     cm = sglang_70b
     s = Strategy(tp=8, ep=1, pp=1, dp=1, batch=16, dims=MEGATRON_DIMS)
@@ -408,7 +407,8 @@ def test_simulate_estimate_runs_the_engines_overlap_scheduler(sglang_70b, monkey
     assert simulate_estimate(cm, est, load)["scheduler"] == {
         "prefill_first": True, "overlap_schedule": True, "decode_steps_per_schedule": 1,
         "recv_interval": 1, "kv_admission": "reserve", "preemptions": 0}
-    monkeypatch.setattr(load_mod, "OVERLAP_SCHEDULE_ENGINES", ())
+    import learn_to_shard.engines as engines_mod
+    monkeypatch.setattr(engines_mod, "OVERLAP_SCHEDULE_ENGINES", ())
     assert simulate_estimate(cm, est, load)["simulated"] == off
     assert with_config(overlap_schedule=True) == on
     import learn_to_shard.cost.config as config_mod

@@ -16,8 +16,8 @@ from ..cost.config import CostModelConfig
 from ..cost.model import CostModel, Estimate
 from ..engines import (
     KV_ADMISSION,
-    OVERLAP_SCHEDULE_ENGINES,
     default_max_num_seqs,
+    runs_overlap_schedule,
 )
 from ..errors import ConfigError
 from ..model.spec import ModelSpec
@@ -492,10 +492,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         share += f"; {queue} wait in the queue ({seqs} running: {why})"
     c = cm.config
     prefill_first = c.runs_prefill_first and s.dp == 1
-    # SGLang turns its overlap scheduler off under pipeline parallelism (sgl-project/sglang
-    # v0.5.23 sglang/srt/arg_groups/overrides.py _pipeline_parallel_overlap_disable).
-    overlap = (c.engine in OVERLAP_SCHEDULE_ENGINES
-               and not (c.engine == "sglang" and s.pp > 1)) if c.overlap_schedule is None \
+    overlap = runs_overlap_schedule(c.engine, s.pp) if c.overlap_schedule is None \
         else c.overlap_schedule
     admission = kv_admission(c)
     res = simulate(step, req, max_num_seqs=seqs,
