@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import learn_to_shard
 from learn_to_shard.cli import app
+from learn_to_shard.errors import ConfigError
 
 runner = CliRunner()
 
@@ -606,6 +608,24 @@ def test_engines_are_refused_on_devices_they_do_not_run_on():
     assert ok.exit_code == 0 and "vllm serve" in ok.stdout
     doc = json.loads(_run(*base, "--cluster", "mi300x:8", "--json", "--no-timing").stdout)
     assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang"}
+
+
+def test_engines_that_cannot_load_the_checkpoint_are_refused_and_left_out_of_the_table():
+    """An NVFP4 checkpoint on H100: TensorRT-LLM (either runtime's profile) is refused by
+    --engine and by the API's plan(engine=...), one line, exit 2 / ConfigError, and the
+    engine table of a plan without --engine lists only vLLM and SGLang (W4A16 Marlin there);
+    on B200 all three are listed."""
+    base = ["plan", "--model", "qwen3-235b-a22b-nvfp4", "--phase", "serve", "--isl", "1024",
+            "--osl", "256", "-q"]
+    r = _run(*base, "--cluster", "h100-sxm:8", "--engine", "trtllm-tensorrt")
+    assert r.exit_code == 2 and "NVFP4 weights only with FP4 math" in r.output, r.output
+    with pytest.raises(ConfigError, match=r"^engine trtllm: TensorRT-LLM 1\.2\.0rc2 runs NVFP4"):
+        learn_to_shard.plan("qwen3-235b-a22b-nvfp4", "h100-sxm:8", "serve", isl=1024,
+                            osl=256, engine="trtllm")
+    doc = json.loads(_run(*base, "--cluster", "h100-sxm:8", "--json", "--no-timing").stdout)
+    assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang"}
+    doc = json.loads(_run(*base, "--cluster", "b200:8", "--json", "--no-timing").stdout)
+    assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang", "trtllm"}
 
 
 def test_bad_lengths_name_the_flag_given_and_tiny_slos_print_in_microseconds():

@@ -17,10 +17,12 @@ import yaml
 from typer.testing import CliRunner
 
 from learn_to_shard.api import cost_config, make_cost_model, make_workload, search_plan
+from learn_to_shard.api import plan as l2s_plan
 from learn_to_shard.cli import app
 from learn_to_shard.engines import ENGINES
 from learn_to_shard.engines.flags import check_args, check_yaml_keys, load_snapshot
 from learn_to_shard.errors import ConfigError
+from learn_to_shard.model.hf_config import load_model
 from learn_to_shard.report.export import build_export, export_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -663,16 +665,50 @@ def test_servers_beyond_the_node_boundaries_are_not_told_to_take_a_node_each(tmp
     assert "NVLink domain" not in r.stdout          # hosts are the whole domain here
 
 
-def test_trtllm_export_of_nvfp4_weights_on_hopper_says_the_engine_cannot_run_them():
-    """TensorRT-LLM's FP4 GEMMs need Blackwell: an NVFP4 checkpoint planned on H100 is
-    exported with a NOT EXPRESSIBLE line; on B200 it is not."""
+def test_trtllm_plan_of_nvfp4_weights_on_hopper_is_refused_before_the_search():
+    """TensorRT-LLM's FP4 GEMMs need Blackwell: an NVFP4 checkpoint planned for it on H100
+    (--engine or --export) is one error line naming the engine, the device and what would
+    run, exit 2; on B200 it is planned and exported with no such line; vLLM and SGLang (W4A16
+    Marlin on Hopper) plan it on H100."""
     base = ["plan", "--model", "deepseek-v3.1-nvfp4", "--phase", "serve", "--isl", "1024",
-            "--osl", "256", "--tpot-slo", "60ms", "--export", "trtllm", "-q"]
-    hopper = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:8"])
-    assert hopper.exit_code == 0, hopper.output
-    assert "# NOT EXPRESSIBLE: NVFP4 weights on a chip without FP4 math" in hopper.stdout
-    blackwell = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])
+            "--osl", "256", "--tpot-slo", "60ms", "-q"]
+    for flag in ("--export", "--engine"):
+        hopper = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:8", flag, "trtllm"])
+        assert hopper.exit_code == 2, hopper.output
+        assert f"{flag} trtllm: TensorRT-LLM 1.2.0rc2 runs NVFP4 weights only with FP4 " \
+               "math (Blackwell, SM 100+), which h100-sxm does not have; serve " \
+               "deepseek-v3.1-nvfp4 with another engine (vllm, sglang)" in hopper.output
+        assert "Traceback" not in hopper.output and hopper.output.count("\n") == 1
+    blackwell = CliRunner().invoke(app, [*base, "--cluster", "b200:8", "--export", "trtllm"])
     assert blackwell.exit_code == 0 and "NVFP4 weights" not in blackwell.stdout
+    assert "trtllm-serve" in blackwell.stdout
+    vllm = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:8", "--export", "vllm"])
+    assert vllm.exit_code == 0 and "vllm serve" in vllm.stdout, vllm.output
+    assert "NOT EXPRESSIBLE" not in vllm.stdout
+
+
+def test_trtllm_of_mxfp4_experts_is_refused_on_ampere_and_planned_on_hopper():
+    """gpt-oss's MXFP4 experts: TensorRT-LLM has no W4A16 MoE kernel on SM 80 (GPUStack's
+    A100 run: "WFP4A16 MoE is unsupported on SM80"), but runs them on Hopper."""
+    base = ["plan", "--model", "gpt-oss-20b", "--phase", "serve", "--isl", "1024", "--osl",
+            "256", "--export", "trtllm", "-q"]
+    a100 = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1"])
+    assert a100.exit_code == 2
+    assert "has no MXFP4 (W4A16) MoE kernel for a100-80gb" in a100.output
+    h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1"])
+    assert h100.exit_code == 0 and "trtllm-serve" in h100.stdout, h100.output
+
+
+def test_export_of_an_nvfp4_plan_for_trtllm_on_hopper_still_says_not_expressible():
+    """A plan made without an engine (the API's build_export of it, as the engine table
+    does) still gets the NOT EXPRESSIBLE line for TensorRT-LLM from the same rule."""
+    p = l2s_plan("deepseek-v3.1-nvfp4", "h100-sxm:8", "serve", isl=1024, osl=256,
+                            tpot_slo_s=0.060)
+    ex = build_export(p, "trtllm", model=load_model("deepseek-v3.1-nvfp4"))
+    assert any(u.startswith("TensorRT-LLM 1.2.0rc2 runs NVFP4 weights only with FP4 math")
+               for u in ex.unexpressed), ex.unexpressed
+    assert not [u for u in build_export(p, "vllm", model=load_model(
+        "deepseek-v3.1-nvfp4")).unexpressed if "NVFP4" in u]
 
 
 @pytest.mark.parametrize("engine, says", [

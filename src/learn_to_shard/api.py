@@ -11,7 +11,7 @@ import numpy as np
 
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
-from .engines import default_kv_dtype
+from .engines import default_kv_dtype, fp4_weights_refusal
 from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError
 from .hardware.fabric import scale_up_fabric
@@ -387,7 +387,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     wl = with_images(wl, spec, images_per_request, image_tokens)
     cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine,
                          context_parallel=context_parallel)
-    check_engine_device(engine, "engine", cm.cluster.device)
+    check_engine_device(engine, "engine", cm.cluster.device, cm.model)
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 
@@ -780,15 +780,35 @@ def engine_runtime(engine: str) -> str:
     return str(ENGINE_PROFILES.get(engine, {}).get("engine", engine))
 
 
-def check_engine_device(engine: str | None, flag: str, device: DeviceSpec) -> None:
+def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
+                              model: ModelSpec | None) -> str | None:
+    """Why ``engine`` (a profile name) cannot load ``model``'s checkpoint on ``device``, or
+    ``None`` where nothing known stops it: FP4 weights on a chip that lacks the math its
+    kernels need (:func:`~learn_to_shard.engines.fp4_weights_refusal`)."""
+    if engine is None or model is None or model.quant is None or not model.quant.fp4:
+        return None
+    return fp4_weights_refusal(engine_runtime(engine), model.quant.method, device.name,
+                               bool(device.peak_fp4_flops_per_s),
+                               bool(device.peak_fp8_flops_per_s))
+
+
+def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
+                        model: ModelSpec | None = None) -> None:
     """Refuse an engine (``--engine``, ``--export``, a grid's engine) on a device it does not
-    run on (:func:`engine_runs_on`).
+    run on (:func:`engine_runs_on`), or, given ``model``, for a checkpoint it cannot load
+    there (:func:`engine_checkpoint_refusal`).
 
     Raises:
-        ConfigError: naming ``flag``, the engine, the device's vendor and the vendors the
-            engine runs on.
+        ConfigError: naming ``flag``, the engine, and the device's vendor and the vendors the
+            engine runs on, or what the engine lacks for the checkpoint and what would run.
     """
-    if engine is None or engine_runs_on(engine, device):
+    if engine is None:
+        return
+    why = engine_checkpoint_refusal(engine, device, model)
+    if why is not None and model is not None:
+        raise ConfigError(f"{flag} {engine}: {why}; serve {model.name} with another engine "
+                          f"(vllm, sglang), or an FP8 or BF16 checkpoint")
+    if engine_runs_on(engine, device):
         return
     runtime = engine_runtime(engine)
     runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[runtime])

@@ -42,6 +42,7 @@ from .api import (
     checkpoint_dtypes,
     collectives_config,
     cost_config,
+    engine_checkpoint_refusal,
     engine_runs_on,
     engine_runtime,
     exact_optimum,
@@ -576,7 +577,8 @@ def plan_cmd(
             cfg = dataclasses.replace(cfg, kv_admission=kv_admission)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
                              context_parallel=context_parallel)
-        check_engine_device(engine, "--export" if export else "--engine", cm.cluster.device)
+        check_engine_device(engine, "--export" if export else "--engine", cm.cluster.device,
+                            cm.model)
         if moe_a2a is not None and \
                 scale_up_fabric(cm.cluster.device).vendor not in ("nvidia", "unknown"):
             raise ConfigError(f"--moe-a2a {moe_a2a}: DeepEP runs on NVIDIA GPUs (NVSHMEM), "
@@ -815,7 +817,8 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
     all-to-all options are not carried into them. Empty with ``--engine``, when the
     unrestricted answer is not the exact optimum (budgeted answers are not optima; an
     engine's space is a subset, so its exact search is no slower), or when it is infeasible;
-    engines that do not run on the device's vendor are left out (:func:`engine_runs_on`)."""
+    engines that do not run on the device's vendor (:func:`engine_runs_on`), or cannot load
+    the checkpoint there (:func:`engine_checkpoint_refusal`), are left out."""
     from .engines import ENGINES
     from .report.export import build_export
 
@@ -823,7 +826,8 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
         return []
     rows = []
     for name, prof in ENGINES.items():
-        if not engine_runs_on(name, cm.cluster.device):
+        if not engine_runs_on(name, cm.cluster.device) \
+                or engine_checkpoint_refusal(name, cm.cluster.device, cm.model):
             continue
         cfg = dataclasses.replace(
             _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens),
@@ -1136,7 +1140,7 @@ def compare_cmd(
         wl = with_images(wl, spec, images_per_request, image_tokens)
         cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens))
-        check_engine_device(engine, "--engine", cm.cluster.device)
+        check_engine_device(engine, "--engine", cm.cluster.device, cm.model)
         store = RunStore(out, problem_fingerprint(cm, budget))
         if store.check(resume):
             err.print(f"resuming: finished runs are loaded from {store.runs_dir}, not run "
@@ -1254,13 +1258,15 @@ def pareto_cmd(
             raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
-        check_engine_device(engine, "--engine", cm.cluster.device)
+        check_engine_device(engine, "--engine", cm.cluster.device, cm.model)
         if export:
-            check_engine_device(export, "--export", cm.cluster.device)
+            check_engine_device(export, "--export", cm.cluster.device, cm.model)
         res = pareto(cm)
         launch_engine: str | None = export or _launch_engine(engine)
-        if launch_engine is not None and not engine_runs_on(launch_engine, cm.cluster.device):
-            launch_engine = None                 # no launch command for hardware it lacks
+        if launch_engine is not None and (
+                not engine_runs_on(launch_engine, cm.cluster.device)
+                or engine_checkpoint_refusal(launch_engine, cm.cluster.device, cm.model)):
+            launch_engine = None       # no launch command for hardware or weights it lacks
         rows = frontier_rows(res, cm, engine, launch_engine)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None

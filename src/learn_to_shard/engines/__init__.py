@@ -469,6 +469,37 @@ def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool) -> str:
     return "fp8" if engine == "trtllm" and checkpoint_kv_fp8 else "bf16"
 
 
+def fp4_weights_refusal(engine: str | None, quant_method: str, device_name: str,
+                        fp4_math: bool, fp8_math: bool) -> str | None:
+    """Why ``engine`` (an engine runtime: ``vllm``, ``sglang``, ``trtllm``) cannot load FP4
+    weights quantised by ``quant_method`` (``QuantSpec.method``, e.g. ``modelopt:NVFP4``,
+    ``mxfp4``) on a device with (``fp4_math``) or without FP4 math and with or without FP8
+    math, or ``None`` where nothing known stops it. TensorRT-LLM only:
+
+    * NVFP4 needs FP4 math (Blackwell): "FP4 Gemm not supported before Blackwell"
+      (NVIDIA/TensorRT-LLM issue 5018, the SM >= 100 check of its FP4 GEMM; a W4A16
+      fallback on Hopper came with NVIDIA/TensorRT-LLM PR 14775, for Nemotron-H only). vLLM
+      and SGLang run NVFP4 as W4A16 Marlin GEMMs on SM 80-90 (SGLang 0.5.23
+      ``layers/quantization/fp4_utils.py`` ``initialize_fp4_gemm_config`` picks ``marlin``
+      there, and its NVFP4 MoE falls back to Marlin on SM 80-90).
+    * MXFP4 (gpt-oss) needs FP8 math (Hopper's W4A16 MoE or Blackwell's FP4):
+      "NotImplementedError: WFP4A16 MoE is unsupported on SM80" (TensorRT-LLM v1.2.0rc1
+      serving gpt-oss on an A100: gpustack/gpustack@1f37f1b8bd79c6b424a0cb55c7abd08a5c2132dc
+      ``docs/performance-lab/gpt-oss-20b/a100.md``).
+    """
+    if engine != "trtllm":
+        return None
+    method = quant_method.upper()
+    title = f"TensorRT-LLM {ENGINES['trtllm'].version}"
+    if "NVFP4" in method and not fp4_math:
+        return (f"{title} runs NVFP4 weights only with FP4 math (Blackwell, SM 100+), which "
+                f"{device_name} does not have")
+    if "MXFP4" in method and not fp8_math and not fp4_math:
+        return (f"{title} has no MXFP4 (W4A16) MoE kernel for {device_name} (\"WFP4A16 MoE "
+                f"is unsupported on SM80\")")
+    return None
+
+
 def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: float,
                          kv_tokens_per_rank: int, context_len: int) -> int:
     """Running requests one scheduler (one attention-DP rank) admits when the launch does not

@@ -46,7 +46,14 @@ from pathlib import Path
 import yaml
 
 from ..cost.terms import runs_trtllm_gen_moe
-from ..engines import BLOCKS, MEGATRON, default_max_num_batched_tokens, get_engine, node_ranks_cover
+from ..engines import (
+    BLOCKS,
+    MEGATRON,
+    default_max_num_batched_tokens,
+    fp4_weights_refusal,
+    get_engine,
+    node_ranks_cover,
+)
 from ..errors import ConfigError, PlannerError
 from ..hardware.presets import parse_cluster
 from ..hardware.spec import DeviceSpec
@@ -733,14 +740,12 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             unexpressed.append("FP8 weights: trtllm-serve has no online FP8 quantisation; "
                                "serve an FP8 checkpoint (e.g. quantised with ModelOpt)")
         q = model.quant if model is not None else None
-        if q is not None and q.fp4 and "NVFP4" in q.method.upper() and device is not None:
-            if not device.peak_fp4_flops_per_s:
-                # "FP4 Gemm not supported before Blackwell" (NVIDIA/TensorRT-LLM issue 5018,
-                # the SM >= 100 check of its FP4 GEMM); a W4A16 fallback on Hopper came with
-                # NVIDIA/TensorRT-LLM PR 14775 (merged 2026-05-30), for Nemotron-H only.
-                unexpressed.append(f"NVFP4 weights on a chip without FP4 math: TensorRT-LLM "
-                                   f"{prof.version}'s FP4 GEMMs need Blackwell (SM 100+); "
-                                   f"serve an FP8 or BF16 checkpoint here, or another "
+        if q is not None and q.fp4 and device is not None:
+            why = fp4_weights_refusal(engine, q.method, device.name,
+                                      bool(device.peak_fp4_flops_per_s),
+                                      bool(device.peak_fp8_flops_per_s))
+            if why is not None:
+                unexpressed.append(f"{why}; serve an FP8 or BF16 checkpoint here, or another "
                                    f"engine")
         if nodes > 1:
             # One MPI rank per GPU over the server's nodes, trtllm-serve under

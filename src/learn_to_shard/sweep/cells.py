@@ -80,7 +80,7 @@ def _cost_model(cell_problem: str) -> CostModel:
     cm = make_cost_model(spec, cell.cluster, cell.workload.workload(spec, e.name),
                            cost_config(e.name, e.gpu_memory_utilization,
                                        e.max_num_batched_tokens), engine=e.name)
-    check_engine_device(e.name, "engine", cm.cluster.device)
+    check_engine_device(e.name, "engine", cm.cluster.device, cm.model)
     return cm
 
 
