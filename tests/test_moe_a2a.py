@@ -101,13 +101,18 @@ def test_plan_says_when_the_asked_all_to_all_goes_unused(tmp_path):
     r = CliRunner().invoke(app, [*base, "--engine", "vllm", "--json"])
     assert r.exit_code == 0, r.output
     # vLLM's DeepEP plans lose to EP 1 on one H200 node (the priced kernels at EP 8)
-    assert json.loads(r.stdout)["best"]["strategy"]["ep"] == 1
+    doc = json.loads(r.stdout)
+    assert doc["best"]["strategy"]["ep"] == 1
+    assert len(doc["notes"]) == 1 and doc["notes"][0].startswith(
+        "MoE all-to-all deepep auto was asked for, but the best plan has EP 1")
     r = CliRunner().invoke(app, [*base, "--engine", "vllm", "--report", str(tmp_path)])
     assert "was asked for, but the best plan has EP 1" in " ".join(r.output.split())
     assert "was asked for, but the best plan has EP 1" in (tmp_path / "report.md").read_text()
     r = CliRunner().invoke(app, [*base, "--engine", "sglang"])
     assert r.exit_code == 0, r.output
     assert "best plan has EP 1" not in " ".join(r.output.split())
+    doc = json.loads(CliRunner().invoke(app, [*base, "--engine", "sglang", "--json"]).stdout)
+    assert doc["notes"] == []
     # one GPU: no plan had expert parallelism, nothing ranked lower
     one = [a if a != "h200:8" else "h200:1" for a in base]
     r = CliRunner().invoke(app, [*one, "--engine", "vllm"])

@@ -222,10 +222,7 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
             for a in plan.alternatives]
     if alts:
         head.tables.append((["alternative", "tokens/s/device", "TPOT", "TTFT"], alts))
-    from .render import unused_a2a_note
-
-    if (unused := unused_a2a_note(plan)) is not None:
-        head.paragraphs.append(unused[0].upper() + unused[1:] + ".")
+    head.paragraphs += [note[0].upper() + note[1:] + "." for note in plan.notes]
     layer = Section("Strategy per layer", paragraphs=[
         "Each box is one fused operator, coloured by its placement along its group; the "
         "lines after it are the collectives its output layout needs, with the time of one "

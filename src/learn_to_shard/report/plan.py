@@ -143,6 +143,24 @@ class Plan:
         """True if Ctrl-C stopped the search: ``best`` is the best found before it."""
         return bool(self.search.get("interrupted", False))
 
+    @property
+    def notes(self) -> list[str]:
+        """Sentences about the best plan that the terminal prints under it (``note: ...``),
+        the report carries and ``--json`` records under ``"notes"``: that the MoE all-to-all
+        kernels asked for (``--moe-a2a``) go unused because the best plan has EP 1 (no
+        tokens cross ranks; every plan with expert parallelism priced the exchange and
+        ranked lower). Empty where there is nothing to say (also where the cluster has one
+        device, so no plan had expert parallelism)."""
+        a2a = (self.cost_model or {}).get("moe_a2a_kernel")
+        e = self.best
+        if not (a2a and self.moe_routing and e is not None and e.strategy.ep == 1
+                and e.strategy.devices * max(e.instances, 1) + e.idle_devices > 1):
+            return []
+        return [f"MoE all-to-all {str(a2a).replace('_', ' ')} was asked for, but the best "
+                f"plan has EP 1, which sends no tokens between ranks: its experts are "
+                f"tensor-parallel, and every plan with expert parallelism priced that "
+                f"exchange and ranked lower"]
+
     def to_dict(self, timing: bool = True) -> dict[str, object]:
         """JSON-ready dictionary (SI units; keys carry units).
 
@@ -168,6 +186,7 @@ class Plan:
             "alternatives": [estimate_to_dict(e, wl) for e in self.alternatives],
             "rejected": [estimate_to_dict(e, wl) for e in self.rejected],
             "reasons": self.reasons,
+            "notes": self.notes,
             "expected_error": expected_error(),
             "violation_counts": self.violation_counts,
             "search": {k: v for k, v in self.search.items() if not is_timing_key(k)},

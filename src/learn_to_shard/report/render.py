@@ -112,8 +112,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         return
     e = plan.best
     _render_estimate(con, plan, e, title="Best strategy")
-    if (unused := unused_a2a_note(plan)) is not None:
-        con.print(f"note: {unused}", highlight=False, markup=False)
+    for note in plan.notes:
+        con.print(f"note: {note}", highlight=False, markup=False)
     if plan.alternatives:
         t = Table(title="Top alternatives", show_lines=False)
         for col in ("strategy", _unit(plan), "TPOT", "TTFT", "mem/device"):
@@ -139,20 +139,6 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   "shown when > 1)] b (sequences per instance), then "
                   "one choice per operator in order " + ", ".join(OP_NAMES)
                   + ": 0 = Shard(0), 1 = Shard(1), ∅ = Replicate()[/]")
-
-
-def unused_a2a_note(plan: Plan) -> str | None:
-    """The sentence saying that the MoE all-to-all kernels asked for (``--moe-a2a``) go
-    unused because the best plan has EP 1 (no tokens cross ranks), or ``None``."""
-    a2a = (plan.cost_model or {}).get("moe_a2a_kernel")
-    e = plan.best
-    # One device in all: no plan had expert parallelism to price.
-    if not (a2a and plan.moe_routing and e is not None and e.strategy.ep == 1
-            and e.strategy.devices * max(e.instances, 1) + e.idle_devices > 1):
-        return None
-    return (f"MoE all-to-all {str(a2a).replace('_', ' ')} was asked for, but the best plan has "
-            f"EP 1, which sends no tokens between ranks: its experts are tensor-parallel, and "
-            f"every plan with expert parallelism priced that exchange and ranked lower")
 
 
 def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
