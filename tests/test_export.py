@@ -10,6 +10,7 @@ in scratch environments the test creates
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -296,6 +297,27 @@ def test_trtllm_export_says_the_checkpoint_kv_dtype_wins():
     r = _cli(*base, "--kv-dtype", "bf16")
     assert r.exit_code == 0, r.output
     assert "NOT EXPRESSIBLE: KV cache in bf16" in r.stdout and "dtype: fp8" not in r.stdout
+
+
+@pytest.mark.parametrize("engine, fp8, bf16", [("vllm", "fp8", "bfloat16"),
+                                                ("sglang", "fp8_e4m3", "bf16")])
+def test_vllm_and_sglang_take_a_modelopt_checkpoints_fp8_kv_by_default(engine, fp8, bf16):
+    """vLLM's and SGLang's --kv-cache-dtype auto run a ModelOpt export's FP8 KV cache
+    (kv_cache_quant_algo FP8): by default the plan prices FP8 KV and the launch says so; a
+    plan with --kv-dtype bf16 pins 16 bits, since auto would not give them. A 16-bit
+    checkpoint keeps bf16 with no flag."""
+    base = ("--model", "llama-3.1-70b-instruct-fp8", "--cluster", "h100-sxm:8", "--export",
+            engine, "--json", "-q")
+    doc = json.loads(_cli(*base).stdout)
+    assert doc["workload"]["kv_dtype"] == "fp8"
+    assert f"--kv-cache-dtype {fp8} " in doc["export"]["text"]
+    doc = json.loads(_cli(*base, "--kv-dtype", "bf16").stdout)
+    assert doc["workload"]["kv_dtype"] == "bf16"
+    assert f"--kv-cache-dtype {bf16} " in doc["export"]["text"]
+    plain = json.loads(_cli("--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--export",
+                            engine, "--json", "-q").stdout)
+    assert plain["workload"]["kv_dtype"] == "bf16"
+    assert "--kv-cache-dtype" not in plain["export"]["text"]
 
 
 def test_export_accepts_the_longest_sharegpt_request():

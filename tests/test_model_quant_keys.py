@@ -280,17 +280,23 @@ def test_modelopt_awq_zero_points_are_read(tmp_path: Path) -> None:
     assert "has_zero_point" in _refusal(tmp_path, "llama-3.1-8b", nv)
 
 
-def test_trtllm_plans_the_kv_cache_as_its_auto_loads_the_checkpoint() -> None:
-    """TensorRT-LLM's ``kv_cache_config.dtype`` ``auto`` takes a ModelOpt checkpoint's
-    ``kv_cache_quant_algo``; vLLM's and SGLang's ``auto`` keep 16 bits; a given
-    ``--kv-dtype`` wins everywhere (api.checkpoint_dtypes)."""
+def test_engines_plan_the_kv_cache_as_their_auto_loads_the_checkpoint() -> None:
+    """TensorRT-LLM's ``kv_cache_config.dtype`` ``auto``, vLLM's and SGLang's
+    ``--kv-cache-dtype auto`` take a ModelOpt checkpoint's ``kv_cache_quant_algo``; no
+    engine keeps 16 bits, and so do vLLM and SGLang for FP8 KV scales outside a ModelOpt
+    export (a compressed-tensors ``kv_cache_scheme``); a given ``--kv-dtype`` wins
+    everywhere (api.checkpoint_dtypes)."""
     from learn_to_shard.api import checkpoint_dtypes
+    from learn_to_shard.engines import default_kv_dtype
 
     fp8_kv = load_model("llama-3.1-70b-instruct-fp8")          # kv_cache_quant_algo FP8
-    assert checkpoint_dtypes(fp8_kv, None, None, "trtllm") == ("fp8", "fp8")
-    for engine in ("vllm", "sglang", None):
-        assert checkpoint_dtypes(fp8_kv, None, None, engine) == ("fp8", "bf16")
-    assert checkpoint_dtypes(fp8_kv, None, "bf16", "trtllm") == ("fp8", "bf16")
+    for engine in ("trtllm", "vllm", "sglang"):
+        assert checkpoint_dtypes(fp8_kv, None, None, engine) == ("fp8", "fp8")
+        assert checkpoint_dtypes(fp8_kv, None, "bf16", engine) == ("fp8", "bf16")
+    assert checkpoint_dtypes(fp8_kv, None, None, None) == ("fp8", "bf16")
+    assert checkpoint_dtypes(fp8_kv, None, None, "trtllm-tensorrt") == ("fp8", "fp8")
+    assert [default_kv_dtype(e, True, modelopt=False) for e in ("trtllm", "vllm", "sglang")] \
+        == ["fp8", "bf16", "bf16"]
     # a checkpoint without KV scales keeps 16 bits under TensorRT-LLM too
     assert checkpoint_dtypes(load_model("deepseek-v3"), None, None, "trtllm")[1] == "bf16"
     assert checkpoint_dtypes(load_model("llama-3.1-8b"), None, None, "trtllm") == \

@@ -113,8 +113,9 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
     The weights as given, else as the checkpoint stores them (``ModelSpec.checkpoint_dtype``:
     ``fp8`` for FP8 checkpoints). The KV cache as given, else what the engine's default
     ``auto`` makes of the checkpoint (:func:`~learn_to_shard.engines.default_kv_dtype`:
-    TensorRT-LLM takes the checkpoint's FP8 KV quantisation where it states one; vLLM,
-    SGLang and no engine keep 16 bits whatever the weights). So typing the checkpoint's own
+    TensorRT-LLM takes the checkpoint's FP8 KV quantisation where it states one, vLLM and
+    SGLang where a ModelOpt export states it; no engine keeps 16 bits). So typing the
+    checkpoint's own
     ``--dtype`` changes nothing. ``engine`` may name a cost profile: the engine it describes
     applies (``trtllm-tensorrt``: TensorRT-LLM's; the Splitwise profiles: none).
 
@@ -136,7 +137,8 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
     if kv_dtype is None:
         quant = model.quant
         kv_dtype = default_kv_dtype(profile.get("engine", engine),
-                                    quant is not None and quant.kv_cache_fp8)
+                                    quant is not None and quant.kv_cache_fp8,
+                                    quant is not None and quant.method.startswith("modelopt"))
     return dtype or model.checkpoint_dtype, kv_dtype
 
 

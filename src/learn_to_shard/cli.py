@@ -132,9 +132,10 @@ DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8
                                               "the checkpoint's).")]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
                                                 "(default: as the engine's auto loads the "
-                                                "checkpoint: bf16, or fp8 with --engine "
-                                                "trtllm or trtllm-tensorrt where the "
-                                                "checkpoint ships FP8 KV scales).")]
+                                                "checkpoint: bf16, or fp8 where the "
+                                                "checkpoint ships FP8 KV scales, with "
+                                                "--engine trtllm, or vllm / sglang for a "
+                                                "ModelOpt export).")]
 EngineOpt = Annotated[str | None, typer.Option(
     "--engine", callback=_lower, help="Serving engine: vllm, sglang and trtllm restrict the "
     "search to what that engine can launch; each sets its memory policy: "

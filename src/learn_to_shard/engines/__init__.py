@@ -451,22 +451,40 @@ OVERLAP_SOURCES: dict[str, str] = {
 }
 
 
-def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool) -> str:
-    """The KV-cache dtype an engine's default (``auto``) gives a checkpoint: ``fp8`` under
-    TensorRT-LLM when the checkpoint states FP8 KV quantisation (ModelOpt
-    ``kv_cache_quant_algo``; TensorRT-LLM ``ModelLoader._apply_modelopt_quant_config``,
-    NVIDIA/TensorRT-LLM@0066b2a5696f5819dc4c98befa25e957e6e24fe5
-    ``tensorrt_llm/llmapi/llm_utils.py``: with ``kv_cache_config.dtype`` ``auto`` it sets
-    ``kv_cache_quant_algo`` from ``hf_quant_config.json``), else ``bf16`` (vLLM and SGLang
-    ``--kv-cache-dtype auto`` keep the activation dtype; no engine: the same).
+def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool,
+                     modelopt: bool = False) -> str:
+    """The KV-cache dtype an engine's default (``auto``) gives a checkpoint: ``fp8`` where the
+    checkpoint states FP8 KV quantisation and the engine takes it, else ``bf16`` (the
+    activation dtype; no engine: the same).
+
+    * TensorRT-LLM takes it from ModelOpt's ``kv_cache_quant_algo``
+      (``ModelLoader._apply_modelopt_quant_config``,
+      NVIDIA/TensorRT-LLM@0066b2a5696f5819dc4c98befa25e957e6e24fe5
+      ``tensorrt_llm/llmapi/llm_utils.py``: with ``kv_cache_config.dtype`` ``auto`` it sets
+      ``kv_cache_quant_algo`` from ``hf_quant_config.json``).
+    * vLLM 0.33.0 resolves ``--kv-cache-dtype auto`` to ``fp8`` for a ModelOpt checkpoint
+      whose ``kv_cache_quant_algo`` (or ``kv_cache_scheme``) is FP8
+      (``vllm/utils/torch_utils.py`` ``resolve_kv_cache_dtype_string``, called from
+      ``EngineArgs.create_engine_config``; only ``quant_method`` ``modelopt*``, which
+      ``transformers_utils/model_arch_config_convertor.py`` sets for ModelOpt exports).
+    * SGLang 0.5.23 picks ``float8_e4m3fn`` when the quantisation config's
+      ``kv_cache_quant_algo`` is FP8 (``srt/mem_cache/kv_cache_dtype.py``
+      ``configure_kv_cache_dtype``; ModelOpt's configs carry it).
+
+    A compressed-tensors ``kv_cache_scheme`` is not read by vLLM's or SGLang's ``auto``.
 
     Args:
         engine: an engine name (``vllm``, ``sglang``, ``trtllm``) or ``None``; other names
             (fitted profiles) are read as no engine.
         checkpoint_kv_fp8: the checkpoint ships FP8 KV-cache scales
             (``QuantSpec.kv_cache_fp8``).
+        modelopt: the checkpoint is a ModelOpt export (``QuantSpec.method`` ``modelopt:*``).
     """
-    return "fp8" if engine == "trtllm" and checkpoint_kv_fp8 else "bf16"
+    if not checkpoint_kv_fp8:
+        return "bf16"
+    if engine == "trtllm" or (engine in ("vllm", "sglang") and modelopt):
+        return "fp8"
+    return "bf16"
 
 
 def fp4_weights_refusal(engine: str | None, quant_method: str, device_name: str,

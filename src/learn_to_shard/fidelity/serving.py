@@ -291,16 +291,18 @@ def _kv_dtype(row: dict[str, str], model: ModelSpec, stand_in: bool = False) -> 
       checkpoint, and none when it is a ``stand_in`` of the same shape
       (:data:`_FP4_CHECKPOINT`: its KV scales say nothing about the row's checkpoint);
 
-    then the engine's rule (:func:`~learn_to_shard.engines.default_kv_dtype`: vLLM and SGLang
-    keep 16 bits, ``--kv-cache-dtype auto``)."""
+    then the engine's rule (:func:`~learn_to_shard.engines.default_kv_dtype`: TensorRT-LLM
+    takes FP8 KV scales; vLLM and SGLang those of a ModelOpt export, which the NVIDIA exports
+    are)."""
     stated = row.get("kv_dtype", "n/s")
     if stated in ("fp8", "bf16", "fp16"):
         return DType.FP8 if stated == "fp8" else DType.BF16
     if row.get("model_hf", "").startswith("nvidia/"):
-        kv_fp8 = True                       # an NVIDIA ModelOpt export (above)
+        kv_fp8 = modelopt = True            # an NVIDIA ModelOpt export (above)
     else:
         kv_fp8 = not stand_in and model.quant is not None and model.quant.kv_cache_fp8
-    return DType(default_kv_dtype(row.get("engine"), kv_fp8))
+        modelopt = model.quant is not None and model.quant.method.startswith("modelopt")
+    return DType(default_kv_dtype(row.get("engine"), kv_fp8, modelopt))
 
 
 @functools.lru_cache(maxsize=1)

@@ -49,6 +49,7 @@ from ..cost.terms import runs_trtllm_gen_moe
 from ..engines import (
     BLOCKS,
     MEGATRON,
+    default_kv_dtype,
     default_max_num_batched_tokens,
     fp4_weights_refusal,
     get_engine,
@@ -470,6 +471,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     native_quant = model is not None and (model.weight_block_size is not None
                                           or model.quant is not None)
     fp8_kv = wl.kv_dtype is DType.FP8
+    # vLLM's and SGLang's --kv-cache-dtype auto take a ModelOpt export's FP8 KV quantisation
+    # (engines.default_kv_dtype): a 16-bit KV plan of such a checkpoint names its dtype.
+    auto_fp8_kv = model is not None and model.quant is not None \
+        and default_kv_dtype(engine, model.quant.kv_cache_fp8,
+                             model.quant.method.startswith("modelopt")) == "fp8"
     if model is not None and model.checkpoint_dtype == "fp8" and wl.weight_dtype is DType.BF16:
         # The engines load an FP8 checkpoint as its quantization_config says (vLLM, SGLang:
         # the checkpoint's quant method; TensorRT-LLM: hf_quant_config.json) and none has a
@@ -545,6 +551,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--quantization", "fp8"]
         if fp8_kv:
             args += ["--kv-cache-dtype", "fp8"]
+        elif auto_fp8_kv:
+            args += ["--kv-cache-dtype", "bfloat16"]
         if moe and a2a is not None and s.ep == 1:
             unexpressed.append(f"moe all-to-all {a2a}: the plan has no expert parallelism "
                                f"(EP 1), so no --all2all-backend is set; its MoE exchange "
@@ -635,6 +643,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--quantization", "fp8"]
         if fp8_kv:
             args += ["--kv-cache-dtype", "fp8_e4m3"]
+        elif auto_fp8_kv:
+            args += ["--kv-cache-dtype", "bf16"]
         if moe and a2a is not None and s.ep > 1:
             args += ["--moe-a2a-backend", "deepep", "--deepep-mode",
                      {"deepep_auto": "auto", "deepep_normal": "normal"}.get(a2a, "low_latency")]
