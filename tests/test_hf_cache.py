@@ -87,6 +87,38 @@ def test_missing_repo_is_one_line_naming_the_cache(tmp_path: Path,
     assert r.exit_code == 2 and "looked in" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("repo", ["acme/Tiny@abc123", "org/My Model", "acme/Tiny:main",
+                                  "acme/-x", "acme/" + "x" * 100])
+def test_a_repo_id_hf_refuses_is_one_line(repo: str, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name shaped like ``org/name`` that huggingface_hub refuses as a repo id (a revision
+    suffix, a space, a leading dash, over 96 characters) is one line naming --model, exit 2,
+    not huggingface_hub's traceback."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    r = _plan("--model", repo)
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"error: --model {repo!r}: not a shipped model, a local path "
+                               "or a valid HuggingFace repo id (")
+    assert "Traceback" not in r.output and r.output.count("\n") == 1
+
+
+def test_a_snapshot_without_refs_main_is_read(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository downloaded at a pinned commit has snapshots/<commit>/ and no refs/main:
+    its one snapshot is read; with two snapshots and no ref, one line asks for a path."""
+    root = _cache(tmp_path / "hub", REPO, {"config.json": QWEN25_72B})
+    folder = root / ("models--" + REPO.replace("/", "--"))
+    (folder / "refs" / "main").unlink()
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    assert load_model(REPO).num_layers == 80
+    other = folder / "snapshots" / ("f" * 40)
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps(QWEN25_72B))
+    with pytest.raises(ConfigError, match=r"holds 2 snapshots of it \(0123456789ab, "
+                                          r"ffffffffffff\) and no refs/main"):
+        load_model(REPO)
+
+
 def test_cached_modelopt_checkpoint_reads_hf_quant_config(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     quant = {"producer": {"name": "modelopt"},

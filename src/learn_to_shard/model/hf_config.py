@@ -324,25 +324,48 @@ def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
     """``(config.json, hf_quant_config.json or None)`` of ``repo_id`` in the local HF cache.
 
     Uses ``huggingface_hub.try_to_load_from_cache`` (offline: it only reads the cache's
-    ``refs/`` and ``snapshots/`` folders, never the network).
+    ``refs/`` and ``snapshots/`` folders, never the network), which follows ``refs/main``.
+    A repository downloaded at a pinned revision (``hf download --revision <commit>``) has no
+    ``refs/main``: where exactly one snapshot holds a ``config.json``, that one is read.
 
     Raises:
-        ConfigError: the cache holds no ``config.json`` for the repo (the message names the
-            cache folder it looked in and how to fill it).
+        ConfigError: ``repo_id`` is not a valid HuggingFace repo id (huggingface_hub's rule:
+            letters, digits, ``-``, ``_``, ``.``, at most 96 characters; no revision
+            suffix), or the cache holds no ``config.json`` for the repo, or several snapshots
+            do and no ``refs/main`` says which (the messages name the cache folder and what
+            to pass instead).
     """
     from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
 
     cache = hf_cache_dir()
-    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache)
+    folder = cache / ("models--" + repo_id.replace("/", "--"))
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache)
+    except HFValidationError as exc:
+        reason = str(exc).split(":")[0].rstrip(".")
+        raise ConfigError(f"--model {repo_id!r}: not a shipped model, a local path or a valid "
+                          f"HuggingFace repo id ({reason}); a revision cannot be given "
+                          f"here: pass the snapshot's config.json path "
+                          f"(.../snapshots/<commit>/config.json)") from None
+    quant_name = "hf_quant_config.json"
     if not isinstance(found, str):
-        folder = cache / ("models--" + repo_id.replace("/", "--"))
-        raise ConfigError(
-            f"--model {repo_id}: not a shipped model or a local path, and no config.json for "
-            f"it in the HuggingFace cache (looked in {folder}; cache from HF_HUB_CACHE / "
-            f"HF_HOME); nothing is downloaded: run `hf download {repo_id} config.json` first "
-            f"(`huggingface-cli download` before huggingface_hub 0.34), or pass a config.json "
-            f"path")
-    quant = try_to_load_from_cache(repo_id, "hf_quant_config.json", cache_dir=cache)
+        snaps = sorted(folder.glob("snapshots/*/config.json"))
+        if len(snaps) > 1:
+            raise ConfigError(
+                f"--model {repo_id}: the HuggingFace cache holds {len(snaps)} snapshots of it "
+                f"({', '.join(p.parent.name[:12] for p in snaps)}) and no refs/main saying "
+                f"which to read; pass one's config.json path")
+        if not snaps:
+            raise ConfigError(
+                f"--model {repo_id}: not a shipped model or a local path, and no config.json "
+                f"for it in the HuggingFace cache (looked in {folder}; cache from "
+                f"HF_HUB_CACHE / HF_HOME); nothing is downloaded: run `hf download {repo_id} "
+                f"config.json` first (`huggingface-cli download` before huggingface_hub "
+                f"0.34), or pass a config.json path")
+        quant_file = snaps[0].parent / quant_name
+        return snaps[0], quant_file if quant_file.is_file() else None
+    quant = try_to_load_from_cache(repo_id, quant_name, cache_dir=cache)
     return Path(found), Path(quant) if isinstance(quant, str) else None
 
 
