@@ -905,6 +905,23 @@ def test_an_slo_under_a_microsecond_is_refused():
     assert parse_duration_s("1us", field="--tpot-slo") == pytest.approx(1e-6)
 
 
+def test_the_same_slo_in_any_unit_is_the_same_seconds_and_json():
+    """``51ms``, ``0.051s`` and ``51000us`` are one float (the decimal value rounded once,
+    not ``51 * 1e-3``), so the same question asked in two units gives byte-identical JSON."""
+    from learn_to_shard.units import parse_duration_s
+
+    for v in range(1, 1001):
+        secs = {parse_duration_s(f"{v}{u}", field="--tpot-slo")
+                for u in ("ms", "e3us", "e6ns")}
+        secs.add(parse_duration_s(f"{v}e-3s", field="--tpot-slo"))
+        assert secs == {float(f"{v}e-3")}, (v, secs)
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--json", "--no-timing", "-q", "--tpot-slo"]
+    docs = [_run(*base, slo).stdout for slo in ("51ms", "0.051s", "51000us")]
+    assert docs[0] == docs[1] == docs[2]
+    assert json.loads(docs[0])["workload"]["tpot_slo_s"] == 0.051
+
+
 def test_python_api_engine_and_config_together_and_wrong_kinds():
     """``plan(engine=E, config=cost_config(E, ...))`` searches what E launches with the
     config's settings (the way to set the memory fraction from Python); a config made for

@@ -8,6 +8,7 @@ GB means 1e9 bytes and GiB means 2**30 bytes; names always say which.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from .errors import ConfigError
 
@@ -23,7 +24,9 @@ MS = 1e-3
 US = 1e-6
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$")
-_DURATION_SCALE_S = {"s": 1.0, "ms": MS, "us": US, "µs": US, "ns": 1e-9}
+#: Decimal places each unit moves the number (``ms``: 3); the seconds are the decimal value
+#: rounded once, so ``51ms``, ``0.051s`` and ``51000us`` are the same float.
+_DURATION_DIGITS = {"s": 0, "ms": 3, "us": 6, "µs": 6, "ns": 9}
 
 
 #: The shortest duration a latency SLO may name, seconds: 1 µs, below a kernel launch.
@@ -41,7 +44,8 @@ def parse_duration_s(text: str, *, field: str) -> float:
         field: the option or field name, used in the error message.
 
     Returns:
-        The duration in seconds, finite and > 0.
+        The duration in seconds, finite and > 0: the decimal value rounded once, so the same
+        time in any unit is the same float (``51ms`` = ``0.051s``).
 
     Raises:
         ConfigError: if the text is not a positive finite number with a unit s/ms/us/ns, or
@@ -53,7 +57,7 @@ def parse_duration_s(text: str, *, field: str) -> float:
     if m.group(2) is None:
         raise ConfigError(f"{field}: {text!r} has no unit; write {m.group(1)}ms or "
                           f"{m.group(1)}s")
-    value = float(m.group(1)) * _DURATION_SCALE_S[m.group(2)]
+    value = float(Decimal(m.group(1)).scaleb(-_DURATION_DIGITS[m.group(2)]))
     if not 0 < value < float("inf"):
         raise ConfigError(f"{field}: duration must be positive and finite, got {text!r}")
     if value < MIN_DURATION_S:
