@@ -922,6 +922,29 @@ def test_the_same_slo_in_any_unit_is_the_same_seconds_and_json():
     assert json.loads(docs[0])["workload"]["tpot_slo_s"] == 0.051
 
 
+def test_python_api_takes_numpy_numbers_and_its_plan_is_json():
+    """NumPy integers and floats are taken for lengths, SLOs, budget and seed (as Python
+    ints and floats are), and the plan's to_dict() serialises as it stands; an SLO under
+    1 µs is refused from Python as on the command line."""
+    import numpy as np
+
+    import learn_to_shard
+    from learn_to_shard.errors import ConfigError
+
+    p = learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "decode", context=np.int64(1024),
+                            tpot_slo_s=np.float32(0.05), budget=np.int64(50),
+                            seed=np.int64(3), method="random")
+    doc = json.loads(json.dumps(p.to_dict()))
+    assert doc["workload"]["isl"] == 1024 and doc["search"]["seed"] == 3
+    p = learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=np.int32(512),
+                            osl=np.int16(64))
+    assert type(p.workload.isl) is int and type(p.workload.osl) is int
+    json.dumps(p.to_dict())
+    with pytest.raises(ConfigError, match="^--tpot-slo: tpot_slo_s 1e-09 is under 1 µs"):
+        learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=10, osl=10,
+                            tpot_slo_s=1e-9)
+
+
 def test_python_api_engine_and_config_together_and_wrong_kinds():
     """``plan(engine=E, config=cost_config(E, ...))`` searches what E launches with the
     config's settings (the way to set the memory fraction from Python); a config made for

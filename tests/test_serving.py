@@ -365,8 +365,9 @@ def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():
     """A row whose source does not state the KV dtype runs as its engine's ``auto`` loads
     the checkpoint: TensorRT-LLM with an NVIDIA ModelOpt export (``nvidia/``) in FP8, with
     DeepSeek's own FP8 checkpoint in 16 bits, with the row's own checkpoint as it states, and
-    with a stand-in checkpoint of the same shape in 16 bits; vLLM and SGLang in 16 bits; a
-    stated dtype as stated."""
+    with a stand-in checkpoint of the same shape in 16 bits; vLLM and SGLang with a ModelOpt
+    export in FP8 too, with DeepSeek's own FP8 checkpoint in 16 bits; a stated dtype as
+    stated."""
     from learn_to_shard.fidelity.serving import _kv_dtype
     from learn_to_shard.model.hf_config import load_model
     from learn_to_shard.workload import DType
@@ -374,8 +375,11 @@ def test_unstated_kv_dtype_follows_the_engine_and_the_checkpoint():
     dense, nvfp4 = load_model("llama-3.1-70b"), load_model("qwen3-235b-a22b-nvfp4")
     row = {"engine": "trtllm", "kv_dtype": "n/s", "model_hf": "nvidia/Llama-3.3-70B-Instruct-FP8"}
     assert _kv_dtype(row, dense) is DType.FP8
-    assert _kv_dtype(row | {"engine": "vllm"}, dense) is DType.BF16
-    assert _kv_dtype(row | {"engine": "sglang"}, dense) is DType.BF16
+    assert _kv_dtype(row | {"engine": "vllm"}, dense) is DType.FP8
+    assert _kv_dtype(row | {"engine": "sglang"}, dense) is DType.FP8
+    ds = {"kv_dtype": "n/s", "model_hf": "deepseek-ai/DeepSeek-R1-0528"}
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert _kv_dtype(ds | {"engine": engine}, load_model("deepseek-v3")) is DType.BF16
     assert _kv_dtype(row | {"kv_dtype": "bf16"}, dense) is DType.BF16
     assert _kv_dtype(row | {"model_hf": "nvidia/Qwen3-235B-A22B-FP4"}, nvfp4,
                      stand_in=True) is DType.FP8

@@ -424,6 +424,7 @@ def search_plan(cm: CostModel, method: str = "auto", budget: int = DEFAULT_BUDGE
         raise ConfigError(f"progress: must be a callable taking an evaluation count, got "
                           f"{progress!r}")
     check_method(method)
+    budget, seed = int(budget), int(seed)       # NumPy integers: Python ints for the JSON
     if method == "auto":
         return Plan.from_search(cm, _auto_search(cm, budget, seed, progress, auto_work_limit),
                                 "auto", engine=engine)

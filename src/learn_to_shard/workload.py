@@ -9,6 +9,7 @@ from enum import Enum
 import numpy as np
 
 from .errors import ConfigError
+from .units import MIN_DURATION_S
 
 #: Most closed-loop clients ``--concurrency`` accepts (a million; the simulation steps
 #: through every request and caps its requests at the same, ``serving.load``).
@@ -98,6 +99,9 @@ class Workload:
                     or not 0 < v < math.inf:
                 raise ConfigError(f"{flag}: {name} must be a positive finite number of "
                                   f"seconds, got {v!r}")
+            if v < MIN_DURATION_S:
+                raise ConfigError(f"{flag}: {name} {v!r} is under 1 µs, shorter than any GPU "
+                                  f"kernel; give at least 1e-6")
         if self.isl <= 0:
             flag = "--context (or --isl)" if self.phase is Phase.DECODE else "--isl"
             raise ConfigError(f"{flag}: must be a positive token count, got {self.isl}")
@@ -120,6 +124,16 @@ class Workload:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ConfigError(f"{flag}: must be a whole number >= 0, got {v!r}")
+        # NumPy scalars pass the checks above; the fields hold Python numbers, so a plan's
+        # to_dict() is JSON as it stands.
+        for name in ("isl", "osl", "concurrency", "images_per_request", "tokens_per_image"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, int(v))
+        for name in ("ttft_slo_s", "tpot_slo_s"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, float(v))
         if self.images_per_request and self.phase is Phase.DECODE:
             raise ConfigError("--images-per-request: needs --phase prefill or serve (for "
                               "decode, --context already counts every token in the KV cache)")
