@@ -489,3 +489,49 @@ def test_workloads_that_differ_get_distinct_labels_and_one_label_twice_is_refuse
                                                                       "counts": [1, 2]}],
                             workloads=[{"phase": "serve", "isl": 10, "osl": 10}]), "g.yaml")
     assert g.cluster_names() == ["h100-sxm:2", "h100-sxm:1"]
+    # the count as a number: H100:02 is h100-sxm:2 too
+    g = grid_from_data(dict(base, clusters=["h100-sxm:2", "H100:02", {"device": "h100",
+                                                                       "counts": [2, 2]}],
+                            workloads=[{"phase": "serve", "isl": 10, "osl": 10}]), "g.yaml")
+    assert g.cluster_names() == ["h100-sxm:2"] and len(expand(g)) == 1
+    # two names for one workload's settings would be one cell: refused
+    with pytest.raises(ConfigError, match=r"workloads\[1\] \('chat-b'\) has the settings of "
+                                          r"workloads\[0\] \('chat-a'\) under another name"):
+        grid_from_data(dict(base, workloads=[
+            {"name": "chat-a", "phase": "serve", "isl": 1024, "osl": 256},
+            {"name": "chat-b", "phase": "serve", "isl": 1024, "osl": 256}]), "g.yaml")
+
+
+def test_a_cached_row_is_shown_under_this_grids_workload_name(tmp_path):
+    """The workload's name is not part of a cell's key: a row run under one name and found
+    again by a grid that names the same settings otherwise is shown under the new name."""
+    base = {"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"], "searchers": ["megatron"]}
+    wl = {"phase": "serve", "isl": 1024, "osl": 256}
+    first = run_sweep(grid_from_data(dict(base, workloads=[wl | {"name": "chat-a"}]), "a"),
+                      tmp_path, workers=1)
+    assert [r["workload"] for r in first.grid_rows] == ["chat-a"]
+    again = run_sweep(grid_from_data(dict(base, workloads=[wl | {"name": "chat-b"}]), "b"),
+                      tmp_path, workers=1)
+    assert again.skipped == 1 and [r["workload"] for r in again.grid_rows] == ["chat-b"]
+
+
+def test_grid_and_journal_that_are_not_utf8_are_one_line(tmp_path):
+    """A grid file or a results journal with bytes that are not UTF-8 is one error line,
+    exit 2, naming the file (not a UnicodeDecodeError traceback)."""
+    grid = tmp_path / "latin1.yaml"
+    grid.write_bytes(b"models: [llama-3.1-8b]\nclusters: [h100-sxm:1]\n"
+                     b"workloads: [{phase: serve, isl: 1024, osl: 256}]\nname: caf\xe9\n")
+    r = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "o"),
+                                 "--no-plots"])
+    assert r.exit_code == 2 and "not UTF-8 text (byte 0xe9" in r.output, r.output
+    assert "Traceback" not in r.output
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("models: [llama-3.1-8b]\nclusters: [h100-sxm:1]\n"
+                  "workloads: [{phase: serve, isl: 1024, osl: 256}]\nsearchers: [megatron]\n")
+    out = tmp_path / "res"
+    assert CliRunner().invoke(app, ["sweep", str(ok), "--out", str(out),
+                                    "--no-plots"]).exit_code == 0
+    with (out / "rows.jsonl").open("ab") as fh:
+        fh.write(b"\xff\xfe\n")
+    r = CliRunner().invoke(app, ["sweep", str(ok), "--out", str(out), "--no-plots"])
+    assert r.exit_code == 2 and "line 2 is not UTF-8 text" in r.output, r.output

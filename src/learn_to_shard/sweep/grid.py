@@ -247,13 +247,23 @@ class SweepGrid(_Strict):
     def _distinct_workloads(cls, workloads: list[WorkloadSpec]) -> list[WorkloadSpec]:
         """Each workload its own label: the summary tables group rows by it, so two
         workloads under one name (the same ``name``, or unnamed and alike but for a field
-        the default label leaves out) would be merged."""
+        the default label leaves out) would be merged; and its own settings: the cells of
+        two workloads alike but for their ``name`` are one cell (the name is not part of
+        :meth:`Cell.key`), so the second name would never appear."""
         seen: dict[str, int] = {}
+        same: dict[str, int] = {}
         for i, wl in enumerate(workloads):
             if wl.label in seen:
                 raise ValueError(f"workloads[{i}] is labelled {wl.label!r} like "
                                  f"workloads[{seen[wl.label]}]; give each a distinct name")
             seen[wl.label] = i
+            settings = wl.model_dump_json(exclude={"name"})
+            if settings in same:
+                raise ValueError(f"workloads[{i}] ({wl.label!r}) has the settings of "
+                                 f"workloads[{same[settings]}] "
+                                 f"({workloads[same[settings]].label!r}) under another name: "
+                                 f"they are one cell; remove one")
+            same[settings] = i
         return workloads
 
     @field_validator("searchers")
@@ -268,8 +278,9 @@ class SweepGrid(_Strict):
         return names
 
     def cluster_names(self) -> list[str]:
-        """Every cluster of the grid as a ``DEVICE:COUNT`` string (the preset's own name, so
-        ``h100:2`` and ``h100-sxm:2`` are one cluster) or a file path, in order, each once."""
+        """Every cluster of the grid as a ``DEVICE:COUNT`` string (the preset's own name and
+        the count as a number, so ``h100:2``, ``H100:02`` and ``h100-sxm:2`` are one cluster)
+        or a file path, in order, each once."""
         from ..hardware.presets import load_device
 
         def canonical(device: str) -> str:
@@ -284,7 +295,8 @@ class SweepGrid(_Strict):
                 out.extend(f"{canonical(entry.device)}:{n}" for n in entry.counts)
             elif not entry.endswith(".json") and entry.count(":") == 1:
                 device, count = entry.split(":")
-                out.append(f"{canonical(device)}:{count}")
+                count = count.strip()
+                out.append(f"{canonical(device)}:{int(count) if count.isdigit() else count}")
             else:
                 out.append(entry)
         return list(dict.fromkeys(out))
@@ -431,15 +443,18 @@ def load_grid(path: Path) -> SweepGrid:
     """Read and validate a grid YAML file (see :class:`SweepGrid`).
 
     Raises:
-        ConfigError: the file is missing or not YAML, or a field is invalid (one line naming
-            the file and the field).
+        ConfigError: the file is missing, not UTF-8 or not YAML, or a field is invalid (one
+            line naming the file and the field).
     """
     import yaml
 
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read grid file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                          f"offset {exc.start}); save the grid file as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -57,14 +57,17 @@ class SweepResult:
 
 def ordered_rows(cells: list[Cell], journal_rows: list[dict[str, object]]
                  ) -> list[dict[str, object]]:
-    """One row per key (the last written wins), in grid order, then the journal's others."""
+    """One row per key (the last written wins), in grid order, then the journal's others.
+    A row of one of ``cells`` carries that cell's workload label: the label is not part of
+    the key, so a row run under another grid's ``name`` for the same settings is shown under
+    this grid's."""
     latest: dict[str, dict[str, object]] = {}
     for row in journal_rows:
         latest[str(row["key"])] = row
-    keys = [c.key() for c in cells]
-    known = set(keys)
-    return [latest[k] for k in keys if k in latest] + \
-        [r for k, r in latest.items() if k not in known]
+    label = {c.key(): c.workload.label for c in cells}
+    keys = list(label)
+    return [latest[k] | {"workload": label[k]} for k in keys if k in latest] + \
+        [r for k, r in latest.items() if k not in label]
 
 
 def run_sweep(grid: SweepGrid, out: Path, *, workers: int = 1, ray_address: str | None = None,

@@ -29,7 +29,8 @@ def read_journal(path: Path) -> list[dict[str, object]]:
     removed from the file.
 
     Raises:
-        ConfigError: a complete line that is not a row object with a ``key``.
+        ConfigError: a complete line that is not UTF-8, not JSON, or not a row object with a
+            ``key``.
     """
     if not path.exists():
         return []
@@ -39,9 +40,14 @@ def read_journal(path: Path) -> list[dict[str, object]]:
         with path.open("r+b") as fh:
             fh.truncate(len(data))
     rows = []
-    for i, line in enumerate(data.decode().splitlines(), 1):
-        if not line.strip():
+    for i, raw in enumerate(data.splitlines(), 1):
+        if not raw.strip():
             continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: line {i} is not UTF-8 text; remove the line or the "
+                              f"file to run those cells again") from None
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
