@@ -257,3 +257,68 @@ def test_no_stray_files_after_resume(tmp_path):
     assert r.exit_code == 0, r.output
     assert sorted(f.name for f in Path(tmp_path, "runs").iterdir()) == [
         "random-seed0.json", "random-seed1.json"]
+
+
+@pytest.mark.parametrize("stage, target", [("the simulation", "simulate_plan"),
+                                           ("the engine table", "_engine_optima")])
+def test_ctrl_c_after_the_search_prints_the_plan_and_says_what_was_cut(monkeypatch, stage,
+                                                                       target):
+    """A Ctrl-C that lands after the search (in the engine table or the load simulation)
+    keeps the plan found: it is printed (terminal and --json), one line says what the
+    interrupt left out, exit 130 (typer turned it into a silent exit 130 with nothing
+    printed)."""
+    import learn_to_shard.cli as cli
+
+    def stop(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, target, stop)
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--concurrency", "8", "-q"]
+    r = CliRunner().invoke(app, base)
+    assert r.exit_code == 130, r.output
+    assert "Best strategy" in r.stdout and "Simulated serving" not in r.stdout
+    assert f"interrupted during {stage}: the plan is the search's complete answer" in r.output
+    doc = json.loads(CliRunner().invoke(app, [*base, "--json", "--no-timing"]).stdout)
+    assert doc["feasible"] and doc["interrupted_during"] == stage
+    assert "simulation" not in doc
+
+
+def test_ctrl_c_during_size_marks_the_partial_answer(monkeypatch, tmp_path):
+    """``l2s size`` interrupted prints the answer of the cluster searches that finished
+    under a line saying so, and a line telling how to resume, exit 130 (it printed a
+    complete-looking answer and exited 130 silently)."""
+    import learn_to_shard.sweep.runner as runner
+
+    real = runner.execute
+
+    def some_then_stop(fn, todo, **kw):
+        real(fn, todo[:2], **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "execute", some_then_stop)
+    r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-8b", "--rate", "2", "--isl",
+                                 "1024", "--osl", "256", "--devices", "h100-sxm,h200",
+                                 "--max-devices", "4", "--out", str(tmp_path / "s"), "-j",
+                                 "1", "-q"])
+    assert r.exit_code == 130, r.output
+    assert "INTERRUPTED (Ctrl-C): 2 of 6 cluster searches finished" in r.stdout
+    assert "fewest devices among the searches finished:" in r.stdout
+    assert "interrupted: 4 cluster searches not run; run the same command again" in r.output
+
+
+def test_main_says_interrupted_where_no_command_did(monkeypatch, capsys):
+    """typer turns a KeyboardInterrupt no command caught into exit 130 with nothing printed:
+    the console entry point then prints ``interrupted``; where a command said what the
+    interrupt left, nothing is added."""
+    import learn_to_shard.cli as cli
+
+    monkeypatch.setattr(cli, "app", lambda standalone_mode: 130)
+    monkeypatch.setattr(cli, "_INTERRUPT_SAID", [False])
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    assert stop.value.code == 130 and capsys.readouterr().err.strip() == "interrupted"
+    monkeypatch.setattr(cli, "_INTERRUPT_SAID", [True])
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    assert stop.value.code == 130 and capsys.readouterr().err == ""

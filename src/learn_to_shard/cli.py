@@ -2,8 +2,9 @@
 
 Exit codes: 0 a plan was found, 1 no feasible plan (with reasons), 2 bad input (one line),
 3 an internal consistency check failed (a bug to report; one line),
-130 interrupted by Ctrl-C during the search (the best so far is printed; 128 + SIGINT, the
-shell's convention).
+130 interrupted by Ctrl-C (during the search the best so far is printed, after it the plan
+without what the interrupt cut short, each with a line saying so; 128 + SIGINT, the shell's
+convention).
 Every message that can carry user text (file names, a cluster's ``name``) is printed with rich
 markup off, so ``[/]`` in it is text, not a tag.
 """
@@ -20,7 +21,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, NoReturn, cast
 
 import typer
 from rich.console import Console
@@ -430,6 +431,18 @@ def _saved(save: Callable[[], object], path: Path, flag: str) -> None:
 #: https://www.gnu.org/software/bash/manual/bash.html#Exit-Status).
 EXIT_INTERRUPTED = 130
 
+
+#: Set once a command has said that Ctrl-C interrupted it (:func:`_exit_interrupted`), so
+#: :func:`main` adds its own "interrupted" line only where nothing said so.
+_INTERRUPT_SAID: list[bool] = [False]
+
+
+def _exit_interrupted(message: str) -> NoReturn:
+    """Print ``message`` (what the interrupt left done, and how to go on) and exit 130."""
+    err.print(message, markup=False, highlight=False)
+    _INTERRUPT_SAID[0] = True
+    raise typer.Exit(code=EXIT_INTERRUPTED)
+
 TimingOpt = Annotated[bool, typer.Option(
     "--timing/--no-timing", metavar="",
     help="Include the wall-clock values (the \"timing\" key) in the "
@@ -600,16 +613,27 @@ def plan_cmd(
                 cm_stop = stop.cost_model if isinstance(stop, CollectiveSearchInterrupted) \
                     else cm
                 result = Plan.from_search(cm_stop, stop.result, method, engine=engine)
-        optima = _engine_optima(cm, result, engine, gpu_memory_utilization,
-                                max_num_batched_tokens) \
-            if export is None and not result.interrupted else []
+        # A Ctrl-C after the search (the engine table, the simulation) keeps the plan found:
+        # it is printed without what the interrupt cut short, and the command exits 130.
+        stage = "the engine table"
+        optima = []
+        try:
+            optima = _engine_optima(cm, result, engine, gpu_memory_utilization,
+                                    max_num_batched_tokens) \
+                if export is None and not result.interrupted else []
+            stage = "the simulation"
+            if load is not None and result.feasible and not result.interrupted:
+                # The server the plan recommends: --max-num-seqs at the plan's batch, as the
+                # export writes it (an engine's default cap could run another batch).
+                sims = simulate_plan(cm, result, load, export_caps=True)
+            stage = ""
+        except KeyboardInterrupt:
+            sims = []
+        late_interrupt = stage
         longest = load.longest_request_tokens(wl.isl, wl.osl) if load is not None else None
         launch = _export_text(result, export, cm, longest) \
             if export and result.feasible else None
-        if load is not None and result.feasible and not result.interrupted:
-            # The server the plan recommends: --max-num-seqs at the plan's batch, as the
-            # export writes it (an engine's default cap could run another batch).
-            sims = simulate_plan(cm, result, load, export_caps=True)
+        if sims:
             if from_trace:
                 for sim in sims:
                     lengths = sim["lengths"]
@@ -627,8 +651,10 @@ def plan_cmd(
     last = data.pop("timing", None)        # "timing" stays the last key
     if optima:
         data["engine_optima"] = [row for row, _ in optima]
-    if load is not None:
+    if load is not None and not late_interrupt:
         data["simulation"] = [_json_sim(sim) for sim in sims]
+    if late_interrupt:
+        data["interrupted_during"] = late_interrupt
     if last is not None:
         data["timing"] = last
     if report is not None:
@@ -666,6 +692,7 @@ def plan_cmd(
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:
             sys.stdout.write(launch)
+        _late_interrupt_exit(late_interrupt)
         raise typer.Exit(code=0)
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
@@ -686,11 +713,24 @@ def plan_cmd(
 
             render_simulation(sims, con)
     if result.interrupted:
-        err.print(f"interrupted after {result.search['evaluations']} of "
-                  f"{result.search['budget']} evaluations; the plan shown is the best found so "
-                  f"far (exit {EXIT_INTERRUPTED})", markup=False, highlight=False)
-        raise typer.Exit(code=EXIT_INTERRUPTED)
+        done = result.search["evaluations"]
+        of = f" of {result.search['budget']:,}" if result.method_used != "exact" \
+            and result.search.get("budget") else ""
+        _exit_interrupted(f"interrupted after {done:,}{of} evaluations; "
+                          + ("the plan shown is the best found so far"
+                             if result.best is not None
+                             else "no feasible strategy was found before it")
+                          + f" (exit {EXIT_INTERRUPTED})")
+    _late_interrupt_exit(late_interrupt)
     raise typer.Exit(code=0 if result.feasible else 1)
+
+
+def _late_interrupt_exit(stage: str) -> None:
+    """After a Ctrl-C that cut ``stage`` short (``the engine table``, ``the simulation``;
+    ``""``: none), one line saying the plan printed is complete without it, and exit 130."""
+    if stage:
+        _exit_interrupted(f"interrupted during {stage}: the plan is the search's complete "
+                          f"answer, printed without {stage} (exit {EXIT_INTERRUPTED})")
 
 
 def _write_report(directory: Path, title: str, sections: list) -> None:
@@ -1176,11 +1216,10 @@ def compare_cmd(
             render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=200))
         again = [a for a in sys.argv[1:] if a != "--resume"]
         finished = len(store.files())
-        err.print(f"interrupted (Ctrl-C): {len(cmp.missing)} runs not finished; the table "
-                  f"shows the finished ones, saved in {store.runs_dir} ({finished} files). "
-                  f"Continue with: {shlex.join(['l2s', *again, '--resume'])}",
-                  markup=False, highlight=False)
-        raise typer.Exit(code=EXIT_INTERRUPTED)
+        _exit_interrupted(f"interrupted (Ctrl-C): {len(cmp.missing)} runs not finished; the "
+                          f"table shows the finished ones, saved in {store.runs_dir} "
+                          f"({finished} files). Continue with: "
+                          f"{shlex.join(['l2s', *again, '--resume'])}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -1499,8 +1538,7 @@ def sweep_cmd(
         err.print(f"infeasible: {r.get('model')} on {r.get('cluster')} "
                   f"({r.get('workload')}): {r.get('reasons')}", highlight=False)
     if res.interrupted:
-        err.print("interrupted: run the same command again to resume", highlight=False)
-        raise typer.Exit(code=130)
+        _exit_interrupted("interrupted: run the same command again to resume")
     raise typer.Exit(code=1 if failed else 0)
 
 
@@ -1623,10 +1661,17 @@ def size_cmd(
         raise _fail(ConfigError(f"--{exc}" if str(exc).startswith("rate:") else str(exc))) \
             from None
     con = Console() if sys.stdout.isatty() else Console(width=200)
+    if res.interrupted:
+        # The table and the pick below come from the cells finished before Ctrl-C only.
+        con.print(f"INTERRUPTED (Ctrl-C): {len(rows)} of {len(res.cells)} cluster searches "
+                  f"finished; what follows is from those alone", markup=False,
+                  highlight=False)
     if fleets:
         con.print(fleet_table(fleets))
         best = fleets[0]
         what = "lowest cost" if best.cost_per_hour is not None else "fewest devices"
+        if res.interrupted:
+            what += " among the searches finished"
         cost = "" if best.cost_per_hour is None else f", {best.cost_per_hour:,.2f} per hour"
         con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} "
                   f"{'replica' if best.replicas == 1 else 'replicas'} of "
@@ -1652,7 +1697,9 @@ def size_cmd(
                           f"{big.get('reasons') or 'no feasible strategy'}",
                           markup=False, highlight=False)
     if res.interrupted:
-        raise typer.Exit(code=130)
+        _exit_interrupted(f"interrupted: {len(res.cells) - len(rows)} cluster searches not "
+                          f"run; run the same command again to resume "
+                          f"(exit {EXIT_INTERRUPTED})")
     raise typer.Exit(code=0 if fleets else 1)
 
 
@@ -1746,7 +1793,7 @@ def main() -> None:
     A malformed command line (an unknown option, a value that does not parse, a value given
     to a flag such as ``--json true``, a missing required option) is one ``error:`` line that
     names the option and points to ``--help``, exit 2, like every other bad input; Ctrl-C
-    outside a search exits 130.
+    where no command says what it left done prints ``interrupted`` and exits 130.
     """
     # The click classes typer raises (its own vendored click in recent releases, the click
     # package in older ones): found through the public typer.BadParameter's bases.
@@ -1760,6 +1807,10 @@ def main() -> None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         code = app(standalone_mode=False)
+        if code == EXIT_INTERRUPTED and not _INTERRUPT_SAID[0]:
+            # typer turns a KeyboardInterrupt that no command caught (start-up, printing)
+            # into exit 130 with nothing said.
+            err.print("interrupted", markup=False, highlight=False)
     except usage_error as exc:
         ctx = getattr(exc, "ctx", None)
         path = str(getattr(ctx, "command_path", "l2s"))
