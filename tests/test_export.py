@@ -320,6 +320,40 @@ def test_vllm_and_sglang_take_a_modelopt_checkpoints_fp8_kv_by_default(engine, f
     assert "--kv-cache-dtype" not in plain["export"]["text"]
 
 
+def test_uneven_pipeline_split_is_launched_as_priced():
+    """42 layers over 4 stages: the plan prices 11,11,10,10 (the first stages take the extra
+    layers, as TensorRT-LLM splits); vLLM's own split is 10,11,11,10 and SGLang's
+    10,10,11,11, so their exports set VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION to
+    the plan's (DeepSeek-V3 TP2 PP5 on 10 H100s did not fit as vLLM loads it: 71.2 > 71.0
+    GiB on its fourth stage); TensorRT-LLM's gets none, nor an even split."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel, stage_layer_counts
+    from learn_to_shard.parallel.strategy import Strategy
+
+    assert stage_layer_counts(42, 4) == [11, 11, 10, 10]
+    for engine, var in (("vllm", "VLLM_PP_LAYER_PARTITION"),
+                        ("sglang", "SGLANG_PP_LAYER_PARTITION"), ("trtllm", None)):
+        cm = make_cost_model("gemma-2-9b-it", "h100-sxm:4", make_workload(
+            "serve", isl=1024, osl=256), cost_config(engine), engine=engine)
+        plan = search_plan(cm, method="megatron", engine=engine)
+        cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                       space=cm.space.with_batches((8,)))
+        est = cm.evaluate(Strategy(tp=1, ep=1, pp=4, dp=1, batch=8,
+                                   dims=plan.best.strategy.dims))
+        ex = build_export(dataclasses.replace(plan, best=est), engine, model=cm.model,
+                          devices_per_node=8)
+        if var is None:
+            assert not any("LAYER_PARTITION" in k for k in ex.env), ex.env
+            continue
+        assert ex.env.get(var) == "11,11,10,10", ex.env
+        assert f"export {var}=11,11,10,10" in ex.text()
+        assert any(n.startswith(f"{var}=11,11,10,10: the plan's layers per pipeline stage "
+                                "(the first 2 stages take one more)") for n in ex.notes)
+    cm, plan = _plan("llama-3.1-70b", "h100-sxm:8", "bf16", "vllm")      # 80 layers
+    assert "VLLM_PP_LAYER_PARTITION" not in build_export(plan, "vllm", model=cm.model).env
+
+
 def test_export_accepts_the_longest_sharegpt_request():
     """--dataset sharegpt: the server accepts the longest scaled ShareGPT pair."""
     from learn_to_shard.serving.simulate import sharegpt_scaled

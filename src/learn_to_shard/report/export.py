@@ -314,6 +314,38 @@ def _collectives(cfg: dict[str, object], engine: str, group: int, args: list[str
     return {}
 
 
+#: The environment variable that sets each pipeline stage's layer count, per engine whose own
+#: split of an uneven layer count differs from the plan's (the first stages take the extra
+#: layers, ``cost.model.stage_layer_counts``; TensorRT-LLM's ``Mapping.pp_layers`` splits
+#: alike, ``torch.tensor_split``): vLLM 0.33.0 gives them to the stages before the last
+#: (``vllm/distributed/utils.py`` ``get_pp_indices``), SGLang 0.5.23 to the last stages
+#: (``srt/distributed/utils.py`` ``get_pp_indices``); both read the variable there.
+LAYER_PARTITION_ENV: dict[str, str] = {"vllm": "VLLM_PP_LAYER_PARTITION",
+                                       "sglang": "SGLANG_PP_LAYER_PARTITION"}
+
+
+def _layer_partition(plan: Plan, engine: str, env: dict[str, str],
+                     notes: list[str]) -> None:
+    """Set :data:`LAYER_PARTITION_ENV` to the plan's layers per stage where its pipeline
+    splits the layers unevenly (the engine's own split would put the extra layers, and their
+    weights and KV, on other stages than the plan priced), with a note."""
+    from ..cost.model import stage_layer_counts
+
+    var = LAYER_PARTITION_ENV.get(engine)
+    pp = plan.best.strategy.pp if plan.best is not None else 1
+    layers = plan.num_layers
+    if var is None or pp <= 1 or not layers or layers % pp == 0:
+        return
+    counts = stage_layer_counts(layers, pp)
+    env[var] = ",".join(str(c) for c in counts)
+    extra = "the first stage takes" if layers % pp == 1 else \
+        f"the first {layers % pp} stages take"
+    notes.append(f"{var}={env[var]}: the plan's layers per pipeline stage ({extra} one "
+                 f"more); {engine}'s own split of {layers} layers over "
+                 f"{pp} stages puts the extra ones on other stages, whose memory and time the "
+                 f"plan did not price; set it on every node")
+
+
 def _sequence_parallel(cfg: dict[str, object], engine: str, group: int, args: list[str],
                        unexpressed: list[str]) -> None:
     """Add the compile options of ``sequence_parallel`` / ``gemm_overlap``
@@ -784,6 +816,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"that folder for {model_path or hub_id} (Slurm mode downloads "
                          f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
+    _layer_partition(plan, engine, env, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
     _block_fp8_moe(plan, model, device, engine, args, notes)
     if model is not None and model.remote_code:
