@@ -354,6 +354,18 @@ def test_uneven_pipeline_split_is_launched_as_priced():
     assert "VLLM_PP_LAYER_PARTITION" not in build_export(plan, "vllm", model=cm.model).env
 
 
+def test_export_says_which_gpus_stay_idle():
+    """A plan that leaves GPUs of the cluster unused says so in its launch text (the plan
+    said '(2 idle)' on stderr, the export, alone under -q or -o, nothing)."""
+    r = _cli("--model", "mixtral-8x22b", "--cluster", "h100-sxm:10", "--osl", "512",
+             "--export", "sglang", "-q")
+    assert r.exit_code == 0, r.output
+    assert "# note: 2 of the cluster's 10 GPUs stay idle: the plan's 1 server(s) use 8" \
+        in r.stdout
+    full = _cli("--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--export", "vllm", "-q")
+    assert "stay idle" not in full.stdout
+
+
 def test_export_accepts_the_longest_sharegpt_request():
     """--dataset sharegpt: the server accepts the longest scaled ShareGPT pair."""
     from learn_to_shard.serving.simulate import sharegpt_scaled

@@ -867,6 +867,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         notes.append(f"{servers} servers: put a load balancer in front of them that spreads "
                      f"requests round-robin (what the plan's throughput and its simulation "
                      f"assume)")
+    if e.idle_devices:
+        used = e.instances * s.devices
+        notes.append(f"{e.idle_devices} of the cluster's {used + e.idle_devices} GPUs stay "
+                     f"idle: the plan's {servers} server(s) use {used}; its tokens/s per "
+                     f"device counts the idle ones too")
     if unexpressed and plan.engine != engine:
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
