@@ -366,6 +366,27 @@ def test_export_says_which_gpus_stay_idle():
     assert "stay idle" not in full.stdout
 
 
+@pytest.mark.parametrize("engine, flags", [
+    ("vllm", ("--max-num-batched-tokens",)),
+    ("sglang", ("--chunked-prefill-size", "--max-prefill-tokens")),
+    ("trtllm", ("--max_num_tokens",))])
+def test_prefill_export_runs_the_planned_pass_in_one_step(engine, flags):
+    """A prefill plan prices its batch of prompts in one pass (its workspace too): the
+    launch's step budget holds batch × isl tokens per rank, not the engine's default 8192,
+    which would chunk the pass over steps the plan did not price (and SGLang's
+    --max-prefill-tokens, 16384 by default, is raised alike)."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "prefill", "--isl", "2048", "--ttft-slo", "2s",
+                                 "--export", engine, "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    step = doc["best"]["strategy"]["batch"] * 2048
+    args = doc["export"]["text"].split()
+    for flag in flags:
+        assert int(args[args.index(flag) + 1]) == step, (flag, step)
+    assert f"the token budget is {step} (not the engine's 8192)" in doc["export"]["text"]
+
+
 def test_export_accepts_the_longest_sharegpt_request():
     """--dataset sharegpt: the server accepts the longest scaled ShareGPT pair."""
     from learn_to_shard.serving.simulate import sharegpt_scaled

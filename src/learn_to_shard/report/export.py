@@ -376,6 +376,11 @@ def _sequence_parallel(cfg: dict[str, object], engine: str, group: int, args: li
         args += ["--compilation-config", json.dumps({"pass_config": passes})]
 
 
+#: SGLang 0.5.23's default ``--max-prefill-tokens``: the most prompt tokens of one prefill
+#: batch, unless the context length is longer (``srt/arg_groups/fields/schedule.py``).
+SGLANG_MAX_PREFILL_TOKENS = 16384
+
+
 def _token_budget(plan: Plan, engine: str) -> int:
     """Tokens per step the launch states: the budget the plan was priced with
     (``Plan.cost_model["max_num_batched_tokens"]``, resolved by the cost model), or, for a
@@ -495,6 +500,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                            f"no engine serves them; the length limit is set to {limit}")
         max_len = limit
     tokens = _token_budget(plan, engine)
+    if wl.phase is Phase.PREFILL:
+        # A prefill plan prices each attention-DP rank's ceil(batch / dp) prompts in one
+        # pass (its workspace too): the step budget holds them, or the engine would chunk
+        # them over several steps the plan did not price.
+        step = -(-s.batch // s.dp) * wl.isl
+        if step > tokens:
+            notes.append(f"the token budget is {step} (not the engine's {tokens}): the plan "
+                         f"prefills {-(-s.batch // s.dp)} prompts of {wl.isl} tokens per "
+                         f"rank in one pass")
+            tokens = step
     mem_util = float(str(cfg.get("memory_utilization", 0.9)))
     kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))
     fp8_weights = wl.weight_dtype is DType.FP8
@@ -666,6 +681,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  # v0.5.23 sglang/srt/arg_groups/parallel_hook.py), as --max-running-requests
                  "--chunked-prefill-size", str(tokens * dp),
                  "--mem-fraction-static", f"{mem_util:g}"]
+        if tokens * dp > SGLANG_MAX_PREFILL_TOKENS and tokens * dp > max_len:
+            # A prefill batch holds at most max(--max-prefill-tokens, context length) tokens
+            # (default 16384; sglang 0.5.23 srt/arg_groups/fields/schedule.py), which would
+            # cut the planned steps short.
+            args += ["--max-prefill-tokens", str(tokens * dp)]
         if dp > 1:
             notes.append(f"--chunked-prefill-size {tokens * dp} and --max-running-requests "
                          f"{batch_per_server} are the server's: SGLang divides them over its "
