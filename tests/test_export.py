@@ -644,7 +644,8 @@ def test_vllm_data_parallel_over_nodes_launches_per_node():
     local = int(flags[flags.index("--data-parallel-size-local") + 1])
     assert tp * local == 8 and dp == 2 * local
     assert "--data-parallel-address NODE0_HOST" in cmd
-    assert f"--headless and --data-parallel-start-rank ({local} on node 1)" in r.stdout
+    assert (f"--headless and its own ranks (node 1: --data-parallel-start-rank {local} "
+            f"--data-parallel-size-local {local})") in r.stdout
     from pathlib import Path
 
     import learn_to_shard.engines as eng
@@ -914,6 +915,56 @@ def test_sglang_node_rank_ranges_start_every_stage():
     assert plan.best is not None and (plan.best.strategy.tp, plan.best.strategy.pp) == (4, 3)
     ex = build_export(plan, "sglang", model=cm3.model, devices_per_node=8)
     assert any("tp=4 pp=3 over 2 nodes" in u and "never starts" in u for u in ex.unexpressed)
+
+
+def test_vllm_places_dp_ranks_whole_on_nodes_or_over_whole_nodes():
+    """vLLM runs each DP rank (tp × pp GPUs) whole on one node (internal load balancing, or
+    Ray's default strict packing), or over whole nodes of equal size (Ray's span packing,
+    tp × pp a multiple of the node): TP1 PP3 DP4 on 12 H100s (8 + 4) needs 4 ranks of 3 and
+    the nodes hold 2 + 1, so the search under --engine vllm refuses it (its Ray export could
+    not start); an unrestricted plan of it exports with the reason; a layout whose ranks fit
+    gets one command per node with each node's own rank count."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.engines import dp_ranks_fit_nodes
+    from learn_to_shard.parallel.strategy import Strategy
+
+    assert not dp_ranks_fit_nodes(3, 4, 8, 12) and dp_ranks_fit_nodes(3, 4, 8, 16)
+    assert dp_ranks_fit_nodes(2, 6, 8, 12)          # 4 + 2 ranks of 2
+    assert dp_ranks_fit_nodes(16, 2, 8, 32)         # span: two ranks of two nodes each
+    assert not dp_ranks_fit_nodes(12, 2, 8, 24)     # span needs a multiple of the node
+    assert dp_ranks_fit_nodes(16, 2, 8, 36)         # the partial node stays out of Ray
+    assert dp_ranks_fit_nodes(3, 1, 8, 12) and dp_ranks_fit_nodes(3, 2, 8, 12)   # one node
+    wl = make_workload("serve", isl=1024, osl=1024, dtype="fp8")
+    cm = make_cost_model("deepseek-v3", "h100-sxm:12", wl, cost_config("vllm"),
+                         engine="vllm")
+    s = Strategy(tp=1, ep=4, pp=3, dp=4, batch=8)
+    assert any(v.startswith("engine_degrees") for v in cm.space.violations(s))
+    free = make_cost_model("deepseek-v3", "h100-sxm:12", wl)
+    assert not any(v.startswith("engine_degrees") for v in free.space.violations(s))
+    sp = dataclasses.replace(free.space, tp_values=(1,), ep_values=(4,), pp_values=(3,),
+                             dp_values=(4,), cp_values=(1,))
+    cm3 = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
+    plan = search_plan(cm3)
+    assert plan.best is not None and plan.best.strategy.dp == 4
+    ex = build_export(plan, "vllm", model=cm3.model, devices_per_node=8)
+    assert any(u.startswith("4 DP ranks of 3 GPUs (tp × pp) over nodes of 8: vLLM runs each "
+                            "rank whole on one node") for u in ex.unexpressed), ex.unexpressed
+    r = CliRunner().invoke(app, ["plan", "--model", "kimi-k2", "--cluster", "h200:12",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "1024",
+                                 "--export", "vllm", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    st = doc["best"]["strategy"]
+    text = doc["export"]["text"]
+    assert "NOT EXPRESSIBLE" not in text
+    if st["dp"] > 1 and st["tp"] * st["pp"] * st["dp"] > 8:
+        per_node = 8 // (st["tp"] * st["pp"])
+        assert f"--data-parallel-size-local {min(per_node, st['dp'])} " in text
+        rest = st["dp"] - per_node
+        assert f"node 1: --data-parallel-start-rank {per_node} --data-parallel-size-local " \
+               f"{min(per_node, rest)}" in text
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))

@@ -119,6 +119,47 @@ def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
     return np.asarray((nodes <= 1) | ok)
 
 
+def dp_ranks_fit_nodes(world: np.ndarray | int, dp: np.ndarray | int,
+                       devices_per_node: int, num_devices: int,
+                       servers: np.ndarray | int | None = None) -> np.ndarray:
+    """Whether vLLM can place a server's ``dp`` data-parallel ranks of ``world`` GPUs each
+    (``tp × pp``) that together span nodes, for ``servers`` such servers on ``num_devices``
+    devices in nodes of ``devices_per_node`` (the last node may be partial).
+
+    vLLM 0.33.0 (``vllm/v1/engine/utils.py`` ``create_dp_placement_groups``,
+    ``vllm/engine/arg_utils.py``): a DP rank no wider than a node runs whole on one node —
+    under internal load balancing each node starts ``--data-parallel-size-local`` ranks on
+    its own GPUs (its executor refuses a world above the node's GPUs), under Ray's default
+    ``strict`` packing each rank is a ``STRICT_PACK`` placement group on one node — so the
+    nodes must hold ``servers × dp`` whole ranks: ``floor(node / world)`` per node. A rank
+    wider than a node runs only under ``VLLM_RAY_DP_PACK_STRATEGY=span``, which asserts
+    that the world is a multiple of the node size and that the Ray cluster's nodes are
+    alike (so the ranks take whole nodes, which the partial node cannot give). A server
+    whose ranks all sit on one node, and ``dp = 1`` (one replica, which Ray places over any
+    nodes), are always placed.
+
+    Args:
+        world, dp: broadcastable integer arrays (or ints).
+        devices_per_node: devices per node (per host: ``DeviceSpec.host_devices``).
+        num_devices: the cluster's devices.
+        servers: the servers launched (broadcastable); ``None``: ``num_devices // (world ×
+            dp)``.
+
+    Returns:
+        bool array of the broadcast shape.
+    """
+    w = np.maximum(np.asarray(world, dtype=np.int64), 1)
+    d = np.maximum(np.asarray(dp, dtype=np.int64), 1)
+    dpn = max(int(devices_per_node), 1)
+    full, rest = divmod(int(num_devices), dpn)
+    count = np.maximum(int(num_devices) // (w * d) if servers is None else
+                       np.asarray(servers, dtype=np.int64), 1)
+    within = full * (dpn // w) + rest // w >= count * d
+    spanning = (w % dpn == 0) & (count * w * d <= full * dpn)
+    placed = np.where(w <= dpn, within, spanning)
+    return np.asarray((d <= 1) | (w * d <= dpn) | placed)
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """What one serving engine, at one pinned version, can launch.
@@ -144,8 +185,10 @@ class EngineProfile:
             its TP group (``cp > 1``; the flag is :attr:`dcp_flag`). False: ``cp`` is 1.
         node_rank_ranges: a server over several nodes starts on each node the ranks of
             SGLang's per-node rank ranges, so only the layouts :func:`node_ranks_cover`
-            accepts start every stage. False: any layout (vLLM places its workers with Ray,
-            TensorRT-LLM one MPI rank per GPU in rank order).
+            accepts start every stage. False: any layout (TensorRT-LLM one MPI rank per GPU
+            in rank order).
+        dp_ranks_in_nodes: a MoE server's data-parallel ranks that span nodes are placed
+            whole on nodes, or over whole nodes each (vLLM: :func:`dp_ranks_fit_nodes`).
         dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
         facts: ``(fact, source)`` pairs, listed by ``l2s engines``.
@@ -163,6 +206,7 @@ class EngineProfile:
     ep_whole_group: bool = False
     decode_context_parallel: bool = False
     node_rank_ranges: bool = False
+    dp_ranks_in_nodes: bool = False
     dcp_flag: str = ""
     launcher: str = ""
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -190,8 +234,15 @@ ENGINES: dict[str, EngineProfile] = {
         name="vllm", title="vLLM", version="0.33.0", source=_VLLM, memory_profile="vllm",
         vocab_multiple=64, ep_full_or_none=True, adp_all_or_none=False,
         decode_context_parallel=True, dcp_flag="--decode-context-parallel-size",
-        launcher="vllm serve",
+        launcher="vllm serve", dp_ranks_in_nodes=True,
         facts=(
+            ("a MoE server's DP ranks (tp × pp GPUs each) over several nodes: each rank whole "
+             "on one node (internal load balancing starts --data-parallel-size-local ranks "
+             "per node; Ray's default strict packing, one STRICT_PACK group per rank), or "
+             "over whole nodes of equal size under VLLM_RAY_DP_PACK_STRATEGY=span (world a "
+             "multiple of the node size)",
+             f"{_VLLM}: vllm/v1/engine/utils.py create_dp_placement_groups, "
+             "vllm/engine/arg_utils.py"),
             ("axes: --tensor-parallel-size, --pipeline-parallel-size, --data-parallel-size "
              "(attention-DP ranks of one MoE engine), --enable-expert-parallel",
              f"{_VLLM}: vllm/config/parallel.py ParallelConfig"),

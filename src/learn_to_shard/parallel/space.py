@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engines import BLOCKS, EngineProfile, node_ranks_cover
+from ..engines import BLOCKS, EngineProfile, dp_ranks_fit_nodes, node_ranks_cover
 from ..hardware.spec import ClusterSpec
 from ..model.spec import ModelSpec
 from .mesh import Mesh
@@ -358,10 +358,10 @@ class StrategySpace:
     def _engine_degrees_bad(self, tp: np.ndarray, ep: np.ndarray,
                             dp: np.ndarray, pp: np.ndarray) -> np.ndarray:
         """``[n]`` bool: degrees the space's engine cannot launch (its profile's
-        ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none`` and
-        ``node_rank_ranges``, the last over one server's ``tp × dp`` ranks per stage of a MoE
-        model, ``tp`` of a dense one, whose DP ranks are separate servers; sources in
-        :mod:`learn_to_shard.engines`)."""
+        ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none``, ``node_rank_ranges``,
+        over one server's ``tp × dp`` ranks per stage of a MoE model, ``tp`` of a dense one,
+        whose DP ranks are separate servers, and ``dp_ranks_in_nodes``, over a MoE server's
+        ``dp`` ranks of ``tp × pp`` GPUs; sources in :mod:`learn_to_shard.engines`)."""
         eng = self.engine
         assert eng is not None
         bad = np.zeros(len(tp), dtype=bool)
@@ -373,6 +373,10 @@ class StrategySpace:
             servers = (n // np.maximum(tp * dp * pp, 1)) * (1 if moe else dp)
             bad |= ~node_ranks_cover(group, pp, min(self.cluster.device.host_devices, n), n,
                                      servers)
+        if eng.dp_ranks_in_nodes and self.model.is_moe:
+            n = self.cluster.num_devices
+            bad |= ~dp_ranks_fit_nodes(tp * pp, dp, min(self.cluster.device.host_devices, n),
+                                       n)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

@@ -51,6 +51,7 @@ from ..engines import (
     MEGATRON,
     default_kv_dtype,
     default_max_num_batched_tokens,
+    dp_ranks_fit_nodes,
     fp4_weights_refusal,
     get_engine,
     node_ranks_cover,
@@ -324,11 +325,31 @@ LAYER_PARTITION_ENV: dict[str, str] = {"vllm": "VLLM_PP_LAYER_PARTITION",
                                        "sglang": "SGLANG_PP_LAYER_PARTITION"}
 
 
+def engine_layer_split(engine: str, layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage as ``engine`` splits ``layers`` over ``pp`` stages by
+    default (see :data:`LAYER_PARTITION_ENV`): vLLM adds the extra layers to the stages
+    before the last, working back; SGLang to the last stages; others as the plan, the first
+    stages."""
+    from ..cost.model import stage_layer_counts
+
+    base, rem = divmod(layers, pp)
+    counts = [base] * pp
+    if engine == "vllm":
+        for i in range(2, rem + 2):
+            counts[-i] += 1
+    elif engine == "sglang":
+        for i in range(pp - rem, pp):
+            counts[i] += 1
+    else:
+        counts = stage_layer_counts(layers, pp)
+    return counts
+
+
 def _layer_partition(plan: Plan, engine: str, env: dict[str, str],
                      notes: list[str]) -> None:
-    """Set :data:`LAYER_PARTITION_ENV` to the plan's layers per stage where its pipeline
-    splits the layers unevenly (the engine's own split would put the extra layers, and their
-    weights and KV, on other stages than the plan priced), with a note."""
+    """Set :data:`LAYER_PARTITION_ENV` to the plan's layers per stage where the engine's own
+    split (:func:`engine_layer_split`) would put extra layers, and their weights and KV, on
+    other stages than the plan priced, with a note."""
     from ..cost.model import stage_layer_counts
 
     var = LAYER_PARTITION_ENV.get(engine)
@@ -337,6 +358,8 @@ def _layer_partition(plan: Plan, engine: str, env: dict[str, str],
     if var is None or pp <= 1 or not layers or layers % pp == 0:
         return
     counts = stage_layer_counts(layers, pp)
+    if counts == engine_layer_split(engine, layers, pp):
+        return
     env[var] = ",".join(str(c) for c in counts)
     extra = "the first stage takes" if layers % pp == 1 else \
         f"the first {layers % pp} stages take"
@@ -479,6 +502,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     moe = model.is_moe if model is not None else s.ep > 1
     unexpressed = _blocks_off(s, engine, model)
     notes: list[str] = []
+    env_extra: dict[str, str] = {}
     launcher = prof.launcher
     # Dense models: attention-DP is the same as more replicas (no engine has it for them).
     dense_dp = s.dp if (not moe and s.dp > 1) else 1
@@ -630,33 +654,52 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                  f"exchange without one (--moe-a2a prices DeepEP's)")
                 args += ["--enable-dbo"]
         rank_gpus = s.tp * s.pp
-        if nodes > 1 and dp > 1 and devices_per_node and rank_gpus <= devices_per_node \
-                and devices_per_node % rank_gpus == 0:
+        if nodes > 1 and dp > 1 and devices_per_node and cluster_devices and not bool(
+                dp_ranks_fit_nodes(rank_gpus, dp, devices_per_node, cluster_devices,
+                                   servers)):
+            unexpressed.append(
+                f"{dp} DP ranks of {rank_gpus} GPUs (tp × pp) over nodes of "
+                f"{devices_per_node}: vLLM runs each rank whole on one node (or, with "
+                f"VLLM_RAY_DP_PACK_STRATEGY=span, over whole nodes when tp × pp is a multiple "
+                f"of the node size), and this cluster's nodes hold fewer such ranks than the "
+                f"plan needs; plan with --engine vllm for a layout it places")
+        if nodes > 1 and dp > 1 and devices_per_node and rank_gpus <= devices_per_node:
             # Internal load balancing over nodes: one vllm serve per node, each starting the
-            # DP ranks it holds; node 0 runs the API server (vllm-project/vllm
+            # DP ranks it holds whole (floor(node / rank) of them, the last node what is
+            # left); node 0 runs the API server (vllm-project/vllm
             # docs/serving/data_parallel_deployment.md at 01e4fce0, "Internal Load
             # Balancing"; the flags are in the pinned flag snapshot, --headless is vllm
             # serve's own).
-            local = min(dp, devices_per_node // rank_gpus)
+            per_node = devices_per_node // rank_gpus
+            counts = [min(per_node, dp - k * per_node) for k in range(-(-dp // per_node))]
+            local = counts[0]
             args += ["--data-parallel-size-local", str(local),
                      "--data-parallel-address", "NODE0_HOST",
                      "--data-parallel-rpc-port", "13345"]
-            starts = ", ".join(f"{k * local} on node {k}" for k in range(1, nodes))
+            others = ", ".join(f"node {k}: --data-parallel-start-rank {sum(counts[:k])} "
+                               f"--data-parallel-size-local {c}"
+                               for k, c in enumerate(counts) if k)
             notes.append(f"this is node 0's command (its {local} DP ranks and the API "
-                         f"server); on every other node run it with --headless and "
-                         f"--data-parallel-start-rank ({starts}), node 0's address in "
-                         f"--data-parallel-address")
+                         f"server); on every other node run it with --headless and its own "
+                         f"ranks ({others}), node 0's address in --data-parallel-address")
+            if per_node * rank_gpus < devices_per_node:
+                notes.append(f"each node runs {per_node} whole DP ranks of {rank_gpus} GPUs "
+                             f"({devices_per_node - per_node * rank_gpus} of its "
+                             f"{devices_per_node} GPUs stay free): vLLM does not split a rank "
+                             f"over nodes")
         elif nodes > 1:
             # A replica wider than a node: vLLM refuses a world size above the node's GPUs
             # unless the executor is Ray (ParallelConfig.__post_init__, vllm/config/
             # parallel.py of the vLLM 0.33.0 wheel, commit g4ba787ec9).
             notes.append("vLLM runs a server whose model replica spans nodes on a Ray cluster "
                          "spanning them (start Ray first, then run this command on its head "
-                         "node)" + (": --data-parallel-backend ray places the DP ranks, "
-                                    "with VLLM_RAY_DP_PACK_STRATEGY=span" if dp > 1 else ""))
+                         "node)" + (": --data-parallel-backend ray places the DP ranks, each "
+                                    "over whole nodes (VLLM_RAY_DP_PACK_STRATEGY=span; the Ray "
+                                    "cluster's nodes must be alike)" if dp > 1 else ""))
             args += ["--distributed-executor-backend", "ray"]
             if dp > 1:
                 args += ["--data-parallel-backend", "ray"]
+                env_extra["VLLM_RAY_DP_PACK_STRATEGY"] = "span"
     elif engine == "sglang":
         args += ["--tp-size", str(s.tp * dp)]
         if dp > 1:
@@ -836,6 +879,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"that folder for {model_path or hub_id} (Slurm mode downloads "
                          f"nothing from the hub)")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
+    env.update(env_extra)
     _layer_partition(plan, engine, env, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
     _block_fp8_moe(plan, model, device, engine, args, notes)
