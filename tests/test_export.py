@@ -567,6 +567,34 @@ def test_vllm_max_num_seqs_of_a_pipeline_plan_is_its_whole_batch():
     assert any("--max-num-batched-tokens raised from 8192 to 12000" in n for n in ex.notes)
 
 
+def test_sglang_max_running_requests_of_a_pipeline_plan_is_whole_micro_batches():
+    """SGLang caps each pipeline micro-batch at --max-running-requests // pp-size: PP7 at a
+    batch of 1336 exported 1336, which runs 190 x 7 = 1330; it exports 1337 (191 per
+    micro-batch) with a note, and the simulation's cap is the same 1337."""
+    import dataclasses
+
+    from learn_to_shard.api import exported_max_num_seqs
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.report.export import sglang_max_running_requests
+
+    assert sglang_max_running_requests(1336, 1, 7) == 1337
+    assert sglang_max_running_requests(1336, 2, 7) == 1344
+    assert sglang_max_running_requests(1336, 4, 1) == 1336
+    cm = make_cost_model("qwen3-32b", "h100-sxm:7", make_workload("serve", isl=1024, osl=256),
+                         cost_config("sglang"), engine="sglang")
+    plan = search_plan(cm, method="megatron", engine="sglang")
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((1336,)))
+    est = cm.evaluate(Strategy(tp=1, ep=1, pp=7, dp=1, batch=1336,
+                               dims=plan.best.strategy.dims))
+    ex = build_export(dataclasses.replace(plan, best=est), "sglang", model=cm.model)
+    assert _arg(ex.args, "--max-running-requests") == "1337"
+    assert any(n.startswith("--max-running-requests 1337: SGLang runs at most 1337 // 7 = "
+                            "191 requests per pipeline micro-batch") for n in ex.notes)
+    assert exported_max_num_seqs(cm, est.strategy) == 1337
+
+
 def test_trtllm_max_batch_size_of_a_pipeline_plan_is_per_micro_batch():
     """TensorRT-LLM admits ``max_batch_size × pp_size`` requests per rank and schedules
     ``max_batch_size`` per pipeline micro-batch (``PyTorchModelEngine.get_max_num_sequences``,

@@ -656,12 +656,18 @@ def exported_max_num_seqs(cm: CostModel, s: Strategy) -> int:
     admits: the plan's batch, or for TensorRT-LLM with pipeline stages its per-micro-batch
     ``--max_batch_size`` times ``pp`` per attention-DP rank
     (:func:`learn_to_shard.report.export.trtllm_max_batch_size`: the batch rounded up to whole
+    micro-batches), or for SGLang with pipeline stages its ``--max-running-requests``
+    (:func:`learn_to_shard.report.export.sglang_max_running_requests`, likewise whole
     micro-batches)."""
-    from .report.export import trtllm_max_batch_size
+    from .report.export import sglang_max_running_requests, trtllm_max_batch_size
 
     if cm.config.engine == "trtllm" and s.pp > 1:
         # Per attention-DP rank, or per server for a dense model's DP (export's servers).
         return trtllm_max_batch_size(s.batch // s.dp, s.pp) * s.pp * s.dp
+    if cm.config.engine == "sglang" and s.pp > 1:
+        # A dense model's DP ranks are servers of their own (export's dense_dp).
+        servers, dp = (s.dp, 1) if not cm.model.is_moe else (1, s.dp)
+        return sglang_max_running_requests(s.batch // servers, dp, s.pp) * servers
     return s.batch
 
 

@@ -69,6 +69,20 @@ from .plan import Plan
 EXPORT_ENGINES = ("vllm", "sglang", "trtllm")
 
 
+def sglang_max_running_requests(batch_per_server: int, dp: int, pp: int) -> int:
+    """SGLang's ``--max-running-requests`` for a server of ``batch_per_server`` running
+    requests over ``dp`` attention-DP ranks and ``pp`` pipeline stages: SGLang divides it
+    over the attention-DP ranks and caps each pipeline micro-batch at its ``// pp``
+    (sglang 0.5.23 ``srt/arg_groups/parallel_hook.py``, ``srt/managers/scheduler.py``
+    ``pp_max_micro_batch_size``), so with ``pp > 1`` it is the batch rounded up to a multiple
+    of ``dp × pp``, where every micro-batch of every rank is whole; the batch itself
+    otherwise."""
+    if pp <= 1:
+        return batch_per_server
+    unit = max(dp, 1) * pp
+    return -(-batch_per_server // unit) * unit
+
+
 def trtllm_max_batch_size(batch_per_rank: int, pp: int) -> int:
     """TensorRT-LLM's ``--max_batch_size`` for ``batch_per_rank`` running requests per
     attention-DP rank over ``pp`` pipeline stages: ``ceil(batch_per_rank / pp)``, at least 1.
@@ -718,7 +732,17 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 args += ["--moe-dense-tp-size", "1"]
             elif s.tp > 1:
                 args += ["--enable-dense-mlp-attn-tp"]
-        args += ["--max-running-requests", str(batch_per_server),
+        running = sglang_max_running_requests(batch_per_server, dp, s.pp)
+        if running > batch_per_server:
+            # SGLang caps each pipeline micro-batch at --max-running-requests // pp-size
+            # (sglang 0.5.23 srt/managers/scheduler.py, pp_max_micro_batch_size).
+            notes.append(f"--max-running-requests {running}: SGLang runs at most "
+                         f"{running} // {s.pp} = {running // s.pp} requests per pipeline "
+                         f"micro-batch, so the server admits {running}, "
+                         f"{running - batch_per_server} more than the plan's "
+                         f"{batch_per_server} (whole micro-batches"
+                         + (" on every attention-DP rank" if dp > 1 else "") + ")")
+        args += ["--max-running-requests", str(running),
                  "--context-length", str(max_len),
                  # per instance: SGLang divides it over the attention-DP ranks (sglang
                  # v0.5.23 sglang/srt/arg_groups/parallel_hook.py), as --max-running-requests
