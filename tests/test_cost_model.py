@@ -479,6 +479,21 @@ def test_plan_weights_note_names_the_w4a16_expert_rate():
                                                                 wl))
     for cluster in ("b200:1", "a100-80gb:1"):
         assert "of the 16-bit rate" not in weights_note(CostModel(m, parse_cluster(cluster), wl))
+    # a dense 4-bit checkpoint has no routed experts to name
+    import json
+    import tempfile
+    from importlib import resources
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = json.loads((resources.files("learn_to_shard") / "data" / "models"
+                          / "llama-3.1-8b.json").read_text())
+        cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                      "zero_point": True, "version": "gemm"}
+        path = Path(tmp) / "config.json"
+        path.write_text(json.dumps(cfg))
+        dense = CostModel(load_model(str(path)), parse_cluster("h100-sxm:1"), wl)
+        note = weights_note(dense)
+    assert "linear weights awq at" in note and "routed-expert" not in note
 
 
 def test_chunked_and_sliding_attention_spans():

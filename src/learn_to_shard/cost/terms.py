@@ -256,7 +256,8 @@ class OperatorTerms:
         expert_dequant_efficiency: the fraction of the 16-bit rate the routed-expert GEMMs
             run at where they dequantise experts stored below 8 bits
             (``DeviceSpec.w4a16_expert_flops_efficiency``); ``None`` where that rate is not
-            applied (8-bit or wider experts, FP4 GEMMs, or no measurement on the device).
+            applied (8-bit or wider experts, FP4 GEMMs, no measurement on the device, or a
+            dense model, which has no routed experts).
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
@@ -328,7 +329,8 @@ class OperatorTerms:
         #: weights) run their dequantising grouped GEMMs at the chip's measured fraction of
         #: the 16-bit rate (DeviceSpec.w4a16_expert_flops_efficiency; unmeasured chips 1).
         w4a16 = dev.w4a16_expert_flops_efficiency
-        self.expert_dequant_efficiency = w4a16 if low and fp4_rate is None else None
+        self.expert_dequant_efficiency = w4a16 \
+            if low and fp4_rate is None and model.is_moe else None
         self._expert_flops = quant_rate * self.expert_dequant_efficiency \
             if self.expert_dequant_efficiency is not None else quant_rate
         if trtllm_gen:
