@@ -233,7 +233,8 @@ def load_trace(path: str | Path) -> Requests:
     whose rows are not sorted is dealt to replicas as it arrives.
 
     Raises:
-        ConfigError: unreadable file, a missing column (the message lists the accepted names),
+        ConfigError: unreadable file, a column named twice in the header, a row with more
+            fields than the header, a missing column (the message lists the accepted names),
             a non-numeric, non-positive or implausibly long (> :data:`MAX_TRACE_TOKENS`)
             length, arrival times mixing seconds and date-times, or ones that are not finite or lie
             beyond :data:`MAX_ARRIVAL_S` of 0 or of each other (float seconds there no longer
@@ -242,13 +243,19 @@ def load_trace(path: str | Path) -> Requests:
     p = Path(path)
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
     except OSError as exc:
         raise ConfigError(f"--trace: cannot read {p}: {exc.strerror}") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ConfigError(f"--trace: {p} is not a CSV text file ({exc})") from None
     if not rows:
         raise ConfigError(f"--trace: {p} has no requests")
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise ConfigError(f"--trace: {p}: the header names {', '.join(map(repr, twice))} "
+                          f"more than once; give each column once")
     cols = set(rows[0])
 
     def pick(names: tuple[str, ...], what: str) -> str:
@@ -265,6 +272,9 @@ def load_trace(path: str | Path) -> Requests:
     osl: list[int] = []
     kinds: set[bool] = set()
     for i, r in enumerate(rows, start=2):
+        if r.get(None):                      # DictReader keeps extra fields under None
+            raise ConfigError(f"--trace: {p}: row {i} has more fields than the header "
+                              f"({len(header)})")
         t, is_date = _parse_time(r[ca] or "", p, i)
         kinds.add(is_date)
         if len(kinds) > 1:
@@ -277,6 +287,8 @@ def load_trace(path: str | Path) -> Requests:
                 raise ConfigError(f"--trace: {p}: row {i}: no {col} (the row has fewer "
                                   f"fields than the header)")
             try:
+                if "_" in text:                            # float() reads 1_000
+                    raise ValueError(text)
                 x = float(text or "")
                 v = int(x)
                 if x != v:                                 # 100.5 tokens
