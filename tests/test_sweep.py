@@ -535,3 +535,14 @@ def test_grid_and_journal_that_are_not_utf8_are_one_line(tmp_path):
         fh.write(b"\xff\xfe\n")
     r = CliRunner().invoke(app, ["sweep", str(ok), "--out", str(out), "--no-plots"])
     assert r.exit_code == 2 and "line 2 is not UTF-8 text" in r.output, r.output
+
+
+def test_a_grid_key_given_twice_is_refused(tmp_path):
+    """YAML keeps the last of two equal keys: a second ``models:`` would replace the first
+    without a word; it is one error line naming the key and line, exit 2."""
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("models: [llama-3.1-8b]\nmodels: [qwen3-8b]\nclusters: [h100-sxm:1]\n"
+                   "workloads: [{phase: serve, isl: 1024, osl: 256, isl: 512}]\n")
+    r = CliRunner().invoke(app, ["sweep", str(dup), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2, r.output
+    assert "not valid YAML (line 2): key 'models' given twice in one mapping" in r.output

@@ -443,8 +443,8 @@ def load_grid(path: Path) -> SweepGrid:
     """Read and validate a grid YAML file (see :class:`SweepGrid`).
 
     Raises:
-        ConfigError: the file is missing, not UTF-8 or not YAML, or a field is invalid (one
-            line naming the file and the field).
+        ConfigError: the file is missing, not UTF-8 or not YAML, repeats a key in a mapping,
+            or a field is invalid (one line naming the file and the field).
     """
     import yaml
 
@@ -455,8 +455,24 @@ def load_grid(path: Path) -> SweepGrid:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
                           f"offset {exc.start}); save the grid file as UTF-8") from None
+    class _UniqueKeys(yaml.SafeLoader):
+        """PyYAML's safe loader, refusing a mapping that repeats a key (plain YAML keeps the
+        last, so a second ``models:`` would replace the first without a word)."""
+
+        def construct_mapping(self, node: yaml.MappingNode,
+                              deep: bool = False) -> dict[object, object]:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice in one mapping",
+                        key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)      # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
