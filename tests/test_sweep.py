@@ -537,6 +537,14 @@ def test_grid_and_journal_that_are_not_utf8_are_one_line(tmp_path):
     assert r.exit_code == 2 and "line 2 is not UTF-8 text" in r.output, r.output
 
 
+@pytest.mark.parametrize("seeds", [[True], ["3"], [2.0]])
+def test_grid_seeds_are_whole_numbers(seeds):
+    """A seed written as a bool, a string or a float is refused, as budgets and counts are
+    (``seeds: [true]`` was read as seed 1)."""
+    with pytest.raises(ConfigError, match="seeds"):
+        grid_from_data(dict(SMALL, seeds=seeds), "g.yaml")
+
+
 def test_a_grid_key_given_twice_is_refused(tmp_path):
     """YAML keeps the last of two equal keys: a second ``models:`` would replace the first
     without a word; it is one error line naming the key and line, exit 2."""

@@ -59,7 +59,8 @@ def _durations(data: object) -> object:
 #: A count written as an integer (not ``true`` or ``"512"``, which YAML would otherwise let
 #: through as 1 and 512).
 Count = Annotated[int, Field(gt=0, strict=True)]
-#: A positive finite number (``.inf`` and ``.nan`` refused: rates, SLOs, prices).
+#: A positive finite number (``.inf`` and ``.nan`` refused: rates, SLOs, prices). Not strict:
+#: PyYAML reads ``1.0e12`` (an exponent without a sign) as a string, which this parses.
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -227,7 +228,8 @@ class SweepGrid(_Strict):
     searchers: list[str] = Field(default_factory=lambda: ["auto"], min_length=1)
     budgets: list[Annotated[int, Field(gt=0, le=MAX_BUDGET, strict=True)]] = Field(
         default_factory=lambda: [DEFAULT_BUDGET], min_length=1)
-    seeds: list[NonNegativeInt] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Annotated[int, Field(ge=0, strict=True)]] = Field(
+        default_factory=lambda: [0], min_length=1)
     prices_per_device_hour: dict[str, Positive] = Field(default_factory=dict)
 
     @field_validator("prices_per_device_hour")
