@@ -154,6 +154,11 @@ def test_local_folder_shadows_a_shipped_name(tmp_path: Path,
     table = runner.invoke(app, ["plan", "--model", "qwen3-32b", "--cluster", "h100-sxm:8",
                                 "--context", "4096", "--method", "megatron-rule", "-q"])
     assert "shadows the shipped 'qwen3-32b'" in table.stdout
+    # an empty folder of that name shadows it too, and the error says so
+    (tmp_path / "llama-3.1-8b").mkdir()
+    with pytest.raises(ConfigError, match=r"config file not found .*; the local "
+                                          r"'llama-3.1-8b' shadows the shipped model"):
+        load_model("llama-3.1-8b")
 
 
 def test_default_dtype_is_the_checkpoints_and_overrides_are_stated() -> None:

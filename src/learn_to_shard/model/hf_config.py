@@ -457,7 +457,10 @@ def _read(name_or_path: str) -> _Source:
     name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     if not path.is_file():
         what = "not a regular file" if path.exists() else "config file not found"
-        raise ConfigError(f"{source}: {what} (expected an HF config.json)")
+        shadow = (f"; the local '{name_or_path}' shadows the shipped model of that name: run "
+                  f"from another folder to plan the shipped one"
+                  if local and name_or_path in shipped else "")
+        raise ConfigError(f"{source}: {what} (expected an HF config.json){shadow}")
     data = _json_object(_read_text(path, "config file"), source, "an HF config.json")
     quant, quant_source = _sibling_quant(path)
     return _Source(data, source, name, "file", quant, quant_source)
