@@ -949,6 +949,28 @@ def test_python_api_takes_numpy_numbers_and_its_plan_is_json():
                             tpot_slo_s=1e-9)
 
 
+def test_names_are_case_insensitive_on_the_command_line_and_in_the_api():
+    """--phase and --engine took any case, --dtype, --kv-dtype and --method did not, nor did
+    the API's phase and dtypes: all do now, and give the lower-case answer byte for byte;
+    an upper-case FP8 still meets TensorRT-LLM's refusal of online FP8."""
+    import learn_to_shard
+    from learn_to_shard.errors import ConfigError
+
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--isl", "100",
+            "--osl", "10", "--json", "--no-timing", "-q"]
+    low = _run(*base, "--phase", "serve", "--dtype", "bf16", "--kv-dtype", "fp8",
+               "--method", "exact").stdout
+    up = _run(*base, "--phase", "SERVE", "--dtype", "BF16", "--kv-dtype", "FP8",
+              "--method", "EXACT").stdout
+    assert low == up and json.loads(low)["workload"]["kv_dtype"] == "fp8"
+    p = learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "SERVE", isl=100, osl=10,
+                            dtype="BF16", kv_dtype="Fp8")
+    assert (p.workload.phase.value, p.workload.kv_dtype.value) == ("serve", "fp8")
+    with pytest.raises(ConfigError, match="TensorRT-LLM has no online FP8"):
+        learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=100, osl=10,
+                            dtype="FP8", engine="trtllm")
+
+
 def test_python_api_engine_and_config_together_and_wrong_kinds():
     """``plan(engine=E, config=cost_config(E, ...))`` searches what E launches with the
     config's settings (the way to set the memory fraction from Python); a config made for

@@ -53,6 +53,10 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
     Raises:
         ConfigError: on unknown values or contradictory options.
     """
+    # Names are matched case-insensitively, as on the command line (--phase SERVE).
+    phase = phase.lower() if isinstance(phase, str) else phase
+    dtype = dtype.lower() if isinstance(dtype, str) else dtype
+    kv_dtype = kv_dtype.lower() if isinstance(kv_dtype, str) else kv_dtype
     dtype = dtype or "bf16"
     try:
         ph = Phase(phase)
@@ -126,6 +130,8 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
             fp8``): the plan would price weights the server cannot load, and its launch
             command would run out of memory.
     """
+    dtype = dtype.lower() if isinstance(dtype, str) else dtype
+    kv_dtype = kv_dtype.lower() if isinstance(kv_dtype, str) else kv_dtype
     profile = ENGINE_PROFILES.get(engine or "", {})
     runtime = profile.get("engine", engine)
     if dtype == "fp8" and runtime == "trtllm" and model.checkpoint_dtype != "fp8":

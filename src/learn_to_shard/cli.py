@@ -130,8 +130,9 @@ ImageTokensOpt = Annotated[int | None, typer.Option(
 TtftOpt = Annotated[str | None, typer.Option("--ttft-slo", help="TTFT limit, e.g. 2s, 500ms.")]
 TpotOpt = Annotated[str | None, typer.Option("--tpot-slo", help="TPOT limit, e.g. 50ms.")]
 DtypeOpt = Annotated[str | None, typer.Option(help="Weight precision: bf16 | fp8 (default: "
-                                              "the checkpoint's).")]
-KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision "
+                                              "the checkpoint's).", callback=_lower)]
+KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", callback=_lower,
+                                                help="KV-cache precision "
                                                 "(default: as the engine's auto loads the "
                                                 "checkpoint: bf16, or fp8 where the "
                                                 "checkpoint ships FP8 KV scales, with "
@@ -462,8 +463,9 @@ def plan_cmd(
     tpot_slo: TpotOpt = None, dtype: DtypeOpt = None, kv_dtype: KvDtypeOpt = None,
     engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
-    method: str = typer.Option("auto", help="Searcher: auto (exact if it finishes in time, "
-                               "else rl), exact, rl, megatron, megatron-rule, sa, mcmc, random."),
+    method: str = typer.Option("auto", callback=_lower,
+                               help="Searcher: auto (exact if it finishes in time, else rl), "
+                               "exact, rl, megatron, megatron-rule, sa, mcmc, random."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers), "
                                f"at most {MAX_BUDGET:,}."),
     seed: int = typer.Option(0, min=0, help="Random seed (>= 0)."),
@@ -1589,7 +1591,8 @@ def size_cmd(
     ttft_slo: TtftOpt = None, tpot_slo: TpotOpt = None, dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None, engine: EngineOpt = None,
     gpu_memory_utilization: MemUtilOpt = None, max_num_batched_tokens: BatchedTokensOpt = None,
-    method: str = typer.Option("auto", help="Searcher per cluster size (see l2s plan)."),
+    method: str = typer.Option("auto", callback=_lower,
+                               help="Searcher per cluster size (see l2s plan)."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
     seed: int = typer.Option(0, min=0, help="Random seed (>= 0)."),
     out: Path = typer.Option(Path("l2s-size"), "--out", "-o", help="Results folder (resumable, "
