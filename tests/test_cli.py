@@ -944,6 +944,10 @@ def test_python_api_takes_numpy_numbers_and_its_plan_is_json():
                             osl=np.int16(64))
     assert type(p.workload.isl) is int and type(p.workload.osl) is int
     json.dumps(p.to_dict())
+    # paths as pathlib.Path, as open() takes them
+    from importlib import resources
+    cfg = Path(str(resources.files("learn_to_shard") / "data" / "models" / "llama-3.1-8b.json"))
+    assert learn_to_shard.plan(cfg, "h100-sxm:1", "serve", isl=512, osl=64).feasible
     with pytest.raises(ConfigError, match="^--tpot-slo: tpot_slo_s 1e-09 is under 1 µs"):
         learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=10, osl=10,
                             tpot_slo_s=1e-9)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 from typing import cast
 
 import numpy as np
@@ -321,7 +322,8 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
 MAX_BUDGET = 10_000_000
 
 
-def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decode", *,
+def plan(model: str | os.PathLike[str] | ModelSpec, cluster: str | os.PathLike[str] | ClusterSpec,
+         phase: str = "decode", *,
          isl: int | None = None, osl: int | None = None, context: int | None = None,
          dtype: str | None = None, kv_dtype: str | None = None,
          ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, method: str = "auto",
@@ -332,10 +334,10 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
     """Find the best parallel strategy for serving ``model`` on ``cluster``.
 
     Args:
-        model: shipped model name (e.g. ``"llama-3.1-70b"``), path to a ``config.json``, or a
-            :class:`ModelSpec`.
-        cluster: ``"<device>:<count>"`` (e.g. ``"h100-sxm:8"``), a cluster JSON file, or a
-            :class:`ClusterSpec`.
+        model: shipped model name (e.g. ``"llama-3.1-70b"``), path to a ``config.json`` or
+            model folder (a ``str`` or ``os.PathLike``), or a :class:`ModelSpec`.
+        cluster: ``"<device>:<count>"`` (e.g. ``"h100-sxm:8"``), a cluster JSON file (a
+            ``str`` or ``os.PathLike``), or a :class:`ClusterSpec`.
         phase, isl, osl, context, dtype, kv_dtype, ttft_slo_s, tpot_slo_s: the workload
             (see :func:`make_workload`); SLOs in seconds. ``dtype`` None: the checkpoint's
             (``fp8`` for FP8 checkpoints, else ``bf16``; KV as ``engine``, or the engine of
@@ -376,6 +378,10 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, phase: str = "decod
         made = f"engine {config.engine!r}" if config.engine else "no engine"
         raise ConfigError(f"config: made for {made}, not {engine!r}; build it with "
                           f"cost_config({engine!r}, ...)")
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if isinstance(cluster, os.PathLike):
+        cluster = os.fspath(cluster)
     if not isinstance(model, (str, ModelSpec)):
         raise ConfigError(f"model: a shipped name, a config.json path or a ModelSpec, got "
                           f"{model!r}")
