@@ -348,6 +348,17 @@ def test_wrong_type_field(tmp_path: Path) -> None:
     assert str(path) in msg and "'num_experts'" in msg and "'128'" in msg
 
 
+def test_zero_positions_is_refused(tmp_path: Path) -> None:
+    """``max_position_embeddings: 0`` was read as 'no limit' (the context check skipped); a
+    stated limit must be a positive length (absent or null still means unknown)."""
+    data = _shipped_json("llama-3.1-8b") | {"max_position_embeddings": 0}
+    with pytest.raises(ConfigError, match=r"'max_position_embeddings' must be an integer >= 1, "
+                                          r"got 0"):
+        load_model(str(_write(tmp_path, data)))
+    data["max_position_embeddings"] = None
+    assert load_model(str(_write(tmp_path, data))).max_position_embeddings == 0
+
+
 def test_nested_field_is_named(tmp_path: Path) -> None:
     data = _shipped_json("llama-4-scout")
     del data["text_config"]["num_local_experts"]

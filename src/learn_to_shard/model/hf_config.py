@@ -614,7 +614,7 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
                                       data.get("tie_word_embeddings") is True),
         "native_dtype": "" if not isinstance(dtype, str) or dtype == "auto"
         else dtype.removeprefix("torch."),
-        "max_position_embeddings": f.integer("max_position_embeddings", 0, minimum=0),
+        "max_position_embeddings": f.integer("max_position_embeddings", 0, minimum=1),
     }
 
 
