@@ -626,6 +626,23 @@ def test_engines_that_cannot_load_the_checkpoint_are_refused_and_left_out_of_the
     assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang"}
     doc = json.loads(_run(*base, "--cluster", "b200:8", "--json", "--no-timing").stdout)
     assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang", "trtllm"}
+    # on a device the engine does not run on at all, the vendor is the reason given
+    r = _run(*base, "--cluster", "mi300x:8", "--engine", "trtllm")
+    assert r.exit_code == 2 and "trtllm runs on NVIDIA GPUs" in r.output, r.output
+
+
+def test_engine_table_prices_each_engine_with_the_kv_cache_its_auto_gives():
+    """A ModelOpt FP8 checkpoint with FP8 KV scales: every engine's auto takes the FP8 KV,
+    so each engine row of the table is the plan --engine gives (it was priced with the
+    unrestricted plan's 16-bit KV, unlike --engine vllm)."""
+    base = ["plan", "--model", "llama-3.1-70b-instruct-fp8", "--cluster", "h100-sxm:8",
+            "--phase", "serve", "--isl", "1024", "--osl", "1024", "--json", "--no-timing",
+            "-q"]
+    rows = {r["engine"]: r for r in json.loads(_run(*base).stdout)["engine_optima"]}
+    for engine in ("vllm", "sglang", "trtllm"):
+        best = json.loads(_run(*base, "--engine", engine).stdout)["best"]
+        assert rows[engine]["tokens_per_s_per_device"] == \
+            pytest.approx(best["tokens_per_s_per_device"]), engine
 
 
 def test_bad_lengths_name_the_flag_given_and_tiny_slos_print_in_microseconds():
@@ -912,8 +929,11 @@ def test_an_slo_under_a_microsecond_is_refused():
 def test_the_same_slo_in_any_unit_is_the_same_seconds_and_json():
     """``51ms``, ``0.051s`` and ``51000us`` are one float (the decimal value rounded once,
     not ``51 * 1e-3``), so the same question asked in two units gives byte-identical JSON."""
+    from learn_to_shard.errors import ConfigError
     from learn_to_shard.units import parse_duration_s
-
+    for huge in ("1e1000000s", "1e-1000000s"):          # past decimal's exponent range
+        with pytest.raises(ConfigError, match="must be positive and finite"):
+            parse_duration_s(huge, field="--tpot-slo")
     for v in range(1, 1001):
         secs = {parse_duration_s(f"{v}{u}", field="--tpot-slo")
                 for u in ("ms", "e3us", "e6ns")}
@@ -973,6 +993,16 @@ def test_names_are_case_insensitive_on_the_command_line_and_in_the_api():
     with pytest.raises(ConfigError, match="TensorRT-LLM has no online FP8"):
         learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=100, osl=10,
                             dtype="FP8", engine="trtllm")
+    p = learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=100, osl=10,
+                            method="EXACT", engine="VLLM")
+    assert (p.method_used, p.engine) == ("exact", "vllm")
+    from learn_to_shard.sweep import grid_from_data
+    g = grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"],
+                        "workloads": [{"phase": "SERVE", "isl": 10, "osl": 10,
+                                       "dtype": "BF16"}],
+                        "engines": ["VLLM", "Default", {"name": "SGLang"}]}, "g.yaml")
+    assert g.workloads[0].phase == "serve" and g.workloads[0].dtype == "bf16"
+    assert [e.name for e in g.engines] == ["vllm", None, "sglang"]
 
 
 def test_python_api_engine_and_config_together_and_wrong_kinds():

@@ -387,6 +387,30 @@ def test_prefill_export_runs_the_planned_pass_in_one_step(engine, flags):
     assert f"the token budget is {step} (not the engine's 8192)" in doc["export"]["text"]
 
 
+def test_prefill_budget_of_a_pipeline_is_one_micro_batch():
+    """With pipeline stages a prefill step carries one micro-batch per rank (CostModel.
+    phase_rows: ceil(ceil(batch / min(pp, batch)) / dp) prompts): TP2 PP4 at batch 8 and
+    4096-token prompts prices 2 x 4096 = 8192 tokens a step, which the engine's budget
+    holds; the export raised it to 32768 (the whole batch)."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", make_workload("prefill", isl=4096),
+                         cost_config("vllm"), engine="vllm")
+    plan = search_plan(cm, method="megatron", engine="vllm")
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((8, 16)))
+    for batch, budget in ((8, 8192), (16, 16384)):
+        est = cm.evaluate(Strategy(tp=2, ep=1, pp=4, dp=1, batch=batch,
+                                   dims=plan.best.strategy.dims))
+        ex = build_export(dataclasses.replace(plan, best=est), "vllm", model=cm.model)
+        assert _arg(ex.args, "--max-num-batched-tokens") == str(budget), (batch, ex.args)
+    assert any("4 prompts of 4096 tokens per rank and micro-batch in one pass" in n
+               for n in ex.notes)
+
+
 def test_export_accepts_the_longest_sharegpt_request():
     """--dataset sharegpt: the server accepts the longest scaled ShareGPT pair."""
     from learn_to_shard.serving.simulate import sharegpt_scaled
@@ -591,8 +615,25 @@ def test_sglang_max_running_requests_of_a_pipeline_plan_is_whole_micro_batches()
     ex = build_export(dataclasses.replace(plan, best=est), "sglang", model=cm.model)
     assert _arg(ex.args, "--max-running-requests") == "1337"
     assert any(n.startswith("--max-running-requests 1337: SGLang runs at most 1337 // 7 = "
-                            "191 requests per pipeline micro-batch") for n in ex.notes)
+                            "191 per pipeline micro-batch") for n in ex.notes), ex.notes
     assert exported_max_num_seqs(cm, est.strategy) == 1337
+    # attention-DP and pipeline stages: divided over the ranks first, then the micro-batches,
+    # and the DP note names the same number as the flag
+    moe = make_cost_model("qwen3-30b-a3b", "h100-sxm:8",
+                          make_workload("serve", isl=1024, osl=256), cost_config("sglang"),
+                          engine="sglang")
+    mplan = search_plan(moe, method="megatron", engine="sglang")
+    moe = CostModel(moe.model, moe.cluster, moe.workload, config=moe.config,
+                    space=moe.space.with_batches((130,)))
+    est = moe.evaluate(Strategy(tp=2, ep=1, pp=2, dp=2, batch=130,
+                                dims=mplan.best.strategy.dims))
+    ex = build_export(dataclasses.replace(mplan, best=est), "sglang", model=moe.model)
+    assert _arg(ex.args, "--max-running-requests") == "132"
+    assert any("132 // 2 = 66 requests per attention-DP rank and 66 // 2 = 33 per pipeline "
+               "micro-batch" in n for n in ex.notes), ex.notes
+    assert any("--max-running-requests 132 are the server's" in n and "66 requests each)" in n
+               for n in ex.notes), ex.notes
+    assert exported_max_num_seqs(moe, est.strategy) == 132
 
 
 def test_trtllm_max_batch_size_of_a_pipeline_plan_is_per_micro_batch():
@@ -979,6 +1020,23 @@ def test_vllm_places_dp_ranks_whole_on_nodes_or_over_whole_nodes():
     ex = build_export(plan, "vllm", model=cm3.model, devices_per_node=8)
     assert any(u.startswith("4 DP ranks of 3 GPUs (tp × pp) over nodes of 8: vLLM runs each "
                             "rank whole on one node") for u in ex.unexpressed), ex.unexpressed
+    # Each server takes nodes of its own: two servers of 3 ranks of 3 GPUs ([2, 1] ranks per
+    # node each) need 4 nodes, which 24 devices do not have; one server of 8 such ranks on
+    # 36 devices takes 4 nodes (2 ranks each), and the export says 4.
+    from learn_to_shard.engines import dp_node_ranks
+    assert dp_node_ranks(3, 3, 8) == [2, 1] and dp_node_ranks(3, 8, 8) == [2, 2, 2, 2]
+    assert not dp_ranks_fit_nodes(3, 3, 8, 24, servers=2)
+    assert dp_ranks_fit_nodes(3, 3, 8, 24, servers=1)
+    big = make_cost_model("qwen3-235b-a22b", "h100-sxm:36", wl, cost_config("vllm"),
+                          engine="vllm")
+    sp = dataclasses.replace(big.space, tp_values=(1,), ep_values=(8,), pp_values=(3,),
+                             dp_values=(8,), cp_values=(1,))
+    big = CostModel(big.model, big.cluster, big.workload, config=big.config, space=sp)
+    bplan = search_plan(big, engine="vllm")
+    assert bplan.best is not None and bplan.best.strategy.dp == 8
+    ex = build_export(bplan, "vllm", model=big.model, devices_per_node=8)
+    assert ex.nodes_per_server == 4 and "over 4 nodes" in ex.text()
+    assert "node 3: --data-parallel-start-rank 6 --data-parallel-size-local 2" in ex.text()
     r = CliRunner().invoke(app, ["plan", "--model", "kimi-k2", "--cluster", "h200:12",
                                  "--phase", "serve", "--isl", "1024", "--osl", "1024",
                                  "--export", "vllm", "--json", "-q"])

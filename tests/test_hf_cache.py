@@ -111,6 +111,11 @@ def test_a_snapshot_without_refs_main_is_read(tmp_path: Path,
     (folder / "refs" / "main").unlink()
     monkeypatch.setenv("HF_HUB_CACHE", str(root))
     assert load_model(REPO).num_layers == 80
+    # refs/main naming a snapshot without config.json is not a pinned download: no fallback
+    (folder / "refs" / "main").write_text("e" * 40)
+    with pytest.raises(ConfigError, match="no config.json for it in the HuggingFace cache"):
+        load_model(REPO)
+    (folder / "refs" / "main").unlink()
     other = folder / "snapshots" / ("f" * 40)
     other.mkdir()
     (other / "config.json").write_text(json.dumps(QWEN25_72B))

@@ -494,6 +494,12 @@ def test_workloads_that_differ_get_distinct_labels_and_one_label_twice_is_refuse
                                                                        "counts": [2, 2]}],
                             workloads=[{"phase": "serve", "isl": 10, "osl": 10}]), "g.yaml")
     assert g.cluster_names() == ["h100-sxm:2"] and len(expand(g)) == 1
+    # two unnamed workloads alike are one cell: said so first (not "give each a name")
+    with pytest.raises(ConfigError, match=r"workloads\[1\] \('serve-1024/256'\) has the "
+                                          r"settings of workloads\[0\] \('serve-1024/256'\): "
+                                          r"they are one cell"):
+        grid_from_data(dict(base, workloads=[{"phase": "serve", "isl": 1024, "osl": 256}] * 2),
+                       "g.yaml")
     # two names for one workload's settings would be one cell: refused
     with pytest.raises(ConfigError, match=r"workloads\[1\] \('chat-b'\) has the settings of "
                                           r"workloads\[0\] \('chat-a'\) under another name"):
@@ -554,3 +560,14 @@ def test_a_grid_key_given_twice_is_refused(tmp_path):
     r = CliRunner().invoke(app, ["sweep", str(dup), "--out", str(tmp_path / "o")])
     assert r.exit_code == 2, r.output
     assert "not valid YAML (line 2): key 'models' given twice in one mapping" in r.output
+    # an unhashable key is PyYAML's own one-line error, and a count in other digits is
+    # refused as a count, not a traceback
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("models: [llama-3.1-8b]\nclusters: [h100:1]\n[a, b]: 1\n")
+    r = CliRunner().invoke(app, ["sweep", str(odd), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "found unhashable key" in r.output, r.output
+    odd.write_text("models: [llama-3.1-8b]\nclusters: ['h100:\u00b2']\n"
+                   "workloads: [{phase: serve, isl: 1024, osl: 256}]\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["sweep", str(odd), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "device count must be a positive integer" in r.output, r.output
+    assert "Traceback" not in r.output

@@ -373,6 +373,8 @@ def plan(model: str | os.PathLike[str] | ModelSpec, cluster: str | os.PathLike[s
             fallback to another searcher).
     """
     _check_engine_name(engine, "engine")
+    engine = engine.lower() if isinstance(engine, str) else engine
+    method = method.lower() if isinstance(method, str) else method
     if engine is not None and isinstance(config, CostModelConfig) and \
             config.engine != cost_config(engine).engine:
         made = f"engine {config.engine!r}" if config.engine else "no engine"
@@ -825,16 +827,15 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
     """
     if engine is None:
         return
+    if not engine_runs_on(engine, device):
+        runtime = engine_runtime(engine)
+        runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[runtime])
+        vendor = scale_up_fabric(device).vendor
+        raise ConfigError(f"{flag} {engine}: {runtime} runs on {runs} GPUs, and {device.name} "
+                          f"is {'an' if vendor in ('amd', 'aws') else 'a'} "
+                          f"{_VENDOR_NAMES.get(vendor, vendor)} device; run without it, or "
+                          f"with an engine that runs there")
     why = engine_checkpoint_refusal(engine, device, model)
     if why is not None and model is not None:
         raise ConfigError(f"{flag} {engine}: {why}; serve {model.name} with another engine "
                           f"(vllm, sglang), or an FP8 or BF16 checkpoint")
-    if engine_runs_on(engine, device):
-        return
-    runtime = engine_runtime(engine)
-    runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[runtime])
-    vendor = scale_up_fabric(device).vendor
-    raise ConfigError(f"{flag} {engine}: {runtime} runs on {runs} GPUs, and {device.name} is "
-                      f"{'an' if vendor in ('amd', 'aws') else 'a'} "
-                      f"{_VENDOR_NAMES.get(vendor, vendor)} device; run without it, or with "
-                      f"an engine that runs there")

@@ -73,7 +73,7 @@ from .search.base import SearchInterrupted, interruptible
 from .serving import Requests, ServingLoad, load_trace, trace_mean_lengths
 from .serving.load import refuse_beyond_context
 from .units import parse_duration_s, to_ms
-from .workload import Phase, Workload
+from .workload import DType, Phase, Workload
 
 if TYPE_CHECKING:
     from .fidelity.serving import ServingRowResult
@@ -621,7 +621,7 @@ def plan_cmd(
         optima = []
         try:
             optima = _engine_optima(cm, result, engine, gpu_memory_utilization,
-                                    max_num_batched_tokens) \
+                                    max_num_batched_tokens, kv_dtype) \
                 if export is None and not result.interrupted else []
             stage = "the simulation"
             if load is not None and result.feasible and not result.interrupted:
@@ -631,6 +631,9 @@ def plan_cmd(
             stage = ""
         except KeyboardInterrupt:
             sims = []
+            if stage == "the engine table" and load is not None and result.feasible \
+                    and not result.interrupted:
+                stage = "the engine table and the simulation"    # it comes after the table
         late_interrupt = stage
         longest = load.longest_request_tokens(wl.isl, wl.osl) if load is not None else None
         launch = _export_text(result, export, cm, longest) \
@@ -842,7 +845,8 @@ def _export_text(plan: Plan, engine: str, cm: CostModel, max_model_len: int | No
 
 def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
                    gpu_memory_utilization: float | None,
-                   max_num_batched_tokens: int | None) -> list[tuple[dict, Plan]]:
+                   max_num_batched_tokens: int | None,
+                   kv_dtype: str | None = None) -> list[tuple[dict, Plan]]:
     """Without ``--engine``: the best strategy each engine can launch (its own memory policy
     and strategy restriction, its exact optimum without runners-up), beside the unrestricted
     optimum ``plan``.
@@ -861,8 +865,10 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
     unrestricted answer is not the exact optimum (budgeted answers are not optima; an
     engine's space is a subset, so its exact search is no slower), or when it is infeasible;
     engines that do not run on the device's vendor (:func:`engine_runs_on`), or cannot load
-    the checkpoint there (:func:`engine_checkpoint_refusal`), are left out."""
-    from .engines import ENGINES
+    the checkpoint there (:func:`engine_checkpoint_refusal`), are left out. Without
+    ``kv_dtype`` (``--kv-dtype``) each engine prices the KV cache its ``auto`` gives the
+    checkpoint (:func:`~learn_to_shard.engines.default_kv_dtype`), as ``--engine`` does."""
+    from .engines import ENGINES, default_kv_dtype
     from .report.export import build_export
 
     if engine is not None or plan.method_used != "exact" or plan.best is None:
@@ -875,7 +881,11 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
         cfg = dataclasses.replace(
             _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens),
             moe_routing_alpha=cm.config.moe_routing_alpha)          # --moe-routing
-        cm_e = make_cost_model(cm.model, cm.cluster, cm.workload, cfg, engine=name,
+        q = cm.model.quant
+        wl_e = cm.workload if kv_dtype is not None or q is None else dataclasses.replace(
+            cm.workload, kv_dtype=DType(default_kv_dtype(
+                name, q.kv_cache_fp8, q.method.startswith("modelopt"))))
+        cm_e = make_cost_model(cm.model, cm.cluster, wl_e, cfg, engine=name,
                                context_parallel=max(cm.space.cp_values) > 1)
         p = exact_optimum(cm_e, engine=name)
         ex = build_export(plan, name, model=cm.model,
@@ -1691,7 +1701,9 @@ def size_cmd(
         err.print(f"failed: {r['cluster']}: {r['error']}", markup=False, highlight=False)
     if not fleets:
         err.print(f"no plan on {', '.join(dict.fromkeys(names))} up to {max_devices} "
-                  f"devices meets the SLOs", highlight=False)
+                  f"devices meets the SLOs"
+                  + (" among the searches finished before the interrupt" if res.interrupted
+                     else ""), highlight=False)
         for name in dict.fromkeys(names):  # why, on the largest cluster of each kind
             mine = [r for r in rows if r.get("device") == name and not r.get("error")]
             if mine:

@@ -7,6 +7,7 @@ GB means 1e9 bytes and GiB means 2**30 bytes; names always say which.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 
@@ -57,7 +58,10 @@ def parse_duration_s(text: str, *, field: str) -> float:
     if m.group(2) is None:
         raise ConfigError(f"{field}: {text!r} has no unit; write {m.group(1)}ms or "
                           f"{m.group(1)}s")
-    value = float(Decimal(m.group(1)).scaleb(-_DURATION_DIGITS[m.group(2)]))
+    try:
+        value = float(Decimal(m.group(1)).scaleb(-_DURATION_DIGITS[m.group(2)]))
+    except ArithmeticError:              # decimal.Overflow beyond the context's exponent
+        value = math.inf
     if not 0 < value < float("inf"):
         raise ConfigError(f"{field}: duration must be positive and finite, got {text!r}")
     if value < MIN_DURATION_S:

@@ -119,24 +119,32 @@ def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
     return np.asarray((nodes <= 1) | ok)
 
 
+def dp_node_ranks(world: int, dp: int, devices_per_node: int) -> list[int]:
+    """DP ranks of ``world`` GPUs (``tp × pp``, at most a node) that each node of one vLLM
+    server holds when the ``dp`` ranks span nodes: ``floor(node / world)`` per node, the last
+    node what is left (:func:`dp_ranks_fit_nodes`)."""
+    per_node = max(devices_per_node // max(world, 1), 1)
+    return [min(per_node, dp - k * per_node) for k in range(-(-dp // per_node))]
+
+
 def dp_ranks_fit_nodes(world: np.ndarray | int, dp: np.ndarray | int,
                        devices_per_node: int, num_devices: int,
                        servers: np.ndarray | int | None = None) -> np.ndarray:
-    """Whether vLLM can place a server's ``dp`` data-parallel ranks of ``world`` GPUs each
-    (``tp × pp``) that together span nodes, for ``servers`` such servers on ``num_devices``
-    devices in nodes of ``devices_per_node`` (the last node may be partial).
+    """Whether vLLM can place ``servers`` servers of ``dp`` data-parallel ranks of ``world``
+    GPUs each (``tp × pp``) on ``num_devices`` devices in nodes of ``devices_per_node`` (the
+    last node may be partial), where a server's ranks span nodes.
 
     vLLM 0.33.0 (``vllm/v1/engine/utils.py`` ``create_dp_placement_groups``,
     ``vllm/engine/arg_utils.py``): a DP rank no wider than a node runs whole on one node —
-    under internal load balancing each node starts ``--data-parallel-size-local`` ranks on
-    its own GPUs (its executor refuses a world above the node's GPUs), under Ray's default
-    ``strict`` packing each rank is a ``STRICT_PACK`` placement group on one node — so the
-    nodes must hold ``servers × dp`` whole ranks: ``floor(node / world)`` per node. A rank
-    wider than a node runs only under ``VLLM_RAY_DP_PACK_STRATEGY=span``, which asserts
-    that the world is a multiple of the node size and that the Ray cluster's nodes are
-    alike (so the ranks take whole nodes, which the partial node cannot give). A server
-    whose ranks all sit on one node, and ``dp = 1`` (one replica, which Ray places over any
-    nodes), are always placed.
+    under internal load balancing each node of the server starts ``--data-parallel-size-local``
+    ranks on its own GPUs (its executor refuses a world above the node's GPUs), under Ray's
+    default ``strict`` packing each rank is a ``STRICT_PACK`` placement group on one node —
+    so a server takes ``ceil(dp / floor(node / world))`` nodes of its own
+    (:func:`dp_node_ranks`), the partial node only as one server's last. A rank wider than a
+    node runs only under ``VLLM_RAY_DP_PACK_STRATEGY=span``, which asserts that the world is
+    a multiple of the node size and that the Ray cluster's nodes are alike (so the ranks take
+    whole nodes, which the partial node cannot give). A server whose ranks all sit on one
+    node, and ``dp = 1`` (one replica, which Ray places over any nodes), are always placed.
 
     Args:
         world, dp: broadcastable integer arrays (or ints).
@@ -154,7 +162,10 @@ def dp_ranks_fit_nodes(world: np.ndarray | int, dp: np.ndarray | int,
     full, rest = divmod(int(num_devices), dpn)
     count = np.maximum(int(num_devices) // (w * d) if servers is None else
                        np.asarray(servers, dtype=np.int64), 1)
-    within = full * (dpn // w) + rest // w >= count * d
+    per_node = np.maximum(dpn // w, 1)
+    need = -(-d // per_node)                            # nodes per server
+    last = d - (need - 1) * per_node                    # ranks on a server's last node
+    within = (count * need <= full) | ((count * need <= full + 1) & (rest // w >= last))
     spanning = (w % dpn == 0) & (count * w * d <= full * dpn)
     placed = np.where(w <= dpn, within, spanning)
     return np.asarray((d <= 1) | (w * d <= dpn) | placed)

@@ -350,7 +350,10 @@ def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
                           f"(.../snapshots/<commit>/config.json)") from None
     quant_name = "hf_quant_config.json"
     if not isinstance(found, str):
-        snaps = sorted(folder.glob("snapshots/*/config.json"))
+        # Only a repository without refs/main (pinned-commit downloads) falls back to its
+        # snapshots; one whose refs/main names a snapshot without config.json has none.
+        snaps = [] if (folder / "refs" / "main").exists() else \
+            sorted(folder.glob("snapshots/*/config.json"))
         if len(snaps) > 1:
             raise ConfigError(
                 f"--model {repo_id}: the HuggingFace cache holds {len(snaps)} snapshots of it "

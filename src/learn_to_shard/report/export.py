@@ -51,6 +51,7 @@ from ..engines import (
     MEGATRON,
     default_kv_dtype,
     default_max_num_batched_tokens,
+    dp_node_ranks,
     dp_ranks_fit_nodes,
     fp4_weights_refusal,
     get_engine,
@@ -525,6 +526,12 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     gpus = s.devices // dense_dp
     batch_per_server = s.batch // dense_dp
     nodes = max(1, math.ceil(gpus / devices_per_node)) if devices_per_node else 1
+    # vLLM places a MoE server's DP ranks (tp × pp GPUs each) whole on nodes, so one that
+    # spans nodes takes as many as engines.dp_node_ranks lists, not ceil(GPUs / node).
+    node_size = devices_per_node or 0
+    vllm_dp_nodes = engine == "vllm" and dp > 1 and nodes > 1 and 0 < s.tp * s.pp <= node_size
+    if vllm_dp_nodes:
+        nodes = len(dp_node_ranks(s.tp * s.pp, dp, node_size))
     # A request carries at least one output token (a prefill plan's osl is 0): the engines
     # refuse prompt + max_tokens above their limit (vLLM max_model_len, SGLang
     # context_length, TensorRT-LLM max_seq_len).
@@ -539,14 +546,17 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         max_len = limit
     tokens = _token_budget(plan, engine)
     if wl.phase is Phase.PREFILL:
-        # A prefill plan prices each attention-DP rank's ceil(batch / dp) prompts in one
-        # pass (its workspace too): the step budget holds them, or the engine would chunk
-        # them over several steps the plan did not price.
-        step = -(-s.batch // s.dp) * wl.isl
+        # A prefill plan prices one micro-batch's prompts per attention-DP rank in one pass
+        # (its workspace too; CostModel.phase_rows: ceil(ceil(batch / min(pp, batch)) / dp)
+        # of them): the step budget holds them, or the engine would chunk them over steps
+        # the plan did not price.
+        per_mb = math.ceil(s.batch / min(s.pp, s.batch))
+        prompts = math.ceil(per_mb / s.dp)
+        step = prompts * wl.isl
         if step > tokens:
             notes.append(f"the token budget is {step} (not the engine's {tokens}): the plan "
-                         f"prefills {-(-s.batch // s.dp)} prompts of {wl.isl} tokens per "
-                         f"rank in one pass")
+                         f"prefills {prompts} prompts of {wl.isl} tokens per rank"
+                         + (" and micro-batch" if s.pp > 1 else "") + " in one pass")
             tokens = step
     mem_util = float(str(cfg.get("memory_utilization", 0.9)))
     kv_frac = float(str(cfg.get("kv_cache_free_fraction", 0.9)))
@@ -637,7 +647,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if fp8_kv:
             args += ["--kv-cache-dtype", "fp8"]
         elif auto_fp8_kv:
-            args += ["--kv-cache-dtype", "bfloat16"]
+            half = model is not None and model.native_dtype in ("float16", "half")
+            args += ["--kv-cache-dtype", "float16" if half else "bfloat16"]
         if moe and a2a is not None and s.ep == 1:
             unexpressed.append(f"moe all-to-all {a2a}: the plan has no expert parallelism "
                                f"(EP 1), so no --all2all-backend is set; its MoE exchange "
@@ -677,16 +688,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 f"VLLM_RAY_DP_PACK_STRATEGY=span, over whole nodes when tp × pp is a multiple "
                 f"of the node size), and this cluster's nodes hold fewer such ranks than the "
                 f"plan needs; plan with --engine vllm for a layout it places")
-        if nodes > 1 and dp > 1 and devices_per_node and rank_gpus <= devices_per_node:
+        if vllm_dp_nodes:
             # Internal load balancing over nodes: one vllm serve per node, each starting the
-            # DP ranks it holds whole (floor(node / rank) of them, the last node what is
-            # left); node 0 runs the API server (vllm-project/vllm
-            # docs/serving/data_parallel_deployment.md at 01e4fce0, "Internal Load
-            # Balancing"; the flags are in the pinned flag snapshot, --headless is vllm
-            # serve's own).
-            per_node = devices_per_node // rank_gpus
-            counts = [min(per_node, dp - k * per_node) for k in range(-(-dp // per_node))]
-            local = counts[0]
+            # DP ranks it holds whole (engines.dp_node_ranks); node 0 runs the API server
+            # (vllm-project/vllm docs/serving/data_parallel_deployment.md at 01e4fce0,
+            # "Internal Load Balancing"; the flags are in the pinned flag snapshot,
+            # --headless is vllm serve's own).
+            counts = dp_node_ranks(rank_gpus, dp, node_size)
+            per_node, local = counts[0], counts[0]
             args += ["--data-parallel-size-local", str(local),
                      "--data-parallel-address", "NODE0_HOST",
                      "--data-parallel-rpc-port", "13345"]
@@ -696,11 +705,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             notes.append(f"this is node 0's command (its {local} DP ranks and the API "
                          f"server); on every other node run it with --headless and its own "
                          f"ranks ({others}), node 0's address in --data-parallel-address")
-            if per_node * rank_gpus < devices_per_node:
+            if per_node * rank_gpus < node_size:
                 notes.append(f"each node runs {per_node} whole DP ranks of {rank_gpus} GPUs "
-                             f"({devices_per_node - per_node * rank_gpus} of its "
-                             f"{devices_per_node} GPUs stay free): vLLM does not split a rank "
-                             f"over nodes")
+                             f"({node_size - per_node * rank_gpus} of its {node_size} GPUs "
+                             f"stay free): vLLM does not split a rank over nodes")
         elif nodes > 1:
             # A replica wider than a node: vLLM refuses a world size above the node's GPUs
             # unless the executor is Ray (ParallelConfig.__post_init__, vllm/config/
@@ -734,14 +742,18 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 args += ["--enable-dense-mlp-attn-tp"]
         running = sglang_max_running_requests(batch_per_server, dp, s.pp)
         if running > batch_per_server:
-            # SGLang caps each pipeline micro-batch at --max-running-requests // pp-size
-            # (sglang 0.5.23 srt/managers/scheduler.py, pp_max_micro_batch_size).
+            # SGLang divides --max-running-requests over the attention-DP ranks, then caps
+            # each pipeline micro-batch of a rank at its share // pp-size (sglang 0.5.23
+            # srt/model_executor/pool_configurator.py, srt/managers/scheduler.py
+            # pp_max_micro_batch_size).
+            per_rank = running // dp
             notes.append(f"--max-running-requests {running}: SGLang runs at most "
-                         f"{running} // {s.pp} = {running // s.pp} requests per pipeline "
+                         + (f"{running} // {dp} = {per_rank} requests per attention-DP rank "
+                            f"and " if dp > 1 else "")
+                         + f"{per_rank} // {s.pp} = {per_rank // s.pp} per pipeline "
                          f"micro-batch, so the server admits {running}, "
                          f"{running - batch_per_server} more than the plan's "
-                         f"{batch_per_server} (whole micro-batches"
-                         + (" on every attention-DP rank" if dp > 1 else "") + ")")
+                         f"{batch_per_server} (whole micro-batches)")
         args += ["--max-running-requests", str(running),
                  "--context-length", str(max_len),
                  # per instance: SGLang divides it over the attention-DP ranks (sglang
@@ -755,9 +767,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             args += ["--max-prefill-tokens", str(tokens * dp)]
         if dp > 1:
             notes.append(f"--chunked-prefill-size {tokens * dp} and --max-running-requests "
-                         f"{batch_per_server} are the server's: SGLang divides them over its "
+                         f"{running} are the server's: SGLang divides them over its "
                          f"{dp} attention-DP ranks ({tokens} tokens and "
-                         f"{batch_per_server // dp} requests each, as planned)")
+                         f"{running // dp} requests each"
+                         + (", as planned)" if running == batch_per_server else ")"))
         if fp8_weights and not native_quant:
             args += ["--quantization", "fp8"]
         if fp8_kv:
@@ -932,6 +945,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         # servers sharing a node's devices with another server's share of another node.
         fit = (full * (unit // gpus) + rest // gpus) if gpus <= unit \
             else (full // spans if gpus % unit == 0 else 1)
+        if vllm_dp_nodes and unit == devices_per_node:
+            # servers of whole DP ranks per node, each on nodes of its own
+            fit = max((k for k in range(servers + 1) if k == 0 or bool(dp_ranks_fit_nodes(
+                s.tp * s.pp, dp, unit, total, servers=k))), default=0)
         if servers > fit:
             warnings.append(
                 f"{servers} servers of {gpus} GPUs on {full} {where}(s) of {unit}"

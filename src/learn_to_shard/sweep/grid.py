@@ -33,6 +33,17 @@ from ..units import parse_duration_s, to_ms
 from ..workload import Workload
 
 
+def _lower_names(*keys: str) -> Any:
+    """A before-validator matching ``keys``' string values case-insensitively (``phase:
+    SERVE``, ``dtype: BF16``, ``name: VLLM``), as ``l2s plan`` does."""
+    def lower(data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        return {k: v.lower() if k in keys and isinstance(v, str) else v
+                for k, v in data.items()}
+    return model_validator(mode="before")(lower)
+
+
 def _durations(data: object) -> object:
     """``ttft_slo: 2s`` / ``tpot_slo: 50ms`` (a unit is required) → ``ttft_slo_s`` /
     ``tpot_slo_s`` in seconds."""
@@ -83,8 +94,9 @@ class WorkloadSpec(_Strict):
         ttft_slo_s, tpot_slo_s: latency limits, seconds; in the grid file preferably written
             ``ttft_slo: 2s`` and ``tpot_slo: 50ms`` (a unit is required there).
         dtype, kv_dtype: ``bf16`` or ``fp8`` weights and KV cache; default weights: the
-            checkpoint's (``fp8`` for FP8 checkpoints), KV ``bf16``
-            (:func:`~learn_to_shard.api.checkpoint_dtypes`, as ``l2s plan``).
+            checkpoint's (``fp8`` for FP8 checkpoints), KV as the cell's engine loads the
+            checkpoint (``bf16``, or ``fp8`` where it takes the checkpoint's FP8 KV scales;
+            :func:`~learn_to_shard.api.checkpoint_dtypes`, as ``l2s plan``).
         rate_rps: offered load, requests/s. Recorded in every row and used by the fleet
             sizing (:mod:`learn_to_shard.sweep.sizing`): how many devices serve it. The search
             itself is not changed by it.
@@ -106,6 +118,7 @@ class WorkloadSpec(_Strict):
     concurrency: Count | None = None
 
     _read_durations = model_validator(mode="before")(_durations)
+    _lower = _lower_names("phase", "dtype", "kv_dtype")
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadSpec:
@@ -162,6 +175,7 @@ class EngineSpec(_Strict):
         max_num_batched_tokens: tokens per engine step (serve phase).
     """
 
+    _lower = _lower_names("name")
     name: str | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
     max_num_batched_tokens: Count | None = None
@@ -184,7 +198,7 @@ class EngineSpec(_Strict):
 
 def _engine_entry(value: object) -> object:
     """``- vllm`` and ``- null``/``- default`` are short for ``{name: vllm}`` / ``{}``."""
-    if value is None or value == "default":
+    if value is None or (isinstance(value, str) and value.lower() == "default"):
         return {}
     if isinstance(value, str):
         return {"name": value}
@@ -255,17 +269,19 @@ class SweepGrid(_Strict):
         seen: dict[str, int] = {}
         same: dict[str, int] = {}
         for i, wl in enumerate(workloads):
-            if wl.label in seen:
-                raise ValueError(f"workloads[{i}] is labelled {wl.label!r} like "
-                                 f"workloads[{seen[wl.label]}]; give each a distinct name")
-            seen[wl.label] = i
             settings = wl.model_dump_json(exclude={"name"})
             if settings in same:
                 raise ValueError(f"workloads[{i}] ({wl.label!r}) has the settings of "
                                  f"workloads[{same[settings]}] "
-                                 f"({workloads[same[settings]].label!r}) under another name: "
-                                 f"they are one cell; remove one")
+                                 f"({workloads[same[settings]].label!r})"
+                                 + (" under another name" if wl.label != workloads[
+                                     same[settings]].label else "")
+                                 + ": they are one cell; remove one")
             same[settings] = i
+            if wl.label in seen:
+                raise ValueError(f"workloads[{i}] is labelled {wl.label!r} like "
+                                 f"workloads[{seen[wl.label]}]; give each a distinct name")
+            seen[wl.label] = i
         return workloads
 
     @field_validator("searchers")
@@ -298,7 +314,8 @@ class SweepGrid(_Strict):
             elif not entry.endswith(".json") and entry.count(":") == 1:
                 device, count = entry.split(":")
                 count = count.strip()
-                out.append(f"{canonical(device)}:{int(count) if count.isdigit() else count}")
+                number = count.isascii() and count.isdigit()
+                out.append(f"{canonical(device)}:{int(count) if number else count}")
             else:
                 out.append(entry)
         return list(dict.fromkeys(out))
@@ -466,6 +483,10 @@ def load_grid(path: Path) -> SweepGrid:
             seen: set[object] = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
+                try:
+                    hash(key)
+                except TypeError:            # PyYAML's own check says "unhashable key"
+                    break
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} given twice in one mapping",
