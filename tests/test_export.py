@@ -193,6 +193,36 @@ def test_showcase_parses_with_the_live_parser(showcase, engine, tmp_path_factory
                 == ex.gpus_per_server // int(parsed["pipeline_parallel_size"])
 
 
+def _export_at(model, cluster, wl, engine, devices_per_node=None, **degrees):
+    """The export of ``engine`` for one strategy of the given degrees (``tp``, ``ep``,
+    ``pp``, ``dp``, ``batch``) with the operator choices of the engine's Megatron plan, and
+    its cost model: ``(export, cost model, estimate)``."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+
+    cm = make_cost_model(model, cluster, wl, cost_config(engine), engine=engine)
+    plan = search_plan(cm, method="megatron", engine=engine)
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((degrees["batch"],)))
+    est = cm.evaluate(Strategy(**{"ep": 1, "dp": 1, **degrees},
+                               dims=plan.best.strategy.dims))
+    ex = build_export(dataclasses.replace(plan, best=est), engine, model=cm.model,
+                      devices_per_node=devices_per_node)
+    return ex, cm, est
+
+
+def _refused_only_under(engine, model, cluster, wl, strategy):
+    """Assert that ``strategy`` breaks the ``engine_degrees`` rule of ``engine``'s space and
+    no such rule without an engine; return both cost models ``(under engine, free)``."""
+    cm = make_cost_model(model, cluster, wl, cost_config(engine), engine=engine)
+    assert any(v.startswith("engine_degrees") for v in cm.space.violations(strategy))
+    free = make_cost_model(model, cluster, wl)
+    assert not any(v.startswith("engine_degrees") for v in free.space.violations(strategy))
+    return cm, free
+
+
 def _cli(*args):
     return CliRunner().invoke(app, ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256",
                                     *args])
@@ -326,23 +356,14 @@ def test_uneven_pipeline_split_is_launched_as_priced():
     10,10,11,11, so their exports set VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION to
     the plan's (DeepSeek-V3 TP2 PP5 on 10 H100s did not fit as vLLM loads it: 71.2 > 71.0
     GiB on its fourth stage); TensorRT-LLM's gets none, nor an even split."""
-    import dataclasses
-
-    from learn_to_shard.cost.model import CostModel, stage_layer_counts
-    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.cost.model import stage_layer_counts
 
     assert stage_layer_counts(42, 4) == [11, 11, 10, 10]
+    wl = make_workload("serve", isl=1024, osl=256)
     for engine, var in (("vllm", "VLLM_PP_LAYER_PARTITION"),
                         ("sglang", "SGLANG_PP_LAYER_PARTITION"), ("trtllm", None)):
-        cm = make_cost_model("gemma-2-9b-it", "h100-sxm:4", make_workload(
-            "serve", isl=1024, osl=256), cost_config(engine), engine=engine)
-        plan = search_plan(cm, method="megatron", engine=engine)
-        cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
-                       space=cm.space.with_batches((8,)))
-        est = cm.evaluate(Strategy(tp=1, ep=1, pp=4, dp=1, batch=8,
-                                   dims=plan.best.strategy.dims))
-        ex = build_export(dataclasses.replace(plan, best=est), engine, model=cm.model,
-                          devices_per_node=8)
+        ex, _, _ = _export_at("gemma-2-9b-it", "h100-sxm:4", wl, engine, devices_per_node=8,
+                              tp=1, pp=4, batch=8)
         if var is None:
             assert not any("LAYER_PARTITION" in k for k in ex.env), ex.env
             continue
@@ -392,20 +413,10 @@ def test_prefill_budget_of_a_pipeline_is_one_micro_batch():
     phase_rows: ceil(ceil(batch / min(pp, batch)) / dp) prompts): TP2 PP4 at batch 8 and
     4096-token prompts prices 2 x 4096 = 8192 tokens a step, which the engine's budget
     holds; the export raised it to 32768 (the whole batch)."""
-    import dataclasses
-
-    from learn_to_shard.cost.model import CostModel
-    from learn_to_shard.parallel.strategy import Strategy
-
-    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", make_workload("prefill", isl=4096),
-                         cost_config("vllm"), engine="vllm")
-    plan = search_plan(cm, method="megatron", engine="vllm")
-    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
-                   space=cm.space.with_batches((8, 16)))
+    wl = make_workload("prefill", isl=4096)
     for batch, budget in ((8, 8192), (16, 16384)):
-        est = cm.evaluate(Strategy(tp=2, ep=1, pp=4, dp=1, batch=batch,
-                                   dims=plan.best.strategy.dims))
-        ex = build_export(dataclasses.replace(plan, best=est), "vllm", model=cm.model)
+        ex, _, _ = _export_at("llama-3.1-70b", "h100-sxm:8", wl, "vllm", tp=2, pp=4,
+                              batch=batch)
         assert _arg(ex.args, "--max-num-batched-tokens") == str(budget), (batch, ex.args)
     assert any("4 prompts of 4096 tokens per rank and micro-batch in one pass" in n
                for n in ex.notes)
@@ -595,39 +606,23 @@ def test_sglang_max_running_requests_of_a_pipeline_plan_is_whole_micro_batches()
     """SGLang caps each pipeline micro-batch at --max-running-requests // pp-size: PP7 at a
     batch of 1336 exported 1336, which runs 190 x 7 = 1330; it exports 1337 (191 per
     micro-batch) with a note, and the simulation's cap is the same 1337."""
-    import dataclasses
 
     from learn_to_shard.api import exported_max_num_seqs
-    from learn_to_shard.cost.model import CostModel
-    from learn_to_shard.parallel.strategy import Strategy
     from learn_to_shard.report.export import sglang_max_running_requests
 
     assert sglang_max_running_requests(1336, 1, 7) == 1337
     assert sglang_max_running_requests(1336, 2, 7) == 1344
     assert sglang_max_running_requests(1336, 4, 1) == 1336
-    cm = make_cost_model("qwen3-32b", "h100-sxm:7", make_workload("serve", isl=1024, osl=256),
-                         cost_config("sglang"), engine="sglang")
-    plan = search_plan(cm, method="megatron", engine="sglang")
-    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
-                   space=cm.space.with_batches((1336,)))
-    est = cm.evaluate(Strategy(tp=1, ep=1, pp=7, dp=1, batch=1336,
-                               dims=plan.best.strategy.dims))
-    ex = build_export(dataclasses.replace(plan, best=est), "sglang", model=cm.model)
+    wl = make_workload("serve", isl=1024, osl=256)
+    ex, cm, est = _export_at("qwen3-32b", "h100-sxm:7", wl, "sglang", tp=1, pp=7, batch=1336)
     assert _arg(ex.args, "--max-running-requests") == "1337"
     assert any(n.startswith("--max-running-requests 1337: SGLang runs at most 1337 // 7 = "
                             "191 per pipeline micro-batch") for n in ex.notes), ex.notes
     assert exported_max_num_seqs(cm, est.strategy) == 1337
     # attention-DP and pipeline stages: divided over the ranks first, then the micro-batches,
     # and the DP note names the same number as the flag
-    moe = make_cost_model("qwen3-30b-a3b", "h100-sxm:8",
-                          make_workload("serve", isl=1024, osl=256), cost_config("sglang"),
-                          engine="sglang")
-    mplan = search_plan(moe, method="megatron", engine="sglang")
-    moe = CostModel(moe.model, moe.cluster, moe.workload, config=moe.config,
-                    space=moe.space.with_batches((130,)))
-    est = moe.evaluate(Strategy(tp=2, ep=1, pp=2, dp=2, batch=130,
-                                dims=mplan.best.strategy.dims))
-    ex = build_export(dataclasses.replace(mplan, best=est), "sglang", model=moe.model)
+    ex, moe, est = _export_at("qwen3-30b-a3b", "h100-sxm:8", wl, "sglang", tp=2, pp=2, dp=2,
+                              batch=130)
     assert _arg(ex.args, "--max-running-requests") == "132"
     assert any("132 // 2 = 66 requests per attention-DP rank and 66 // 2 = 33 per pipeline "
                "micro-batch" in n for n in ex.notes), ex.notes
@@ -964,12 +959,8 @@ def test_sglang_node_rank_ranges_start_every_stage():
                for v in dense.space.violations(Strategy(tp=2, ep=1, pp=6, dp=4, batch=8)))
     # The search under --engine sglang refuses the layout that would hang ...
     wl = make_workload("serve", isl=1024, osl=512, dtype="fp8", tpot_slo_s=0.08)
-    cm = make_cost_model("deepseek-v3", "h100-sxm:12", wl, cost_config("sglang"),
-                         engine="sglang")
-    s = Strategy(tp=4, ep=1, pp=3, dp=1, batch=8)
-    assert any(v.startswith("engine_degrees") for v in cm.space.violations(s))
-    free = make_cost_model("deepseek-v3", "h100-sxm:12", wl)
-    assert not any(v.startswith("engine_degrees") for v in free.space.violations(s))
+    cm, free = _refused_only_under("sglang", "deepseek-v3", "h100-sxm:12", wl,
+                                   Strategy(tp=4, ep=1, pp=3, dp=1, batch=8))
     # With nothing else feasible, the plan says what the engine's rules left out.
     none = search_plan(cm, engine="sglang")
     assert none.best is None
@@ -1006,12 +997,8 @@ def test_vllm_places_dp_ranks_whole_on_nodes_or_over_whole_nodes():
     assert dp_ranks_fit_nodes(16, 2, 8, 36)         # the partial node stays out of Ray
     assert dp_ranks_fit_nodes(3, 1, 8, 12) and dp_ranks_fit_nodes(3, 2, 8, 12)   # one node
     wl = make_workload("serve", isl=1024, osl=1024, dtype="fp8")
-    cm = make_cost_model("deepseek-v3", "h100-sxm:12", wl, cost_config("vllm"),
-                         engine="vllm")
-    s = Strategy(tp=1, ep=4, pp=3, dp=4, batch=8)
-    assert any(v.startswith("engine_degrees") for v in cm.space.violations(s))
-    free = make_cost_model("deepseek-v3", "h100-sxm:12", wl)
-    assert not any(v.startswith("engine_degrees") for v in free.space.violations(s))
+    _, free = _refused_only_under("vllm", "deepseek-v3", "h100-sxm:12", wl,
+                                  Strategy(tp=1, ep=4, pp=3, dp=4, batch=8))
     sp = dataclasses.replace(free.space, tp_values=(1,), ep_values=(4,), pp_values=(3,),
                              dp_values=(4,), cp_values=(1,))
     cm3 = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
