@@ -624,7 +624,13 @@ def test_engines_that_cannot_load_the_checkpoint_are_refused_and_left_out_of_the
                             osl=256, engine="trtllm")
     doc = json.loads(_run(*base, "--cluster", "h100-sxm:8", "--json", "--no-timing").stdout)
     assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang"}
+    [gone] = doc["engine_optima_left_out"]          # and the table says why
+    assert gone["engine"] == "trtllm" and "NVFP4 weights only with FP4 math" in gone["reason"]
+    table = _run(*base, "--cluster", "h100-sxm:8")
+    assert "trtllm: left out of the table: TensorRT-LLM 1.2.0rc2 runs NVFP4" in \
+        " ".join(table.stdout.split())
     doc = json.loads(_run(*base, "--cluster", "b200:8", "--json", "--no-timing").stdout)
+    assert "engine_optima_left_out" not in doc
     assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang", "trtllm"}
     # on a device the engine does not run on at all, the vendor is the reason given
     r = _run(*base, "--cluster", "mi300x:8", "--engine", "trtllm")

@@ -555,20 +555,33 @@ def test_vllm_export_of_an_ep1_plan_under_moe_a2a_says_no_backend_is_set():
 
 def test_export_warns_when_servers_do_not_fit_inside_node_boundaries(tmp_path):
     """12 H100s in nodes of 6 (a cluster file): three TP4 servers fit two whole nodes only
-    twice, so the export warns that the third would span nodes, which the plan did not price;
-    one TP8 server over both nodes (priced on the scale-out link) gets no such warning."""
+    twice, so the export of an unrestricted plan warns that the third would span nodes, which
+    the plan did not price; under --engine (as --export searches) such a layout is not
+    searched, so the launch has no such warning; one TP8 server over both nodes (priced on
+    the scale-out link) gets none either."""
+    import dataclasses
     import json
+
+    from learn_to_shard.cost.model import CostModel
 
     cluster = tmp_path / "odd.json"
     cluster.write_text(json.dumps({"name": "odd", "device": "h100-sxm", "num_devices": 12,
                                    "overrides": {"scale_up_domain": 6}}))
+    wl = make_workload("serve", isl=1024, osl=256, tpot_slo_s=0.025)
+    free = make_cost_model("llama-3.1-70b", str(cluster), wl)
+    sp = dataclasses.replace(free.space, tp_values=(4,), pp_values=(1,), dp_values=(1,),
+                             ep_values=(1,), cp_values=(1,))
+    plan = search_plan(CostModel(free.model, free.cluster, free.workload, config=free.config,
+                                 space=sp))
+    assert plan.best is not None and plan.best.instances == 3
+    text = build_export(plan, "vllm", model=free.model, devices_per_node=6).text()
+    assert "3 server(s), 4 GPU(s) each" in text
+    assert "# WARNING: 3 servers of 4 GPUs on 2 node(s) of 6: only 2 fit inside node " \
+           "boundaries" in text
     base = ["plan", "--model", "llama-3.1-70b", "--cluster", str(cluster), "--phase", "serve",
             "--isl", "1024", "--osl", "256", "--export", "vllm", "-q"]
     r = CliRunner().invoke(app, [*base, "--tpot-slo", "25ms"])
-    assert r.exit_code == 0, r.output
-    assert "3 server(s), 4 GPU(s) each" in r.stdout        # the plan this case is about
-    assert "# WARNING: 3 servers of 4 GPUs on 2 node(s) of 6: only 2 fit inside node " \
-           "boundaries" in r.stdout
+    assert r.exit_code == 0 and "fit inside node boundaries" not in r.stdout, r.output
     r = CliRunner().invoke(app, [*base, "--tpot-slo", "20ms"])
     assert r.exit_code == 0 and "1 server(s), 8 GPU(s) each over 2 nodes" in r.stdout
     assert "fit inside node boundaries" not in r.stdout
@@ -793,30 +806,46 @@ def test_checkpoints_with_their_own_code_are_launched_trusting_it(engine, flag):
     assert plain.exit_code == 0 and "trust" not in plain.stdout
 
 
+def _unrestricted_export(cluster_file, tp, wl, pp=1, engine="vllm", devices_per_node=3):
+    """The export for ``engine`` of the best unrestricted plan at TP ``tp`` and PP ``pp``
+    (DP, EP 1) on a cluster file: a layout the engine's own search would leave out."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+
+    free = make_cost_model("llama-3.1-70b", str(cluster_file), wl)
+    sp = dataclasses.replace(free.space, tp_values=(tp,), pp_values=(pp,), dp_values=(1,),
+                             ep_values=(1,), cp_values=(1,))
+    plan = search_plan(CostModel(free.model, free.cluster, free.workload, config=free.config,
+                                 space=sp))
+    assert plan.best is not None
+    return build_export(plan, engine, model=free.model,
+                        devices_per_node=devices_per_node).text()
+
+
 def test_servers_beyond_the_node_boundaries_are_not_told_to_take_a_node_each(tmp_path):
     """16 H100s in nodes of 3: eight 2-GPU servers fit five nodes inside their boundaries;
-    the export warns and its placement line does not promise a node per server."""
+    the export of such an unrestricted plan warns and its placement line does not promise a
+    node per server. Two 5-GPU servers over nodes of 3 (10 GPUs): one spans two whole nodes,
+    one cannot. Under --engine (as --export searches) neither layout is searched."""
     import json
     cluster = tmp_path / "c3.json"
     cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 16,
                                    "overrides": {"scale_up_domain": 3}}))
+    wl = make_workload("serve", isl=1024, osl=256, tpot_slo_s=0.05)
+    text = _unrestricted_export(cluster, 2, wl)
+    assert "only 5 fit inside node boundaries" in text
+    assert "(more than the cluster has: see the WARNING above)" in text
     r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", str(cluster),
                                  "--phase", "serve", "--isl", "1024", "--osl", "256",
                                  "--tpot-slo", "50ms", "--export", "vllm", "-q"])
-    assert r.exit_code == 0, r.output
-    assert "only 5 fit inside node boundaries" in r.stdout
-    assert "(more than the cluster has: see the WARNING above)" in r.stdout
-    # Two 5-GPU servers over nodes of 3 (10 GPUs): one spans two whole nodes, one cannot
-    # (vLLM on Ray; SGLang, which runs the same ranks on every node, plans none such).
+    assert r.exit_code == 0 and "fit inside node boundaries" not in r.stdout, r.output
     cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 10,
                                    "overrides": {"scale_up_domain": 3}}))
-    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", str(cluster),
-                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
-                                 "--export", "vllm", "-q"])
-    assert r.exit_code == 0, r.output
-    assert "2 servers of 2 nodes each" in r.stdout and "only 1 fit inside" in r.stdout
-    assert "(not every server gets whole nodes: see the WARNING above)" in r.stdout
-    assert "NVLink domain" not in r.stdout          # hosts are the whole domain here
+    text = _unrestricted_export(cluster, 1, make_workload("serve", isl=1024, osl=256), pp=5)
+    assert "2 servers of 2 nodes each" in text and "only 1 fit inside" in text
+    assert "(not every server gets whole nodes: see the WARNING above)" in text
+    assert "NVLink domain" not in text              # hosts are the whole domain here
 
 
 def test_trtllm_plan_of_nvfp4_weights_on_hopper_is_refused_before_the_search():
@@ -830,8 +859,9 @@ def test_trtllm_plan_of_nvfp4_weights_on_hopper_is_refused_before_the_search():
         hopper = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:8", flag, "trtllm"])
         assert hopper.exit_code == 2, hopper.output
         assert f"{flag} trtllm: TensorRT-LLM 1.2.0rc2 runs NVFP4 weights only with FP4 " \
-               "math (Blackwell, SM 100+), which h100-sxm does not have; serve " \
-               "deepseek-v3.1-nvfp4 with another engine (vllm, sglang)" in hopper.output
+               "math (Blackwell, SM 100+), which h100-sxm does not have (vLLM and SGLang " \
+               "run them as W4A16); plan deepseek-v3.1-nvfp4 with another engine" \
+               in hopper.output
         assert "Traceback" not in hopper.output and hopper.output.count("\n") == 1
     blackwell = CliRunner().invoke(app, [*base, "--cluster", "b200:8", "--export", "trtllm"])
     assert blackwell.exit_code == 0 and "NVFP4 weights" not in blackwell.stdout
@@ -851,6 +881,37 @@ def test_trtllm_of_mxfp4_experts_is_refused_on_ampere_and_planned_on_hopper():
     assert "has no MXFP4 (W4A16) MoE kernel for a100-80gb" in a100.output
     h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1"])
     assert h100.exit_code == 0 and "trtllm-serve" in h100.stdout, h100.output
+
+
+def test_sglang_of_a_modelopt_fp8_checkpoint_is_refused_before_fp8_math():
+    """SGLang loads a ModelOpt FP8 checkpoint only from SM 89 (ModelOptFp8Config's minimum
+    capability): on A100 the SGLang plan is one error line naming what runs it (vLLM, whose
+    ModelOpt FP8 allows SM 80), and the engine table leaves SGLang out; on H100 it plans."""
+    base = ["plan", "--model", "llama-3.1-70b-instruct-fp8", "--phase", "serve", "--isl",
+            "1000", "--osl", "1000", "-q"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:8", "--export", "sglang"])
+    assert r.exit_code == 2 and "only on chips with FP8 math (SM 89+), which a100-80gb is " \
+        "not (vLLM runs it)" in r.output, r.output
+    r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:8", "--export", "vllm"])
+    assert r.exit_code == 0 and "vllm serve" in r.stdout, r.output
+    doc = json.loads(CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:8", "--json",
+                                              "--no-timing"]).stdout)
+    assert "sglang" not in {row["engine"] for row in doc["engine_optima"]}
+    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:8", "--export", "sglang"])
+    assert r.exit_code == 0 and "sglang.launch_server" in r.stdout, r.output
+
+
+def test_sglang_context_length_leaves_its_prompt_margin():
+    """SGLang aborts a prompt of context length - 6 tokens or more (max_req_input_len =
+    min(context_len - 1, kv) - 5): a prefill plan of 8000-token prompts (one output token)
+    exported --context-length 8001, refusing every prompt; it is now the longest prompt + 7
+    (vLLM's --max-model-len stays prompt + output)."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase",
+            "prefill", "--isl", "8000", "-q"]
+    r = CliRunner().invoke(app, [*base, "--export", "sglang"])
+    assert _arg(r.stdout.split(), "--context-length") == "8007", r.output
+    r = CliRunner().invoke(app, [*base, "--export", "vllm"])
+    assert _arg(r.stdout.split(), "--max-model-len") == "8001", r.output
 
 
 def test_export_of_an_nvfp4_plan_for_trtllm_on_hopper_still_says_not_expressible():
@@ -1038,6 +1099,33 @@ def test_vllm_places_dp_ranks_whole_on_nodes_or_over_whole_nodes():
         rest = st["dp"] - per_node
         assert f"node 1: --data-parallel-start-rank {per_node} --data-parallel-size-local " \
                f"{min(per_node, rest)}" in text
+
+
+def test_engine_plans_keep_servers_inside_node_boundaries():
+    """Under --engine, servers no wider than a node must sit inside node boundaries: two
+    servers of 6 GPUs on 12 H200s (8 + 4) cannot (the second would straddle both nodes'
+    leftovers: vLLM does not place a DP rank over nodes, SGLang never starts its third stage),
+    nor six servers of 3 on 18 H100s (8 + 8 + 2 hold four); without an engine they are
+    searched (and the export warns). GB200's hosts of 4 share one NVLink domain of 72, whose
+    boundary is the one that counts there."""
+    from learn_to_shard.engines import servers_fit_nodes
+    from learn_to_shard.parallel.strategy import Strategy
+
+    assert not servers_fit_nodes(6, 2, 8, 12) and servers_fit_nodes(6, 1, 8, 12)
+    assert not servers_fit_nodes(3, 6, 8, 18) and servers_fit_nodes(2, 9, 8, 18)
+    assert servers_fit_nodes(12, 1, 8, 12)          # over two nodes of its own (8 + 4)
+    assert not servers_fit_nodes(5, 2, 3, 10)       # two need 4 nodes; 3 + 3 + 3 + 1
+    wl = make_workload("serve", isl=2000, osl=500)
+    for engine, s in (("vllm", Strategy(tp=1, ep=2, pp=3, dp=2, batch=8)),
+                      ("sglang", Strategy(tp=2, ep=1, pp=3, dp=1, batch=8)),
+                      ("trtllm", Strategy(tp=2, ep=1, pp=3, dp=1, batch=8))):
+        _refused_only_under(engine, "qwen3-235b-a22b", "h200:12", wl, s)
+    _refused_only_under("vllm", "gpt-oss-120b", "h100-sxm:18",
+                        make_workload("decode", context=4000),
+                        Strategy(tp=1, ep=1, pp=3, dp=1, batch=8))
+    nvl = make_cost_model("llama-3.1-8b", "gb200-nvl72:72", wl, cost_config("vllm"), engine="vllm")
+    assert not any(v.startswith("engine_degrees") for v in nvl.space.violations(
+        Strategy(tp=1, ep=1, pp=3, dp=1, batch=8)))
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))

@@ -12,7 +12,7 @@ import numpy as np
 
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
-from .engines import default_kv_dtype, fp4_weights_refusal
+from .engines import default_kv_dtype, weights_refusal
 from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError
 from .hardware.fabric import scale_up_fabric
@@ -806,13 +806,13 @@ def engine_runtime(engine: str) -> str:
 def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
                               model: ModelSpec | None) -> str | None:
     """Why ``engine`` (a profile name) cannot load ``model``'s checkpoint on ``device``, or
-    ``None`` where nothing known stops it: FP4 weights on a chip that lacks the math its
-    kernels need (:func:`~learn_to_shard.engines.fp4_weights_refusal`)."""
-    if engine is None or model is None or model.quant is None or not model.quant.fp4:
+    ``None`` where nothing known stops it: quantised weights on a chip that lacks the math
+    the engine's kernels need (:func:`~learn_to_shard.engines.weights_refusal`)."""
+    if engine is None or model is None or model.quant is None:
         return None
-    return fp4_weights_refusal(engine_runtime(engine), model.quant.method, device.name,
-                               bool(device.peak_fp4_flops_per_s),
-                               bool(device.peak_fp8_flops_per_s))
+    return weights_refusal(engine_runtime(engine), model.quant.method, model.quant.fp4,
+                           device.name, bool(device.peak_fp4_flops_per_s),
+                           bool(device.peak_fp8_flops_per_s))
 
 
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
@@ -837,5 +837,5 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
                           f"with an engine that runs there")
     why = engine_checkpoint_refusal(engine, device, model)
     if why is not None and model is not None:
-        raise ConfigError(f"{flag} {engine}: {why}; serve {model.name} with another engine "
-                          f"(vllm, sglang), or an FP8 or BF16 checkpoint")
+        raise ConfigError(f"{flag} {engine}: {why}; plan {model.name} with another engine, "
+                          f"or another checkpoint")

@@ -656,6 +656,9 @@ def plan_cmd(
     last = data.pop("timing", None)        # "timing" stays the last key
     if optima:
         data["engine_optima"] = [row for row, _ in optima]
+        left_out = _engines_left_out(cm)
+        if left_out:
+            data["engine_optima_left_out"] = left_out
     if load is not None and not late_interrupt:
         data["simulation"] = [_json_sim(sim) for sim in sims]
     if late_interrupt:
@@ -713,6 +716,10 @@ def plan_cmd(
                       f"evaluations: the best plan found so far", markup=False, highlight=False)
         render_plan(result, con)
         _render_optima(optima, con)
+        if optima:
+            for gone in _engines_left_out(cm):
+                con.print(f"{gone['engine']}: left out of the table: {gone['reason']}",
+                          markup=False, highlight=False)
         if sims:
             from .report.render import render_simulation
 
@@ -902,7 +909,8 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
         except ValueError:           # the engine's space has not these degrees
             same_tps, same_broken = None, None
         rows.append(({
-            "engine": name, "version": prof.version, "feasible": best is not None,
+            "engine": name, "version": prof.version, "kv_dtype": wl_e.kv_dtype.value,
+            "feasible": best is not None,
             "strategy": best.strategy.short() if best else None,
             "tokens_per_s_per_device": best.tokens_per_s_per_device if best else 0.0,
             "ratio_to_unrestricted": (best.tokens_per_s_per_device
@@ -912,6 +920,21 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
             "unrestricted_under_engine_violations": same_broken,
         }, p))
     return rows
+
+
+def _engines_left_out(cm: CostModel) -> list[dict[str, str]]:
+    """The engines :func:`_engine_optima` leaves out, each with why: ``{"engine", "reason"}``
+    (a device of another vendor, or a checkpoint the engine cannot load there)."""
+    from .engines import ENGINES
+
+    out = []
+    for name in ENGINES:
+        if not engine_runs_on(name, cm.cluster.device):
+            out.append({"engine": name, "reason": f"{engine_runtime(name)} does not run on "
+                                                  f"{cm.cluster.device.name}"})
+        elif (why := engine_checkpoint_refusal(name, cm.cluster.device, cm.model)):
+            out.append({"engine": name, "reason": why})
+    return out
 
 
 def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
@@ -937,7 +960,8 @@ def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
     con.print("× unrestricted: over the optimum priced without an engine's host and front-end "
               "time. Each engine row, its own best and the unrestricted strategy alike, is "
               "priced with that engine's profile (host and front-end time, memory policy, "
-              "its kernel factors) and without this plan's --collectives, --sequence-parallel, "
+              "its kernel factors, the KV dtype its auto gives the checkpoint) and without "
+              "this plan's --collectives, --sequence-parallel, "
               "--gemm-overlap, --moe-a2a and --two-batch-overlap; the unrestricted strategy's "
               "price there shows how much of the gap is the profile rather than the layouts "
               "the engine cannot launch.")

@@ -119,6 +119,39 @@ def node_ranks_cover(group: np.ndarray | int, pp: np.ndarray | int,
     return np.asarray((nodes <= 1) | ok)
 
 
+def servers_fit_nodes(server_gpus: np.ndarray | int, servers: np.ndarray | int,
+                      devices_per_node: int, num_devices: int) -> np.ndarray:
+    """Whether ``servers`` servers of ``server_gpus`` GPUs each sit on ``num_devices``
+    devices in nodes of ``devices_per_node`` (the last node may be partial) without sharing
+    a node with another server's share of another node.
+
+    A server no wider than a node sits inside one: ``floor(node / gpus)`` per full node and
+    ``floor(rest / gpus)`` on the partial one (vLLM's executor refuses a world above the
+    node's GPUs without Ray; SGLang starts one node's ranks; the cost model prices each such
+    server inside a scale-up domain). A wider one takes ``ceil(gpus / node)`` nodes of its own
+    (its own Ray cluster, ``--nnodes`` group or Slurm job, as the exports launch it), the
+    partial node only as one server's last. The engines' own rules add to this
+    (:func:`node_ranks_cover`, :func:`dp_ranks_fit_nodes`).
+
+    Args:
+        server_gpus, servers: broadcastable integer arrays (or ints).
+        devices_per_node: devices per node (per host: ``DeviceSpec.host_devices``).
+        num_devices: the cluster's devices.
+
+    Returns:
+        bool array of the broadcast shape.
+    """
+    g = np.maximum(np.asarray(server_gpus, dtype=np.int64), 1)
+    count = np.asarray(servers, dtype=np.int64)
+    dpn = max(int(devices_per_node), 1)
+    full, rest = divmod(int(num_devices), dpn)
+    inside = full * (dpn // g) + rest // g >= count
+    spans = -(-g // dpn)
+    last = g - (spans - 1) * dpn                        # GPUs on a server's last node
+    own = (count * spans <= full) | ((count * spans <= full + 1) & (rest >= last))
+    return np.asarray(np.where(g <= dpn, inside, own))
+
+
 def dp_node_ranks(world: int, dp: int, devices_per_node: int) -> list[int]:
     """DP ranks of ``world`` GPUs (``tp × pp``, at most a node) that each node of one vLLM
     server holds when the ``dp`` ranks span nodes: ``floor(node / world)`` per node, the last
@@ -549,34 +582,39 @@ def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool,
     return "bf16"
 
 
-def fp4_weights_refusal(engine: str | None, quant_method: str, device_name: str,
-                        fp4_math: bool, fp8_math: bool) -> str | None:
-    """Why ``engine`` (an engine runtime: ``vllm``, ``sglang``, ``trtllm``) cannot load FP4
+def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_name: str,
+                    fp4_math: bool, fp8_math: bool) -> str | None:
+    """Why ``engine`` (an engine runtime: ``vllm``, ``sglang``, ``trtllm``) cannot load
     weights quantised by ``quant_method`` (``QuantSpec.method``, e.g. ``modelopt:NVFP4``,
-    ``mxfp4``) on a device with (``fp4_math``) or without FP4 math and with or without FP8
-    math, or ``None`` where nothing known stops it. TensorRT-LLM only:
+    ``modelopt:FP8``, ``mxfp4``; ``fp4``: ``QuantSpec.fp4``) on a device with or without FP4
+    and FP8 math, with what would serve them; ``None`` where nothing known stops it.
 
-    * NVFP4 needs FP4 math (Blackwell): "FP4 Gemm not supported before Blackwell"
-      (NVIDIA/TensorRT-LLM issue 5018, the SM >= 100 check of its FP4 GEMM; a W4A16
-      fallback on Hopper came with NVIDIA/TensorRT-LLM PR 14775, for Nemotron-H only). vLLM
-      and SGLang run NVFP4 as W4A16 Marlin GEMMs on SM 80-90 (SGLang 0.5.23
+    * TensorRT-LLM runs NVFP4 only with FP4 math (Blackwell): "FP4 Gemm not supported
+      before Blackwell" (NVIDIA/TensorRT-LLM issue 5018, the SM >= 100 check of its FP4 GEMM;
+      a W4A16 fallback on Hopper came with NVIDIA/TensorRT-LLM PR 14775, for Nemotron-H
+      only). vLLM and SGLang run NVFP4 as W4A16 Marlin GEMMs on SM 80-90 (SGLang 0.5.23
       ``layers/quantization/fp4_utils.py`` ``initialize_fp4_gemm_config`` picks ``marlin``
       there, and its NVFP4 MoE falls back to Marlin on SM 80-90).
-    * MXFP4 (gpt-oss) needs FP8 math (Hopper's W4A16 MoE or Blackwell's FP4):
-      "NotImplementedError: WFP4A16 MoE is unsupported on SM80" (TensorRT-LLM v1.2.0rc1
-      serving gpt-oss on an A100: gpustack/gpustack@1f37f1b8bd79c6b424a0cb55c7abd08a5c2132dc
+    * TensorRT-LLM has no MXFP4 (gpt-oss) MoE kernel without FP8 math: "NotImplementedError:
+      WFP4A16 MoE is unsupported on SM80" (TensorRT-LLM v1.2.0rc1 serving gpt-oss on an A100:
+      gpustack/gpustack@1f37f1b8bd79c6b424a0cb55c7abd08a5c2132dc
       ``docs/performance-lab/gpt-oss-20b/a100.md``).
+    * SGLang loads a ModelOpt FP8 checkpoint only from SM 89 (FP8 math): 0.5.23
+      ``layers/quantization/modelopt_quant.py`` ``ModelOptFp8Config.get_min_capability``
+      returns 89, which its model loader checks; vLLM's allows SM 80 (Marlin W8A16).
     """
-    if engine != "trtllm":
-        return None
     method = quant_method.upper()
-    title = f"TensorRT-LLM {ENGINES['trtllm'].version}"
-    if "NVFP4" in method and not fp4_math:
-        return (f"{title} runs NVFP4 weights only with FP4 math (Blackwell, SM 100+), which "
-                f"{device_name} does not have")
-    if "MXFP4" in method and not fp8_math and not fp4_math:
-        return (f"{title} has no MXFP4 (W4A16) MoE kernel for {device_name} (\"WFP4A16 MoE "
-                f"is unsupported on SM80\")")
+    if engine == "trtllm" and fp4:
+        title = f"TensorRT-LLM {ENGINES['trtllm'].version}"
+        if "NVFP4" in method and not fp4_math:
+            return (f"{title} runs NVFP4 weights only with FP4 math (Blackwell, SM 100+), "
+                    f"which {device_name} does not have (vLLM and SGLang run them as W4A16)")
+        if "MXFP4" in method and not fp8_math and not fp4_math:
+            return (f"{title} has no MXFP4 (W4A16) MoE kernel for {device_name} (\"WFP4A16 "
+                    f"MoE is unsupported on SM80\"; vLLM and SGLang run it)")
+    if engine == "sglang" and method == "MODELOPT:FP8" and not fp8_math:
+        return (f"SGLang {ENGINES['sglang'].version} loads a ModelOpt FP8 checkpoint only on "
+                f"chips with FP8 math (SM 89+), which {device_name} is not (vLLM runs it)")
     return None
 
 

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engines import BLOCKS, EngineProfile, dp_ranks_fit_nodes, node_ranks_cover
+from ..engines import (
+    BLOCKS,
+    EngineProfile,
+    dp_ranks_fit_nodes,
+    node_ranks_cover,
+    servers_fit_nodes,
+)
 from ..hardware.spec import ClusterSpec
 from ..model.spec import ModelSpec
 from .mesh import Mesh
@@ -361,22 +367,27 @@ class StrategySpace:
         ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none``, ``node_rank_ranges``,
         over one server's ``tp × dp`` ranks per stage of a MoE model, ``tp`` of a dense one,
         whose DP ranks are separate servers, and ``dp_ranks_in_nodes``, over a MoE server's
-        ``dp`` ranks of ``tp × pp`` GPUs; sources in :mod:`learn_to_shard.engines`)."""
+        ``dp`` ranks of ``tp × pp`` GPUs), and, for every engine, servers no wider than a
+        node that do not fit inside the cluster's node boundaries
+        (:func:`~learn_to_shard.engines.servers_fit_nodes`); sources in
+        :mod:`learn_to_shard.engines`."""
         eng = self.engine
         assert eng is not None
         bad = np.zeros(len(tp), dtype=bool)
+        n = self.cluster.num_devices
+        dev = self.cluster.device
+        moe = self.model.is_moe
+        # a MoE instance is one server; a dense one's DP ranks are servers of their own
+        servers = (n // np.maximum(tp * dp * pp, 1)) * (1 if moe else dp)
         if eng.node_rank_ranges:
-            n = self.cluster.num_devices
-            moe = self.model.is_moe
             group = tp * dp if moe else tp
-            # a MoE instance is one server; a dense one's DP ranks are servers of their own
-            servers = (n // np.maximum(tp * dp * pp, 1)) * (1 if moe else dp)
-            bad |= ~node_ranks_cover(group, pp, min(self.cluster.device.host_devices, n), n,
-                                     servers)
-        if eng.dp_ranks_in_nodes and self.model.is_moe:
-            n = self.cluster.num_devices
-            bad |= ~dp_ranks_fit_nodes(tp * pp, dp, min(self.cluster.device.host_devices, n),
-                                       n)
+            bad |= ~node_ranks_cover(group, pp, min(dev.host_devices, n), n, servers)
+        # Every engine: servers no wider than a node (an NVLink domain of several hosts,
+        # GB200 NVL72's, where the devices have one) sit inside its boundaries.
+        unit = dev.scale_up_domain if dev.devices_per_host is not None else dev.host_devices
+        bad |= ~servers_fit_nodes(tp * pp * (dp if moe else 1), servers, min(unit, n), n)
+        if eng.dp_ranks_in_nodes and moe:
+            bad |= ~dp_ranks_fit_nodes(tp * pp, dp, min(dev.host_devices, n), n)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

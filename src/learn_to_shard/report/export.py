@@ -53,9 +53,9 @@ from ..engines import (
     default_max_num_batched_tokens,
     dp_node_ranks,
     dp_ranks_fit_nodes,
-    fp4_weights_refusal,
     get_engine,
     node_ranks_cover,
+    weights_refusal,
 )
 from ..errors import ConfigError, PlannerError
 from ..hardware.presets import parse_cluster
@@ -207,7 +207,9 @@ class Export:
         if nodes > 1:
             out.append(f"# {per_node} servers per node: run these lines on each of {nodes} "
                        f"nodes" + (f" (the last holds {self.servers - per_node * (nodes - 1)})"
-                                   if self.servers % per_node else ""))
+                                   if self.servers % per_node else "")
+                       + (" (more than the cluster has: see the WARNING above)" if spill
+                          else ""))
         for slot in range(min(per_node, self.servers)):
             first = slot * self.gpus_per_server
             gpus = ",".join(str(first + g) for g in range(self.gpus_per_server))
@@ -414,6 +416,13 @@ def _sequence_parallel(cfg: dict[str, object], engine: str, group: int, args: li
         args += ["--compilation-config", json.dumps({"pass_config": passes})]
 
 
+#: Tokens SGLang 0.5.23 keeps between the longest prompt it admits and ``--context-length``:
+#: a prompt of ``context_len - 6`` tokens or more is aborted (``srt/managers/tp_worker.py``
+#: ``max_req_input_len = min(context_len - 1, kv_capacity - 1) - 5``,
+#: ``srt/managers/utils.py`` ``validate_input_length``).
+SGLANG_PROMPT_MARGIN = 7
+
+
 #: SGLang 0.5.23's default ``--max-prefill-tokens``: the most prompt tokens of one prefill
 #: batch, unless the context length is longer (``srt/arg_groups/fields/schedule.py``).
 SGLANG_MAX_PREFILL_TOKENS = 16384
@@ -544,6 +553,19 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                            f"token) exceed {model.name}'s max_position_embeddings {limit}: "
                            f"no engine serves them; the length limit is set to {limit}")
         max_len = limit
+    if engine == "sglang":
+        # SGLang aborts a prompt of max(context length, KV pool) - 6 tokens or more
+        # (0.5.23 srt/managers/tp_worker.py: max_req_input_len = min(context_len - 1,
+        # kv_capacity - 1) - 5; srt/managers/utils.py validate_input_length refuses
+        # len >= it): the context length leaves those 6 tokens above the longest prompt,
+        # here the longest request less its one output token.
+        need = max_len - 1 + SGLANG_PROMPT_MARGIN
+        if limit and need > limit:
+            unexpressed.append(f"prompts of {max_len - 1} tokens: SGLang refuses a prompt "
+                               f"within {SGLANG_PROMPT_MARGIN} tokens of --context-length, "
+                               f"which {model_id_of(plan.model, model)}'s "
+                               f"max_position_embeddings {limit} caps")
+        max_len = min(need, limit) if limit else need
     tokens = _token_budget(plan, engine)
     if wl.phase is Phase.PREFILL:
         # A prefill plan prices one micro-batch's prompts per attention-DP rank in one pass
@@ -702,7 +724,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             others = ", ".join(f"node {k}: --data-parallel-start-rank {sum(counts[:k])} "
                                f"--data-parallel-size-local {c}"
                                for k, c in enumerate(counts) if k)
-            notes.append(f"this is node 0's command (its {local} DP ranks and the API "
+            notes.append(f"this is node 0's command (its {local} DP "
+                         f"{'rank' if local == 1 else 'ranks'} and the API "
                          f"server); on every other node run it with --headless and its own "
                          f"ranks ({others}), node 0's address in --data-parallel-address")
             if per_node * rank_gpus < node_size:
@@ -881,14 +904,6 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if fp8_weights and not native_quant:
             unexpressed.append("FP8 weights: trtllm-serve has no online FP8 quantisation; "
                                "serve an FP8 checkpoint (e.g. quantised with ModelOpt)")
-        q = model.quant if model is not None else None
-        if q is not None and q.fp4 and device is not None:
-            why = fp4_weights_refusal(engine, q.method, device.name,
-                                      bool(device.peak_fp4_flops_per_s),
-                                      bool(device.peak_fp8_flops_per_s))
-            if why is not None:
-                unexpressed.append(f"{why}; serve an FP8 or BF16 checkpoint here, or another "
-                                   f"engine")
         if nodes > 1:
             # One MPI rank per GPU over the server's nodes, trtllm-serve under
             # trtllm-llmapi-launch (NVIDIA/TensorRT-LLM examples/llm-api/
@@ -915,6 +930,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"checkpoint of {hub_id} in a local folder on every node and give "
                          f"that folder for {model_path or hub_id} (Slurm mode downloads "
                          f"nothing from the hub)")
+    q = model.quant if model is not None else None
+    if q is not None and device is not None:
+        why = weights_refusal(engine, q.method, q.fp4, device.name,
+                              bool(device.peak_fp4_flops_per_s),
+                              bool(device.peak_fp8_flops_per_s))
+        if why is not None:
+            unexpressed.append(f"{why}; export for another engine, or serve another "
+                               f"checkpoint")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     env.update(env_extra)
     _layer_partition(plan, engine, env, notes)
