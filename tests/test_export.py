@@ -444,7 +444,8 @@ def test_a_plan_without_a_recorded_budget_exports_the_engines_default_for_its_de
     vllm = build_export(bare, "vllm", model=cm.model)
     assert vllm.args[vllm.args.index("--max-num-batched-tokens") + 1] == "2048"   # A100 rule
     assert plan.cost_model["max_num_batched_tokens"] == 2048                # what was priced
-    broken = dataclasses.replace(bare, cluster="no-such-gpu:2")
+    # a plan rebuilt from JSON has only its cluster's label to go by
+    broken = dataclasses.replace(bare, cluster="no-such-gpu:2", cluster_spec=None)
     with pytest.raises(ConfigError, match="no token budget"):
         build_export(broken, "vllm", model=cm.model)
 
@@ -924,6 +925,21 @@ def test_export_of_an_nvfp4_plan_for_trtllm_on_hopper_still_says_not_expressible
                for u in ex.unexpressed), ex.unexpressed
     assert not [u for u in build_export(p, "vllm", model=load_model(
         "deepseek-v3.1-nvfp4")).unexpressed if "NVFP4" in u]
+
+
+def test_export_reads_the_searched_cluster_not_its_label(tmp_path):
+    """A plan searched on a named cluster file (its label 'lab4' is no preset) exported from
+    Python: the export reads the plan's own cluster, so the device checks run (the NVFP4
+    refusal for TensorRT-LLM was skipped, with no device to check)."""
+    import json as _json
+
+    f = tmp_path / "lab.json"
+    f.write_text(_json.dumps({"name": "lab4", "device": "h100-sxm", "num_devices": 8}))
+    p = l2s_plan("deepseek-v3.1-nvfp4", str(f), "serve", isl=1024, osl=256,
+                 tpot_slo_s=0.060)
+    assert p.cluster == "lab4" and p.cluster_spec is not None
+    ex = build_export(p, "trtllm", model=load_model("deepseek-v3.1-nvfp4"))
+    assert any("NVFP4 weights only with FP4 math" in u for u in ex.unexpressed), ex.unexpressed
 
 
 @pytest.mark.parametrize("engine, says", [

@@ -441,7 +441,8 @@ def _token_budget(plan: Plan, engine: str) -> int:
     if value is not None:
         return int(str(value))
     try:
-        device = parse_cluster(plan.cluster).device
+        device = plan.cluster_spec.device if plan.cluster_spec is not None \
+            else parse_cluster(plan.cluster).device
     except PlannerError as exc:
         raise ConfigError(f"--export: the plan records no token budget and its cluster "
                           f"{plan.cluster!r} cannot be read for {engine}'s default: "
@@ -609,7 +610,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         notes.append(f"the plan is for the {wl.phase.value} phase; the engine serves mixed "
                      f"steps, so its numbers apply to a server fed only {wl.phase.value} work")
     try:
-        cluster_spec = parse_cluster(plan.cluster)
+        cluster_spec = plan.cluster_spec or parse_cluster(plan.cluster)
         device: DeviceSpec | None = cluster_spec.device
         cluster_devices: int | None = cluster_spec.num_devices
     except PlannerError:

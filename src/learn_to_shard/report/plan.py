@@ -10,6 +10,7 @@ from typing import Any
 from .. import __version__
 from ..cost.aggregate import SLO_REL_TOL
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
+from ..hardware.spec import ClusterSpec
 from ..parallel.space import active_heads, canonical
 from ..parallel.strategy import Strategy
 from ..search.base import SearchResult, is_timing_key
@@ -55,6 +56,9 @@ class Plan:
             differs from the checkpoint's (:func:`weights_note`).
         moe_routing: how tokens are assumed to spread over the experts of a MoE model
             (:func:`moe_routing_note`; ``""`` for a dense model).
+        cluster_spec: the cluster searched (its device, overrides of a cluster file
+            included), which the launch export reads; ``None`` for a plan rebuilt from its
+            JSON, whose ``cluster`` label is then parsed. Not in :meth:`to_dict`.
     """
 
     model: str
@@ -76,6 +80,7 @@ class Plan:
     model_source: str = ""
     weights: str = ""
     moe_routing: str = ""
+    cluster_spec: ClusterSpec | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_search(cls, cm: CostModel, result: SearchResult, method: str,
@@ -136,7 +141,7 @@ class Plan:
                    expert_weight_bits=cm.model.expert_weight_bits,
                    num_layers=cm.model.num_layers,
                    model_source=model_source(cm), weights=weights_note(cm),
-                   moe_routing=moe_routing_note(cm))
+                   moe_routing=moe_routing_note(cm), cluster_spec=cm.cluster)
 
     @property
     def interrupted(self) -> bool:
