@@ -6,7 +6,7 @@ import dataclasses
 import math
 import numbers
 import os
-from typing import cast
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -32,6 +32,15 @@ from .workload import DType, Phase, Workload
 DEFAULT_BUDGET = 4000
 
 
+_T = TypeVar("_T")
+
+
+def _folded(value: _T) -> _T:
+    """A name as the API matches it: case-insensitively, as on the command line
+    (``phase="SERVE"``, ``dtype="BF16"``, ``engine="VLLM"``); anything but a string as is."""
+    return cast(_T, value.lower()) if isinstance(value, str) else value
+
+
 def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None = None,
                   context: int | None = None, dtype: str | None = None,
                   kv_dtype: str | None = None,
@@ -54,10 +63,7 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
     Raises:
         ConfigError: on unknown values or contradictory options.
     """
-    # Names are matched case-insensitively, as on the command line (--phase SERVE).
-    phase = phase.lower() if isinstance(phase, str) else phase
-    dtype = dtype.lower() if isinstance(dtype, str) else dtype
-    kv_dtype = kv_dtype.lower() if isinstance(kv_dtype, str) else kv_dtype
+    phase, dtype, kv_dtype = _folded(phase), _folded(dtype), _folded(kv_dtype)
     dtype = dtype or "bf16"
     try:
         ph = Phase(phase)
@@ -131,8 +137,7 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
             fp8``): the plan would price weights the server cannot load, and its launch
             command would run out of memory.
     """
-    dtype = dtype.lower() if isinstance(dtype, str) else dtype
-    kv_dtype = kv_dtype.lower() if isinstance(kv_dtype, str) else kv_dtype
+    dtype, kv_dtype = _folded(dtype), _folded(kv_dtype)
     profile = ENGINE_PROFILES.get(engine or "", {})
     runtime = profile.get("engine", engine)
     if dtype == "fp8" and runtime == "trtllm" and model.checkpoint_dtype != "fp8":
@@ -145,7 +150,7 @@ def checkpoint_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
         quant = model.quant
         kv_dtype = default_kv_dtype(profile.get("engine", engine),
                                     quant is not None and quant.kv_cache_fp8,
-                                    quant is not None and quant.method.startswith("modelopt"))
+                                    quant is not None and quant.modelopt)
     return dtype or model.checkpoint_dtype, kv_dtype
 
 
@@ -373,8 +378,7 @@ def plan(model: str | os.PathLike[str] | ModelSpec, cluster: str | os.PathLike[s
             fallback to another searcher).
     """
     _check_engine_name(engine, "engine")
-    engine = engine.lower() if isinstance(engine, str) else engine
-    method = method.lower() if isinstance(method, str) else method
+    engine, method = _folded(engine), _folded(method)
     if engine is not None and isinstance(config, CostModelConfig) and \
             config.engine != cost_config(engine).engine:
         made = f"engine {config.engine!r}" if config.engine else "no engine"
@@ -813,6 +817,15 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
     return weights_refusal(engine_runtime(engine), model.quant.method, model.quant.fp4,
                            device.name, bool(device.peak_fp4_flops_per_s),
                            bool(device.peak_fp8_flops_per_s))
+
+
+def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None) -> str | None:
+    """Why ``engine`` cannot serve ``model`` on ``device`` — a device of a vendor it does
+    not run on (:func:`engine_runs_on`), or a checkpoint it cannot load there
+    (:func:`engine_checkpoint_refusal`) — or ``None``."""
+    if not engine_runs_on(engine, device):
+        return f"{engine_runtime(engine)} does not run on {device.name}"
+    return engine_checkpoint_refusal(engine, device, model)
 
 
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,

@@ -43,8 +43,7 @@ from .api import (
     checkpoint_dtypes,
     collectives_config,
     cost_config,
-    engine_checkpoint_refusal,
-    engine_runs_on,
+    engine_refusal,
     engine_runtime,
     exact_optimum,
     expected_evaluations,
@@ -635,6 +634,7 @@ def plan_cmd(
                     and not result.interrupted:
                 stage = "the engine table and the simulation"    # it comes after the table
         late_interrupt = stage
+        left_out = _engines_left_out(cm) if optima else []
         longest = load.longest_request_tokens(wl.isl, wl.osl) if load is not None else None
         launch = _export_text(result, export, cm, longest) \
             if export and result.feasible else None
@@ -656,7 +656,6 @@ def plan_cmd(
     last = data.pop("timing", None)        # "timing" stays the last key
     if optima:
         data["engine_optima"] = [row for row, _ in optima]
-        left_out = _engines_left_out(cm)
         if left_out:
             data["engine_optima_left_out"] = left_out
     if load is not None and not late_interrupt:
@@ -716,10 +715,9 @@ def plan_cmd(
                       f"evaluations: the best plan found so far", markup=False, highlight=False)
         render_plan(result, con)
         _render_optima(optima, con)
-        if optima:
-            for gone in _engines_left_out(cm):
-                con.print(f"{gone['engine']}: left out of the table: {gone['reason']}",
-                          markup=False, highlight=False)
+        for gone in left_out:
+            con.print(f"{gone['engine']}: left out of the table: {gone['reason']}",
+                      markup=False, highlight=False)
         if sims:
             from .report.render import render_simulation
 
@@ -871,8 +869,8 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
     all-to-all options are not carried into them. Empty with ``--engine``, when the
     unrestricted answer is not the exact optimum (budgeted answers are not optima; an
     engine's space is a subset, so its exact search is no slower), or when it is infeasible;
-    engines that do not run on the device's vendor (:func:`engine_runs_on`), or cannot load
-    the checkpoint there (:func:`engine_checkpoint_refusal`), are left out. Without
+    engines that cannot serve the checkpoint on the device (:func:`engine_refusal`: another
+    vendor's device, or weights they cannot load there) are left out. Without
     ``kv_dtype`` (``--kv-dtype``) each engine prices the KV cache its ``auto`` gives the
     checkpoint (:func:`~learn_to_shard.engines.default_kv_dtype`), as ``--engine`` does."""
     from .engines import ENGINES, default_kv_dtype
@@ -882,8 +880,7 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
         return []
     rows = []
     for name, prof in ENGINES.items():
-        if not engine_runs_on(name, cm.cluster.device) \
-                or engine_checkpoint_refusal(name, cm.cluster.device, cm.model):
+        if engine_refusal(name, cm.cluster.device, cm.model):
             continue
         cfg = dataclasses.replace(
             _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens),
@@ -891,7 +888,7 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
         q = cm.model.quant
         wl_e = cm.workload if kv_dtype is not None or q is None else dataclasses.replace(
             cm.workload, kv_dtype=DType(default_kv_dtype(
-                name, q.kv_cache_fp8, q.method.startswith("modelopt"))))
+                name, q.kv_cache_fp8, q.modelopt)))
         cm_e = make_cost_model(cm.model, cm.cluster, wl_e, cfg, engine=name,
                                context_parallel=max(cm.space.cp_values) > 1)
         p = exact_optimum(cm_e, engine=name)
@@ -923,18 +920,12 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
 
 
 def _engines_left_out(cm: CostModel) -> list[dict[str, str]]:
-    """The engines :func:`_engine_optima` leaves out, each with why: ``{"engine", "reason"}``
-    (a device of another vendor, or a checkpoint the engine cannot load there)."""
+    """The engines :func:`_engine_optima` leaves out, each with why (:func:`engine_refusal`):
+    ``{"engine", "reason"}``."""
     from .engines import ENGINES
 
-    out = []
-    for name in ENGINES:
-        if not engine_runs_on(name, cm.cluster.device):
-            out.append({"engine": name, "reason": f"{engine_runtime(name)} does not run on "
-                                                  f"{cm.cluster.device.name}"})
-        elif (why := engine_checkpoint_refusal(name, cm.cluster.device, cm.model)):
-            out.append({"engine": name, "reason": why})
-    return out
+    return [{"engine": name, "reason": why} for name in ENGINES
+            if (why := engine_refusal(name, cm.cluster.device, cm.model))]
 
 
 def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
@@ -1339,9 +1330,8 @@ def pareto_cmd(
             check_engine_device(export, "--export", cm.cluster.device, cm.model)
         res = pareto(cm)
         launch_engine: str | None = export or _launch_engine(engine)
-        if launch_engine is not None and (
-                not engine_runs_on(launch_engine, cm.cluster.device)
-                or engine_checkpoint_refusal(launch_engine, cm.cluster.device, cm.model)):
+        if launch_engine is not None and engine_refusal(launch_engine, cm.cluster.device,
+                                                        cm.model):
             launch_engine = None       # no launch command for hardware or weights it lacks
         rows = frontier_rows(res, cm, engine, launch_engine)
     except (PlannerError, InternalError) as exc:

@@ -524,13 +524,6 @@ KV_ADMISSION_SOURCES: dict[str, str] = {
 #: (TensorRT-LLM: "introduces one extra decoding step"). vLLM's equivalent,
 #: ``--async-scheduling``, is off by default.
 OVERLAP_SCHEDULE_ENGINES: tuple[str, ...] = ("sglang", "trtllm")
-def runs_overlap_schedule(engine: str | None, pp: int) -> bool:
-    """Whether ``engine``'s scheduler overlaps steps by default (:data:`OVERLAP_SCHEDULE_ENGINES`)
-    for a server of ``pp`` pipeline stages: SGLang turns it off when ``pp > 1``
-    (sgl-project/sglang v0.5.23 ``sglang/srt/arg_groups/overrides.py``
-    ``_pipeline_parallel_overlap_disable``)."""
-    return engine in OVERLAP_SCHEDULE_ENGINES and not (engine == "sglang" and pp > 1)
-
 
 #: Where :data:`OVERLAP_SCHEDULE_ENGINES` is read.
 OVERLAP_SOURCES: dict[str, str] = {
@@ -544,6 +537,14 @@ OVERLAP_SOURCES: dict[str, str] = {
     "vllm": "off unless --async-scheduling (vllm/config/scheduler.py async_scheduling, "
             f"default False; {_VLLM})",
 }
+
+
+def runs_overlap_schedule(engine: str | None, pp: int) -> bool:
+    """Whether ``engine``'s scheduler overlaps steps by default (:data:`OVERLAP_SCHEDULE_ENGINES`)
+    for a server of ``pp`` pipeline stages: SGLang turns it off when ``pp > 1``
+    (sgl-project/sglang v0.5.23 ``sglang/srt/arg_groups/overrides.py``
+    ``_pipeline_parallel_overlap_disable``)."""
+    return engine in OVERLAP_SCHEDULE_ENGINES and not (engine == "sglang" and pp > 1)
 
 
 def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool,
@@ -660,8 +661,7 @@ def get_engine(name: str) -> EngineProfile:
 
 __all__ = ["ADMISSION_SOURCES", "BLOCKS", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "ENGINES",
            "KV_ADMISSION", "KV_ADMISSION_SOURCES", "MEGATRON", "OVERLAP_SCHEDULE_ENGINES",
-           "runs_overlap_schedule",
            "OVERLAP_SOURCES", "PREFILL_FIRST_ENGINES", "SCHEDULING_SOURCES",
            "TOKEN_BUDGET_SOURCES", "TRTLLM_MAX_BATCH_SIZE", "TRTLLM_MAX_NUM_TOKENS",
            "EngineProfile", "Variant", "default_max_num_batched_tokens", "default_max_num_seqs",
-           "get_engine"]
+           "get_engine", "runs_overlap_schedule"]

@@ -301,7 +301,7 @@ def _kv_dtype(row: dict[str, str], model: ModelSpec, stand_in: bool = False) -> 
         kv_fp8 = modelopt = True            # an NVIDIA ModelOpt export (above)
     else:
         kv_fp8 = not stand_in and model.quant is not None and model.quant.kv_cache_fp8
-        modelopt = model.quant is not None and model.quant.method.startswith("modelopt")
+        modelopt = model.quant is not None and model.quant.modelopt
     return DType(default_kv_dtype(row.get("engine"), kv_fp8, modelopt))
 
 

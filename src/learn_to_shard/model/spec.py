@@ -121,6 +121,13 @@ class QuantSpec:
         """True for 4-bit formats (weights stored below the FP8 workload dtype)."""
         return self.weight_bits < 8.0
 
+    @property
+    def modelopt(self) -> bool:
+        """True for an NVIDIA ModelOpt export (``method`` ``modelopt:*``), whose FP8 KV
+        scales vLLM's and SGLang's ``auto`` KV dtype takes
+        (:func:`learn_to_shard.engines.default_kv_dtype`)."""
+        return self.method.startswith("modelopt")
+
 
 @dataclass(frozen=True, slots=True)
 class MoESpec:

@@ -367,8 +367,8 @@ class StrategySpace:
         ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none``, ``node_rank_ranges``,
         over one server's ``tp × dp`` ranks per stage of a MoE model, ``tp`` of a dense one,
         whose DP ranks are separate servers, and ``dp_ranks_in_nodes``, over a MoE server's
-        ``dp`` ranks of ``tp × pp`` GPUs), and, for every engine, servers no wider than a
-        node that do not fit inside the cluster's node boundaries
+        ``dp`` ranks of ``tp × pp`` GPUs), and, for every engine, servers that do not fit the
+        cluster's node boundaries, each inside a node or on nodes of its own
         (:func:`~learn_to_shard.engines.servers_fit_nodes`); sources in
         :mod:`learn_to_shard.engines`."""
         eng = self.engine
@@ -382,8 +382,8 @@ class StrategySpace:
         if eng.node_rank_ranges:
             group = tp * dp if moe else tp
             bad |= ~node_ranks_cover(group, pp, min(dev.host_devices, n), n, servers)
-        # Every engine: servers no wider than a node (an NVLink domain of several hosts,
-        # GB200 NVL72's, where the devices have one) sit inside its boundaries.
+        # Every engine: servers keep to node boundaries (an NVLink domain of several hosts,
+        # GB200 NVL72's, where the devices have one).
         unit = dev.scale_up_domain if dev.devices_per_host is not None else dev.host_devices
         bad |= ~servers_fit_nodes(tp * pp * (dp if moe else 1), servers, min(unit, n), n)
         if eng.dp_ranks_in_nodes and moe:

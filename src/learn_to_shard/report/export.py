@@ -592,8 +592,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     # vLLM's and SGLang's --kv-cache-dtype auto take a ModelOpt export's FP8 KV quantisation
     # (engines.default_kv_dtype): a 16-bit KV plan of such a checkpoint names its dtype.
     auto_fp8_kv = model is not None and model.quant is not None \
-        and default_kv_dtype(engine, model.quant.kv_cache_fp8,
-                             model.quant.method.startswith("modelopt")) == "fp8"
+        and default_kv_dtype(engine, model.quant.kv_cache_fp8, model.quant.modelopt) == "fp8"
     if model is not None and model.checkpoint_dtype == "fp8" and wl.weight_dtype is DType.BF16:
         # The engines load an FP8 checkpoint as its quantization_config says (vLLM, SGLang:
         # the checkpoint's quant method; TensorRT-LLM: hf_quant_config.json) and none has a
@@ -718,7 +717,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             # "Internal Load Balancing"; the flags are in the pinned flag snapshot,
             # --headless is vllm serve's own).
             counts = dp_node_ranks(rank_gpus, dp, node_size)
-            per_node, local = counts[0], counts[0]
+            local = counts[0]                   # node 0's ranks, as many as any node holds
             args += ["--data-parallel-size-local", str(local),
                      "--data-parallel-address", "NODE0_HOST",
                      "--data-parallel-rpc-port", "13345"]
@@ -729,9 +728,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"{'rank' if local == 1 else 'ranks'} and the API "
                          f"server); on every other node run it with --headless and its own "
                          f"ranks ({others}), node 0's address in --data-parallel-address")
-            if per_node * rank_gpus < node_size:
-                notes.append(f"each node runs {per_node} whole DP ranks of {rank_gpus} GPUs "
-                             f"({node_size - per_node * rank_gpus} of its {node_size} GPUs "
+            if local * rank_gpus < node_size:
+                notes.append(f"each node runs {local} whole DP ranks of {rank_gpus} GPUs "
+                             f"({node_size - local * rank_gpus} of its {node_size} GPUs "
                              f"stay free): vLLM does not split a rank over nodes")
         elif nodes > 1:
             # A replica wider than a node: vLLM refuses a world size above the node's GPUs
