@@ -824,14 +824,32 @@ def _gptq_awq(q: _Fields, method: str, source: str, moe_layers: Sequence[bool]) 
     """GPTQ / AWQ integer weights (bits, group size, zero points); the keys that change what
     is stored beyond those (a quantised LM head, per-module ``dynamic`` overrides, a partial
     ``modules_in_block_to_quantize``, an AWQ ``modules_to_not_convert`` list) are read and
-    refused where the cost model cannot price them."""
+    refused where the cost model cannot price them.
+
+    The bits and the group size are required, as the engines' loaders require them
+    (vllm-project/vllm v0.11.0 ``model_executor/layers/quantization/gptq.py``
+    ``GPTQConfig.from_config``: ``bits``, ``group_size``; ``awq.py`` ``AWQConfig.from_config``:
+    ``w_bit`` or ``bits``, ``q_group_size`` or ``group_size``; ``get_from_keys`` raises
+    without them): a config without them names no format an engine would load.
+
+    Raises:
+        ConfigError: bits or group size missing or out of range (names the field).
+    """
     check_keys(q.data, FORMAT_KEYS[method], f"quant_method {method!r}", source)
     bits_key = "bits" if "bits" in q.data or method == "gptq" else "w_bit"
-    bits = q.integer(bits_key, 4, maximum=8)
+    needs = "the engines' GPTQ/AWQ loaders require it"
+    if q.data.get(bits_key) is None:
+        alias = ", as 'w_bit' or 'bits'" if bits_key == "w_bit" else ""
+        raise q.error(bits_key, f"2, 3, 4 or 8{alias}; {needs}")
+    bits = q.integer(bits_key, maximum=8)
     if bits not in (2, 3, 4, 8):
         raise q.error(bits_key, "2, 3, 4 or 8", bits)
-    group = _int_group(q, "group_size" if "group_size" in q.data or method == "gptq"
-                       else "q_group_size", 128)
+    group_key = "group_size" if "group_size" in q.data or method == "gptq" \
+        else "q_group_size"
+    if group_key not in q.data:
+        alias = ", as 'q_group_size' or 'group_size'" if group_key == "q_group_size" else ""
+        raise q.error(group_key, f"a positive integer or -1 (per-channel){alias}; {needs}")
+    group = _int_group(q, group_key, None)
     kept: tuple[str, ...] = ()
     experts_only = False
     if method == "gptq":
