@@ -83,10 +83,10 @@ EXPECTED = {
     ),
     # Serving accelerators added with the FP4 field (each file's `sources` cites the figures).
     "h20": dict(peak_bf16_flops_per_s=148e12, peak_fp8_flops_per_s=296e12,
-                peak_fp4_flops_per_s=None, hbm_bytes=96e9, hbm_bytes_per_s=4.0e12,
+                peak_fp4_flops_per_s=None, hbm_bytes=97871 * 2**20, hbm_bytes_per_s=4.0e12,
                 scale_up_domain=8, scale_up_bytes_per_s=450e9),
     "l40s": dict(peak_bf16_flops_per_s=362.05e12, peak_fp8_flops_per_s=733e12,
-                 peak_fp4_flops_per_s=None, hbm_bytes=48e9, hbm_bytes_per_s=864e9,
+                 peak_fp4_flops_per_s=None, hbm_bytes=46068 * 2**20, hbm_bytes_per_s=864e9,
                  scale_up_bytes_per_s=32e9),
     "rtx-4090": dict(peak_bf16_flops_per_s=165.15e12, peak_fp8_flops_per_s=330.3e12,
                      hbm_bytes=24564 * 2**20, hbm_bytes_per_s=1008e9, scale_up_bytes_per_s=32e9),
