@@ -872,16 +872,39 @@ def test_trtllm_plan_of_nvfp4_weights_on_hopper_is_refused_before_the_search():
     assert "NOT EXPRESSIBLE" not in vllm.stdout
 
 
-def test_trtllm_of_mxfp4_experts_is_refused_on_ampere_and_planned_on_hopper():
+def test_trtllm_of_mxfp4_experts_is_refused_before_hopper_and_planned_on_hopper(tmp_path):
     """gpt-oss's MXFP4 experts: TensorRT-LLM has no W4A16 MoE kernel on SM 80 (GPUStack's
-    A100 run: "WFP4A16 MoE is unsupported on SM80"), but runs them on Hopper."""
+    A100 run: "WFP4A16 MoE is unsupported on SM80") nor on SM 89, which has FP8 math
+    (NVIDIA/TensorRT-LLM issue 6717, an L4), but runs them on Hopper. A custom device of
+    unknown compute capability falls back to the math it has: refused without FP8 and FP4."""
     base = ["plan", "--model", "gpt-oss-20b", "--phase", "serve", "--isl", "1024", "--osl",
             "256", "--export", "trtllm", "-q"]
     a100 = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1"])
     assert a100.exit_code == 2
     assert "has no MXFP4 (W4A16) MoE kernel for a100-80gb" in a100.output
+    assert "unsupported on SM80" in a100.output
+    for ada in ("l40s", "rtx-4090"):
+        r = CliRunner().invoke(app, [*base, "--cluster", f"{ada}:2"])
+        assert r.exit_code == 2, r.output
+        assert f"has no MXFP4 (W4A16) MoE kernel for {ada} (\"WFP4A16 MoE is unsupported " \
+               "on SM89\"" in r.output
+        assert "Traceback" not in r.output and r.output.count("\n") == 1
+    l40s = CliRunner().invoke(app, [*base[:-3], "--export", "vllm", "-q",
+                                     "--cluster", "l40s:2"])
+    assert l40s.exit_code == 0 and "vllm serve" in l40s.stdout, l40s.output
     h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1"])
     assert h100.exit_code == 0 and "trtllm-serve" in h100.stdout, h100.output
+    for fp8, refused in ((None, True), (1e15, False)):
+        dev = {"name": "lab-gpu", "display_name": "lab GPU", "peak_bf16_flops_per_s": 5e14,
+               "peak_fp8_flops_per_s": fp8, "hbm_bytes": 8e10, "hbm_bytes_per_s": 3e12,
+               "scale_up_domain": 8, "scale_up_bytes_per_s": 4e11,
+               "scale_out_bytes_per_s": 5e10, "scale_up_latency_s": 2e-6,
+               "scale_out_latency_s": 5e-6}
+        path = tmp_path / f"lab-{fp8}.json"
+        path.write_text(json.dumps({"device": dev, "num_devices": 1}))
+        r = CliRunner().invoke(app, [*base, "--cluster", str(path)])
+        assert (r.exit_code == 2) is refused, r.output
+        assert ("has no MXFP4 (W4A16) MoE kernel for lab-gpu" in r.output) is refused
 
 
 def test_sglang_of_a_modelopt_fp8_checkpoint_is_refused_before_fp8_math():

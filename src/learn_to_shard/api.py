@@ -816,7 +816,8 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
         return None
     return weights_refusal(engine_runtime(engine), model.quant.method, model.quant.fp4,
                            device.name, bool(device.peak_fp4_flops_per_s),
-                           bool(device.peak_fp8_flops_per_s))
+                           bool(device.peak_fp8_flops_per_s),
+                           scale_up_fabric(device).compute_capability)
 
 
 def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None) -> str | None:

@@ -584,11 +584,14 @@ def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool,
 
 
 def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_name: str,
-                    fp4_math: bool, fp8_math: bool) -> str | None:
+                    fp4_math: bool, fp8_math: bool,
+                    compute_capability: str | None = None) -> str | None:
     """Why ``engine`` (an engine runtime: ``vllm``, ``sglang``, ``trtllm``) cannot load
     weights quantised by ``quant_method`` (``QuantSpec.method``, e.g. ``modelopt:NVFP4``,
     ``modelopt:FP8``, ``mxfp4``; ``fp4``: ``QuantSpec.fp4``) on a device with or without FP4
-    and FP8 math, with what would serve them; ``None`` where nothing known stops it.
+    and FP8 math and of CUDA ``compute_capability`` (``"8.9"``, ``"9.0"``, …; ``None`` where
+    not known: a custom device), with what would serve them; ``None`` where nothing known
+    stops it.
 
     * TensorRT-LLM runs NVFP4 only with FP4 math (Blackwell): "FP4 Gemm not supported
       before Blackwell" (NVIDIA/TensorRT-LLM issue 5018, the SM >= 100 check of its FP4 GEMM;
@@ -596,10 +599,16 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
       only). vLLM and SGLang run NVFP4 as W4A16 Marlin GEMMs on SM 80-90 (SGLang 0.5.23
       ``layers/quantization/fp4_utils.py`` ``initialize_fp4_gemm_config`` picks ``marlin``
       there, and its NVFP4 MoE falls back to Marlin on SM 80-90).
-    * TensorRT-LLM has no MXFP4 (gpt-oss) MoE kernel without FP8 math: "NotImplementedError:
-      WFP4A16 MoE is unsupported on SM80" (TensorRT-LLM v1.2.0rc1 serving gpt-oss on an A100:
-      gpustack/gpustack@1f37f1b8bd79c6b424a0cb55c7abd08a5c2132dc
-      ``docs/performance-lab/gpt-oss-20b/a100.md``).
+    * TensorRT-LLM has no MXFP4 (gpt-oss) MoE kernel before Hopper: below SM 100 its MoE runs
+      MXFP4 as W4A16, whose CUTLASS kernel it implements for SM 90 only, and refuses the rest
+      with "NotImplementedError: WFP4A16 MoE is unsupported on SM80" (TensorRT-LLM v1.2.0rc1
+      serving gpt-oss on an A100: gpustack/gpustack@1f37f1b8bd79c6b424a0cb55c7abd08a5c2132dc
+      ``docs/performance-lab/gpt-oss-20b/a100.md``) and "... on SM89" on an Ada L4, which
+      has FP8 math (github.com/NVIDIA/TensorRT-LLM/issues/6717, closed as not a bug; the
+      gpt-oss support matrix of ``examples/models/core/gpt_oss/README.md``, NVIDIA/TensorRT-LLM
+      PR 6908, lists Hopper and Blackwell only). Every SM 8.x device is refused where the
+      compute capability is known, else (a custom device) a device with neither FP8 nor FP4
+      math.
     * SGLang loads a ModelOpt FP8 checkpoint only from SM 89 (FP8 math): 0.5.23
       ``layers/quantization/modelopt_quant.py`` ``ModelOptFp8Config.get_min_capability``
       returns 89, which its model loader checks; vLLM's allows SM 80 (Marlin W8A16).
@@ -610,9 +619,13 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
         if "NVFP4" in method and not fp4_math:
             return (f"{title} runs NVFP4 weights only with FP4 math (Blackwell, SM 100+), "
                     f"which {device_name} does not have (vLLM and SGLang run them as W4A16)")
-        if "MXFP4" in method and not fp8_math and not fp4_math:
+        pre_hopper = compute_capability.startswith("8.") if compute_capability \
+            else not fp8_math and not fp4_math
+        if "MXFP4" in method and pre_hopper:
+            sm = (compute_capability or "8.0").replace(".", "")
             return (f"{title} has no MXFP4 (W4A16) MoE kernel for {device_name} (\"WFP4A16 "
-                    f"MoE is unsupported on SM80\"; vLLM and SGLang run it)")
+                    f"MoE is unsupported on SM{sm}\": Hopper and Blackwell only; vLLM and "
+                    f"SGLang run it)")
     if engine == "sglang" and method == "MODELOPT:FP8" and not fp8_math:
         return (f"SGLang {ENGINES['sglang'].version} loads a ModelOpt FP8 checkpoint only on "
                 f"chips with FP8 math (SM 89+), which {device_name} is not (vLLM runs it)")
