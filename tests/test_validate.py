@@ -447,7 +447,44 @@ def test_the_pinned_serving_accuracy_is_what_validate_serving_measures_now():
     ``l2s validate --serving`` (75 s; run with ``pytest -m slow``)."""
     from learn_to_shard.fidelity.accuracy import measure, shipped
 
-    assert measure()["under_load"] == shipped()["under_load"]
+    now, pinned = measure(), shipped()
+    assert now["under_load"] == pinned["under_load"]
+    assert now["under_load_by_engine"] == pinned["under_load_by_engine"]
+
+
+def test_a_plan_states_its_engine_s_own_serving_error_beside_the_table_s():
+    """The serving table's engines sit apart (held out, vLLM's rows are the worst): a plan
+    for one engine prints that engine's held-out medians and counts beside the whole
+    table's, in the line and in the JSON; a plan without an engine, or for a runtime the
+    table does not measure (``trtllm-tensorrt``), prints the table's alone. The pinned
+    per-engine counts add up to the table's."""
+    from learn_to_shard.fidelity.accuracy import accuracy_line, shipped
+
+    acc = shipped()
+    by_engine = acc["under_load_by_engine"]
+    assert set(by_engine) == {"vllm", "sglang", "trtllm"}
+    for metric, whole in acc["under_load"].items():
+        assert sum(e[metric]["n"] for e in by_engine.values() if metric in e) == whole["n"]
+    vllm = by_engine["vllm"]
+    line = accuracy_line(Phase.SERVE, "vllm")
+    assert line.startswith(accuracy_line(Phase.SERVE))
+    assert (f"; on vLLM's rows TTFT {100 * vllm['ttft']['median_abs_error']:.0f}% "
+            f"(n={vllm['ttft']['n']}), TPOT {100 * vllm['tpot']['median_abs_error']:.0f}% "
+            f"(n={vllm['tpot']['n']}), tokens/s "
+            f"{100 * vllm['output_tok_s']['median_abs_error']:.0f}% "
+            f"(n={vllm['output_tok_s']['n']})") in line
+    assert "rows" not in accuracy_line(Phase.SERVE)
+    assert accuracy_line(Phase.SERVE, "trtllm-tensorrt") == accuracy_line(Phase.SERVE)
+    assert accuracy_line(Phase.DECODE, "vllm") == accuracy_line(Phase.DECODE)
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--isl", "512", "--osl", "128",
+                                 "--engine", "sglang", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "on SGLang's rows TTFT" in " ".join(r.stdout.split())
+    doc = json.loads(CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+        "--isl", "512", "--osl", "128", "--engine", "sglang", "--json"]).stdout)
+    assert doc["expected_error"]["under_load_by_engine"] == by_engine
 
 
 def test_validate_serving_report_holds_the_serving_rows_and_medians(monkeypatch):

@@ -23,10 +23,30 @@ from ..workload import Phase
 ACCURACY_FILE = "data/calibration/accuracy.json"
 
 
+#: The serving metrics the pinned file holds: its name -> the serving summary's key.
+_LOAD_METRICS = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("output_tok_s", "output_tok_s"))
+
+
+def _load_medians(summ: dict[str, object]) -> dict[str, dict[str, Any]]:
+    """The held-out medians and counts of one serving summary
+    (:func:`~learn_to_shard.fidelity.serving.summarize`), metrics without a row left out."""
+    load = {}
+    for metric, key in _LOAD_METRICS:
+        err, n = summ[f"{key}_median_abs_err"], summ[f"{key}_n"]
+        assert isinstance(err, float) and isinstance(n, int)
+        if n:
+            load[metric] = {"median_abs_error": round(err, 4), "n": n}
+    return load
+
+
 def measure() -> dict[str, Any]:
     """Run both validations and return the held-out medians (fractions) and counts:
-    ``steady_state`` (``l2s validate``: ``throughput``, ``ttft``, ``tpot``) and
-    ``under_load`` (``l2s validate --serving``: ``ttft``, ``tpot``, ``output_tok_s``)."""
+    ``steady_state`` (``l2s validate``: ``throughput``, ``ttft``, ``tpot``),
+    ``under_load`` (``l2s validate --serving``: ``ttft``, ``tpot``, ``output_tok_s``) and
+    ``under_load_by_engine``: the same over each engine's rows of the serving table
+    (``vllm``, ``sglang``, ``trtllm``; the rows of one engine's sources sit apart from the
+    others', docs/validation.md), which a plan for that engine prints beside the whole
+    table's."""
     from .serving import predict_table, summarize
     from .stats import validate
 
@@ -36,17 +56,15 @@ def measure() -> dict[str, Any]:
         st = rep.stat(kind, "held-out")
         if st is not None:
             steady[kind] = {"median_abs_error": round(st.median_abs, 4), "n": st.n}
-    summ = summarize(predict_table(), "held-out")
-    load = {}
-    for metric, key in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"),
-                        ("output_tok_s", "output_tok_s")):
-        err, n = summ[f"{key}_median_abs_err"], summ[f"{key}_n"]
-        assert isinstance(err, float) and isinstance(n, int)
-        load[metric] = {"median_abs_error": round(err, 4), "n": n}
+    results = predict_table()
+    by_engine = {engine: _load_medians(summarize([r for r in results if r.engine == engine],
+                                                 "held-out"))
+                 for engine in sorted({r.engine for r in results})}
     return {"source": "held-out rows of data/measurements.csv (l2s validate) and "
                       "data/serving_measurements.csv (l2s validate --serving); "
                       "docs/validation.md",
-            "steady_state": steady, "under_load": load}
+            "steady_state": steady, "under_load": _load_medians(summarize(results, "held-out")),
+            "under_load_by_engine": {e: m for e, m in by_engine.items() if m}}
 
 
 @cache
@@ -57,11 +75,18 @@ def shipped() -> dict[str, Any]:
     return data
 
 
-def accuracy_line(phase: Phase) -> str:
+#: Engine profile -> the name its rows go by in the accuracy line.
+_ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def accuracy_line(phase: Phase, engine: str | None = None) -> str:
     """One line for a plan of ``phase``: the held-out median |error| of the figures it prints,
     from :func:`shipped` (steady-state throughput and step latencies; for serve also the
     serving simulation's TTFT, TPOT and tokens/s under a load, what a plan run with one
-    prints)."""
+    prints). ``engine`` (the plan's engine profile): for serve, also the medians over that
+    engine's rows (``under_load_by_engine``) where the file holds them, with their counts;
+    only the engine runtimes the serving table measures (``vllm``, ``sglang``, ``trtllm``)
+    have them (``trtllm-tensorrt``, the TensorRT-engine runtime, has none)."""
     acc = shipped()
     st, ld = acc["steady_state"], acc["under_load"]
 
@@ -70,10 +95,18 @@ def accuracy_line(phase: Phase) -> str:
 
     head = "expected error (held-out median |error| on published measurements, l2s validate):"
     if phase is Phase.SERVE:
-        return (f"{head} steady-state throughput {pct(st['throughput'])}, prefill time "
+        line = (f"{head} steady-state throughput {pct(st['throughput'])}, prefill time "
                 f"{pct(st['ttft'])}, decode step {pct(st['tpot'])}; under a load "
                 f"(--concurrency / --request-rate / --trace, simulated) TTFT {pct(ld['ttft'])}, "
                 f"TPOT {pct(ld['tpot'])}, tokens/s {pct(ld['output_tok_s'])}")
+        own = acc.get("under_load_by_engine", {}).get(engine or "")
+        if own:
+            parts = [f"{label} {pct(own[m])} (n={own[m]['n']})"
+                     for m, label in (("ttft", "TTFT"), ("tpot", "TPOT"),
+                                      ("output_tok_s", "tokens/s")) if m in own]
+            line += f"; on {_ENGINE_TITLES.get(str(engine), engine)}'s rows " + \
+                ", ".join(parts)
+        return line
     if phase is Phase.PREFILL:
         return f"{head} prefill time (TTFT) {pct(st['ttft'])}"
     return f"{head} decode step (TPOT) {pct(st['tpot'])}, throughput {pct(st['throughput'])}"

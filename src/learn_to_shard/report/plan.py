@@ -311,12 +311,13 @@ MARGINAL_HEADROOM_FRACTION = 0.03
 
 def expected_error() -> dict[str, object]:
     """The shipped cost model's held-out median |error| on published measurements
-    (:func:`learn_to_shard.fidelity.accuracy.shipped`: ``steady_state`` and ``under_load``,
-    fractions with their row counts), for the plan's JSON."""
+    (:func:`learn_to_shard.fidelity.accuracy.shipped`: ``steady_state``, ``under_load`` and
+    ``under_load_by_engine``, fractions with their row counts), for the plan's JSON."""
     from ..fidelity.accuracy import shipped
 
     acc = shipped()
-    return {"steady_state": acc["steady_state"], "under_load": acc["under_load"]}
+    return {"steady_state": acc["steady_state"], "under_load": acc["under_load"],
+            "under_load_by_engine": acc.get("under_load_by_engine", {})}
 
 
 def join_reasons(reasons: list[str] | tuple[str, ...]) -> str:

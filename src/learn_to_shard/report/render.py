@@ -96,7 +96,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
               f"(space {s.get('space_size'):.3g})")
     from ..fidelity.accuracy import accuracy_line
 
-    con.print(f"[dim]{escape(accuracy_line(plan.workload.phase))}[/]", highlight=False)
+    con.print(f"[dim]{escape(accuracy_line(plan.workload.phase, plan.engine))}[/]",
+              highlight=False)
     factors = plan.cost_model or {}
     algo = factors.get("collective_algorithm")
     if algo and algo != "alpha-beta":
