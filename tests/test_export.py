@@ -894,17 +894,31 @@ def test_trtllm_of_mxfp4_experts_is_refused_before_hopper_and_planned_on_hopper(
     assert l40s.exit_code == 0 and "vllm serve" in l40s.stdout, l40s.output
     h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1"])
     assert h100.exit_code == 0 and "trtllm-serve" in h100.stdout, h100.output
-    for fp8, refused in ((None, True), (1e15, False)):
-        dev = {"name": "lab-gpu", "display_name": "lab GPU", "peak_bf16_flops_per_s": 5e14,
+    # A custom device: its own compute_capability decides (an L4 is SM 8.9 with FP8 math);
+    # without one, the math it has (FP8 without FP4 could be Hopper: allowed).
+    for name, fp8, cc, refused in (("lab-gpu", None, None, True),
+                                   ("lab-gpu", 1e15, None, False),
+                                   ("l4", 2.4e14, "8.9", True),
+                                   ("h800-lab", 1.9e15, "9.0", False),
+                                   ("L40S", 7.3e14, None, True)):    # a preset's name, cased
+        dev = {"name": name, "display_name": "lab GPU", "peak_bf16_flops_per_s": 5e14,
                "peak_fp8_flops_per_s": fp8, "hbm_bytes": 8e10, "hbm_bytes_per_s": 3e12,
                "scale_up_domain": 8, "scale_up_bytes_per_s": 4e11,
                "scale_out_bytes_per_s": 5e10, "scale_up_latency_s": 2e-6,
-               "scale_out_latency_s": 5e-6}
-        path = tmp_path / f"lab-{fp8}.json"
+               "scale_out_latency_s": 5e-6, "compute_capability": cc}
+        path = tmp_path / f"{name}-{fp8}.json"
         path.write_text(json.dumps({"device": dev, "num_devices": 1}))
         r = CliRunner().invoke(app, [*base, "--cluster", str(path)])
-        assert (r.exit_code == 2) is refused, r.output
-        assert ("has no MXFP4 (W4A16) MoE kernel for lab-gpu" in r.output) is refused
+        assert (r.exit_code == 2) is refused, (name, r.output)
+        assert (f"has no MXFP4 (W4A16) MoE kernel for {name}" in r.output) is refused
+        if cc == "8.9":
+            assert "unsupported on SM89" in r.output
+    dev["compute_capability"] = "8,9"
+    path.write_text(json.dumps({"device": dev, "num_devices": 1}))
+    r = CliRunner().invoke(app, [*base, "--cluster", str(path)])
+    assert r.exit_code == 2 and "field 'compute_capability' must be a CUDA compute " \
+        "capability \"major.minor\" such as \"8.9\", or null; got '8,9'" in r.output, r.output
+    assert "Traceback" not in r.output
 
 
 def test_sglang_of_a_modelopt_fp8_checkpoint_is_refused_before_fp8_math():

@@ -22,7 +22,8 @@ from learn_to_shard.hardware import (
 PRESETS = ["a100-80gb", "b200", "b300", "gb200-nvl72", "h100-sxm", "h20", "h200", "l40s",
            "mi300x", "mi325x", "mi355x", "rtx-4090", "rtx-pro-6000", "trainium2"]
 NUMERIC_FIELDS = [
-    f.name for f in fields(DeviceSpec) if f.name not in ("name", "display_name", "sources")
+    f.name for f in fields(DeviceSpec)
+    if f.name not in ("name", "display_name", "sources", "compute_capability")
 ]
 
 # Datasheet numbers (reference measurements.md section 4), SI units.

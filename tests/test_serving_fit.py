@@ -239,7 +239,7 @@ def test_engine_default_caps():
     assert default_max_num_seqs("vllm", "h100-sxm", 79.6 * gib, 10**6, 2048) == 1024
     assert default_max_num_seqs("vllm", "b200", 179 * gib, 10**6, 2048) == 1024
     assert default_max_num_seqs("vllm", "a100-80gb", 80 * gib, 10**6, 2048) == 256
-    assert default_max_num_seqs("vllm", "l40s", 44.7 * gib, 10**6, 2048) == 256
+    assert default_max_num_seqs("vllm", "l40s", 45.0 * gib, 10**6, 2048) == 256
     # SGLang: KV tokens / context x 512 clamped to [2048, 4096], at most KV tokens // 2.
     assert default_max_num_seqs("sglang", "h200", 140 * gib, 100_000, 2048) == 4096
     assert default_max_num_seqs("sglang", "h200", 140 * gib, 12_000_000, 2_000_000) == 3072
@@ -259,9 +259,9 @@ def test_engine_default_token_budgets():
     assert default_max_num_batched_tokens("vllm", "h200", 140 * gib) == 8192
     assert default_max_num_batched_tokens("vllm", "b200", 179 * gib) == 16384
     assert default_max_num_batched_tokens("vllm", "a100-80gb", 80 * gib) == 2048
-    assert default_max_num_batched_tokens("vllm", "l40s", 44.7 * gib) == 2048
+    assert default_max_num_batched_tokens("vllm", "l40s", 45.0 * gib) == 2048
     assert default_max_num_batched_tokens("sglang", "rtx-4080", 16 * gib) == 2048
-    assert default_max_num_batched_tokens("sglang", "l40s", 44.7 * gib) == 4096
+    assert default_max_num_batched_tokens("sglang", "l40s", 45.0 * gib) == 4096
     assert default_max_num_batched_tokens("sglang", "a100-80gb", 80 * gib) == 8192
     assert default_max_num_batched_tokens("sglang", "h200", 140 * gib) == 8192
     assert default_max_num_batched_tokens("sglang", "b300", 268 * gib) == 16384

@@ -15,6 +15,7 @@ from .cost.model import CostModel
 from .engines import default_kv_dtype, weights_refusal
 from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError
+from .hardware.fabric import compute_capability as device_compute_capability
 from .hardware.fabric import scale_up_fabric
 from .hardware.presets import parse_cluster
 from .hardware.spec import ClusterSpec, DeviceSpec
@@ -817,7 +818,7 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
     return weights_refusal(engine_runtime(engine), model.quant.method, model.quant.fp4,
                            device.name, bool(device.peak_fp4_flops_per_s),
                            bool(device.peak_fp8_flops_per_s),
-                           scale_up_fabric(device).compute_capability)
+                           device_compute_capability(device))
 
 
 def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None) -> str | None:

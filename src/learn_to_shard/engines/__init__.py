@@ -607,8 +607,8 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
       has FP8 math (github.com/NVIDIA/TensorRT-LLM/issues/6717, closed as not a bug; the
       gpt-oss support matrix of ``examples/models/core/gpt_oss/README.md``, NVIDIA/TensorRT-LLM
       PR 6908, lists Hopper and Blackwell only). Every SM 8.x device is refused where the
-      compute capability is known, else (a custom device) a device with neither FP8 nor FP4
-      math.
+      compute capability is known (a preset's, or a device file's ``compute_capability``),
+      else (a custom device without it) a device with neither FP8 nor FP4 math.
     * SGLang loads a ModelOpt FP8 checkpoint only from SM 89 (FP8 math): 0.5.23
       ``layers/quantization/modelopt_quant.py`` ``ModelOptFp8Config.get_min_capability``
       returns 89, which its model loader checks; vLLM's allows SM 80 (Marlin W8A16).

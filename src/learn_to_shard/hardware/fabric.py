@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from .spec import DeviceSpec
 
-__all__ = ["FABRICS", "ScaleUpFabric", "UNKNOWN_FABRIC", "scale_up_fabric"]
+__all__ = ["FABRICS", "ScaleUpFabric", "UNKNOWN_FABRIC", "compute_capability",
+           "scale_up_fabric"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,15 @@ UNKNOWN_FABRIC = ScaleUpFabric("unknown", "unknown", False, False, None,
 
 
 def scale_up_fabric(device: DeviceSpec) -> ScaleUpFabric:
-    """The scale-up fabric of ``device`` (looked up by preset name; :data:`UNKNOWN_FABRIC`
+    """The scale-up fabric of ``device`` (looked up by preset name, case-folded as
+    :func:`~learn_to_shard.hardware.presets.load_device` reads it; :data:`UNKNOWN_FABRIC`
     for a device that is not a shipped preset)."""
-    return FABRICS.get(device.name, UNKNOWN_FABRIC)
+    return FABRICS.get(device.name.strip().lower(), UNKNOWN_FABRIC)
+
+
+def compute_capability(device: DeviceSpec) -> str | None:
+    """CUDA compute capability of ``device`` (``"9.0"``, ``"8.9"``, …): its own
+    ``compute_capability`` field where a device file states one, else its preset's
+    (:data:`FABRICS`); ``None`` where neither says (a custom device without the field, a
+    non-CUDA chip)."""
+    return device.compute_capability or scale_up_fabric(device).compute_capability

@@ -27,7 +27,10 @@ Three more numeric fields are optional (absent = null): ``peak_fp4_flops_per_s``
 peak, FLOP/s; null = no FP4 math), ``w4a16_expert_flops_efficiency`` (a fraction in 0.01 .. 1:
 the rate of dequantising 4-bit expert GEMMs relative to 16-bit ones, measured; null = 1) and
 ``devices_per_host`` (an integer >= 1: devices per host where a host holds fewer than the
-scale-up domain, e.g. 4 on GB200 NVL72; null = the domain).
+scale-up domain, e.g. 4 on GB200 NVL72; null = the domain); one string field is, too:
+``compute_capability`` (CUDA ``"major.minor"``, e.g. ``"8.9"`` for an L4 or an RTX 6000 Ada;
+null = the preset's, or unknown for a custom device), which engine rules that depend on the
+chip generation read.
 All other fields except ``sources`` and ``notes`` are required; unknown keys are rejected (to catch
 typos). Each number must lie in a physically sane range (``_RANGES``: e.g. links 1e6 .. 1e15
 bytes/s, latencies 1e-9 .. 1 s; ``scale_up_domain`` at most ``MAX_DEVICES``).
@@ -88,13 +91,18 @@ _OPTIONAL_POSITIVE_FIELDS = ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s",
                              "w4a16_expert_flops_efficiency")
 #: Fields a device file may leave out (they default to null).
 _DEFAULTED_FIELDS = ("peak_fp4_flops_per_s", "w4a16_expert_flops_efficiency",
-                     "devices_per_host")
+                     "devices_per_host", "compute_capability")
+#: String fields that may be null, each with the pattern a value must match and what it means.
+_OPTIONAL_STR_FIELDS: dict[str, tuple[re.Pattern[str], str]] = {
+    "compute_capability": (re.compile(r"^[1-9][0-9]?\.[0-9]$"),
+                           "a CUDA compute capability \"major.minor\" such as \"8.9\"")}
 _INT_FIELDS = ("scale_up_domain", "devices_per_host")
 #: Integer fields that may be null.
 _OPTIONAL_INT_FIELDS = ("devices_per_host",)
 #: DeviceSpec fields in declaration order, minus ``sources``.
 _SPEC_FIELDS = tuple(f for f in DeviceSpec.__dataclass_fields__ if f != "sources")
-_NUMERIC_FIELDS = tuple(f for f in _SPEC_FIELDS if f not in _STR_FIELDS)
+_NUMERIC_FIELDS = tuple(f for f in _SPEC_FIELDS
+                        if f not in _STR_FIELDS and f not in _OPTIONAL_STR_FIELDS)
 _DEVICE_KEYS = (*_SPEC_FIELDS, "sources", "notes")
 _CLUSTER_KEYS = ("device", "num_devices", "overrides", "name", "notes")
 _UNITS = {
@@ -198,6 +206,14 @@ def _check_field(field: str, value: Any, where: str) -> float | int | str | None
     Raises:
         ConfigError: if the value has the wrong type or is not positive/finite.
     """
+    if field in _OPTIONAL_STR_FIELDS:
+        pattern, what = _OPTIONAL_STR_FIELDS[field]
+        if value is None:
+            return None
+        if not isinstance(value, str) or not pattern.match(value.strip()):
+            raise ConfigError(f"{where}: field {field!r} must be {what}, or null; got "
+                              f"{_show(value)}")
+        return value.strip()
     if field in _STR_FIELDS:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(

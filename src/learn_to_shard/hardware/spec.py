@@ -37,6 +37,12 @@ class DeviceSpec:
             compute trays hold 4 of its 72 NVLink-connected GPUs, so a server of 8 is a
             two-node launch though its collectives stay on NVLink. ``None``: a host holds the
             whole domain (an HGX baseboard of 8). Read through :attr:`host_devices`.
+        compute_capability: CUDA compute capability, ``"major.minor"`` (``"8.9"`` for Ada),
+            of a device that is not a shipped preset; ``None``: the preset's, from
+            :data:`learn_to_shard.hardware.fabric.FABRICS` (read through
+            :func:`~learn_to_shard.hardware.fabric.compute_capability`), or unknown. What an
+            engine's kernels need beyond the math rates (TensorRT-LLM's MXFP4 MoE runs on
+            SM 9.0 and 10.x, not on an SM 8.9 chip that has FP8 math).
         sources: where each number comes from (field -> citation).
     """
 
@@ -54,6 +60,7 @@ class DeviceSpec:
     peak_fp4_flops_per_s: float | None = None
     w4a16_expert_flops_efficiency: float | None = None
     devices_per_host: int | None = None
+    compute_capability: str | None = None
     sources: tuple[tuple[str, str], ...] = ()
 
     @property

@@ -58,7 +58,7 @@ from ..engines import (
     weights_refusal,
 )
 from ..errors import ConfigError, PlannerError
-from ..hardware.fabric import scale_up_fabric
+from ..hardware.fabric import compute_capability as device_compute_capability
 from ..hardware.presets import parse_cluster
 from ..hardware.spec import DeviceSpec
 from ..model.spec import ModelSpec
@@ -936,7 +936,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         why = weights_refusal(engine, q.method, q.fp4, device.name,
                               bool(device.peak_fp4_flops_per_s),
                               bool(device.peak_fp8_flops_per_s),
-                              scale_up_fabric(device).compute_capability)
+                              device_compute_capability(device))
         if why is not None:
             unexpressed.append(f"{why}; export for another engine, or serve another "
                                f"checkpoint")
