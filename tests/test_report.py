@@ -40,6 +40,14 @@ def test_plan_report_files(plan_report):
         assert text in html and text in md
     assert "Serving under load" not in md
     assert "serve, isl 1024, osl 256," in md
+    # the expected error the terminal prints, in both files (no engine: the table's alone)
+    import html as html_lib
+
+    from learn_to_shard.fidelity.accuracy import accuracy_line
+    from learn_to_shard.workload import Phase
+
+    line = accuracy_line(Phase.SERVE)
+    assert line in md and html_lib.escape(line) in html
 
 
 def test_a_decode_report_names_its_context(tmp_path):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cost.model import Estimate
+from ..fidelity.accuracy import accuracy_line
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..units import to_gib, to_ms
 from ..workload import Phase
@@ -188,7 +189,8 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
     head = Section("Plan", paragraphs=[
         f"{plan.model} on {plan.cluster}: {wl.phase.value}, {lengths}, "
         f"weights {wl.weight_dtype.value}, KV {wl.kv_dtype.value}; method {plan.method_used}; "
-        f"engine {plan.engine or 'none (unrestricted)'}."])
+        f"engine {plan.engine or 'none (unrestricted)'}.",
+        accuracy_line(wl.phase, plan.engine) + "."])
     if plan.best is None:
         head.paragraphs.append("No feasible plan: " + join_reasons(plan.reasons))
         return [head]
