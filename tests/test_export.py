@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -1264,3 +1265,72 @@ def test_gb200_servers_over_trays_of_one_rack_are_not_warned_and_across_racks_no
     assert ex.servers == 9
     assert not any("collectives stay on NVLink" in n for n in ex.notes)
     assert any("NVLink domain boundaries" in w for w in ex.warnings)
+
+
+def test_fp8_checkpoints_are_refused_where_the_engine_has_no_fp8_path():
+    """FP8 weights on an A100 (no FP8 math): TensorRT-LLM has no weight-only FP8 fallback
+    (NVIDIA/TensorRT-LLM issue 1428) and SGLang's FP8 kernels are Triton fp8e4nv, which
+    Ampere lacks (sgl-project/sglang issues 5871, 13471, 38291; 7715 open); vLLM runs them
+    as W8A16 Marlin. Each refused export is one error line naming what runs it, and the
+    engine table leaves the engine out; on an L40S (SM 8.9, FP8 math) both plan."""
+    base = ["plan", "--model", "qwen3-32b-fp8", "--phase", "serve", "--isl", "1024",
+            "--osl", "256", "-q"]
+    for engine, says in (("trtllm", "runs FP8 weights only with FP8 math (SM 89+: Ada, "
+                                    "Hopper, Blackwell), which a100-80gb does not have "
+                                    "(vLLM runs them as W8A16)"),
+                         ("sglang", "loads FP8 weights only on chips with FP8 math (SM 89+), "
+                                    "which a100-80gb is not (vLLM runs it)")):
+        r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:4", "--export", engine])
+        assert r.exit_code == 2 and says in r.output, r.output
+        assert "Traceback" not in r.output and r.output.count("\n") == 1
+        ok = CliRunner().invoke(app, [*base, "--cluster", "l40s:4", "--export", engine])
+        assert ok.exit_code == 0, ok.output
+    r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:4", "--export", "vllm"])
+    assert r.exit_code == 0 and "vllm serve" in r.stdout, r.output
+    doc = json.loads(CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:4", "--json",
+                                              "--no-timing"]).stdout)
+    assert {row["engine"] for row in doc["engine_optima"]} == {"vllm"}
+    # online FP8 of a 16-bit checkpoint: SGLang's --quantization fp8 runs the same kernels
+    online = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1024",
+              "--osl", "256", "--dtype", "fp8", "-q", "--cluster", "a100-80gb:1", "--export"]
+    r = CliRunner().invoke(app, [*online, "sglang"])
+    assert r.exit_code == 0 and "# NOT EXPRESSIBLE: FP8 weights: SGLang 0.5.23 quantises " \
+        "online to FP8 only on chips with FP8 math (SM 89+), which a100-80gb is not" \
+        in r.stdout, r.output
+    r = CliRunner().invoke(app, [*online, "vllm"])
+    assert r.exit_code == 0 and "NOT EXPRESSIBLE" not in r.stdout, r.output
+    r = CliRunner().invoke(app, [*online[:-2], "h100-sxm:1", "--export", "sglang"])
+    assert r.exit_code == 0 and "NOT EXPRESSIBLE" not in r.stdout, r.output
+
+
+def test_trtllm_serve_refuses_hugging_face_gptq_and_awq_checkpoints(tmp_path):
+    """trtllm-serve (the PyTorch backend) loads ModelOpt-exported quantised checkpoints, not
+    Hugging Face GPTQ / AWQ ones (NVIDIA/TensorRT-LLM issue 3548, its documentation as quoted
+    in issue 5716): the export is refused with one line naming what runs it, the engine
+    table leaves TensorRT-LLM out; vLLM and SGLang export it, and the TensorRT-engine
+    runtime (``--engine trtllm-tensorrt``, which converts AutoGPTQ / AutoAWQ Llama
+    checkpoints) is not refused by this rule."""
+    for qc in ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+                "sym": True},
+               {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+                "version": "gemm"}):
+        text = (resources.files("learn_to_shard") / "data" / "models"
+                / "llama-3.1-8b.json").read_text()
+        d = tmp_path / qc["quant_method"]
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(json.loads(text)
+                                                  | {"quantization_config": qc}))
+        base = ["plan", "--model", str(d / "config.json"), "--cluster", "h100-sxm:1",
+                "--phase", "serve", "--isl", "1000", "--osl", "100", "-q"]
+        r = CliRunner().invoke(app, [*base, "--export", "trtllm"])
+        name = qc["quant_method"].upper()
+        assert r.exit_code == 2 and f"loads quantised checkpoints that ModelOpt exported " \
+            f"(FP8, NVFP4), not a Hugging Face {name} checkpoint (vLLM and SGLang run it)" \
+            in r.output, r.output
+        for engine in ("vllm", "sglang"):
+            ok = CliRunner().invoke(app, [*base, "--export", engine])
+            assert ok.exit_code == 0, ok.output
+        doc = json.loads(CliRunner().invoke(app, [*base, "--json", "--no-timing"]).stdout)
+        assert "trtllm" not in {row["engine"] for row in doc["engine_optima"]}
+        tensorrt = CliRunner().invoke(app, [*base, "--engine", "trtllm-tensorrt"])
+        assert tensorrt.exit_code == 0, tensorrt.output

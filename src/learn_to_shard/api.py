@@ -812,13 +812,16 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
                               model: ModelSpec | None) -> str | None:
     """Why ``engine`` (a profile name) cannot load ``model``'s checkpoint on ``device``, or
     ``None`` where nothing known stops it: quantised weights on a chip that lacks the math
-    the engine's kernels need (:func:`~learn_to_shard.engines.weights_refusal`)."""
+    the engine's kernels need, or a checkpoint format the engine does not load
+    (:func:`~learn_to_shard.engines.weights_refusal`; ``trtllm-tensorrt`` is passed as
+    itself, the other profiles as their engine runtime)."""
     if engine is None or model is None or model.quant is None:
         return None
-    return weights_refusal(engine_runtime(engine), model.quant.method, model.quant.fp4,
+    runtime = engine if engine == "trtllm-tensorrt" else engine_runtime(engine)
+    return weights_refusal(runtime, model.quant.method, model.quant.fp4,
                            device.name, bool(device.peak_fp4_flops_per_s),
                            bool(device.peak_fp8_flops_per_s),
-                           device_compute_capability(device))
+                           device_compute_capability(device), fp8=model.quant.fp8)
 
 
 def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None) -> str | None:
