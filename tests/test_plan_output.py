@@ -65,6 +65,7 @@ def test_json_and_table_carry_capacity_and_per_user(phase, kw):
     cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", make_workload(phase, **kw))
     best = search_plan(cm, method="exact").to_dict()["best"]
     assert best["kv_capacity_tokens"] > 0 and best["max_context_tokens"] > 0
+    assert best["kv_capacity_unbounded"] is False
     assert best["tokens_per_s_per_user"] == pytest.approx(1 / best["tpot_s"])
     assert isinstance(best["memory_marginal"], bool) and best["memory_headroom_bytes"] >= 0
     assert sum(r["layers"][1] - r["layers"][0] + 1 for r in best["stages"]) == 80
@@ -138,3 +139,21 @@ def test_a_dense_models_dp_ranks_are_shown_as_replicas():
         in text
     assert "12 per instance, 3 replicas of 4 × 1 instance" in text
     assert "attention-DP=3" not in text and "ETP" not in text
+
+
+def test_a_pool_of_windowed_layers_only_is_unbounded_in_tokens_not_a_huge_number():
+    """Phi-3-mini slides a 2,047-token window on every layer: each sequence keeps a fixed
+    KV, so the pool bounds the sequences, not the tokens. The plan says so (the terminal
+    line, JSON ``kv_capacity_tokens`` null and ``kv_capacity_unbounded`` true) instead of
+    printing the internal cap 2**62 as a capacity; the longest context is the model's
+    maximum positions and ``max_batch`` the sequences that fit."""
+    args = ["plan", "--model", "phi-3-mini-4k-instruct", "--cluster", "h100-sxm:1",
+            "--phase", "serve", "--isl", "2048", "--osl", "512", "--tpot-slo", "40ms"]
+    r = CliRunner().invoke(app, [*args, "-q"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "KV capacity unbounded in tokens: every attention layer keeps a fixed window per " \
+        "sequence" in text and "4,611,686" not in text
+    best = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["best"]
+    assert best["kv_capacity_tokens"] is None and best["kv_capacity_unbounded"] is True
+    assert best["max_context_tokens"] == 4096 and 0 < best["max_batch"] < 10_000

@@ -98,9 +98,11 @@ from .terms import Link, OperatorTerms, StepMix
 _COST_RULES = aggregate.LIMITS
 _COST_BIT = {name: 1 << (len(RULES) + i) for i, (name, _) in enumerate(_COST_RULES)}
 INVALID_BITS_ALL = tuple(RULES) + _COST_RULES
-#: Cap on reported token capacities (models without full-attention layers hold unbounded
-#: context at a fixed KV size).
-_TOKENS_CAP = 2**62
+#: The KV capacity reported where it is unbounded in tokens: a model without full-attention
+#: layers whose windowed layers the engine caps (``CostModelConfig.window_kv_capped``) keeps
+#: a fixed KV per sequence however long its context, so the pool bounds the sequences
+#: (``max_batch``), not the tokens (:attr:`Estimate.kv_capacity_unbounded`).
+KV_TOKENS_UNBOUNDED = 2**62
 
 
 def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
@@ -239,6 +241,14 @@ class Estimate:
     kv_capacity_tokens: int = 0
     max_context_tokens: int = 0
     ttft_queue_s: float = 0.0
+
+    @property
+    def kv_capacity_unbounded(self) -> bool:
+        """Whether the KV pool is unbounded in tokens (``kv_capacity_tokens`` is then
+        :data:`KV_TOKENS_UNBOUNDED`): every attention layer keeps a fixed window per
+        sequence, so ``max_batch`` sequences fit at any context up to the model's maximum
+        positions."""
+        return self.kv_capacity_tokens >= KV_TOKENS_UNBOUNDED
 
     @property
     def cluster_tokens_per_s(self) -> float:
@@ -484,7 +494,7 @@ class CostModel(OperatorTerms):
             cap_rank = np.where(in_use & (tok_stage > 0), room_kv / tok_stage, np.inf).min(axis=1)
         # (``kv_tok_type`` is already the 1/cp share of a token, so cp adds no holders.)
         holders = dp * np.where(dims[:, Op.ATTENTION] == 0, Mesh.head_groups(tp, deg["cp"]), 1)
-        kv_capacity = np.floor(np.minimum(cap_rank * holders, float(_TOKENS_CAP)))
+        kv_capacity = np.floor(np.minimum(cap_rank * holders, float(KV_TOKENS_UNBOUNDED)))
         max_context = np.floor(kv_capacity / batch)
         if self.model.max_position_embeddings:
             max_context = np.minimum(max_context, float(self.model.max_position_embeddings))

@@ -364,7 +364,9 @@ def estimate_to_dict(e: Estimate, wl: Workload, num_layers: int | None = None
     s = e.strategy
     headroom, marginal = memory_headroom(e)
     extra: dict[str, object] = {
-        "kv_capacity_tokens": e.kv_capacity_tokens,
+        # null where unbounded in tokens (every layer a fixed window per sequence)
+        "kv_capacity_tokens": None if e.kv_capacity_unbounded else e.kv_capacity_tokens,
+        "kv_capacity_unbounded": e.kv_capacity_unbounded,
         "max_context_tokens": e.max_context_tokens,
         "tokens_per_s_per_user": 1.0 / e.tpot_s
         if e.tpot_s > 0 and math.isfinite(e.tpot_s) and not one_output_token(wl) else None,

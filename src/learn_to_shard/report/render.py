@@ -219,9 +219,15 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
             for i, r in enumerate(stage_rows(e, plan.num_layers)) if r["layers"])
             + (f" (counted as the limit counts them: weights, workspace and KV ÷ {f:g})"
                if held else ""))
-    summary.add_row("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the pool "
-                    f"left after weights and workspace); longest context "
-                    f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
+    if e.kv_capacity_unbounded:
+        summary.add_row("KV capacity", f"unbounded in tokens: every attention layer keeps a "
+                        f"fixed window per sequence, so the pool bounds the sequences (max "
+                        f"batch below), not their length; longest context "
+                        f"{e.max_context_tokens:,} tokens (the model's maximum positions)")
+    else:
+        summary.add_row("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the "
+                        f"pool left after weights and workspace); longest context "
+                        f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
     if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s) \
             and not one_token:
         summary.add_row("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
