@@ -424,8 +424,11 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                            f"{100 * NEAR_CAPACITY:.0f}%; {counts[1]} now)" if counts else "")))
         if sim.get("clients_queued"):
             s_ = sim["simulated"]
-            out.append(("note", f"{sim['strategy']}: per replica, {sim['clients_queued']} "
-                        f"clients wait in the queue ({sim['max_num_seqs']} running); "
+            queued = sim["clients_queued"]
+            out.append(("note", f"{sim['strategy']}: per replica, {queued} "
+                        f"client{'' if queued == 1 else 's'} wait"
+                        f"{'s' if queued == 1 else ''} in the queue "
+                        f"({sim['max_num_seqs']} running); "
                         f"the wait counts in "
                         f"TTFT (mean {s_['mean_ttft_s']:.3g} s; the plan's TTFT counts it "
                         f"from its batch's turnover): fewer clients per replica "
