@@ -1703,6 +1703,19 @@ def size_cmd(
         con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} "
                   f"{'replica' if best.replicas == 1 else 'replicas'} of "
                   f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
+        if best.queue_wait_s is not None:
+            from .sweep.sizing import PREFILL_MAX_REPLICA_FACTOR, PREFILL_MAX_UTILIZATION
+
+            con.print(f"prefill queue: each replica at {100 * best.utilization:.0f}% load "
+                      f"(at most {100 * PREFILL_MAX_UTILIZATION:.0f}%), a mean wait of "
+                      f"{to_ms(best.queue_wait_s):.3g} ms before the plan's "
+                      f"{to_ms(best.ttft_s or 0.0):.3g} ms pass (M/D/1, Poisson arrivals)"
+                      + ("" if best.queue_slo_met else
+                         f"; over the TTFT SLO even at "
+                         f"{PREFILL_MAX_REPLICA_FACTOR}x the replicas: the plan's pass "
+                         f"leaves too little of the SLO for a queue (a tighter "
+                         f"--ttft-slo plans a shorter pass)"),
+                      markup=False, highlight=False)
         if wl.phase is Phase.SERVE and not res.interrupted:
             try:
                 line = _simulated_fleet(best, model, wl, engine, gpu_memory_utilization,

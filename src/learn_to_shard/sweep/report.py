@@ -171,17 +171,22 @@ def cheapest_table(items: Sequence[Cheapest]) -> Table:
 def fleet_table(fleets: Sequence[Fleet]) -> Table:
     """Fleet sizes per device kind (``l2s size``), cheapest (or smallest) first."""
     t = Table(title="fewest devices per kind serving the rate within the SLOs")
+    queued = any(f.queue_wait_s is not None for f in fleets)
     for col in ("model", "workload", "device", "req/s", "devices", "nodes", "cost/hour",
-                "replicas × plan", "replica req/s", "tok/s/dev", "TPOT ms", "TTFT ms",
-                "searched on"):
+                "replicas × plan", "replica req/s", "load", "tok/s/dev", "TPOT ms", "TTFT ms",
+                *(("+ queue ms",) if queued else ()), "searched on"):
         t.add_column(col, justify="left" if col in ("model", "workload", "device",
                                                      "replicas × plan", "searched on")
                      else "right")
     for f in fleets:
+        wait = () if not queued else (
+            "–" if f.queue_wait_s is None
+            else _ms(f.queue_wait_s) + ("" if f.queue_slo_met else " (over SLO)"),)
         t.add_row(f.model, f.workload, f.device, f"{f.rate_rps:g}", str(f.devices),
                   str(f.nodes), "–" if f.cost_per_hour is None else f"{f.cost_per_hour:,.2f}",
                   f"{f.replicas} × {f.strategy}", f"{f.instance_requests_per_s:,.2f}",
-                  f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s),
+                  f"{100 * f.utilization:.0f}%",
+                  f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s), *wait,
                   f"{f.searched_cluster} ({f.searcher})")
     return t
 

@@ -18,10 +18,18 @@ Assumptions (steady state, as the cost model's serve phase):
   replica runs the plan's batch continuously, so it completes ``r`` requests/s;
 * the latencies are those of the plan at its full batch: a replica loaded below capacity runs
   smaller batches, which this cost model never predicts slower, so the SLOs still hold;
-* no queueing delay is modelled: bursts above the mean rate wait, and only the SLO margin
-  absorbs that wait (``l2s size`` then replays Poisson arrivals at a replica's share of the
-  rate through the serving simulation and says how many replicas keep up, which a fleet
-  sized near capacity needs more of);
+* serve: no queueing delay is modelled here: bursts above the mean rate wait, and only the
+  SLO margin absorbs that wait (``l2s size`` then replays Poisson arrivals at a replica's
+  share of the rate through the serving simulation and says how many replicas keep up,
+  which a fleet sized near capacity needs more of);
+* prefill (a prefill-only fleet, whose TTFT is all it serves): Poisson arrivals queue for a
+  replica, which :func:`prefill_replicas` prices as an M/D/1 queue — the mean wait of the
+  Pollaczek–Khinchine formula with a deterministic service time ``1 / r`` per request,
+  ``W = ρ / (2 r (1 − ρ))`` at utilisation ``ρ = R / (k r)`` (Kleinrock, *Queueing Systems*
+  vol. 1, §5.6) — on top of the plan's pass at its full batch (``ttft_s``, an upper bound of
+  a request's own prefill); replicas are added until that TTFT meets the workload's TTFT SLO
+  and ``ρ`` is at most :data:`PREFILL_MAX_UTILIZATION`, up to
+  :data:`PREFILL_MAX_REPLICA_FACTOR` times the steady-state count;
 * replicas of a plan smaller than a node share nodes (``nodes = ceil(devices / node size)``).
 
 The candidate plans are those of the sweep's rows (one best plan per cluster size searched),
@@ -59,6 +67,52 @@ def requests_per_s(instance_tokens_per_s: float, workload: Workload) -> float | 
     return None
 
 
+#: The highest utilisation a prefill fleet is sized at: near saturation an M/D/1 queue's mean
+#: wait grows as ``ρ / (1 − ρ)`` (9 service times at 0.95), so the last percent of throughput
+#: costs whole seconds of TTFT; the serve side's simulation check warns from the same load
+#: (``report.render.NEAR_CAPACITY``).
+PREFILL_MAX_UTILIZATION = 0.9
+#: How many times the steady-state replica count :func:`prefill_replicas` tries before it
+#: gives up on the TTFT SLO (and sizes at :data:`PREFILL_MAX_UTILIZATION` alone).
+PREFILL_MAX_REPLICA_FACTOR = 4
+
+
+def prefill_wait_s(rate_rps: float, replicas: int, replica_requests_per_s: float) -> float:
+    """Mean queueing delay (seconds) of a request at one of ``replicas`` prefill replicas that
+    share ``rate_rps`` Poisson arrivals evenly, each completing ``replica_requests_per_s`` at
+    its full batch: the M/D/1 mean wait ``ρ / (2 r (1 − ρ))`` with ``ρ = R / (k r)``
+    (Pollaczek–Khinchine with a deterministic service time ``1 / r``; Kleinrock, *Queueing
+    Systems* vol. 1, §5.6); ``inf`` at ``ρ >= 1``."""
+    rho = rate_rps / (replicas * replica_requests_per_s)
+    if rho >= 1.0:
+        return math.inf
+    return rho / (2.0 * replica_requests_per_s * (1.0 - rho))
+
+
+def prefill_replicas(rate_rps: float, replica_requests_per_s: float, pass_s: float,
+                     ttft_slo_s: float | None) -> tuple[int, bool]:
+    """Replicas of a prefill plan that serve ``rate_rps`` with its queue: the fewest ``k``
+    from the steady-state ``ceil(R / r)`` on whose utilisation is at most
+    :data:`PREFILL_MAX_UTILIZATION` and whose TTFT, the plan's pass ``pass_s`` plus the mean
+    wait :func:`prefill_wait_s`, meets ``ttft_slo_s`` (when given).
+
+    Returns:
+        ``(k, slo_met)``: ``slo_met`` False where no ``k`` up to
+        :data:`PREFILL_MAX_REPLICA_FACTOR` times the steady-state count meets the SLO (the
+        pass alone leaves too little of it for a queue); ``k`` is then the count at the
+        utilisation cap.
+    """
+    base = max(1, math.ceil(rate_rps / replica_requests_per_s - 1e-9))
+    capped = max(base, math.ceil(rate_rps / (PREFILL_MAX_UTILIZATION
+                                             * replica_requests_per_s) - 1e-9))
+    if ttft_slo_s is None:
+        return capped, True
+    for k in range(capped, PREFILL_MAX_REPLICA_FACTOR * capped + 1):
+        if pass_s + prefill_wait_s(rate_rps, k, replica_requests_per_s) <= ttft_slo_s:
+            return k, True
+    return capped, False
+
+
 @dataclass(frozen=True)
 class Fleet:
     """The smallest fleet of one device kind found for a rate.
@@ -75,6 +129,12 @@ class Fleet:
             price`` or ``None``.
         tokens_per_s_per_device, tpot_s, ttft_s: the plan's estimate.
         searched_cluster: the cluster the plan was searched on; searcher: its searcher.
+        utilization: ``R / (k r)``, the busy fraction of each replica.
+        queue_wait_s: prefill fleets: the mean queueing delay at that load
+            (:func:`prefill_wait_s`), which adds to ``ttft_s``; ``None`` for serve (the
+            simulation check of ``l2s size`` replays the queue).
+        queue_slo_met: prefill fleets: whether ``ttft_s + queue_wait_s`` meets the TTFT SLO
+            (:func:`prefill_replicas`); True where there is none, and for serve.
     """
 
     model: str
@@ -95,6 +155,9 @@ class Fleet:
     ttft_s: float | None
     searched_cluster: str
     searcher: str
+    utilization: float = 1.0
+    queue_wait_s: float | None = None
+    queue_slo_met: bool = True
 
 
 def price_table(prices: Iterable[tuple[str, float]]) -> dict[str, float]:
@@ -135,6 +198,15 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
         return None
     d = int(row["instance_devices"])                     # type: ignore[call-overload]
     k = max(1, math.ceil(rate_rps / r - 1e-9))           # one replica serves any lower rate
+    wait: float | None = None
+    slo_met = True
+    ttft = row.get("ttft_s")
+    if row.get("phase") == Phase.PREFILL.value and isinstance(ttft, float) \
+            and math.isfinite(ttft):
+        slo = row.get("ttft_slo_s")
+        k, slo_met = prefill_replicas(rate_rps, r, ttft,
+                                      float(slo) if isinstance(slo, (int, float)) else None)
+        wait = prefill_wait_s(rate_rps, k, r)
     devices = k * d
     if devices > MAX_DEVICES:
         raise ConfigError(f"rate: {rate_rps:g} requests/s needs {devices:,} × {row['device']} "
@@ -149,7 +221,8 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
                  else devices * price_per_device_hour,
                  tokens_per_s_per_device=float(row["tokens_per_s_per_device"]),  # type: ignore[arg-type]
                  tpot_s=row.get("tpot_s"), ttft_s=row.get("ttft_s"),  # type: ignore[arg-type]
-                 searched_cluster=str(row["cluster"]), searcher=str(row["searcher"]))
+                 searched_cluster=str(row["cluster"]), searcher=str(row["searcher"]),
+                 utilization=rate_rps / (k * r), queue_wait_s=wait, queue_slo_met=slo_met)
 
 
 def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = None,
