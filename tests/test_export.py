@@ -1269,38 +1269,47 @@ def test_gb200_servers_over_trays_of_one_rack_are_not_warned_and_across_racks_no
 
 def test_fp8_checkpoints_are_refused_where_the_engine_has_no_fp8_path():
     """FP8 weights on an A100 (no FP8 math): TensorRT-LLM has no weight-only FP8 fallback
-    (NVIDIA/TensorRT-LLM issue 1428) and SGLang's FP8 kernels are Triton fp8e4nv, which
-    Ampere lacks (sgl-project/sglang issues 5871, 13471, 38291; 7715 open); vLLM runs them
-    as W8A16 Marlin. Each refused export is one error line naming what runs it, and the
-    engine table leaves the engine out; on an L40S (SM 8.9, FP8 math) both plan."""
-    base = ["plan", "--model", "qwen3-32b-fp8", "--phase", "serve", "--isl", "1024",
-            "--osl", "256", "-q"]
-    for engine, says in (("trtllm", "runs FP8 weights only with FP8 math (SM 89+: Ada, "
-                                    "Hopper, Blackwell), which a100-80gb does not have "
-                                    "(vLLM runs them as W8A16)"),
-                         ("sglang", "loads FP8 weights only on chips with FP8 math (SM 89+), "
-                                    "which a100-80gb is not (vLLM runs it)")):
-        r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:4", "--export", engine])
-        assert r.exit_code == 2 and says in r.output, r.output
+    (NVIDIA/TensorRT-LLM issue 1428); SGLang runs dense FP8 layers as W8A16 Marlin there
+    (sgl-project/sglang PR 8990) but its fused-MoE FP8 kernel is Triton fp8e4nv, which Ampere
+    lacks (issues 5871, 13471, 38291; Marlin MoE PR 30681 open); vLLM runs both as W8A16
+    Marlin. Each refused export is one error line naming what runs it, and the engine table
+    leaves the engine out; on an L40S (SM 8.9, FP8 math) they plan."""
+    def run(model: str, cluster: str, *extra: str):
+        return CliRunner().invoke(app, ["plan", "--model", model, "--phase", "serve",
+                                        "--isl", "1024", "--osl", "256", "-q", "--cluster",
+                                        cluster, *extra])
+
+    refused = (("qwen3-32b-fp8", "trtllm", "runs FP8 weights only with FP8 math (SM 89+: "
+                "Ada, Hopper, Blackwell), which a100-80gb does not have (vLLM runs them as "
+                "W8A16)"),
+               ("qwen3-30b-a3b-fp8", "trtllm", "runs FP8 weights only with FP8 math"),
+               ("qwen3-30b-a3b-fp8", "sglang", "loads FP8 experts only on chips with FP8 math "
+                "(SM 89+), which a100-80gb is not (vLLM runs it)"))
+    for model, engine, says in refused:
+        r = run(model, "a100-80gb:4", "--export", engine)
+        assert r.exit_code == 2 and says in r.output, (model, engine, r.output)
         assert "Traceback" not in r.output and r.output.count("\n") == 1
-        ok = CliRunner().invoke(app, [*base, "--cluster", "l40s:4", "--export", engine])
+        ok = run(model, "l40s:4", "--export", engine)
         assert ok.exit_code == 0, ok.output
-    r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:4", "--export", "vllm"])
-    assert r.exit_code == 0 and "vllm serve" in r.stdout, r.output
-    doc = json.loads(CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:4", "--json",
-                                              "--no-timing"]).stdout)
+    for model, engine in (("qwen3-32b-fp8", "sglang"), ("qwen3-32b-fp8", "vllm"),
+                          ("qwen3-30b-a3b-fp8", "vllm")):
+        r = run(model, "a100-80gb:4", "--export", engine)
+        assert r.exit_code == 0 and "NOT EXPRESSIBLE" not in r.stdout, (model, engine, r.output)
+    doc = json.loads(run("qwen3-30b-a3b-fp8", "a100-80gb:4", "--json", "--no-timing").stdout)
     assert {row["engine"] for row in doc["engine_optima"]} == {"vllm"}
-    # online FP8 of a 16-bit checkpoint: SGLang's --quantization fp8 runs the same kernels
-    online = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1024",
-              "--osl", "256", "--dtype", "fp8", "-q", "--cluster", "a100-80gb:1", "--export"]
-    r = CliRunner().invoke(app, [*online, "sglang"])
-    assert r.exit_code == 0 and "# NOT EXPRESSIBLE: FP8 weights: SGLang 0.5.23 quantises " \
-        "online to FP8 only on chips with FP8 math (SM 89+), which a100-80gb is not" \
+    doc = json.loads(run("qwen3-32b-fp8", "a100-80gb:4", "--json", "--no-timing").stdout)
+    assert {row["engine"] for row in doc["engine_optima"]} == {"vllm", "sglang"}
+    # online FP8 of a 16-bit MoE checkpoint: SGLang's --quantization fp8 runs the same
+    # fused-MoE kernel; of a dense one, Marlin
+    r = run("qwen3-30b-a3b", "a100-80gb:1", "--dtype", "fp8", "--export", "sglang")
+    assert r.exit_code == 0 and "# NOT EXPRESSIBLE: FP8 experts: SGLang 0.5.23 runs FP8 " \
+        "experts only on chips with FP8 math (SM 89+), which a100-80gb is not" \
         in r.stdout, r.output
-    r = CliRunner().invoke(app, [*online, "vllm"])
-    assert r.exit_code == 0 and "NOT EXPRESSIBLE" not in r.stdout, r.output
-    r = CliRunner().invoke(app, [*online[:-2], "h100-sxm:1", "--export", "sglang"])
-    assert r.exit_code == 0 and "NOT EXPRESSIBLE" not in r.stdout, r.output
+    for model, cluster, engine in (("qwen3-30b-a3b", "a100-80gb:1", "vllm"),
+                                   ("qwen3-30b-a3b", "h100-sxm:1", "sglang"),
+                                   ("llama-3.1-8b", "a100-80gb:1", "sglang")):
+        r = run(model, cluster, "--dtype", "fp8", "--export", engine)
+        assert r.exit_code == 0 and "NOT EXPRESSIBLE" not in r.stdout, (model, r.output)
 
 
 def test_trtllm_serve_refuses_hugging_face_gptq_and_awq_checkpoints(tmp_path):

@@ -621,6 +621,22 @@ def test_prefill_fleet_leaves_room_for_its_queue():
     # serve rows keep the steady-state count (their queue is the simulation's business)
     f = fleet_for(dict(row, phase="serve"), 29.5, 8, None)
     assert f.replicas == 3 and f.queue_wait_s is None
+    # a fleet whose queue misses the SLO loses to one that meets it, though it is smaller,
+    # and the sweep's cheapest-cluster table leaves it out
+    tight = dict(row, ttft_slo_s=0.5, instance_devices=1)            # misses: 4 devices
+    roomy = dict(row, ttft_s=0.3, ttft_slo_s=0.5, instance_devices=2, strategy="tp2",
+                 cluster="h100-sxm:2")                                # meets it
+    (best,) = size_fleets([tight, roomy], rate_rps=29.5)
+    assert best.strategy == "tp2" and best.queue_slo_met and best.devices > 4
+    from learn_to_shard.sweep.report import cheapest
+
+    rows = [dict(x, rate_rps=29.5, cluster_devices=8, error=None) for x in (tight, roomy)]
+    assert [c.strategy for c in cheapest(rows, {})] == ["tp2"]
+    assert cheapest(rows[:1], {}) == []
+    # a rate beyond any cluster is refused (the replica count is solved in closed form, not
+    # searched one count at a time, which took minutes at this rate)
+    with pytest.raises(ConfigError, match="more than the 1,048,576 devices"):
+        fleet_for(dict(row, ttft_slo_s=0.55), 1e10, 8, None)
 
 
 def test_cli_size_prefill_prints_its_queue(tmp_path):

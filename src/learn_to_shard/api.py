@@ -821,7 +821,8 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
     return weights_refusal(runtime, model.quant.method, model.quant.fp4,
                            device.name, bool(device.peak_fp4_flops_per_s),
                            bool(device.peak_fp8_flops_per_s),
-                           device_compute_capability(device), fp8=model.quant.fp8)
+                           device_compute_capability(device), fp8=model.quant.fp8,
+                           moe=model.is_moe)
 
 
 def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None) -> str | None:

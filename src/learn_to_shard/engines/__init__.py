@@ -585,14 +585,16 @@ def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool,
 
 def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_name: str,
                     fp4_math: bool, fp8_math: bool,
-                    compute_capability: str | None = None, fp8: bool = False) -> str | None:
+                    compute_capability: str | None = None, fp8: bool = False,
+                    moe: bool = False) -> str | None:
     """Why ``engine`` (an engine runtime: ``vllm``, ``sglang``, ``trtllm`` — TensorRT-LLM's
     PyTorch backend, what ``trtllm-serve`` runs — or ``trtllm-tensorrt``, its TensorRT-engine
     runtime) cannot load weights quantised by ``quant_method`` (``QuantSpec.method``, e.g.
     ``modelopt:NVFP4``, ``modelopt:FP8``, ``mxfp4``, ``gptq``; ``fp4`` / ``fp8``:
     ``QuantSpec.fp4`` / ``QuantSpec.fp8``) on a device with or without FP4 and FP8 math and
     of CUDA ``compute_capability`` (``"8.9"``, ``"9.0"``, …; ``None`` where not known: a
-    custom device), with what would serve them; ``None`` where nothing known stops it.
+    custom device; ``moe``: the model has routed experts), with what would serve them;
+    ``None`` where nothing known stops it.
 
     * TensorRT-LLM runs NVFP4 only with FP4 math (Blackwell): "FP4 Gemm not supported
       before Blackwell" (NVIDIA/TensorRT-LLM issue 5018, the SM >= 100 check of its FP4 GEMM;
@@ -621,12 +623,14 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
       NVIDIA/TensorRT-LLM issue 5716), not Hugging Face GPTQ / AWQ ones (issue 3548, open:
       a 4-bit AutoGPTQ Llama-3.3-70B fails to load); its TensorRT runtime converts AutoGPTQ
       / AutoAWQ Llama checkpoints (``examples/llama``, issue 2458) and is not refused here.
-    * SGLang loads FP8 weights only from SM 89 (FP8 math): its FP8 kernels are Triton's
+    * SGLang runs FP8 experts only from SM 89 (FP8 math): its fused-MoE kernel is Triton's
       ``fp8e4nv``, which Ampere lacks ("type fp8e4nv not supported in this architecture",
-      sgl-project/sglang issues 5871 on an A10, 13471 on an A800 with 0.5.4.post3, 38291 on an
-      A100; the port of vLLM's W8A16 Marlin path, issue 7715, is open), and a ModelOpt FP8
-      checkpoint's loader checks it (0.5.23 ``layers/quantization/modelopt_quant.py``
-      ``ModelOptFp8Config.get_min_capability`` returns 89); vLLM's allows SM 80 (Marlin W8A16).
+      sgl-project/sglang issues 5871 on an A10, Qwen3-30B-A3B-FP8; 13471 on an A800 with
+      0.5.4.post3, MiniMax-M2; 38291 on an A100; the Marlin W8A16 MoE path, PR 30681, is
+      open), while its dense FP8 linear layers fall back to Marlin W8A16 on SM 80–88 (PR
+      8990, merged 2025-08-09); and a ModelOpt FP8 checkpoint's loader checks SM 89 (0.5.23
+      ``layers/quantization/modelopt_quant.py`` ``ModelOptFp8Config.get_min_capability``
+      returns 89). vLLM's allows SM 80 (Marlin W8A16, dense and MoE).
     """
     method = quant_method.upper()
     trt = engine in ("trtllm", "trtllm-tensorrt")
@@ -649,8 +653,8 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
             return (f"{title} has no MXFP4 (W4A16) MoE kernel for {device_name} (\"WFP4A16 "
                     f"MoE is unsupported on SM{sm}\": Hopper and Blackwell only; vLLM and "
                     f"SGLang run it)")
-    if engine == "sglang" and (fp8 or method == "MODELOPT:FP8") and not fp8_math:
-        what = "a ModelOpt FP8 checkpoint" if method == "MODELOPT:FP8" else "FP8 weights"
+    if engine == "sglang" and (fp8 and moe or method == "MODELOPT:FP8") and not fp8_math:
+        what = "a ModelOpt FP8 checkpoint" if method == "MODELOPT:FP8" else "FP8 experts"
         return (f"SGLang {ENGINES['sglang'].version} loads {what} only on chips with FP8 "
                 f"math (SM 89+), which {device_name} is not (vLLM runs it)")
     return None

@@ -110,10 +110,13 @@ UNKNOWN_FABRIC = ScaleUpFabric("unknown", "unknown", False, False, None,
 
 
 def scale_up_fabric(device: DeviceSpec) -> ScaleUpFabric:
-    """The scale-up fabric of ``device`` (looked up by preset name, case-folded as
-    :func:`~learn_to_shard.hardware.presets.load_device` reads it; :data:`UNKNOWN_FABRIC`
-    for a device that is not a shipped preset)."""
-    return FABRICS.get(device.name.strip().lower(), UNKNOWN_FABRIC)
+    """The scale-up fabric of ``device`` (looked up by preset name, case-folded and with the
+    preset aliases, as :func:`~learn_to_shard.hardware.presets.load_device` reads it;
+    :data:`UNKNOWN_FABRIC` for a device that is not a shipped preset)."""
+    from .presets import ALIASES
+
+    name = device.name.strip().lower()
+    return FABRICS.get(ALIASES.get(name, name), UNKNOWN_FABRIC)
 
 
 def compute_capability(device: DeviceSpec) -> str | None:

@@ -797,13 +797,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          + (", as planned)" if running == batch_per_server else ")"))
         if fp8_weights and not native_quant:
             args += ["--quantization", "fp8"]
-            if device is not None and not device.peak_fp8_flops_per_s:
-                # SGLang's FP8 kernels are Triton fp8e4nv, which chips before SM 89 lack
-                # (engines.weights_refusal); vLLM's --quantization fp8 runs W8A16 there.
-                unexpressed.append(f"FP8 weights: SGLang {get_engine('sglang').version} "
-                                   f"quantises online to FP8 only on chips with FP8 math "
-                                   f"(SM 89+), which {device.name} is not; export for vLLM "
-                                   f"(W8A16 Marlin), or plan 16-bit weights")
+            if device is not None and not device.peak_fp8_flops_per_s and moe:
+                # SGLang's fused-MoE FP8 kernel is Triton fp8e4nv, which chips before SM 89
+                # lack (engines.weights_refusal; its dense layers fall back to Marlin W8A16);
+                # vLLM's --quantization fp8 runs W8A16 there, experts included.
+                unexpressed.append(f"FP8 experts: SGLang {get_engine('sglang').version} "
+                                   f"runs FP8 experts only on chips with FP8 math (SM 89+), "
+                                   f"which {device.name} is not; export for vLLM (W8A16 "
+                                   f"Marlin), or plan 16-bit weights")
         if fp8_kv:
             args += ["--kv-cache-dtype", "fp8_e4m3"]
         elif auto_fp8_kv:
@@ -943,7 +944,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         why = weights_refusal(engine, q.method, q.fp4, device.name,
                               bool(device.peak_fp4_flops_per_s),
                               bool(device.peak_fp8_flops_per_s),
-                              device_compute_capability(device), fp8=q.fp8)
+                              device_compute_capability(device), fp8=q.fp8,
+                              moe=model is not None and model.is_moe)
         if why is not None:
             unexpressed.append(f"{why}; export for another engine, or serve another "
                                f"checkpoint")

@@ -115,6 +115,8 @@ def cheapest(rows: Sequence[Row], prices: Mapping[str, float]) -> list[Cheapest]
             found[k] = c
 
     for f in fleets:
+        if not f.queue_slo_met:           # a prefill fleet whose queue misses the TTFT SLO
+            continue
         offer(Cheapest(f.model, f.workload, f.device, f.devices, f.cost_per_hour, f.strategy,
                        f.tokens_per_s_per_device,
                        f"{f.replicas} × {f.instance_devices} devices for {f.rate_rps:g} req/s"))

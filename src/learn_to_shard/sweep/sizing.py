@@ -8,6 +8,8 @@ instance of ``D = pp·tp·dp`` devices meets the SLOs; replicating it ``k`` time
 
     devices(plan, R) = ceil(R / r) × D,      cost_per_hour = devices × price_per_device_hour
 
+(a prefill fleet adds replicas for its queue, below).
+
 For each device kind the fleet is the row with the fewest devices (ties: the higher
 throughput per device); kinds are ranked by cost per hour where they have a price, then the
 unpriced ones by devices.
@@ -102,15 +104,21 @@ def prefill_replicas(rate_rps: float, replica_requests_per_s: float, pass_s: flo
         pass alone leaves too little of it for a queue); ``k`` is then the count at the
         utilisation cap.
     """
-    base = max(1, math.ceil(rate_rps / replica_requests_per_s - 1e-9))
-    capped = max(base, math.ceil(rate_rps / (PREFILL_MAX_UTILIZATION
-                                             * replica_requests_per_s) - 1e-9))
+    r = replica_requests_per_s
+    base = max(1, math.ceil(rate_rps / r - 1e-9))
+    capped = max(base, math.ceil(rate_rps / (PREFILL_MAX_UTILIZATION * r) - 1e-9))
     if ttft_slo_s is None:
         return capped, True
-    for k in range(capped, PREFILL_MAX_REPLICA_FACTOR * capped + 1):
-        if pass_s + prefill_wait_s(rate_rps, k, replica_requests_per_s) <= ttft_slo_s:
-            return k, True
-    return capped, False
+    # pass + ρ / (2 r (1 − ρ)) <= SLO  ⇔  ρ <= 2 r w / (1 + 2 r w), w = SLO − pass
+    room = 2.0 * r * (ttft_slo_s - pass_s)
+    if not room > 0:
+        return capped, False
+    k = max(capped, math.ceil(rate_rps * (1.0 + room) / (r * room) - 1e-9))
+    while pass_s + prefill_wait_s(rate_rps, k, r) > ttft_slo_s:   # rounding at the edge
+        k += 1
+    if k > PREFILL_MAX_REPLICA_FACTOR * capped:
+        return capped, False
+    return k, True
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,8 @@ class Fleet:
             ``DeviceSpec.host_devices``).
         rate_rps: the requests/s to serve.
         strategy: the replicated plan (``Strategy.short()``); instance_devices: its ``D``.
-        instance_requests_per_s: ``r`` of one replica; replicas: ``k = ceil(R / r)``.
+        instance_requests_per_s: ``r`` of one replica; replicas: ``k = ceil(R / r)`` (a
+            prefill fleet's with its queue, :func:`prefill_replicas`).
         devices: ``k × D``; nodes: ``ceil(devices / node_size)``.
         price_per_device_hour: the kind's price, or ``None``; cost_per_hour: ``devices ×
             price`` or ``None``.
@@ -266,13 +275,15 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
             continue
         k = (f.model, f.workload, f.device)
         old = best.get(k)
-        if old is None or (f.devices, -f.tokens_per_s_per_device) < \
-                (old.devices, -old.tokens_per_s_per_device):
+        # a prefill fleet whose queue misses the TTFT SLO only where none meets it
+        if old is None or (not f.queue_slo_met, f.devices, -f.tokens_per_s_per_device) < \
+                (not old.queue_slo_met, old.devices, -old.tokens_per_s_per_device):
             best[k] = f
     return sorted(best.values(), key=rank_key)
 
 
-def rank_key(f: Fleet) -> tuple[str, str, float, int]:
-    """Sort key: model, workload, then cost per hour (unpriced last), then devices."""
+def rank_key(f: Fleet) -> tuple[str, str, bool, float, int]:
+    """Sort key: model, workload, fleets that meet the SLOs with their queue first
+    (:attr:`Fleet.queue_slo_met`), then cost per hour (unpriced last), then devices."""
     cost = f.cost_per_hour if f.cost_per_hour is not None else math.inf
-    return (f.model, f.workload, cost, f.devices)
+    return (f.model, f.workload, not f.queue_slo_met, cost, f.devices)
