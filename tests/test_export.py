@@ -1343,3 +1343,18 @@ def test_trtllm_serve_refuses_hugging_face_gptq_and_awq_checkpoints(tmp_path):
         assert "trtllm" not in {row["engine"] for row in doc["engine_optima"]}
         tensorrt = CliRunner().invoke(app, [*base, "--engine", "trtllm-tensorrt"])
         assert tensorrt.exit_code == 0, tensorrt.output
+
+
+def test_sglang_max_prefill_tokens_is_per_attention_dp_rank():
+    """SGLang divides --chunked-prefill-size over its attention-DP ranks but not
+    --max-prefill-tokens, which each rank's scheduler takes whole (sglang 0.5.23
+    srt/arg_groups/parallel_hook.py, srt/managers/scheduler.py): a prefill plan whose rank
+    carries more than the default 16384 tokens a step gets --max-prefill-tokens of one
+    rank's tokens, not the server's (tokens × dp); the server's chunk stays tokens × dp."""
+    wl = make_workload("prefill", isl=16384)
+    ex, _, est = _export_at("qwen3-30b-a3b", "h100-sxm:2", wl, "sglang", tp=1, pp=1, dp=2,
+                            ep=2, batch=4)
+    step = est.strategy.batch // est.strategy.dp * 16384
+    assert step > 16384
+    assert _arg(ex.args, "--max-prefill-tokens") == str(step), ex.args
+    assert _arg(ex.args, "--chunked-prefill-size") == str(2 * step), ex.args

@@ -784,11 +784,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  # v0.5.23 sglang/srt/arg_groups/parallel_hook.py), as --max-running-requests
                  "--chunked-prefill-size", str(tokens * dp),
                  "--mem-fraction-static", f"{mem_util:g}"]
-        if tokens * dp > SGLANG_MAX_PREFILL_TOKENS and tokens * dp > max_len:
+        if tokens > SGLANG_MAX_PREFILL_TOKENS and tokens > max_len:
             # A prefill batch holds at most max(--max-prefill-tokens, context length) tokens
             # (default 16384; sglang 0.5.23 srt/arg_groups/fields/schedule.py), which would
-            # cut the planned steps short.
-            args += ["--max-prefill-tokens", str(tokens * dp)]
+            # cut the planned steps short. Per attention-DP rank: SGLang divides only
+            # --chunked-prefill-size over the ranks (srt/arg_groups/parallel_hook.py) and
+            # each rank's scheduler budgets its batch by the whole --max-prefill-tokens
+            # (srt/managers/scheduler.py, the model worker's max_prefill_tokens).
+            args += ["--max-prefill-tokens", str(tokens)]
         if dp > 1:
             notes.append(f"--chunked-prefill-size {tokens * dp} and --max-running-requests "
                          f"{running} are the server's: SGLang divides them over its "
