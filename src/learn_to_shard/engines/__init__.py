@@ -627,10 +627,13 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
       ``fp8e4nv``, which Ampere lacks ("type fp8e4nv not supported in this architecture",
       sgl-project/sglang issues 5871 on an A10, Qwen3-30B-A3B-FP8; 13471 on an A800 with
       0.5.4.post3, MiniMax-M2; 38291 on an A100; the Marlin W8A16 MoE path, PR 30681, is
-      open), while its dense FP8 linear layers fall back to Marlin W8A16 on SM 80–88 (PR
-      8990, merged 2025-08-09); and a ModelOpt FP8 checkpoint's loader checks SM 89 (0.5.23
-      ``layers/quantization/modelopt_quant.py`` ``ModelOptFp8Config.get_min_capability``
-      returns 89). vLLM's allows SM 80 (Marlin W8A16, dense and MoE).
+      open: in the 0.5.23 wheel ``layers/quantization/fp8.py`` ``Fp8MoEMethod`` has a Marlin
+      branch for FP4 experts only), while its dense FP8 linear layers fall back to Marlin
+      W8A16 on SM 80–88 (PR 8990, merged 2025-08-09; 0.5.23 ``Fp8LinearMethod.use_marlin``
+      from ``fp8_utils.can_auto_enable_marlin_fp8``); and a ModelOpt FP8 checkpoint's loader
+      checks SM 89 (0.5.23 ``layers/quantization/modelopt_quant.py``
+      ``ModelOptFp8Config.get_min_capability`` returns 89). vLLM's allows SM 80 (Marlin
+      W8A16, dense and MoE).
     """
     method = quant_method.upper()
     trt = engine in ("trtllm", "trtllm-tensorrt")
