@@ -1206,8 +1206,10 @@ def compare_cmd(
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype, engine))
         wl = with_images(wl, spec, images_per_request, image_tokens)
+        # --engine restricts the space to what the engine launches, as l2s plan does: the
+        # optimum every ratio is measured against is one the engine can run
         cm = make_cost_model(spec, cluster, wl, _engine_config(
-            wl, engine, gpu_memory_utilization, max_num_batched_tokens))
+            wl, engine, gpu_memory_utilization, max_num_batched_tokens), engine=engine)
         check_engine_device(engine, "--engine", cm.cluster.device, cm.model)
         store = RunStore(out, problem_fingerprint(cm, budget))
         if store.check(resume):

@@ -193,13 +193,15 @@ def _digest(value: object) -> str:
 
 def problem_fingerprint(cm: CostModel, budget: int) -> dict[str, object]:
     """What a stored run depends on besides its method and seed: the package version, the
-    budget and a SHA-256 prefix (16 hex digits) of each of model, cluster, workload and
-    cost-model factors (every field of their dataclasses)."""
+    budget, a SHA-256 prefix (16 hex digits) of each of model, cluster, workload and
+    cost-model factors (every field of their dataclasses), and the engine whose launchable
+    layouts the search space holds (``None``: every layout)."""
     return {"version": __version__, "budget": budget,
             "model": _digest(dataclasses.asdict(cm.model)),
             "cluster": _digest(dataclasses.asdict(cm.cluster)),
             "workload": _digest(dataclasses.asdict(cm.workload)),
-            "cost_model": _digest(dataclasses.asdict(cm.config))}
+            "cost_model": _digest(dataclasses.asdict(cm.config)),
+            "space_engine": cm.space.engine.name if cm.space.engine is not None else None}
 
 
 class RunStore:
