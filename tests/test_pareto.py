@@ -125,3 +125,39 @@ def test_cli_pareto_says_what_its_unrestricted_numbers_are_and_prints_canonical_
     vllm = json.loads((tmp_path / "b" / "pareto.json").read_text())["frontier"]
     assert max(x["tokens_per_s_per_device"] for x in vllm) < \
         max(x["tokens_per_s_per_device"] for x in free)
+
+
+def test_cli_pareto_launch_lines_hold_what_each_row_needs_to_start(tmp_path):
+    """A TensorRT-LLM row's launch lines write the --config YAML they name (attention-DP
+    and the MoE split live there: without it the server runs another layout, or does not
+    start); every row's JSON carries the whole script plan --export prints; a row the
+    engine cannot express says so in its lines and in the report's table, whose scripts
+    section holds every row's script as written."""
+    r = CliRunner().invoke(app, ["pareto", "--model", "qwen3-30b-a3b", "--cluster",
+                                 "h100-sxm:8", "--isl", "2000", "--osl", "500", "--tpot-slo",
+                                 "50ms", "--engine", "trtllm", "-o", str(tmp_path / "t"),
+                                 "--report", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "t" / "pareto.json").read_text())["frontier"]
+    assert rows
+    for row in rows:
+        assert "--config extra_llm_api_options.yaml" in row["launch"][-1] or \
+            row["launch"][-1] == "wait"
+        heredoc = row["launch"].index("cat > extra_llm_api_options.yaml <<'EOF'")
+        assert "moe_expert_parallel_size:" in row["launch"][heredoc + 1]
+        assert row["script"].count("extra_llm_api_options.yaml <<'EOF'") == 1
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Launch scripts" in md and md.count("```sh") == len(rows)
+    # without --engine the vLLM commands: a row vLLM cannot express is marked
+    r = CliRunner().invoke(app, ["pareto", "--model", "deepseek-v3", "--cluster", "h200:16",
+                                 "--isl", "2000", "--osl", "500", "--tpot-slo", "50ms",
+                                 "-o", str(tmp_path / "v"), "--report", str(tmp_path / "rv")])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "v" / "pareto.json").read_text())["frontier"]
+    odd = [row for row in rows if row["not_expressible"]]
+    assert odd                       # EP 2 of tp2 ep2 pp4 dp2: vLLM splits over all 4 ranks
+    for row in odd:
+        assert any(ln.startswith("# NOT EXPRESSIBLE:") for ln in row["launch"])
+    md = (tmp_path / "rv" / "report.md").read_text()
+    assert md.count("(NOT EXPRESSIBLE: see its script)") == len(odd)
+    assert f"({len(odd)} of them with what vllm cannot express" in " ".join(r.output.split())

@@ -140,3 +140,16 @@ def test_report_renders_in_headless_chromium(plan_report, tmp_path):
     img = np.asarray(Image.open(shot).convert("L"), dtype=np.float64)
     assert img.shape == (1600, 1200)
     assert (img < 200).mean() > 0.02 and img.std() > 20      # text, tables and figures drawn
+
+
+def test_a_plan_report_with_export_holds_the_launch_script(tmp_path):
+    """``plan --export E --report DIR``: the report ends with the text --export prints, as
+    written (a code block in the Markdown, <pre> in the HTML)."""
+    r = CliRunner().invoke(app, ["plan", *PROBLEM, "-q", "--export", "vllm", "--report",
+                                 str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert "## Launch" in md and "```sh" in md
+    command = next(ln for ln in r.stdout.splitlines() if "vllm serve" in ln)
+    assert command in md and "<pre>" in html and "vllm serve" in html

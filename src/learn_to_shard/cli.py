@@ -668,7 +668,8 @@ def plan_cmd(
         from .report.html import plan_sections
 
         _write_report(report, f"l2s plan: {cm.model.name} on {cm.cluster.name}",
-                      plan_sections(result, cm.model.is_moe, [r for r, _ in optima], sims))
+                      plan_sections(result, cm.model.is_moe, [r for r, _ in optima], sims,
+                                    launch))
     if export is not None:
         if not (quiet or json_out):
             from .report.render import render_plan, render_simulation
@@ -1377,10 +1378,13 @@ def pareto_cmd(
                       else "\n".join(cast("list[str]", r["launch"])))
         con.print(t)
         if engine is None and launch_engine is not None and rows:
+            odd = sum(1 for r in rows if r["not_expressible"])
             con.print(f"priced without an engine's host and front-end time (no --engine); the "
-                      f"{launch_engine} commands launch each layout, and --engine "
-                      f"{launch_engine} prices them as {launch_engine} runs them (lower "
-                      f"tokens/s, higher TPOT)", markup=False, highlight=False)
+                      f"{launch_engine} commands launch each layout"
+                      + (f" ({odd} of them with what {launch_engine} cannot express: their "
+                         f"NOT EXPRESSIBLE lines)" if odd else "")
+                      + f", and --engine {launch_engine} prices them as {launch_engine} runs "
+                      f"them (lower tokens/s, higher TPOT)", markup=False, highlight=False)
     err.print(f"plot: {plot}  json: {out / 'pareto.json'}", highlight=False)
     if not rows:                     # why: the exact search's closest candidate and counts
         try:

@@ -172,6 +172,22 @@ class Export:
         lines += self.server_commands(config_path)
         return "\n".join(lines) + "\n"
 
+    def launch_lines(self, config_path: str = "extra_llm_api_options.yaml") -> list[str]:
+        """What one node runs, compactly: :meth:`text` without its header and notes (a line
+        counts the notes), for tables of many launches (``l2s pareto``): the warnings, what
+        the engine cannot express, TensorRT-LLM's YAML heredoc, the environment and
+        :meth:`server_commands`."""
+        lines = [f"# WARNING: {w}" for w in self.warnings]
+        lines += [f"# NOT EXPRESSIBLE: {u}" for u in self.unexpressed]
+        if self.notes:
+            lines.append(f"# {len(self.notes)} note(s): see the whole script (l2s plan "
+                         f"--export, or the JSON's 'script')")
+        y = self.yaml_text()
+        if y is not None:
+            lines += [f"cat > {config_path} <<'EOF'", y.rstrip("\n"), "EOF"]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return lines + self.server_commands(config_path)
+
     def server_commands(self, config_path: str = "extra_llm_api_options.yaml") -> list[str]:
         """The launch lines of one node. One server per node (or a server spanning nodes, or
         the node size unknown): :meth:`command`, once, after a comment when several servers

@@ -49,12 +49,14 @@ class Figure:
 
 @dataclass
 class Section:
-    """One report section: a title, paragraphs, tables ``(header, rows)`` and figures."""
+    """One report section: a title, paragraphs, tables ``(header, rows)``, figures and code
+    blocks (preformatted text: launch scripts, shown as written)."""
 
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
+    code: list[str] = field(default_factory=list)
 
 
 def _png(fig: Any) -> bytes:
@@ -179,10 +181,12 @@ def image_figure(name: str, path: Path, alt: str) -> Figure:
 
 
 def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
-                  sims: list[dict] | None = None) -> list[Section]:
+                  sims: list[dict] | None = None, launch: str | None = None
+                  ) -> list[Section]:
     """Sections of a plan report (see the module docstring); ``sims``, the simulated plans of
     a ``--concurrency`` / ``--request-rate`` / ``--trace`` load, add
-    :func:`simulation_sections`."""
+    :func:`simulation_sections`; ``launch``, the text ``--export`` prints, a last section
+    that holds it as written."""
     wl = plan.workload
     lengths = f"context {wl.isl}" if wl.phase is Phase.DECODE and not wl.osl \
         else f"isl {wl.isl}" if wl.phase is Phase.PREFILL else f"isl {wl.isl}, osl {wl.osl}"
@@ -254,7 +258,11 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
                        at_engine_costs(r),
                        "; ".join(r["unrestricted_not_expressible"]) or "nothing"]
                       for r in optima])]))
-    return out + simulation_sections(sims or [])
+    out += simulation_sections(sims or [])
+    if launch:
+        out.append(Section("Launch", paragraphs=["What --export prints: run it as written."],
+                           code=[launch]))
+    return out
 
 
 def not_upper_bound_note(optima: list[dict]) -> str | None:
@@ -331,14 +339,23 @@ def at_engine_costs(row: dict, sep: str = "; ") -> str:
 
 
 def pareto_sections(title: str, rows: list[dict], plot: Path) -> list[Section]:
-    """Sections of a ``pareto`` report: the plot and the frontier table."""
+    """Sections of a ``pareto`` report: the plot, the frontier table (each row's server
+    command, marked where the engine cannot express all of the layout) and each row's whole
+    launch script (``script``: TensorRT-LLM's YAML, the other nodes' lines and the notes
+    included)."""
     table = [[str(r["strategy"]), f"{r['tokens_per_s_per_user']:.1f}",
               f"{r['tokens_per_s_per_device']:,.1f}", "yes" if r["meets_tpot_slo"] else "no",
-              "—" if r["export"] is None else str(r["export"])] for r in rows]
-    return [Section(f"Pareto frontier: {title}", figures=[image_figure(
+              "—" if r["export"] is None else str(r["export"])
+              + (" (NOT EXPRESSIBLE: see its script)" if r.get("not_expressible") else "")]
+             for r in rows]
+    out = [Section(f"Pareto frontier: {title}", figures=[image_figure(
         "pareto", plot, "tokens/s per device against tokens/s per user")],
         tables=[(["strategy", "tokens/s/user", "tokens/s/device", "meets TPOT SLO",
                   "launch"], table)])]
+    scripts = [f"# {r['strategy']}\n{r['script']}" for r in rows if r.get("script")]
+    if scripts:
+        out.append(Section("Launch scripts", code=scripts))
+    return out
 
 
 def compare_sections(data: dict, plot: Path) -> list[Section]:
@@ -411,6 +428,10 @@ def write_report(directory: str | Path, title: str, sections: list[Section]) -> 
             md.append("|" + "---|" * len(header))
             md += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
             md.append("")
+        for block in sec.code:
+            parts.append(f"<pre>{html.escape(block)}</pre>")
+            fence = "````" if "```" in block else "```"
+            md += [f"{fence}sh", block.rstrip("\n"), fence, ""]
     # Records on <body> how many images decoded, for a browser check (tests/test_report.py).
     parts.append("<script>window.addEventListener('load',function(){var i=[].slice.call("
                  "document.images);document.body.setAttribute('data-images-loaded',i.filter("

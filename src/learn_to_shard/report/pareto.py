@@ -156,10 +156,12 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
                   export_engine: str | None) -> list[dict[str, object]]:
     """The frontier as JSON-ready rows: strategy, tokens/s per user and per device, TPOT,
     TTFT, whether it meets the TPOT SLO, and the export command for ``export_engine``
-    (``export``: one server's command; ``launch``: the lines of one node, each server on
-    its own devices and port, as ``plan --export`` prints them; ``None``: no engine to
-    launch on this device; ``servers``, ``export``, ``launch`` and
-    ``not_expressible`` are then ``None``)."""
+    (``export``: one server's command; ``launch``: what one node runs,
+    :meth:`~learn_to_shard.report.export.Export.launch_lines`: warnings, what the engine
+    cannot express, TensorRT-LLM's YAML heredoc, the environment and each server on its own
+    devices and port; ``script``: the whole text ``plan --export`` prints, notes included;
+    ``None``: no engine to launch on this device; ``servers``, ``export``, ``launch``,
+    ``script`` and ``not_expressible`` are then ``None``)."""
     from .export import build_export
 
     rows: list[dict[str, object]] = []
@@ -171,7 +173,7 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
             "meets_tpot_slo": res.tpot_slo_s is None or e.tpot_s <= res.tpot_slo_s}
         if export_engine is None:
             rows.append({**base, "servers": None, "export": None, "launch": None,
-                         "not_expressible": None})
+                         "script": None, "not_expressible": None})
             continue
         ex = build_export(point_plan(cm, e, engine), export_engine, model=cm.model,
                           devices_per_node=cm.cluster.device.host_devices)
@@ -181,5 +183,6 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
             "ttft_s": None if math.isnan(e.ttft_s) else e.ttft_s,
             "meets_tpot_slo": res.tpot_slo_s is None or e.tpot_s <= res.tpot_slo_s,
             "servers": ex.servers, "export": ex.command(),
-            "launch": ex.server_commands(), "not_expressible": ex.unexpressed})
+            "launch": ex.launch_lines(), "script": ex.text(),
+            "not_expressible": ex.unexpressed})
     return rows
