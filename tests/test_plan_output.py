@@ -157,3 +157,29 @@ def test_a_pool_of_windowed_layers_only_is_unbounded_in_tokens_not_a_huge_number
     best = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["best"]
     assert best["kv_capacity_tokens"] is None and best["kv_capacity_unbounded"] is True
     assert best["max_context_tokens"] == 4096 and 0 < best["max_batch"] < 10_000
+
+
+def test_max_batch_counts_whole_requests_on_every_attention_dp_rank():
+    """With attention-DP each rank holds batch / dp requests of its own KV pool: the largest
+    batch is dp × the whole requests one rank fits (Qwen3-235B TP2 × DP8 on 16 H100s,
+    2,500-token requests: 8 × 163 = 1,304), not the pool's tokens over a request's
+    (1,308 before: 163.5 requests a rank), which no rank could hold; it fits, and dp more
+    does not."""
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+
+    wl = make_workload("serve", isl=2000, osl=500)
+    cm = make_cost_model("qwen3-235b-a22b", "h100-sxm:16", wl)
+    dims = search_plan(cm, method="megatron").best.strategy.dims
+
+    def at(batch: int):
+        c = CostModel(cm.model, cm.cluster, wl, config=cm.config,
+                      space=cm.space.with_batches((batch,)))
+        return c.evaluate(Strategy(tp=2, ep=8, pp=1, dp=8, batch=batch, dims=dims))
+
+    e = at(8)
+    assert e.max_batch == 8 * (e.kv_capacity_tokens // 8 // 2500) and e.max_batch % 8 == 0
+    assert e.kv_capacity_tokens / 8 / 2500 % 1 > 0.2        # a fraction of a request left
+    fits, over = at(e.max_batch), at(e.max_batch + 8)
+    assert not any(v.startswith("memory") for v in fits.violations), fits.violations
+    assert any(v.startswith("memory") for v in over.violations)

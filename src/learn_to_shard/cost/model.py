@@ -128,7 +128,8 @@ class BatchEstimate:
         tpot_s: time per output token (decode/serve), seconds; NaN for prefill.
         ttft_s: time to first token (prefill/serve), seconds; NaN for decode.
         peak_memory_bytes: worst stage's per-device memory need, bytes.
-        max_batch: largest batch that fits in memory at these degrees (linear extrapolation).
+        max_batch: largest batch that fits in memory at these degrees (linear extrapolation),
+            a multiple of ``dp``: whole requests on every DP rank.
         violation_bits: bit-set of broken rules (structural RULES, then memory/SLOs).
         kv_capacity_tokens: tokens of KV cache one instance holds at this batch's workspace
             (windowed layers counted per the engine's page rule, see
@@ -482,7 +483,10 @@ class CostModel(OperatorTerms):
         per_b = var / batch[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(per_b > 0, room / per_b, np.inf)
-        max_batch = np.floor(np.clip(ratio.min(axis=1), 0, 2**31 - 1)).astype(np.int64)
+        # Whole requests per DP rank: each of the dp ranks holds batch / dp sequences (the
+        # ``batch`` rule), so the instance fits dp × floor(ratio / dp), not floor(ratio).
+        max_batch = (dp * np.floor(np.clip(ratio.min(axis=1), 0, 2**31 - 1) / dp)
+                     ).astype(np.int64)
         # KV capacity in tokens at this batch's workspace (FC-17/FC-20): the worst stage's room
         # for KV over the bytes one token costs a rank (full-attention layers, and windowed
         # layers too when the engine does not cap them), times the ranks that hold disjoint
