@@ -80,3 +80,15 @@ def test_compare_with_an_engine_searches_what_the_engine_launches(tmp_path):
             if run["best_action"] is not None:
                 action = np.asarray(run["best_action"])
                 assert cm.space.violations(action) == (), run
+
+
+def test_resume_names_a_fingerprint_field_an_earlier_l2s_did_not_write(tmp_path):
+    """A run stored by an earlier l2s lacks a field the fingerprint has now (``space_engine``):
+    --resume refuses it naming that field, in the singular."""
+    store = RunStore(tmp_path, {"model": "a", "space_engine": None})
+    store.runs_dir.mkdir(parents=True)
+    store.path("random", 0).write_text(json.dumps({"format": RUN_FORMAT,
+                                                   "fingerprint": {"model": "a"},
+                                                   "result": {}}))
+    with pytest.raises(PlannerError, match=r"\(space_engine differs\)"):
+        store.check(resume=True)

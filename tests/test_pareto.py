@@ -161,3 +161,8 @@ def test_cli_pareto_launch_lines_hold_what_each_row_needs_to_start(tmp_path):
     md = (tmp_path / "rv" / "report.md").read_text()
     assert md.count("(NOT EXPRESSIBLE: see its script)") == len(odd)
     assert f"({len(odd)} of them with what vllm cannot express" in " ".join(r.output.split())
+    # a server over several nodes: its lines say what the other nodes run, as the script does
+    spanning = [row for row in rows if "on every other node run it" in row["script"]]
+    assert spanning
+    for row in spanning:
+        assert any("on every other node run it" in ln for ln in row["launch"]), row["launch"]

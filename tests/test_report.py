@@ -153,3 +153,18 @@ def test_a_plan_report_with_export_holds_the_launch_script(tmp_path):
     assert "## Launch" in md and "```sh" in md
     command = next(ln for ln in r.stdout.splitlines() if "vllm serve" in ln)
     assert command in md and "<pre>" in html and "vllm serve" in html
+
+
+def test_the_launch_section_carries_the_simulated_load_warnings(tmp_path):
+    """An overloaded plan's export starts with the simulation's warnings (what --output and
+    --json carry); the report's Launch section holds the same text, warnings included."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "--request-rate", "500", "--num-prompts", "400", "--export",
+                                 "vllm", "--report", str(tmp_path / "r"), "--output",
+                                 str(tmp_path / "o.sh"), "-q"])
+    assert r.exit_code == 0, r.output
+    script = (tmp_path / "o.sh").read_text()
+    assert script.startswith("# warning (simulated load):")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert script.rstrip("\n") in md

@@ -664,6 +664,14 @@ def plan_cmd(
         data["interrupted_during"] = late_interrupt
     if last is not None:
         data["timing"] = last
+    if launch is not None and sims and result.best is not None \
+            and sims[0]["strategy"] == result.best.strategy.short():
+        from .report.render import simulation_notes
+
+        # The exported plan's load warnings travel with its commands (-q and --output drop
+        # the terminal's notes; the report's Launch section holds the same text).
+        warn = [t for kind, t in simulation_notes(sims, best_only=True) if kind == "warning"]
+        launch = "".join(f"# warning (simulated load): {t}\n" for t in warn) + launch
     if report is not None:
         from .report.html import plan_sections
 
@@ -684,15 +692,6 @@ def plan_cmd(
                 sys.stdout.write(json.dumps(data, indent=2) + "\n")
             err.print("error: --export: no feasible strategy to export", highlight=False)
             raise typer.Exit(code=1)
-        if sims and result.best is not None \
-                and sims[0]["strategy"] == result.best.strategy.short():
-            from .report.render import simulation_notes
-
-            # The exported plan's load warnings travel with its commands (-q and --output
-            # drop the terminal's notes).
-            warn = [t for kind, t in simulation_notes(sims, best_only=True)
-                    if kind == "warning"]
-            launch = "".join(f"# warning (simulated load): {t}\n" for t in warn) + launch
         if output is not None:
             _write(output, launch, "--output")
         if json_out:

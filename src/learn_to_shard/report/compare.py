@@ -269,9 +269,12 @@ class RunStore:
         for f in files:
             other = self._read(f).get("fingerprint")
             if other != self.fingerprint:
-                differ = sorted(k for k in self.fingerprint
-                                if not isinstance(other, dict) or other.get(k)
-                                != self.fingerprint[k])
+                # a key the stored run lacks (written by an earlier l2s) counts as differing
+                differ = sorted(k for k in {*self.fingerprint,
+                                            *(other if isinstance(other, dict) else {})}
+                                if not isinstance(other, dict) or k not in other
+                                or k not in self.fingerprint
+                                or other[k] != self.fingerprint[k])
                 raise PlannerError(f"--resume: {f} is a run of a different problem "
                                    f"({', '.join(differ) or 'fingerprint'} "
                                    f"{'differs' if len(differ) == 1 else 'differ'}); use "

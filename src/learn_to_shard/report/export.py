@@ -173,13 +173,16 @@ class Export:
         return "\n".join(lines) + "\n"
 
     def launch_lines(self, config_path: str = "extra_llm_api_options.yaml") -> list[str]:
-        """What one node runs, compactly: :meth:`text` without its header and notes (a line
-        counts the notes), for tables of many launches (``l2s pareto``): the warnings, what
-        the engine cannot express, TensorRT-LLM's YAML heredoc, the environment and
+        """What a node runs, compactly: :meth:`text` without its header, for tables of many
+        launches (``l2s pareto``): the warnings, what the engine cannot express, the notes of
+        a server that spans nodes (they say what the other nodes run; other notes are
+        counted in a line), TensorRT-LLM's YAML heredoc, the environment and
         :meth:`server_commands`."""
         lines = [f"# WARNING: {w}" for w in self.warnings]
         lines += [f"# NOT EXPRESSIBLE: {u}" for u in self.unexpressed]
-        if self.notes:
+        if self.notes and self.nodes_per_server > 1:
+            lines += [f"# note: {n}" for n in self.notes]
+        elif self.notes:
             lines.append(f"# {len(self.notes)} note(s): see the whole script (l2s plan "
                          f"--export, or the JSON's 'script')")
         y = self.yaml_text()
