@@ -211,6 +211,53 @@ def test_gemma3_text_config_wrapper_and_five_to_one_pattern() -> None:
     assert counts.vision > 0 and counts.active == counts.total - counts.vision
 
 
+def test_gemma3_hub_configs_trimmed_to_what_differs_from_transformers_defaults(
+        tmp_path: Path) -> None:
+    """The hub's Gemma-3 configs leave out what Gemma3TextConfig defaults
+    (huggingface/transformers@008f5c8c configuration_gemma3.py): gemma-3-27b-it's text_config
+    has no vocab_size (262,208) or max_position_embeddings (131,072), gemma-3-4b-it's no head
+    counts either (8 heads, 4 KV heads of 256). They load with those defaults (they were
+    refused, 'missing required field text_config.vocab_size'): 27B's language model is
+    ~27.0B parameters (27.4B published with its 0.4B SigLIP tower), 52 of 62 layers slide over
+    1,024 tokens, and a context beyond 131,072 is refused."""
+    vision = {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+              "model_type": "siglip_vision_model", "num_attention_heads": 16,
+              "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False}
+
+    def hub(name: str, text: dict[str, Any]) -> Any:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({
+            "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+            "mm_tokens_per_image": 256, "torch_dtype": "bfloat16", "vision_config": vision,
+            "text_config": {"model_type": "gemma3_text", "sliding_window": 1024,
+                            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, **text}}))
+        return load_model(str(d / "config.json"))
+
+    big = hub("gemma-3-27b-it", {"head_dim": 128, "hidden_size": 5376,
+                                 "intermediate_size": 21504, "num_attention_heads": 32,
+                                 "num_hidden_layers": 62, "num_key_value_heads": 16,
+                                 "query_pre_attn_scalar": 168})
+    assert big.vocab_size == 262_208 and big.max_position_embeddings == 131_072
+    assert sum(layer.window == 1024 for layer in big.layers) == 52
+    counts = count_params(big)
+    assert 26.5e9 < counts.total - counts.vision < 27.5e9
+    small = hub("gemma-3-4b-it", {"hidden_size": 2560, "intermediate_size": 10240,
+                                  "num_hidden_layers": 34})
+    assert (small.attention.num_heads, small.attention.num_kv_heads,
+            small.attention.head_dim) == (8, 4, 256)
+    assert 3.6e9 < count_params(small).total < 4.6e9
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "--model", str(tmp_path / "gemma-3-27b-it" /
+                                                       "config.json"),
+                                 "--cluster", "h100-sxm:8", "--phase", "serve", "--isl",
+                                 "200000", "--osl", "100", "-q"])
+    assert r.exit_code == 2 and "131072" in r.output.replace(",", ""), r.output
+
+
 def test_llama4_empty_no_rope_layers_means_the_default_pattern(tmp_path: Path) -> None:
     """RedHatAI's Scout FP8 config (tests/data/README.md) writes ``no_rope_layers: []``; HF
     Llama4TextConfig reads an empty list as the default (NoPE every 4th layer), so its layers

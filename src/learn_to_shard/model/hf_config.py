@@ -115,6 +115,17 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
 """``model_type`` values :func:`load_model` accepts (wrappers: if their language model is one
 of the text families)."""
 
+#: ``Gemma3TextConfig``'s defaults for the fields the builder reads, which transformers fills in
+#: when a config leaves them out (huggingface/transformers@008f5c8c29be84d4721dc6d1e0fcd72300580be4
+#: ``src/transformers/models/gemma3/configuration_gemma3.py``). The hub's Gemma-3 configs are
+#: trimmed to what differs from them: google/gemma-3-27b-it's ``text_config`` has no
+#: ``vocab_size`` or ``max_position_embeddings``, gemma-3-4b-it's no head counts either.
+_GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "max_position_embeddings": 131_072, "sliding_window": 4096,
+    "sliding_window_pattern": 6}
+
 #: Language-model ``model_type`` spellings inside wrappers -> the family builder's key.
 _TEXT_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe",
                  "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
@@ -1425,6 +1436,9 @@ def load_model(name_or_path: str) -> ModelSpec:
     text_type = _TEXT_ALIASES.get(str(text_type), text_type)
     if text_type == "llama4":
         text_type = "llama4_text"
+    if text_type == "gemma3_text":       # the fields a trimmed config leaves to transformers
+        f = _Fields({**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in f.data.items()
+                                                 if v is not None}}, f.source, f.prefix)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "llama": lambda: _dense(f, data, qk_norm=False),
         "mistral": lambda: _dense(f, data, qk_norm=False, window_all=True),
