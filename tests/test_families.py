@@ -358,3 +358,35 @@ def test_gemma3_wrapper_level_untied_embeddings_are_read(tmp_path: Path) -> None
     spec = load_model(_write(tmp_path, data))
     assert not spec.tie_word_embeddings
     assert count_params(spec).lm_head == 3840 * 262208
+
+
+def test_yarn_rope_scaling_extends_the_context_as_vllm_derives_it(tmp_path: Path) -> None:
+    """Qwen2.5 / Qwen3 model cards add a YaRN ``rope_scaling`` (factor 4 over 32,768
+    positions) for 131,072 tokens; vLLM derives its max_model_len as
+    original_max_position_embeddings × factor (vllm/config/model.py
+    _get_and_verify_max_len). The planner reads it so (a 60,000-token prompt plans, where it
+    was refused at max_position_embeddings 32,768); another scaling type keeps the
+    config's positions; the shipped DeepSeek-V3 (YaRN 40 × 4,096) keeps its 163,840."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    base = _shipped_json("qwen3-32b")
+    for name, rope, positions in (
+            ("yarn", {"rope_type": "yarn", "factor": 4.0,
+                      "original_max_position_embeddings": 32768}, 131072),
+            ("yarn-old-key", {"type": "yarn", "factor": 4.0,
+                              "original_max_position_embeddings": 32768}, 131072),
+            ("linear", {"rope_type": "linear", "factor": 4.0}, 40960)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(base | {"rope_scaling": rope}))
+        assert load_model(str(path)).max_position_embeddings == positions, name
+    assert load_model("deepseek-v3").max_position_embeddings == 163840
+    r = CliRunner().invoke(app, ["plan", "--model", str(tmp_path / "yarn.json"), "--cluster",
+                                 "h200:8", "--phase", "serve", "--isl", "60000", "--osl",
+                                 "1000", "-q"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["plan", "--model", str(tmp_path / "linear.json"), "--cluster",
+                                 "h200:8", "--phase", "serve", "--isl", "60000", "--osl",
+                                 "1000", "-q"])
+    assert r.exit_code == 2, r.output

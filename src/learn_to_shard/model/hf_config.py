@@ -628,8 +628,30 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
                                       data.get("tie_word_embeddings") is True),
         "native_dtype": "" if not isinstance(dtype, str) or dtype == "auto"
         else dtype.removeprefix("torch."),
-        "max_position_embeddings": f.integer("max_position_embeddings", 0, minimum=1),
+        "max_position_embeddings": _yarn_positions(
+            f, data, f.integer("max_position_embeddings", 0, minimum=1)),
     }
+
+
+def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
+    """The positions a YaRN ``rope_scaling`` extends the model to, as vLLM derives its
+    ``max_model_len``: ``original_max_position_embeddings × factor`` for ``rope_type`` (or
+    ``type``) ``yarn`` (vllm-project/vllm ``vllm/config/model.py``
+    ``_get_and_verify_max_len``; Qwen2.5 / Qwen3's model cards add ``{"type": "yarn",
+    "factor": 4.0, "original_max_position_embeddings": 32768}`` for 131,072 tokens), which
+    replaces ``max_position_embeddings``; else ``positions``. Other scaling types keep
+    ``max_position_embeddings`` (vLLM multiplies it by their ``factor`` too, which this
+    planner does not follow: a longer context stays refused rather than planned past what
+    the checkpoint was trained for)."""
+    rope = f.data.get("rope_scaling", data.get("rope_scaling"))
+    if not isinstance(rope, dict) or rope.get("rope_type", rope.get("type")) != "yarn":
+        return positions
+    factor, original = rope.get("factor"), rope.get("original_max_position_embeddings")
+    if not (isinstance(factor, (int, float)) and not isinstance(factor, bool)
+            and 1 <= factor <= 1024 and isinstance(original, int)
+            and not isinstance(original, bool) and 1 <= original <= _MAX_INT):
+        return positions
+    return int(original * factor)
 
 
 #: Bits of one scale or zero-point entry: FP16/BF16 scales (GPTQ, AWQ, compressed-tensors
