@@ -188,6 +188,11 @@ def test_fp8_kv_cache_scheme_is_read() -> None:
     # at 8 bits): refused
     ("llama-3.1-8b", {"quant_method": "fbgemm_fp8", "modules_to_not_convert": [
         "model.layers.0.self_attn.q_proj", "lm_head"]}, "dense model"),
+    # Meta's Llama-3.1-405B-Instruct-FP8 style: one layer's FFN projection kept in 16 bits
+    # (refused as what it is, part of a dense model kept, not as a kind of no name)
+    ("llama-3.1-8b", {"quant_method": "fbgemm_fp8", "modules_to_not_convert": [
+        "model.layers.0.mlp.down_proj", "model.layers.0.mlp.gate_proj"]},
+     "keeps part of a dense model in 16 bits"),
     # 4-bit MoE with attention kept in some layers only
     ("qwen3-30b-a3b", {"quant_method": "modelopt", "quant_algo": "NVFP4",
                        "exclude_modules": ["model.layers.0.self_attn*"]}, "some layers only"),

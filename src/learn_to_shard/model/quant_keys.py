@@ -293,7 +293,10 @@ def exclusion_scope(entries: Any, *, key: str, source: str, moe_layers: Sequence
                 attn_layers |= layers
             continue
         whole = _whole_layer(e)
-        if layers is not None and (whole or re.search(r"\.mlp($|\.?\*$)", e)):
+        # a layer's FFN, whole or one of its projections (Meta's Llama-3.1-405B FP8 keeps
+        # layer 0's and layer 125's ``mlp.down_proj`` etc. in 16 bits)
+        if layers is not None and (whole or re.search(r"\.mlp($|\.?\*$)", e) or re.search(
+                r"\.mlp\.(gate_up|gate|up|down)_proj$", e)):
             moe = sorted(i for i in layers if i < num_layers and moe_layers[i])
             if moe:
                 raise refuse(raw, f"keeps the routed experts of MoE layer {moe[0]} in 16 "
