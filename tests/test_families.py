@@ -390,3 +390,26 @@ def test_yarn_rope_scaling_extends_the_context_as_vllm_derives_it(tmp_path: Path
                                  "h200:8", "--phase", "serve", "--isl", "60000", "--osl",
                                  "1000", "-q"])
     assert r.exit_code == 2, r.output
+
+
+def test_granite_is_the_llama_decoder_with_scalar_multipliers(tmp_path: Path) -> None:
+    """IBM Granite 3.x 8B (``granite``, HF GraniteForCausalLM: Llama's modules plus
+    embedding / attention / residual multipliers and logits scaling, which change no shape):
+    its config (hidden 4096, 40 layers, 32 / 8 heads, FFN 12,800, vocabulary 49,159, tied;
+    as a public parameter-shape dump lists it: q (4096, 4096), k / v (1024, 4096), gate / up
+    (12800, 4096)) is 8.17B parameters, as IBM publishes, and KV of 40 × 8 × 128 × 2 × 2
+    bytes per token; it was refused as an unknown model_type."""
+    cfg = {"architectures": ["GraniteForCausalLM"], "attention_bias": False,
+           "attention_multiplier": 0.0078125, "embedding_multiplier": 12.0,
+           "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12800,
+           "logits_scaling": 16.0, "max_position_embeddings": 131072, "mlp_bias": False,
+           "model_type": "granite", "num_attention_heads": 32, "num_hidden_layers": 40,
+           "num_key_value_heads": 8, "residual_multiplier": 0.22, "rms_norm_eps": 1e-05,
+           "rope_scaling": None, "rope_theta": 10000000.0, "tie_word_embeddings": True,
+           "torch_dtype": "bfloat16", "vocab_size": 49159}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_model(str(path))
+    assert spec.tie_word_embeddings and spec.attention.num_kv_heads == 8
+    assert count_params(spec).total == pytest.approx(8.17e9, rel=0.01)
+    assert kv_cache_bytes_per_token(spec, 2) == 40 * 8 * 128 * 2 * 2
