@@ -85,6 +85,12 @@ def test_missing_repo_is_one_line_naming_the_cache(tmp_path: Path,
     assert str(tmp_path / "empty" / "models--Qwen--Qwen2.5-72B-Instruct") in msg
     r = _plan("--model", REPO)
     assert r.exit_code == 2 and "looked in" in r.output and "Traceback" not in r.output
+    assert "is that repository's config" not in msg        # no shipped copy of it
+    # a repository a shipped config was copied from (data/models/SOURCES.md): the message
+    # names the shipped name that needs no download
+    with pytest.raises(ConfigError, match=r"the shipped 'qwen3-32b' is that repository's "
+                                          r"config \(--model qwen3-32b\)"):
+        load_model("Qwen/Qwen3-32B")
 
 
 @pytest.mark.parametrize("repo", ["acme/Tiny@abc123", "org/My Model", "acme/Tiny:main",

@@ -301,6 +301,24 @@ def _supported_shipped() -> tuple[str, ...]:
     return tuple(names)
 
 
+def shipped_repo_ids() -> dict[str, str]:
+    """Shipped config name -> the HuggingFace repository id it was copied from, from
+    ``data/models/SOURCES.md``'s table (rows of single files ``name.json`` and of model
+    folders ``name/config.json, ...``)."""
+    text = (_models_dir() / "SOURCES.md").read_text(encoding="utf-8")
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or "/" not in cells[1]:
+            continue
+        first = cells[0].split(",")[0].strip()
+        if first.endswith("/config.json"):
+            out[first.removesuffix("/config.json")] = cells[1].split()[0]
+        elif first.endswith(".json") and "/" not in first:
+            out[first.removesuffix(".json")] = cells[1].split()[0]
+    return out
+
+
 def shipped_model_names() -> list[str]:
     """Names of the supported model configs shipped in ``learn_to_shard/data/models``.
 
@@ -375,12 +393,16 @@ def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
                 f"({', '.join(p.parent.name[:12] for p in snaps)}) and no refs/main saying "
                 f"which to read; pass one's config.json path")
         if not snaps:
+            same = sorted(n for n, r in shipped_repo_ids().items()
+                          if r.lower() == repo_id.lower())
             raise ConfigError(
                 f"--model {repo_id}: not a shipped model or a local path, and no config.json "
                 f"for it in the HuggingFace cache (looked in {folder}; cache from "
-                f"HF_HUB_CACHE / HF_HOME); nothing is downloaded: run `hf download {repo_id} "
-                f"config.json` first (`huggingface-cli download` before huggingface_hub "
-                f"0.34), or pass a config.json path")
+                f"HF_HUB_CACHE / HF_HOME); nothing is downloaded: "
+                + (f"the shipped {same[0]!r} is that repository's config (--model "
+                   f"{same[0]}), or run " if same else "run ")
+                + f"`hf download {repo_id} config.json` first (`huggingface-cli download` "
+                f"before huggingface_hub 0.34), or pass a config.json path")
         quant_file = snaps[0].parent / quant_name
         return snaps[0], quant_file if quant_file.is_file() else None
     quant = try_to_load_from_cache(repo_id, quant_name, cache_dir=cache)

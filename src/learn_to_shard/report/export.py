@@ -40,7 +40,6 @@ import math
 import shlex
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -61,6 +60,7 @@ from ..errors import ConfigError, PlannerError
 from ..hardware.fabric import compute_capability as device_compute_capability
 from ..hardware.presets import parse_cluster
 from ..hardware.spec import DeviceSpec
+from ..model.hf_config import shipped_repo_ids
 from ..model.spec import ModelSpec
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..parallel.strategy import Strategy
@@ -246,23 +246,6 @@ PORT_STRIDE = 10
 
 
 @cache
-def _hf_ids() -> dict[str, str]:
-    """Shipped config name -> HF repository id, from ``data/models/SOURCES.md``'s table
-    (rows of single files ``name.json`` and of model folders ``name/config.json, ...``)."""
-    text = resources.files("learn_to_shard").joinpath("data", "models", "SOURCES.md").read_text()
-    out = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 3 or "/" not in cells[1]:
-            continue
-        first = cells[0].split(",")[0].strip()
-        if first.endswith("/config.json"):
-            out[first.removesuffix("/config.json")] = cells[1].split()[0]
-        elif first.endswith(".json") and "/" not in first:
-            out[first.removesuffix(".json")] = cells[1].split()[0]
-    return out
-
-
 def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     """The model argument an engine's launcher needs to load ``model``.
 
@@ -275,7 +258,7 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     Without ``model``, the shipped name's HF id, else ``name`` itself.
     """
     if model is None or model.source_kind == "shipped" or not model.source:
-        return _hf_ids().get(model.name if model is not None else name, name)
+        return shipped_repo_ids().get(model.name if model is not None else name, name)
     if model.repo_id is not None:
         return model.repo_id
     src = Path(model.source)          # the file read: its folder is what engines load
