@@ -413,3 +413,22 @@ def test_granite_is_the_llama_decoder_with_scalar_multipliers(tmp_path: Path) ->
     assert spec.tie_word_embeddings and spec.attention.num_kv_heads == 8
     assert count_params(spec).total == pytest.approx(8.17e9, rel=0.01)
     assert kv_cache_bytes_per_token(spec, 2) == 40 * 8 * 128 * 2 * 2
+
+
+def test_gemma_1_is_the_llama_decoder_with_a_256_head_dim_and_tied_embeddings(
+        tmp_path: Path) -> None:
+    """Gemma 1 (``gemma``, HF GemmaForCausalLM): Gemma-2B's config (18 layers, hidden 2048,
+    8 heads and 1 KV head of 256, GeGLU FFN 16,384, vocabulary 256,000; GemmaConfig ties the
+    embeddings by default) is 2,506,172,416 parameters, the count a public table of hub
+    models gives for google/gemma-2b; it was refused as an unknown model_type."""
+    cfg = {"architectures": ["GemmaForCausalLM"], "bos_token_id": 2, "eos_token_id": 1,
+           "head_dim": 256, "hidden_act": "gelu", "hidden_size": 2048,
+           "intermediate_size": 16384, "max_position_embeddings": 8192, "model_type": "gemma",
+           "num_attention_heads": 8, "num_hidden_layers": 18, "num_key_value_heads": 1,
+           "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+           "torch_dtype": "bfloat16", "vocab_size": 256000}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_model(str(path))
+    assert spec.tie_word_embeddings and spec.attention.head_dim == 256
+    assert count_params(spec).total == pytest.approx(2_506_172_416, rel=0.001)

@@ -19,6 +19,9 @@ Supported ``model_type`` values and the HF fields each one reads:
   attention-logit soft-capping): the Llama builder plus the Gemma layer pattern;
 * ``phi3`` (fused ``qkv_proj`` / ``gate_up_proj``, which hold exactly the Llama q/k/v and
   gate/up matrices side by side): the Llama builder;
+* ``gemma`` (Gemma 1: HF GemmaForCausalLM is the Llama decoder with a GeGLU FFN, an explicit
+  ``head_dim`` and tied embeddings unless ``tie_word_embeddings`` is false, GemmaConfig's
+  default): the Llama builder;
 * ``granite`` (IBM Granite 3.x: HF GraniteForCausalLM is the Llama decoder with four scalar
   multipliers, ``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier``
   and ``logits_scaling``, which change no weight or KV shape): the Llama builder;
@@ -100,6 +103,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "gemma3",
     "gemma3_text",
     "phi3",
+    "gemma",
     "granite",
     "qwen2_moe",
     "glm4_moe",
@@ -1498,6 +1502,9 @@ def load_model(name_or_path: str) -> ModelSpec:
         "qwen2_moe": lambda: _qwen_moe(f, data, qwen2=True),
         "phi3": lambda: _dense(f, data, qk_norm=False, window_all=True),
         "granite": lambda: _dense(f, data, qk_norm=False),
+        "gemma": lambda: _dense(f, data, qk_norm=False) | {
+            "tie_word_embeddings": f.flag("tie_word_embeddings",
+                                          data.get("tie_word_embeddings") is not False)},
         "gemma2": lambda: _gemma(f, data, global_every=2, qk_norm=False),
         "gemma3_text": lambda: _gemma(
             f, data, global_every=f.integer("sliding_window_pattern", 6), qk_norm=True),
