@@ -432,3 +432,24 @@ def test_gemma_1_is_the_llama_decoder_with_a_256_head_dim_and_tied_embeddings(
     spec = load_model(str(path))
     assert spec.tie_word_embeddings and spec.attention.head_dim == 256
     assert count_params(spec).total == pytest.approx(2_506_172_416, rel=0.001)
+
+
+def test_olmo2_is_the_llama_decoder_with_full_width_qk_norms(tmp_path: Path) -> None:
+    """OLMo 2 (``olmo2``, HF Olmo2ForCausalLM): allenai/OLMo-2-1124-7B's config (as mirrored in
+    a public test fixture: hidden 4096, 32 layers of 32 heads, FFN 11,008, vocabulary
+    100,352, untied) is 7.30B parameters, as AI2 publishes; its q/k RMSNorms span the whole
+    q (4096) and k projections (a public weight dump: q_norm (hidden), k_norm (kv_hidden));
+    it was refused as an unknown model_type."""
+    cfg = {"architectures": ["Olmo2ForCausalLM"], "attention_bias": False,
+           "attention_dropout": 0.0, "eos_token_id": 100257, "hidden_act": "silu",
+           "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008,
+           "max_position_embeddings": 4096, "model_type": "olmo2", "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 32, "pad_token_id": 100277,
+           "rms_norm_eps": 1e-06, "rope_theta": 500000.0, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 100352}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_model(str(path))
+    assert spec.attention.qk_norm and spec.attention.qk_norm_full_width
+    assert not spec.tie_word_embeddings
+    assert count_params(spec).total == pytest.approx(7.30e9, rel=0.005)

@@ -22,6 +22,9 @@ Supported ``model_type`` values and the HF fields each one reads:
 * ``gemma`` (Gemma 1: HF GemmaForCausalLM is the Llama decoder with a GeGLU FFN, an explicit
   ``head_dim`` and tied embeddings unless ``tie_word_embeddings`` is false, GemmaConfig's
   default): the Llama builder;
+* ``olmo2`` (OLMo 2: HF Olmo2ForCausalLM is the Llama decoder with its two norms after the
+  attention and the FFN instead of before, and full-width q/k RMSNorms over the whole q and
+  k projections, as MiniMax-M2's): the Llama builder;
 * ``granite`` (IBM Granite 3.x: HF GraniteForCausalLM is the Llama decoder with four scalar
   multipliers, ``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier``
   and ``logits_scaling``, which change no weight or KV shape): the Llama builder;
@@ -105,6 +108,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "phi3",
     "gemma",
     "granite",
+    "olmo2",
     "qwen2_moe",
     "glm4_moe",
     "falcon",
@@ -1313,6 +1317,16 @@ def _minimax_m2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _olmo2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """OLMo 2 (HF Olmo2ForCausalLM): the Llama builder with q/k RMSNorms over the whole q and
+    k projections (``q_norm`` of ``num_heads × head_dim``, ``k_norm`` of
+    ``num_kv_heads × head_dim``; HF Olmo2Attention); its two norms per layer sit after the
+    attention and the FFN instead of before, which changes no weight count."""
+    spec = _dense(f, data, qk_norm=True)
+    return spec | {"attention": dataclasses.replace(spec["attention"],
+                                                    qk_norm_full_width=True)}
+
+
 def _gemma(f: _Fields, data: dict[str, Any], *, global_every: int,
            qk_norm: bool) -> dict[str, Any]:
     """Gemma-2 / Gemma-3 text model: the Llama builder (GeGLU is a gated FFN of 3 matrices;
@@ -1502,6 +1516,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "qwen2_moe": lambda: _qwen_moe(f, data, qwen2=True),
         "phi3": lambda: _dense(f, data, qk_norm=False, window_all=True),
         "granite": lambda: _dense(f, data, qk_norm=False),
+        "olmo2": lambda: _olmo2(f, data),
         "gemma": lambda: _dense(f, data, qk_norm=False) | {
             "tie_word_embeddings": f.flag("tie_word_embeddings",
                                           data.get("tie_word_embeddings") is not False)},
