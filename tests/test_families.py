@@ -453,3 +453,25 @@ def test_olmo2_is_the_llama_decoder_with_full_width_qk_norms(tmp_path: Path) -> 
     assert spec.attention.qk_norm and spec.attention.qk_norm_full_width
     assert not spec.tie_word_embeddings
     assert count_params(spec).total == pytest.approx(7.30e9, rel=0.005)
+
+
+def test_glm4_0414_is_the_llama_decoder_with_sandwich_norms_and_qkv_biases(
+        tmp_path: Path) -> None:
+    """GLM-4-0414 (``glm4``, HF Glm4ForCausalLM): GLM-4-9B-0414's shape (40 layers, hidden
+    4096, 32 heads and 2 KV heads of 128, FFN 13,696 in a fused gate/up, vocabulary 151,552,
+    untied, q/k/v biases; transcribed from its hub config, not compared byte for byte) is
+    9.40B parameters (the model card's 9.4B); four norms per layer,
+    no o_proj bias, KV of 40 × 2 × 128 × 2 × 2 bytes a token; it was refused as an unknown
+    model_type."""
+    cfg = {"architectures": ["Glm4ForCausalLM"], "attention_bias": True, "head_dim": 128,
+           "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 13696,
+           "max_position_embeddings": 32768, "model_type": "glm4", "num_attention_heads": 32,
+           "num_hidden_layers": 40, "num_key_value_heads": 2, "partial_rotary_factor": 0.5,
+           "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16", "vocab_size": 151552}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_model(str(path))
+    assert spec.attention.qkv_bias and not spec.attention.o_bias and spec.post_norms
+    assert count_params(spec).total == pytest.approx(9.40e9, rel=0.005)
+    assert kv_cache_bytes_per_token(spec, 2) == 40 * 2 * 128 * 2 * 2

@@ -25,6 +25,10 @@ Supported ``model_type`` values and the HF fields each one reads:
 * ``olmo2`` (OLMo 2: HF Olmo2ForCausalLM is the Llama decoder with its two norms after the
   attention and the FFN instead of before, and full-width q/k RMSNorms over the whole q and
   k projections, as MiniMax-M2's): the Llama builder;
+* ``glm4`` (GLM-4-0414: HF Glm4ForCausalLM is the Llama decoder with q/k/v biases from
+  ``attention_bias`` and none on o_proj, a fused gate/up projection of the same weights,
+  four norms per layer like Gemma's, partial rotary embeddings that change no weight or KV
+  shape): the Llama builder;
 * ``granite`` (IBM Granite 3.x: HF GraniteForCausalLM is the Llama decoder with four scalar
   multipliers, ``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier``
   and ``logits_scaling``, which change no weight or KV shape): the Llama builder;
@@ -109,6 +113,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "gemma",
     "granite",
     "olmo2",
+    "glm4",
     "qwen2_moe",
     "glm4_moe",
     "falcon",
@@ -1327,6 +1332,18 @@ def _olmo2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
                                                     qk_norm_full_width=True)}
 
 
+def _glm4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """GLM-4-0414 (HF Glm4ForCausalLM): the Llama builder with q/k/v biases when
+    ``attention_bias`` (o_proj has none: HF Glm4Attention), four RMSNorms per layer
+    (``input_layernorm``, ``post_self_attn_layernorm``, ``post_attention_layernorm``,
+    ``post_mlp_layernorm``: HF Glm4DecoderLayer's sandwich norms) and a fused ``gate_up_proj``
+    holding the gate and up matrices; ``partial_rotary_factor`` (0.5) rotates half of each
+    head and changes no weight or KV shape."""
+    spec = _dense(f, data, qk_norm=False, qkv_bias=f.flag("attention_bias", False))
+    return spec | {"attention": dataclasses.replace(spec["attention"], o_bias=False),
+                   "post_norms": True}
+
+
 def _gemma(f: _Fields, data: dict[str, Any], *, global_every: int,
            qk_norm: bool) -> dict[str, Any]:
     """Gemma-2 / Gemma-3 text model: the Llama builder (GeGLU is a gated FFN of 3 matrices;
@@ -1517,6 +1534,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "phi3": lambda: _dense(f, data, qk_norm=False, window_all=True),
         "granite": lambda: _dense(f, data, qk_norm=False),
         "olmo2": lambda: _olmo2(f, data),
+        "glm4": lambda: _glm4(f, data),
         "gemma": lambda: _dense(f, data, qk_norm=False) | {
             "tie_word_embeddings": f.flag("tie_word_embeddings",
                                           data.get("tie_word_embeddings") is not False)},
