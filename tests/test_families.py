@@ -475,3 +475,32 @@ def test_glm4_0414_is_the_llama_decoder_with_sandwich_norms_and_qkv_biases(
     assert spec.attention.qkv_bias and not spec.attention.o_bias and spec.post_norms
     assert count_params(spec).total == pytest.approx(9.40e9, rel=0.005)
     assert kv_cache_bytes_per_token(spec, 2) == 40 * 2 * 128 * 2 * 2
+
+
+@pytest.mark.parametrize("cfg, published", [
+    # internlm/internlm2_5-7b-chat (transcribed from its hub config): 7.74B
+    ({"architectures": ["InternLM2ForCausalLM"], "auto_map": {
+        "AutoConfig": "configuration_internlm2.InternLM2Config",
+        "AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"},
+      "bias": False, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+      "max_position_embeddings": 32768, "model_type": "internlm2", "num_attention_heads": 32,
+      "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+      "rope_scaling": {"factor": 2.0, "type": "dynamic"}, "rope_theta": 1000000,
+      "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 92544}, 7.74e9),
+    # CohereForAI/c4ai-command-r-v01 (transcribed): 35B, tied embeddings
+    ({"architectures": ["CohereForCausalLM"], "hidden_size": 8192,
+      "intermediate_size": 22528, "logit_scale": 0.0625, "max_position_embeddings": 8192,
+      "model_type": "cohere", "num_attention_heads": 64, "num_hidden_layers": 40,
+      "num_key_value_heads": 64, "rope_theta": 8000000.0, "torch_dtype": "float16",
+      "use_qk_norm": False, "vocab_size": 256000}, 35.0e9),
+])
+def test_internlm2_and_cohere_are_llama_shaped(tmp_path: Path, cfg: dict[str, Any],
+                                                published: float) -> None:
+    """InternLM2 (fused wqkv, w1/w3/w2: the Llama matrices) and Command-R (parallel attention
+    and FFN: the same matrices, tied embeddings by default) load through the Llama builder
+    at their published sizes; both were refused as unknown model_types."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_model(str(path))
+    assert count_params(spec).total == pytest.approx(published, rel=0.01)
+    assert spec.tie_word_embeddings is (cfg["model_type"] == "cohere")

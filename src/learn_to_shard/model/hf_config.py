@@ -29,6 +29,11 @@ Supported ``model_type`` values and the HF fields each one reads:
   ``attention_bias`` and none on o_proj, a fused gate/up projection of the same weights,
   four norms per layer like Gemma's, partial rotary embeddings that change no weight or KV
   shape): the Llama builder;
+* ``internlm2`` (InternLM2 / 2.5, remote code InternLM2ForCausalLM: the Llama decoder with q/k/v
+  fused in ``wqkv`` and the FFN in ``w1``/``w3``/``w2``, the same matrices; biases from
+  ``bias``) and ``cohere`` (Command-R, HF CohereForCausalLM: attention and FFN side by side
+  from one LayerNorm, tied embeddings unless ``tie_word_embeddings`` is false, per-head q/k
+  norms with ``use_qk_norm``): the Llama builder;
 * ``granite`` (IBM Granite 3.x: HF GraniteForCausalLM is the Llama decoder with four scalar
   multipliers, ``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier``
   and ``logits_scaling``, which change no weight or KV shape): the Llama builder;
@@ -114,6 +119,8 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "granite",
     "olmo2",
     "glm4",
+    "internlm2",
+    "cohere",
     "qwen2_moe",
     "glm4_moe",
     "falcon",
@@ -1535,6 +1542,10 @@ def load_model(name_or_path: str) -> ModelSpec:
         "granite": lambda: _dense(f, data, qk_norm=False),
         "olmo2": lambda: _olmo2(f, data),
         "glm4": lambda: _glm4(f, data),
+        "internlm2": lambda: _dense(f, data, qk_norm=False, qkv_bias=f.flag("bias", False)),
+        "cohere": lambda: _dense(f, data, qk_norm=f.flag("use_qk_norm", False)) | {
+            "tie_word_embeddings": f.flag("tie_word_embeddings",
+                                          data.get("tie_word_embeddings") is not False)},
         "gemma": lambda: _dense(f, data, qk_norm=False) | {
             "tie_word_embeddings": f.flag("tie_word_embeddings",
                                           data.get("tie_word_embeddings") is not False)},
