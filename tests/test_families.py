@@ -247,6 +247,10 @@ def test_gemma3_hub_configs_trimmed_to_what_differs_from_transformers_defaults(
     assert (small.attention.num_heads, small.attention.num_kv_heads,
             small.attention.head_dim) == (8, 4, 256)
     assert 3.6e9 < count_params(small).total < 4.6e9
+    # an explicit null is kept (no window on any layer), not replaced by the 4096 default
+    nowin = hub("gemma-3-nowindow", {"hidden_size": 2560, "intermediate_size": 10240,
+                                     "num_hidden_layers": 34, "sliding_window": None})
+    assert {layer.window for layer in nowin.layers} == {None}
     from typer.testing import CliRunner
 
     from learn_to_shard.cli import app
@@ -377,10 +381,18 @@ def test_yarn_rope_scaling_extends_the_context_as_vllm_derives_it(tmp_path: Path
                       "original_max_position_embeddings": 32768}, 131072),
             ("yarn-old-key", {"type": "yarn", "factor": 4.0,
                               "original_max_position_embeddings": 32768}, 131072),
-            ("linear", {"rope_type": "linear", "factor": 4.0}, 40960)):
+            ("linear", {"rope_type": "linear", "factor": 4.0}, 40960),
+            ("shrink", {"rope_type": "yarn", "factor": 0.5,
+                        "original_max_position_embeddings": 32768}, 16384)):
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(base | {"rope_scaling": rope}))
         assert load_model(str(path)).max_position_embeddings == positions, name
+    # transformers v5 keeps it in rope_parameters
+    path = tmp_path / "v5.json"
+    path.write_text(json.dumps(base | {"rope_scaling": None, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+        "rope_theta": 1e6}}))
+    assert load_model(str(path)).max_position_embeddings == 131072
     assert load_model("deepseek-v3").max_position_embeddings == 163840
     r = CliRunner().invoke(app, ["plan", "--model", str(tmp_path / "yarn.json"), "--cluster",
                                  "h200:8", "--phase", "serve", "--isl", "60000", "--osl",

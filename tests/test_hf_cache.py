@@ -91,6 +91,10 @@ def test_missing_repo_is_one_line_naming_the_cache(tmp_path: Path,
     with pytest.raises(ConfigError, match=r"the shipped 'qwen3-32b' is that repository's "
                                           r"config \(--model qwen3-32b\)"):
         load_model("Qwen/Qwen3-32B")
+    # a SOURCES.md row of a config that is not loadable (grok-1 is not shipped) names none
+    with pytest.raises(ConfigError) as exc:
+        load_model("xai-org/grok-1")
+    assert "is that repository's config" not in str(exc.value)
 
 
 @pytest.mark.parametrize("repo", ["acme/Tiny@abc123", "org/My Model", "acme/Tiny:main",

@@ -322,3 +322,16 @@ def test_plan_under_trtllm_prices_the_checkpoint_fp8_kv_cache() -> None:
 
     cfg = plan("llama-3.1-70b-instruct-fp8", "h100-sxm:4", config=cost_config("trtllm"), **kw)
     assert cfg.workload.kv_dtype.value == "fp8"
+
+
+def test_internlm2_module_names_in_exclusion_lists() -> None:
+    """InternLM2 names its LM head ``output`` and its FFN ``feed_forward.w1/w2/w3``: an
+    exclusion of the head is harmless (priced 16-bit anyway), one of a layer's FFN
+    projection is refused as keeping part of a dense model, not as a kind of no name."""
+    dense = [False] * 32
+    ok = exclusion_scope(["output"], key="modules_to_not_convert", source="s",
+                         moe_layers=dense, below_8_bit=True)
+    assert "embedding / LM head" in ok.kept
+    with pytest.raises(UnsupportedModelError, match="keeps part of a dense model in 16 bits"):
+        exclusion_scope(["model.layers.0.feed_forward.w2"], key="modules_to_not_convert",
+                        source="s", moe_layers=dense, below_8_bit=False)

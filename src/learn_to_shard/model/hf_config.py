@@ -413,8 +413,9 @@ def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
                 f"({', '.join(p.parent.name[:12] for p in snaps)}) and no refs/main saying "
                 f"which to read; pass one's config.json path")
         if not snaps:
+            loadable = set(shipped_model_names())
             same = sorted(n for n, r in shipped_repo_ids().items()
-                          if r.lower() == repo_id.lower())
+                          if r.lower() == repo_id.lower() and n in loadable)
             raise ConfigError(
                 f"--model {repo_id}: not a shipped model or a local path, and no config.json "
                 f"for it in the HuggingFace cache (looked in {folder}; cache from "
@@ -682,22 +683,25 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
 def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
     """The positions a YaRN ``rope_scaling`` extends the model to, as vLLM derives its
     ``max_model_len``: ``original_max_position_embeddings × factor`` for ``rope_type`` (or
-    ``type``) ``yarn`` (vllm-project/vllm ``vllm/config/model.py``
+    ``type``) ``yarn`` in ``rope_scaling`` (or ``rope_parameters``, where transformers v5
+    configs keep it) (vllm-project/vllm ``vllm/config/model.py``
     ``_get_and_verify_max_len``; Qwen2.5 / Qwen3's model cards add ``{"type": "yarn",
     "factor": 4.0, "original_max_position_embeddings": 32768}`` for 131,072 tokens), which
     replaces ``max_position_embeddings``; else ``positions``. Other scaling types keep
     ``max_position_embeddings`` (vLLM multiplies it by their ``factor`` too, which this
     planner does not follow: a longer context stays refused rather than planned past what
     the checkpoint was trained for)."""
-    rope = f.data.get("rope_scaling", data.get("rope_scaling"))
-    if not isinstance(rope, dict) or rope.get("rope_type", rope.get("type")) != "yarn":
+    found = [obj.get(key) for key in ("rope_scaling", "rope_parameters")
+             for obj in (f.data, data)]
+    rope = next((r for r in found if isinstance(r, dict)), None)
+    if rope is None or rope.get("rope_type", rope.get("type")) != "yarn":
         return positions
     factor, original = rope.get("factor"), rope.get("original_max_position_embeddings")
     if not (isinstance(factor, (int, float)) and not isinstance(factor, bool)
-            and 1 <= factor <= 1024 and isinstance(original, int)
+            and 0 < factor <= 1024 and isinstance(original, int)
             and not isinstance(original, bool) and 1 <= original <= _MAX_INT):
         return positions
-    return int(original * factor)
+    return max(1, int(original * factor))
 
 
 #: Bits of one scale or zero-point entry: FP16/BF16 scales (GPTQ, AWQ, compressed-tensors
@@ -1527,8 +1531,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     if text_type == "llama4":
         text_type = "llama4_text"
     if text_type == "gemma3_text":       # the fields a trimmed config leaves to transformers
-        f = _Fields({**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in f.data.items()
-                                                 if v is not None}}, f.source, f.prefix)
+        # only absent keys: an explicit null (sliding_window: null, no window) stays one
+        f = _Fields({**_GEMMA3_TEXT_DEFAULTS, **f.data}, f.source, f.prefix)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "llama": lambda: _dense(f, data, qk_norm=False),
         "mistral": lambda: _dense(f, data, qk_norm=False, window_all=True),

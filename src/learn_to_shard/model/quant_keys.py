@@ -193,8 +193,8 @@ class ExclusionScope:
 #: norms), or does not price (vision tower, MTP layers), or that hold under 0.2% of the
 #: weights (DeepSeek-V3.2 / GLM-5 lightning indexer: 0.85B of 672B) are harmless.
 _HARMLESS = (
-    (r"lm_head|embed_tokens|embedding|word_embeddings|(^|\.)wte($|\.)|(^|\.)head$",
-     "embedding / LM head"),
+    (r"lm_head|embed_tokens|embedding|word_embeddings|(^|\.)wte($|\.)|(^|\.)head$|"
+     r"^output$|(^|\.)tok_embeddings($|\.)", "embedding / LM head"),     # InternLM2: output
     (r"(^|[.*])gate($|[.*])|router|e_score_correction_bias|shared_expert_gate",
      "router"),
     (r"norm", "norms"),
@@ -296,7 +296,7 @@ def exclusion_scope(entries: Any, *, key: str, source: str, moe_layers: Sequence
         # a layer's FFN, whole or one of its projections (Meta's Llama-3.1-405B FP8 keeps
         # layer 0's and layer 125's ``mlp.down_proj`` etc. in 16 bits)
         if layers is not None and (whole or re.search(r"\.mlp($|\.?\*$)", e) or re.search(
-                r"\.mlp\.(gate_up|gate|up|down)_proj$", e)):
+                r"\.mlp\.(gate_up|gate|up|down)_proj$|\.feed_forward\.w[123]$", e)):
             moe = sorted(i for i in layers if i < num_layers and moe_layers[i])
             if moe:
                 raise refuse(raw, f"keeps the routed experts of MoE layer {moe[0]} in 16 "
