@@ -28,6 +28,13 @@ def _shipped_json(name: str) -> dict[str, Any]:
     text = (resources.files("learn_to_shard") / "data" / "models" / f"{name}.json").read_text()
     return json.loads(text)
 
+def _load_inline(tmp_path: Path, cfg: dict[str, Any]) -> Any:
+    """Load a config written inline (the families' tests: transcribed hub configs)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return load_model(str(path))
+
+
 
 def _write(tmp_path: Path, data: dict[str, Any], name: str = "config.json") -> str:
     path = tmp_path / name
@@ -419,9 +426,7 @@ def test_granite_is_the_llama_decoder_with_scalar_multipliers(tmp_path: Path) ->
            "num_key_value_heads": 8, "residual_multiplier": 0.22, "rms_norm_eps": 1e-05,
            "rope_scaling": None, "rope_theta": 10000000.0, "tie_word_embeddings": True,
            "torch_dtype": "bfloat16", "vocab_size": 49159}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    spec = load_model(str(path))
+    spec = _load_inline(tmp_path, cfg)
     assert spec.tie_word_embeddings and spec.attention.num_kv_heads == 8
     assert count_params(spec).total == pytest.approx(8.17e9, rel=0.01)
     assert kv_cache_bytes_per_token(spec, 2) == 40 * 8 * 128 * 2 * 2
@@ -439,9 +444,7 @@ def test_gemma_1_is_the_llama_decoder_with_a_256_head_dim_and_tied_embeddings(
            "num_attention_heads": 8, "num_hidden_layers": 18, "num_key_value_heads": 1,
            "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
            "torch_dtype": "bfloat16", "vocab_size": 256000}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    spec = load_model(str(path))
+    spec = _load_inline(tmp_path, cfg)
     assert spec.tie_word_embeddings and spec.attention.head_dim == 256
     assert count_params(spec).total == pytest.approx(2_506_172_416, rel=0.001)
 
@@ -459,9 +462,7 @@ def test_olmo2_is_the_llama_decoder_with_full_width_qk_norms(tmp_path: Path) -> 
            "num_hidden_layers": 32, "num_key_value_heads": 32, "pad_token_id": 100277,
            "rms_norm_eps": 1e-06, "rope_theta": 500000.0, "tie_word_embeddings": False,
            "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 100352}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    spec = load_model(str(path))
+    spec = _load_inline(tmp_path, cfg)
     assert spec.attention.qk_norm and spec.attention.qk_norm_full_width
     assert not spec.tie_word_embeddings
     assert count_params(spec).total == pytest.approx(7.30e9, rel=0.005)
@@ -481,9 +482,7 @@ def test_glm4_0414_is_the_llama_decoder_with_sandwich_norms_and_qkv_biases(
            "num_hidden_layers": 40, "num_key_value_heads": 2, "partial_rotary_factor": 0.5,
            "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
            "torch_dtype": "bfloat16", "vocab_size": 151552}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    spec = load_model(str(path))
+    spec = _load_inline(tmp_path, cfg)
     assert spec.attention.qkv_bias and not spec.attention.o_bias and spec.post_norms
     assert count_params(spec).total == pytest.approx(9.40e9, rel=0.005)
     assert kv_cache_bytes_per_token(spec, 2) == 40 * 2 * 128 * 2 * 2
@@ -511,8 +510,6 @@ def test_internlm2_and_cohere_are_llama_shaped(tmp_path: Path, cfg: dict[str, An
     """InternLM2 (fused wqkv, w1/w3/w2: the Llama matrices) and Command-R (parallel attention
     and FFN: the same matrices, tied embeddings by default) load through the Llama builder
     at their published sizes; both were refused as unknown model_types."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    spec = load_model(str(path))
+    spec = _load_inline(tmp_path, cfg)
     assert count_params(spec).total == pytest.approx(published, rel=0.01)
     assert spec.tie_word_embeddings is (cfg["model_type"] == "cohere")
