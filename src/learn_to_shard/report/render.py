@@ -198,8 +198,9 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
                     f"KV of this batch {to_gib(m.kv_cache_bytes):.1f}, workspace "
                     f"{to_gib(m.workspace_bytes):.2f} GiB"
-                    + (f"; a KV pool of {f:g} of the free memory holds this batch's KV only "
-                       f"with {to_gib(held):.1f} GiB more free beside it" if held else ""))
+                    + (f"; the engine's KV pool is {f:g} of the free memory, so this batch's "
+                       f"KV also needs {to_gib(held):.1f} GiB free outside the pool (not in the "
+                       f"{to_gib(m.total_bytes):.1f} GiB above)" if held else ""))
     free, marginal = memory_headroom(e)
     # The pool is f of what weights and workspace leave; the engine keeps the rest out of it.
     kept_out = (1.0 - f) * (m.usable_bytes - m.weight_bytes - m.workspace_bytes) \
