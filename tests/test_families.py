@@ -513,3 +513,6 @@ def test_internlm2_and_cohere_are_llama_shaped(tmp_path: Path, cfg: dict[str, An
     spec = _load_inline(tmp_path, cfg)
     assert count_params(spec).total == pytest.approx(published, rel=0.01)
     assert spec.tie_word_embeddings is (cfg["model_type"] == "cohere")
+    if cfg["model_type"] == "internlm2":       # bias: true biases wqkv and wo alike
+        biased = _load_inline(tmp_path, cfg | {"bias": True}).attention
+        assert biased.qkv_bias and biased.o_bias

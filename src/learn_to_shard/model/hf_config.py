@@ -1343,6 +1343,15 @@ def _olmo2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
                                                     qk_norm_full_width=True)}
 
 
+def _internlm2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """InternLM2 / 2.5 (remote code ``modeling_internlm2.py`` InternLM2ForCausalLM): the Llama
+    builder; q/k/v live in one ``wqkv`` and the FFN in ``w1``/``w3``/``w2`` (the same
+    matrices), and ``bias`` biases ``wqkv`` and ``wo`` alike."""
+    bias = f.flag("bias", False)
+    spec = _dense(f, data, qk_norm=False, qkv_bias=bias)
+    return spec | {"attention": dataclasses.replace(spec["attention"], o_bias=bias)}
+
+
 def _glm4(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     """GLM-4-0414 (HF Glm4ForCausalLM): the Llama builder with q/k/v biases when
     ``attention_bias`` (o_proj has none: HF Glm4Attention), four RMSNorms per layer
@@ -1546,7 +1555,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "granite": lambda: _dense(f, data, qk_norm=False),
         "olmo2": lambda: _olmo2(f, data),
         "glm4": lambda: _glm4(f, data),
-        "internlm2": lambda: _dense(f, data, qk_norm=False, qkv_bias=f.flag("bias", False)),
+        "internlm2": lambda: _internlm2(f, data),
         "cohere": lambda: _dense(f, data, qk_norm=f.flag("use_qk_norm", False)) | {
             "tie_word_embeddings": f.flag("tie_word_embeddings",
                                           data.get("tie_word_embeddings") is not False)},
