@@ -12,16 +12,16 @@ import numpy as np
 
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
-from .engines import default_kv_dtype, weights_refusal
+from .engines import default_kv_dtype
 from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError
-from .hardware.fabric import compute_capability as device_compute_capability
 from .hardware.fabric import scale_up_fabric
 from .hardware.presets import parse_cluster
 from .hardware.spec import ClusterSpec, DeviceSpec
 from .model.hf_config import load_model
 from .model.spec import ModelSpec
 from .parallel.strategy import Strategy
+from .report.export import checkpoint_refusal
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
 from .search.base import ProgressFn, SearchInterrupted, SearchResult, interruptible
@@ -813,16 +813,12 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
     """Why ``engine`` (a profile name) cannot load ``model``'s checkpoint on ``device``, or
     ``None`` where nothing known stops it: quantised weights on a chip that lacks the math
     the engine's kernels need, or a checkpoint format the engine does not load
-    (:func:`~learn_to_shard.engines.weights_refusal`; ``trtllm-tensorrt`` is passed as
-    itself, the other profiles as their engine runtime)."""
-    if engine is None or model is None or model.quant is None:
+    (:func:`~learn_to_shard.report.export.checkpoint_refusal`, the export's own check;
+    ``trtllm-tensorrt`` is passed as itself, the other profiles as their engine runtime)."""
+    if engine is None:
         return None
     runtime = engine if engine == "trtllm-tensorrt" else engine_runtime(engine)
-    return weights_refusal(runtime, model.quant.method, model.quant.fp4,
-                           device.name, bool(device.peak_fp4_flops_per_s),
-                           bool(device.peak_fp8_flops_per_s),
-                           device_compute_capability(device), fp8=model.quant.fp8,
-                           moe=model.is_moe)
+    return checkpoint_refusal(runtime, device, model)
 
 
 def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None) -> str | None:

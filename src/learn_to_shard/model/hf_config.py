@@ -71,7 +71,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -321,10 +321,11 @@ def _supported_shipped() -> tuple[str, ...]:
     return tuple(names)
 
 
+@cache
 def shipped_repo_ids() -> dict[str, str]:
     """Shipped config name -> the HuggingFace repository id it was copied from, from
     ``data/models/SOURCES.md``'s table (rows of single files ``name.json`` and of model
-    folders ``name/config.json, ...``)."""
+    folders ``name/config.json, ...``), read once (callers must not change the dict)."""
     text = (_models_dir() / "SOURCES.md").read_text(encoding="utf-8")
     out = {}
     for line in text.splitlines():
@@ -1333,6 +1334,12 @@ def _minimax_m2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _tied_unless_false(f: _Fields, data: dict[str, Any]) -> bool:
+    """``tie_word_embeddings`` of a family whose HF config class ties by default (Gemma,
+    Gemma-2/3, Cohere): the text config's value, else the top level's, true unless false."""
+    return f.flag("tie_word_embeddings", data.get("tie_word_embeddings") is not False)
+
+
 def _olmo2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     """OLMo 2 (HF Olmo2ForCausalLM): the Llama builder with q/k RMSNorms over the whole q and
     k projections (``q_norm`` of ``num_heads × head_dim``, ``k_norm`` of
@@ -1392,8 +1399,7 @@ def _gemma(f: _Fields, data: dict[str, Any], *, global_every: int,
         "attention": attention,
         "layers": tuple(LayerSpec(is_moe=False, window=w) for w in windows),
         "post_norms": True,
-        "tie_word_embeddings": f.flag("tie_word_embeddings",
-                                      data.get("tie_word_embeddings") is not False),
+        "tie_word_embeddings": _tied_unless_false(f, data),
         "final_logit_softcap": f.opt_number("final_logit_softcapping"),
     }
 
@@ -1557,11 +1563,9 @@ def load_model(name_or_path: str) -> ModelSpec:
         "glm4": lambda: _glm4(f, data),
         "internlm2": lambda: _internlm2(f, data),
         "cohere": lambda: _dense(f, data, qk_norm=f.flag("use_qk_norm", False)) | {
-            "tie_word_embeddings": f.flag("tie_word_embeddings",
-                                          data.get("tie_word_embeddings") is not False)},
+            "tie_word_embeddings": _tied_unless_false(f, data)},
         "gemma": lambda: _dense(f, data, qk_norm=False) | {
-            "tie_word_embeddings": f.flag("tie_word_embeddings",
-                                          data.get("tie_word_embeddings") is not False)},
+            "tie_word_embeddings": _tied_unless_false(f, data)},
         "gemma2": lambda: _gemma(f, data, global_every=2, qk_norm=False),
         "gemma3_text": lambda: _gemma(
             f, data, global_every=f.integer("sliding_window_pattern", 6), qk_norm=True),

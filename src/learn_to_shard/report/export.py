@@ -39,7 +39,6 @@ import json
 import math
 import shlex
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import yaml
@@ -245,7 +244,21 @@ class Export:
 PORT_STRIDE = 10
 
 
-@cache
+def checkpoint_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None
+                       ) -> str | None:
+    """Why ``engine`` (an engine runtime, :func:`~learn_to_shard.engines.weights_refusal`)
+    cannot load ``model``'s quantised checkpoint on ``device`` (its math, its compute
+    capability, :func:`~learn_to_shard.hardware.fabric.compute_capability`), or ``None``
+    (no model, an unquantised one, nothing known stops it)."""
+    q = model.quant if model is not None else None
+    if model is None or q is None:
+        return None
+    return weights_refusal(engine, q.method, q.fp4, device.name,
+                           bool(device.peak_fp4_flops_per_s),
+                           bool(device.peak_fp8_flops_per_s),
+                           device_compute_capability(device), fp8=q.fp8, moe=model.is_moe)
+
+
 def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     """The model argument an engine's launcher needs to load ``model``.
 
@@ -944,13 +957,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"checkpoint of {hub_id} in a local folder on every node and give "
                          f"that folder for {model_path or hub_id} (Slurm mode downloads "
                          f"nothing from the hub)")
-    q = model.quant if model is not None else None
-    if q is not None and device is not None:
-        why = weights_refusal(engine, q.method, q.fp4, device.name,
-                              bool(device.peak_fp4_flops_per_s),
-                              bool(device.peak_fp8_flops_per_s),
-                              device_compute_capability(device), fp8=q.fp8,
-                              moe=model is not None and model.is_moe)
+    if device is not None:
+        why = checkpoint_refusal(engine, device, model)
         if why is not None:
             unexpressed.append(f"{why}; export for another engine, or serve another "
                                f"checkpoint")
