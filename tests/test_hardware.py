@@ -91,7 +91,7 @@ EXPECTED = {
                  scale_up_bytes_per_s=32e9),
     "rtx-4090": dict(peak_bf16_flops_per_s=165.15e12, peak_fp8_flops_per_s=330.3e12,
                      hbm_bytes=24564 * 2**20, hbm_bytes_per_s=1008e9, scale_up_bytes_per_s=32e9),
-    "rtx-pro-6000": dict(peak_fp4_flops_per_s=2000e12, hbm_bytes=96e9,
+    "rtx-pro-6000": dict(peak_fp4_flops_per_s=2000e12, hbm_bytes=97887 * 2**20,
                          hbm_bytes_per_s=1792e9, scale_up_bytes_per_s=64e9),
     "gb200-nvl72": dict(peak_bf16_flops_per_s=2.5e15, peak_fp8_flops_per_s=5e15,
                         peak_fp4_flops_per_s=10e15, hbm_bytes_per_s=8e12,
