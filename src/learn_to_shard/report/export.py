@@ -55,6 +55,7 @@ from ..engines import (
     node_ranks_cover,
     weights_refusal,
 )
+from ..engines.architectures import architecture_note, architecture_refusal
 from ..errors import ConfigError, PlannerError
 from ..hardware.fabric import compute_capability as device_compute_capability
 from ..hardware.presets import parse_cluster
@@ -247,11 +248,18 @@ PORT_STRIDE = 10
 def checkpoint_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None
                        ) -> str | None:
     """Why ``engine`` (an engine runtime, :func:`~learn_to_shard.engines.weights_refusal`)
-    cannot load ``model``'s quantised checkpoint on ``device`` (its math, its compute
-    capability, :func:`~learn_to_shard.hardware.fabric.compute_capability`), or ``None``
-    (no model, an unquantised one, nothing known stops it)."""
-    q = model.quant if model is not None else None
-    if model is None or q is None:
+    cannot load ``model``'s checkpoint on ``device``, or ``None`` (no model, nothing known
+    stops it): a model class the engine does not register and cannot fall back from
+    (:func:`~learn_to_shard.engines.architectures.architecture_refusal`, the config's
+    ``architectures[0]``), or quantised weights the engine cannot run there (their math, the
+    chip's compute capability, :func:`~learn_to_shard.hardware.fabric.compute_capability`)."""
+    if model is None:
+        return None
+    why = architecture_refusal(engine, model.architecture)
+    if why is not None:
+        return why
+    q = model.quant
+    if q is None:
         return None
     return weights_refusal(engine, q.method, q.fp4, device.name,
                            bool(device.peak_fp4_flops_per_s),
@@ -543,6 +551,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     moe = model.is_moe if model is not None else s.ep > 1
     unexpressed = _blocks_off(s, engine, model)
     notes: list[str] = []
+    arch_note = architecture_note(engine, model.architecture) if model is not None else None
+    if arch_note is not None:
+        notes.append(arch_note)
     env_extra: dict[str, str] = {}
     launcher = prof.launcher
     # Dense models: attention-DP is the same as more replicas (no engine has it for them).
@@ -957,11 +968,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"checkpoint of {hub_id} in a local folder on every node and give "
                          f"that folder for {model_path or hub_id} (Slurm mode downloads "
                          f"nothing from the hub)")
-    if device is not None:
-        why = checkpoint_refusal(engine, device, model)
-        if why is not None:
-            unexpressed.append(f"{why}; export for another engine, or serve another "
-                               f"checkpoint")
+    why = checkpoint_refusal(engine, device, model) if device is not None \
+        else architecture_refusal(engine, model.architecture) if model is not None else None
+    if why is not None:
+        unexpressed.append(f"{why}; export for another engine, or serve another "
+                           f"checkpoint")
     env = _collectives(cfg, engine, s.tp * dp, args, yaml_cfg, unexpressed, notes)
     env.update(env_extra)
     _layer_partition(plan, engine, env, notes)

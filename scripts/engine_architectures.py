@@ -1,0 +1,165 @@
+"""Regenerate the pinned snapshot of the model classes each serving engine registers
+(``src/learn_to_shard/engines/data/architectures.json``).
+
+An engine picks the class that runs a checkpoint from its config's ``architectures[0]``;
+``l2s`` checks a plan's model against these lists before it prints a launch command
+(:mod:`learn_to_shard.engines.architectures`). Read with ``ast`` from the engines' own files,
+nothing imported:
+
+* vLLM: ``vllm/model_executor/models/registry.py`` in the release wheel: the keys of
+  ``_TEXT_GENERATION_MODELS`` and ``_MULTIMODAL_MODELS`` (its own implementations) and of
+  ``_TRANSFORMERS_SUPPORTED_MODELS`` (run on its Transformers backend);
+* SGLang: every ``EntryClass`` of ``sglang/srt/models/*.py`` in the release wheel (the classes
+  ``ModelRegistry`` registers by name);
+* TensorRT-LLM (PyTorch runtime): the names given to ``register_auto_model("...")`` in
+  ``tensorrt_llm/_torch/models/*.py`` of a source checkout (no wheel of it installs from
+  PyPI: its sdist downloads from NVIDIA's index at build time).
+
+``planner`` lists, per engine, the HF class names of the families ``l2s`` loads that the engine
+does not register (:data:`PLANNER_ARCHITECTURES`), computed from the lists above.
+
+Usage::
+
+    python scripts/engine_architectures.py vllm [--wheel vllm-0.33.0-...whl]   # else downloads
+    python scripts/engine_architectures.py sglang [--wheel sglang-0.5.23-...whl]
+    python scripts/engine_architectures.py trtllm --source /path/to/TensorRT-LLM --commit SHA
+
+Each run rewrites its engine's entry and keeps the others'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "src" / "learn_to_shard" / "engines" / "data" / "architectures.json"
+
+#: The HF ``architectures[0]`` class names of the families ``l2s`` loads
+#: (``learn_to_shard.model.hf_config.SUPPORTED_MODEL_TYPES``; Kimi-K2's config names
+#: ``DeepseekV3ForCausalLM``, Falcon's older checkpoints ``RWForCausalLM``).
+PLANNER_ARCHITECTURES: tuple[str, ...] = (
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM", "MixtralForCausalLM", "PhiMoEForCausalLM", "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM", "GptOssForCausalLM", "Llama4ForConditionalGeneration",
+    "Llama4ForCausalLM", "MiniMaxM2ForCausalLM", "Gemma2ForCausalLM",
+    "Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "Phi3ForCausalLM",
+    "GemmaForCausalLM", "GraniteForCausalLM", "Olmo2ForCausalLM", "Glm4ForCausalLM",
+    "InternLM2ForCausalLM", "CohereForCausalLM", "Qwen2MoeForCausalLM", "Glm4MoeForCausalLM",
+    "FalconForCausalLM", "RWForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
+    "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+    "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+    "Mistral3ForConditionalGeneration", "InternVLChatModel",
+    "InternVLForConditionalGeneration",
+)
+
+
+def _dict_keys(tree: ast.Module, name: str) -> list[str]:
+    """The string keys of the module-level dict literal assigned to ``name``."""
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+            else node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id == name and isinstance(node.value, ast.Dict):
+            return sorted(k.value for k in node.value.keys
+                          if isinstance(k, ast.Constant) and isinstance(k.value, str))
+    raise SystemExit(f"no dict literal {name} in the registry")
+
+
+def read_vllm(wheel: Path) -> dict:
+    """vLLM's registry from its wheel: ``native`` and ``transformers_backend`` class names."""
+    with zipfile.ZipFile(wheel) as z:
+        tree = ast.parse(z.read("vllm/model_executor/models/registry.py").decode())
+    native = sorted(set(_dict_keys(tree, "_TEXT_GENERATION_MODELS"))
+                    | set(_dict_keys(tree, "_MULTIMODAL_MODELS")))
+    return {"native": native,
+            "transformers_backend": _dict_keys(tree, "_TRANSFORMERS_SUPPORTED_MODELS")}
+
+
+def _entry_names(node: ast.expr) -> list[str]:
+    """Class names an ``EntryClass = ...`` value holds (a name, or a list / tuple of them)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [n for e in node.elts for n in _entry_names(e)]
+    if isinstance(node, ast.BinOp):                 # [A, B] + [C]
+        return _entry_names(node.left) + _entry_names(node.right)
+    return []
+
+
+def read_sglang(wheel: Path) -> dict:
+    """SGLang's registered classes from its wheel: every ``EntryClass`` of its model files."""
+    names: set[str] = set()
+    with zipfile.ZipFile(wheel) as z:
+        for path in z.namelist():
+            if not (path.startswith("sglang/srt/models/") and path.endswith(".py")):
+                continue
+            tree = ast.parse(z.read(path).decode("utf-8", "replace"))
+            for node in tree.body:
+                if isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+                    names.update(_entry_names(node.value))
+    return {"native": sorted(names)}
+
+
+def read_trtllm(source: Path) -> dict:
+    """TensorRT-LLM's PyTorch-runtime classes: ``register_auto_model("...")`` names."""
+    names: set[str] = set()
+    for path in sorted((source / "tensorrt_llm" / "_torch" / "models").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) \
+                    == "register_auto_model" and node.args \
+                    and isinstance(node.args[0], ast.Constant):
+                names.add(str(node.args[0].value))
+    return {"native": sorted(names)}
+
+
+def _download(engine: str, version: str, where: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                    str(where), f"{engine}=={version}"], check=True)
+    (wheel,) = where.glob(f"{engine}-{version}-*.whl")
+    return wheel
+
+
+def main() -> None:
+    """Command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("engine", choices=["vllm", "sglang", "trtllm"])
+    ap.add_argument("--wheel", type=Path, help="vllm / sglang: the release wheel to read")
+    ap.add_argument("--source", type=Path, help="trtllm: a TensorRT-LLM source checkout")
+    ap.add_argument("--commit", help="trtllm: the checkout's commit, recorded as its source")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    from learn_to_shard.engines import get_engine
+
+    prof = get_engine(args.engine)
+    if args.engine == "trtllm":
+        if args.source is None or args.commit is None:
+            ap.error("trtllm needs --source DIR (a TensorRT-LLM checkout) and --commit SHA")
+        entry = read_trtllm(args.source)
+        entry["source"] = (f"NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/*.py @ "
+                           f"{args.commit} (register_auto_model names)")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            wheel = args.wheel or _download(args.engine, prof.version, Path(tmp))
+            entry = (read_vllm if args.engine == "vllm" else read_sglang)(wheel)
+            entry["source"] = f"{prof.source}: {wheel.name}"
+    entry["version"] = prof.version
+    entry["complete"] = True            # every class the engine registers, not a search's
+    known = set(entry["native"]) | set(entry.get("transformers_backend", []))
+    entry["planner_absent"] = [a for a in PLANNER_ARCHITECTURES if a not in known]
+    snap = json.loads(OUT.read_text()) if OUT.exists() else {}
+    snap[args.engine] = entry
+    OUT.write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")
+    print(f"{OUT}: {args.engine} {prof.version}: {len(entry['native'])} classes, "
+          f"absent of the planner's: {', '.join(entry['planner_absent']) or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
