@@ -516,3 +516,37 @@ def test_internlm2_and_cohere_are_llama_shaped(tmp_path: Path, cfg: dict[str, An
     if cfg["model_type"] == "internlm2":       # bias: true biases wqkv and wo alike
         biased = _load_inline(tmp_path, cfg | {"bias": True}).attention
         assert biased.qkv_bias and biased.o_bias
+
+
+@pytest.mark.parametrize("cfg, published", [
+    # CohereLabs/c4ai-command-r7b-12-2024: 8.03B on its model card
+    ({"architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "vocab_size": 256000, "max_position_embeddings": 132096,
+      "sliding_window": 4096, "sliding_window_pattern": 4, "layer_norm_eps": 1e-05,
+      "logit_scale": 0.25, "rope_theta": 50000.0, "use_qk_norm": False,
+      "torch_dtype": "bfloat16"}, 8.03e9),
+    # CohereLabs/c4ai-command-a-03-2025: 111B on its model card
+    ({"architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "hidden_size": 12288,
+      "intermediate_size": 36864, "num_hidden_layers": 64, "num_attention_heads": 96,
+      "num_key_value_heads": 8, "vocab_size": 256000, "max_position_embeddings": 131072,
+      "sliding_window": 4096, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+      "torch_dtype": "bfloat16"}, 111e9),
+])
+def test_cohere2_has_three_windowed_layers_to_one_global(tmp_path: Path, cfg: dict[str, Any],
+                                                         published: float) -> None:
+    """Command-R7B and Command-A (``cohere2``, HF Cohere2ForCausalLM): Command-R's Llama
+    matrices with tied embeddings, at their published sizes; layer i is global iff
+    ``(i + 1) % sliding_window_pattern == 0`` (default 4) or as ``layer_types`` says, the
+    others slide over ``sliding_window`` tokens (transformers' Cohere2Config builds
+    ``layer_types`` that way); it was refused as an unknown model_type."""
+    if "layer_types" in cfg:
+        cfg = cfg | {"layer_types": cfg["layer_types"] * (cfg["num_hidden_layers"] // 4)}
+    spec = _load_inline(tmp_path, cfg)
+    assert count_params(spec).total == pytest.approx(published, rel=0.01)
+    assert spec.tie_word_embeddings
+    windows = [layer.window for layer in spec.layers]
+    assert windows == [None if (i + 1) % 4 == 0 else 4096 for i in range(len(windows))]
+    default = {k: v for k, v in cfg.items() if k not in ("sliding_window", "layer_types",
+                                                          "sliding_window_pattern")}
+    assert [layer.window for layer in _load_inline(tmp_path, default).layers] == windows

@@ -34,6 +34,8 @@ Supported ``model_type`` values and the HF fields each one reads:
   ``bias``) and ``cohere`` (Command-R, HF CohereForCausalLM: attention and FFN side by side
   from one LayerNorm, tied embeddings unless ``tie_word_embeddings`` is false, per-head q/k
   norms with ``use_qk_norm``): the Llama builder;
+* ``cohere2`` (Command-R7B, Command-A, HF Cohere2ForCausalLM: Command-R's parallel block with
+  three sliding-window layers to one global layer): the Llama builder plus that pattern;
 * ``granite`` (IBM Granite 3.x: HF GraniteForCausalLM is the Llama decoder with four scalar
   multipliers, ``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier``
   and ``logits_scaling``, which change no weight or KV shape): the Llama builder;
@@ -121,6 +123,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "glm4",
     "internlm2",
     "cohere",
+    "cohere2",
     "qwen2_moe",
     "glm4_moe",
     "falcon",
@@ -1336,8 +1339,31 @@ def _minimax_m2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
 
 def _tied_unless_false(f: _Fields, data: dict[str, Any]) -> bool:
     """``tie_word_embeddings`` of a family whose HF config class ties by default (Gemma,
-    Gemma-2/3, Cohere): the text config's value, else the top level's, true unless false."""
+    Gemma-2/3, Cohere, Cohere2): the text config's value, else the top level's, true unless
+    false."""
     return f.flag("tie_word_embeddings", data.get("tie_word_embeddings") is not False)
+
+
+def _cohere2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """Command-R7B / Command-A (HF Cohere2ForCausalLM): Command-R's layer (attention and FFN
+    side by side from one LayerNorm, Llama's matrices; q/k norms only with ``use_qk_norm``),
+    embeddings tied unless ``tie_word_embeddings`` is false (Cohere2Config's default), and
+    windows: ``layer_types`` if present, else layer i is global iff
+    ``(i + 1) % sliding_window_pattern == 0`` (default 4) and slides over ``sliding_window``
+    tokens otherwise, 4096 where the config leaves it out
+    (huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419
+    ``models/cohere2/configuration_cohere2.py``, which builds ``layer_types`` that way). The
+    global layers apply no rotary embedding, which changes no weight or KV shape."""
+    spec = _dense(f, data, qk_norm=f.flag("use_qk_norm", False))
+    num_layers = len(spec["layers"])
+    window = f.opt_integer("sliding_window") if f.has("sliding_window") else 4096
+    windows = _windows_from_layer_types(
+        f, num_layers, {"full_attention": None, "sliding_attention": window})
+    if windows is None:
+        every = f.integer("sliding_window_pattern", 4)
+        windows = [None if (i + 1) % every == 0 else window for i in range(num_layers)]
+    return spec | {"layers": tuple(LayerSpec(is_moe=False, window=w) for w in windows),
+                   "tie_word_embeddings": _tied_unless_false(f, data)}
 
 
 def _olmo2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
@@ -1564,6 +1590,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "internlm2": lambda: _internlm2(f, data),
         "cohere": lambda: _dense(f, data, qk_norm=f.flag("use_qk_norm", False)) | {
             "tie_word_embeddings": _tied_unless_false(f, data)},
+        "cohere2": lambda: _cohere2(f, data),
         "gemma": lambda: _dense(f, data, qk_norm=False) | {
             "tie_word_embeddings": _tied_unless_false(f, data)},
         "gemma2": lambda: _gemma(f, data, global_every=2, qk_norm=False),
