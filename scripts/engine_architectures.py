@@ -52,6 +52,7 @@ PLANNER_ARCHITECTURES: tuple[str, ...] = (
     "Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "Phi3ForCausalLM",
     "GemmaForCausalLM", "GraniteForCausalLM", "Olmo2ForCausalLM", "Glm4ForCausalLM",
     "InternLM2ForCausalLM", "CohereForCausalLM", "Cohere2ForCausalLM", "Qwen2MoeForCausalLM",
+    "NemotronForCausalLM",
     "Glm4MoeForCausalLM",
     "FalconForCausalLM", "RWForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
     "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",

@@ -550,3 +550,32 @@ def test_cohere2_has_three_windowed_layers_to_one_global(tmp_path: Path, cfg: di
     default = {k: v for k, v in cfg.items() if k not in ("sliding_window", "layer_types",
                                                           "sliding_window_pattern")}
     assert [layer.window for layer in _load_inline(tmp_path, default).layers] == windows
+
+
+@pytest.mark.parametrize("cfg, published", [
+    # nvidia/Minitron-4B-Base (the config TensorRT-LLM's tests carry as Nemotron_4_4B_CONFIG):
+    # 4.19B
+    ({"architectures": ["NemotronForCausalLM"], "hidden_act": "relu2", "hidden_size": 3072,
+      "intermediate_size": 9216, "max_position_embeddings": 4096, "model_type": "nemotron",
+      "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8,
+      "norm_eps": 1e-05, "rope_theta": 10000, "partial_rotary_factor": 0.5,
+      "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 256000,
+      "kv_channels": 128}, 4.19e9),
+    # nvidia/Nemotron-4-340B: hidden 18432, 96 layers, 96 / 8 heads, FFN 73728: 340B
+    ({"architectures": ["NemotronForCausalLM"], "hidden_act": "relu2", "hidden_size": 18432,
+      "intermediate_size": 73728, "model_type": "nemotron", "num_attention_heads": 96,
+      "num_hidden_layers": 96, "num_key_value_heads": 8, "max_position_embeddings": 4096,
+      "tie_word_embeddings": False, "vocab_size": 256000}, 340e9),
+])
+def test_nemotron_has_a_non_gated_squared_relu_ffn(tmp_path: Path, cfg: dict[str, Any],
+                                                  published: float) -> None:
+    """Nemotron-4 / Minitron (``nemotron``, HF NemotronForCausalLM): Llama's attention and an
+    FFN of two matrices (up, squared ReLU, down; HF NemotronMLP), untied embeddings, at their
+    published sizes (a gated FFN of three matrices would count Minitron-4B at 5.1B); it was
+    refused as an unknown model_type."""
+    spec = _load_inline(tmp_path, cfg)
+    assert not spec.gated_mlp and not spec.tie_word_embeddings
+    assert count_params(spec).total == pytest.approx(published, rel=0.01)
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    assert kv_cache_bytes_per_token(spec, 2) == \
+        cfg["num_hidden_layers"] * 8 * (hidden // heads) * 2 * 2

@@ -36,6 +36,8 @@ Supported ``model_type`` values and the HF fields each one reads:
   norms with ``use_qk_norm``): the Llama builder;
 * ``cohere2`` (Command-R7B, Command-A, HF Cohere2ForCausalLM: Command-R's parallel block with
   three sliding-window layers to one global layer): the Llama builder plus that pattern;
+* ``nemotron`` (Nemotron-4, Minitron, Nemotron-Mini, HF NemotronForCausalLM: Llama's attention
+  and a non-gated squared-ReLU FFN of two matrices): the Llama builder;
 * ``granite`` (IBM Granite 3.x: HF GraniteForCausalLM is the Llama decoder with four scalar
   multipliers, ``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier``
   and ``logits_scaling``, which change no weight or KV shape): the Llama builder;
@@ -124,6 +126,7 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "internlm2",
     "cohere",
     "cohere2",
+    "nemotron",
     "qwen2_moe",
     "glm4_moe",
     "falcon",
@@ -1366,6 +1369,17 @@ def _cohere2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
                    "tie_word_embeddings": _tied_unless_false(f, data)}
 
 
+def _nemotron(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
+    """Nemotron-4 / Minitron / Nemotron-Mini (HF NemotronForCausalLM): Llama's attention
+    (q/k/v/o, biases from ``attention_bias``; an explicit ``head_dim`` where heads do not
+    divide the width, Minitron-8B's 48 heads of 128 over 4096) and a non-gated FFN,
+    ``down_proj(relu(up_proj(x))²)`` of two matrices (HF NemotronMLP, ``hidden_act``
+    ``relu2``), biased by ``mlp_bias``; untied embeddings unless ``tie_word_embeddings``.
+    Its LayerNorm1P norms hold a weight and a bias (< 0.01% of the model, counted as one
+    weight) and ``partial_rotary_factor`` changes no weight or KV shape."""
+    return _dense(f, data, qk_norm=False) | {"gated_mlp": False}
+
+
 def _olmo2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     """OLMo 2 (HF Olmo2ForCausalLM): the Llama builder with q/k RMSNorms over the whole q and
     k projections (``q_norm`` of ``num_heads × head_dim``, ``k_norm`` of
@@ -1591,6 +1605,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         "cohere": lambda: _dense(f, data, qk_norm=f.flag("use_qk_norm", False)) | {
             "tie_word_embeddings": _tied_unless_false(f, data)},
         "cohere2": lambda: _cohere2(f, data),
+        "nemotron": lambda: _nemotron(f, data),
         "gemma": lambda: _dense(f, data, qk_norm=False) | {
             "tie_word_embeddings": _tied_unless_false(f, data)},
         "gemma2": lambda: _gemma(f, data, global_every=2, qk_norm=False),
