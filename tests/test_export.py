@@ -138,6 +138,14 @@ def test_check_args_is_exact_membership():
     assert check_yaml_keys({"enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}) \
         == []
     assert check_yaml_keys({"enable_attn_dp": True})
+    assert check_yaml_keys({"moe_config": {"backend": "DEEPGEMM"}}) == []
+    assert check_yaml_keys({"moe_config": {"backend": "TRTLLM"}}) == []
+    assert check_yaml_keys({"moe_config": {"backend": "DEEP_GEMM"}}) == [
+        "trtllm 1.2.0rc2: YAML moe_config.backend 'DEEP_GEMM' is not among AUTO, CUTLASS, "
+        "CUTEDSL, TRTLLM, DEEPGEMM, DENSEGEMM, VANILLA, TRITON, MARLIN, MEGAMOE_DEEPGEMM, "
+        "MEGAMOE_CUTEDSL"]
+    assert check_yaml_keys({"moe_config": {"kernel": "x"}}) == [
+        "trtllm 1.2.0rc2: YAML key moe_config.kernel is not a MoeConfig field"]
 
 
 def test_snapshots_record_version_and_source():
@@ -983,12 +991,13 @@ def test_export_reads_the_searched_cluster_not_its_label(tmp_path):
 @pytest.mark.parametrize("engine, says", [
     ("vllm", "--moe-backend flashinfer_trtllm"),
     ("sglang", "--moe-runner-backend flashinfer_trtllm"),
-    ("trtllm", "add 'moe_config: {backend: DEEPGEMM}' to the YAML"),
+    ("trtllm", "moe_config:\n  backend: DEEPGEMM\n"),
 ])
 def test_blackwell_block_fp8_moe_exports_launch_the_kernels_priced(engine, says):
     """DeepSeek-V3 (block-scaled FP8) on B200: vLLM and SGLang launch TensorRT-LLM-gen's MoE
-    kernels, which their profiles price there; TensorRT-LLM's export names the backend its
-    profile prices (DeepGEMM). On H200 nothing is added."""
+    kernels, which their profiles price there; TensorRT-LLM's YAML selects the backend its
+    profile prices (``moe_config: {backend: DEEPGEMM}``, keys and choice of its snapshot).
+    On H200 nothing is added."""
     base = ["plan", "--model", "deepseek-v3", "--phase", "serve", "--isl", "1024", "--osl",
             "1024", "--tpot-slo", "50ms", "--export", engine, "-q"]
     r = CliRunner().invoke(app, [*base, "--cluster", "b200:8"])

@@ -33,7 +33,9 @@ class FlagSnapshot:
         flags: option string -> ``{"dest", "takes_value", "choices", "deprecated"}``.
         yaml_fields: TensorRT-LLM only: pydantic model name -> field names the ``--config``
             YAML may use (``TorchLlmArgs`` top level, ``KvCacheConfig`` under
-            ``kv_cache_config``); empty for the others.
+            ``kv_cache_config``, ``MoeConfig`` under ``moe_config``); empty for the others.
+        yaml_choices: TensorRT-LLM only: ``Model.field`` -> the values its ``Literal``
+            allows, for the fields the exporter writes with a choice.
     """
 
     engine: str
@@ -41,6 +43,7 @@ class FlagSnapshot:
     source: str
     flags: dict[str, dict[str, Any]]
     yaml_fields: dict[str, list[str]]
+    yaml_choices: dict[str, list[str]]
 
 
 @cache
@@ -56,7 +59,8 @@ def load_snapshot(engine: str) -> FlagSnapshot:
         raise ConfigError(f"no flag snapshot for engine {engine!r}") from None
     d = json.loads(text)
     return FlagSnapshot(engine=engine, version=str(d["version"]), source=str(d["source"]),
-                        flags=d["flags"], yaml_fields=d.get("yaml_fields", {}))
+                        flags=d["flags"], yaml_fields=d.get("yaml_fields", {}),
+                        yaml_choices=d.get("yaml_choices", {}))
 
 
 def check_args(engine: str, argv: list[str]) -> list[str]:
@@ -102,15 +106,27 @@ def check_args(engine: str, argv: list[str]) -> list[str]:
     return out
 
 
+#: ``--config`` sections whose keys the snapshot lists: section key -> pydantic model.
+_YAML_SECTIONS = {"kv_cache_config": "KvCacheConfig", "moe_config": "MoeConfig"}
+
+
 def check_yaml_keys(config: dict[str, Any]) -> list[str]:
     """Problems of a TensorRT-LLM ``--config`` mapping: keys that are not ``TorchLlmArgs``
-    fields (or, under ``kv_cache_config``, ``KvCacheConfig`` fields) in the snapshot."""
+    fields (or, under ``kv_cache_config`` / ``moe_config``, ``KvCacheConfig`` /
+    ``MoeConfig`` fields) in the snapshot, and values outside a field's recorded choices
+    (``yaml_choices``, e.g. ``MoeConfig.backend``)."""
     snap = load_snapshot("trtllm")
     top = set(snap.yaml_fields.get("TorchLlmArgs", []))
-    kv = set(snap.yaml_fields.get("KvCacheConfig", []))
     out = [f"trtllm {snap.version}: YAML key {k!r} is not a TorchLlmArgs field"
            for k in config if k not in top]
-    sub = config.get("kv_cache_config") or {}
-    out += [f"trtllm {snap.version}: YAML key kv_cache_config.{k} is not a KvCacheConfig "
-            f"field" for k in sub if k not in kv]
+    for section, model in _YAML_SECTIONS.items():
+        fields = set(snap.yaml_fields.get(model, []))
+        sub = config.get(section) or {}
+        out += [f"trtllm {snap.version}: YAML key {section}.{k} is not a {model} field"
+                for k in sub if k not in fields]
+        for k, v in sub.items():
+            choices = snap.yaml_choices.get(f"{model}.{k}")
+            if choices is not None and str(v) not in choices:
+                out.append(f"trtllm {snap.version}: YAML {section}.{k} {v!r} is not among "
+                           f"{', '.join(choices)}")
     return out

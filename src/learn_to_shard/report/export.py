@@ -484,14 +484,15 @@ TRTLLM_GEN_MOE_FLAGS: dict[str, tuple[str, ...]] = {
 
 
 def _block_fp8_moe(plan: Plan, model: ModelSpec | None, device: DeviceSpec | None,
-                   engine: str, args: list[str], notes: list[str]) -> None:
+                   engine: str, args: list[str], notes: list[str],
+                   yaml_cfg: dict[str, object] | None) -> None:
     """For a block-scaled FP8 MoE (DeepSeek's 128 × 128 scales) on datacenter Blackwell,
     launch the MoE kernels the plan priced (``CostModelConfig.block_fp8_moe_kernel``, by
     :func:`~learn_to_shard.cost.terms.runs_trtllm_gen_moe` as the cost model decides):
     vLLM and SGLang select TensorRT-LLM-gen's (:data:`TRTLLM_GEN_MOE_FLAGS`; what their B200
-    tables measured); for TensorRT-LLM a note names the ``moe_config.backend`` priced, which
-    this export does not write (the key is not in its YAML snapshot). ``device`` None (the
-    plan's cluster unreadable here): nothing."""
+    tables measured); TensorRT-LLM's YAML gets ``moe_config: {backend: TRTLLM}`` or
+    ``DEEPGEMM`` (``TorchLlmArgs.moe_config``, ``MoeConfig.backend``: keys and choices of its
+    YAML snapshot). ``device`` None (the plan's cluster unreadable here): nothing."""
     if model is None or device is None:
         return
     cfg = plan.cost_model
@@ -509,10 +510,10 @@ def _block_fp8_moe(plan: Plan, model: ModelSpec | None, device: DeviceSpec | Non
                      f"kernels the plan priced (TensorRT-LLM-gen's, through FlashInfer)")
     elif engine == "trtllm" and runs("trtllm-gen"):     # where the backend choice matters
         backend = "TRTLLM" if kernel == "trtllm-gen" else "DEEPGEMM"
-        notes.append(f"the plan prices the block-scaled FP8 MoE as moe_config.backend "
-                     f"{backend} runs it ({kernel}); this export does not write moe_config: "
-                     f"add 'moe_config: {{backend: {backend}}}' to the YAML to run what was "
-                     f"priced")
+        if yaml_cfg is not None:
+            yaml_cfg["moe_config"] = {"backend": backend}
+        notes.append(f"moe_config.backend {backend}: the block-scaled FP8 MoE kernels the "
+                     f"plan priced ({kernel})")
 
 
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
@@ -977,7 +978,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     env.update(env_extra)
     _layer_partition(plan, engine, env, notes)
     _sequence_parallel(cfg, engine, s.tp * dp, args, unexpressed)
-    _block_fp8_moe(plan, model, device, engine, args, notes)
+    _block_fp8_moe(plan, model, device, engine, args, notes, yaml_cfg)
     if model is not None and model.remote_code:
         # A config with auto_map names classes in the checkpoint's repository (config,
         # model or tokenizer); the engines load them only with this flag (vLLM / SGLang
