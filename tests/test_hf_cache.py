@@ -91,6 +91,14 @@ def test_missing_repo_is_one_line_naming_the_cache(tmp_path: Path,
     with pytest.raises(ConfigError, match=r"the shipped 'qwen3-32b' is that repository's "
                                           r"config \(--model qwen3-32b\)"):
         load_model("Qwen/Qwen3-32B")
+    # Meta's renamed Llama 3.1 repositories (Meta-Llama-3.1-8B is now Llama-3.1-8B, the hub
+    # redirecting the old id) name the shipped copy under either id, in any case
+    for repo in ("meta-llama/Llama-3.1-8B", "meta-llama/meta-llama-3.1-8b"):
+        with pytest.raises(ConfigError, match=r"the shipped 'llama-3.1-8b' is that "):
+            load_model(repo)
+    with pytest.raises(ConfigError) as exc:
+        load_model("meta-llama/Llama-3.1-8B-Instruct")      # not the shipped base model
+    assert "is that repository's config" not in str(exc.value)
     # a SOURCES.md row of a config that is not loadable (grok-1 is not shipped) names none
     with pytest.raises(ConfigError) as exc:
         load_model("xai-org/grok-1")

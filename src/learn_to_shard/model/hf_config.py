@@ -346,6 +346,17 @@ def shipped_repo_ids() -> dict[str, str]:
     return out
 
 
+def _hub_name(repo_id: str) -> str:
+    """``repo_id`` as the hub resolves it, for comparing ids: case-folded, and Meta's
+    Llama 3.1 repositories under their current names (``meta-llama/Meta-Llama-3.1-8B`` was
+    renamed ``meta-llama/Llama-3.1-8B``; the hub redirects the old id to the new,
+    huggingface.co/meta-llama/Meta-Llama-3.1-8B)."""
+    org, _, name = repo_id.lower().partition("/")
+    if org == "meta-llama" and name.startswith("meta-llama-3.1-"):
+        name = name.removeprefix("meta-")
+    return f"{org}/{name}"
+
+
 def shipped_model_names() -> list[str]:
     """Names of the supported model configs shipped in ``learn_to_shard/data/models``.
 
@@ -422,7 +433,7 @@ def _from_hf_cache(repo_id: str) -> tuple[Path, Path | None]:
         if not snaps:
             loadable = set(shipped_model_names())
             same = sorted(n for n, r in shipped_repo_ids().items()
-                          if r.lower() == repo_id.lower() and n in loadable)
+                          if _hub_name(r) == _hub_name(repo_id) and n in loadable)
             raise ConfigError(
                 f"--model {repo_id}: not a shipped model or a local path, and no config.json "
                 f"for it in the HuggingFace cache (looked in {folder}; cache from "
