@@ -371,13 +371,16 @@ def test_gemma3_wrapper_level_untied_embeddings_are_read(tmp_path: Path) -> None
     assert count_params(spec).lm_head == 3840 * 262208
 
 
-def test_yarn_rope_scaling_extends_the_context_as_vllm_derives_it(tmp_path: Path) -> None:
+def test_yarn_rope_scaling_extends_the_context(tmp_path: Path) -> None:
     """Qwen2.5 / Qwen3 model cards add a YaRN ``rope_scaling`` (factor 4 over 32,768
-    positions) for 131,072 tokens; vLLM derives its max_model_len as
-    original_max_position_embeddings × factor (vllm/config/model.py
-    _get_and_verify_max_len). The planner reads it so (a 60,000-token prompt plans, where it
-    was refused at max_position_embeddings 32,768); another scaling type keeps the
-    config's positions; the shipped DeepSeek-V3 (YaRN 40 × 4,096) keeps its 163,840."""
+    positions) for 131,072 tokens: the planner reads the context as
+    original_max_position_embeddings × factor (a 60,000-token prompt plans, where it was
+    refused at max_position_embeddings 40,960); another scaling type keeps the config's
+    positions; the shipped DeepSeek-V3 (YaRN 40 × 4,096) keeps its 163,840. The pinned vLLM
+    and SGLang take max_position_embeddings as written for YaRN and refuse a longer limit
+    unless told: the exports set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 /
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 where the requests need it, and only
+    there."""
     from typer.testing import CliRunner
 
     from learn_to_shard.cli import app
@@ -405,6 +408,21 @@ def test_yarn_rope_scaling_extends_the_context_as_vllm_derives_it(tmp_path: Path
                                  "h200:8", "--phase", "serve", "--isl", "60000", "--osl",
                                  "1000", "-q"])
     assert r.exit_code == 0, r.output
+    assert load_model(str(tmp_path / "yarn.json")).config_max_positions == 40960
+    assert load_model("deepseek-v3").config_max_positions == 0
+    base_cmd = ["plan", "--model", str(tmp_path / "yarn.json"), "--cluster", "h200:8",
+                "--phase", "serve", "--osl", "1000", "-q", "--export"]
+    for engine, var in (("vllm", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+                        ("sglang", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")):
+        long = CliRunner().invoke(app, [*base_cmd, engine, "--isl", "60000"])
+        assert long.exit_code == 0, long.output
+        launch = [ln for ln in long.stdout.splitlines() if ln and not ln.startswith("#")]
+        assert any(var in ln for ln in launch), long.stdout
+        assert "YaRN rope_scaling extends to 131072" in long.stdout
+        short = CliRunner().invoke(app, [*base_cmd, engine, "--isl", "30000"])
+        assert short.exit_code == 0 and var not in short.stdout, short.stdout
+    trt = CliRunner().invoke(app, [*base_cmd, "trtllm", "--isl", "60000"])
+    assert trt.exit_code == 0 and "set max_position_embeddings to 131072" in trt.stdout
     r = CliRunner().invoke(app, ["plan", "--model", str(tmp_path / "linear.json"), "--cluster",
                                  "h200:8", "--phase", "serve", "--isl", "60000", "--osl",
                                  "1000", "-q"])

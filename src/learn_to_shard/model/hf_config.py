@@ -685,6 +685,8 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
             not isinstance(dtype, str) or dtype.removeprefix("torch.") not in _TORCH_DTYPES):
         raise ConfigError(f"{f.source}: field '{where}{key}' is {dtype!r}; expected a torch "
                           f"dtype name: {', '.join(sorted(_TORCH_DTYPES))}")
+    written = f.integer("max_position_embeddings", 0, minimum=1)
+    extended = _yarn_positions(f, data, written)
     return {
         "architecture": arch or str(data["model_type"]),
         "hidden_size": f.integer("hidden_size"),
@@ -693,20 +695,25 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
                                       data.get("tie_word_embeddings") is True),
         "native_dtype": "" if not isinstance(dtype, str) or dtype == "auto"
         else dtype.removeprefix("torch."),
-        "max_position_embeddings": _yarn_positions(
-            f, data, f.integer("max_position_embeddings", 0, minimum=1)),
+        "max_position_embeddings": extended,
+        "config_max_positions": written if extended > written else 0,
     }
 
 
 def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
-    """The positions a YaRN ``rope_scaling`` extends the model to, as vLLM derives its
-    ``max_model_len``: ``original_max_position_embeddings × factor`` for ``rope_type`` (or
-    ``type``) ``yarn`` in ``rope_scaling`` (or ``rope_parameters``, where transformers v5
-    configs keep it) (vllm-project/vllm ``vllm/config/model.py``
-    ``_get_and_verify_max_len``; Qwen2.5 / Qwen3's model cards add ``{"type": "yarn",
-    "factor": 4.0, "original_max_position_embeddings": 32768}`` for 131,072 tokens), which
-    replaces ``max_position_embeddings``; else ``positions``. Other scaling types keep
-    ``max_position_embeddings`` (vLLM multiplies it by their ``factor`` too, which this
+    """The positions a YaRN ``rope_scaling`` extends the model to:
+    ``original_max_position_embeddings × factor`` for ``rope_type`` (or ``type``) ``yarn`` in
+    ``rope_scaling`` (or ``rope_parameters``, where transformers v5 configs keep it), which
+    replaces ``max_position_embeddings`` (``positions``); else ``positions``. Qwen2.5 /
+    Qwen3's model cards add ``{"type": "yarn", "factor": 4.0,
+    "original_max_position_embeddings": 32768}`` to serve 131,072 tokens, which earlier vLLM
+    releases derived as ``max_model_len``; the pinned vLLM 0.33.0 and SGLang 0.5.23 keep
+    ``max_position_embeddings`` for YaRN (vllm/config/model.py ``_get_and_verify_max_len``
+    skips the factor for ``yarn``; sglang/srt/utils/hf_transformers/common.py
+    ``get_context_length`` sets it to 1 where ``original_max_position_embeddings`` is given)
+    and start with a longer length only when told to (the export sets their override, see
+    :attr:`ModelSpec.config_max_positions`). Other scaling types keep
+    ``max_position_embeddings`` (both engines multiply it by their ``factor``, which this
     planner does not follow: a longer context stays refused rather than planned past what
     the checkpoint was trained for)."""
     found = [obj.get(key) for key in ("rope_scaling", "rope_parameters")

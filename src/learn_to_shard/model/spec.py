@@ -195,7 +195,11 @@ class ModelSpec:
             (DeepSeek FP8: (128, 128)); every sharded weight dim must be a multiple of it.
         native_dtype: ``torch_dtype`` of the checkpoint (informational; ``""`` when the
             config states none or ``auto``).
-        max_position_embeddings: longest context the model supports (tokens).
+        max_position_embeddings: longest context the model supports (tokens): the config's
+            ``max_position_embeddings``, or the length a YaRN ``rope_scaling`` extends it to.
+        config_max_positions: where a YaRN ``rope_scaling`` extends the context beyond the
+            config's ``max_position_embeddings``, that field as written (the engines' default
+            length limit, :func:`learn_to_shard.model.hf_config.load_model`); 0 otherwise.
         expert_weight_bits: bits per routed-expert weight, scales included, when the
             checkpoint stores its experts below the workload's dtype (MXFP4: 4.25); ``None``:
             experts are stored like the other weights.
@@ -246,6 +250,7 @@ class ModelSpec:
     weight_block_size: tuple[int, int] | None = None
     native_dtype: str = "bfloat16"
     max_position_embeddings: int = 0
+    config_max_positions: int = 0
     expert_weight_bits: float | None = None
     source: str = ""
     quant: QuantSpec | None = None

@@ -446,6 +446,17 @@ def _sequence_parallel(cfg: dict[str, object], engine: str, group: int, args: li
 #: ``srt/managers/utils.py`` ``validate_input_length``).
 SGLANG_PROMPT_MARGIN = 7
 
+#: Environment variables that let an engine start with a length limit above the one it
+#: derives from the config, which for a YaRN ``rope_scaling`` is ``max_position_embeddings``
+#: as written (vLLM 0.33.0 ``vllm/config/model.py`` ``_get_and_verify_max_len`` raises
+#: unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set, ``vllm/envs.py``; SGLang 0.5.23
+#: ``srt/configs/model_config.py`` ``_derive_context_length`` raises unless
+#: ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` is set).
+LONG_CONTEXT_OVERRIDE: dict[str, str] = {
+    "vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+}
+
 
 #: SGLang 0.5.23's default ``--max-prefill-tokens``: the most prompt tokens of one prefill
 #: batch, unless the context length is longer (``srt/arg_groups/fields/schedule.py``).
@@ -595,6 +606,22 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                f"which {model_id_of(plan.model, model)}'s "
                                f"max_position_embeddings {limit} caps")
         max_len = min(need, limit) if limit else need
+    written = model.config_max_positions if model is not None else 0
+    if model is not None and written and max_len > written:
+        yarn = (f"{model.name}'s config says max_position_embeddings {written}, which its "
+                f"YaRN rope_scaling extends to {model.max_position_embeddings} "
+                f"(original_max_position_embeddings × factor)")
+        var = LONG_CONTEXT_OVERRIDE.get(engine)
+        if var is not None:
+            env_extra[var] = "1"
+            notes.append(f"{var}=1: {yarn}; {prof.title} takes the former as its length "
+                         f"limit for YaRN and starts with {max_len} tokens only with this "
+                         f"override")
+        else:
+            notes.append(f"{yarn}; how {prof.title} {prof.version} limits --max_seq_len "
+                         f"for YaRN was not read: if it refuses {max_len}, set "
+                         f"max_position_embeddings to {model.max_position_embeddings} in the "
+                         f"checkpoint's config.json")
     tokens = _token_budget(plan, engine)
     if wl.phase is Phase.PREFILL:
         # A prefill plan prices one micro-batch's prompts per attention-DP rank in one pass
