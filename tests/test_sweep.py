@@ -281,6 +281,8 @@ def test_cli_size_answers_fewest_devices_and_cost(tmp_path):
         "--out", str(tmp_path / "size"), "--quiet"])
     assert r.exit_code == 0, r.output                  # h100: the alias of h100-sxm
     assert "lowest cost:" in r.output and "serve 30 req/s" in r.output
+    # no --engine: the answer says what it leaves out (layouts and host time of an engine)
+    assert "sized without an engine (no --engine)" in r.output
     rows = read_parquet(tmp_path / "size" / "results.parquet")
     assert {(x["device"], x["cluster_devices"]) for x in rows} == {
         ("h100-sxm", 1), ("h100-sxm", 2), ("h200", 1), ("h200", 2)}
@@ -290,6 +292,13 @@ def test_cli_size_answers_fewest_devices_and_cost(tmp_path):
     for f in fleets:
         assert f.replicas * f.instance_requests_per_s >= 30.0
         assert (f.replicas - 1) * f.instance_requests_per_s < 30.0
+    with_engine = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-8b", "--rate", "30", "--devices", "h100-sxm",
+        "--max-devices", "1", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
+        "--method", "megatron", "--engine", "vllm", "--workers", "1",
+        "--out", str(tmp_path / "size-vllm"), "--quiet"])
+    assert with_engine.exit_code == 0, with_engine.output
+    assert "sized without an engine" not in with_engine.output
 
 
 def test_cli_size_refuses_decode(tmp_path):

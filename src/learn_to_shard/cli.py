@@ -1708,6 +1708,11 @@ def size_cmd(
         con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} "
                   f"{'replica' if best.replicas == 1 else 'replicas'} of "
                   f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
+        if engine is None:
+            con.print("sized without an engine (no --engine): any per-operator layout, "
+                      "priced without an engine's host and front-end time; --engine vllm "
+                      "(or sglang, trtllm) sizes the layouts that engine launches, as it "
+                      "runs them (usually more devices)", markup=False, highlight=False)
         if best.queue_wait_s is not None:
             from .sweep.sizing import PREFILL_MAX_REPLICA_FACTOR, PREFILL_MAX_UTILIZATION
 
