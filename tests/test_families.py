@@ -351,8 +351,14 @@ def test_falcon_multi_query_and_new_decoder_architecture(tmp_path: Path) -> None
     """Falcon-7B: ``multi_query`` on the old architecture is MQA (1 KV head) although the
     config says num_kv_heads 71 (HF FalconAttention ignores it there); fused
     query_key_value = 4544 + 2 x 64 wide; parallel attention; non-gated 4H MLP; tied head.
-    With ``new_decoder_architecture`` (Falcon-40B/180B) ``num_kv_heads`` is read (GQA)."""
+    With ``new_decoder_architecture`` (Falcon-40B/180B) ``num_kv_heads`` is read (GQA). Its
+    config states no ``max_position_embeddings``: FalconConfig's 2,048, which the engines
+    read, limits requests (it was unlimited); a stated one is kept."""
     spec = load_model("falcon-7b-instruct")
+    assert "max_position_embeddings" not in _shipped_json("falcon-7b-instruct")
+    assert spec.max_position_embeddings == 2048
+    stated = _shipped_json("falcon-7b-instruct") | {"max_position_embeddings": 8192}
+    assert load_model(_write(tmp_path, stated)).max_position_embeddings == 8192
     a = spec.attention
     assert (a.num_heads, a.num_kv_heads, a.head_dim) == (71, 1, 64)
     assert OpShapes.of(spec).qkv_out == 4544 + 2 * 64
@@ -568,6 +574,9 @@ def test_cohere2_has_three_windowed_layers_to_one_global(tmp_path: Path, cfg: di
     default = {k: v for k, v in cfg.items() if k not in ("sliding_window", "layer_types",
                                                           "sliding_window_pattern")}
     assert [layer.window for layer in _load_inline(tmp_path, default).layers] == windows
+    # Cohere2Config's 8,192 positions where the config states none
+    bare = {k: v for k, v in cfg.items() if k != "max_position_embeddings"}
+    assert _load_inline(tmp_path, bare).max_position_embeddings == 8192
 
 
 @pytest.mark.parametrize("cfg, published", [

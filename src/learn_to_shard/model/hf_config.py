@@ -1371,8 +1371,8 @@ def _cohere2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     embeddings tied unless ``tie_word_embeddings`` is false (Cohere2Config's default), and
     windows: ``layer_types`` if present, else layer i is global iff
     ``(i + 1) % sliding_window_pattern == 0`` (default 4) and slides over ``sliding_window``
-    tokens otherwise, 4096 where the config leaves it out
-    (huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419
+    tokens otherwise, 4096 where the config leaves it out (and 8,192 positions, the class's
+    ``max_position_embeddings``) (huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419
     ``models/cohere2/configuration_cohere2.py``, which builds ``layer_types`` that way). The
     global layers apply no rotary embedding, which changes no weight or KV shape."""
     spec = _dense(f, data, qk_norm=f.flag("use_qk_norm", False))
@@ -1383,8 +1383,10 @@ def _cohere2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     if windows is None:
         every = f.integer("sliding_window_pattern", 4)
         windows = [None if (i + 1) % every == 0 else window for i in range(num_layers)]
-    return spec | {"layers": tuple(LayerSpec(is_moe=False, window=w) for w in windows),
-                   "tie_word_embeddings": _tied_unless_false(f, data)}
+    positions = {} if f.has("max_position_embeddings") else {"max_position_embeddings": 8192}
+    return spec | positions | {
+        "layers": tuple(LayerSpec(is_moe=False, window=w) for w in windows),
+        "tie_word_embeddings": _tied_unless_false(f, data)}
 
 
 def _nemotron(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
@@ -1497,6 +1499,11 @@ def _falcon(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     RMSNorm weights), two in the new architecture (4H, counted as 2H: < 0.01% of the model).
     """
     common = _common(f, data)
+    if not f.has("max_position_embeddings"):
+        # FalconConfig's default, which the engines read when the config leaves it out
+        # ("Pretrained Falcon models with RoPE support up to 2048 tokens";
+        # huggingface.co/docs/transformers/model_doc/falcon, FalconConfig)
+        common["max_position_embeddings"] = 2048
     hidden = common["hidden_size"]
     num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     heads = f.integer("num_attention_heads")
