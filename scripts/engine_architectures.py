@@ -7,8 +7,9 @@ An engine picks the class that runs a checkpoint from its config's ``architectur
 nothing imported:
 
 * vLLM: ``vllm/model_executor/models/registry.py`` in the release wheel: the keys of
-  ``_TEXT_GENERATION_MODELS`` and ``_MULTIMODAL_MODELS`` (its own implementations) and of
-  ``_TRANSFORMERS_SUPPORTED_MODELS`` (run on its Transformers backend);
+  ``_TEXT_GENERATION_MODELS`` and ``_MULTIMODAL_MODELS`` (its own implementations), of
+  ``_TRANSFORMERS_SUPPORTED_MODELS`` (run on its Transformers backend) and
+  ``_PREVIOUSLY_SUPPORTED_MODELS`` (refused now, with the last release that ran them);
 * SGLang: every ``EntryClass`` of ``sglang/srt/models/*.py`` in the release wheel (the classes
   ``ModelRegistry`` registers by name);
 * TensorRT-LLM (PyTorch runtime): the names given to ``register_auto_model("...")`` in
@@ -80,8 +81,17 @@ def read_vllm(wheel: Path) -> dict:
         tree = ast.parse(z.read("vllm/model_executor/models/registry.py").decode())
     native = sorted(set(_dict_keys(tree, "_TEXT_GENERATION_MODELS"))
                     | set(_dict_keys(tree, "_MULTIMODAL_MODELS")))
+    removed = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_PREVIOUSLY_SUPPORTED_MODELS"
+                for t in node.targets) and isinstance(node.value, ast.Dict):
+            pairs = zip(node.value.keys, node.value.values, strict=True)
+            removed = {k.value: v.value for k, v in pairs
+                       if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
     return {"native": native,
-            "transformers_backend": _dict_keys(tree, "_TRANSFORMERS_SUPPORTED_MODELS")}
+            "transformers_backend": _dict_keys(tree, "_TRANSFORMERS_SUPPORTED_MODELS"),
+            "removed": dict(sorted(removed.items()))}
 
 
 def _entry_names(node: ast.expr) -> list[str]:

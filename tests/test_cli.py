@@ -768,8 +768,8 @@ def _table_rows(*args: str) -> dict[str, list[str]]:
 def test_models_and_devices_list_names_or_a_table_with_long():
     """``l2s models`` / ``l2s devices`` print one name per line (for scripts); ``--long`` a
     table of each one's shape or datasheet figures, read from the same specs the planner
-    uses (a parameter count, the weight format of a 4-bit checkpoint, a missing context
-    limit as a dash; a device's memory in GiB and its aliases)."""
+    uses (a parameter count, the weight format of a 4-bit checkpoint, the context limit; a
+    device's memory in GiB and its aliases)."""
     from learn_to_shard.hardware.presets import device_names
     from learn_to_shard.model.hf_config import shipped_model_names
 
@@ -780,7 +780,8 @@ def test_models_and_devices_list_names_or_a_table_with_long():
     assert rows["llama-3.1-70b"][1:4] == ["70.6", "69.5", "80"]
     assert rows["gpt-oss-120b"][-1] == "mxfp4 (experts)" and rows["deepseek-v3"][-1] == "fp8"
     assert rows["deepseek-v3"][4].startswith("MLA 128 heads") and rows["qwen3-8b"][5] == "dense"
-    assert rows["falcon-7b-instruct"][-2] == "—"
+    # Falcon's config states no limit: FalconConfig's default 2,048, as the engines read it
+    assert rows["falcon-7b-instruct"][-2] == "2,048" and rows["qwen3-8b"][-2] == "40,960"
     r = _run("devices")
     assert r.exit_code == 0 and r.output.split() == device_names()
     rows = _table_rows("devices", "-l")

@@ -59,10 +59,10 @@ def test_every_planner_class_is_classified_for_every_engine(engine: str) -> None
     snap = load_architectures(engine)
     assert snap is not None and snap.version == get_engine(engine).version
     known = snap.native | snap.transformers_backend
-    assert planner <= known | snap.planner_absent
-    assert not (known & snap.planner_absent)
+    assert planner <= known | snap.planner_absent | snap.unverified
+    assert not (known & snap.planner_absent) and not (known & snap.unverified)
     if snap.complete:
-        assert snap.planner_absent == planner - known
+        assert snap.planner_absent == planner - known and not snap.unverified
 
 
 def test_trtllm_refuses_a_class_its_pytorch_runtime_does_not_register(tmp_path: Path) -> None:
@@ -81,7 +81,8 @@ def test_trtllm_refuses_a_class_its_pytorch_runtime_does_not_register(tmp_path: 
             "--isl", "1000", "--osl", "100", "-q"]
     why = ("TensorRT-LLM 1.2.0rc2's PyTorch runtime has no model class GraniteForCausalLM "
            "(no register_auto_model names it; trtllm-serve stops with 'Unknown architecture "
-           "for AutoModelForCausalLM: GraniteForCausalLM')")
+           "for AutoModelForCausalLM: GraniteForCausalLM'); vLLM 0.33.0 and SGLang 0.5.23 "
+           "register it")
     for flag in ("--export", "--engine"):
         r = CliRunner().invoke(app, [*base, flag, "trtllm"])
         assert r.exit_code == 2 and f"{flag} trtllm: {why}" in r.output, r.output
@@ -113,11 +114,59 @@ def test_a_fallback_to_the_transformers_backend_is_said() -> None:
         "there)" in str(architecture_note("vllm", "Olmo2ForCausalLM"))
     assert "has no implementation of MyLlamaForCausalLM" in str(
         architecture_note("vllm", "MyLlamaForCausalLM"))
-    assert architecture_note("trtllm", "GraniteForCausalLM") is None
+    assert architecture_note("trtllm", "GraniteForCausalLM") is None        # refused
     assert architecture_refusal("vllm", "MyLlamaForCausalLM") is None
     assert architecture_refusal("trtllm", "MyLlamaForCausalLM") is None     # not searched
+    assert "MyLlamaForCausalLM was not read (it is not among the classes searched for)" \
+        in str(architecture_note("trtllm", "MyLlamaForCausalLM"))
     assert architecture_refusal("trtllm", "InternLM2ForCausalLM") is not None
     assert architecture_refusal("trtllm", "Qwen3MoeForCausalLM") is None
+    assert architecture_note("trtllm", "Qwen3MoeForCausalLM") is None
+    # no class named: nothing checked (the engines resolve one from model_type)
+    assert architecture_refusal("trtllm", None) is None
+    assert architecture_note("vllm", None) is None
+
+
+@pytest.mark.parametrize("model", ["glm-5", "minimax-m2.5", "gemma-2-9b-it"])
+def test_trtllm_classes_registered_only_after_its_pinned_release_are_refused(model):
+    """GLM-5 (TensorRT-LLM's GLM-5 guide: minimum 1.3.0rc8), MiniMax-M2 (its pull request
+    10532, January 2026) and Gemma-2 (modeling_gemma2.py, copyright 2026) are registered by
+    later TensorRT-LLM sources, not by the pinned 1.2.0rc2: the export is refused."""
+    r = CliRunner().invoke(app, ["plan", "--model", model, "--cluster", "b200:8", "--phase",
+                                 "serve", "--isl", "1000", "--osl", "100", "-q", "--export",
+                                 "trtllm"])
+    assert r.exit_code == 2 and "PyTorch runtime has no model class" in r.output, r.output
+
+
+def test_unverified_classes_launch_with_a_note_and_unnamed_configs_are_not_checked(
+        tmp_path: Path) -> None:
+    """Phi-3 is registered by a TensorRT-LLM source whose date against 1.2.0rc2 was not
+    read: its launch says so. A config without ``architectures`` (the engines resolve a
+    class from ``model_type``) gets no class note or refusal from any engine. vLLM 0.33.0
+    refuses a class it removed (RWForCausalLM, supported until 0.28.0)."""
+    base = ["--cluster", "h100-sxm:1", "--phase", "serve", "--isl", "1000", "--osl", "100",
+            "-q", "--export"]
+    phi = CliRunner().invoke(app, ["plan", "--model", "phi-3-mini-4k-instruct", *base,
+                                   "trtllm"])
+    assert phi.exit_code == 0 and ("whether TensorRT-LLM 1.2.0rc2's PyTorch runtime "
+                                   "registers Phi3ForCausalLM was not read (a later source "
+                                   "registers it)") in phi.output, phi.output
+    text = (resources.files("learn_to_shard") / "data" / "models" / "llama-3.1-8b.json")
+    cfg = {k: v for k, v in json.loads(text.read_text()).items() if k != "architectures"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    for engine in ("vllm", "sglang", "trtllm"):
+        r = CliRunner().invoke(app, ["plan", "--model", str(path), *base, engine])
+        assert r.exit_code == 0 and "Transformers backend" not in r.output \
+            and "was not read" not in r.output, r.output
+    falcon = json.loads((resources.files("learn_to_shard") / "data" / "models"
+                         / "falcon-7b-instruct.json").read_text())
+    rw = tmp_path / "rw" / "config.json"
+    rw.parent.mkdir()
+    rw.write_text(json.dumps(falcon | {"architectures": ["RWForCausalLM"]}))
+    r = CliRunner().invoke(app, ["plan", "--model", str(rw), *base, "vllm"])
+    assert r.exit_code == 2 and "vLLM 0.33.0 no longer runs RWForCausalLM (supported until " \
+        "v0.28.0" in r.output, r.output
 
 
 def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
@@ -130,9 +179,11 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
         z.writestr("vllm/model_executor/models/registry.py",
                    '_TEXT_GENERATION_MODELS = {"AForCausalLM": ("a", "A")}\n'
                    '_MULTIMODAL_MODELS = {"BForConditionalGeneration": ("b", "B")}\n'
-                   '_TRANSFORMERS_SUPPORTED_MODELS = {"CForCausalLM": ("t", "T")}\n')
+                   '_TRANSFORMERS_SUPPORTED_MODELS = {"CForCausalLM": ("t", "T")}\n'
+                   '_PREVIOUSLY_SUPPORTED_MODELS = {"DForCausalLM": "0.9.2"}\n')
     assert mod.read_vllm(vllm) == {"native": ["AForCausalLM", "BForConditionalGeneration"],
-                                   "transformers_backend": ["CForCausalLM"]}
+                                   "transformers_backend": ["CForCausalLM"],
+                                   "removed": {"DForCausalLM": "0.9.2"}}
     sglang = tmp_path / "sglang.whl"
     with zipfile.ZipFile(sglang, "w") as z:
         z.writestr("sglang/srt/models/a.py", "class A: ...\nEntryClass = A\n")
@@ -145,3 +196,41 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
                                           '@register_auto_model("YForCausalLM")\n'
                                           'class X: ...\n')
     assert mod.read_trtllm(tmp_path) == {"native": ["XForCausalLM", "YForCausalLM"]}
+
+
+def test_the_class_facts_reach_the_plan_and_pareto(tmp_path: Path) -> None:
+    """A plan made for SGLang says, on its model line, that SGLang runs Falcon on its
+    Transformers backend (slower than priced); pareto under the TensorRT-engine profile,
+    whose launch engine (trtllm-serve) does not register Granite, says so where a launch
+    command would be, not that no engine runs on the device."""
+    plan = CliRunner().invoke(app, ["plan", "--model", "falcon-7b-instruct", "--cluster",
+                                    "h100-sxm:1", "--phase", "serve", "--isl", "1000",
+                                    "--osl", "100", "--engine", "sglang"])
+    assert plan.exit_code == 0, plan.output
+    assert "SGLang 0.5.23 has no implementation of FalconForCausalLM" in \
+        " ".join(plan.output.split())
+    cfg = {"architectures": ["GraniteForCausalLM"], "hidden_act": "silu",
+           "hidden_size": 2048, "intermediate_size": 8192, "model_type": "granite",
+           "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
+           "max_position_embeddings": 131072, "tie_word_embeddings": True,
+           "torch_dtype": "bfloat16", "vocab_size": 49155}
+    (tmp_path / "granite").mkdir()
+    (tmp_path / "granite" / "config.json").write_text(json.dumps(cfg))
+    r = CliRunner().invoke(app, ["pareto", "--model", str(tmp_path / "granite"), "--cluster",
+                                 "h100-sxm:1", "--isl", "1000", "--osl", "100", "--engine",
+                                 "trtllm-tensorrt", "--out", str(tmp_path / "p")])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "has no model class GraniteForCausalLM" in text
+    assert "no exported engine runs on this device" not in text
+
+
+def test_l2s_engines_lists_the_class_snapshot() -> None:
+    """``l2s engines`` states each engine's model-class snapshot beside its other facts: how
+    much of the registry it holds and the planner's classes the engine does not register."""
+    r = CliRunner().invoke(app, ["engines"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0
+    assert "model classes (251 model classes registered)" in text
+    assert "model classes (290 model classes registered)" in text       # SGLang's
+    assert "model classes (18 of the planner's model classes registered" in text

@@ -658,3 +658,29 @@ def test_cli_size_prefill_prints_its_queue(tmp_path):
     assert "prefill queue: each replica at" in text and "(M/D/1, Poisson arrivals)" in text
     load = int(text.split("prefill queue: each replica at ")[1].split("%")[0])
     assert load <= 90
+
+
+def test_cli_size_leaves_out_devices_the_engine_cannot_serve(tmp_path):
+    """An engine that cannot serve the checkpoint on a device kind (NVFP4 weights under
+    TensorRT-LLM before Blackwell) leaves that kind out with the reason, once, instead of a
+    failed search per cluster size; where it serves no kind asked for (a model class
+    TensorRT-LLM does not register), one line names --engine, exit 2."""
+    base = ["size", "--rate", "5", "--isl", "1000", "--osl", "100", "--max-devices", "1",
+            "--method", "megatron", "--engine", "trtllm", "--workers", "1", "--quiet"]
+    r = CliRunner().invoke(app, [*base, "--model", "qwen3-235b-a22b-nvfp4", "--devices",
+                                 "h100-sxm,b200", "--out", str(tmp_path / "nvfp4")])
+    assert r.exit_code == 0, r.output
+    assert "left out: h100-sxm: TensorRT-LLM 1.2.0rc2 runs NVFP4 weights only" in r.output
+    assert "failed:" not in r.output
+    cfg = {"architectures": ["GraniteForCausalLM"], "hidden_act": "silu",
+           "hidden_size": 2048, "intermediate_size": 8192, "model_type": "granite",
+           "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
+           "max_position_embeddings": 131072, "tie_word_embeddings": True,
+           "torch_dtype": "bfloat16", "vocab_size": 49155}
+    (tmp_path / "granite").mkdir()
+    (tmp_path / "granite" / "config.json").write_text(json.dumps(cfg))
+    g = CliRunner().invoke(app, [*base, "--model", str(tmp_path / "granite"), "--devices",
+                                 "h100-sxm", "--out", str(tmp_path / "g")])
+    assert g.exit_code == 2, g.output
+    assert "--engine trtllm: h100-sxm: TensorRT-LLM 1.2.0rc2's PyTorch runtime has no model " \
+        "class GraniteForCausalLM" in g.output and "Traceback" not in g.output

@@ -1332,9 +1332,11 @@ def pareto_cmd(
             check_engine_device(export, "--export", cm.cluster.device, cm.model)
         res = pareto(cm)
         launch_engine: str | None = export or _launch_engine(engine)
-        if launch_engine is not None and engine_refusal(launch_engine, cm.cluster.device,
-                                                        cm.model):
-            launch_engine = None       # no launch command for hardware or weights it lacks
+        no_launch = "no exported engine runs on this device"
+        if launch_engine is not None and (refusal := engine_refusal(
+                launch_engine, cm.cluster.device, cm.model)):
+            # no launch command for hardware, weights or a model class it lacks
+            no_launch, launch_engine = refusal, None
         rows = frontier_rows(res, cm, engine, launch_engine)
     except (PlannerError, InternalError) as exc:
         raise _fail(exc) from None
@@ -1373,7 +1375,7 @@ def pareto_cmd(
                       f"{float(str(r['tpot_s'])) * 1e3:.2f} ms",
                       "yes" if r["meets_tpot_slo"] else "no",
                       "—" if r["servers"] is None else str(r["servers"]),
-                      "— (no exported engine runs on this device)" if r["launch"] is None
+                      f"— ({no_launch})" if r["launch"] is None
                       else "\n".join(cast("list[str]", r["launch"])))
         con.print(t)
         if engine is None and launch_engine is not None and rows:
@@ -1483,6 +1485,7 @@ def engines_cmd() -> None:
     from rich.table import Table
 
     from .engines import ENGINES
+    from .engines.architectures import load_architectures
 
     con = Console(markup=False) if sys.stdout.isatty() else Console(width=160, markup=False)
     for eng in ENGINES.values():
@@ -1491,6 +1494,14 @@ def engines_cmd() -> None:
         t.add_column("source")
         for fact, src in eng.facts:
             t.add_row(fact, src)
+        snap = load_architectures(eng.name)
+        if snap is not None:
+            extent = (f"{len(snap.native)} model classes registered" if snap.complete else
+                      f"{len(snap.native)} of the planner's model classes registered, "
+                      f"{len(snap.unverified)} not read at this release")
+            t.add_row(f"model classes ({extent}); not registered among the planner's: "
+                      f"{', '.join(sorted(snap.planner_absent)) or 'none'}",
+                      f"engines/data/architectures.json: {snap.source}")
         con.print(t)
 
 
@@ -1655,15 +1666,28 @@ def size_cmd(
         _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         kinds = _csv_list(devices, "--devices")
         names = []
+        refused: list[str] = []
+        spec_model = load_model(model)
         for kind in kinds:
             try:
-                names.append(load_device(kind).name)
+                dev = load_device(kind)
             except PlannerError as exc:
                 raise PlannerError(f"--devices: {kind!r}: {exc}") from None
+            # an engine that cannot serve the checkpoint there (vendor, weights' math,
+            # model class): left out here, not one failed search per cluster size
+            why = engine_refusal(engine, dev, spec_model) if engine is not None else None
+            if why is None:
+                names.append(dev.name)
+            else:
+                refused.append(f"{dev.name}: {why}")
+        if refused and not names:
+            raise ConfigError(f"--engine {engine}: {'; '.join(refused)}; size with another "
+                              f"engine, or other --devices")
         prices = _prices(price)
-        unknown = sorted(set(prices) - set(names))
+        unknown = sorted(set(prices) - set(names) - {r.split(":")[0] for r in refused})
         if unknown:
             raise PlannerError(f"--price: {', '.join(unknown)} not among --devices {devices}")
+        prices = {k: v for k, v in prices.items() if k in names}
         counts = sorted({2 ** i for i in range(max_devices.bit_length())
                          if 2 ** i <= max_devices} | {max_devices})
         # the presets' own names (an alias typed, e.g. h100, is searched and shown as
@@ -1680,6 +1704,8 @@ def size_cmd(
                              if v is not None}],
                 "searchers": [method], "budgets": [budget], "seeds": [seed]}
         spec = grid_from_data(data, "l2s size")
+        for line in refused:
+            err.print(f"left out: {line}", markup=False, highlight=False)
         prog, on_start, on_row = _sweep_progress(quiet, "size: cluster searches")
         with prog:
             res = run_sweep(spec, out, workers=workers or os.cpu_count() or 1,

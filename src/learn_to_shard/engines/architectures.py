@@ -1,26 +1,36 @@
 """Which model classes each serving engine runs, from a pinned snapshot of its registry.
 
 An engine picks the class that runs a checkpoint from its config's ``architectures[0]``
-(HF's class name, e.g. ``Qwen3ForCausalLM``). ``data/architectures.json`` holds, per engine,
-the classes its pinned release registers (``native``; vLLM also ``transformers_backend``, the
-classes it runs on its Transformers backend by design) and ``planner_absent``, the classes of
-the families ``l2s`` loads that the engine does not register. ``scripts/engine_architectures.py``
-regenerates it from the engines' own files (vLLM's ``model_executor/models/registry.py`` and
-SGLang's ``EntryClass`` declarations in their release wheels, TensorRT-LLM's
-``register_auto_model`` names in its source); ``complete`` is false where the list was read
-from searches rather than the whole registry (see the entry's ``source``).
+(HF's class name, e.g. ``Qwen3ForCausalLM``). ``data/architectures.json`` holds, per engine:
 
-What an absent class means differs by engine:
+* ``native``: the classes its pinned release implements itself (vLLM's registry also maps some
+  to its Transformers backend by design: ``transformers_backend``);
+* ``planner_absent``: the classes of the families ``l2s`` loads that the release does not
+  register;
+* ``removed`` (vLLM): classes it supported until an earlier release and now refuses
+  (``_PREVIOUSLY_SUPPORTED_MODELS``);
+* ``unverified`` (TensorRT-LLM): classes a later source registers whose presence in the pinned
+  release was not read;
+* ``complete``: ``native`` is the whole registry (vLLM's and SGLang's, read from their wheels),
+  not only the planner's classes searched for (TensorRT-LLM's; see its ``source``).
+
+``scripts/engine_architectures.py`` regenerates it from the engines' own files.
+
+What an unregistered class means differs by engine:
 
 * TensorRT-LLM's PyTorch runtime has no fallback: ``AutoModelForCausalLM.from_config`` raises
   "Unknown architecture for AutoModelForCausalLM" (``tensorrt_llm/_torch/models/
-  modeling_auto.py``), so the launch is refused (:func:`architecture_refusal`);
-* vLLM and SGLang fall back to their Transformers backends when transformers (or the
-  checkpoint's ``auto_map`` code) provides a compatible class, and refuse to start otherwise
+  modeling_auto.py``), so the launch is refused (:func:`architecture_refusal`); vLLM refuses a
+  removed class ("was supported in vLLM until v…", ``ModelRegistry._raise_for_unsupported``);
+* otherwise vLLM and SGLang fall back to their Transformers backends when transformers (or
+  the checkpoint's ``auto_map`` code) provides a compatible class, and refuse to start if not
   (vLLM ``ModelRegistry.inspect_model_cls`` → ``_try_resolve_transformers``; SGLang
   ``model_loader/utils.py`` ``resolve_transformers_arch``): the launch stands with a note
   (:func:`architecture_note`), since the backend runs the model without the engine's own
   fused kernels, slower than the plan prices.
+
+A config that names no ``architectures`` is not checked (``ModelSpec.config_architecture``
+``None``): the engines then resolve a class from its ``model_type`` by rules of their own.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from functools import cache
 from importlib import resources
 
 __all__ = ["ArchitectureSnapshot", "architecture_note", "architecture_refusal",
-           "load_architectures"]
+           "engines_registering", "load_architectures"]
 
 #: Engine display names (the profiles' ``title``; repeated here so this module stays data).
 _TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -48,6 +58,9 @@ class ArchitectureSnapshot:
         native: classes the engine implements itself.
         transformers_backend: classes it maps to its Transformers backend (vLLM).
         planner_absent: classes of ``l2s``'s families the engine does not register.
+        removed: classes an earlier release supported, refused now (vLLM), with that
+            release.
+        unverified: classes a later source registers, not read at the pinned release.
         complete: ``native`` is the whole registry (else only the classes searched for).
     """
 
@@ -57,7 +70,23 @@ class ArchitectureSnapshot:
     native: frozenset[str]
     transformers_backend: frozenset[str]
     planner_absent: frozenset[str]
+    removed: dict[str, str]
+    unverified: frozenset[str]
     complete: bool
+
+    def registers(self, architecture: str) -> bool:
+        """The release runs ``architecture`` (its own implementation or, by its registry's
+        design, its Transformers backend)."""
+        return architecture in self.native or architecture in self.transformers_backend
+
+    def lacks(self, architecture: str) -> bool:
+        """The release is known not to register ``architecture``: listed absent or removed,
+        or missing from a complete registry (an unverified or unsearched class of an
+        incomplete one is not known either way)."""
+        if self.registers(architecture) or architecture in self.unverified:
+            return False
+        return architecture in self.planner_absent or architecture in self.removed \
+            or self.complete
 
 
 @cache
@@ -72,55 +101,75 @@ def load_architectures(engine: str) -> ArchitectureSnapshot | None:
         engine=engine, version=str(d["version"]), source=str(d["source"]),
         native=frozenset(d["native"]),
         transformers_backend=frozenset(d.get("transformers_backend", ())),
-        planner_absent=frozenset(d["planner_absent"]), complete=bool(d["complete"]))
+        planner_absent=frozenset(d["planner_absent"]),
+        removed={str(k): str(v) for k, v in d.get("removed", {}).items()},
+        unverified=frozenset(d.get("unverified", ())), complete=bool(d["complete"]))
 
 
-def _unregistered(engine: str, architecture: str) -> ArchitectureSnapshot | None:
-    """The snapshot of ``engine`` when it is known not to register ``architecture``: listed
-    absent, or missing from a complete registry; else ``None`` (registered, or not known)."""
-    snap = load_architectures(engine)
-    if snap is None or architecture in snap.native \
-            or architecture in snap.transformers_backend:
+def engines_registering(architecture: str) -> list[str]:
+    """Display names and versions of the engines whose snapshot registers
+    ``architecture`` (``["vLLM 0.33.0", "SGLang 0.5.23"]``), in vLLM, SGLang, TensorRT-LLM
+    order."""
+    out = []
+    for engine, title in _TITLES.items():
+        snap = load_architectures(engine)
+        if snap is not None and snap.registers(architecture):
+            out.append(f"{title} {snap.version}")
+    return out
+
+
+def architecture_refusal(engine: str, architecture: str | None) -> str | None:
+    """Why ``engine`` cannot start a checkpoint whose ``architectures[0]`` is
+    ``architecture``, or ``None`` (``architecture`` ``None``: the config names no class, not
+    checked): TensorRT-LLM's PyTorch runtime for a class it does not register (no
+    fallback), vLLM for a class it has removed. The reason names the engines that do run
+    it."""
+    snap = load_architectures(engine) if architecture is not None else None
+    if snap is None or architecture is None:
         return None
-    if architecture in snap.planner_absent or snap.complete:
-        return snap
+    others = [e for e in engines_registering(architecture)
+              if not e.startswith(_TITLES[engine])]
+    runs = f"; {' and '.join(others)} register it" if others else ""
+    if engine == "vllm" and architecture in snap.removed:
+        return (f"vLLM {snap.version} no longer runs {architecture} (supported until "
+                f"v{snap.removed[architecture]}; its registry refuses the class){runs}")
+    if engine == "trtllm" and snap.lacks(architecture):
+        return (f"TensorRT-LLM {snap.version}'s PyTorch runtime has no model class "
+                f"{architecture} (no register_auto_model names it; trtllm-serve stops with "
+                f"'Unknown architecture for AutoModelForCausalLM: {architecture}'){runs}")
     return None
 
 
-def architecture_refusal(engine: str, architecture: str) -> str | None:
-    """Why ``engine`` cannot start a checkpoint whose ``architectures[0]`` is
-    ``architecture``, or ``None``: only an engine without a fallback refuses (TensorRT-LLM's
-    PyTorch runtime, whose ``AutoModelForCausalLM`` raises "Unknown architecture" for a class
-    no ``register_auto_model`` names)."""
-    if engine != "trtllm":
-        return None
-    snap = _unregistered(engine, architecture)
-    if snap is None:
-        return None
-    return (f"TensorRT-LLM {snap.version}'s PyTorch runtime has no model class "
-            f"{architecture} (no register_auto_model names it; trtllm-serve stops with "
-            f"'Unknown architecture for AutoModelForCausalLM: {architecture}')")
+def architecture_note(engine: str, architecture: str | None) -> str | None:
+    """What the launch of ``engine`` should know about the class ``architecture``, or
+    ``None``:
 
-
-def architecture_note(engine: str, architecture: str) -> str | None:
-    """What ``engine`` does with a class it has no implementation of, or ``None``:
-
-    vLLM and SGLang run it on their Transformers backend where transformers or the
-    checkpoint's own ``auto_map`` code provides a compatible class, without the engine's
-    fused kernels (slower than the plan prices), and refuse to start otherwise; vLLM's
-    registry maps some classes to that backend by design (``_TRANSFORMERS_SUPPORTED_MODELS``).
+    * vLLM and SGLang run a class they have no implementation of on their Transformers
+      backend, where transformers or the checkpoint's own ``auto_map`` code provides a
+      compatible class, without the engine's fused kernels (slower than the plan prices),
+      and refuse to start otherwise; vLLM's registry maps some classes to that backend by
+      design (``_TRANSFORMERS_SUPPORTED_MODELS``);
+    * TensorRT-LLM's snapshot was read by searching for the planner's classes: a class it
+      does not list, or lists as registered only in sources later than the pinned release,
+      was not checked, and the note says so.
     """
-    if engine not in ("vllm", "sglang"):
-        return None
-    snap = load_architectures(engine)
-    if snap is None:
+    snap = load_architectures(engine) if architecture is not None else None
+    if snap is None or architecture is None or architecture_refusal(engine, architecture):
         return None
     title = _TITLES[engine]
+    if engine == "trtllm":
+        if snap.registers(architecture):
+            return None
+        known = "a later source registers it" if architecture in snap.unverified \
+            else "it is not among the classes searched for"
+        return (f"whether TensorRT-LLM {snap.version}'s PyTorch runtime registers "
+                f"{architecture} was not read ({known}): if trtllm-serve stops with "
+                f"'Unknown architecture', serve it with another engine")
     if architecture in snap.transformers_backend:
         return (f"{title} {snap.version} runs {architecture} on its Transformers backend "
                 f"(its registry maps the class there): without {title}'s own fused "
                 f"kernels, so slower than this plan prices")
-    if _unregistered(engine, architecture) is None:
+    if not snap.lacks(architecture):
         return None
     return (f"{title} {snap.version} has no implementation of {architecture}: it runs the "
             f"checkpoint only on its Transformers backend, where transformers or the "

@@ -689,6 +689,7 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     extended = _yarn_positions(f, data, written)
     return {
         "architecture": arch or str(data["model_type"]),
+        "config_architecture": arch,
         "hidden_size": f.integer("hidden_size"),
         "vocab_size": f.integer("vocab_size"),
         "tie_word_embeddings": f.flag("tie_word_embeddings",

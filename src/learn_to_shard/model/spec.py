@@ -234,6 +234,9 @@ class ModelSpec:
             model or tokenizer classes in the checkpoint's repository, e.g. Kimi-K2's
             ``kimi_k2`` config and tokenizer), which the engines load only with
             ``--trust-remote-code``; the exports pass it.
+        config_architecture: the config's ``architectures[0]``, the class name the engines
+            pick their implementation by; ``None`` where the config names none (then
+            ``architecture`` holds the ``model_type``, for messages).
     """
 
     name: str
@@ -263,6 +266,7 @@ class ModelSpec:
     image_tokens: ImageTokens | None = None
     repo_id: str | None = None
     remote_code: bool = False
+    config_architecture: str | None = None
 
     @property
     def checkpoint_dtype(self) -> str:

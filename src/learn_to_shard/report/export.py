@@ -255,7 +255,7 @@ def checkpoint_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None
     chip's compute capability, :func:`~learn_to_shard.hardware.fabric.compute_capability`)."""
     if model is None:
         return None
-    why = architecture_refusal(engine, model.architecture)
+    why = architecture_refusal(engine, model.config_architecture)
     if why is not None:
         return why
     q = model.quant
@@ -563,7 +563,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     moe = model.is_moe if model is not None else s.ep > 1
     unexpressed = _blocks_off(s, engine, model)
     notes: list[str] = []
-    arch_note = architecture_note(engine, model.architecture) if model is not None else None
+    arch_note = architecture_note(engine, model.config_architecture) if model is not None \
+        else None
     if arch_note is not None:
         notes.append(arch_note)
     env_extra: dict[str, str] = {}
@@ -997,7 +998,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"that folder for {model_path or hub_id} (Slurm mode downloads "
                          f"nothing from the hub)")
     why = checkpoint_refusal(engine, device, model) if device is not None \
-        else architecture_refusal(engine, model.architecture) if model is not None else None
+        else architecture_refusal(engine, model.config_architecture) if model is not None \
+        else None
     if why is not None:
         unexpressed.append(f"{why}; export for another engine, or serve another "
                            f"checkpoint")

@@ -10,6 +10,7 @@ from typing import Any
 from .. import __version__
 from ..cost.aggregate import SLO_REL_TOL
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
+from ..engines.architectures import architecture_note
 from ..hardware.spec import ClusterSpec
 from ..parallel.space import active_heads, canonical
 from ..parallel.strategy import Strategy
@@ -140,7 +141,7 @@ class Plan:
                    engine=engine, cost_model=dataclasses.asdict(cm.config),
                    expert_weight_bits=cm.model.expert_weight_bits,
                    num_layers=cm.model.num_layers,
-                   model_source=model_source(cm), weights=weights_note(cm),
+                   model_source=model_source(cm), weights=weights_note(cm, engine),
                    moe_routing=moe_routing_note(cm), cluster_spec=cm.cluster)
 
     @property
@@ -234,12 +235,18 @@ def model_source(cm: CostModel) -> str:
     return f"{m.source} ({kind})"
 
 
-def weights_note(cm: CostModel) -> str:
+def weights_note(cm: CostModel, engine: str | None = None) -> str:
     """One phrase on the weight format: the checkpoint's quantisation (bits per weight with
     scales, FP4 math or dequantised), a warning when ``--dtype`` differs from the checkpoint's
-    dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), and, for a
-    multimodal wrapper, that its vision tower is not in the memory or time estimates."""
+    dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), for a
+    multimodal wrapper that its vision tower is not in the memory or time estimates, and,
+    planned for ``engine``, what that engine does with the model's class where it has no
+    implementation of its own (:func:`~learn_to_shard.engines.architectures.
+    architecture_note`)."""
     note = _weights_format(cm)
+    arch = architecture_note(engine, cm.model.config_architecture) if engine else None
+    if arch is not None:
+        note += f"; {arch}"
     q = cm.model.quant
     if q is not None and q.kept_16bit:
         note += f"; the checkpoint keeps {', '.join(q.kept_16bit)} unquantised"
