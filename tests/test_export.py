@@ -1367,3 +1367,18 @@ def test_sglang_max_prefill_tokens_is_per_attention_dp_rank():
     assert step > 16384
     assert _arg(ex.args, "--max-prefill-tokens") == str(step), ex.args
     assert _arg(ex.args, "--chunked-prefill-size") == str(2 * step), ex.args
+
+
+def test_trtllm_fp8_kv_cache_needs_fp8_math():
+    """TensorRT-LLM's PyTorch backend runs FP8 (its FP8 KV cache among the recipes) on chips
+    with FP8 math only (its quantization page: "FP4 and FP8 quantization on the latest
+    Blackwell and Hopper GPUs"; its support matrix lists Ampere without FP8): an FP8 KV plan
+    on an A100 is NOT EXPRESSIBLE for it, on an H100 it is written as planned."""
+    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1024", "--osl",
+            "512", "--kv-dtype", "fp8", "--export", "trtllm", "-q"]
+    a100 = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1"])
+    assert a100.exit_code == 0 and "# NOT EXPRESSIBLE: FP8 KV cache: TensorRT-LLM's FP8" \
+        in a100.stdout, a100.stdout
+    h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1"])
+    assert h100.exit_code == 0 and "NOT EXPRESSIBLE" not in h100.stdout
+    assert "  dtype: fp8" in h100.stdout
