@@ -574,3 +574,19 @@ def test_serve_ttft_step_carries_the_prompts_mean_chunk():
     assert float(ph["pf2"][0]) == pytest.approx(16384 / 3, rel=1e-15)
     assert float(ph["pf_seqs2"][0]) == pytest.approx(1 / 3, rel=1e-15)
     assert float(ph["dec"][0]) == 8.0
+
+
+def test_a_vision_tower_is_in_the_first_stage_memory_split_by_tp():
+    """Qwen3-VL-32B holds Qwen3-32B's language model and a ~0.6B vision tower: planned at the
+    same degrees its weights per device are Qwen3-32B's plus the tower in 16 bits over TP
+    (vLLM's mm_encoder_tp_mode ``weights``), on the first pipeline stage only."""
+    vl, text = load_model("qwen3-vl-32b-instruct"), load_model("qwen3-32b")
+    wl = Workload(Phase.DECODE, isl=1024)
+    for tp, pp in ((1, 1), (4, 1), (2, 2)):
+        s = Strategy(tp=tp, ep=1, pp=pp, dp=1, batch=1)
+        a = CostModel(vl, parse_cluster(f"h100-sxm:{tp * pp}"), wl).evaluate(s)
+        b = CostModel(text, parse_cluster(f"h100-sxm:{tp * pp}"), wl).evaluate(s)
+        tower = 2.0 * vl.vision_params / tp
+        assert a.stage_memory_bytes[0] - b.stage_memory_bytes[0] == pytest.approx(tower)
+        if pp > 1:
+            assert a.stage_memory_bytes[1] == pytest.approx(b.stage_memory_bytes[1])

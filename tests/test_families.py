@@ -118,12 +118,15 @@ def test_minimax_m2_full_width_qk_norm_and_biased_router() -> None:
 
 def test_vision_language_wrapper_reads_text_config() -> None:
     """Qwen3-VL: the language model comes from text_config (qwen3_vl_text -> the Qwen3
-    builder, q/k norm); the vision tower is estimated and counted in the total only."""
+    builder, q/k norm); the vision tower is estimated (27 blocks of a 1152-wide ViT, 0.41B,
+    its 2,304 learned positions and four patch mergers of 4,608 → 5,120, one per deepstack
+    layer and the last: 0.60B) and counted in the total and in memory (split by TP), not in
+    time."""
     vl = load_model("qwen3-vl-32b-instruct")
     assert vl.wrapper == "qwen3_vl" and vl.attention.qk_norm
     assert (vl.hidden_size, vl.num_layers, vl.dense_intermediate_size) == (5120, 64, 25600)
     counts = count_params(vl)
-    assert 0.3e9 < counts.vision < 0.6e9          # 27 blocks of a 1152-wide ViT
+    assert counts.vision == pytest.approx(0.595e9, rel=0.01)
     # the same text model as Qwen3-32B, plus the vision tower
     assert counts.total == count_params(load_model("qwen3-32b")).total + counts.vision
     moe = load_model("qwen3-vl-235b-a22b-instruct")
@@ -606,3 +609,51 @@ def test_nemotron_has_a_non_gated_squared_relu_ffn(tmp_path: Path, cfg: dict[str
     hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     assert kv_cache_bytes_per_token(spec, 2) == \
         cfg["num_hidden_layers"] * 8 * (hidden // heads) * 2 * 2
+
+
+def test_vision_towers_count_gated_ffns_and_projectors(tmp_path: Path) -> None:
+    """Qwen2-VL's ViT (``embed_dim`` 1280, 32 blocks, ``mlp_ratio`` 4, its ``hidden_size``
+    the merger's 3,584 output) is the ~675M parameters its paper gives (arXiv 2409.12191);
+    Qwen2.5-VL's (SiLU: a gated FFN of three matrices, 3,420 wide) about the same; Pixtral in
+    Mistral-Small-3.1 (1,024 wide, 24 gated blocks, 2D rotary positions, a 2 × 2 patch merger
+    and a two-layer projector into 5,120) ~0.44B. Planned, the tower is in the first stage's
+    memory, 16-bit and split by TP."""
+    text = _shipped_json("qwen2.5-7b-instruct")
+    qwen2 = {**text, "model_type": "qwen2_vl",
+             "architectures": ["Qwen2VLForConditionalGeneration"],
+             "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4,
+                                       "num_heads": 16, "in_chans": 3, "hidden_size": 3584,
+                                       "patch_size": 14, "spatial_merge_size": 2,
+                                       "temporal_patch_size": 2, "hidden_act": "quick_gelu"}}
+    qwen25 = {**text, "model_type": "qwen2_5_vl", "architectures": [
+        "Qwen2_5_VLForConditionalGeneration"], "vision_config": {
+            "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+            "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "hidden_act": "silu", "in_chans": 3}}
+    for cfg in (qwen2, qwen25):
+        spec = load_model(_write(tmp_path, cfg))
+        assert spec.vision_params == pytest.approx(675e6, rel=0.01), cfg["model_type"]
+    mistral_text = {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                    "num_hidden_layers": 40, "vocab_size": 131072,
+                    "max_position_embeddings": 131072}
+    pixtral = {"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+               "spatial_merge_size": 2, "text_config": mistral_text, "vision_config": {
+                   "model_type": "pixtral", "hidden_size": 1024, "intermediate_size": 4096,
+                   "num_hidden_layers": 24, "num_attention_heads": 16, "patch_size": 14,
+                   "image_size": 1540, "hidden_act": "silu", "num_channels": 3}}
+    assert load_model(_write(tmp_path, pixtral)).vision_params == pytest.approx(0.44e9,
+                                                                                rel=0.01)
+
+
+def test_the_vision_estimate_matches_a_listed_qwen3_vl_size(tmp_path: Path) -> None:
+    """Qwen3-VL-30B-A3B is Qwen3-30B-A3B (30.53B) with the Qwen3-VL vision tower merged into
+    2,048: the estimate gives 31.07B, the figure listed for it (free2aitools.com/model/qwen/
+    qwen3-vl-30b-a3b-instruct, SOURCES.md)."""
+    cfg = _shipped_json("qwen3-vl-32b-instruct")
+    cfg |= {"model_type": "qwen3_vl_moe", "architectures": [
+        "Qwen3VLMoeForConditionalGeneration"],
+        "text_config": _shipped_json("qwen3-30b-a3b") | {"model_type": "qwen3_vl_moe_text"},
+        "vision_config": cfg["vision_config"] | {"out_hidden_size": 2048}}
+    assert count_params(load_model(_write(tmp_path, cfg))).total == pytest.approx(31.07e9,
+                                                                                 rel=0.001)

@@ -1534,13 +1534,25 @@ def _falcon(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _vision_params(data: dict[str, Any]) -> int:
-    """Estimated parameters of a wrapper's vision tower from ``vision_config`` (0 if absent).
+def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) -> int:
+    """Estimated parameters of a wrapper's vision tower from ``vision_config`` (0 if absent):
+    its ViT blocks, patch and position embeddings, and the projector into the language
+    model's width ``text_hidden``.
 
-    ViT blocks only, with biases (CLIP / SigLIP / Qwen-VL layout): per block q/k/v/o
-    ``4 H² + 4 H``, MLP ``2 H I + I + H``, two LayerNorms ``4 H``; plus the patch embedding
-    ``C · P² · T · H``. Projector / merger weights are not included, so this undercounts by a
-    few percent; the cost model does not use it (the plan says so).
+    * ViT width ``H``: ``hidden_size`` (``embed_dim`` where Qwen2-VL gives it, whose
+      ``hidden_size`` is the merger's output), ``depth`` / ``num_hidden_layers`` blocks,
+      FFN width ``intermediate_size`` (or ``mlp_ratio × H``).
+    * Per block: q/k/v/o ``4 H² + 4 H``, two norms ``4 H``, and the FFN: three matrices where
+      the activation is SiLU (gated: HF Qwen2_5_VLMLP, PixtralMLP), else two (fc1/fc2: HF
+      CLIPMLP, SiglipMLP, Qwen3VLVisionMLP), with biases.
+    * Patch embedding ``C · P² · T · H``; position embeddings ``num_position_embeddings``
+      (or ``(image_size / P)²``) × ``H``, none for Pixtral's 2D rotary positions.
+    * Projector: Qwen-VL's patch mergers (``out_hidden_size`` or Qwen2-VL's
+      ``hidden_size``; ``spatial_merge_size`` m: LayerNorm and two linears
+      ``(m² H)² + m² H · out``), one plus one per ``deepstack_visual_indexes`` entry
+      (Qwen3-VL); Gemma-3's one ``H × text_hidden`` projection; otherwise LLaVA's two-layer
+      MLP ``w H × text_hidden + text_hidden²`` over ``w`` = ``H`` (LLaVA), 4 ``H`` (InternVL's
+      ``downsample_ratio`` 0.5 pixel shuffle) or Mistral3's patch merger ``m² H × H`` first.
     """
     v = data.get("vision_config")
     if not isinstance(v, dict):
@@ -1553,13 +1565,43 @@ def _vision_params(data: dict[str, Any]) -> int:
                 return x
         return default
 
-    h = num("hidden_size", "embed_dim", "width")
+    qwen2_vl = num("embed_dim") > 0
+    h = num("embed_dim") if qwen2_vl else num("hidden_size", "width")
     depth = num("depth", "num_hidden_layers", "layers")
-    inter = num("intermediate_size", "mlp_dim", default=4 * h)
+    ratio = v.get("mlp_ratio")
+    default_inter = int(ratio * h) if isinstance(ratio, (int, float)) and ratio > 0 else 4 * h
+    inter = num("intermediate_size", "mlp_dim", default=default_inter)
     patch = num("patch_size", default=14)
-    blocks = depth * (4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h)
-    return blocks + num("in_channels", "num_channels", default=3) * patch * patch \
+    act = str(v.get("hidden_act", v.get("hidden_activation", ""))).lower()
+    gated = "silu" in act or "swiglu" in act
+    ffn = (3 * h * inter + 2 * inter + h) if gated else (2 * h * inter + inter + h)
+    blocks = depth * (4 * h * h + 4 * h + ffn + 4 * h)
+    embed = num("in_channels", "num_channels", default=3) * patch * patch \
         * num("temporal_patch_size", default=1) * h
+    image = num("image_size")
+    # Pixtral (Mistral3) and Qwen-VL rotate positions (2D RoPE): no learned table
+    positions = 0 if wrapper == "mistral3" else num(
+        "num_position_embeddings", default=(image // patch) ** 2 if image else 0) * h
+    top_merge = data.get("spatial_merge_size")     # Mistral3 states it at the top level
+    merge = num("spatial_merge_size", default=top_merge if isinstance(top_merge, int)
+                and not isinstance(top_merge, bool) and top_merge > 0 else 1)
+    out = num("out_hidden_size", default=num("hidden_size") if qwen2_vl else 0)
+    if out:                                   # Qwen-VL patch mergers
+        wide = merge * merge * h
+        deep = v.get("deepstack_visual_indexes")
+        count = 1 + (len(deep) if isinstance(deep, list) else 0)
+        projector = count * (2 * wide + wide * wide + wide + wide * out + out)
+    elif wrapper == "gemma3":
+        projector = h * text_hidden
+    else:
+        ratio_ds = data.get("downsample_ratio")
+        wide = h * merge * merge if wrapper == "mistral3" else \
+            int(round(h / ratio_ds ** 2)) if isinstance(ratio_ds, (int, float)) \
+            and 0 < ratio_ds < 1 else h
+        merger = wide * h if wrapper == "mistral3" else 0
+        w_in = h if wrapper == "mistral3" else wide
+        projector = merger + w_in * text_hidden + text_hidden * text_hidden
+    return blocks + embed + positions + projector
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -1665,6 +1707,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     return ModelSpec(name=src.name, source=source, source_kind=src.kind, repo_id=src.repo_id,
                      remote_code=isinstance(data.get("auto_map"), dict), quant=quant,
                      weight_block_size=block, expert_weight_bits=expert_bits,
-                     wrapper=wrapper, vision_params=_vision_params(data) if wrapper else 0,
+                     wrapper=wrapper,
+                     vision_params=_vision_params(data, wrapper, fields["hidden_size"])
+                     if wrapper else 0,
                      image_tokens=image_tokens(wrapper, data) if wrapper else None,
                      **fields)

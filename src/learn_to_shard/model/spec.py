@@ -209,9 +209,9 @@ class ModelSpec:
         post_norms: each layer has four RMSNorms (Gemma-2/3: pre/post attention and
             pre/post FFN) rather than two.
         vision_params: parameters of the vision tower of a multimodal wrapper (estimated
-            from ``vision_config``, see :func:`learn_to_shard.model.params.vision_params`);
-            counted in :class:`~learn_to_shard.model.params.ParamCount` only, not in the
-            cost model's memory or time (the plan says so).
+            from ``vision_config`` by ``load_model``); counted in
+            :class:`~learn_to_shard.model.params.ParamCount` and in the cost model's memory
+            (16-bit, split by TP on the first stage), not in its time (the plan says so).
         wrapper: ``model_type`` of the multimodal wrapper the language model was taken from
             (``qwen3_vl``, ``llava``, ...), ``None`` for a plain LM.
         source_kind: ``shipped`` (a config in the package), ``file`` (a local file or

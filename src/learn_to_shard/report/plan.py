@@ -239,7 +239,7 @@ def weights_note(cm: CostModel, engine: str | None = None) -> str:
     """One phrase on the weight format: the checkpoint's quantisation (bits per weight with
     scales, FP4 math or dequantised), a warning when ``--dtype`` differs from the checkpoint's
     dtype (FP8 checkpoint planned at bf16, or bf16 quantised online to FP8), for a
-    multimodal wrapper that its vision tower is not in the memory or time estimates, and,
+    multimodal wrapper that its vision tower is in memory but its compute is not priced, and,
     planned for ``engine``, what that engine does with the model's class where it has no
     implementation of its own (:func:`~learn_to_shard.engines.architectures.
     architecture_note`)."""
@@ -254,8 +254,8 @@ def weights_note(cm: CostModel, engine: str | None = None) -> str:
         note += "; it ships FP8 KV-cache scales (--kv-dtype fp8 plans the KV cache in FP8)"
     v = cm.model.vision_params
     if v:
-        note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) not counted in "
-                 f"memory or time")
+        note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) in memory "
+                 f"(16-bit, split by TP on the first stage), its compute not priced")
     wl = cm.workload
     if wl.images_per_request:
         rule = cm.model.image_tokens
