@@ -43,7 +43,8 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   + eager_layer · layers per stage · prompt steps`` (0 by default; engine profiles in
   :mod:`learn_to_shard.cost.config`; :meth:`OperatorTerms.host_time_s`).
 * **Memory per device and stage** — weights by placement (MoE: ``E/ep`` experts, split by
-  ``etp``), embedding on the first stage, LM head on the last (a tied LM head with ``pp > 1``
+  ``etp``), embedding (and a multimodal wrapper's vision tower, 16-bit over ``tp``) on the
+  first stage, LM head on the last (a tied LM head with ``pp > 1``
   is a second copy, FC-16), KV cache by attention layout (head split divides GQA KV heads, with
   replication when ``tp`` exceeds them; MLA's latent cache is replicated under head split and
   divided under a sequence split; windowed layers hold at most ``window`` tokens, or the full
