@@ -590,3 +590,22 @@ def test_a_vision_tower_is_in_the_first_stage_memory_split_by_tp():
         assert a.stage_memory_bytes[0] - b.stage_memory_bytes[0] == pytest.approx(tower)
         if pp > 1:
             assert a.stage_memory_bytes[1] == pytest.approx(b.stage_memory_bytes[1])
+
+
+def test_a_vision_language_model_plans_with_the_exact_search():
+    """The exact search's memory tables hold the vision tower as the cost model does (its
+    self-check compares the two): Qwen3-VL-32B and Gemma-3-12B plan with the default
+    searcher, and the chosen strategy's first stage holds the tower over its TP."""
+    from learn_to_shard.api import cost_config, make_cost_model
+    from learn_to_shard.api import plan as l2s_plan
+
+    for name, cluster in (("qwen3-vl-32b-instruct", "h100-sxm:4"),
+                          ("gemma-3-12b-it", "h100-sxm:2")):
+        p = l2s_plan(name, cluster, "serve", isl=2000, osl=500)
+        assert p.best is not None and p.method_used == "exact", (name, p.method_used)
+        m = load_model(name)
+        s = dataclasses.replace(p.best.strategy, batch=1)   # the chosen degrees and dims
+        cm, bare = (make_cost_model(spec, parse_cluster(cluster), p.workload, cost_config(None))
+                    for spec in (m, dataclasses.replace(m, vision_params=0)))
+        gap = cm.evaluate(s).stage_memory_bytes[0] - bare.evaluate(s).stage_memory_bytes[0]
+        assert gap == pytest.approx(2.0 * m.vision_params / s.tp)

@@ -1373,12 +1373,25 @@ def test_trtllm_fp8_kv_cache_needs_fp8_math():
     """TensorRT-LLM's PyTorch backend runs FP8 (its FP8 KV cache among the recipes) on chips
     with FP8 math only (its quantization page: "FP4 and FP8 quantization on the latest
     Blackwell and Hopper GPUs"; its support matrix lists Ampere without FP8): an FP8 KV plan
-    on an A100 is NOT EXPRESSIBLE for it, on an H100 it is written as planned."""
+    on an A100 is refused for it (exit 2, one line), NOT EXPRESSIBLE in the export of a plan
+    made without it; on an H100 it is written as planned."""
     base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1024", "--osl",
             "512", "--kv-dtype", "fp8", "--export", "trtllm", "-q"]
+    why = ("TensorRT-LLM 1.2.0rc2 runs an FP8 KV cache only with FP8 math (SM 89+: Ada, "
+           "Hopper, Blackwell), which a100-80gb does not have")
     a100 = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1"])
-    assert a100.exit_code == 0 and "# NOT EXPRESSIBLE: FP8 KV cache: TensorRT-LLM's FP8" \
-        in a100.stdout, a100.stdout
+    assert a100.exit_code == 2 and f"--export trtllm: {why}" in a100.output, a100.output
     h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1"])
     assert h100.exit_code == 0 and "NOT EXPRESSIBLE" not in h100.stdout
     assert "  dtype: fp8" in h100.stdout
+    # a plan made without the engine exports it NOT EXPRESSIBLE; the engine, its size
+    # sweep and vLLM are told the same way
+    plan = l2s_plan("llama-3.1-8b", "a100-80gb:1", "serve", isl=1024, osl=512,
+                    kv_dtype="fp8")
+    ex = build_export(plan, "trtllm", model=load_model("llama-3.1-8b"))
+    assert any(u.startswith(f"FP8 KV cache: {why}") for u in ex.unexpressed), ex.unexpressed
+    engine = CliRunner().invoke(app, [*base[:-3], "--engine", "trtllm", "-q", "--cluster",
+                                      "a100-80gb:1"])
+    assert engine.exit_code == 2 and f"--engine trtllm: {why}" in engine.output
+    vllm = CliRunner().invoke(app, [*base[:-2], "vllm", "-q", "--cluster", "a100-80gb:1"])
+    assert vllm.exit_code == 0 and "--kv-cache-dtype fp8" in vllm.stdout

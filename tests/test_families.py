@@ -616,8 +616,8 @@ def test_vision_towers_count_gated_ffns_and_projectors(tmp_path: Path) -> None:
     the merger's 3,584 output) is the ~675M parameters its paper gives (arXiv 2409.12191);
     Qwen2.5-VL's (SiLU: a gated FFN of three matrices, 3,420 wide) about the same; Pixtral in
     Mistral-Small-3.1 (1,024 wide, 24 gated blocks, 2D rotary positions, a 2 × 2 patch merger
-    and a two-layer projector into 5,120) ~0.44B. Planned, the tower is in the first stage's
-    memory, 16-bit and split by TP."""
+    and a two-layer projector into 5,120) ~0.44B (the tower's memory:
+    ``tests/test_cost_model.py -k vision``)."""
     text = _shipped_json("qwen2.5-7b-instruct")
     qwen2 = {**text, "model_type": "qwen2_vl",
              "architectures": ["Qwen2VLForConditionalGeneration"],

@@ -672,6 +672,12 @@ def test_cli_size_leaves_out_devices_the_engine_cannot_serve(tmp_path):
     assert r.exit_code == 0, r.output
     assert "left out: h100-sxm: TensorRT-LLM 1.2.0rc2 runs NVFP4 weights only" in r.output
     assert "failed:" not in r.output
+    kv = CliRunner().invoke(app, [*base, "--model", "llama-3.1-8b", "--kv-dtype", "fp8",
+                                  "--devices", "a100-80gb,h100-sxm", "--out",
+                                  str(tmp_path / "kv")])
+    assert kv.exit_code == 0, kv.output
+    assert "left out: a100-80gb: TensorRT-LLM 1.2.0rc2 runs an FP8 KV cache only" in kv.output
+    assert "1 × a100-80gb" not in kv.output
     cfg = {"architectures": ["GraniteForCausalLM"], "hidden_act": "silu",
            "hidden_size": 2048, "intermediate_size": 8192, "model_type": "granite",
            "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,

@@ -12,7 +12,7 @@ import numpy as np
 
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
-from .engines import default_kv_dtype
+from .engines import default_kv_dtype, kv_cache_refusal
 from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError
 from .hardware.fabric import scale_up_fabric
@@ -408,7 +408,8 @@ def plan(model: str | os.PathLike[str] | ModelSpec, cluster: str | os.PathLike[s
     wl = with_images(wl, spec, images_per_request, image_tokens)
     cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine,
                          context_parallel=context_parallel)
-    check_engine_device(engine, "engine", cm.cluster.device, cm.model)
+    check_engine_device(engine, "engine", cm.cluster.device, cm.model,
+                        cm.workload.kv_dtype is DType.FP8)
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 
@@ -821,24 +822,29 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
     return checkpoint_refusal(runtime, device, model)
 
 
-def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None) -> str | None:
+def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None,
+                   kv_fp8: bool = False) -> str | None:
     """Why ``engine`` cannot serve ``model`` on ``device`` — a device of a vendor it does
-    not run on (:func:`engine_runs_on`), or a checkpoint it cannot load there
-    (:func:`engine_checkpoint_refusal`) — or ``None``."""
+    not run on (:func:`engine_runs_on`), a checkpoint it cannot load there
+    (:func:`engine_checkpoint_refusal`), or, with ``kv_fp8``, an FP8 KV cache it cannot hold
+    there (:func:`~learn_to_shard.engines.kv_cache_refusal`) — or ``None``."""
     if not engine_runs_on(engine, device):
         return f"{engine_runtime(engine)} does not run on {device.name}"
-    return engine_checkpoint_refusal(engine, device, model)
+    return engine_checkpoint_refusal(engine, device, model) or kv_cache_refusal(
+        engine, kv_fp8, device.name, bool(device.peak_fp8_flops_per_s))
 
 
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
-                        model: ModelSpec | None = None) -> None:
+                        model: ModelSpec | None = None, kv_fp8: bool = False) -> None:
     """Refuse an engine (``--engine``, ``--export``, a grid's engine) on a device it does not
     run on (:func:`engine_runs_on`), or, given ``model``, for a checkpoint it cannot load
-    there (:func:`engine_checkpoint_refusal`).
+    there (:func:`engine_checkpoint_refusal`), or, with ``kv_fp8``, for an FP8 KV cache it
+    cannot hold there (:func:`~learn_to_shard.engines.kv_cache_refusal`).
 
     Raises:
         ConfigError: naming ``flag``, the engine, and the device's vendor and the vendors the
-            engine runs on, or what the engine lacks for the checkpoint and what would run.
+            engine runs on, or what the engine lacks for the checkpoint or the KV cache and
+            what would run.
     """
     if engine is None:
         return
@@ -854,3 +860,6 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
     if why is not None and model is not None:
         raise ConfigError(f"{flag} {engine}: {why}; plan {model.name} with another engine, "
                           f"or another checkpoint")
+    why = kv_cache_refusal(engine, kv_fp8, device.name, bool(device.peak_fp8_flops_per_s))
+    if why is not None:
+        raise ConfigError(f"{flag} {engine}: {why}")

@@ -593,7 +593,7 @@ def plan_cmd(
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
                              context_parallel=context_parallel)
         check_engine_device(engine, "--export" if export else "--engine", cm.cluster.device,
-                            cm.model)
+                            cm.model, cm.workload.kv_dtype is DType.FP8)
         if moe_a2a is not None and \
                 scale_up_fabric(cm.cluster.device).vendor not in ("nvidia", "unknown"):
             raise ConfigError(f"--moe-a2a {moe_a2a}: DeepEP runs on NVIDIA GPUs (NVSHMEM), "
@@ -1210,7 +1210,8 @@ def compare_cmd(
         # optimum every ratio is measured against is one the engine can run
         cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens), engine=engine)
-        check_engine_device(engine, "--engine", cm.cluster.device, cm.model)
+        check_engine_device(engine, "--engine", cm.cluster.device, cm.model,
+                            cm.workload.kv_dtype is DType.FP8)
         store = RunStore(out, problem_fingerprint(cm, budget))
         if store.check(resume):
             err.print(f"resuming: finished runs are loaded from {store.runs_dir}, not run "
@@ -1327,14 +1328,15 @@ def pareto_cmd(
             raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
-        check_engine_device(engine, "--engine", cm.cluster.device, cm.model)
+        kv_fp8 = cm.workload.kv_dtype is DType.FP8
+        check_engine_device(engine, "--engine", cm.cluster.device, cm.model, kv_fp8)
         if export:
-            check_engine_device(export, "--export", cm.cluster.device, cm.model)
+            check_engine_device(export, "--export", cm.cluster.device, cm.model, kv_fp8)
         res = pareto(cm)
         launch_engine: str | None = export or _launch_engine(engine)
         no_launch = "no exported engine runs on this device"
         if launch_engine is not None and (refusal := engine_refusal(
-                launch_engine, cm.cluster.device, cm.model)):
+                launch_engine, cm.cluster.device, cm.model, kv_fp8)):
             # no launch command for hardware, weights or a model class it lacks
             no_launch, launch_engine = refusal, None
         rows = frontier_rows(res, cm, engine, launch_engine)
@@ -1675,7 +1677,8 @@ def size_cmd(
                 raise PlannerError(f"--devices: {kind!r}: {exc}") from None
             # an engine that cannot serve the checkpoint there (vendor, weights' math,
             # model class): left out here, not one failed search per cluster size
-            why = engine_refusal(engine, dev, spec_model) if engine is not None else None
+            why = engine_refusal(engine, dev, spec_model, wl.kv_dtype is DType.FP8) \
+                if engine is not None else None
             if why is None:
                 names.append(dev.name)
             else:

@@ -663,6 +663,22 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
     return None
 
 
+def kv_cache_refusal(engine: str | None, kv_fp8: bool, device_name: str,
+                     fp8_math: bool) -> str | None:
+    """Why ``engine`` cannot hold an FP8 KV cache on ``device_name``, or ``None``:
+    TensorRT-LLM runs FP8, its KV cache included, only on chips with FP8 math (SM 89+: "The
+    default PyTorch backend supports FP4 and FP8 quantization on the latest Blackwell and
+    Hopper GPUs", nvidia.github.io/TensorRT-LLM features/quantization.html, whose recipes
+    list the FP8 KV cache; its support matrix gives Ampere FP32/FP16/BF16/INT8/INT4 and no
+    FP8, reference/support-matrix.html); vLLM and SGLang store FP8 KV on Ampere and convert it
+    for the attention kernels."""
+    if engine in ("trtllm", "trtllm-tensorrt") and kv_fp8 and not fp8_math:
+        return (f"TensorRT-LLM {ENGINES['trtllm'].version} runs an FP8 KV cache only with "
+                f"FP8 math (SM 89+: Ada, Hopper, Blackwell), which {device_name} does not "
+                f"have (vLLM and SGLang store it; or plan with --kv-dtype bf16)")
+    return None
+
+
 def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: float,
                          kv_tokens_per_rank: int, context_len: int) -> int:
     """Running requests one scheduler (one attention-DP rank) admits when the launch does not

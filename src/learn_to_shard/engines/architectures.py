@@ -129,7 +129,8 @@ def architecture_refusal(engine: str, architecture: str | None) -> str | None:
         return None
     others = [e for e in engines_registering(architecture)
               if not e.startswith(_TITLES[engine])]
-    runs = f"; {' and '.join(others)} register it" if others else ""
+    runs = (f"; {' and '.join(others)} "
+            f"{'registers' if len(others) == 1 else 'register'} it") if others else ""
     if engine == "vllm" and architecture in snap.removed:
         return (f"vLLM {snap.version} no longer runs {architecture} (supported until "
                 f"v{snap.removed[architecture]}; its registry refuses the class){runs}")

@@ -714,9 +714,11 @@ def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
     ``get_context_length`` sets it to 1 where ``original_max_position_embeddings`` is given)
     and start with a longer length only when told to (the export sets their override, see
     :attr:`ModelSpec.config_max_positions`). Other scaling types keep
-    ``max_position_embeddings`` (both engines multiply it by their ``factor``, which this
+    ``max_position_embeddings``: for ``linear`` and ``dynamic`` both engines multiply it by
+    ``factor`` (vLLM skips ``llama3``, ``longrope``, ``su`` and the YaRN variants; SGLang
+    skips ``llama3`` and any type with ``original_max_position_embeddings``), which this
     planner does not follow: a longer context stays refused rather than planned past what
-    the checkpoint was trained for)."""
+    the checkpoint was trained for."""
     found = [obj.get(key) for key in ("rope_scaling", "rope_parameters")
              for obj in (f.data, data)]
     rope = next((r for r in found if isinstance(r, dict)), None)
@@ -1568,8 +1570,9 @@ def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) 
     qwen2_vl = num("embed_dim") > 0
     h = num("embed_dim") if qwen2_vl else num("hidden_size", "width")
     depth = num("depth", "num_hidden_layers", "layers")
-    ratio = v.get("mlp_ratio")
-    default_inter = int(ratio * h) if isinstance(ratio, (int, float)) and ratio > 0 else 4 * h
+    ratio = v.get("mlp_ratio")          # a ratio outside (0, 64] is ignored, as absent
+    default_inter = int(ratio * h) if isinstance(ratio, (int, float)) \
+        and not isinstance(ratio, bool) and 0 < ratio <= 64 else 4 * h
     inter = num("intermediate_size", "mlp_dim", default=default_inter)
     patch = num("patch_size", default=14)
     act = str(v.get("hidden_act", v.get("hidden_activation", ""))).lower()
@@ -1597,7 +1600,7 @@ def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) 
         ratio_ds = data.get("downsample_ratio")
         wide = h * merge * merge if wrapper == "mistral3" else \
             int(round(h / ratio_ds ** 2)) if isinstance(ratio_ds, (int, float)) \
-            and 0 < ratio_ds < 1 else h
+            and not isinstance(ratio_ds, bool) and 1 / 16 <= ratio_ds < 1 else h
         merger = wide * h if wrapper == "mistral3" else 0
         w_in = h if wrapper == "mistral3" else wide
         projector = merger + w_in * text_hidden + text_hidden * text_hidden

@@ -52,6 +52,7 @@ from ..engines import (
     dp_node_ranks,
     dp_ranks_fit_nodes,
     get_engine,
+    kv_cache_refusal,
     node_ranks_cover,
     weights_refusal,
 )
@@ -959,15 +960,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         kv: dict[str, object] = {"free_gpu_memory_fraction": kv_frac}
         if fp8_kv:
             kv["dtype"] = "fp8"
-            if device is not None and not device.peak_fp8_flops_per_s:
-                # "The default PyTorch backend supports FP4 and FP8 quantization on the
-                # latest Blackwell and Hopper GPUs" (nvidia.github.io/TensorRT-LLM
-                # features/quantization.html, whose recipes include the FP8 KV cache); its
-                # support matrix lists Ampere without FP8 (reference/support-matrix.html)
-                unexpressed.append(f"FP8 KV cache: TensorRT-LLM's FP8 (its KV cache "
-                                   f"included) needs FP8 math (SM 89+: Ada, Hopper, "
-                                   f"Blackwell), which {device.name} does not have; plan "
-                                   f"with --kv-dtype bf16, or export for vLLM or SGLang")
+            why_kv = kv_cache_refusal(engine, True, device.name,
+                                      bool(device.peak_fp8_flops_per_s)) \
+                if device is not None else None
+            if why_kv is not None:
+                unexpressed.append(f"FP8 KV cache: {why_kv}")
         elif model is not None and model.quant is not None and model.quant.kv_cache_fp8:
             # kv_cache_config.dtype selects only fp8 / nvfp4 over the checkpoint; anything
             # else leaves the checkpoint's kv_cache_quant_algo (api.checkpoint_dtypes).

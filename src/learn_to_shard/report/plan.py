@@ -255,7 +255,7 @@ def weights_note(cm: CostModel, engine: str | None = None) -> str:
     v = cm.model.vision_params
     if v:
         note += (f"; vision tower ({cm.model.wrapper}, ~{v / 1e9:.2f}B params) in memory "
-                 f"(16-bit, split by TP on the first stage), its compute not priced")
+                 f"(16-bit, split by TP on the first stage)")
     wl = cm.workload
     if wl.images_per_request:
         rule = cm.model.image_tokens

@@ -866,7 +866,9 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     # The engine's layout rule is joint per block: Structure.engine_ok applies it instead.
     bits = (cm.space.rule_bits_many(act) & ~ENGINE_LAYOUT_BIT).reshape(u, nv)[inv]
     allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, NC)
-    ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1)
+    # the first stage's boundary weights: the embedding by its choice, and a vision tower
+    ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1) \
+        + cm.vision_weight_bytes(tp)[:, None]
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
     # The larger workspace of the two steps of the mix (``CostModel._mix_steps``).
     m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)

@@ -41,6 +41,7 @@ from ..model.hf_config import load_model
 from ..report.plan import Plan, join_reasons
 from ..search import get_searcher
 from ..search.base import SearchResult
+from ..workload import DType
 from .grid import Cell
 from .sizing import requests_per_s
 
@@ -80,7 +81,8 @@ def _cost_model(cell_problem: str) -> CostModel:
     cm = make_cost_model(spec, cell.cluster, cell.workload.workload(spec, e.name),
                            cost_config(e.name, e.gpu_memory_utilization,
                                        e.max_num_batched_tokens), engine=e.name)
-    check_engine_device(e.name, "engine", cm.cluster.device, cm.model)
+    check_engine_device(e.name, "engine", cm.cluster.device, cm.model,
+                        cm.workload.kv_dtype is DType.FP8)
     return cm
 
 
