@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from learn_to_shard.cost.shapes import OpShapes, kv_cache_bytes_per_token
-from learn_to_shard.errors import UnsupportedModelError
+from learn_to_shard.errors import ConfigError, UnsupportedModelError
 from learn_to_shard.model import count_params, load_model
 from learn_to_shard.model.params import (
     attention_params,
@@ -657,3 +657,33 @@ def test_the_vision_estimate_matches_a_listed_qwen3_vl_size(tmp_path: Path) -> N
         "vision_config": cfg["vision_config"] | {"out_hidden_size": 2048}}
     assert count_params(load_model(_write(tmp_path, cfg))).total == pytest.approx(31.07e9,
                                                                                  rel=0.001)
+
+
+def test_llava_text_config_takes_llama_defaults(tmp_path: Path) -> None:
+    """llava-hf/llava-1.5-7b-hf's ``text_config`` states only what differs from
+    transformers' LlamaConfig (the LLaMA-7B shape: 4,096 wide, 32 layers and heads, FFN
+    11,008): the planner fills the rest in as LlavaConfig does, and the model (Vicuna-7B
+    with a 32,064-token vocabulary, CLIP ViT-L/14 at 336 and a two-layer projector) is
+    ~7.06B; it was refused for a missing ``text_config.hidden_size``."""
+    cfg = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+           "image_token_index": 32000, "projector_hidden_act": "gelu",
+           "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+           "text_config": {"_name_or_path": "lmsys/vicuna-7b-v1.5",
+                           "architectures": ["LlamaForCausalLM"],
+                           "max_position_embeddings": 4096, "model_type": "llama",
+                           "rms_norm_eps": 1e-05, "torch_dtype": "float16",
+                           "vocab_size": 32064},
+           "vision_config": {"hidden_size": 1024, "image_size": 336,
+                             "intermediate_size": 4096, "model_type": "clip_vision_model",
+                             "num_attention_heads": 16, "num_hidden_layers": 24,
+                             "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
+           "torch_dtype": "float16"}
+    spec = load_model(_write(tmp_path, cfg))
+    assert (spec.hidden_size, spec.num_layers, spec.dense_intermediate_size) == \
+        (4096, 32, 11008)
+    assert spec.attention.num_kv_heads == 32 and spec.max_position_embeddings == 4096
+    assert count_params(spec).total == pytest.approx(7.06e9, rel=0.01)
+    # a plain Llama config stays strict: the defaults are the wrapper's, not every config's
+    bare = {k: v for k, v in _shipped_json("llama-3.1-8b").items() if k != "hidden_size"}
+    with pytest.raises(ConfigError, match="hidden_size"):
+        load_model(_write(tmp_path, bare))

@@ -156,6 +156,15 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "head_dim": 256, "max_position_embeddings": 131_072, "sliding_window": 4096,
     "sliding_window_pattern": 6}
 
+#: ``LlamaConfig``'s defaults for the fields the builder reads (transformers
+#: ``models/llama/configuration_llama.py``: the LLaMA-7B shape; ``num_key_value_heads``
+#: None means one per head), which a LLaVA wrapper's trimmed ``text_config`` leaves to
+#: transformers (``LlavaConfig`` builds it as ``CONFIG_MAPPING["llama"](**text_config)``;
+#: llava-hf/llava-1.5-7b-hf states only the vocabulary, positions and norm epsilon).
+_LLAMA_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "max_position_embeddings": 2048}
+
 #: Language-model ``model_type`` spellings inside wrappers -> the family builder's key.
 _TEXT_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe",
                  "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
@@ -1659,6 +1668,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     if text_type == "gemma3_text":       # the fields a trimmed config leaves to transformers
         # only absent keys: an explicit null (sliding_window: null, no window) stays one
         f = _Fields({**_GEMMA3_TEXT_DEFAULTS, **f.data}, f.source, f.prefix)
+    elif text_type == "llama" and wrapper in ("llava", "llava_next") and f is not top:
+        f = _Fields({**_LLAMA_TEXT_DEFAULTS, **f.data}, f.source, f.prefix)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "llama": lambda: _dense(f, data, qk_norm=False),
         "mistral": lambda: _dense(f, data, qk_norm=False, window_all=True),
