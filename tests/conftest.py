@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,22 @@ from learn_to_shard.model.spec import (
     ModelSpec,
     MoESpec,
 )
+
+#: A Granite-3.x-shaped config (HF GraniteForCausalLM): a class vLLM and SGLang register and
+#: TensorRT-LLM's PyTorch runtime does not (engines/data/architectures.json).
+GRANITE_CONFIG = {"architectures": ["GraniteForCausalLM"], "hidden_act": "silu",
+                  "hidden_size": 2048, "intermediate_size": 8192, "model_type": "granite",
+                  "num_attention_heads": 32, "num_hidden_layers": 40,
+                  "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                  "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 49155}
+
+
+def granite_folder(parent: Path) -> Path:
+    """``parent/granite`` holding :data:`GRANITE_CONFIG` as its ``config.json``."""
+    folder = parent / "granite"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(GRANITE_CONFIG))
+    return folder
 
 
 def tiny_dense(layers: int = 2, heads: int = 8, kv: int = 8, hidden: int = 1024,

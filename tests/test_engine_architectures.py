@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from conftest import granite_folder
 from typer.testing import CliRunner
 
 from learn_to_shard.cli import app
@@ -70,13 +71,7 @@ def test_trtllm_refuses_a_class_its_pytorch_runtime_does_not_register(tmp_path: 
     PyTorch runtime, which has no fallback: ``--export trtllm`` and ``--engine trtllm`` stop
     with one line naming the class, the engine table leaves TensorRT-LLM out with that
     reason, vLLM and SGLang export it without a note; Llama stays exportable to all three."""
-    cfg = {"architectures": ["GraniteForCausalLM"], "hidden_act": "silu",
-           "hidden_size": 2048, "intermediate_size": 8192, "model_type": "granite",
-           "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
-           "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
-           "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 49155}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
+    path = granite_folder(tmp_path)
     base = ["plan", "--model", str(path), "--cluster", "h100-sxm:1", "--phase", "serve",
             "--isl", "1000", "--osl", "100", "-q"]
     why = ("TensorRT-LLM 1.2.0rc2's PyTorch runtime has no model class GraniteForCausalLM "
@@ -209,16 +204,9 @@ def test_the_class_facts_reach_the_plan_and_pareto(tmp_path: Path) -> None:
     assert plan.exit_code == 0, plan.output
     assert "SGLang 0.5.23 has no implementation of FalconForCausalLM" in \
         " ".join(plan.output.split())
-    cfg = {"architectures": ["GraniteForCausalLM"], "hidden_act": "silu",
-           "hidden_size": 2048, "intermediate_size": 8192, "model_type": "granite",
-           "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
-           "max_position_embeddings": 131072, "tie_word_embeddings": True,
-           "torch_dtype": "bfloat16", "vocab_size": 49155}
-    (tmp_path / "granite").mkdir()
-    (tmp_path / "granite" / "config.json").write_text(json.dumps(cfg))
-    r = CliRunner().invoke(app, ["pareto", "--model", str(tmp_path / "granite"), "--cluster",
-                                 "h100-sxm:1", "--isl", "1000", "--osl", "100", "--engine",
-                                 "trtllm-tensorrt", "--out", str(tmp_path / "p")])
+    r = CliRunner().invoke(app, ["pareto", "--model", str(granite_folder(tmp_path)),
+                                 "--cluster", "h100-sxm:1", "--isl", "1000", "--osl", "100",
+                                 "--engine", "trtllm-tensorrt", "--out", str(tmp_path / "p")])
     text = " ".join(r.output.split())
     assert r.exit_code == 0, r.output
     assert "has no model class GraniteForCausalLM" in text

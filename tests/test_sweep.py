@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import granite_folder
 from typer.testing import CliRunner
 
 from learn_to_shard.cli import app
@@ -678,14 +679,7 @@ def test_cli_size_leaves_out_devices_the_engine_cannot_serve(tmp_path):
     assert kv.exit_code == 0, kv.output
     assert "left out: a100-80gb: TensorRT-LLM 1.2.0rc2 runs an FP8 KV cache only" in kv.output
     assert "1 × a100-80gb" not in kv.output
-    cfg = {"architectures": ["GraniteForCausalLM"], "hidden_act": "silu",
-           "hidden_size": 2048, "intermediate_size": 8192, "model_type": "granite",
-           "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
-           "max_position_embeddings": 131072, "tie_word_embeddings": True,
-           "torch_dtype": "bfloat16", "vocab_size": 49155}
-    (tmp_path / "granite").mkdir()
-    (tmp_path / "granite" / "config.json").write_text(json.dumps(cfg))
-    g = CliRunner().invoke(app, [*base, "--model", str(tmp_path / "granite"), "--devices",
+    g = CliRunner().invoke(app, [*base, "--model", str(granite_folder(tmp_path)), "--devices",
                                  "h100-sxm", "--out", str(tmp_path / "g")])
     assert g.exit_code == 2, g.output
     assert "--engine trtllm: h100-sxm: TensorRT-LLM 1.2.0rc2's PyTorch runtime has no model " \
