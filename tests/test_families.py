@@ -687,3 +687,19 @@ def test_llava_text_config_takes_llama_defaults(tmp_path: Path) -> None:
     bare = {k: v for k, v in _shipped_json("llama-3.1-8b").items() if k != "hidden_size"}
     with pytest.raises(ConfigError, match="hidden_size"):
         load_model(_write(tmp_path, bare))
+
+
+def test_llama4_vision_tower_counts_its_pixel_shuffle_mlp_and_projector(tmp_path: Path) -> None:
+    """Llama-4 Scout with its vision_config (34 blocks of a 1,408-wide ViT, the pixel-shuffle
+    MLP 5,632 → 4,096 → 4,096 and a 4,096 → 5,120 projector: HF Llama4VisionModel,
+    Llama4MultiModalProjector): ~0.87B, which with the 107.8B language model makes the
+    109B its model card gives with vision (the shipped config is text-only)."""
+    cfg = _shipped_json("llama-4-scout") | {"vision_config": {
+        "hidden_act": "gelu", "hidden_size": 1408, "image_size": 336,
+        "intermediate_size": 5632, "model_type": "llama4_vision_model",
+        "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 34,
+        "patch_size": 14, "pixel_shuffle_ratio": 0.5, "projector_input_dim": 4096,
+        "projector_output_dim": 4096, "vision_output_dim": 4096}}
+    spec = load_model(_write(tmp_path, cfg))
+    assert spec.vision_params == pytest.approx(0.872e9, rel=0.01)
+    assert count_params(spec).total == pytest.approx(109e9, rel=0.01)

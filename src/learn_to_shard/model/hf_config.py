@@ -1561,7 +1561,10 @@ def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) 
     * Projector: Qwen-VL's patch mergers (``out_hidden_size`` or Qwen2-VL's
       ``hidden_size``; ``spatial_merge_size`` m: LayerNorm and two linears
       ``(m² H)² + m² H · out``), one plus one per ``deepstack_visual_indexes`` entry
-      (Qwen3-VL); Gemma-3's one ``H × text_hidden`` projection; otherwise LLaVA's two-layer
+      (Qwen3-VL); Gemma-3's one ``H × text_hidden`` projection; Llama-4's pixel-shuffle MLP
+      (HF Llama4VisionMLP2: ``intermediate_size`` → ``projector_input_dim``, then
+      ``projector_output_dim`` square) and its ``vision_output_dim × text_hidden``
+      projector; otherwise LLaVA's two-layer
       MLP ``w H × text_hidden + text_hidden²`` over ``w`` = ``H`` (LLaVA), 4 ``H`` (InternVL's
       ``downsample_ratio`` 0.5 pixel shuffle) or Mistral3's patch merger ``m² H × H`` first.
     """
@@ -1605,6 +1608,11 @@ def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) 
         projector = count * (2 * wide + wide * wide + wide + wide * out + out)
     elif wrapper == "gemma3":
         projector = h * text_hidden
+    elif wrapper == "llama4":                 # pixel-shuffle MLP, then the projector
+        p_in, p_out = num("projector_input_dim", default=h), num("projector_output_dim",
+                                                                  default=h)
+        projector = inter * p_in + p_out * p_out \
+            + num("vision_output_dim", default=p_out) * text_hidden
     else:
         ratio_ds = data.get("downsample_ratio")
         wide = h * merge * merge if wrapper == "mistral3" else \
