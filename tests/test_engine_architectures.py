@@ -222,3 +222,29 @@ def test_l2s_engines_lists_the_class_snapshot() -> None:
     assert "model classes (251 model classes registered)" in text
     assert "model classes (290 model classes registered)" in text       # SGLang's
     assert "model classes (18 of the planner's model classes registered" in text
+
+
+def test_sglang_holds_full_length_kv_for_windowed_models_outside_its_swa_list() -> None:
+    """SGLang 0.5.23 keeps sliding-window layers in a window-sized pool only for the classes
+    of its hybrid-SWA allowlist (gpt-oss, Llama-4 among the planner's): Gemma-3's windowed
+    layers hold full-length KV there, so at 33,000 tokens one H100 fits 3 sequences under
+    SGLang where vLLM's hybrid allocator fits 20; gpt-oss stays window-capped under SGLang."""
+    from learn_to_shard.api import cost_config, make_cost_model
+    from learn_to_shard.workload import Phase, Workload
+
+    wl = Workload(Phase.SERVE, isl=32000, osl=1000)
+    for model, engine, capped in (("gemma-3-12b-it", "sglang", False),
+                                  ("gemma-3-12b-it", "vllm", True),
+                                  ("gpt-oss-20b", "sglang", True),
+                                  ("llama-3.1-8b", "sglang", True)):   # no windows
+        cm = make_cost_model(model, "h100-sxm:1", wl, cost_config(engine), engine=engine)
+        assert cm.config.window_kv_capped is capped, (model, engine)
+    batches = {}
+    for engine in ("sglang", "vllm"):
+        r = CliRunner().invoke(app, ["plan", "--model", "gemma-3-12b-it", "--cluster",
+                                     "h100-sxm:1", "--phase", "serve", "--isl", "32000",
+                                     "--osl", "1000", "--engine", engine, "--json",
+                                     "--no-timing", "-q"])
+        assert r.exit_code == 0, r.output
+        batches[engine] = json.loads(r.stdout)["best"]["strategy"]["batch"]
+    assert batches["sglang"] <= 4 < 16 <= batches["vllm"], batches

@@ -12,7 +12,7 @@ import numpy as np
 
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
-from .engines import default_kv_dtype, kv_cache_refusal
+from .engines import caps_window_kv, default_kv_dtype, kv_cache_refusal
 from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError
 from .hardware.fabric import scale_up_fabric
@@ -321,6 +321,10 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
     space = StrategySpace.build(m, c, engine=profile) if profile is not None else None
     if not context_parallel:
         space = dataclasses.replace(space or StrategySpace.build(m, c), cp_values=(1,))
+    if any(layer.window is not None for layer in m.layers) \
+            and not caps_window_kv(engine, m.config_architecture):
+        # the engine holds a windowed layer's KV at full length (engines.caps_window_kv)
+        config = dataclasses.replace(config or CostModelConfig(), window_kv_capped=False)
     return CostModel(m, c, workload, config=config, space=space)
 
 

@@ -663,6 +663,26 @@ def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_nam
     return None
 
 
+#: The planner's model classes whose sliding-window layers SGLang 0.5.23 keeps in a KV pool of
+#: their own, window-sized (``srt/configs/model_config.py`` ``is_hybrid_swa_model``: its
+#: allowlist, with gpt-oss among ``SWA_SINK_ARCHS``); every other windowed model (Gemma-2/3,
+#: Command-R7B / Command-A, Mistral's and Phi-3's windows) holds full-length KV in each layer
+#: of its one token pool, the window limiting only the attention span.
+SGLANG_WINDOW_KV_CLASSES: tuple[str, ...] = ("GptOssForCausalLM",
+                                             "Llama4ForConditionalGeneration")
+
+
+def caps_window_kv(engine: str | None, architecture: str | None) -> bool:
+    """Whether ``engine`` holds a sliding-window layer's KV to its window for a model of class
+    ``architecture`` (``CostModelConfig.window_kv_capped``): SGLang only for
+    :data:`SGLANG_WINDOW_KV_CLASSES`; vLLM's hybrid allocator and the defaults do; TensorRT-LLM
+    is left at the default (its per-layer window, ``kv_cache_config.max_attention_window``,
+    was not read against the export)."""
+    if engine == "sglang":
+        return architecture in SGLANG_WINDOW_KV_CLASSES
+    return True
+
+
 def kv_cache_refusal(engine: str | None, kv_fp8: bool, device_name: str,
                      fp8_math: bool) -> str | None:
     """Why ``engine`` cannot hold an FP8 KV cache on ``device_name``, or ``None``:

@@ -620,10 +620,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"limit for YaRN and starts with {max_len} tokens only with this "
                          f"override")
         else:
-            notes.append(f"{yarn}; how {prof.title} {prof.version} limits --max_seq_len "
-                         f"for YaRN was not read: if it refuses {max_len}, set "
-                         f"max_position_embeddings to {model.max_position_embeddings} in the "
-                         f"checkpoint's config.json")
+            # trtllm-serve's PyTorch engine lowers a --max_seq_len above the length it infers
+            # from the config to that length, with a warning (tensorrt_llm/_torch/pyexecutor/
+            # model_engine.py PyTorchModelEngine._init_max_seq_len; the override variable
+            # TLLM_ALLOW_LONG_MAX_MODEL_LEN comes in later sources)
+            unexpressed.append(f"requests of {max_len} tokens: {yarn}; {prof.title} "
+                               f"{prof.version} lowers --max_seq_len to the length it infers "
+                               f"from the config ({written}), so the server would refuse "
+                               f"them: set max_position_embeddings to "
+                               f"{model.max_position_embeddings} in the checkpoint's "
+                               f"config.json")
     tokens = _token_budget(plan, engine)
     if wl.phase is Phase.PREFILL:
         # A prefill plan prices one micro-batch's prompts per attention-DP rank in one pass
