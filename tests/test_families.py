@@ -706,3 +706,25 @@ def test_llama4_vision_tower_counts_its_pixel_shuffle_mlp_and_projector(tmp_path
     spec = load_model(_write(tmp_path, cfg))
     assert spec.vision_params == pytest.approx(0.872e9, rel=0.01)
     assert count_params(spec).total == pytest.approx(109e9, rel=0.01)
+
+
+def test_llava_next_mistral_text_config_takes_mistral_defaults(tmp_path: Path) -> None:
+    """llava-hf/llava-v1.6-mistral-7b-hf's ``text_config`` leaves the width, depth and head
+    counts to transformers' MistralConfig (the Mistral-7B shape): filled in as
+    LlavaNextConfig does, the model is ~7.57B (Mistral-7B with a CLIP ViT-L/14-336 tower and
+    its projector); it was refused for a missing ``text_config.hidden_size``."""
+    cfg = {"architectures": ["LlavaNextForConditionalGeneration"], "model_type": "llava_next",
+           "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672]],
+           "text_config": {"architectures": ["MistralForCausalLM"],
+                           "intermediate_size": 14336, "max_position_embeddings": 32768,
+                           "model_type": "mistral", "num_key_value_heads": 8,
+                           "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+                           "sliding_window": None, "vocab_size": 32064},
+           "vision_config": {"hidden_size": 1024, "image_size": 336,
+                             "intermediate_size": 4096, "model_type": "clip_vision_model",
+                             "num_attention_heads": 16, "num_hidden_layers": 24,
+                             "patch_size": 14, "projection_dim": 768}}
+    spec = load_model(_write(tmp_path, cfg))
+    assert (spec.hidden_size, spec.num_layers, spec.attention.num_kv_heads) == (4096, 32, 8)
+    assert all(layer.window is None for layer in spec.layers)      # sliding_window: null
+    assert count_params(spec).total == pytest.approx(7.57e9, rel=0.01)

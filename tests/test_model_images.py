@@ -64,6 +64,14 @@ def test_resolution_dependent_wrappers_need_image_tokens() -> None:
     assert with_images(_serve(), spec, 2, 1024).isl == 512 + 2048
     rule = load_model("llama-4-scout").image_tokens
     assert rule is not None and rule.fixed is None and rule.rule.startswith("144 per 336-px")
+    # the worked example rounds up as the rule says: 32-px cells (Qwen3-VL) 1,024 tokens
+    # for 1024 x 1024 px, 28-px cells (Qwen2/2.5-VL's 14-px patches merged 2 x 2) 37² = 1,369
+    assert "1024x1024 px -> 1024" in msg
+    from learn_to_shard.model.vision import image_tokens
+    qwen25 = image_tokens("qwen2_5_vl", {"vision_config": {"patch_size": 14,
+                                                           "spatial_merge_size": 2}})
+    assert qwen25.fixed is None and "ceil(H/28)*ceil(W/28)" in qwen25.rule \
+        and "1024x1024 px -> 1369" in qwen25.rule
 
 
 def test_llava_tokens_per_image_from_vision_config(tmp_path: Path) -> None:

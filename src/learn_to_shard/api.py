@@ -235,8 +235,8 @@ def with_images(workload: Workload, model: ModelSpec, images_per_request: int | 
     per_image = rule.fixed if rule.fixed is not None else image_tokens
     if per_image is None:
         raise ConfigError(f"--image-tokens: {model.name}'s tokens per image depend on the "
-                          f"image size ({model.wrapper}: {rule.rule}); give the count, e.g. "
-                          f"--image-tokens 1024")
+                          f"image size ({model.wrapper}: {rule.rule}); give the count with "
+                          f"--image-tokens")
     return dataclasses.replace(workload, isl=workload.isl + n * per_image,
                                images_per_request=n, tokens_per_image=per_image)
 

@@ -164,6 +164,13 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
 _LLAMA_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
     "num_hidden_layers": 32, "num_attention_heads": 32, "max_position_embeddings": 2048}
+#: ``MistralConfig``'s (transformers ``models/mistral/configuration_mistral.py``: the
+#: Mistral-7B shape, 8 KV heads, 4096 × 32 positions, a 4,096-token window), for the same
+#: trimmed text configs of LLaVA-NeXT's Mistral checkpoints (llava-hf/llava-v1.6-mistral-7b-hf).
+_MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "max_position_embeddings": 4096 * 32, "sliding_window": 4096}
 
 #: Language-model ``model_type`` spellings inside wrappers -> the family builder's key.
 _TEXT_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe",
@@ -1676,8 +1683,10 @@ def load_model(name_or_path: str) -> ModelSpec:
     if text_type == "gemma3_text":       # the fields a trimmed config leaves to transformers
         # only absent keys: an explicit null (sliding_window: null, no window) stays one
         f = _Fields({**_GEMMA3_TEXT_DEFAULTS, **f.data}, f.source, f.prefix)
-    elif text_type == "llama" and wrapper in ("llava", "llava_next") and f is not top:
-        f = _Fields({**_LLAMA_TEXT_DEFAULTS, **f.data}, f.source, f.prefix)
+    elif text_type in ("llama", "mistral") and wrapper in ("llava", "llava_next") \
+            and f is not top:
+        defaults = _LLAMA_TEXT_DEFAULTS if text_type == "llama" else _MISTRAL_TEXT_DEFAULTS
+        f = _Fields({**defaults, **f.data}, f.source, f.prefix)
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "llama": lambda: _dense(f, data, qk_norm=False),
         "mistral": lambda: _dense(f, data, qk_norm=False, window_all=True),

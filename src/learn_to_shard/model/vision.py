@@ -83,7 +83,7 @@ def image_tokens(wrapper: str, data: dict[str, Any]) -> ImageTokens:
         p = patch * merge
         return ImageTokens(None, f"ceil(H/{p})*ceil(W/{p}) for an HxW-pixel image (vision_config"
                                  f" patch_size {patch} x spatial_merge_size {merge}); "
-                                 f"1024x1024 px -> {(1024 // p) ** 2}")
+                                 f"1024x1024 px -> {(-(-1024 // p)) ** 2}")
     if wrapper == "llama4":
         size = size or 336
         patch = patch or 14
