@@ -18,8 +18,9 @@ the wrapper:
   per 28 px plus row breaks). For these the user gives the count (``--image-tokens``) and
   the message shows the wrapper's rule.
 
-The vision encoder's own compute and weights are not priced by the cost model (its weights
-are counted in :class:`~learn_to_shard.model.params.ParamCount` only).
+The vision encoder's own compute is not priced by the cost model; its weights are counted
+in :class:`~learn_to_shard.model.params.ParamCount` and held in the first stage's memory
+(``OperatorTerms.vision_weight_bytes``).
 """
 
 from __future__ import annotations
