@@ -431,6 +431,9 @@ def test_yarn_rope_scaling_extends_the_context(tmp_path: Path) -> None:
         assert "YaRN rope_scaling extends to 131072" in long.stdout
         short = CliRunner().invoke(app, [*base_cmd, engine, "--isl", "30000"])
         assert short.exit_code == 0 and var not in short.stdout, short.stdout
+    over = CliRunner().invoke(app, [*base_cmd[:-1], "--isl", "140000"])
+    assert over.exit_code == 2 and "exceeds the 131072 positions yarn's YaRN rope_scaling " \
+        "extends its max_position_embeddings 40960 to" in over.output, over.output
     trt = CliRunner().invoke(app, [*base_cmd, "trtllm", "--isl", "60000"])
     assert trt.exit_code == 0 and "# NOT EXPRESSIBLE: requests of 61000 tokens" in trt.stdout
     assert "lowers --max_seq_len to the length it infers from the config (40960)" in \

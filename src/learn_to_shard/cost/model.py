@@ -291,11 +291,16 @@ class CostModel(OperatorTerms):
         if limit and workload.max_context > limit:
             flag = {Phase.DECODE: "--context", Phase.PREFILL: "--isl"}.get(
                 workload.phase, "--isl + --osl")
+            if workload.images_per_request:
+                flag += f" with --images-per-request {workload.images_per_request}"
+            what = (f"the {limit} positions {model.name}'s YaRN rope_scaling extends its "
+                    f"max_position_embeddings {model.config_max_positions} to"
+                    if model.config_max_positions
+                    else f"{model.name}'s max_position_embeddings {limit}")
             raise ConfigError(
-                f"{flag}: a request of {workload.max_context} tokens exceeds {model.name}'s "
-                f"max_position_embeddings {limit} ({model.source or 'config.json'}); use at "
-                f"most {limit} tokens, or a config.json whose max_position_embeddings allows "
-                f"more (RoPE scaling)")
+                f"{flag}: a request of {workload.max_context} tokens exceeds {what} "
+                f"({model.source or 'config.json'}); use at most {limit} tokens, or a "
+                f"config.json whose max_position_embeddings (or rope_scaling) allows more")
         self.model = model
         self.cluster = cluster
         self.workload = workload
