@@ -1384,6 +1384,19 @@ def _tied_unless_false(f: _Fields, data: dict[str, Any]) -> bool:
     return f.flag("tie_word_embeddings", data.get("tie_word_embeddings") is not False)
 
 
+def _interleaved_windows(f: _Fields, num_layers: int, window: int | None,
+                         global_every: int) -> list[int | None]:
+    """Per-layer windows of a model that interleaves sliding-window and global layers
+    (Gemma-2/3, Cohere2): ``layer_types`` where the config has it, else layer i is global
+    iff ``(i + 1) % global_every == 0`` and slides over ``window`` tokens otherwise (the rule
+    their transformers config classes build ``layer_types`` by)."""
+    windows = _windows_from_layer_types(
+        f, num_layers, {"full_attention": None, "sliding_attention": window})
+    if windows is None:
+        windows = [None if (i + 1) % global_every == 0 else window for i in range(num_layers)]
+    return windows
+
+
 def _cohere2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     """Command-R7B / Command-A (HF Cohere2ForCausalLM): Command-R's layer (attention and FFN
     side by side from one LayerNorm, Llama's matrices; q/k norms only with ``use_qk_norm``),
@@ -1397,11 +1410,8 @@ def _cohere2(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     spec = _dense(f, data, qk_norm=f.flag("use_qk_norm", False))
     num_layers = len(spec["layers"])
     window = f.opt_integer("sliding_window") if f.has("sliding_window") else 4096
-    windows = _windows_from_layer_types(
-        f, num_layers, {"full_attention": None, "sliding_attention": window})
-    if windows is None:
-        every = f.integer("sliding_window_pattern", 4)
-        windows = [None if (i + 1) % every == 0 else window for i in range(num_layers)]
+    windows = _interleaved_windows(f, num_layers, window,
+                                   f.integer("sliding_window_pattern", 4))
     positions = {} if f.has("max_position_embeddings") else {"max_position_embeddings": 8192}
     return spec | positions | {
         "layers": tuple(LayerSpec(is_moe=False, window=w) for w in windows),
@@ -1467,11 +1477,8 @@ def _gemma(f: _Fields, data: dict[str, Any], *, global_every: int,
     """
     spec = _dense(f, data, qk_norm=qk_norm)
     num_layers = len(spec["layers"])
-    window = f.opt_integer("sliding_window")
-    windows = _windows_from_layer_types(
-        f, num_layers, {"full_attention": None, "sliding_attention": window})
-    if windows is None:
-        windows = [None if (i + 1) % global_every == 0 else window for i in range(num_layers)]
+    windows = _interleaved_windows(f, num_layers, f.opt_integer("sliding_window"),
+                                   global_every)
     attention = dataclasses.replace(spec["attention"],
                                     logit_softcap=f.opt_number("attn_logit_softcapping"))
     return spec | {
