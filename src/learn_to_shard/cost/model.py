@@ -760,7 +760,7 @@ class CostModel(OperatorTerms):
         c_att = dims[:, Op.ATTENTION]
         s_all, s_seq = self.resident_sequences(deg["batch"], dp, tp, cp)
         kv_seqs_rank = np.where(c_att == DIM0, s_seq, s_all)
-        emb_w = self.embedding_weight_bytes(c_emb, tp) + self.vision_weight_bytes(tp)
+        emb_w = self.first_stage_weight_bytes(c_emb, tp)
         lm_w = lm["w_bytes"]
         if m.tie_word_embeddings:
             lm_w = np.where(pp > 1, lm_w, 0.0)   # shared with the embedding on one stage

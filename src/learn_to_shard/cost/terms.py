@@ -826,13 +826,16 @@ class OperatorTerms:
         return np.where(choice == REPLICATED, vpad * h,
                         vpad * h / tp.astype(np.float64)) * self._eb
 
-    def vision_weight_bytes(self, tp: np.ndarray) -> np.ndarray:
-        """A multimodal wrapper's vision tower on the first stage, bytes per device, ``[n]``:
-        ``ModelSpec.vision_params`` in 16 bits (the tower as a BF16 checkpoint holds it; a
-        checkpoint that quantises it is not told apart) split over ``tp`` (vLLM's
-        ``mm_encoder_tp_mode`` default ``weights``, "split the weights of each layer across
-        TP ranks": vllm/config/multimodal.py at v0.33.0); 0 for a plain LM."""
-        return np.full(tp.shape, 2.0 * self.model.vision_params) / tp.astype(np.float64)
+    def first_stage_weight_bytes(self, choice: np.ndarray, tp: np.ndarray) -> np.ndarray:
+        """Weights the first pipeline stage holds besides its layers, bytes per device,
+        ``[n]``: the embedding table (:meth:`embedding_weight_bytes`, by its ``choice``) and
+        a multimodal wrapper's vision tower, ``ModelSpec.vision_params`` in 16 bits (the
+        tower as a BF16 checkpoint holds it; a checkpoint that quantises it is not told
+        apart) split over ``tp`` (vLLM's ``mm_encoder_tp_mode`` default ``weights``, "split
+        the weights of each layer across TP ranks": vllm/config/multimodal.py at v0.33.0).
+        The cost model and the exact search's tables both read it."""
+        vision = 2.0 * self.model.vision_params / tp.astype(np.float64)
+        return self.embedding_weight_bytes(choice, tp) + vision
 
     @staticmethod
     def lm_head_rows(dec: np.ndarray, pf_seqs: np.ndarray) -> np.ndarray:

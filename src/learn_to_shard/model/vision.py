@@ -20,7 +20,7 @@ the wrapper:
 
 The vision encoder's own compute is not priced by the cost model; its weights are counted
 in :class:`~learn_to_shard.model.params.ParamCount` and held in the first stage's memory
-(``OperatorTerms.vision_weight_bytes``).
+(``OperatorTerms.first_stage_weight_bytes``).
 """
 
 from __future__ import annotations

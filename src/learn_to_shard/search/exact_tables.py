@@ -32,7 +32,7 @@ rows, so that the exact solver (:mod:`learn_to_shard.search.exact`) sees the sam
   time depends on (last layer's output layout, lm_head choice).
 * **Called, not restated.** The layer (``layer``), its environment (``layer_env``), the
   LM-head block (``lm_head``), host time (``host_time_s``), the stage-to-stage send
-  (``p2p_time_s``) and the boundary terms (``embedding_time_s``, ``embedding_weight_bytes``,
+  (``p2p_time_s``) and the boundary terms (``embedding_time_s``, ``first_stage_weight_bytes``,
   ``lm_head_rows``, ``resident_sequences``, ``workspace_bytes``, and the busiest
   attention-DP rank's prompt tokens ``rank_prompt_tokens``) are public methods of
   :class:`~learn_to_shard.cost.terms.OperatorTerms`, and the micro-batching / phase split
@@ -866,9 +866,8 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
     # The engine's layout rule is joint per block: Structure.engine_ok applies it instead.
     bits = (cm.space.rule_bits_many(act) & ~ENGINE_LAYOUT_BIT).reshape(u, nv)[inv]
     allowed = (bits[:, 1:] == bits[:, :1]).reshape(k, NUM_OPS, NC)
-    # the first stage's boundary weights: the embedding by its choice, and a vision tower
-    ew = np.stack([cm.embedding_weight_bytes(np.full(k, c), tp) for c in range(NC)], axis=1) \
-        + cm.vision_weight_bytes(tp)[:, None]
+    ew = np.stack([cm.first_stage_weight_bytes(np.full(k, c), tp) for c in range(NC)],
+                  axis=1)
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
     # The larger workspace of the two steps of the mix (``CostModel._mix_steps``).
     m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
