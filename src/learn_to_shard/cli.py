@@ -1668,7 +1668,7 @@ def size_cmd(
         _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         kinds = _csv_list(devices, "--devices")
         names = []
-        refused: list[str] = []
+        refused: dict[str, str] = {}          # device kind -> why the engine cannot serve it
         spec_model = load_model(model)
         for kind in kinds:
             try:
@@ -1682,12 +1682,13 @@ def size_cmd(
             if why is None:
                 names.append(dev.name)
             else:
-                refused.append(f"{dev.name}: {why}")
+                refused[dev.name] = why
         if refused and not names:
-            raise ConfigError(f"--engine {engine}: {'; '.join(refused)}; size with another "
-                              f"engine, or other --devices")
+            reasons = "; ".join(f"{d}: {why}" for d, why in refused.items())
+            raise ConfigError(f"--engine {engine}: {reasons}; size with another engine, or "
+                              f"other --devices")
         prices = _prices(price)
-        unknown = sorted(set(prices) - set(names) - {r.split(":")[0] for r in refused})
+        unknown = sorted(set(prices) - set(names) - set(refused))
         if unknown:
             raise PlannerError(f"--price: {', '.join(unknown)} not among --devices {devices}")
         prices = {k: v for k, v in prices.items() if k in names}
@@ -1707,8 +1708,8 @@ def size_cmd(
                              if v is not None}],
                 "searchers": [method], "budgets": [budget], "seeds": [seed]}
         spec = grid_from_data(data, "l2s size")
-        for line in refused:
-            err.print(f"left out: {line}", markup=False, highlight=False)
+        for d, why in refused.items():
+            err.print(f"left out: {d}: {why}", markup=False, highlight=False)
         prog, on_start, on_row = _sweep_progress(quiet, "size: cluster searches")
         with prog:
             res = run_sweep(spec, out, workers=workers or os.cpu_count() or 1,
