@@ -154,3 +154,44 @@ def test_pareto_and_compare_take_the_images_flag(tmp_path: Path) -> None:
                             "--phase", "serve", "--isl", "256", "--osl", "64",
                             "--images-per-request", "1", "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and "not a vision-language model" in r.output
+
+
+@pytest.mark.parametrize("mutate, field", [
+    ({"hidden_size": "1152"}, "vision_config.hidden_size"),
+    ({"hidden_size": 1152.5}, "vision_config.hidden_size"),
+    ({"depth": -3}, "vision_config.depth"),
+    ({"depth": 100_000}, "vision_config.depth"),
+    ({"patch_size": [16]}, "vision_config.patch_size"),
+    ({"mlp_ratio": "4"}, "vision_config.mlp_ratio"),
+    ({"hidden_act": 3}, "vision_config.hidden_act"),
+    ({"deepstack_visual_indexes": "8,16"}, "vision_config.deepstack_visual_indexes"),
+    (None, "'vision_config' must be a JSON object"),
+])
+def test_bad_vision_config_values_are_one_line_naming_the_field(
+        tmp_path: Path, mutate: dict[str, Any] | None, field: str) -> None:
+    """A vision tower's size is read like the language model's: a wrongly typed or
+    out-of-range value is a ConfigError naming the field, not silently left out of memory."""
+    cfg = json.loads((MODELS / "qwen3-vl-32b-instruct.json").read_text())
+    if mutate is None:
+        cfg["vision_config"] = "siglip"
+    else:
+        cfg["vision_config"].update(mutate)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_model(str(path))
+    r = runner.invoke(app, ["plan", "--model", str(path), "--cluster", "h100-sxm:1",
+                            "--phase", "serve", "--isl", "512", "--osl", "64"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert [ln for ln in r.output.splitlines() if ln.strip()][0].startswith("error:")
+
+
+def test_internvl_downsample_ratio_out_of_range_is_named(tmp_path: Path) -> None:
+    text = json.loads((MODELS / "qwen3-8b.json").read_text())
+    cfg = {"model_type": "internvl_chat", "llm_config": text, "downsample_ratio": 2,
+           "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24,
+                             "intermediate_size": 4096, "patch_size": 14, "image_size": 448}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="'downsample_ratio' must be a number in"):
+        load_model(str(path))

@@ -1559,7 +1559,8 @@ def _falcon(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) -> int:
+def _vision_params(data: dict[str, Any], source: str, wrapper: str | None,
+                   text_hidden: int) -> int:
     """Estimated parameters of a wrapper's vision tower from ``vision_config`` (0 if absent):
     its ViT blocks, patch and position embeddings, and the projector into the language
     model's width ``text_hidden``.
@@ -1581,27 +1582,32 @@ def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) 
       projector; otherwise LLaVA's two-layer
       MLP ``w H × text_hidden + text_hidden²`` over ``w`` = ``H`` (LLaVA), 4 ``H`` (InternVL's
       ``downsample_ratio`` 0.5 pixel shuffle) or Mistral3's patch merger ``m² H × H`` first.
-    """
-    v = data.get("vision_config")
-    if not isinstance(v, dict):
-        return 0
 
-    def num(*keys: str, default: int = 0) -> int:
-        for k in keys:
-            x = v.get(k)
-            if isinstance(x, int) and not isinstance(x, bool) and x > 0:
-                return x
+    Raises:
+        ConfigError: ``vision_config`` is not an object, or a field read here is present but
+            not what it must be (sizes positive integers, ``depth`` at most
+            :data:`MAX_LAYERS`, ``mlp_ratio`` a positive number, ``downsample_ratio`` in
+            [1/16, 1]); the message names ``source`` and the field, as for the text config.
+    """
+    if data.get("vision_config") is None:
+        return 0
+    vf = _Fields(data, source).obj("vision_config")
+    v, top = vf.data, _Fields(data, source)
+
+    def num(*keys: str, default: int = 0, maximum: int = _MAX_INT) -> int:
+        for k in keys:                # the first key present is read, and must be valid
+            if vf.has(k):
+                return vf.integer(k, maximum=maximum)
         return default
 
     qwen2_vl = num("embed_dim") > 0
     h = num("embed_dim") if qwen2_vl else num("hidden_size", "width")
-    depth = num("depth", "num_hidden_layers", "layers")
-    ratio = v.get("mlp_ratio")          # a ratio outside (0, 64] is ignored, as absent
-    default_inter = int(ratio * h) if isinstance(ratio, (int, float)) \
-        and not isinstance(ratio, bool) and 0 < ratio <= 64 else 4 * h
+    depth = num("depth", "num_hidden_layers", "layers", maximum=MAX_LAYERS)
+    ratio = vf.opt_number("mlp_ratio")
+    default_inter = int(ratio * h) if ratio is not None else 4 * h
     inter = num("intermediate_size", "mlp_dim", default=default_inter)
     patch = num("patch_size", default=14)
-    act = str(v.get("hidden_act", v.get("hidden_activation", ""))).lower()
+    act = vf.string("hidden_act", vf.string("hidden_activation", "")).lower()
     gated = "silu" in act or "swiglu" in act
     ffn = (3 * h * inter + 2 * inter + h) if gated else (2 * h * inter + inter + h)
     blocks = depth * (4 * h * h + 4 * h + ffn + 4 * h)
@@ -1611,14 +1617,16 @@ def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) 
     # Pixtral (Mistral3) and Qwen-VL rotate positions (2D RoPE): no learned table
     positions = 0 if wrapper == "mistral3" else num(
         "num_position_embeddings", default=(image // patch) ** 2 if image else 0) * h
-    top_merge = data.get("spatial_merge_size")     # Mistral3 states it at the top level
-    merge = num("spatial_merge_size", default=top_merge if isinstance(top_merge, int)
-                and not isinstance(top_merge, bool) and top_merge > 0 else 1)
+    # Mistral3 states the merge at the top level
+    merge = num("spatial_merge_size", default=top.integer("spatial_merge_size", 1))
     out = num("out_hidden_size", default=num("hidden_size") if qwen2_vl else 0)
     if out:                                   # Qwen-VL patch mergers
         wide = merge * merge * h
         deep = v.get("deepstack_visual_indexes")
-        count = 1 + (len(deep) if isinstance(deep, list) else 0)
+        if deep is not None and not (isinstance(deep, list) and all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in deep)):
+            raise vf.error("deepstack_visual_indexes", "a list of layer indices", deep)
+        count = 1 + (len(deep) if deep else 0)
         projector = count * (2 * wide + wide * wide + wide + wide * out + out)
     elif wrapper == "gemma3":
         projector = h * text_hidden
@@ -1628,10 +1636,12 @@ def _vision_params(data: dict[str, Any], wrapper: str | None, text_hidden: int) 
         projector = inter * p_in + p_out * p_out \
             + num("vision_output_dim", default=p_out) * text_hidden
     else:
-        ratio_ds = data.get("downsample_ratio")
+        ratio_ds = top.opt_number("downsample_ratio")
+        if ratio_ds is not None and not 1 / 16 <= ratio_ds <= 1:
+            raise top.error("downsample_ratio", "a number in [0.0625, 1] (InternVL's pixel "
+                            "shuffle keeps this fraction of each image side)", ratio_ds)
         wide = h * merge * merge if wrapper == "mistral3" else \
-            int(round(h / ratio_ds ** 2)) if isinstance(ratio_ds, (int, float)) \
-            and not isinstance(ratio_ds, bool) and 1 / 16 <= ratio_ds < 1 else h
+            int(round(h / ratio_ds ** 2)) if ratio_ds is not None else h
         merger = wide * h if wrapper == "mistral3" else 0
         w_in = h if wrapper == "mistral3" else wide
         projector = merger + w_in * text_hidden + text_hidden * text_hidden
@@ -1746,7 +1756,7 @@ def load_model(name_or_path: str) -> ModelSpec:
                      remote_code=isinstance(data.get("auto_map"), dict), quant=quant,
                      weight_block_size=block, expert_weight_bits=expert_bits,
                      wrapper=wrapper,
-                     vision_params=_vision_params(data, wrapper, fields["hidden_size"])
+                     vision_params=_vision_params(data, source, wrapper, fields["hidden_size"])
                      if wrapper else 0,
                      image_tokens=image_tokens(wrapper, data) if wrapper else None,
                      **fields)
