@@ -376,15 +376,31 @@ def test_sweep_summarises_its_own_grid_in_a_shared_folder(local_run, tmp_path):
     assert len(read_parquet(target / "results.parquet")) == 17
 
 
-def test_grid_cell_of_an_engine_on_a_device_it_does_not_run_on_is_an_error_row():
-    """A grid cell with TensorRT-LLM on AMD GPUs records why it cannot run, and the sweep goes
-    on."""
+def test_grid_cell_of_an_engine_on_a_device_it_does_not_run_on_is_an_infeasible_row():
+    """A grid cell with TensorRT-LLM on AMD GPUs records why it cannot run as an infeasible
+    answer (as ``l2s size`` leaves the device out), not an error, and the sweep goes on."""
     g = grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["mi300x:8"],
                         "workloads": [{"phase": "serve", "isl": 1024, "osl": 256}],
                         "engines": ["trtllm"]})
     (cell,) = expand(g)
     row = run_cell(cell)
-    assert row["error"] and "trtllm runs on NVIDIA GPUs" in str(row["error"]), row
+    assert row["error"] is None and row["feasible"] is False, row
+    assert "trtllm runs on NVIDIA GPUs" in str(row["reasons"]), row
+
+
+def test_cli_sweep_over_engines_exits_0_where_an_engine_cannot_serve_a_device(tmp_path):
+    """An engine × device grid meets pairs that cannot run (TensorRT-LLM's FP8 KV cache on an
+    A100): those cells are infeasible with the engine's reason, the others run, exit 0."""
+    grid = {"models": ["llama-3.1-8b"], "clusters": ["a100-80gb:1"],
+            "workloads": [{"phase": "serve", "isl": 1024, "osl": 256, "kv_dtype": "fp8"}],
+            "engines": ["vllm", "trtllm"], "searchers": ["megatron"]}
+    r = CliRunner().invoke(app, ["sweep", str(_write_grid(tmp_path, grid)), "--out",
+                                 str(tmp_path / "out"), "--workers", "1", "--no-plots"])
+    assert r.exit_code == 0, r.output
+    rows = {row["engine"]: row for row in read_parquet(tmp_path / "out" / "results.parquet")}
+    assert rows["vllm"]["feasible"] and rows["vllm"]["error"] is None
+    assert rows["trtllm"]["feasible"] is False and rows["trtllm"]["error"] is None
+    assert "runs an FP8 KV cache only with FP8 math" in rows["trtllm"]["reasons"]
 
 
 def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):

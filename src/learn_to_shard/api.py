@@ -14,7 +14,7 @@ from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
 from .engines import caps_window_kv, default_kv_dtype, kv_cache_refusal
 from .engines.collectives import ENGINE_VENDORS
-from .errors import ConfigError
+from .errors import ConfigError, EngineRefusalError
 from .hardware.fabric import scale_up_fabric
 from .hardware.presets import parse_cluster
 from .hardware.spec import ClusterSpec, DeviceSpec
@@ -846,9 +846,9 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
     cannot hold there (:func:`~learn_to_shard.engines.kv_cache_refusal`).
 
     Raises:
-        ConfigError: naming ``flag``, the engine, and the device's vendor and the vendors the
-            engine runs on, or what the engine lacks for the checkpoint or the KV cache and
-            what would run.
+        EngineRefusalError: (a ConfigError) naming ``flag``, the engine, and the device's
+            vendor and the vendors the engine runs on, or what the engine lacks for the
+            checkpoint or the KV cache and what would run.
     """
     if engine is None:
         return
@@ -856,14 +856,14 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
         runtime = engine_runtime(engine)
         runs = " and ".join(_VENDOR_NAMES.get(v, v) for v in ENGINE_VENDORS[runtime])
         vendor = scale_up_fabric(device).vendor
-        raise ConfigError(f"{flag} {engine}: {runtime} runs on {runs} GPUs, and {device.name} "
-                          f"is {'an' if vendor in ('amd', 'aws') else 'a'} "
-                          f"{_VENDOR_NAMES.get(vendor, vendor)} device; run without it, or "
-                          f"with an engine that runs there")
+        raise EngineRefusalError(
+            f"{flag} {engine}: {runtime} runs on {runs} GPUs, and {device.name} is "
+            f"{'an' if vendor in ('amd', 'aws') else 'a'} {_VENDOR_NAMES.get(vendor, vendor)} "
+            f"device; run without it, or with an engine that runs there")
     why = engine_checkpoint_refusal(engine, device, model)
     if why is not None and model is not None:
-        raise ConfigError(f"{flag} {engine}: {why}; plan {model.name} with another engine, "
-                          f"or another checkpoint")
+        raise EngineRefusalError(f"{flag} {engine}: {why}; plan {model.name} with another "
+                                 f"engine, or another checkpoint")
     why = kv_cache_refusal(engine, kv_fp8, device.name, bool(device.peak_fp8_flops_per_s))
     if why is not None:
-        raise ConfigError(f"{flag} {engine}: {why}")
+        raise EngineRefusalError(f"{flag} {engine}: {why}")

@@ -18,6 +18,12 @@ class ConfigError(PlannerError):
     """A malformed input (config.json, cluster file, CLI value); the message names the field."""
 
 
+class EngineRefusalError(ConfigError):
+    """A serving engine cannot serve the model on the device (a vendor it does not run on, a
+    checkpoint or KV-cache format it cannot load there): bad input to a command that names
+    the engine (exit 2), an infeasible cell with the reason in a sweep over engines."""
+
+
 class UnsupportedModelError(PlannerError):
     """A well-formed model config whose architecture the planner cannot model."""
 

@@ -2,7 +2,8 @@
 
 :func:`run_cell` never raises for a problem with the cell itself: bad input or a crash becomes
 a row with ``error`` set, so one failing cell does not stop the sweep. An infeasible problem is
-not an error: its row has ``feasible = False`` and the reasons.
+not an error: its row has ``feasible = False`` and the reasons; so is a cell whose engine cannot
+serve the model on its device (an engine × device grid meets such pairs).
 
 Row columns (:data:`COLUMNS`; SI units, names carry units):
 
@@ -35,7 +36,7 @@ import time
 from .. import __version__
 from ..api import check_engine_device, cost_config, make_cost_model, search_plan
 from ..cost.model import CostModel
-from ..errors import PlannerError
+from ..errors import EngineRefusalError, PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
 from ..report.plan import Plan, join_reasons
@@ -196,8 +197,10 @@ def run_cell(cell: Cell) -> dict[str, object]:
     """Run one cell: build (or reuse) its cost model, search, assemble the plan, make the row.
 
     Returns:
-        The row (a dict over :data:`COLUMNS`); on any exception the row of
-        :func:`error_row`, never a raise.
+        The row (a dict over :data:`COLUMNS`): an infeasible row with the reason where the
+        cell's engine cannot serve the model on its device
+        (:class:`~learn_to_shard.errors.EngineRefusalError`), as ``l2s size`` leaves such a
+        device out; on any other exception the row of :func:`error_row`, never a raise.
     """
     t0 = time.perf_counter()
     try:
@@ -206,5 +209,9 @@ def run_cell(cell: Cell) -> dict[str, object]:
         plan = search_plan(cm, method=cell.searcher, budget=cell.budget, seed=cell.seed,
                            engine=cell.engine.name)
         return plan_row(cell, plan, cm, time.perf_counter() - t0)
+    except EngineRefusalError as exc:   # the engine cannot serve it there: an answer
+        row = empty_row(cell)
+        row.update(feasible=False, reasons=str(exc), wall_s=time.perf_counter() - t0)
+        return row
     except Exception as exc:   # noqa: BLE001 -- a failing cell is recorded, the sweep goes on
         return error_row(cell, exc, time.perf_counter() - t0)
