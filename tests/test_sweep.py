@@ -696,7 +696,16 @@ def test_cli_size_leaves_out_devices_the_engine_cannot_serve(tmp_path):
     assert "left out: a100-80gb: TensorRT-LLM 1.2.0rc2 runs an FP8 KV cache only" in kv.output
     assert "1 × a100-80gb" not in kv.output
     g = CliRunner().invoke(app, [*base, "--model", str(granite_folder(tmp_path)), "--devices",
-                                 "h100-sxm", "--out", str(tmp_path / "g")])
+                                 "h100-sxm,h200", "--out", str(tmp_path / "g")])
     assert g.exit_code == 2, g.output
-    assert "--engine trtllm: h100-sxm: TensorRT-LLM 1.2.0rc2's PyTorch runtime has no model " \
-        "class GraniteForCausalLM" in g.output and "Traceback" not in g.output
+    text = " ".join(g.output.split())
+    # the model's class, whatever the device: said once, without "or other --devices"
+    assert "--engine trtllm: TensorRT-LLM 1.2.0rc2's PyTorch runtime has no model class " \
+        "GraniteForCausalLM" in text and "Traceback" not in text
+    assert text.count("GraniteForCausalLM (") == 1 and "--devices" not in text
+    both = CliRunner().invoke(app, [*base, "--model", "llama-3.1-8b", "--kv-dtype", "fp8",
+                                    "--devices", "a100-80gb,mi300x", "--out",
+                                    str(tmp_path / "both")])
+    assert both.exit_code == 2 and "a100-80gb: TensorRT-LLM" in both.output \
+        and "mi300x: trtllm does not run on mi300x" in both.output \
+        and "or other --devices" in " ".join(both.output.split()), both.output

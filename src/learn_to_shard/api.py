@@ -13,6 +13,7 @@ import numpy as np
 from .cost.config import ENGINE_PROFILES, CostModelConfig
 from .cost.model import CostModel
 from .engines import caps_window_kv, default_kv_dtype, kv_cache_refusal
+from .engines.architectures import architecture_refusal
 from .engines.collectives import ENGINE_VENDORS
 from .errors import ConfigError, EngineRefusalError
 from .hardware.fabric import scale_up_fabric
@@ -824,6 +825,18 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
         return None
     runtime = engine if engine == "trtllm-tensorrt" else engine_runtime(engine)
     return checkpoint_refusal(runtime, device, model)
+
+
+def engine_model_refusal(engine: str | None, model: ModelSpec | None) -> str | None:
+    """Why ``engine`` (a profile name) cannot load ``model`` on any device — a model class
+    it does not register and cannot fall back from
+    (:func:`~learn_to_shard.engines.architectures.architecture_refusal`, the config's
+    ``architectures[0]``) — or ``None``: the part of :func:`engine_checkpoint_refusal` that
+    does not depend on the device."""
+    if engine is None or model is None:
+        return None
+    runtime = engine if engine == "trtllm-tensorrt" else engine_runtime(engine)
+    return architecture_refusal(runtime, model.config_architecture)
 
 
 def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None,

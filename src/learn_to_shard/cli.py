@@ -43,6 +43,7 @@ from .api import (
     checkpoint_dtypes,
     collectives_config,
     cost_config,
+    engine_model_refusal,
     engine_refusal,
     engine_runtime,
     exact_optimum,
@@ -1670,6 +1671,10 @@ def size_cmd(
         names = []
         refused: dict[str, str] = {}          # device kind -> why the engine cannot serve it
         spec_model = load_model(model)
+        if (why := engine_model_refusal(engine, spec_model)) is not None:
+            # the model's class: no device would do, so said once
+            raise ConfigError(f"--engine {engine}: {why}; size {spec_model.name} with another "
+                              f"engine")
         for kind in kinds:
             try:
                 dev = load_device(kind)
