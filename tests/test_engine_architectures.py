@@ -248,3 +248,32 @@ def test_sglang_holds_full_length_kv_for_windowed_models_outside_its_swa_list() 
         assert r.exit_code == 0, r.output
         batches[engine] = json.loads(r.stdout)["best"]["strategy"]["batch"]
     assert batches["sglang"] <= 4 < 16 <= batches["vllm"], batches
+
+
+def test_the_engine_table_says_which_row_runs_on_a_transformers_backend(tmp_path: Path) -> None:
+    """Without --engine, the table's SGLang row for Falcon (no SGLang implementation) carries
+    the fallback note in the JSON, the text and the report, and vLLM's row (native) none."""
+    base = ["plan", "--model", "falcon-7b-instruct", "--cluster", "h100-sxm:1", "--phase",
+            "serve", "--isl", "1000", "--osl", "100", "--no-timing"]
+    doc = json.loads(CliRunner().invoke(app, [*base, "--json"]).stdout)
+    notes = {row["engine"]: row["architecture_note"] for row in doc["engine_optima"]}
+    assert notes["vllm"] is None
+    assert str(notes["sglang"]).startswith("SGLang 0.5.23 has no implementation of "
+                                           "FalconForCausalLM")
+    r = CliRunner().invoke(app, [*base, "--report", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "sglang: SGLang 0.5.23 has no implementation of FalconForCausalLM" in text
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "sglang: SGLang 0.5.23 has no implementation of FalconForCausalLM" in md
+
+
+def test_the_engine_table_leaves_out_an_engine_that_cannot_hold_the_kv_asked_for() -> None:
+    """--kv-dtype fp8 on an A100: TensorRT-LLM cannot hold an FP8 KV cache there, so its row
+    is left out with the reason (it was priced as if it could)."""
+    doc = json.loads(CliRunner().invoke(app, [
+        "plan", "--model", "llama-3.1-8b", "--cluster", "a100-80gb:1", "--phase", "serve",
+        "--isl", "1000", "--osl", "100", "--kv-dtype", "fp8", "--json", "--no-timing"]).stdout)
+    assert "trtllm" not in {row["engine"] for row in doc["engine_optima"]}
+    assert any(g["engine"] == "trtllm" and "FP8 KV cache only with FP8 math" in g["reason"]
+               for g in doc["engine_optima_left_out"])

@@ -635,7 +635,7 @@ def plan_cmd(
                     and not result.interrupted:
                 stage = "the engine table and the simulation"    # it comes after the table
         late_interrupt = stage
-        left_out = _engines_left_out(cm) if optima else []
+        left_out = _engines_left_out(cm, kv_dtype) if optima else []
         longest = load.longest_request_tokens(wl.isl, wl.osl) if load is not None else None
         launch = _export_text(result, export, cm, longest) \
             if export and result.feasible else None
@@ -862,7 +862,9 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
     unrestricted optimum that engine cannot express, and the unrestricted optimum's own
     strategy priced under that engine's profile (``unrestricted_under_engine_*``: its
     tokens/s/device and the rules it then breaks beside the engine's layout and degree
-    rules; ``None`` where the engine's space has not its degrees). The unrestricted optimum
+    rules; ``None`` where the engine's space has not its degrees) and ``architecture_note``
+    (:func:`~learn_to_shard.engines.architectures.architecture_note`: e.g. the engine runs the
+    model class only on its Transformers backend, slower than priced). The unrestricted optimum
     is priced without any engine's host and front-end time, so the ratio mixes what the
     engine's restriction costs with what its profile costs; the strategy priced under the
     engine separates them. Both engine prices use the profile's config alone
@@ -874,22 +876,20 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
     vendor's device, or weights they cannot load there) are left out. Without
     ``kv_dtype`` (``--kv-dtype``) each engine prices the KV cache its ``auto`` gives the
     checkpoint (:func:`~learn_to_shard.engines.default_kv_dtype`), as ``--engine`` does."""
-    from .engines import ENGINES, default_kv_dtype
+    from .engines import ENGINES
+    from .engines.architectures import architecture_note
     from .report.export import build_export
 
     if engine is not None or plan.method_used != "exact" or plan.best is None:
         return []
     rows = []
     for name, prof in ENGINES.items():
-        if engine_refusal(name, cm.cluster.device, cm.model):
+        wl_e = dataclasses.replace(cm.workload, kv_dtype=_engine_kv_dtype(cm, name, kv_dtype))
+        if engine_refusal(name, cm.cluster.device, cm.model, wl_e.kv_dtype is DType.FP8):
             continue
         cfg = dataclasses.replace(
             _engine_config(cm.workload, name, gpu_memory_utilization, max_num_batched_tokens),
             moe_routing_alpha=cm.config.moe_routing_alpha)          # --moe-routing
-        q = cm.model.quant
-        wl_e = cm.workload if kv_dtype is not None or q is None else dataclasses.replace(
-            cm.workload, kv_dtype=DType(default_kv_dtype(
-                name, q.kv_cache_fp8, q.modelopt)))
         cm_e = make_cost_model(cm.model, cm.cluster, wl_e, cfg, engine=name,
                                context_parallel=max(cm.space.cp_values) > 1)
         p = exact_optimum(cm_e, engine=name)
@@ -916,17 +916,33 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
             "unrestricted_not_expressible": ex.unexpressed,
             "unrestricted_under_engine_tokens_per_s_per_device": same_tps,
             "unrestricted_under_engine_violations": same_broken,
+            "architecture_note": architecture_note(engine_runtime(name),
+                                                   cm.model.config_architecture),
         }, p))
     return rows
 
 
-def _engines_left_out(cm: CostModel) -> list[dict[str, str]]:
-    """The engines :func:`_engine_optima` leaves out, each with why (:func:`engine_refusal`):
+def _engine_kv_dtype(cm: CostModel, engine: str, kv_dtype: str | None) -> DType:
+    """The KV dtype the engine table prices for ``engine``: the plan's where ``--kv-dtype``
+    (``kv_dtype``) set it or the checkpoint is not quantised, else what the engine's
+    ``auto`` gives the checkpoint (:func:`~learn_to_shard.engines.default_kv_dtype`)."""
+    from .engines import default_kv_dtype
+
+    q = cm.model.quant
+    if kv_dtype is not None or q is None:
+        return cm.workload.kv_dtype
+    return DType(default_kv_dtype(engine, q.kv_cache_fp8, q.modelopt))
+
+
+def _engines_left_out(cm: CostModel, kv_dtype: str | None = None) -> list[dict[str, str]]:
+    """The engines :func:`_engine_optima` leaves out, each with why (:func:`engine_refusal`,
+    under the KV dtype the table would price, :func:`_engine_kv_dtype`):
     ``{"engine", "reason"}``."""
     from .engines import ENGINES
 
     return [{"engine": name, "reason": why} for name in ENGINES
-            if (why := engine_refusal(name, cm.cluster.device, cm.model))]
+            if (why := engine_refusal(name, cm.cluster.device, cm.model,
+                                      _engine_kv_dtype(cm, name, kv_dtype) is DType.FP8))]
 
 
 def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
@@ -949,6 +965,10 @@ def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
                   f"{row['ratio_to_unrestricted']:.4f}", same_txt,
                   "\n".join(row["unrestricted_not_expressible"]) or "nothing (launchable as is)")
     con.print(t)
+    for row, _ in optima:
+        if row.get("architecture_note"):
+            con.print(f"{row['engine']}: {row['architecture_note']}", markup=False,
+                      highlight=False)
     con.print("× unrestricted: over the optimum priced without an engine's host and front-end "
               "time. Each engine row, its own best and the unrestricted strategy alike, is "
               "priced with that engine's profile (host and front-end time, memory policy, "

@@ -248,7 +248,9 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
             "GEMM-overlap and MoE all-to-all options, so the unrestricted strategy's price "
             "there shows how much of the gap is the profile rather than the layouts the "
             "engine cannot launch.",
-            *([note] if (note := not_upper_bound_note(optima)) else [])],
+            *([note] if (note := not_upper_bound_note(optima)) else []),
+            *[f"{r['engine']}: {r['architecture_note']}" for r in optima
+              if r.get("architecture_note")]],
             tables=[(["engine", "strategy", "tokens/s/device", "× unrestricted",
                       "unrestricted strategy at the engine's costs",
                       "unrestricted optimum needs"],
