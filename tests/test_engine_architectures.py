@@ -277,3 +277,18 @@ def test_the_engine_table_leaves_out_an_engine_that_cannot_hold_the_kv_asked_for
     assert "trtllm" not in {row["engine"] for row in doc["engine_optima"]}
     assert any(g["engine"] == "trtllm" and "FP8 KV cache only with FP8 math" in g["reason"]
                for g in doc["engine_optima_left_out"])
+
+
+def test_a_system_fitted_profile_prices_its_own_device_kind_only() -> None:
+    """The Splitwise profiles are fitted on one DGX system each: --engine splitwise-dgx-h100
+    on a B200 cluster is refused in one line (it priced the B200 with the H100 system's
+    fitted host and kernel factors), on h100-sxm it plans."""
+    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1000", "--osl",
+            "100", "-q", "--method", "megatron"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "b200:1", "--engine",
+                                 "splitwise-dgx-h100"])
+    assert r.exit_code == 2 and "the splitwise-dgx-h100 profile is fitted on measurements " \
+        "of h100-sxm systems, not b200" in " ".join(r.output.split()), r.output
+    r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1", "--engine",
+                                 "splitwise-dgx-a100"])
+    assert r.exit_code == 0, r.output

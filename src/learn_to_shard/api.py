@@ -827,6 +827,18 @@ def engine_checkpoint_refusal(engine: str | None, device: DeviceSpec,
     return checkpoint_refusal(runtime, device, model)
 
 
+def profile_device_refusal(engine: str | None, device: DeviceSpec) -> str | None:
+    """Why the profile ``engine`` does not price ``device``, or ``None``: a profile fitted on
+    one system (the Splitwise DGX profiles, :data:`~learn_to_shard.cost.config.
+    ENGINE_PROFILES` ``_devices``) describes that system's device kind alone."""
+    kinds = ENGINE_PROFILES.get(engine or "", {}).get("_devices")
+    if kinds and device.name not in kinds:
+        return (f"the {engine} profile is fitted on measurements of {' and '.join(kinds)} "
+                f"systems, not {device.name}; price {device.name} with vllm, sglang or "
+                f"trtllm, or without --engine")
+    return None
+
+
 def engine_model_refusal(engine: str | None, model: ModelSpec | None) -> str | None:
     """Why ``engine`` (a profile name) cannot load ``model`` on any device — a model class
     it does not register and cannot fall back from
@@ -842,11 +854,14 @@ def engine_model_refusal(engine: str | None, model: ModelSpec | None) -> str | N
 def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None,
                    kv_fp8: bool = False) -> str | None:
     """Why ``engine`` cannot serve ``model`` on ``device`` — a device of a vendor it does
-    not run on (:func:`engine_runs_on`), a checkpoint it cannot load there
+    not run on (:func:`engine_runs_on`), a device its fitted profile does not describe
+    (:func:`profile_device_refusal`), a checkpoint it cannot load there
     (:func:`engine_checkpoint_refusal`), or, with ``kv_fp8``, an FP8 KV cache it cannot hold
     there (:func:`~learn_to_shard.engines.kv_cache_refusal`) — or ``None``."""
     if not engine_runs_on(engine, device):
         return f"{engine_runtime(engine)} does not run on {device.name}"
+    if (why := profile_device_refusal(engine, device)) is not None:
+        return why
     return engine_checkpoint_refusal(engine, device, model) or kv_cache_refusal(
         engine, kv_fp8, device.name, bool(device.peak_fp8_flops_per_s))
 
@@ -854,7 +869,8 @@ def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None,
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
                         model: ModelSpec | None = None, kv_fp8: bool = False) -> None:
     """Refuse an engine (``--engine``, ``--export``, a grid's engine) on a device it does not
-    run on (:func:`engine_runs_on`), or, given ``model``, for a checkpoint it cannot load
+    run on (:func:`engine_runs_on`) or its fitted profile does not describe
+    (:func:`profile_device_refusal`), or, given ``model``, for a checkpoint it cannot load
     there (:func:`engine_checkpoint_refusal`), or, with ``kv_fp8``, for an FP8 KV cache it
     cannot hold there (:func:`~learn_to_shard.engines.kv_cache_refusal`).
 
@@ -873,6 +889,8 @@ def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
             f"{flag} {engine}: {runtime} runs on {runs} GPUs, and {device.name} is "
             f"{'an' if vendor in ('amd', 'aws') else 'a'} {_VENDOR_NAMES.get(vendor, vendor)} "
             f"device; run without it, or with an engine that runs there")
+    if (why := profile_device_refusal(engine, device)) is not None:
+        raise EngineRefusalError(f"{flag} {engine}: {why}")
     why = engine_checkpoint_refusal(engine, device, model)
     if why is not None and model is not None:
         raise EngineRefusalError(f"{flag} {engine}: {why}; plan {model.name} with another "

@@ -780,7 +780,9 @@ _TRTLLM_FACTS: dict[str, Any] = {
 #: fields are read from ``data/calibration/factors.json`` (the fits of the same name), fitted
 #: on the six calibration rows per system of the Splitwise data (measurements.csv,
 #: ``calibration = 1``): decode at TP2/TP8 batch 1 and TP8 batch 64, prefill of 512 tokens at
-#: TP2/TP8 and of 8,192 tokens at TP8; the engine is not named by its source.
+#: TP2/TP8 and of 8,192 tokens at TP8; the engine is not named by its source. Their
+#: ``_devices`` name the device kind of the system they were fitted on, the only one they
+#: price (``api.engine_refusal``).
 ENGINE_PROFILES: dict[str, dict[str, Any]] = {
     "vllm": {
         "_source": "the defaults: gpu_memory_utilization 0.9, on-demand paged KV",
@@ -826,10 +828,12 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         "_source": "fitted on Splitwise DGX-H100 calibration rows (Llama-2-70B FP16): GEMMs "
                    "near the default rate, attention far below it (no fused attention), "
                    "15 us per collective step, host time per step/sequence/prompt",
+        "_devices": ("h100-sxm",),
         **_fitted("splitwise-dgx-h100"),
     },
     "splitwise-dgx-a100": {
         "_source": "fitted on Splitwise DGX-A100 calibration rows (Llama-2-70B FP16)",
+        "_devices": ("a100-80gb",),
         **_fitted("splitwise-dgx-a100"),
     },
 }
