@@ -195,3 +195,16 @@ def test_internvl_downsample_ratio_out_of_range_is_named(tmp_path: Path) -> None
     path.write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="'downsample_ratio' must be a number in"):
         load_model(str(path))
+
+
+def test_report_says_the_vision_tower_and_the_images(tmp_path: Path) -> None:
+    """--report carries the plan's model line: the vision tower in memory and the prompt's
+    text and image tokens, as the printed plan does."""
+    r = runner.invoke(app, ["plan", "--model", "gemma-3-12b-it", "--cluster", "h100-sxm:1",
+                            "--phase", "serve", "--isl", "512", "--osl", "64",
+                            "--images-per-request", "2", "--method", "megatron-rule", "-q",
+                            "--report", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "vision tower (gemma3, ~0.42B params) in memory" in md
+    assert "prompt = 512 text + 2 image(s) x 256 tokens" in md

@@ -709,3 +709,48 @@ def test_cli_size_leaves_out_devices_the_engine_cannot_serve(tmp_path):
     assert both.exit_code == 2 and "a100-80gb: TensorRT-LLM" in both.output \
         and "mi300x: trtllm does not run on mi300x" in both.output \
         and "or other --devices" in " ".join(both.output.split()), both.output
+
+
+def test_grid_workload_with_images_prices_their_tokens(tmp_path):
+    """A grid workload may carry images for a vision-language model, as l2s plan
+    --images-per-request: Gemma-3's 256 tokens per image join the prompt (isl 512 + 2 x 256),
+    the row records the count, the label says it, and a cell without images keeps the key it
+    had before the field existed (a resumed sweep does not run it again)."""
+    base = {"models": ["gemma-3-12b-it"], "clusters": ["h100-sxm:1"],
+            "searchers": ["megatron"]}
+    g = grid_from_data({**base, "workloads": [{"phase": "serve", "isl": 512, "osl": 64,
+                                               "images_per_request": 2}]})
+    (cell,) = expand(g)
+    row = run_cell(cell)
+    assert row["error"] is None and row["feasible"], row
+    assert row["isl"] == 1024 and row["images_per_request"] == 2
+    assert row["workload"] == "serve-512/64 img=2"
+    plain = grid_from_data({**base, "workloads": [{"phase": "serve", "isl": 512, "osl": 64}]})
+    (p,) = expand(plain)
+    data = p.model_dump(mode="json")
+    for k in ("name", "images_per_request", "image_tokens"):
+        data["workload"].pop(k)
+    import hashlib
+    old_key = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":"))
+                             .encode()).hexdigest()[:16]
+    assert p.key() == old_key and p.key() != cell.key()
+    text = grid_from_data({**base, "models": ["llama-3.1-8b"], "workloads": [
+        {"phase": "serve", "isl": 512, "osl": 64, "images_per_request": 1}]})
+    row = run_cell(expand(text)[0])
+    assert "images_per_request: llama-3.1-8b is not a vision-language model" in row["error"]
+    with pytest.raises(ConfigError, match="image_tokens: give images_per_request too"):
+        grid_from_data({**base, "workloads": [{"phase": "serve", "isl": 512, "osl": 64,
+                                               "image_tokens": 100}]})
+
+
+def test_cli_size_takes_the_image_flags(tmp_path):
+    base = ["size", "--rate", "2", "--isl", "512", "--osl", "64", "--max-devices", "1",
+            "--devices", "h100-sxm", "--method", "megatron", "--workers", "1", "--quiet"]
+    r = CliRunner().invoke(app, [*base, "--model", "gemma-3-12b-it", "--images-per-request",
+                                 "2", "--out", str(tmp_path / "g")])
+    assert r.exit_code == 0, r.output
+    rows = read_parquet(tmp_path / "g" / "results.parquet")
+    assert rows and all(row["isl"] == 1024 and row["images_per_request"] == 2 for row in rows)
+    r = CliRunner().invoke(app, [*base, "--model", "llama-3.1-8b", "--images-per-request", "1",
+                                 "--out", str(tmp_path / "t")])
+    assert r.exit_code == 2 and "not a vision-language model" in r.output, r.output

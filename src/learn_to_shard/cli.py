@@ -1654,6 +1654,7 @@ def size_cmd(
     ttft_slo: TtftOpt = None, tpot_slo: TpotOpt = None, dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None, engine: EngineOpt = None,
     gpu_memory_utilization: MemUtilOpt = None, max_num_batched_tokens: BatchedTokensOpt = None,
+    images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
     method: str = typer.Option("auto", callback=_lower,
                                help="Searcher per cluster size (see l2s plan)."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers)."),
@@ -1686,6 +1687,7 @@ def size_cmd(
                                "context); use --phase serve with --isl/--osl")
         wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(load_model(model), dtype, kv_dtype, engine))
+        wl = with_images(wl, load_model(model), images_per_request, image_tokens)
         _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         kinds = _csv_list(devices, "--devices")
         names = []
@@ -1726,7 +1728,10 @@ def size_cmd(
                 "workloads": [{k: v for k, v in (("phase", phase), ("isl", isl), ("osl", osl),
                                                  ("ttft_slo", ttft_slo), ("tpot_slo", tpot_slo),
                                                  ("dtype", dtype), ("kv_dtype", kv_dtype),
-                                                 ("rate_rps", rate)) if v is not None}],
+                                                 ("rate_rps", rate),
+                                                 ("images_per_request", images_per_request or None),
+                                                 ("image_tokens", image_tokens))
+                               if v is not None}],
                 "engines": [{k: v for k, v in (("name", engine),
                                                ("gpu_memory_utilization", gpu_memory_utilization),
                                                ("max_num_batched_tokens", max_num_batched_tokens))

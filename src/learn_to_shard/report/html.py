@@ -194,6 +194,8 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         f"{plan.model} on {plan.cluster}: {wl.phase.value}, {lengths}, "
         f"weights {wl.weight_dtype.value}, KV {wl.kv_dtype.value}; method {plan.method_used}; "
         f"engine {plan.engine or 'none (unrestricted)'}.",
+        *([f"Model {plan.model_source}; weights {plan.weights}."]
+          if plan.model_source or plan.weights else []),
         accuracy_line(wl.phase, plan.engine) + "."])
     if plan.best is None:
         head.paragraphs.append("No feasible plan: " + join_reasons(plan.reasons))

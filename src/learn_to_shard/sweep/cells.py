@@ -8,8 +8,10 @@ serve the model on its device (an engine × device grid meets such pairs).
 Row columns (:data:`COLUMNS`; SI units, names carry units):
 
 * inputs: ``key`` (:meth:`Cell.key`), ``model``, ``cluster``, ``device`` (kind),
-  ``cluster_devices``, ``workload`` (label), ``phase``, ``isl``, ``osl``, ``dtype``,
-  ``kv_dtype``, ``ttft_slo_s``, ``tpot_slo_s``, ``rate_rps``, ``concurrency``, ``engine``,
+  ``cluster_devices``, ``workload`` (label), ``phase``, ``isl`` (the prompt priced: with
+  ``images_per_request``, the images' tokens included), ``osl``, ``dtype``,
+  ``kv_dtype``, ``ttft_slo_s``, ``tpot_slo_s``, ``rate_rps``, ``concurrency``,
+  ``images_per_request``, ``engine``,
   ``gpu_memory_utilization``, ``max_num_batched_tokens`` (the budget the cell ran: unset,
   the engine's default for the device), ``searcher``, ``budget``, ``seed``;
 * answer: ``feasible``, ``method_used``, ``strategy`` (``Strategy.short()``), ``tp``, ``ep``,
@@ -51,7 +53,7 @@ COLUMNS: tuple[tuple[str, type], ...] = (
     ("key", str), ("model", str), ("cluster", str), ("device", str),
     ("cluster_devices", int), ("workload", str), ("phase", str), ("isl", int), ("osl", int),
     ("dtype", str), ("kv_dtype", str), ("ttft_slo_s", float), ("tpot_slo_s", float),
-    ("rate_rps", float), ("concurrency", int), ("engine", str),
+    ("rate_rps", float), ("concurrency", int), ("images_per_request", int), ("engine", str),
     ("gpu_memory_utilization", float), ("max_num_batched_tokens", int), ("searcher", str),
     ("budget", int), ("seed", int),
     ("feasible", bool), ("method_used", str), ("strategy", str), ("tp", int), ("ep", int),
@@ -144,7 +146,8 @@ def _inputs(cell: Cell) -> dict[str, object]:
             "phase": wl.phase, "isl": w.isl, "osl": w.osl, "dtype": w.weight_dtype.value,
             "kv_dtype": w.kv_dtype.value, "ttft_slo_s": w.ttft_slo_s,
             "tpot_slo_s": w.tpot_slo_s, "rate_rps": wl.rate_rps,
-            "concurrency": wl.concurrency, "engine": e.label,
+            "concurrency": wl.concurrency, "images_per_request": wl.images_per_request,
+            "engine": e.label,
             "gpu_memory_utilization": e.gpu_memory_utilization,
             "max_num_batched_tokens": budget, "searcher": cell.searcher,
             "budget": cell.budget, "seed": cell.seed, "version": __version__}

@@ -26,7 +26,14 @@ from pydantic import (
     model_validator,
 )
 
-from ..api import DEFAULT_BUDGET, MAX_BUDGET, checkpoint_dtypes, cost_config, make_workload
+from ..api import (
+    DEFAULT_BUDGET,
+    MAX_BUDGET,
+    checkpoint_dtypes,
+    cost_config,
+    make_workload,
+    with_images,
+)
 from ..errors import ConfigError, PlannerError
 from ..model.spec import ModelSpec
 from ..units import parse_duration_s, to_ms
@@ -103,6 +110,11 @@ class WorkloadSpec(_Strict):
         concurrency: closed-loop clients across the cluster (serve): as ``l2s plan
             --concurrency``, a batch above what one replica receives is refused
             (:attr:`~learn_to_shard.workload.Workload.concurrency`).
+        images_per_request, image_tokens: vision-language models (prefill/serve): images per
+            prompt and, where the image size sets them, prompt tokens per image, as ``l2s
+            plan --images-per-request / --image-tokens``
+            (:func:`~learn_to_shard.api.with_images`: each image's tokens join the prompt;
+            a cell of a text-only model is an error row naming the field).
     """
 
     name: str | None = None
@@ -116,6 +128,8 @@ class WorkloadSpec(_Strict):
     kv_dtype: Literal["bf16", "fp8"] | None = None
     rate_rps: Positive | None = None
     concurrency: Count | None = None
+    images_per_request: Count | None = None
+    image_tokens: Count | None = None
 
     _read_durations = model_validator(mode="before")(_durations)
     _lower = _lower_names("phase", "dtype", "kv_dtype")
@@ -127,6 +141,12 @@ class WorkloadSpec(_Strict):
             self.workload()
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        if self.image_tokens is not None and self.images_per_request is None:
+            raise ValueError("image_tokens: give images_per_request too (tokens per image mean "
+                             "nothing without images)")
+        if self.images_per_request is not None and self.phase == "decode":
+            raise ValueError("images_per_request: images join a prompt: phase prefill or "
+                             "serve, not decode")
         return self
 
     def workload(self, model: ModelSpec | None = None, engine: str | None = None) -> Workload:
@@ -135,14 +155,23 @@ class WorkloadSpec(_Strict):
         :func:`~learn_to_shard.api.checkpoint_dtypes`; without a model, ``bf16``).
 
         Raises:
-            ConfigError: contradictory fields (as ``l2s plan`` refuses them).
+            ConfigError: contradictory fields (as ``l2s plan`` refuses them), or images the
+                model cannot take (:func:`~learn_to_shard.api.with_images`; only with
+                ``model``, whose images' tokens then join ``isl``).
         """
         dtype, kv_dtype = checkpoint_dtypes(model, self.dtype, self.kv_dtype, engine) \
             if model is not None else (self.dtype or "bf16", self.kv_dtype or "bf16")
-        return make_workload(self.phase, isl=self.isl, osl=self.osl, context=self.context,
-                             dtype=dtype, kv_dtype=kv_dtype,
-                             ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s,
-                             concurrency=self.concurrency)
+        wl = make_workload(self.phase, isl=self.isl, osl=self.osl, context=self.context,
+                           dtype=dtype, kv_dtype=kv_dtype,
+                           ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s,
+                           concurrency=self.concurrency)
+        if model is None:
+            return wl
+        try:
+            return with_images(wl, model, self.images_per_request, self.image_tokens)
+        except ConfigError as exc:          # the grid's field, not the plan's flag
+            raise ConfigError(str(exc).replace("--images-per-request", "images_per_request")
+                              .replace("--image-tokens", "image_tokens")) from None
 
     @property
     def label(self) -> str:
@@ -162,6 +191,8 @@ class WorkloadSpec(_Strict):
         extra += [f"kv={self.kv_dtype}"] if self.kv_dtype else []
         extra += [f"rate={self.rate_rps:g}"] if self.rate_rps else []
         extra += [f"conc={self.concurrency}"] if self.concurrency else []
+        extra += [f"img={self.images_per_request}"] if self.images_per_request else []
+        extra += [f"tok/img={self.image_tokens}"] if self.image_tokens else []
         return " ".join([head, *extra])
 
 
@@ -335,10 +366,14 @@ class Cell(_Strict):
 
     def key(self) -> str:
         """A stable hash of the cell's inputs: the first 16 hex digits of the SHA-256 of their
-        canonical JSON (sorted keys; the workload's display ``name`` left out). Equal inputs
+        canonical JSON (sorted keys; the workload's display ``name`` left out, and its image
+        fields where unset, so a cell keeps the key it had before they existed). Equal inputs
         give equal keys on every machine and Python version."""
         data = self.model_dump(mode="json")
         data["workload"].pop("name", None)
+        for key in ("images_per_request", "image_tokens"):     # unset: the keys of before
+            if data["workload"].get(key) is None:
+                data["workload"].pop(key, None)
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
