@@ -413,8 +413,7 @@ def plan(model: str | os.PathLike[str] | ModelSpec, cluster: str | os.PathLike[s
     wl = with_images(wl, spec, images_per_request, image_tokens)
     cm = make_cost_model(spec, cluster, wl, config or cost_config(engine), engine=engine,
                          context_parallel=context_parallel)
-    check_engine_device(engine, "engine", cm.cluster.device, cm.model,
-                        cm.workload.kv_dtype is DType.FP8)
+    check_engine_serves(engine, "engine", cm)
     return search_plan(cm, method=method, budget=budget, seed=seed, progress=progress,
                        engine=engine)
 
@@ -864,6 +863,17 @@ def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None,
         return why
     return engine_checkpoint_refusal(engine, device, model) or kv_cache_refusal(
         engine, kv_fp8, device.name, bool(device.peak_fp8_flops_per_s))
+
+
+def check_engine_serves(engine: str | None, flag: str, cm: CostModel) -> None:
+    """:func:`check_engine_device` for the problem ``cm`` describes: its device, its model,
+    and an FP8 KV cache where its workload stores one.
+
+    Raises:
+        EngineRefusalError: as :func:`check_engine_device`.
+    """
+    check_engine_device(engine, flag, cm.cluster.device, cm.model,
+                        cm.workload.kv_dtype is DType.FP8)
 
 
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,

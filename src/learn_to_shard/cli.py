@@ -38,7 +38,7 @@ from .api import (
     DEFAULT_BUDGET,
     MAX_BUDGET,
     CollectiveSearchInterrupted,
-    check_engine_device,
+    check_engine_serves,
     check_method,
     checkpoint_dtypes,
     collectives_config,
@@ -593,8 +593,7 @@ def plan_cmd(
             cfg = dataclasses.replace(cfg, kv_admission=kv_admission)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine,
                              context_parallel=context_parallel)
-        check_engine_device(engine, "--export" if export else "--engine", cm.cluster.device,
-                            cm.model, cm.workload.kv_dtype is DType.FP8)
+        check_engine_serves(engine, "--export" if export else "--engine", cm)
         if moe_a2a is not None and \
                 scale_up_fabric(cm.cluster.device).vendor not in ("nvidia", "unknown"):
             raise ConfigError(f"--moe-a2a {moe_a2a}: DeepEP runs on NVIDIA GPUs (NVSHMEM), "
@@ -1231,8 +1230,7 @@ def compare_cmd(
         # optimum every ratio is measured against is one the engine can run
         cm = make_cost_model(spec, cluster, wl, _engine_config(
             wl, engine, gpu_memory_utilization, max_num_batched_tokens), engine=engine)
-        check_engine_device(engine, "--engine", cm.cluster.device, cm.model,
-                            cm.workload.kv_dtype is DType.FP8)
+        check_engine_serves(engine, "--engine", cm)
         store = RunStore(out, problem_fingerprint(cm, budget))
         if store.check(resume):
             err.print(f"resuming: finished runs are loaded from {store.runs_dir}, not run "
@@ -1349,15 +1347,15 @@ def pareto_cmd(
             raise PlannerError("--phase prefill has no TPOT: the frontier is for decode/serve")
         cfg = _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         cm = make_cost_model(spec, cluster, wl, cfg, engine=engine)
-        kv_fp8 = cm.workload.kv_dtype is DType.FP8
-        check_engine_device(engine, "--engine", cm.cluster.device, cm.model, kv_fp8)
+        check_engine_serves(engine, "--engine", cm)
         if export:
-            check_engine_device(export, "--export", cm.cluster.device, cm.model, kv_fp8)
+            check_engine_serves(export, "--export", cm)
         res = pareto(cm)
         launch_engine: str | None = export or _launch_engine(engine)
         no_launch = "no exported engine runs on this device"
         if launch_engine is not None and (refusal := engine_refusal(
-                launch_engine, cm.cluster.device, cm.model, kv_fp8)):
+                launch_engine, cm.cluster.device, cm.model,
+                cm.workload.kv_dtype is DType.FP8)):
             # no launch command for hardware, weights or a model class it lacks
             no_launch, launch_engine = refusal, None
         rows = frontier_rows(res, cm, engine, launch_engine)

@@ -36,7 +36,7 @@ import sys
 import time
 
 from .. import __version__
-from ..api import check_engine_device, cost_config, make_cost_model, search_plan
+from ..api import check_engine_serves, cost_config, make_cost_model, search_plan
 from ..cost.model import CostModel
 from ..errors import EngineRefusalError, PlannerError
 from ..hardware.presets import parse_cluster
@@ -44,7 +44,6 @@ from ..model.hf_config import load_model
 from ..report.plan import Plan, join_reasons
 from ..search import get_searcher
 from ..search.base import SearchResult
-from ..workload import DType
 from .grid import Cell
 from .sizing import requests_per_s
 
@@ -84,8 +83,7 @@ def _cost_model(cell_problem: str) -> CostModel:
     cm = make_cost_model(spec, cell.cluster, cell.workload.workload(spec, e.name),
                            cost_config(e.name, e.gpu_memory_utilization,
                                        e.max_num_batched_tokens), engine=e.name)
-    check_engine_device(e.name, "engine", cm.cluster.device, cm.model,
-                        cm.workload.kv_dtype is DType.FP8)
+    check_engine_serves(e.name, "engine", cm)
     return cm
 
 
