@@ -44,12 +44,11 @@ FIELDS = ("feasible", "objective", "tokens_per_s_per_device", "tpot_s", "ttft_s"
           "peak_memory_bytes", "max_batch", "violation_bits", "kv_capacity_tokens",
           "max_context_tokens")
 #: Phase workloads: decode context, prefill prompt, serve prompt/output (all within every
-#: shipped model's max_position_embeddings, the smallest being Falcon-7B's 2048, which a
-#: prefill prompt and its first output token must fit), with SLOs that bind for part of the
-#: rows.
+#: shipped model's max_position_embeddings, the smallest being 4096), with SLOs that bind
+#: for part of the rows.
 PHASES: dict[str, dict[str, Any]] = {
     "decode": dict(phase="decode", context=2048, tpot_slo_s=0.05),
-    "prefill": dict(phase="prefill", isl=2047, ttft_slo_s=2.0),
+    "prefill": dict(phase="prefill", isl=2048, ttft_slo_s=2.0),
     "serve": dict(phase="serve", isl=1024, osl=256, tpot_slo_s=0.05, ttft_slo_s=4.0),
 }
 #: The second configuration: an engine profile plus factors the defaults leave at 0 / 1; the

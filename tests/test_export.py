@@ -961,20 +961,6 @@ def test_sglang_context_length_leaves_its_prompt_margin():
     assert _arg(r.stdout.split(), "--max-model-len") == "8001", r.output
 
 
-def test_prefill_at_the_position_limit_is_refused_where_the_export_would_be():
-    """A prefill plan's prompt still yields one output token, which the engines count
-    against their length limit: a prompt of exactly max_position_embeddings is refused when
-    planned (it would export as NOT EXPRESSIBLE), and one token less exports cleanly."""
-    base = ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1", "--phase", "prefill",
-            "-q"]
-    r = CliRunner().invoke(app, [*base, "--isl", "40960"])
-    assert r.exit_code == 2 and "a request of 40961 tokens exceeds" in r.output \
-        and "--isl 40959" in r.output, r.output
-    for engine in ENGINES:
-        r = CliRunner().invoke(app, [*base, "--isl", "40959", "--export", engine])
-        assert r.exit_code == 0 and "NOT EXPRESSIBLE: requests of" not in r.stdout, r.output
-
-
 def test_export_of_an_nvfp4_plan_for_trtllm_on_hopper_still_says_not_expressible():
     """A plan made without an engine (the API's build_export of it, as the engine table
     does) still gets the NOT EXPRESSIBLE line for TensorRT-LLM from the same rule."""

@@ -276,8 +276,7 @@ class CostModel(OperatorTerms):
         space: strategy space (default :meth:`StrategySpace.build`).
 
     Raises:
-        ConfigError: a request (``isl + osl``; ``isl + 1`` in prefill, whose prompt still
-            yields its first token; ``context`` in decode) longer than the model's
+        ConfigError: a request (``isl + osl``) longer than the model's
             ``max_position_embeddings`` (no strategy can serve it; the engines refuse it).
 
     Example:
@@ -289,12 +288,9 @@ class CostModel(OperatorTerms):
                  config: CostModelConfig | None = None,
                  space: StrategySpace | None = None) -> None:
         limit = model.max_position_embeddings
-        # a prefill plan's prompt still yields its first output token, which the engines
-        # count against their length limit (report.export.engine_command)
-        longest = workload.max_context + (workload.phase is Phase.PREFILL)
-        if limit and longest > limit:
-            flag = {Phase.DECODE: "--context", Phase.PREFILL: "--isl (+ its first output "
-                    "token)"}.get(workload.phase, "--isl + --osl")
+        if limit and workload.max_context > limit:
+            flag = {Phase.DECODE: "--context", Phase.PREFILL: "--isl"}.get(
+                workload.phase, "--isl + --osl")
             if workload.images_per_request:
                 flag += f" with --images-per-request {workload.images_per_request}"
             what = (f"the {limit} positions {model.name}'s YaRN rope_scaling extends its "
@@ -302,9 +298,8 @@ class CostModel(OperatorTerms):
                     if model.config_max_positions
                     else f"{model.name}'s max_position_embeddings {limit}")
             raise ConfigError(
-                f"{flag}: a request of {longest} tokens exceeds {what} "
-                f"({model.source or 'config.json'}); use at most {limit} tokens"
-                f"{f' (--isl {limit - 1})' if workload.phase is Phase.PREFILL else ''}, or a "
+                f"{flag}: a request of {workload.max_context} tokens exceeds {what} "
+                f"({model.source or 'config.json'}); use at most {limit} tokens, or a "
                 f"config.json whose max_position_embeddings (or rope_scaling) allows more")
         self.model = model
         self.cluster = cluster
