@@ -961,6 +961,24 @@ def test_sglang_context_length_leaves_its_prompt_margin():
     assert _arg(r.stdout.split(), "--max-model-len") == "8001", r.output
 
 
+def test_prefill_at_the_position_limit_plans_but_no_engine_launches_it():
+    """A prefill of the whole context is priced (Splitwise measured one on Llama-2-70B), but
+    its first output token would be one past the positions the engines admit: with --export
+    or --engine it is refused in one line naming --isl limit-1, and one token less exports
+    with no NOT EXPRESSIBLE line."""
+    base = ["plan", "--model", "qwen3-8b", "--cluster", "h100-sxm:1", "--phase", "prefill",
+            "-q"]
+    assert CliRunner().invoke(app, [*base, "--isl", "40960"]).exit_code == 0
+    for flag in ("--export", "--engine"):
+        r = CliRunner().invoke(app, [*base, "--isl", "40960", flag, "vllm"])
+        text = " ".join(r.output.split())
+        assert r.exit_code == 2 and f"{flag} vllm: a prompt of 40960 tokens leaves no room " \
+            "for its first output token" in text and "--isl 40959" in text, r.output
+    for engine in ENGINES:
+        r = CliRunner().invoke(app, [*base, "--isl", "40959", "--export", engine])
+        assert r.exit_code == 0 and "NOT EXPRESSIBLE: requests of" not in r.stdout, r.output
+
+
 def test_export_of_an_nvfp4_plan_for_trtllm_on_hopper_still_says_not_expressible():
     """A plan made without an engine (the API's build_export of it, as the engine table
     does) still gets the NOT EXPRESSIBLE line for TensorRT-LLM from the same rule."""
@@ -1039,13 +1057,13 @@ def test_a_prefill_plans_export_admits_its_prompt_and_one_output_token():
         assert r.exit_code == 0, r.output
         value = int(r.stdout.split(flag + " ")[1].split()[0])
         assert value >= 8193, (engine, value)
-    # at the model's positions there is no room for an output token: said, and capped
-    r = CliRunner().invoke(app, ["plan", "--phase", "prefill", "--model", "llama-3.1-8b",
-                                 "--cluster", "h100-sxm:8", "--isl", "131072", "--export",
-                                 "vllm", "-q"])
-    assert r.exit_code == 0, r.output
-    assert "# NOT EXPRESSIBLE: requests of 131073 tokens" in r.stdout
-    assert "--max-model-len 131072 " in r.stdout
+    # at the model's positions there is no room for an output token: --export refuses it
+    # (test_prefill_at_the_position_limit_plans_but_no_engine_launches_it); the export of a
+    # plan made without an engine (the engine table's) says so, and caps the length
+    p = l2s_plan("llama-3.1-8b", "h100-sxm:8", "prefill", isl=131072, method="megatron-rule")
+    ex = build_export(p, "vllm", model=load_model("llama-3.1-8b"))
+    assert any(u.startswith("requests of 131073 tokens") for u in ex.unexpressed)
+    assert "--max-model-len 131072 " in ex.text()
 
 
 def test_sglang_node_rank_ranges_start_every_stage():

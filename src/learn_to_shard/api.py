@@ -867,13 +867,26 @@ def engine_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None,
 
 def check_engine_serves(engine: str | None, flag: str, cm: CostModel) -> None:
     """:func:`check_engine_device` for the problem ``cm`` describes: its device, its model,
-    and an FP8 KV cache where its workload stores one.
+    and an FP8 KV cache where its workload stores one; and, for a prefill workload, a prompt
+    that leaves room for its first output token within the model's positions (a prefill of
+    the whole context is priced without an engine, as Splitwise measured one, but vLLM,
+    SGLang and TensorRT-LLM refuse prompt + max_tokens above their length limit,
+    ``report.export.engine_command``).
 
     Raises:
-        EngineRefusalError: as :func:`check_engine_device`.
+        EngineRefusalError: as :func:`check_engine_device`, or naming ``--isl`` and the
+            longest prompt the engine takes.
     """
     check_engine_device(engine, flag, cm.cluster.device, cm.model,
                         cm.workload.kv_dtype is DType.FP8)
+    wl, limit = cm.workload, cm.model.max_position_embeddings
+    if engine is not None and engine_runtime(engine) in ("vllm", "sglang", "trtllm") \
+            and wl.phase is Phase.PREFILL and limit and wl.isl + 1 > limit:
+        raise EngineRefusalError(
+            f"{flag} {engine}: a prompt of {wl.isl} tokens leaves no room for its first output "
+            f"token within {cm.model.name}'s {limit} positions, and the engine refuses "
+            f"prompt + max_tokens above its length limit; use --isl {limit - 1}, or plan "
+            f"without an engine")
 
 
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,
