@@ -1413,3 +1413,26 @@ def test_trtllm_fp8_kv_cache_needs_fp8_math():
     assert engine.exit_code == 2 and f"--engine trtllm: {why}" in engine.output
     vllm = CliRunner().invoke(app, [*base[:-2], "vllm", "-q", "--cluster", "a100-80gb:1"])
     assert vllm.exit_code == 0 and "--kv-cache-dtype fp8" in vllm.stdout
+
+
+def test_a_shipped_config_without_a_checkpoint_exports_with_a_warning():
+    """The paper's GPT-MoE shapes have no published checkpoint: their launch names only the
+    config's name, which no engine loads, and says so; a published model gets no warning."""
+    p = l2s_plan("gpt-moe-1.2t", "h100-sxm:64", "decode", context=1024,
+                 method="megatron-rule")
+    ex = build_export(p, "vllm", model=load_model("gpt-moe-1.2t"))
+    assert any("gpt-moe-1.2t is a config with no published checkpoint" in w
+               for w in ex.warnings), ex.warnings
+    q = l2s_plan("llama-3.1-8b", "h100-sxm:1", "decode", context=1024, method="megatron-rule")
+    assert not build_export(q, "vllm", model=load_model("llama-3.1-8b")).warnings
+
+
+def test_export_to_a_file_is_an_executable_script(tmp_path):
+    out = tmp_path / "launch.sh"
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2",
+                                 "--phase", "serve", "--isl", "1000", "--osl", "100",
+                                 "--export", "vllm", "-o", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n# vllm 0.33.0") and "vllm serve" in text
+    assert out.stat().st_mode & 0o100

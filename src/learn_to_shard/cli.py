@@ -693,7 +693,11 @@ def plan_cmd(
             err.print("error: --export: no feasible strategy to export", highlight=False)
             raise typer.Exit(code=1)
         if output is not None:
-            _write(output, launch, "--output")
+            # a script to run as written: a shebang, and executable by whoever may read it
+            _write(output, "#!/usr/bin/env bash\n" + launch, "--output")
+            _saved(lambda: output.chmod(output.stat().st_mode
+                                        | ((output.stat().st_mode & 0o444) >> 2)),
+                   output, "--output")
         if json_out:
             data["export"] = {"engine": export, "text": launch}
             sys.stdout.write(json.dumps(data, indent=2) + "\n")

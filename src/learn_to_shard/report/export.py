@@ -1055,6 +1055,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 + (f" and one of {rest}" if rest else "")
                 + f": only {fit} fit inside {where} boundaries; the others would span "
                 f"{where}s over the scale-out network, which the plan did not price")
+    if model is not None and model.source_kind == "shipped" \
+            and model.name not in shipped_repo_ids():
+        # a shipped config with no published checkpoint (SOURCES.md: the paper's GPT-MoE
+        # shapes): the model argument is only its name
+        warnings.append(f"{model.name} is a config with no published checkpoint "
+                        f"(learn_to_shard/data/models/SOURCES.md), so no engine can load "
+                        f"'{model.name}': the command shows the launch settings only; put "
+                        f"the path of a checkpoint of this shape in its place")
     if model is not None and model.source_kind == "file":
         src = Path(model.source or "")
         if src.name != "config.json":
