@@ -380,6 +380,24 @@ def test_gemma3_wrapper_level_untied_embeddings_are_read(tmp_path: Path) -> None
     assert count_params(spec).lm_head == 3840 * 262208
 
 
+@pytest.mark.parametrize("rope, field", [
+    ({"rope_type": "yarn", "factor": "4", "original_max_position_embeddings": 32768},
+     "rope_scaling.factor"),
+    ({"rope_type": "yarn", "factor": 0, "original_max_position_embeddings": 32768},
+     "rope_scaling.factor"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768.5},
+     "rope_scaling.original_max_position_embeddings"),
+])
+def test_a_yarn_value_of_the_wrong_kind_is_named(tmp_path: Path, rope: dict,
+                                                 field: str) -> None:
+    """YaRN sets the context the plan admits: a factor or original length of the wrong kind
+    is a ConfigError naming it (it was ignored, and the context silently not extended)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_shipped_json("qwen3-32b") | {"rope_scaling": rope}))
+    with pytest.raises(ConfigError, match=f"field '{field}' must be"):
+        load_model(str(path))
+
+
 def test_yarn_rope_scaling_extends_the_context(tmp_path: Path) -> None:
     """Qwen2.5 / Qwen3 model cards add a YaRN ``rope_scaling`` (factor 4 over 32,768
     positions) for 131,072 tokens: the planner reads the context as

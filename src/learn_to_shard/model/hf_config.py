@@ -734,17 +734,26 @@ def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
     ``factor`` (vLLM skips ``llama3``, ``longrope``, ``su`` and the YaRN variants; SGLang
     skips ``llama3`` and any type with ``original_max_position_embeddings``), which this
     planner does not follow: a longer context stays refused rather than planned past what
-    the checkpoint was trained for."""
-    found = [obj.get(key) for key in ("rope_scaling", "rope_parameters")
-             for obj in (f.data, data)]
-    rope = next((r for r in found if isinstance(r, dict)), None)
+    the checkpoint was trained for.
+
+    Raises:
+        ConfigError: a YaRN ``factor`` that is not a number in (0, 1024], or an
+            ``original_max_position_embeddings`` that is not a positive integer (named with
+            the file and the key that holds them).
+    """
+    found = [(prefix + key, obj.get(key)) for key in ("rope_scaling", "rope_parameters")
+             for obj, prefix in ((f.data, f.prefix), (data, ""))]
+    key, rope = next(((k, r) for k, r in found if isinstance(r, dict)), ("", None))
     if rope is None or rope.get("rope_type", rope.get("type")) != "yarn":
         return positions
     factor, original = rope.get("factor"), rope.get("original_max_position_embeddings")
-    if not (isinstance(factor, (int, float)) and not isinstance(factor, bool)
-            and 0 < factor <= 1024 and isinstance(original, int)
-            and not isinstance(original, bool) and 1 <= original <= _MAX_INT):
+    if factor is None or original is None:       # transformers' defaults: nothing extended
         return positions
+    yarn = _Fields(rope, f.source, f"{key}.")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or not 0 < factor <= 1024:
+        raise yarn.error("factor", "a number in (0, 1024] (YaRN's context multiplier)", factor)
+    original = yarn.integer("original_max_position_embeddings")
     return max(1, int(original * factor))
 
 
