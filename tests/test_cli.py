@@ -177,6 +177,22 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path):
     assert r.exit_code == 2 and "more than once" in r.stderr
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_an_output_the_file_system_refuses_is_refused_before_any_work(tmp_path):
+    """/proc takes no new files even where permission bits (root) say it does: -o and
+    --report there are refused up front, and nothing is left behind where they can be
+    written."""
+    for flag, where in (("-o", "/proc/l2s-test.json"), ("--report", "/proc/l2s-test-rep")):
+        r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--context",
+                 "10", flag, where, "-q")
+        assert r.exit_code == 2 and r.stderr.strip().startswith("error:") and \
+            "cannot create" in r.stderr and "Traceback" not in r.output, r.output
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--context", "10",
+             "--report", str(tmp_path / "a" / "b"), "-o", str(tmp_path / "p.json"), "-q")
+    assert r.exit_code == 0 and (tmp_path / "p.json").exists()
+    assert (tmp_path / "a" / "b" / "report.md").exists()
+
+
 # ---------------------------------------------------------------- issue 10: known tracebacks
 PLAN = ("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "10", "-q")
 

@@ -290,6 +290,29 @@ def _shipped_data_dir() -> Path:
     return _resolve(Path(__file__).parent / "data")
 
 
+def _try_create(path: Path, flag: str, directory: bool = False) -> None:
+    """Create ``path`` (a file, or with ``directory`` the first missing folder of it) and
+    remove it again: where permission bits say yes but the file system says no (``/proc``,
+    a read-only mount seen by root), the refusal comes before the work, not after it.
+
+    Raises:
+        PlannerError: naming ``flag``, ``path`` and the OS's reason.
+    """
+    first = path
+    while directory and not first.parent.exists() and first.parent != first:
+        first = first.parent
+    try:
+        if directory:
+            first.mkdir()
+            first.rmdir()
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            path.unlink()
+    except OSError as exc:
+        raise PlannerError(f"{flag}: cannot create {path}: "
+                           f"{exc.strerror or type(exc).__name__}") from None
+
+
 def _check_output(path: Path | None, flag: str, *, directory: bool = False,
                   plot: bool = False, inputs: tuple[tuple[Path | None, str], ...] = (),
                   shipped_ok: str | None = None) -> None:
@@ -344,6 +367,7 @@ def _check_output(path: Path | None, flag: str, *, directory: bool = False,
             if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
                 raise PlannerError(f"{flag}: cannot create {path}: {parent} is not a "
                                    f"writable folder")
+            _try_create(path, flag, directory=True)
         return
     if is_dir:
         raise PlannerError(f"{flag}: {path} is a directory; give a file name")
@@ -353,6 +377,8 @@ def _check_output(path: Path | None, flag: str, *, directory: bool = False,
         raise PlannerError(f"{flag}: {path} exists and is not writable")
     if not exists and not os.access(path.parent, os.W_OK | os.X_OK):
         raise PlannerError(f"{flag}: folder {path.parent} is not writable")
+    if not exists:
+        _try_create(path, flag)
     for source, source_flag in inputs:
         if source is not None and _same_file(path, source):
             raise PlannerError(f"{flag}: {path} is the {source_flag} input; writing it would "
