@@ -176,6 +176,29 @@ def test_trace_formats(tmp_path):
         load_trace(bad)
 
 
+def test_trace_column_names_match_in_any_case_and_spacing(tmp_path):
+    """A header written ``arrival_s, isl, osl`` or ``Arrival_S,ISL,OSL`` is the same
+    columns; one that names a column twice in two cases is refused."""
+    for head in ("arrival_s, isl, osl", "Arrival_S,ISL,OSL", " timestamp ,Input_Tokens,osl"):
+        path = tmp_path / "t.csv"
+        path.write_text(f"{head}\n0,10,3\n1.5,20,4\n", encoding="utf-8")
+        tr = load_trace(path)
+        assert list(tr.isl) == [10, 20] and list(tr.osl) == [3, 4], head
+    path.write_text("isl,ISL,osl,arrival_s\n1,1,1,0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="more than once"):
+        load_trace(path)
+
+
+def test_a_trace_longer_than_one_simulation_is_refused(tmp_path, monkeypatch):
+    import learn_to_shard.serving.load as load_mod
+
+    monkeypatch.setattr(load_mod, "MAX_LOAD_REQUESTS", 3)
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,isl,osl\n" + "0,1,1\n" * 4, encoding="utf-8")
+    with pytest.raises(ConfigError, match="holds 4 requests, more than the 3"):
+        load_trace(path)
+
+
 def test_a_trace_is_read_in_arrival_order_and_dealt_so(tmp_path):
     """Rows out of time order are sorted by arrival (ties keep file order), so replicas are
     dealt the requests as they arrive, not as the file lists them: with two replicas, the one

@@ -58,7 +58,7 @@ def default_num_prompts(concurrency: int | None) -> int:
         return DEFAULT_NUM_PROMPTS
     return min(max(DEFAULT_NUM_PROMPTS, PROMPTS_PER_CLIENT * concurrency), MAX_LOAD_REQUESTS)
 
-_ARRIVAL = ("arrival_s", "timestamp", "TIMESTAMP", "arrival_time")
+_ARRIVAL = ("arrival_s", "timestamp", "arrival_time")
 _ISL = ("isl", "input_tokens", "ContextTokens", "prompt_tokens")
 _OSL = ("osl", "output_tokens", "GeneratedTokens", "completion_tokens")
 
@@ -232,8 +232,11 @@ def load_trace(path: str | Path) -> Requests:
     requests put in arrival order (rows with equal times keep their file order), so a trace
     whose rows are not sorted is dealt to replicas as it arrives.
 
+    Column names are matched whatever their case and surrounding spaces.
+
     Raises:
-        ConfigError: unreadable file, a column named twice in the header, a row with more
+        ConfigError: unreadable file, more rows than :data:`MAX_LOAD_REQUESTS`, a column
+            named twice in the header (in any case), a row with more
             fields than the header, a missing column (the message lists the accepted names),
             a non-numeric, non-positive or implausibly long (> :data:`MAX_TRACE_TOKENS`)
             length, arrival times mixing seconds and date-times, or ones that are not finite or lie
@@ -252,18 +255,25 @@ def load_trace(path: str | Path) -> Requests:
         raise ConfigError(f"--trace: {p} is not a CSV text file ({exc})") from None
     if not rows:
         raise ConfigError(f"--trace: {p} has no requests")
-    twice = sorted({c for c in header if header.count(c) > 1})
+    if len(rows) > MAX_LOAD_REQUESTS:
+        raise ConfigError(f"--trace: {p} holds {len(rows):,} requests, more than the "
+                          f"{MAX_LOAD_REQUESTS:,} one simulation runs (as --num-prompts); "
+                          f"give a part of it")
+    # Column names match whatever their case and surrounding spaces ("arrival_s, isl, osl")
+    names = [(c or "").strip().lower() for c in header]
+    twice = sorted({c for c in header if names.count((c or "").strip().lower()) > 1})
     if twice:
         raise ConfigError(f"--trace: {p}: the header names {', '.join(map(repr, twice))} "
                           f"more than once; give each column once")
-    cols = set(rows[0])
+    cols = {n: c for n, c in zip(names, header, strict=True) if c is not None}
 
-    def pick(names: tuple[str, ...], what: str) -> str:
-        for n in names:
-            if n in cols:
-                return n
-        raise ConfigError(f"--trace: {p} has no {what} column (one of {', '.join(names)}; "
-                          f"found {', '.join(sorted(c for c in cols if c)) or 'none'})")
+    def pick(accepted: tuple[str, ...], what: str) -> str:
+        for n in accepted:
+            if n.lower() in cols:
+                return cols[n.lower()]
+        raise ConfigError(f"--trace: {p} has no {what} column (one of "
+                          f"{', '.join(dict.fromkeys(a.lower() for a in accepted))}, in any "
+                          f"case; found {', '.join(sorted(c for c in header if c)) or 'none'})")
 
     ca, ci, co = pick(_ARRIVAL, "arrival"), pick(_ISL, "prompt length"), pick(_OSL, "output "
                                                                                "length")
