@@ -45,8 +45,9 @@ PROMPTS_PER_CLIENT = 2
 #: small enough that the replicas it asks for print as a number).
 MAX_REQUEST_RATE = 1e9
 #: Most closed-loop clients and simulated requests a load may have: the workload's
-#: ``MAX_CONCURRENCY``, a million (the simulation steps through every request; a million
-#: takes minutes on one core).
+#: ``MAX_CONCURRENCY``, a million (a simulation step looks only at the requests it can run or
+#: admit; a closed loop of a million clients, two million requests, takes about 20 s on one
+#: core here: bench/simulation_speed.py).
 MAX_LOAD_REQUESTS = MAX_CONCURRENCY
 
 

@@ -398,9 +398,15 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         next_issue = n
     # ``arrival``: when the engine sees each request; the client sent it frontend_latency_s
     # earlier, and the metrics count from the send.
+    # Requests in first-come-first-served order (arrival; a closed loop's issue order), so a
+    # request's index is its queue position. The queue is FCFS with its head blocking, so the
+    # requests ever admitted are an index prefix [0, frontier) and the ones below ``lo`` are
+    # done; each step looks only at [lo, frontier + max_num_seqs), the most it can run or
+    # admit, which keeps a step's work independent of how many requests wait behind them.
+    # Arrival times are non-decreasing in this order (a closed loop issues its requests in
+    # index order at non-decreasing times; those not yet issued are at infinity).
     order = np.argsort(arrival, kind="stable") if not closed else np.arange(n)
-    rank = np.empty(n, dtype=np.int64)          # FCFS position of each request
-    rank[order] = np.arange(n)
+    isl, osl, need, arrival = isl[order], osl[order], need[order], arrival[order]
     admitted = np.zeros(n, dtype=bool)
     done = np.zeros(n, dtype=bool)
     prompt_done = np.zeros(n, dtype=np.int64)
@@ -421,6 +427,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     steps = 0
     running_time = 0.0
     admissions = 0
+    lo = 0                          # every request below is done
+    frontier = 0                    # every request below has been admitted (at some time)
+    smallest_isl, smallest_need = int(isl.min()), int(need.min())
     step_start = -np.inf        # start of the latest step when the engine ran without a gap
     # The scheduler's polls for new requests (recv_interval): what arrived by ``seen_t`` is
     # visible; ``since_poll`` decode-only steps ran since the last poll; ``poll_now``: the
@@ -429,7 +438,19 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     since_poll = 0
     poll_now = True
     events = 0
-    while not done.all():
+
+    def after(time: float) -> int:
+        """The first request (index) that arrives after ``time``: none of those from it on
+        has been admitted (an admitted request arrived by the poll that admitted it)."""
+        return int(np.searchsorted(arrival, time, side="right"))
+
+    while True:
+        while lo < n and done[lo]:
+            lo += 1
+        if lo == n:
+            break
+        hi = min(n, frontier + max_num_seqs)
+        w = slice(lo, hi)
         if steps >= max_steps:
             raise ConfigError(f"simulation: more than {max_steps:,} engine steps; lower "
                               f"--num-prompts or the output lengths")
@@ -439,12 +460,12 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                               f"prefill or finish requests; lower --num-prompts")
         grow = 0                          # KV tokens this step's decodes take (on demand)
         if on_demand:
-            running = admitted & ~done
-            prefilling = (running & (prompt_done < plen)).any()
+            running = admitted[w] & ~done[w]
+            prefilling = (running & (prompt_done[w] < plen[w])).any()
             grow = 0 if prefill_first and prefilling else \
-                int((running & (prompt_done == plen)).sum())
+                int((running & (prompt_done[w] == plen[w])).sum())
             if kv_free < grow:            # preempt the newest until the decodes fit
-                run = np.flatnonzero(running)
+                run = lo + np.flatnonzero(running)
                 for i in run[np.argsort(-admit_seq[run], kind="stable")]:
                     if kv_free >= grow:
                         break
@@ -459,15 +480,14 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         decided = step_start if overlap_schedule and step_start > -np.inf else t
         if recv_interval == 1 or poll_now:
             seen_t, since_poll, poll_now = decided, 0, False
-        waiting = np.flatnonzero(~admitted & (arrival <= seen_t) & ~done)
+        waiting = lo + np.flatnonzero(~admitted[w] & (arrival[w] <= seen_t) & ~done[w])
         if len(waiting):
-            waiting = waiting[np.argsort(rank[waiting], kind="stable")]
-            slots = max_num_seqs - int((admitted & ~done).sum())
+            slots = max_num_seqs - int((admitted[w] & ~done[w]).sum())
             take_kv = plen[waiting] + 1 if on_demand else need[waiting]
             fits = np.cumsum(take_kv) <= kv_free - grow
             k = min(slots, int(np.argmin(fits)) if not fits.all() else len(waiting))
             if kv_admission == "no_future_oom" and k > 0:
-                run = np.flatnonzero(admitted & ~done)
+                run = lo + np.flatnonzero(admitted[w] & ~done[w])
                 rem, occ = osl[run] - generated[run], held[run]
                 free = kv_free
                 for q in range(k):
@@ -485,13 +505,15 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                 admissions += k
                 held[take] = take_kv[:k]
                 kv_free -= int(take_kv[:k].sum())
-        running = admitted & ~done
-        pf = np.flatnonzero(running & (prompt_done < plen))
+                frontier = max(frontier, int(take[-1]) + 1)
+        run_w = admitted[w] & ~done[w]
+        n_running = int(run_w.sum())
+        pf = lo + np.flatnonzero(run_w & (prompt_done[w] < plen[w]))
         pf = pf[np.argsort(admit_seq[pf], kind="stable")]
-        dec = running & (prompt_done == plen)
+        dec = lo + np.flatnonzero(run_w & (prompt_done[w] == plen[w]))
         if prefill_first and len(pf):
-            dec = np.zeros(n, dtype=bool)           # a prefill batch: the decodes wait
-        n_dec = int(dec.sum())
+            dec = dec[:0]                           # a prefill batch: the decodes wait
+        n_dec = len(dec)
         left = max_num_batched_tokens - n_dec
         chunk = np.zeros(len(pf), dtype=np.int64)
         if len(pf) and left > 0:
@@ -506,11 +528,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             if seen_t < t:                  # sees what arrived by now (seen_t <= decided)
                 step_start = -np.inf
                 continue
-            future = arrival[~admitted & (arrival > t)]
-            if not len(future):
+            nxt = after(t)
+            if nxt == n or not np.isfinite(arrival[nxt]):
                 raise ConfigError("simulation: requests wait but none can be admitted (the "
                                   "KV pool or max_num_seqs is too small)")
-            t = float(future.min())
+            t = float(arrival[nxt])
             continue
         if n_pf == 0:
             # A run of decode-only steps: nothing to prefill, admission only at an arrival
@@ -524,18 +546,20 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             k = -(-k // burst) * burst
             if on_demand:                   # up to the step the pool runs out
                 k = max(1, min(k, kv_free // n_dec))
-            if kv_admission == "no_future_oom" and int(running.sum()) < max_num_seqs and \
-                    (~admitted & ~done & (arrival <= t)).any():
+            if kv_admission == "no_future_oom" and n_running < max_num_seqs and (
+                    (~admitted[w] & ~done[w] & (arrival[w] <= t)).any()
+                    or (hi < n and arrival[hi] <= t)):
                 k = 1       # the check can pass after any decode step: one step at a time
             ctx = isl[dec] + generated[dec]
             s0 = float(ctx.sum())
             j = np.arange(k)
             dts = step.step_time_s(np.full(k, n_dec), s0 + j * n_dec, 0.0, n_dec)
             ends = t + np.cumsum(dts)
-            pending = arrival[~admitted & ~done & (arrival > seen_t)]
-            smallest = int(isl.min()) + 1 if on_demand else int(need.min())
-            if len(pending) and kv_free >= smallest and int(running.sum()) < max_num_seqs:
-                cut = int(np.searchsorted(ends, float(pending.min())))
+            nxt = after(seen_t)
+            smallest = smallest_isl + 1 if on_demand else smallest_need
+            if nxt < n and np.isfinite(arrival[nxt]) and kv_free >= smallest \
+                    and n_running < max_num_seqs:
+                cut = int(np.searchsorted(ends, float(arrival[nxt])))
                 # up to the step the arrival lands in, or the end of that step's burst
                 stop = burst * (cut // burst + 1)
                 # ... or the first poll after it (every recv_interval decode steps)
@@ -561,7 +585,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                         else float(ends[m - 1])
                 since_poll = (since_poll + k) % recv_interval
             last_token[dec] = t_new
-            running_time += int(running.sum()) * (t_new - t)
+            running_time += n_running * (t_new - t)
             t = t_new
             generated[dec] = np.minimum(generated[dec] + k, osl[dec])
             if on_demand:
@@ -576,7 +600,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                 if step.ranks > 1 else 0.0
             dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done,
                                         1.0, excess))
-            running_time += int(running.sum()) * dt
+            running_time += n_running * dt
             step_start = t
             t += dt
             steps += 1
@@ -600,7 +624,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             first[fresh] = t
             generated[fresh] = 1
             last_token[newly] = t
-        fin = np.flatnonzero(running & (generated >= osl) & (prompt_done == plen))
+        fin = lo + np.flatnonzero(run_w & (generated[w] >= osl[w]) & (prompt_done[w] == plen[w]))
         if len(fin):
             finish[fin] = t
             done[fin] = True
@@ -610,7 +634,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                 k = min(len(fin), n - next_issue)
                 arrival[next_issue:next_issue + k] = t + frontend_latency_s
                 next_issue += k
-    sent = arrival - frontend_latency_s
+    back = np.empty(n, dtype=np.int64)             # to the caller's order
+    back[order] = np.arange(n)
+    sent = (arrival - frontend_latency_s)[back]
+    first, finish = first[back], finish[back]
+    isl, osl = isl[back], osl[back]
     busy = float(np.nanmax(finish) - (t0 - frontend_latency_s))
     return SimResult(arrival_s=sent, first_token_s=first, finish_s=finish, isl=isl,
                      osl=osl, steps=steps, busy_s=busy,
