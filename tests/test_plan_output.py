@@ -185,3 +185,39 @@ def test_max_batch_counts_whole_requests_on_every_attention_dp_rank():
     fits, over = at(e.max_batch), at(e.max_batch + 8)
     assert not any(v.startswith("memory") for v in fits.violations), fits.violations
     assert any(v.startswith("memory") for v in over.violations)
+
+
+def test_a_batch_beyond_the_token_budget_is_not_chosen():
+    """With short requests and no SLO, every batch above what a step's token budget keeps
+    progressing gives the same tokens/s (requests wait for their prefill): the plan takes
+    the smallest of them (it took the largest that fits, 4,262 per replica, at 70.9 of 71
+    GiB, and exported --max-num-seqs 4262), checked against the steady state a batch below."""
+    import copy
+    import dataclasses
+
+    from learn_to_shard.api import cost_config
+
+    wl = make_workload("serve", isl=100, osl=10)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", wl, cost_config("vllm"), engine="vllm")
+    p = search_plan(cm, method="exact", engine="vllm")
+    best = p.best
+    assert best is not None
+    # 8192 tokens per step over 1 + isl/osl = 11 tokens per running request: 745 progress
+    assert best.strategy.batch == 745, best.strategy.short()
+    trial = copy.copy(cm)
+    trial.space = cm.space.with_batches([744])
+    below = trial.evaluate(dataclasses.replace(best.strategy, batch=744))
+    assert below.tokens_per_s_per_device < best.tokens_per_s_per_device
+    assert best.memory.total_bytes < 0.5 * best.memory.usable_bytes
+
+
+def test_a_4_bit_checkpoint_headline_says_its_bits():
+    r = CliRunner().invoke(app, ["plan", "--model", "qwen3-235b-a22b-nvfp4", "--cluster",
+                                 "b200:4", "--phase", "serve", "--isl", "1000", "--osl", "100",
+                                 "--method", "megatron-rule"])
+    assert r.exit_code == 0, r.output
+    assert "weights 4.5-bit, KV" in r.output.splitlines()[1], r.output.splitlines()[:3]
+    doc = json.loads(CliRunner().invoke(app, [
+        "plan", "--model", "qwen3-235b-a22b-nvfp4", "--cluster", "b200:4", "--phase", "serve",
+        "--isl", "1000", "--osl", "100", "--method", "megatron-rule", "--json"]).stdout)
+    assert doc["linear_weight_bits"] == 4.5

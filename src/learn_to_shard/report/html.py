@@ -32,6 +32,7 @@ from .plan import (
     join_reasons,
     memory_headroom,
     one_output_token,
+    weights_label,
 )
 
 #: Colour of each placement in the per-layer drawing (Shard(0), Shard(1), Replicate()).
@@ -192,7 +193,7 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         else f"isl {wl.isl}" if wl.phase is Phase.PREFILL else f"isl {wl.isl}, osl {wl.osl}"
     head = Section("Plan", paragraphs=[
         f"{plan.model} on {plan.cluster}: {wl.phase.value}, {lengths}, "
-        f"weights {wl.weight_dtype.value}, KV {wl.kv_dtype.value}; method {plan.method_used}; "
+        f"weights {weights_label(plan)}, KV {wl.kv_dtype.value}; method {plan.method_used}; "
         f"engine {plan.engine or 'none (unrestricted)'}.",
         *([f"Model {plan.model_source}; weights {plan.weights}."]
           if plan.model_source or plan.weights else []),

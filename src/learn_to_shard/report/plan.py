@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ class Plan:
         cost_model: every cost-model factor the estimates used (field -> value).
         expert_weight_bits: bits per routed-expert weight when the checkpoint stores its
             experts below the workload dtype (MXFP4: 4.25), else ``None``.
+        linear_weight_bits: bits per weight, scales included, when the checkpoint stores
+            every linear weight below 8 bits (NVFP4: 4.5; GPTQ/AWQ int4), else ``None``: the
+            plan's headline says it in place of the workload dtype, which prices only the
+            16-bit rest (embedding, norms).
         num_layers: the model's decoder layers (for the per-stage layer lists).
         model_source: the config file read and where it came from (shipped, a local file or
             folder — saying so when it shadows a shipped name of the same spelling — or the
@@ -77,6 +82,7 @@ class Plan:
     engine: str | None = None
     cost_model: dict[str, object] = field(default_factory=dict)
     expert_weight_bits: float | None = None
+    linear_weight_bits: float | None = None
     num_layers: int | None = None
     model_source: str = ""
     weights: str = ""
@@ -93,6 +99,8 @@ class Plan:
         active = active_heads(cm.space)
         best = cm.evaluate(canonical(result.best_action, active)) \
             if result.best_action is not None else None
+        if best is not None:
+            best = smallest_equal_batch(cm, best)
         alts: list[Estimate] = []
         seen = set() if best is None else {_signature(best)}
         for a, _ in result.top:
@@ -140,6 +148,7 @@ class Plan:
                               if isinstance(v, (int, float, str, bool))}},
                    engine=engine, cost_model=dataclasses.asdict(cm.config),
                    expert_weight_bits=cm.model.expert_weight_bits,
+                   linear_weight_bits=_linear_weight_bits(cm),
                    num_layers=cm.model.num_layers,
                    model_source=model_source(cm), weights=weights_note(cm, engine),
                    moe_routing=moe_routing_note(cm), cluster_spec=cm.cluster)
@@ -198,6 +207,7 @@ class Plan:
             "search": {k: v for k, v in self.search.items() if not is_timing_key(k)},
             "engine": self.engine,
             "expert_weight_bits": self.expert_weight_bits,
+            "linear_weight_bits": self.linear_weight_bits,
             "model_source": self.model_source,
             "weights": self.weights,
             "moe_routing": self.moe_routing,
@@ -233,6 +243,63 @@ def model_source(cm: CostModel) -> str:
     if m.source_kind == "file" and m.name in shipped_model_names():
         kind += f"; shadows the shipped '{m.name}'"
     return f"{m.source} ({kind})"
+
+
+#: Relative difference in tokens/s per device below which :func:`smallest_equal_batch`
+#: counts two batches as a tie (float rounding of the same throughput; 1e-9 is far below any
+#: difference the cost model resolves).
+EQUAL_BATCH_REL_TOL = 1e-9
+
+
+def weights_label(plan: Plan) -> str:
+    """The weights of a plan's headline: ``4.5-bit`` where every linear weight is stored
+    below 8 bits (:attr:`Plan.linear_weight_bits`), else the workload dtype (``bf16``)."""
+    return f"{plan.linear_weight_bits:g}-bit" if plan.linear_weight_bits \
+        else plan.workload.weight_dtype.value
+
+
+def _linear_weight_bits(cm: CostModel) -> float | None:
+    """:attr:`Plan.linear_weight_bits` of ``cm``'s checkpoint."""
+    q = cm.model.quant
+    return q.weight_bits if q is not None and q.below_8_bit and not q.experts_only else None
+
+
+def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
+    """``best`` at the smallest batch (a multiple of its DP degree) that is feasible with the
+    same tokens/s per device, found by bisection over the batch: above the batch a step's
+    token budget keeps progressing (:meth:`~learn_to_shard.cost.model.CostModel.phase_rows`)
+    a larger batch only holds more KV cache for the same throughput and step time, so the
+    searchers' ties (within :data:`EQUAL_BATCH_REL_TOL`) go to the batch an engine should be
+    launched with. ``best`` itself where no smaller batch ties.
+
+    Args:
+        cm: the problem ``best`` was evaluated on.
+        best: a feasible estimate of ``cm``.
+    """
+    s = best.strategy
+    target = best.tokens_per_s_per_device
+    step = max(1, s.dp)
+
+    def at(batch: int) -> Estimate | None:
+        trial = copy.copy(cm)
+        trial.space = cm.space.with_batches([batch])
+        try:
+            e = trial.evaluate(dataclasses.replace(s, batch=batch))
+        except ValueError:
+            return None
+        # equal to rounding: the plateau's throughput differs by an ulp from batch to batch
+        tie = e.tokens_per_s_per_device >= target * (1.0 - EQUAL_BATCH_REL_TOL)
+        return e if e.feasible and tie else None
+
+    lo, hi, found = 1, s.batch // step, best        # batches step·k, k in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        e = at(mid * step)
+        if e is not None:
+            hi, found = mid, e
+        else:
+            lo = mid + 1
+    return found
 
 
 def weights_note(cm: CostModel, engine: str | None = None) -> str:

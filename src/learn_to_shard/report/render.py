@@ -20,6 +20,7 @@ from .plan import (
     memory_headroom,
     one_output_token,
     stage_rows,
+    weights_label,
 )
 
 _MOE_OPS = {Op.ROUTER, Op.EXPERT_UP, Op.EXPERT_DOWN, Op.SHARED_EXPERT_UP,
@@ -66,7 +67,7 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     head = (f"[bold]{escape(plan.model)}[/] on [bold]{escape(plan.cluster)}[/] · {wl.phase.value} "
             + (f"context={wl.isl}" if wl.phase is Phase.DECODE else
                f"isl={wl.isl}" if wl.phase is Phase.PREFILL else f"isl={wl.isl} osl={wl.osl}")
-            + f" · weights {wl.weight_dtype.value}"
+            + f" · weights {weights_label(plan)}"
             + (f" (experts {plan.expert_weight_bits:g}-bit)" if plan.expert_weight_bits else "")
             + f", KV {wl.kv_dtype.value} · method {plan.method_used}"
             + (f" (asked: {plan.method})" if plan.method != plan.method_used else ""))
