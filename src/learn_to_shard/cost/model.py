@@ -60,7 +60,9 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   per ``osl`` steps); each request holds KV for ``isl + osl`` tokens (reserved on admission,
   ``kv_reserve_full_request``) or ``isl + osl/2``; TTFT = ``k = ⌈isl / chunk⌉`` steps (chunk
   ``max_num_batched_tokens − batch`` tokens, at most ``isl``), each carrying the decodes and
-  the prompt's mean chunk ``isl / k``, so the prompt's tokens are priced once. A step
+  the prompt's mean chunk ``isl / k``, so the prompt's tokens are priced once (or, decodes
+  first, the step's ``batch · isl / osl`` prompt tokens where they are more: the prompt
+  shares its step with the others). A step
   carries at most ``max_num_batched_tokens`` tokens: when ``batch · (1 + isl/osl)`` per
   micro-batch and DP rank exceeds it, only that fraction of the requests progresses per step
   (the rest wait for their prefill), so throughput and step time saturate
@@ -588,7 +590,9 @@ class CostModel(OperatorTerms):
             and DP rank; ``share`` the fraction of the running requests a step can carry
             (:meth:`_step_share`; 1 outside serve); ``ctx`` mean decode KV length (tokens);
             for serve the TTFT step's ``pf2``/``pf_seqs2`` (the prompt's mean chunk,
-            ``isl / chunk_steps`` tokens and ``1 / chunk_steps`` of the prompt), its decodes
+            ``isl / chunk_steps`` tokens and ``1 / chunk_steps`` of the prompt; decodes first,
+            the steady state's ``pf`` prompt tokens per step where they are more, of which the
+            prompt's are a part: ``pf_seqs2 = pf2 / isl``), its decodes
             ``dec2`` (``dec``; 0 where the engine runs prefill first,
             :attr:`~learn_to_shard.cost.terms.OperatorTerms.serve_prefill_first`) and
             ``chunk_steps`` (zeros otherwise). Prefill first, ``dec`` is every running
@@ -620,9 +624,12 @@ class CostModel(OperatorTerms):
             chunk_steps = np.ceil(isl / chunk)
             # The TTFT step carries the prompt's mean chunk: its isl tokens over the
             # ceil(isl / chunk) steps it takes (the last chunk is the remainder), so the steps
-            # price the prompt's tokens once; prefill first, it carries no decodes.
-            pf2 = isl / chunk_steps
-            pf_seqs2 = 1.0 / chunk_steps
+            # price the prompt's tokens once; prefill first, it carries no decodes. Decodes
+            # first, where a steady-state step prefills more than that (pf: several prompts
+            # per step, at a batch large against osl), the prompt shares its step with them.
+            pf2 = isl / chunk_steps if first else \
+                np.maximum(isl / chunk_steps, np.minimum(pf, np.maximum(room, 1.0)))
+            pf_seqs2 = pf2 / isl
             dec2 = zeros if first else dec
         else:
             pf2, pf_seqs2, chunk_steps = zeros, zeros, zeros
