@@ -387,8 +387,9 @@ def test_gemma3_wrapper_level_untied_embeddings_are_read(tmp_path: Path) -> None
      "rope_scaling.factor"),
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768.5},
      "rope_scaling.original_max_position_embeddings"),
+    ("yarn", "rope_scaling"),
 ])
-def test_a_yarn_value_of_the_wrong_kind_is_named(tmp_path: Path, rope: dict,
+def test_a_yarn_value_of_the_wrong_kind_is_named(tmp_path: Path, rope: dict | str,
                                                  field: str) -> None:
     """YaRN sets the context the plan admits: a factor or original length of the wrong kind
     is a ConfigError naming it (it was ignored, and the context silently not extended)."""

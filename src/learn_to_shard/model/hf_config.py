@@ -737,12 +737,19 @@ def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
     the checkpoint was trained for.
 
     Raises:
-        ConfigError: a YaRN ``factor`` that is not a number in (0, 1024], or an
+        ConfigError: a ``rope_scaling`` / ``rope_parameters`` that is not an object (or
+            null), a YaRN ``factor`` that is not a number in (0, 1024], or an
             ``original_max_position_embeddings`` that is not a positive integer (named with
             the file and the key that holds them).
     """
     found = [(prefix + key, obj.get(key)) for key in ("rope_scaling", "rope_parameters")
              for obj, prefix in ((f.data, f.prefix), (data, ""))]
+    for key, value in found:
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{f.source}: field '{key}' must be a JSON object (e.g. "
+                              f"{{\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                              f"\"original_max_position_embeddings\": 32768}}) or null, got "
+                              f"{_short(value)} ({type(value).__name__})")
     key, rope = next(((k, r) for k, r in found if isinstance(r, dict)), ("", None))
     if rope is None or rope.get("rope_type", rope.get("type")) != "yarn":
         return positions
