@@ -1234,3 +1234,14 @@ def test_a_trace_apart_from_the_planned_lengths_is_priced_at_its_own(tmp_path):
     assert r.exit_code == 0, r.output
     sim = json.loads(r.stdout)["simulation"][0]
     assert sim["replicas"] > 1 and not sim["lengths"]["apart_from_planned"]
+
+
+def test_prompts_that_need_more_steps_than_a_simulation_runs_are_refused_at_once():
+    """A token budget so small that the prompts alone take more steps than the simulation's
+    bound is refused before any step runs, naming --max-num-batched-tokens (it ran a minute
+    and then blamed --num-prompts only)."""
+    req = Requests(isl=np.full(10, 1000), osl=np.full(10, 4), arrival_s=None)
+    with pytest.raises(ConfigError, match=r"take at least 10,000 prefill steps of at most 1 "
+                                          r"tokens \(--max-num-batched-tokens\)"):
+        simulate(TOY, req, max_num_seqs=4, max_num_batched_tokens=1,
+                 kv_capacity_tokens=100_000, concurrency=2, max_events=5_000)

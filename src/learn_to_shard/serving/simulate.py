@@ -354,7 +354,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
 
     Raises:
         ConfigError: a request larger than the whole KV pool (it could never be admitted), a
-            closed loop without ``concurrency``, or non-positive limits.
+            closed loop without ``concurrency``, non-positive limits, prompts whose tokens
+            alone need more than ``max_events`` steps of ``max_num_batched_tokens``, or a run
+            past ``max_steps`` / ``max_events``.
     """
     isl = np.asarray(requests.isl, dtype=np.int64)
     osl = np.asarray(requests.osl, dtype=np.int64)
@@ -386,6 +388,15 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                           f"pool of {kv_capacity_tokens} tokens"
                           + (" less the 3 SGLang's admission check needs beside it" if spare
                              else "") + "; it could never be admitted")
+    # Every prompt token is prefilled in some step of at most max_num_batched_tokens: a
+    # lower bound on the steps priced one by one, checked before any is run.
+    prefill_steps = -(-int(isl.sum()) // int(max_num_batched_tokens))
+    if prefill_steps > max_events:
+        raise ConfigError(f"simulation: {n:,} prompts of {int(isl.sum()):,} tokens take at "
+                          f"least {prefill_steps:,} prefill steps of at most "
+                          f"{max_num_batched_tokens:,} tokens (--max-num-batched-tokens), more "
+                          f"than the {max_events:,} one simulation runs; raise "
+                          f"--max-num-batched-tokens or lower --num-prompts")
     closed = requests.arrival_s is None
     if closed:
         if concurrency is None or concurrency < 1:
@@ -457,7 +468,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         events += 1
         if events > max_events:
             raise ConfigError(f"simulation: more than {max_events:,} steps that admit, "
-                              f"prefill or finish requests; lower --num-prompts")
+                              f"prefill or finish requests; lower --num-prompts (or raise "
+                              f"--max-num-batched-tokens, {max_num_batched_tokens:,} tokens "
+                              f"per step)")
         grow = 0                          # KV tokens this step's decodes take (on demand)
         if on_demand:
             running = admitted[w] & ~done[w]
