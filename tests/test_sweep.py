@@ -754,3 +754,17 @@ def test_cli_size_takes_the_image_flags(tmp_path):
     r = CliRunner().invoke(app, [*base, "--model", "llama-3.1-8b", "--images-per-request", "1",
                                  "--out", str(tmp_path / "t")])
     assert r.exit_code == 2 and "not a vision-language model" in r.output, r.output
+
+
+def test_a_rate_no_fleet_serves_is_said_not_dropped(tmp_path):
+    """A workload whose rate_rps needs more devices than a cluster may have gets a line
+    saying so where the cheapest table would have its row (it vanished silently)."""
+    grid = {"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"], "searchers": ["megatron"],
+            "workloads": [{"name": "w", "phase": "serve", "isl": 512, "osl": 128,
+                           "tpot_slo": "50ms", "rate_rps": 1e12}]}
+    r = CliRunner().invoke(app, ["sweep", str(_write_grid(tmp_path, grid)), "--out",
+                                 str(tmp_path / "out"), "--workers", "1", "--no-plots"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "no fleet for llama-3.1-8b (w): h100-sxm:1: rate: 1e+12 requests/s needs" in text
+    assert "more than the 1,048,576 devices a cluster may have" in text

@@ -103,10 +103,14 @@ def _cost_key(c: Cheapest) -> tuple[float, int, float]:
             -c.tokens_per_s_per_device)
 
 
-def cheapest(rows: Sequence[Row], prices: Mapping[str, float]) -> list[Cheapest]:
+def cheapest(rows: Sequence[Row], prices: Mapping[str, float],
+             oversized: list[tuple[str, str, str]] | None = None) -> list[Cheapest]:
     """Per (model, workload), the cheapest cluster meeting the SLOs (see the module
-    docstring): cost per hour first where priced, then devices, then throughput."""
-    fleets = size_fleets(rows, prices=prices, node_sizes=node_sizes(rows), skip_oversized=True)
+    docstring): cost per hour first where priced, then devices, then throughput. Rows whose
+    fleet for the workload's ``rate_rps`` would exceed the largest cluster are appended to
+    ``oversized`` as ``(model, workload, why)`` (:func:`~.sizing.size_fleets`)."""
+    fleets = size_fleets(rows, prices=prices, node_sizes=node_sizes(rows), skip_oversized=True,
+                         oversized=oversized)
     found: dict[tuple[str, str], Cheapest] = {}
 
     def offer(c: Cheapest) -> None:
@@ -196,9 +200,17 @@ def fleet_table(fleets: Sequence[Fleet]) -> Table:
 def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Console) -> None:
     """Print the summary table, the cheapest-cluster table and the first failures."""
     console.print(summary_table(rows))
-    items = cheapest(rows, prices)
+    oversized: list[tuple[str, str, str]] = []
+    items = cheapest(rows, prices, oversized)
     if items:
         console.print(cheapest_table(items))
+    answered = {(c.model, c.workload) for c in items}
+    said: set[tuple[str, str]] = set()
+    for model, workload, why in oversized:       # a rate no fleet of the grid serves
+        if (model, workload) not in answered and (model, workload) not in said:
+            said.add((model, workload))
+            console.print(f"no fleet for {model} ({workload}): {why}", markup=False,
+                          highlight=False)
     errors = [r for r in rows if r.get("error")]
     for r in errors[:5]:
         console.print(f"failed: {r['model']} {r['cluster']} {r['workload']} {r['searcher']} "

@@ -237,7 +237,8 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
 def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = None,
                 prices: Mapping[str, float] | None = None,
                 node_sizes: Mapping[str, int] | None = None,
-                skip_oversized: bool = False) -> list[Fleet]:
+                skip_oversized: bool = False,
+                oversized: list[tuple[str, str, str]] | None = None) -> list[Fleet]:
     """The smallest fleet per (model, workload, device kind) over the feasible rows.
 
     Args:
@@ -249,6 +250,8 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
         skip_oversized: leave out a row whose fleet would exceed
             :data:`~learn_to_shard.hardware.presets.MAX_DEVICES` (a sweep's summary) instead
             of raising.
+        oversized: with ``skip_oversized``, each row left out so is appended here as
+            ``(model, workload, why)``.
 
     Returns:
         Fleets sorted by (model, workload, then cost when priced, else devices).
@@ -267,9 +270,12 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
         dev = str(row.get("device"))
         try:
             f = fleet_for(row, float(rate), node_sizes.get(dev, 1), prices.get(dev))
-        except ConfigError:
+        except ConfigError as exc:
             if not skip_oversized:
                 raise
+            if oversized is not None:
+                oversized.append((str(row.get("model")), str(row.get("workload")),
+                                  f"{row.get('cluster')}: {exc}"))
             continue                      # a fleet beyond MAX_DEVICES: no answer for this row
         if f is None:
             continue
