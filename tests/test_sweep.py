@@ -768,3 +768,14 @@ def test_a_rate_no_fleet_serves_is_said_not_dropped(tmp_path):
     text = " ".join(r.output.split())
     assert "no fleet for llama-3.1-8b (w): h100-sxm:1: rate: 1e+12 requests/s needs" in text
     assert "more than the 1,048,576 devices a cluster may have" in text
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"])
+def test_an_unreachable_ray_address_is_one_line_not_a_hang(tmp_path, address):
+    """ray.init retries an address nobody answers at without end; the sweep probes it first
+    (before importing Ray, so this runs without it) and refuses it in one line, exit 2."""
+    r = CliRunner().invoke(app, ["sweep", str(ROOT / "examples" / "sweep-small.yaml"), "--out",
+                                 str(tmp_path / "o"), "--ray-address", address])
+    assert r.exit_code == 2, r.output
+    assert f"--ray-address {address}: no Ray cluster answers there" in " ".join(
+        r.output.split())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -58,8 +59,35 @@ def _local(workers: int) -> Iterator[Callable[[Callable[[T], R], T], Future[R]]]
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+#: Seconds :func:`_reachable` waits for a Ray address to accept a connection (ray.init itself
+#: retries an unreachable GCS without end, printing warnings).
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
+def _reachable(address: str) -> None:
+    """Refuse a ``HOST:PORT`` (or ``ray://HOST:PORT``) Ray address that accepts no TCP
+    connection within :data:`RAY_CONNECT_TIMEOUT_S`; ``auto`` and other forms are left to
+    ``ray.init``.
+
+    Raises:
+        ConfigError: naming ``--ray-address``, the address and the reason.
+    """
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)),
+                                 timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError, OverflowError) as exc:
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                  else str(exc) or type(exc).__name__)
+        raise ConfigError(f"--ray-address {address}: no Ray cluster answers there ({reason}); "
+                          f"start one (ray start --head) or give its address") from None
+
+
 @contextmanager
 def _on_ray(address: str) -> Iterator[Callable[[Callable[[T], R], T], Future[R]]]:
+    _reachable(address)                 # before importing Ray, which is slow to start
     ray = _ray()
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
