@@ -162,7 +162,8 @@ def test_cli_export_to_file(tmp_path):
                                  "-q"])
     assert r.exit_code == 0, r.output
     text = out.read_text()
-    assert text == r.stdout and "trtllm-serve" in text and "tensor_parallel_size: " in text
+    assert text == "#!/usr/bin/env bash\n" + r.stdout and "trtllm-serve" in text \
+        and "tensor_parallel_size: " in text
     bad = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster",
                                    "h100-sxm:8", "--phase", "serve", "--isl", "1024", "--osl",
                                    "256", "--export", "tgi", "-q"])

@@ -164,7 +164,7 @@ def test_the_launch_section_carries_the_simulated_load_warnings(tmp_path):
                                  "vllm", "--report", str(tmp_path / "r"), "--output",
                                  str(tmp_path / "o.sh"), "-q"])
     assert r.exit_code == 0, r.output
-    script = (tmp_path / "o.sh").read_text()
+    script = (tmp_path / "o.sh").read_text().removeprefix("#!/usr/bin/env bash\n")
     assert script.startswith("# warning (simulated load):")
     md = (tmp_path / "r" / "report.md").read_text()
     assert script.rstrip("\n") in md
