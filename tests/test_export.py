@@ -1437,3 +1437,23 @@ def test_export_to_a_file_is_an_executable_script(tmp_path):
     text = out.read_text()
     assert text.startswith("#!/usr/bin/env bash\n# vllm 0.33.0") and "vllm serve" in text
     assert out.stat().st_mode & 0o100
+
+
+def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
+    """SGLang 0.5.23 sizes --mem-fraction-static itself when unset, holding back its estimate
+    of activations and CUDA graphs (memory_hook.py): on an H100 at TP4 with an 8,192-token
+    chunk and 67 running requests, 512 + 1.5·8192 + 1024·4/8 + 2·67 + 8·58 = 13,910 MiB of
+    81,559, so 0.829; the plan's 0.9 is above it and the export says so. An H200 leaves
+    0.905, above 0.9: no note."""
+    from learn_to_shard.engines import sglang_auto_mem_fraction
+
+    assert sglang_auto_mem_fraction(81559 * 2**20, 4, 1, 1, 8192, 67, False, False) == 0.829
+    base = ["plan", "--model", "llama-3.1-70b", "--phase", "serve", "--isl", "1024", "--osl",
+            "256", "--tpot-slo", "50ms", "--export", "sglang", "-q"]
+    h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:4"])
+    assert h100.exit_code == 0, h100.output
+    text = " ".join(h100.stdout.split())
+    assert "--mem-fraction-static 0.9 (the plan's memory budget) is above the 0.829 SGLang " \
+        "0.5.23 chooses itself for this launch" in text, text[:600]
+    h200 = CliRunner().invoke(app, [*base, "--cluster", "h200:4"])
+    assert h200.exit_code == 0 and "chooses itself" not in h200.stdout, h200.output

@@ -699,6 +699,65 @@ def kv_cache_refusal(engine: str | None, kv_fp8: bool, device_name: str,
     return None
 
 
+def sglang_auto_mem_fraction(device_memory_bytes: float, tp: int, pp: int, dp: int,
+                             chunked_prefill_size: int, max_running_requests: int | None,
+                             mla: bool, deepep: bool) -> float:
+    """The ``--mem-fraction-static`` SGLang chooses itself when the launch leaves it unset:
+    ``(memory − reserved) / memory`` (memory in MiB), ``reserved`` its estimate of activations
+    and CUDA-graph buffers (sgl-project/sglang v0.5.23, wheel sglang-0.5.23:
+    ``sglang/srt/arg_groups/memory_hook.py`` ``handle_gpu_memory_settings``,
+    ``reserve_for_graph_mb``, ``reserve_for_deepep_a2a_mb``; ``cuda_graph_hook.py``
+    ``generate_prefill_cuda_graph_batch_sizes``; the post-capture sizing path is off by
+    default, ``SGLANG_ENABLE_POST_CAPTURE_KV_SIZING = False``):
+
+    * ``512 + 1.5 · max(chunked_prefill_size, 2048) + 1024 · tp · pp / 8`` MiB;
+    * the decode CUDA graphs, ``2 · max_bs`` (``max_bs``: 8 under 20 GiB, 48/32 below
+      35/60 GiB for tp < 4 else 160, 256 for tp < 4 else 512 below 160 GiB, else 512;
+      capped by ``--max-running-requests``), with attention-DP ``3 · max_bs · dp`` more
+      (``+ 1.5 · max_bs · dp`` above ``max_bs`` 300);
+    * the prefill CUDA graphs (on by default on CUDA, off with pp > 1): 8 MiB per captured
+      size up to ``chunked_prefill_size``, or 1,536 MiB with an MLA backend;
+    * at least 10,240 MiB on a device of more than 60 GiB, then 2,048 MiB for DeepEP buffers.
+
+    Args:
+        device_memory_bytes: the device's memory.
+        tp, pp, dp: the launch's ``--tp-size``, ``--pp-size`` and attention-DP ranks.
+        chunked_prefill_size: ``--chunked-prefill-size`` (the server's).
+        max_running_requests: ``--max-running-requests``, or ``None`` when unset.
+        mla: the model's attention runs an MLA backend.
+        deepep: ``--moe-a2a-backend deepep``.
+    """
+    mem = device_memory_bytes / 2**20
+    gib = 1024.0
+    if mem < 20 * gib:
+        max_bs = 8
+    elif mem < 35 * gib:
+        max_bs = 48 if tp < 4 else 160
+    elif mem < 60 * gib:
+        max_bs = 32 if tp < 4 else 160
+    elif mem < 160 * gib:
+        max_bs = 256 if tp < 4 else 512
+    else:
+        max_bs = 512
+    if max_running_requests is not None:
+        max_bs = min(max_bs, max_running_requests)
+    graphs = 2.0 * max_bs
+    if dp > 1:
+        graphs += 3.0 * max_bs * dp + (1.5 * max_bs * dp if max_bs > 300 else 0.0)
+    if pp == 1:
+        sizes = [b for b in (list(range(4, 33, 4)) + list(range(48, 257, 16))
+                             + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+                             + list(range(1280, 4097, 256))
+                             + list(range(4608, chunked_prefill_size + 1, 512)))
+                 if b <= chunked_prefill_size]
+        graphs += 1536.0 if mla else 8.0 * len(sizes)
+    reserved = 512.0 + 1.5 * max(chunked_prefill_size, 2048) + gib * tp * pp / 8 + graphs
+    if mem > 60 * gib:
+        reserved = max(reserved, 10 * gib)
+    reserved += 2048.0 if deepep else 0.0
+    return round((mem - reserved) / mem, 3)
+
+
 def default_max_num_seqs(engine: str, device_name: str, device_memory_bytes: float,
                          kv_tokens_per_rank: int, context_len: int) -> int:
     """Running requests one scheduler (one attention-DP rank) admits when the launch does not
@@ -744,4 +803,5 @@ __all__ = ["ADMISSION_SOURCES", "BLOCKS", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "ENG
            "OVERLAP_SOURCES", "PREFILL_FIRST_ENGINES", "SCHEDULING_SOURCES",
            "TOKEN_BUDGET_SOURCES", "TRTLLM_MAX_BATCH_SIZE", "TRTLLM_MAX_NUM_TOKENS",
            "EngineProfile", "Variant", "default_max_num_batched_tokens", "default_max_num_seqs",
+           "sglang_auto_mem_fraction",
            "get_engine", "runs_overlap_schedule"]

@@ -54,6 +54,7 @@ from ..engines import (
     get_engine,
     kv_cache_refusal,
     node_ranks_cover,
+    sglang_auto_mem_fraction,
     weights_refusal,
 )
 from ..engines.architectures import architecture_note, architecture_refusal
@@ -62,7 +63,7 @@ from ..hardware.fabric import compute_capability as device_compute_capability
 from ..hardware.presets import parse_cluster
 from ..hardware.spec import DeviceSpec
 from ..model.hf_config import shipped_repo_ids
-from ..model.spec import ModelSpec
+from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..parallel.strategy import Strategy
 from ..workload import DType, Phase
@@ -846,6 +847,19 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  # v0.5.23 sglang/srt/arg_groups/parallel_hook.py), as --max-running-requests
                  "--chunked-prefill-size", str(tokens * dp),
                  "--mem-fraction-static", f"{mem_util:g}"]
+        if device is not None:
+            auto = sglang_auto_mem_fraction(
+                device.hbm_bytes, s.tp * dp, s.pp, dp, tokens * dp, running,
+                model is not None and model.attention.kind is AttentionKind.MLA,
+                bool(moe and a2a is not None and s.ep > 1))
+            if mem_util > auto:
+                notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
+                             f"is above the {auto:g} SGLang {get_engine('sglang').version} "
+                             f"chooses itself for this launch, which holds back "
+                             f"{(1 - auto) * device.hbm_bytes / 2**30:.1f} GiB for "
+                             f"activations and CUDA graphs by its own estimate: if the server "
+                             f"runs out of memory starting, plan with --gpu-memory-utilization "
+                             f"{auto:g} (fewer KV tokens)")
         if tokens > SGLANG_MAX_PREFILL_TOKENS and tokens > max_len:
             # A prefill batch holds at most max(--max-prefill-tokens, context length) tokens
             # (default 16384; sglang 0.5.23 srt/arg_groups/fields/schedule.py), which would
