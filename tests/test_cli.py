@@ -1072,3 +1072,25 @@ def test_python_api_engine_and_config_together_and_wrong_kinds():
                             engine="trtllm-tensorrt",
                             config=cost_config("trtllm-tensorrt", gpu_memory_utilization=0.8))
     assert p.engine == "trtllm-tensorrt"
+
+
+def test_output_probes_leave_nothing_and_keep_what_exists(tmp_path, monkeypatch):
+    """The up-front probe of a --report folder creates and removes every missing folder (a
+    name too long is refused before the search, with no folder left); a dangling link as -o
+    is written through, as before; an existing launch file or device keeps its mode."""
+    monkeypatch.chdir(tmp_path)
+    long = "d/" + "a" * 300 + "/x"
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--context", "10",
+             "--report", long, "-q")
+    assert r.exit_code == 2 and "cannot create" in r.stderr and not (tmp_path / "d").exists()
+    (tmp_path / "dang.json").symlink_to("target.json")
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--context", "10",
+             "-o", "dang.json", "-q")
+    assert r.exit_code == 0 and (tmp_path / "target.json").exists(), r.output
+    mine = tmp_path / "mine.sh"
+    mine.write_text("")
+    mine.chmod(0o600)
+    r = _run("plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--context", "10",
+             "--export", "vllm", "-o", str(mine), "-q")
+    assert r.exit_code == 0 and mine.read_text().startswith("#!/usr/bin/env bash")
+    assert mine.stat().st_mode & 0o777 == 0o600

@@ -978,6 +978,12 @@ def test_prefill_at_the_position_limit_plans_but_no_engine_launches_it():
     for engine in ENGINES:
         r = CliRunner().invoke(app, [*base, "--isl", "40959", "--export", engine])
         assert r.exit_code == 0 and "NOT EXPRESSIBLE: requests of" not in r.stdout, r.output
+    # with images, the --isl named leaves room for their tokens too
+    img = CliRunner().invoke(app, ["plan", "--model", "gemma-3-12b-it", "--cluster",
+                                   "h100-sxm:8", "--phase", "prefill", "--isl", "130816",
+                                   "--images-per-request", "1", "--engine", "vllm", "-q"])
+    assert img.exit_code == 2 and "use --isl 130815" in " ".join(img.output.split()), \
+        img.output
 
 
 def test_export_of_an_nvfp4_plan_for_trtllm_on_hopper_still_says_not_expressible():

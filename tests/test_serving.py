@@ -1245,3 +1245,25 @@ def test_prompts_that_need_more_steps_than_a_simulation_runs_are_refused_at_once
                                           r"tokens \(--max-num-batched-tokens\)"):
         simulate(TOY, req, max_num_seqs=4, max_num_batched_tokens=1,
                  kv_capacity_tokens=100_000, concurrency=2, max_events=5_000)
+
+
+def test_a_lone_requests_ttft_is_its_own_prompt_whatever_its_output_length():
+    """Decodes first, the TTFT steps carry the other running requests' prompts beside the
+    prompt's own: at batch 1 there are none, so a 9,000-token prompt (two chunks of the
+    8,192-token budget) prices its own 9,000 tokens at osl 1 as at osl 2 (osl 1 had priced
+    two full steps, 470 ms against the simulation's 278 ms)."""
+    import dataclasses
+
+    from learn_to_shard.api import cost_config
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+    from learn_to_shard.parallel.strategy import Strategy
+
+    ttft = {}
+    for osl in (1, 2):
+        cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", make_workload("serve", isl=9000,
+                             osl=osl), cost_config("vllm"), engine="vllm")
+        s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=1, dims=MEGATRON_DIMS)
+        ttft[osl] = cm.evaluate(dataclasses.replace(s)).ttft_s
+        ph = cm.phase_rows(np.array([1]), np.array([1]), np.array([1]))
+        assert ph["pf2"][0] == pytest.approx(4500.0)
+    assert ttft[1] == pytest.approx(ttft[2], rel=0.01)

@@ -882,11 +882,13 @@ def check_engine_serves(engine: str | None, flag: str, cm: CostModel) -> None:
     wl, limit = cm.workload, cm.model.max_position_embeddings
     if engine is not None and engine_runtime(engine) in ("vllm", "sglang", "trtllm") \
             and wl.phase is Phase.PREFILL and limit and wl.isl + 1 > limit:
+        images = wl.image_prompt_tokens
         raise EngineRefusalError(
-            f"{flag} {engine}: a prompt of {wl.isl} tokens leaves no room for its first output "
-            f"token within {cm.model.name}'s {limit} positions, and the engine refuses "
-            f"prompt + max_tokens above its length limit; use --isl {limit - 1}, or plan "
-            f"without an engine")
+            f"{flag} {engine}: a prompt of {wl.isl} tokens"
+            + (f" ({images} of them images')" if images else "")
+            + f" leaves no room for its first output token within {cm.model.name}'s {limit} "
+            f"positions, and the engine refuses prompt + max_tokens above its length limit; "
+            f"use --isl {limit - 1 - images}, or plan without an engine")
 
 
 def check_engine_device(engine: str | None, flag: str, device: DeviceSpec,

@@ -291,26 +291,30 @@ def _shipped_data_dir() -> Path:
 
 
 def _try_create(path: Path, flag: str, directory: bool = False) -> None:
-    """Create ``path`` (a file, or with ``directory`` the first missing folder of it) and
-    remove it again: where permission bits say yes but the file system says no (``/proc``,
-    a read-only mount seen by root), the refusal comes before the work, not after it.
+    """Create ``path`` (a file, or with ``directory`` every missing folder of it) and remove
+    what was created again: where permission bits say yes but the file system says no
+    (``/proc``, a read-only mount seen by root, a name too long), the refusal comes before the
+    work, not after it.
 
     Raises:
         PlannerError: naming ``flag``, ``path`` and the OS's reason.
     """
-    first = path
-    while directory and not first.parent.exists() and first.parent != first:
-        first = first.parent
+    made: list[Path] = []                 # folders created by the probe, outermost first
     try:
         if directory:
-            first.mkdir()
-            first.rmdir()
+            missing = [p for p in (path, *path.parents) if not p.exists()]
+            for folder in reversed(missing):
+                folder.mkdir()
+                made.append(folder)
         else:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             path.unlink()
     except OSError as exc:
         raise PlannerError(f"{flag}: cannot create {path}: "
                            f"{exc.strerror or type(exc).__name__}") from None
+    finally:
+        for folder in reversed(made):
+            folder.rmdir()
 
 
 def _check_output(path: Path | None, flag: str, *, directory: bool = False,
@@ -377,7 +381,7 @@ def _check_output(path: Path | None, flag: str, *, directory: bool = False,
         raise PlannerError(f"{flag}: {path} exists and is not writable")
     if not exists and not os.access(path.parent, os.W_OK | os.X_OK):
         raise PlannerError(f"{flag}: folder {path.parent} is not writable")
-    if not exists:
+    if not exists and not path.is_symlink():   # a dangling link is written through
         _try_create(path, flag)
     for source, source_flag in inputs:
         if source is not None and _same_file(path, source):
@@ -719,11 +723,14 @@ def plan_cmd(
             err.print("error: --export: no feasible strategy to export", highlight=False)
             raise typer.Exit(code=1)
         if output is not None:
-            # a script to run as written: a shebang, and executable by whoever may read it
+            # a script to run as written: a shebang, and, where l2s creates the file, executable
+            # by whoever may read it (an existing file, a link or a device keeps its mode)
+            created = not output.exists() and not output.is_symlink()
             _write(output, "#!/usr/bin/env bash\n" + launch, "--output")
-            _saved(lambda: output.chmod(output.stat().st_mode
-                                        | ((output.stat().st_mode & 0o444) >> 2)),
-                   output, "--output")
+            if created and output.is_file():
+                _saved(lambda: output.chmod(output.stat().st_mode
+                                            | ((output.stat().st_mode & 0o444) >> 2)),
+                       output, "--output")
         if json_out:
             data["export"] = {"engine": export, "text": launch}
             sys.stdout.write(json.dumps(data, indent=2) + "\n")

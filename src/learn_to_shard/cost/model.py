@@ -60,9 +60,9 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   per ``osl`` steps); each request holds KV for ``isl + osl`` tokens (reserved on admission,
   ``kv_reserve_full_request``) or ``isl + osl/2``; TTFT = ``k = ⌈isl / chunk⌉`` steps (chunk
   ``max_num_batched_tokens − batch`` tokens, at most ``isl``), each carrying the decodes and
-  the prompt's mean chunk ``isl / k``, so the prompt's tokens are priced once (or, decodes
-  first, the step's ``batch · isl / osl`` prompt tokens where they are more: the prompt
-  shares its step with the others). A step
+  the prompt's mean chunk ``isl / k``, so the prompt's tokens are priced once (decodes
+  first, with the other running requests' prompt tokens of a step, ``(batch − 1) · isl /
+  osl``, up to the step's room: the prompt shares its steps with them). A step
   carries at most ``max_num_batched_tokens`` tokens: when ``batch · (1 + isl/osl)`` per
   micro-batch and DP rank exceeds it, only that fraction of the requests progresses per step
   (the rest wait for their prefill), so throughput and step time saturate
@@ -591,8 +591,9 @@ class CostModel(OperatorTerms):
             (:meth:`_step_share`; 1 outside serve); ``ctx`` mean decode KV length (tokens);
             for serve the TTFT step's ``pf2``/``pf_seqs2`` (the prompt's mean chunk,
             ``isl / chunk_steps`` tokens and ``1 / chunk_steps`` of the prompt; decodes first,
-            the steady state's ``pf`` prompt tokens per step where they are more, of which the
-            prompt's are a part: ``pf_seqs2 = pf2 / isl``), its decodes
+            plus the other running requests' prompt tokens of a steady-state step,
+            ``(dec − 1) · isl / osl``, up to the step's room: ``pf_seqs2 = pf2 / isl``), its
+            decodes
             ``dec2`` (``dec``; 0 where the engine runs prefill first,
             :attr:`~learn_to_shard.cost.terms.OperatorTerms.serve_prefill_first`) and
             ``chunk_steps`` (zeros otherwise). Prefill first, ``dec`` is every running
@@ -625,10 +626,14 @@ class CostModel(OperatorTerms):
             # The TTFT step carries the prompt's mean chunk: its isl tokens over the
             # ceil(isl / chunk) steps it takes (the last chunk is the remainder), so the steps
             # price the prompt's tokens once; prefill first, it carries no decodes. Decodes
-            # first, where a steady-state step prefills more than that (pf: several prompts
-            # per step, at a batch large against osl), the prompt shares its step with them.
-            pf2 = isl / chunk_steps if first else \
-                np.maximum(isl / chunk_steps, np.minimum(pf, np.maximum(room, 1.0)))
+            # first, the prompt shares its steps with the prompts of the other running
+            # requests, (dec - 1) · isl / osl tokens per step in the steady state (several
+            # prompts per step at a batch large against osl; none beside a lone request),
+            # up to the step's room.
+            own = isl / chunk_steps
+            others = np.maximum(dec - 1.0, 0.0) * isl / osl
+            pf2 = own if first else np.maximum(own, np.minimum(own + others,
+                                                               np.maximum(room, 1.0)))
             pf_seqs2 = pf2 / isl
             dec2 = zeros if first else dec
         else:

@@ -99,16 +99,22 @@ class Plan:
         active = active_heads(cm.space)
         best = cm.evaluate(canonical(result.best_action, active)) \
             if result.best_action is not None else None
+        searched = best
         if best is not None:
             best = smallest_equal_batch(cm, best)
         alts: list[Estimate] = []
-        seen = set() if best is None else {_signature(best)}
+        # the searcher's own answer at its larger batch is the same plan, not a runner-up
+        seen = set() if best is None or searched is None else \
+            {_signature(best), _signature(searched)}
         for a, _ in result.top:
-            e = cm.evaluate(canonical(a, active))
-            if _signature(e) not in seen:   # skip equivalent encodings of the same plan
-                seen.add(_signature(e))
+            if len(alts) == 4:
+                break
+            found = cm.evaluate(canonical(a, active))
+            e = smallest_equal_batch(cm, found) if found.feasible else found
+            # skip equivalent encodings of the same plan, and a batch beyond its plateau
+            if _signature(e) not in seen and _signature(found) not in seen:
+                seen.update((_signature(e), _signature(found)))
                 alts.append(e)
-        alts = alts[:4]
         # Only rejected strategies that would have been faster than the answer explain it.
         rejected = [e for e in (cm.evaluate(canonical(a, active)) for a, _, _ in result.rejected)
                     if best is None or e.tokens_per_s_per_device
