@@ -403,10 +403,10 @@ def _every_batch(cm: CostModel, hi: int) -> CostModel:
 def test_serve_ttft_prices_the_prompts_tokens_once_and_never_falls():
     """Phi-3.5-MoE on 16 H100s, serve 16,384 / 4,000, TP16 EP4 CP2 with attention Shard(0):
     the prompt takes k = ⌈isl / (budget − decodes)⌉ steps, and the TTFT step carries its mean
-    chunk isl / k. Priced with the whole chunk instead, k chunks overcount the prompt (3 ×
-    8,000 tokens for 16,384), and the overcount shrinks as decodes shrink the chunk, so TTFT
-    fell from batch 176 to 240 by 0.14% (whole prompts on one rank make a chunk token cost a
-    whole token)."""
+    chunk isl / k (beside the other running requests' prompt tokens). Priced with the whole
+    chunk instead, k chunks overcount the prompt (3 × 8,000 tokens for 16,384), and the
+    overcount shrinks as decodes shrink the chunk, so TTFT fell from batch 176 to 240 by 0.14%
+    (whole prompts on one rank make a chunk token cost a whole token)."""
     wl = make_workload("serve", isl=16384, osl=4000)
     cm = _every_batch(make_cost_model("phi-3.5-moe-instruct", "h100-sxm:16", wl), 256)
     dims = (1, 2, 0, 2, 1, 1, 0, 0, 0, 0, 2, 2)
@@ -415,8 +415,10 @@ def test_serve_ttft_prices_the_prompts_tokens_once_and_never_falls():
     assert all(b >= a for a, b in zip(ttft, ttft[1:], strict=False))
     ph = cm.phase_rows(np.array([1]), np.array([1]), np.array([192]))
     assert float(ph["chunk_steps"][0]) == 3.0
-    assert float(ph["pf2"][0]) == pytest.approx(16384 / 3, rel=1e-15)
-    assert float(ph["pf_seqs2"][0]) == pytest.approx(1 / 3, rel=1e-15)
+    # its mean chunk, beside the other 191 running requests' prompt tokens of a step
+    pf2 = 16384 / 3 + 191 * 16384 / 4000
+    assert float(ph["pf2"][0]) == pytest.approx(pf2, rel=1e-15)
+    assert float(ph["pf_seqs2"][0]) == pytest.approx(pf2 / 16384, rel=1e-15)
 
 
 def test_serve_latency_is_flat_once_the_token_budget_binds():

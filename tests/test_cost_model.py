@@ -564,16 +564,21 @@ def test_serve_ttft_step_carries_the_prompts_mean_chunk():
     """Serve, isl 16,384 with the default budget of 8,192 tokens and 8 running requests per
     rank: the chunk is 8,192 − 8 = 8,184 tokens, so the prompt takes ⌈16,384 / 8,184⌉ = 3
     steps, and the TTFT step carries 16,384 / 3 of its tokens and a third of the prompt (its
-    tokens priced once over the three steps); TTFT is three of those steps."""
+    tokens priced once over the three steps), beside the other 7 running requests' prompt
+    tokens of a steady-state step, 7 · 16,384 / 1,000; TTFT is three of those steps. A lone
+    request's steps carry its own tokens alone."""
     m = load_model("llama-3.1-8b")
     wl = Workload(Phase.SERVE, isl=16384, osl=1000)
     cm = CostModel(m, parse_cluster("h100-sxm:1"), wl)
     one = np.array([1])
     ph = cm.phase_rows(one, one, np.array([8]))
     assert float(ph["chunk_steps"][0]) == 3.0
-    assert float(ph["pf2"][0]) == pytest.approx(16384 / 3, rel=1e-15)
-    assert float(ph["pf_seqs2"][0]) == pytest.approx(1 / 3, rel=1e-15)
+    pf2 = 16384 / 3 + 7 * 16384 / 1000
+    assert float(ph["pf2"][0]) == pytest.approx(pf2, rel=1e-15)
+    assert float(ph["pf_seqs2"][0]) == pytest.approx(pf2 / 16384, rel=1e-15)
     assert float(ph["dec"][0]) == 8.0
+    ph = cm.phase_rows(one, one, one)               # 8,191-token chunks: three steps
+    assert float(ph["pf2"][0]) == pytest.approx(16384 / 3, rel=1e-15)
 
 
 def test_a_vision_tower_is_in_the_first_stage_memory_split_by_tp():
