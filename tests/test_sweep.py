@@ -734,10 +734,16 @@ def test_grid_workload_with_images_prices_their_tokens(tmp_path):
     old_key = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":"))
                              .encode()).hexdigest()[:16]
     assert p.key() == old_key and p.key() != cell.key()
-    text = grid_from_data({**base, "models": ["llama-3.1-8b"], "workloads": [
-        {"phase": "serve", "isl": 512, "osl": 64, "images_per_request": 1}]})
-    row = run_cell(expand(text)[0])
-    assert "images_per_request: llama-3.1-8b is not a vision-language model" in row["error"]
+    # a text-only model is refused with the grid, before any cell runs, as plan's flag is
+    with pytest.raises(ConfigError, match=r"workloads\[0\] under models\[0\] \(llama-3.1-8b\): "
+                                          r"images_per_request: llama-3.1-8b is not a "
+                                          r"vision-language model"):
+        grid_from_data({**base, "models": ["llama-3.1-8b"], "workloads": [
+            {"phase": "serve", "isl": 512, "osl": 64, "images_per_request": 1}]})
+    # 0 images is none, as --images-per-request 0: the cell of the workload without them
+    zero = grid_from_data({**base, "workloads": [{"phase": "serve", "isl": 512, "osl": 64,
+                                                  "images_per_request": 0}]})
+    assert expand(zero)[0].key() == p.key()
     with pytest.raises(ConfigError, match="image_tokens: give images_per_request too"):
         grid_from_data({**base, "workloads": [{"phase": "serve", "isl": 512, "osl": 64,
                                                "image_tokens": 100}]})
@@ -779,3 +785,14 @@ def test_an_unreachable_ray_address_is_one_line_not_a_hang(tmp_path, address):
     assert r.exit_code == 2, r.output
     assert f"--ray-address {address}: no Ray cluster answers there" in " ".join(
         r.output.split())
+
+
+def test_cli_size_refuses_a_request_beyond_the_context_before_searching(tmp_path):
+    """As l2s plan: one error line naming --isl + --osl, exit 2 (it failed every cluster
+    search and blamed the SLOs, exit 1)."""
+    r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-8b", "--rate", "1", "--isl",
+                                 "200000", "--osl", "100", "--devices", "h100-sxm",
+                                 "--max-devices", "2", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 2, r.output
+    assert "--isl + --osl: a request of 200100 tokens exceeds" in " ".join(r.output.split())
+    assert "failed:" not in r.output

@@ -62,7 +62,7 @@ from .cost.config import (
     MAX_ROUTING_ALPHA,
     CostModelConfig,
 )
-from .cost.model import CostModel
+from .cost.model import CostModel, check_context
 from .errors import ConfigError, InternalError, PlannerError
 from .hardware.fabric import scale_up_fabric
 from .hardware.presets import MAX_DEVICES, load_device
@@ -1723,6 +1723,7 @@ def size_cmd(
         wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(load_model(model), dtype, kv_dtype, engine))
         wl = with_images(wl, load_model(model), images_per_request, image_tokens)
+        check_context(load_model(model), wl)        # as plan: before any cluster is searched
         _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         kinds = _csv_list(devices, "--devices")
         names = []

@@ -262,6 +262,31 @@ class Estimate:
                                                + self.idle_devices)
 
 
+def check_context(model: ModelSpec, workload: Workload) -> None:
+    """Refuse a workload whose longest request exceeds the model's positions (no strategy can
+    serve it; the engines refuse it), before any search.
+
+    Raises:
+        ConfigError: naming the flag (``--context``, ``--isl`` or ``--isl + --osl``, with
+            ``--images-per-request`` where images fill the prompt), the request's tokens and
+            the limit (the YaRN-extended one where the config's ``rope_scaling`` sets it).
+    """
+    limit = model.max_position_embeddings
+    if limit and workload.max_context > limit:
+        flag = {Phase.DECODE: "--context", Phase.PREFILL: "--isl"}.get(
+            workload.phase, "--isl + --osl")
+        if workload.images_per_request:
+            flag += f" with --images-per-request {workload.images_per_request}"
+        what = (f"the {limit} positions {model.name}'s YaRN rope_scaling extends its "
+                f"max_position_embeddings {model.config_max_positions} to"
+                if model.config_max_positions
+                else f"{model.name}'s max_position_embeddings {limit}")
+        raise ConfigError(
+            f"{flag}: a request of {workload.max_context} tokens exceeds {what} "
+            f"({model.source or 'config.json'}); use at most {limit} tokens, or a "
+            f"config.json whose max_position_embeddings (or rope_scaling) allows more")
+
+
 class CostModel(OperatorTerms):
     """Analytical performance model of one (model, cluster, workload) problem.
 
@@ -289,20 +314,7 @@ class CostModel(OperatorTerms):
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
                  config: CostModelConfig | None = None,
                  space: StrategySpace | None = None) -> None:
-        limit = model.max_position_embeddings
-        if limit and workload.max_context > limit:
-            flag = {Phase.DECODE: "--context", Phase.PREFILL: "--isl"}.get(
-                workload.phase, "--isl + --osl")
-            if workload.images_per_request:
-                flag += f" with --images-per-request {workload.images_per_request}"
-            what = (f"the {limit} positions {model.name}'s YaRN rope_scaling extends its "
-                    f"max_position_embeddings {model.config_max_positions} to"
-                    if model.config_max_positions
-                    else f"{model.name}'s max_position_embeddings {limit}")
-            raise ConfigError(
-                f"{flag}: a request of {workload.max_context} tokens exceeds {what} "
-                f"({model.source or 'config.json'}); use at most {limit} tokens, or a "
-                f"config.json whose max_position_embeddings (or rope_scaling) allows more")
+        check_context(model, workload)
         self.model = model
         self.cluster = cluster
         self.workload = workload
@@ -837,4 +849,4 @@ def placement_summary(strategy: Strategy) -> list[tuple[str, str]]:
 
 
 __all__ = ["BatchEstimate", "CollectiveUse", "CostModel", "Estimate", "MemoryBreakdown",
-           "INVALID_BITS_ALL", "LAYOUTS", "NUM_OPS", "placement_summary"]
+           "INVALID_BITS_ALL", "LAYOUTS", "NUM_OPS", "check_context", "placement_summary"]

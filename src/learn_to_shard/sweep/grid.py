@@ -35,6 +35,7 @@ from ..api import (
     with_images,
 )
 from ..errors import ConfigError, PlannerError
+from ..model.hf_config import load_model
 from ..model.spec import ModelSpec
 from ..units import parse_duration_s, to_ms
 from ..workload import Workload
@@ -128,7 +129,7 @@ class WorkloadSpec(_Strict):
     kv_dtype: Literal["bf16", "fp8"] | None = None
     rate_rps: Positive | None = None
     concurrency: Count | None = None
-    images_per_request: Count | None = None
+    images_per_request: Annotated[int, Field(ge=0, strict=True)] | None = None
     image_tokens: Count | None = None
 
     _read_durations = model_validator(mode="before")(_durations)
@@ -141,7 +142,7 @@ class WorkloadSpec(_Strict):
             self.workload()
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
-        if self.image_tokens is not None and self.images_per_request is None:
+        if self.image_tokens is not None and not self.images_per_request:
             raise ValueError("image_tokens: give images_per_request too (tokens per image mean "
                              "nothing without images)")
         if self.images_per_request is not None and self.phase == "decode":
@@ -315,6 +316,26 @@ class SweepGrid(_Strict):
             seen[wl.label] = i
         return workloads
 
+    @model_validator(mode="after")
+    def _images_fit_the_models(self) -> SweepGrid:
+        """A workload with images, under each model that loads here (a config path is
+        checked when its cell runs): the images the model can take, as ``l2s plan`` checks
+        its image flags before any work."""
+        for i, wl in enumerate(self.workloads):
+            if not wl.images_per_request and wl.image_tokens is None:
+                continue
+            for j, name in enumerate(self.models):
+                try:
+                    spec = load_model(name)
+                except PlannerError:
+                    continue
+                try:
+                    wl.workload(spec)
+                except ConfigError as exc:
+                    raise ValueError(f"workloads[{i}] under models[{j}] ({name}): {exc}") \
+                        from None
+        return self
+
     @field_validator("searchers")
     @classmethod
     def _searchers(cls, names: list[str]) -> list[str]:
@@ -372,7 +393,7 @@ class Cell(_Strict):
         data = self.model_dump(mode="json")
         data["workload"].pop("name", None)
         for key in ("images_per_request", "image_tokens"):     # unset: the keys of before
-            if data["workload"].get(key) is None:
+            if not data["workload"].get(key):                  # (0 images: none)
                 data["workload"].pop(key, None)
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
