@@ -1720,15 +1720,15 @@ def size_cmd(
         if phase == Phase.DECODE.value:
             raise PlannerError("--phase decode has no request rate (steady decoding at a fixed "
                                "context); use --phase serve with --isl/--osl")
+        spec_model = load_model(model)
         wl = _workload(phase, isl, osl, None, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(load_model(model), dtype, kv_dtype, engine))
-        wl = with_images(wl, load_model(model), images_per_request, image_tokens)
-        check_context(load_model(model), wl)        # as plan: before any cluster is searched
+                       *checkpoint_dtypes(spec_model, dtype, kv_dtype, engine))
+        wl = with_images(wl, spec_model, images_per_request, image_tokens)
+        check_context(spec_model, wl)               # as plan: before any cluster is searched
         _engine_config(wl, engine, gpu_memory_utilization, max_num_batched_tokens)
         kinds = _csv_list(devices, "--devices")
         names = []
         refused: dict[str, str] = {}          # device kind -> why the engine cannot serve it
-        spec_model = load_model(model)
         if (why := engine_model_refusal(engine, spec_model)) is not None:
             # the model's class: no device would do, so said once
             raise ConfigError(f"--engine {engine}: {why}; size {spec_model.name} with another "
