@@ -1463,3 +1463,41 @@ def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
         "0.5.23 chooses itself for this launch" in text, text[:600]
     h200 = CliRunner().invoke(app, [*base, "--cluster", "h200:4"])
     assert h200.exit_code == 0 and "chooses itself" not in h200.stdout, h200.output
+
+
+def test_a_decode_plans_trtllm_server_takes_prompts_of_its_context():
+    """A decode plan at a 32k context on TensorRT-LLM: its server admits 32k sequences, and
+    with chunked prefill off the PyTorch backend refuses any prompt above ``max_num_tokens``
+    (8,192 here); the export turns chunked prefill on. A prefill plan's budget holds its
+    prompts whole and runs them unchunked."""
+    wl = make_workload("decode", context=32768)
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", wl, cost_config("trtllm"),
+                         engine="trtllm")
+    ex = build_export(search_plan(cm, engine="trtllm"), "trtllm", model=cm.model,
+                      devices_per_node=8)
+    assert int(_arg(ex.args, "--max_num_tokens")) < int(_arg(ex.args, "--max_seq_len"))
+    assert ex.yaml_config["enable_chunked_prefill"] is True
+    wl = make_workload("prefill", isl=4096)
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:8", wl, cost_config("trtllm"),
+                         engine="trtllm")
+    ex = build_export(search_plan(cm, engine="trtllm"), "trtllm", model=cm.model,
+                      devices_per_node=8)
+    assert ex.yaml_config["enable_chunked_prefill"] is False
+    assert int(_arg(ex.args, "--max_num_tokens")) >= 4096
+
+
+@pytest.mark.parametrize("engine,host", [("sglang", "0.0.0.0"), ("trtllm", "0.0.0.0"),
+                                         ("vllm", None)])
+def test_servers_behind_a_load_balancer_listen_beyond_loopback(engine, host):
+    """Several servers behind a load balancer: SGLang (127.0.0.1) and trtllm-serve
+    (localhost) listen on loopback by default, which a balancer on another machine cannot
+    reach, so their exports say ``--host 0.0.0.0``; vLLM binds every interface already. One
+    server keeps the engine's default."""
+    cm, plan = _plan("llama-3.1-8b", "h100-sxm:8", "bf16", engine)
+    ex = build_export(plan, engine, model=cm.model, devices_per_node=8)
+    assert ex.servers > 1
+    assert _arg(ex.args, "--host") == host
+    assert check_args(engine, ex.args) == []
+    cm, plan = _plan("llama-3.1-70b", "h100-sxm:4", "bf16", engine)
+    one = build_export(plan, engine, model=cm.model, devices_per_node=8)
+    assert one.servers == 1 and "--host" not in one.args

@@ -240,6 +240,13 @@ class Export:
         return out
 
 
+#: Engines whose HTTP server listens on loopback only unless ``--host`` says otherwise: SGLang
+#: (``host`` default ``127.0.0.1``, sglang/srt/arg_groups/fields/serving.py of SGLang 0.5.23)
+#: and trtllm-serve (``--host`` default ``localhost``, NVIDIA/TensorRT-LLM
+#: tensorrt_llm/commands/serve.py @ 00209af1). vLLM's ``--host`` defaults to none, every
+#: interface (vllm/entrypoints/common/cli_args.py of vLLM 0.33.0).
+LOCAL_ONLY_HOST: dict[str, str] = {"sglang": "127.0.0.1", "trtllm": "localhost"}
+
 #: Ports between two servers on one node. SGLang with attention-DP opens TCP ports from its
 #: ``--port``: ``port + 233`` for the distributed init and the 6 after it (``PortArgs.init_new``
 #: in sglang/srt/server_args.py of SGLang 0.5.23); servers one port apart would collide there,
@@ -976,7 +983,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             yaml_cfg["moe_expert_parallel_size"] = s.ep
             yaml_cfg["moe_tensor_parallel_size"] = group // max(1, s.ep)
         yaml_cfg["enable_attention_dp"] = dp > 1
-        yaml_cfg["enable_chunked_prefill"] = wl.phase is Phase.SERVE
+        # Chunked prefill wherever a prompt may be longer than the step budget: without it the
+        # PyTorch backend refuses a prompt above max_num_tokens ("The sum of prompt length
+        # ... should not exceed max_num_tokens": tensorrt_llm/llmapi/llm.py
+        # _check_arguments checks it only with enable_chunked_prefill off), so a decode plan's
+        # server could not take its own context. A prefill plan's budget holds its prompts
+        # whole (above) and runs them unchunked.
+        yaml_cfg["enable_chunked_prefill"] = wl.phase is not Phase.PREFILL
         kv: dict[str, object] = {"free_gpu_memory_fraction": kv_frac}
         if fp8_kv:
             kv["dtype"] = "fp8"
@@ -1094,6 +1107,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         notes.append(f"{servers} servers: put a load balancer in front of them that spreads "
                      f"requests round-robin (what the plan's throughput and its simulation "
                      f"assume)")
+        if engine in LOCAL_ONLY_HOST:
+            # The balancer reaches servers on other nodes only if they listen beyond
+            # loopback; vLLM's default binds every interface already.
+            args += ["--host", "0.0.0.0"]
+            notes.append(f"--host 0.0.0.0: {prof.title} listens on "
+                         f"{LOCAL_ONLY_HOST[engine]} by default, which a load balancer on "
+                         f"another machine cannot reach")
     if e.idle_devices:
         used = e.instances * s.devices
         notes.append(f"{e.idle_devices} of the cluster's {used + e.idle_devices} GPUs stay "
