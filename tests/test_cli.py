@@ -1094,3 +1094,41 @@ def test_output_probes_leave_nothing_and_keep_what_exists(tmp_path, monkeypatch)
              "--export", "vllm", "-o", str(mine), "-q")
     assert r.exit_code == 0 and mine.read_text().startswith("#!/usr/bin/env bash")
     assert mine.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_engine_line_says_where_two_batch_overlap_is_not_priced():
+    """--two-batch-overlap is priced only where the engine runs it (expert parallelism; for
+    SGLang an all-to-all backend too): the plan's engine line says so where the best plan is
+    not such a layout, instead of naming a feature its numbers do not include."""
+    base = ["plan", "--model", "qwen3-30b-a3b", "--phase", "serve", "--isl", "1024",
+            "--osl", "256", "-q", "--two-batch-overlap"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:2", "--engine", "sglang"])
+    assert r.exit_code == 0, r.output
+    assert "two-batch overlap (not priced: SGLang runs it only with --moe-a2a)" in \
+        " ".join(r.output.split())
+    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1", "--engine", "vllm"])
+    assert r.exit_code == 0, r.output
+    assert "two-batch overlap (not priced: the best plan has EP 1, and it needs EP)" in \
+        " ".join(r.output.split())
+    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:2", "--engine", "vllm"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "two-batch overlap," in flat and "not priced" not in flat
+
+
+def test_the_engine_line_names_the_step_budget_and_kv_policy_only_for_serve():
+    """The token budget and the KV sizing policy shape only serve steps: a decode plan prices
+    steady decoding at its context and a prefill plan whole prompts, so their engine lines
+    do not name a budget they do not apply."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--engine", "vllm",
+            "-q"]
+    for phase in (["--phase", "decode", "--context", "4096"],
+                  ["--phase", "prefill", "--isl", "4096"]):
+        r = CliRunner().invoke(app, [*base, *phase])
+        assert r.exit_code == 0, r.output
+        line = " ".join(next(ln for ln in r.output.splitlines()
+                             if ln.startswith("engine vllm")).split())
+        assert "batched tokens" not in line and "KV sized" not in line, line
+    r = CliRunner().invoke(app, [*base, "--phase", "serve", "--isl", "1024", "--osl", "128"])
+    assert "max 8192 batched tokens, KV sized at mean occupancy (paged)" in \
+        " ".join(r.output.split())

@@ -796,3 +796,28 @@ def test_cli_size_refuses_a_request_beyond_the_context_before_searching(tmp_path
     assert r.exit_code == 2, r.output
     assert "--isl + --osl: a request of 200100 tokens exceeds" in " ".join(r.output.split())
     assert "failed:" not in r.output
+
+
+def test_the_cheapest_table_names_the_engine_of_its_answer():
+    """A grid of several engines compares them: the cheapest cluster per workload is one
+    engine's plan, and the table (and its entries) say which, where a row without the
+    engine read like a claim about every engine."""
+    from learn_to_shard.sweep.report import cheapest, cheapest_table
+
+    base = dict(model="llama-3.1-8b", workload="chat", device="h100-sxm", feasible=True,
+                phase="serve", instance_requests_per_s=2.0, tpot_s=0.02, ttft_s=0.2,
+                ttft_slo_s=None, searcher="exact", error=None)
+    rows = [dict(base, engine="vllm", cluster="h100-sxm:2", cluster_devices=2,
+                 instance_devices=2, strategy="tp2", tokens_per_s_per_device=900.0),
+            dict(base, engine="sglang", cluster="h100-sxm:1", cluster_devices=1,
+                 instance_devices=1, strategy="tp1", tokens_per_s_per_device=1100.0)]
+    (best,) = cheapest(rows, {})
+    assert (best.engine, best.devices, best.how) == ("sglang", 1, "cluster h100-sxm:1")
+    (fleet,) = cheapest([dict(r, rate_rps=5.0) for r in rows], {})
+    assert fleet.engine == "sglang" and fleet.devices == 3
+    from rich.console import Console
+
+    con = Console(width=200, record=True)
+    con.print(cheapest_table([best]))
+    text = con.export_text()
+    assert "engine" in text and "sglang" in text

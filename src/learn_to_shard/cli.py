@@ -117,6 +117,11 @@ def _lower(value: str | None) -> str | None:
 
 
 PhaseOpt = Annotated[str, typer.Option(help="decode | prefill | serve.", callback=_lower)]
+#: ``l2s size``'s phases: a request rate sizes prompts (prefill) or whole requests (serve);
+#: steady decoding at one context has none.
+SizePhaseOpt = Annotated[str, typer.Option(
+    "--phase", help="prefill | serve (decode has no request rate to size for).",
+    callback=_lower)]
 IslOpt = Annotated[int | None, typer.Option(help="Prompt length in tokens (prefill/serve).")]
 OslOpt = Annotated[int | None, typer.Option(help="Output length in tokens (serve).")]
 ContextOpt = Annotated[int | None, typer.Option(help="Context length in tokens (decode).")]
@@ -168,9 +173,12 @@ DatasetOpt = Annotated[str, typer.Option(
     "116/346 tokens).")]
 KvAdmissionOpt = Annotated[str | None, typer.Option(
     "--kv-admission", help="Simulated KV admission: reserve (a request's whole isl + osl on "
-    "admission; every engine's default), on_demand (vLLM's paged pool: preempts the newest "
-    "requests when full, recomputed later), no_future_oom (SGLang with the radix cache off: "
-    "admits while no future step runs out).")]
+    "admission; the simulation's default for every engine, vLLM included: its on-demand rule "
+    "fits the published rows worse, docs/validation.md), on_demand (vLLM's paged pool: "
+    "preempts the newest requests when full, recomputed later), no_future_oom (SGLang with "
+    "the radix cache off: admits while no future step runs out). Memory is sized by the "
+    "engine's policy either way (the plan's engine line: KV sized per whole request or at "
+    "mean occupancy).")]
 MoeRoutingOpt = Annotated[str | None, typer.Option(
     "--moe-routing", help="How tokens spread over a MoE model's experts: power-law (the "
     "default: aiconfigurator's expert load, exponent 1.2; the busiest EP rank carries what "
@@ -1685,7 +1693,7 @@ def size_cmd(
                                     "kind; clusters of 1, 2, 4, … up to it are searched."),
     price: str | None = typer.Option(None, "--price", help="Prices per device-hour, "
                                      "KIND=PRICE,… (rank by cost; unpriced kinds by devices)."),
-    phase: PhaseOpt = "serve", isl: IslOpt = None, osl: OslOpt = None,
+    phase: SizePhaseOpt = "serve", isl: IslOpt = None, osl: OslOpt = None,
     ttft_slo: TtftOpt = None, tpot_slo: TpotOpt = None, dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None, engine: EngineOpt = None,
     gpu_memory_utilization: MemUtilOpt = None, max_num_batched_tokens: BatchedTokensOpt = None,

@@ -58,6 +58,21 @@ def _host_terms(cfg: dict[str, object], phase: Phase) -> str:
     return f", host time {' + '.join(parts)}" if parts else ""
 
 
+def _tbo_clause(plan: Plan) -> str:
+    """The engine line's two-batch-overlap clause. The engines run it only with expert
+    parallelism, SGLang only with an all-to-all backend too (vLLM ``--enable-dbo``, SGLang
+    ``--enable-two-batch-overlap``; the cost model prices it where they run it,
+    :meth:`~learn_to_shard.cost.terms.OperatorTerms._two_batch_overlap`): where the best plan
+    is not such a layout the clause says it is not priced, and why."""
+    cfg = plan.cost_model
+    if plan.engine == "sglang" and not cfg.get("moe_a2a_kernel"):
+        return ", two-batch overlap (not priced: SGLang runs it only with --moe-a2a)"
+    if plan.engine in ("vllm", "sglang") and plan.best is not None \
+            and plan.best.strategy.ep <= 1:
+        return ", two-batch overlap (not priced: the best plan has EP 1, and it needs EP)"
+    return ", two-batch overlap"
+
+
 def render_plan(plan: Plan, console: Console | None = None) -> None:
     """Print the plan: headline, degrees, placements with collectives, latency, memory, SLO
     margins, alternatives and the best rejected strategies with reasons."""
@@ -78,12 +93,16 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
     if plan.cost_model:
         cfg = plan.cost_model
         con.print(f"engine {plan.engine or 'defaults'}: memory utilisation "
-                  f"{cfg['memory_utilization']:g}, KV fraction {cfg['kv_cache_free_fraction']:g}, "
-                  f"max {cfg['max_num_batched_tokens']} batched tokens, KV reserved "
-                  f"{'per whole request' if cfg['kv_reserve_full_request'] else 'on demand'}"
+                  f"{cfg['memory_utilization']:g}, KV fraction {cfg['kv_cache_free_fraction']:g}"
+                  # The step budget and the KV policy shape only serve steps: a decode plan
+                  # prices steady decoding at its context, a prefill plan whole prompts.
+                  + (f", max {cfg['max_num_batched_tokens']} batched tokens, KV sized "
+                     + ("per whole request" if cfg["kv_reserve_full_request"]
+                        else "at mean occupancy (paged)")
+                     if plan.workload.phase is Phase.SERVE else "")
                   + (f", MoE all-to-all {str(cfg.get('moe_a2a_kernel')).replace('_', ' ')}"
                      if cfg.get("moe_a2a_kernel") else "")
-                  + (", two-batch overlap" if cfg.get("two_batch_overlap") else "")
+                  + (_tbo_clause(plan) if cfg.get("two_batch_overlap") else "")
                   + _host_terms(cfg, plan.workload.phase)
                   + (f", front-end {to_ms(cast(float, cfg['frontend_latency_s'])):g} ms per "
                      f"request in TTFT"

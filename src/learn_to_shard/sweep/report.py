@@ -86,6 +86,8 @@ class Cheapest:
         strategy: the plan (one instance); tokens_per_s_per_device: its throughput.
         how: ``"cluster h100-sxm:8"`` (smallest searched cluster with a feasible plan) or
             ``"3 × 2 devices for 20 req/s"`` (a fleet, :class:`~.sizing.Fleet`).
+        engine: the engine profile the plan was searched for (``None``: none named); a grid
+            of several engines compares them, so the answer names the one it runs.
     """
 
     model: str
@@ -96,6 +98,7 @@ class Cheapest:
     strategy: str
     tokens_per_s_per_device: float
     how: str
+    engine: str | None = None
 
 
 def _cost_key(c: Cheapest) -> tuple[float, int, float]:
@@ -123,7 +126,8 @@ def cheapest(rows: Sequence[Row], prices: Mapping[str, float],
             continue
         offer(Cheapest(f.model, f.workload, f.device, f.devices, f.cost_per_hour, f.strategy,
                        f.tokens_per_s_per_device,
-                       f"{f.replicas} × {f.instance_devices} devices for {f.rate_rps:g} req/s"))
+                       f"{f.replicas} × {f.instance_devices} devices for {f.rate_rps:g} req/s",
+                       f.engine))
     rated = {(f.model, f.workload) for f in fleets}
     for r in rows:
         if not _ok(r) or (str(r["model"]), str(r["workload"])) in rated \
@@ -133,7 +137,7 @@ def cheapest(rows: Sequence[Row], prices: Mapping[str, float],
         price = prices.get(str(r["device"]))
         offer(Cheapest(str(r["model"]), str(r["workload"]), str(r["device"]), n,
                        None if price is None else n * price, str(r["strategy"]), _tps(r),
-                       f"cluster {r['cluster']}"))
+                       f"cluster {r['cluster']}", str(r["engine"]) if r.get("engine") else None))
     return sorted(found.values(), key=lambda c: (c.model, c.workload))
 
 
@@ -163,12 +167,12 @@ def summary_table(rows: Sequence[Row]) -> Table:
 def cheapest_table(items: Sequence[Cheapest]) -> Table:
     """The cheapest cluster (or fleet) meeting each workload's SLOs."""
     t = Table(title="cheapest cluster meeting the SLOs, per model and workload")
-    for col in ("model", "workload", "device", "devices", "cost/hour", "how", "strategy",
-                "tok/s/dev"):
+    for col in ("model", "workload", "engine", "device", "devices", "cost/hour", "how",
+                "strategy", "tok/s/dev"):
         t.add_column(col, justify="right" if col in ("devices", "cost/hour", "tok/s/dev")
                      else "left")
     for c in items:
-        t.add_row(c.model, c.workload, c.device, str(c.devices),
+        t.add_row(c.model, c.workload, c.engine or "none", c.device, str(c.devices),
                   "–" if c.cost_per_hour is None else f"{c.cost_per_hour:,.2f}", c.how,
                   c.strategy, f"{c.tokens_per_s_per_device:,.1f}")
     return t

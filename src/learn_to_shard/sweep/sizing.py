@@ -144,6 +144,7 @@ class Fleet:
             simulation check of ``l2s size`` replays the queue).
         queue_slo_met: prefill fleets: whether ``ttft_s + queue_wait_s`` meets the TTFT SLO
             (:func:`prefill_replicas`); True where there is none, and for serve.
+        engine: the engine profile the plan was searched for (``None``: none named).
     """
 
     model: str
@@ -167,6 +168,7 @@ class Fleet:
     utilization: float = 1.0
     queue_wait_s: float | None = None
     queue_slo_met: bool = True
+    engine: str | None = None
 
 
 def price_table(prices: Iterable[tuple[str, float]]) -> dict[str, float]:
@@ -231,7 +233,8 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
                  tokens_per_s_per_device=float(row["tokens_per_s_per_device"]),  # type: ignore[arg-type]
                  tpot_s=row.get("tpot_s"), ttft_s=row.get("ttft_s"),  # type: ignore[arg-type]
                  searched_cluster=str(row["cluster"]), searcher=str(row["searcher"]),
-                 utilization=rate_rps / (k * r), queue_wait_s=wait, queue_slo_met=slo_met)
+                 utilization=rate_rps / (k * r), queue_wait_s=wait, queue_slo_met=slo_met,
+                 engine=str(row["engine"]) if row.get("engine") else None)
 
 
 def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = None,
