@@ -1132,3 +1132,44 @@ def test_the_engine_line_names_the_step_budget_and_kv_policy_only_for_serve():
     r = CliRunner().invoke(app, [*base, "--phase", "serve", "--isl", "1024", "--osl", "128"])
     assert "max 8192 batched tokens, KV sized at mean occupancy (paged)" in \
         " ".join(r.output.split())
+
+
+def test_a_plan_with_idle_devices_says_what_its_devices_in_use_run_at():
+    """Tokens/s per device counts the cluster's idle devices (the objective of issue 12 item
+    7); a plan that leaves some idle says so on its throughput line and gives the rate of the
+    devices in use, so the two per-device figures a user can compute do not disagree
+    unexplained."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:7",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "--tpot-slo", "50ms", "--method", "megatron", "-q"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.replace("│", " ").split())
+    assert "4 per instance × 1 instance (3 idle)" in flat
+    line = flat.split("(3 idle) throughput")[1].split("TPOT")[0]
+    per_dev, per_inst, in_use = (float(x.replace(",", "")) for x in (
+        line.split()[0], line.split("(")[1].split()[0], line.split("idle: ")[1].split()[0]))
+    assert "over all 7 devices, 3 idle" in line
+    assert per_dev == pytest.approx(per_inst / 7, rel=2e-3)
+    assert in_use == pytest.approx(per_inst / 4, rel=2e-3)
+
+
+@pytest.mark.parametrize("args", [
+    ["--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--tpot-slo", "50ms"],
+    ["--model", "llama-3.1-8b", "--cluster", "a100-80gb:2", "--concurrency", "64"],
+])
+def test_the_memory_lines_add_up_as_printed(args):
+    """The memory line's total is the sum of its printed parts and the headroom the printed
+    usable memory minus that total (a user adding the figures found 0.1 GiB gaps from
+    rounding each figure apart)."""
+    r = CliRunner().invoke(app, ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "-q", *args])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.replace("│", " ").split())
+    mem = flat.split("memory/device ")[1]
+    total, usable = float(mem.split()[0]), float(mem.split()[2])
+    weights = float(mem.split("weights ")[1].split(",")[0])
+    kv = float(mem.split("KV of this batch ")[1].split(",")[0])
+    ws = float(mem.split("workspace ")[1].split()[0])
+    free = float(flat.split("headroom ")[1].split()[0])
+    assert total == pytest.approx(round(weights + kv + ws, 1), abs=1e-9)
+    assert free == pytest.approx(usable - total, abs=1e-9)
