@@ -1153,23 +1153,33 @@ def test_a_plan_with_idle_devices_says_what_its_devices_in_use_run_at():
     assert in_use == pytest.approx(per_inst / 4, rel=2e-3)
 
 
-@pytest.mark.parametrize("args", [
-    ["--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--tpot-slo", "50ms"],
-    ["--model", "llama-3.1-8b", "--cluster", "a100-80gb:2", "--concurrency", "64"],
-])
-def test_the_memory_lines_add_up_as_printed(args):
-    """The memory line's total is the sum of its printed parts and the headroom the printed
-    usable memory minus that total (a user adding the figures found 0.1 GiB gaps from
-    rounding each figure apart)."""
-    r = CliRunner().invoke(app, ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256",
-                                 "-q", *args])
+def test_devices_in_use_with_partly_loaded_replicas():
+    """Two TP2 replicas on five GPUs (one idle) under 3 closed-loop clients: the replicas are
+    not both full (1.5 replicas' worth, CostModel's replica_fraction), so the rate of the
+    devices in use is the cluster's tokens/s over the 4 of them, not one instance's tokens/s
+    over its 2 devices (which said 58.2 where the cluster runs 43.6 per device in use)."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--dtype", "fp8",
+                                 "--cluster", "h100-sxm:5", "--phase", "serve", "--isl", "1024",
+                                 "--osl", "256", "-q", "--concurrency", "3", "--method",
+                                 "random", "--budget", "300", "--seed", "0"])
     assert r.exit_code == 0, r.output
     flat = " ".join(r.output.replace("│", " ").split())
-    mem = flat.split("memory/device ")[1]
-    total, usable = float(mem.split()[0]), float(mem.split()[2])
-    weights = float(mem.split("weights ")[1].split(",")[0])
-    kv = float(mem.split("KV of this batch ")[1].split(",")[0])
-    ws = float(mem.split("workspace ")[1].split()[0])
-    free = float(flat.split("headroom ")[1].split()[0])
-    assert total == pytest.approx(round(weights + kv + ws, 1), abs=1e-9)
-    assert free == pytest.approx(usable - total, abs=1e-9)
+    assert "2 per instance × 2 instances (1 idle)" in flat
+    line = flat.split("(1 idle) throughput")[1].split("TPOT")[0]
+    per_dev = float(line.split()[0].replace(",", ""))
+    in_use = float(line.split("idle: ")[1].split()[0].replace(",", ""))
+    assert in_use == pytest.approx(per_dev * 5 / 4, rel=2e-3)
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "trtllm-tensorrt"])
+@pytest.mark.parametrize("flag", [["--two-batch-overlap"], ["--moe-a2a", "deepep"]])
+def test_moe_communication_options_are_refused_on_both_tensorrt_llm_runtimes(engine, flag):
+    """TensorRT-LLM's launch settings this planner checks exports against hold neither
+    DeepEP nor two-batch overlap, on its PyTorch runtime or its TensorRT-engine one: both
+    refuse the options (the TensorRT-engine profile priced the overlap and named it)."""
+    r = CliRunner().invoke(app, ["plan", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm:2",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256", "-q",
+                                 "--engine", engine, *flag])
+    assert r.exit_code == 2, r.output
+    assert f"with --engine {engine}: not expressible in TensorRT-LLM's launch settings" in \
+        " ".join(r.output.split())

@@ -1501,3 +1501,20 @@ def test_servers_behind_a_load_balancer_listen_beyond_loopback(engine, host):
     cm, plan = _plan("llama-3.1-70b", "h100-sxm:4", "bf16", engine)
     one = build_export(plan, engine, model=cm.model, devices_per_node=8)
     assert one.servers == 1 and "--host" not in one.args
+
+
+def test_mla_on_a_gpu_without_tensorrt_llms_mla_chunked_prefill_is_named():
+    """TensorRT-LLM turns chunked prefill off for MLA models below Hopper (its
+    py_executor_creator), so a DeepSeek-V3 decode server on L40S with an 8,192-token budget
+    could not take its 16k context even with the YAML's chunked prefill on: the export says so
+    and how to launch it; on H200 it does not."""
+    wl = make_workload("decode", context=16384)
+    for cluster, named in (("l40s:32", True), ("h200:16", False)):
+        cm = make_cost_model("deepseek-v3", cluster, wl, cost_config("trtllm"),
+                             engine="trtllm")
+        ex = build_export(search_plan(cm, method="megatron", engine="trtllm"), "trtllm",
+                          model=cm.model, devices_per_node=cm.cluster.device.scale_up_domain)
+        line = [u for u in ex.unexpressed if u.startswith("chunked prefill for MLA")]
+        assert bool(line) is named, ex.unexpressed
+        if named:
+            assert "launch with --max_num_tokens 16385" in line[0]

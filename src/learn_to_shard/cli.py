@@ -839,9 +839,9 @@ def _moe_options(cfg: CostModelConfig, model: ModelSpec, engine: str | None,
         raise PlannerError(f"--moe-a2a: {moe_a2a!r} is not one of {', '.join(MOE_A2A_FLAGS)}")
     if not model.is_moe:
         raise PlannerError(f"{flag}: {model.name} is dense (no expert all-to-all)")
-    if engine == "trtllm":
-        raise PlannerError(f"{flag} with --engine trtllm: not expressible in its launch "
-                           f"settings; use --engine sglang or vllm")
+    if engine in ("trtllm", "trtllm-tensorrt"):
+        raise PlannerError(f"{flag} with --engine {engine}: not expressible in TensorRT-LLM's "
+                           f"launch settings; use --engine sglang or vllm")
     return dataclasses.replace(cfg, moe_a2a_kernel=MOE_A2A_FLAGS.get(moe_a2a or "", None),
                                two_batch_overlap=two_batch_overlap)
 

@@ -247,6 +247,12 @@ class Export:
 #: interface (vllm/entrypoints/common/cli_args.py of vLLM 0.33.0).
 LOCAL_ONLY_HOST: dict[str, str] = {"sglang": "127.0.0.1", "trtllm": "localhost"}
 
+#: Compute capabilities on which TensorRT-LLM's PyTorch backend keeps chunked prefill on for MLA
+#: models (``tensorrt_llm/_torch/pyexecutor/py_executor_creator.py``: "Chunked Prefill for MLA
+#: can only be enabled on SM90/SM100", widened to SM103/SM120 in later versions; elsewhere it
+#: turns it off with a warning). SM120 is left out: not every version takes it.
+MLA_CHUNKED_PREFILL_CC: frozenset[str] = frozenset({"9.0", "10.0", "10.3"})
+
 #: Ports between two servers on one node. SGLang with attention-DP opens TCP ports from its
 #: ``--port``: ``port + 233`` for the distributed init and the 6 after it (``PortArgs.init_new``
 #: in sglang/srt/server_args.py of SGLang 0.5.23); servers one port apart would collide there,
@@ -990,6 +996,18 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         # server could not take its own context. A prefill plan's budget holds its prompts
         # whole (above) and runs them unchunked.
         yaml_cfg["enable_chunked_prefill"] = wl.phase is not Phase.PREFILL
+        cc = device_compute_capability(device) if device is not None else None
+        if wl.phase is not Phase.PREFILL and max_len > tokens and model is not None \
+                and model.attention.kind is AttentionKind.MLA \
+                and cc not in MLA_CHUNKED_PREFILL_CC:
+            unexpressed.append(
+                f"chunked prefill for MLA: TensorRT-LLM turns it off on compute capability "
+                f"{cc or 'unknown'} (py_executor_creator.py: 'Chunked Prefill for MLA can only "
+                f"be enabled on SM90/SM100', SM103/SM120 in later versions), so a prompt above "
+                f"--max_num_tokens {tokens} fails there; "
+                + (f"plan with --max-num-batched-tokens {max_len}" if wl.phase is Phase.SERVE
+                   else f"launch with --max_num_tokens {max_len}")
+                + " (a larger step workspace than planned) or a shorter context")
         kv: dict[str, object] = {"free_gpu_memory_fraction": kv_frac}
         if fp8_kv:
             kv["dtype"] = "fp8"

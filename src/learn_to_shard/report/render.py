@@ -187,11 +187,13 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
                     f"instance{'s' if e.instances != 1 else ''}"
                     + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
     # Per device counts the idle devices too (the cluster's throughput over all of them);
-    # with some idle, the line says so and what the devices in use run at.
+    # with some idle, the line says so and what the devices in use run at: the cluster's
+    # tokens/s over them (not one instance's over its devices: a closed loop of fewer clients
+    # than the replicas' batches loads some replicas partly, CostModel's replica_fraction).
     used = s.devices * e.instances
     idle = (f"; over all {used + e.idle_devices} devices, {e.idle_devices} idle: "
-            f"{e.output_tokens_per_s / s.devices:,.1f} per device in use"
-            if e.idle_devices and s.devices else "")
+            f"{e.tokens_per_s_per_device * (used + e.idle_devices) / used:,.1f} per device "
+            f"in use" if e.idle_devices and used else "")
     summary.add_row("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit(plan)}  "
                     f"({e.output_tokens_per_s:,.0f} per instance{idle})")
     one_token = one_output_token(wl)
@@ -220,25 +222,18 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     # a batch's KV needs KV / f of it, and the rest stays out of the pool.
     f = float(str(plan.cost_model.get("kv_cache_free_fraction", 1.0)))
     held = m.kv_cache_bytes * (1.0 / f - 1.0) if 0.0 < f < 1.0 else 0.0
-    # The line's figures add up as printed: its total is the sum of the rounded parts, and the
-    # headroom below the rounded usable memory minus that total (each within 0.1 GiB of the
-    # exact value; the marginal flag is decided on the exact one).
-    w_gib, kv_gib = round(to_gib(m.weight_bytes), 1), round(to_gib(m.kv_cache_bytes), 1)
-    ws_gib, usable_gib = round(to_gib(m.workspace_bytes), 2), round(to_gib(m.usable_bytes), 1)
-    total_gib = round(w_gib + kv_gib + ws_gib, 1)
-    summary.add_row("memory/device", f"{total_gib:.1f} of {usable_gib:.1f}"
-                    f" GiB usable on stage {m.stage}: weights {w_gib:.1f}, "
-                    f"KV of this batch {kv_gib:.1f}, workspace "
-                    f"{ws_gib:.2f} GiB"
+    summary.add_row("memory/device", f"{to_gib(m.total_bytes):.1f} of {to_gib(m.usable_bytes):.1f}"
+                    f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
+                    f"KV of this batch {to_gib(m.kv_cache_bytes):.1f}, workspace "
+                    f"{to_gib(m.workspace_bytes):.2f} GiB"
                     + (f"; the engine's KV pool is {f:g} of the free memory, so this batch's "
                        f"KV also needs {to_gib(held):.1f} GiB free outside the pool (not in the "
-                       f"{total_gib:.1f} GiB above)" if held else ""))
+                       f"{to_gib(m.total_bytes):.1f} GiB above)" if held else ""))
     free, marginal = memory_headroom(e)
     # The pool is f of what weights and workspace leave; the engine keeps the rest out of it.
     kept_out = (1.0 - f) * (m.usable_bytes - m.weight_bytes - m.workspace_bytes) \
         if held else 0.0
-    summary.add_row("headroom", f"{max(usable_gib - total_gib, 0.0):.1f} GiB free per device "
-                    f"on stage {m.stage}"
+    summary.add_row("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
                     + (f" ({to_gib(min(kept_out, free)):.1f} of it outside the KV pool, which "
                        f"takes {f:g} of the memory weights and workspace leave)"
                        if held else "")

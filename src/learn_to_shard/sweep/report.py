@@ -86,7 +86,8 @@ class Cheapest:
         strategy: the plan (one instance); tokens_per_s_per_device: its throughput.
         how: ``"cluster h100-sxm:8"`` (smallest searched cluster with a feasible plan) or
             ``"3 × 2 devices for 20 req/s"`` (a fleet, :class:`~.sizing.Fleet`).
-        engine: the engine profile the plan was searched for (``None``: none named); a grid
+        engine: the sweep row's engine label (``EngineSpec.label``: ``default`` without a
+            profile, ``vllm``, ``sglang(mem=0.8)``…; ``None`` in rows that carry none); a grid
             of several engines compares them, so the answer names the one it runs.
     """
 
@@ -172,7 +173,7 @@ def cheapest_table(items: Sequence[Cheapest]) -> Table:
         t.add_column(col, justify="right" if col in ("devices", "cost/hour", "tok/s/dev")
                      else "left")
     for c in items:
-        t.add_row(c.model, c.workload, c.engine or "none", c.device, str(c.devices),
+        t.add_row(c.model, c.workload, c.engine or "default", c.device, str(c.devices),
                   "–" if c.cost_per_hour is None else f"{c.cost_per_hour:,.2f}", c.how,
                   c.strategy, f"{c.tokens_per_s_per_device:,.1f}")
     return t
@@ -270,7 +271,8 @@ def plot_tokens_per_device(rows: Sequence[Row], path: Path) -> Path:
 
 def plot_cheapest(items: Sequence[Cheapest], path: Path) -> Path:
     """One bar per (model, workload): the cost per hour of the cheapest cluster meeting the
-    SLOs when every bar is priced, else its device count; labelled with device and plan."""
+    SLOs when every bar is priced, else its device count; labelled with device, engine and
+    plan."""
     priced = bool(items) and all(c.cost_per_hour is not None for c in items)
     plt, fig, axes = _figure(1, 1, 8.0, 0.9 + 0.45 * max(1, len(items)))
     ax = axes[0, 0]
@@ -280,7 +282,8 @@ def plot_cheapest(items: Sequence[Cheapest], path: Path) -> Path:
     ax.barh(ys, vals, color="tab:blue")
     ax.set_yticks(ys, [f"{c.model}\n{c.workload}" for c in items], fontsize=7)
     for y, v, c in zip(ys, vals, items, strict=True):
-        ax.text(v, y, f"  {c.device}: {c.how}", va="center", fontsize=7)
+        ax.text(v, y, f"  {c.device}, {c.engine or 'default'}: {c.how}", va="center",
+                fontsize=7)
     ax.set_xlabel("cost per hour" if priced else "devices")
     ax.set_title("cheapest cluster meeting the SLOs", fontsize=10)
     ax.set_xlim(0, max(vals, default=1.0) * 1.9 or 1.0)

@@ -144,7 +144,8 @@ class Fleet:
             simulation check of ``l2s size`` replays the queue).
         queue_slo_met: prefill fleets: whether ``ttft_s + queue_wait_s`` meets the TTFT SLO
             (:func:`prefill_replicas`); True where there is none, and for serve.
-        engine: the engine profile the plan was searched for (``None``: none named).
+        engine: the sweep row's engine label (``EngineSpec.label``: ``default`` without a
+            profile, ``vllm``, ``sglang(mem=0.8)``…; ``None`` in rows that carry none).
     """
 
     model: str
