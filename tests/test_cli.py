@@ -1183,3 +1183,68 @@ def test_moe_communication_options_are_refused_on_both_tensorrt_llm_runtimes(eng
     assert r.exit_code == 2, r.output
     assert f"with --engine {engine}: not expressible in TensorRT-LLM's launch settings" in \
         " ".join(r.output.split())
+
+
+def test_an_engine_without_a_feasible_plan_shows_no_numbers(tmp_path):
+    """An engine whose profile meets no plan (vLLM's 60 ms front-end under a 40 ms TTFT SLO)
+    is 'none feasible' with no tokens/s or ratio in the console table and in the report
+    (the report printed a Python None beside 0.0 tok/s/device and x 0.0000)."""
+    rep = tmp_path / "rep"
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "128",
+                                 "--ttft-slo", "40ms", "-q", "--report", str(rep)])
+    assert r.exit_code == 0, r.output
+    row = next(ln for ln in r.output.splitlines() if ln.startswith("│ vllm"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[1:4] == ["none feasible", "–", "–"], cells
+    md = (rep / "report.md").read_text(encoding="utf-8")
+    line = next(ln for ln in md.splitlines() if ln.startswith("| vllm"))
+    assert "| none feasible | – | – |" in line and "None" not in line
+
+
+def test_a_prefill_report_says_prompt_tokens(tmp_path):
+    """A prefill plan's throughput is prompt tokens/s, as the console says; the report said
+    'tokens/s per device' beside a TPOT of '—'."""
+    rep = tmp_path / "rep"
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "prefill", "--isl", "4096", "-q", "--report",
+                                 str(rep)])
+    assert r.exit_code == 0, r.output
+    md = (rep / "report.md").read_text(encoding="utf-8")
+    assert "prompt tokens/s per device" in md
+
+
+def test_durations_read_units_in_any_case_and_refuse_negatives_as_such():
+    """``50MS`` is 50 ms (units in any case, as device names); ``-50ms`` and ``-50`` are
+    refused as not positive (they read as 'cannot read duration' and 'no unit')."""
+    from learn_to_shard.errors import ConfigError
+    from learn_to_shard.units import parse_duration_s
+    assert parse_duration_s("50MS", field="--tpot-slo") == parse_duration_s(
+        "50ms", field="--tpot-slo")
+    for text in ("-50ms", "-50"):
+        with pytest.raises(ConfigError, match="^--tpot-slo: duration must be positive"):
+            parse_duration_s(text, field="--tpot-slo")
+
+
+def test_shipped_model_names_in_any_case_and_a_suggestion_for_a_typo():
+    """``--model Llama-3.1-8B`` is the shipped ``llama-3.1-8b`` (cluster presets were read in
+    any case, model names were not), and ``llama3.1-8b`` names the closest shipped model."""
+    from learn_to_shard.errors import ConfigError
+    from learn_to_shard.model.hf_config import load_model
+    assert load_model("Llama-3.1-8B") == load_model("llama-3.1-8b")
+    with pytest.raises(ConfigError, match="did you mean llama-3.1-8b\\?"):
+        load_model("llama3.1-8b")
+
+
+def test_size_says_when_its_fleet_meets_the_slos_on_the_mean_only():
+    """``l2s size`` checks its fleet by simulation on the mean, as the search does; where the
+    p90 misses an SLO it says so, as ``l2s plan``'s simulation warning does for the same
+    replica (it said 'keeps up within the SLOs' beside a p99 TTFT three times the SLO)."""
+    r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-70b", "--rate", "20", "--isl",
+                                 "2048", "--osl", "512", "--tpot-slo", "40ms", "--ttft-slo",
+                                 "2s", "--devices", "h100-sxm", "--max-devices", "16",
+                                 "--engine", "vllm"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "keeps up within the SLOs on the mean" in flat
+    assert "within the SLOs on the mean only, not at p90: TTFT SLO 2000 ms" in flat

@@ -497,3 +497,28 @@ def test_devices_per_host_is_a_host_inside_the_domain(tmp_path: Path) -> None:
                                          "overrides": {"devices_per_host": 16}})
     with pytest.raises(ConfigError, match="'devices_per_host' must be at most scale_up_domain"):
         parse_cluster(str(bad))
+
+
+def test_a_device_missing_a_field_is_told_which_fields_are_optional(tmp_path):
+    """The error for a device object missing a required field lists the required fields,
+    and the optional ones apart (it listed optional fields, e.g. compute_capability, as
+    needed, though a device without them loads)."""
+    import json
+
+    from learn_to_shard.errors import ConfigError
+    from learn_to_shard.hardware.presets import _DEFAULTED_FIELDS, load_device, parse_cluster
+    dev = load_device("h100-sxm")
+    import dataclasses
+
+    data = {k: v for k, v in dataclasses.asdict(dev).items()
+            if k not in _DEFAULTED_FIELDS and k not in ("sources",)}
+    data.pop("hbm_bytes_per_s")
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"device": data, "num_devices": 8}), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        parse_cluster(str(path))
+    msg = str(err.value)
+    assert "missing field(s) hbm_bytes_per_s" in msg
+    needs, _, optional = msg.partition(" (optional: ")
+    assert "compute_capability" not in needs.split("a device needs")[1]
+    assert "compute_capability" in optional

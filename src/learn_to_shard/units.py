@@ -24,7 +24,8 @@ TERA = 1e12
 MS = 1e-3
 US = 1e-6
 
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$")
+_DURATION_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$",
+                          re.IGNORECASE)
 #: Decimal places each unit moves the number (``ms``: 3); the seconds are the decimal value
 #: rounded once, so ``51ms``, ``0.051s`` and ``51000us`` are the same float.
 _DURATION_DIGITS = {"s": 0, "ms": 3, "us": 6, "µs": 6, "ns": 9}
@@ -38,7 +39,8 @@ def parse_duration_s(text: str, *, field: str) -> float:
     """Parse a duration such as ``"50ms"``, ``"1.5s"`` or ``"200us"`` into seconds.
 
     A unit is required: a bare ``50`` is ambiguous (50 ms is the usual TPOT, 50 s a TTFT
-    nobody sets), so it is refused rather than read as seconds.
+    nobody sets), so it is refused rather than read as seconds. Units are read in any case
+    (``50MS``); a signed number is read, so that ``-50ms`` is refused as not positive.
 
     Args:
         text: the value as typed.
@@ -55,11 +57,13 @@ def parse_duration_s(text: str, *, field: str) -> float:
     m = _DURATION_RE.match(str(text))
     if not m:
         raise ConfigError(f"{field}: cannot read duration {text!r}; write e.g. 50ms, 1.5s or 200us")
+    if m.group(1).startswith("-"):
+        raise ConfigError(f"{field}: duration must be positive and finite, got {text!r}")
     if m.group(2) is None:
         raise ConfigError(f"{field}: {text!r} has no unit; write {m.group(1)}ms or "
                           f"{m.group(1)}s")
     try:
-        value = float(Decimal(m.group(1)).scaleb(-_DURATION_DIGITS[m.group(2)]))
+        value = float(Decimal(m.group(1)).scaleb(-_DURATION_DIGITS[m.group(2).lower()]))
     except ArithmeticError:              # decimal.Overflow beyond the context's exponent
         value = math.inf
     if not 0 < value < float("inf"):

@@ -260,9 +260,11 @@ def _device_from_mapping(data: Any, where: str) -> DeviceSpec:
     _check_keys(data, _DEVICE_KEYS, where)
     missing = [f for f in _SPEC_FIELDS if f not in data and f not in _DEFAULTED_FIELDS]
     if missing:
+        optional = [f for f in _SPEC_FIELDS if f in _DEFAULTED_FIELDS]
         raise ConfigError(
             f"{where}: missing field(s) {', '.join(missing)}; a device needs "
-            f"{', '.join(_SPEC_FIELDS)}"
+            f"{', '.join(f for f in _SPEC_FIELDS if f not in _DEFAULTED_FIELDS)}"
+            + (f" (optional: {', '.join(optional)})" if optional else "")
         )
     values = {f: _check_field(f, data.get(f), where) for f in _SPEC_FIELDS}
     host, domain = values["devices_per_host"], values["scale_up_domain"]

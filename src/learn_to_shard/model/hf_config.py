@@ -73,6 +73,7 @@ DeepSeek-V4's compressed sparse attention are rejected with :class:`UnsupportedM
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
@@ -519,6 +520,8 @@ def _read(name_or_path: str) -> _Source:
                           "model folder or a HuggingFace repo id")
     path = Path(name_or_path)
     local = path.exists()
+    if not local and name_or_path not in shipped and name_or_path.lower() in shipped:
+        name_or_path = name_or_path.lower()      # shipped names in any case, as device names
     if not local and name_or_path in shipped:
         resource = shipped[name_or_path]
         data = _json_object(_read_text(resource, "shipped config"), str(resource),
@@ -543,10 +546,13 @@ def _read(name_or_path: str) -> _Source:
     if path.is_dir():
         path = path / "config.json"
     elif not local and not looks_like_path:
+        names = shipped_model_names()
+        close = difflib.get_close_matches(name_or_path.lower(), names, n=1, cutoff=0.8)
         raise ConfigError(
             f"unknown model '{name_or_path}': not a shipped model, an existing file or an "
-            f"org/name HuggingFace repo id; shipped models: {', '.join(shipped_model_names())}"
-            f" (or pass a config.json path)"
+            f"org/name HuggingFace repo id; "
+            + (f"did you mean {close[0]}? " if close else "")
+            + f"shipped models: {', '.join(names)} (or pass a config.json path)"
         )
     source = str(path)
     name = path.parent.name if path.stem == "config" and path.parent.name else path.stem

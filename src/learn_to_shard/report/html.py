@@ -213,7 +213,9 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         ["batch", f"{s.batch} sequences per instance"],
         ["devices", f"{s.devices} per instance × {e.instances} "
                     f"instance{'s' if e.instances != 1 else ''}"],
-        ["throughput", f"{e.tokens_per_s_per_device:,.1f} tokens/s per device"],
+        ["throughput", f"{e.tokens_per_s_per_device:,.1f} "
+                       + ("prompt tokens/s per device" if wl.phase is Phase.PREFILL
+                          else "tokens/s per device")],
         ["TPOT", "n/a (one output token per request)" if one_output_token(wl) else
          _ms(e.tpot_s) + (f" (SLO {_ms(wl.tpot_slo_s)})" if wl.tpot_slo_s else "")],
         ["TTFT", _ms(e.ttft_s) + (f" (SLO {_ms(wl.ttft_slo_s)})" if wl.ttft_slo_s else "")
@@ -257,9 +259,9 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
             tables=[(["engine", "strategy", "tokens/s/device", "× unrestricted",
                       "unrestricted strategy at the engine's costs",
                       "unrestricted optimum needs"],
-                     [[f"{r['engine']} {r['version']}", str(r["strategy"]),
-                       f"{r['tokens_per_s_per_device']:,.1f}",
-                       f"{r['ratio_to_unrestricted']:.4f}",
+                     [[f"{r['engine']} {r['version']}", str(r["strategy"] or "none feasible"),
+                       f"{r['tokens_per_s_per_device']:,.1f}" if r["strategy"] else "–",
+                       f"{r['ratio_to_unrestricted']:.4f}" if r["strategy"] else "–",
                        at_engine_costs(r),
                        "; ".join(r["unrestricted_not_expressible"]) or "nothing"]
                       for r in optima])]))
