@@ -1134,20 +1134,28 @@ def test_the_engine_line_names_the_step_budget_and_kv_policy_only_for_serve():
         " ".join(r.output.split())
 
 
+def _idle_throughput(args: list[str], devices: str) -> tuple[float, float, float, str]:
+    """Plan ``args`` (serve, 1024/256), check its devices line says ``devices``, and read its
+    throughput line: (tokens/s per device, per instance, per device in use, the line)."""
+    r = CliRunner().invoke(app, ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "-q", *args])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.replace("│", " ").split())
+    assert devices in flat, flat
+    line = flat.split(f"{devices} throughput")[1].split("TPOT")[0]
+    per_dev, per_inst, in_use = (float(x.replace(",", "")) for x in (
+        line.split()[0], line.split("(")[1].split()[0], line.split("idle: ")[1].split()[0]))
+    return per_dev, per_inst, in_use, line
+
+
 def test_a_plan_with_idle_devices_says_what_its_devices_in_use_run_at():
     """Tokens/s per device counts the cluster's idle devices (the objective of issue 12 item
     7); a plan that leaves some idle says so on its throughput line and gives the rate of the
     devices in use, so the two per-device figures a user can compute do not disagree
     unexplained."""
-    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:7",
-                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
-                                 "--tpot-slo", "50ms", "--method", "megatron", "-q"])
-    assert r.exit_code == 0, r.output
-    flat = " ".join(r.output.replace("│", " ").split())
-    assert "4 per instance × 1 instance (3 idle)" in flat
-    line = flat.split("(3 idle) throughput")[1].split("TPOT")[0]
-    per_dev, per_inst, in_use = (float(x.replace(",", "")) for x in (
-        line.split()[0], line.split("(")[1].split()[0], line.split("idle: ")[1].split()[0]))
+    per_dev, per_inst, in_use, line = _idle_throughput(
+        ["--model", "llama-3.1-70b", "--cluster", "h100-sxm:7", "--tpot-slo", "50ms",
+         "--method", "megatron"], "4 per instance × 1 instance (3 idle)")
     assert "over all 7 devices, 3 idle" in line
     assert per_dev == pytest.approx(per_inst / 7, rel=2e-3)
     assert in_use == pytest.approx(per_inst / 4, rel=2e-3)
@@ -1158,16 +1166,10 @@ def test_devices_in_use_with_partly_loaded_replicas():
     not both full (1.5 replicas' worth, CostModel's replica_fraction), so the rate of the
     devices in use is the cluster's tokens/s over the 4 of them, not one instance's tokens/s
     over its 2 devices (which said 58.2 where the cluster runs 43.6 per device in use)."""
-    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--dtype", "fp8",
-                                 "--cluster", "h100-sxm:5", "--phase", "serve", "--isl", "1024",
-                                 "--osl", "256", "-q", "--concurrency", "3", "--method",
-                                 "random", "--budget", "300", "--seed", "0"])
-    assert r.exit_code == 0, r.output
-    flat = " ".join(r.output.replace("│", " ").split())
-    assert "2 per instance × 2 instances (1 idle)" in flat
-    line = flat.split("(1 idle) throughput")[1].split("TPOT")[0]
-    per_dev = float(line.split()[0].replace(",", ""))
-    in_use = float(line.split("idle: ")[1].split()[0].replace(",", ""))
+    per_dev, _, in_use, _ = _idle_throughput(
+        ["--model", "llama-3.1-70b", "--dtype", "fp8", "--cluster", "h100-sxm:5",
+         "--concurrency", "3", "--method", "random", "--budget", "300", "--seed", "0"],
+        "2 per instance × 2 instances (1 idle)")
     assert in_use == pytest.approx(per_dev * 5 / 4, rel=2e-3)
 
 
