@@ -29,6 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..engines import runs_two_batch_overlap
 from ..engines.collectives import ENGINE_VENDORS
 from ..errors import UnsupportedModelError
 from ..hardware.fabric import scale_up_fabric
@@ -1317,17 +1318,10 @@ class OperatorTerms:
 
     def _two_batch_overlap(self, ep: np.ndarray) -> np.ndarray:
         """``[n]`` bool: whether ``config.two_batch_overlap`` applies at each ``ep``, where the
-        engine runs it. vLLM's ``--enable-dbo`` needs a DeepEP / NIXL all-to-all, which needs
-        expert parallelism (``ep > 1``; VllmConfig.__post_init__, vLLM 0.33.0); SGLang's
-        ``--enable-two-batch-overlap`` needs an all-to-all backend (``moe_a2a_kernel``) and
-        EP (sglang/srt/server_args.py); without an engine profile, everywhere."""
+        engine runs it (:func:`~learn_to_shard.engines.runs_two_batch_overlap`)."""
         c = self.config
-        on = np.full(np.shape(ep), bool(c.two_batch_overlap))
-        if c.engine == "vllm":
-            on &= ep > 1
-        elif c.engine == "sglang":
-            on &= (ep > 1) & (c.moe_a2a_kernel is not None)
-        return on
+        return np.full(np.shape(ep), bool(c.two_batch_overlap)) & runs_two_batch_overlap(
+            c.engine, ep, c.moe_a2a_kernel is not None)
 
     def dcp_exchange_bytes(self, dec_loc: np.ndarray, heads_dec: np.ndarray
                            ) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,7 @@ by their ``OP_NAMES`` strings), so the strategy space can read it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -539,6 +540,20 @@ OVERLAP_SOURCES: dict[str, str] = {
 }
 
 
+def runs_two_batch_overlap(engine: str | None, ep: Any, moe_a2a: bool) -> Any:
+    """Whether ``engine`` runs two-batch overlap (a bool, or element-wise over an array
+    ``ep``) at expert parallelism ``ep``, with (``moe_a2a``) or without an all-to-all
+    backend: vLLM's ``--enable-dbo`` needs a DeepEP / NIXL all-to-all, which needs expert
+    parallelism (``ep > 1``; VllmConfig.__post_init__, vLLM 0.33.0); SGLang's
+    ``--enable-two-batch-overlap`` needs an all-to-all backend and EP
+    (sglang/srt/server_args.py); without an engine profile, everywhere."""
+    if engine == "vllm":
+        return ep > 1
+    if engine == "sglang":
+        return (ep > 1) & moe_a2a
+    return np.full(np.shape(ep), True) if np.ndim(ep) else True
+
+
 def runs_overlap_schedule(engine: str | None, pp: int) -> bool:
     """Whether ``engine``'s scheduler overlaps steps by default (:data:`OVERLAP_SCHEDULE_ENGINES`)
     for a server of ``pp`` pipeline stages: SGLang turns it off when ``pp > 1``
@@ -804,4 +819,4 @@ __all__ = ["ADMISSION_SOURCES", "BLOCKS", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "ENG
            "TOKEN_BUDGET_SOURCES", "TRTLLM_MAX_BATCH_SIZE", "TRTLLM_MAX_NUM_TOKENS",
            "EngineProfile", "Variant", "default_max_num_batched_tokens", "default_max_num_seqs",
            "sglang_auto_mem_fraction",
-           "get_engine", "runs_overlap_schedule"]
+           "get_engine", "runs_overlap_schedule", "runs_two_batch_overlap"]

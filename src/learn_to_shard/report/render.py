@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..cost.model import Estimate
+from ..engines import runs_two_batch_overlap
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
 from ..units import format_ms, to_gib, to_ms
 from ..workload import Phase
@@ -60,15 +61,14 @@ def _host_terms(cfg: dict[str, object], phase: Phase) -> str:
 
 def _tbo_clause(plan: Plan) -> str:
     """The engine line's two-batch-overlap clause. The engines run it only with expert
-    parallelism, SGLang only with an all-to-all backend too (vLLM ``--enable-dbo``, SGLang
-    ``--enable-two-batch-overlap``; the cost model prices it where they run it,
-    :meth:`~learn_to_shard.cost.terms.OperatorTerms._two_batch_overlap`): where the best plan
-    is not such a layout the clause says it is not priced, and why."""
-    cfg = plan.cost_model
-    if plan.engine == "sglang" and not cfg.get("moe_a2a_kernel"):
+    parallelism, SGLang only with an all-to-all backend too
+    (:func:`~learn_to_shard.engines.runs_two_batch_overlap`, which the cost model prices it
+    by): where the best plan is not such a layout the clause says it is not priced, and why."""
+    a2a = bool(plan.cost_model.get("moe_a2a_kernel"))
+    if plan.engine == "sglang" and not a2a:
         return ", two-batch overlap (not priced: SGLang runs it only with --moe-a2a)"
-    if plan.engine in ("vllm", "sglang") and plan.best is not None \
-            and plan.best.strategy.ep <= 1:
+    if plan.best is not None and not runs_two_batch_overlap(plan.engine,
+                                                             plan.best.strategy.ep, a2a):
         return ", two-batch overlap (not priced: the best plan has EP 1, and it needs EP)"
     return ", two-batch overlap"
 
