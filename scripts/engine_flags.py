@@ -10,8 +10,10 @@ this script creates (never the planner's own), with the engine wheel installed w
 dependencies plus the pure-Python modules its argument code imports, and CPU torch
 (``constraints/cpu.txt``):
 
-* vLLM: ``vllm.engine.arg_utils.EngineArgs.add_cli_args(FlexibleArgumentParser())`` with
-  ``VLLM_TARGET_DEVICE=cpu`` (``DeviceConfig`` cannot infer a device otherwise);
+* vLLM: ``vllm.entrypoints.common.cli_args.make_arg_parser(FlexibleArgumentParser())``,
+  ``vllm serve``'s own parser (the engine's ``EngineArgs`` flags with the front end's:
+  ``--host``, ``--port``, ``--headless``, …), with ``VLLM_TARGET_DEVICE=cpu``
+  (``DeviceConfig`` cannot infer a device otherwise);
 * SGLang: ``sglang.srt.server_args.ServerArgs.add_cli_args(argparse.ArgumentParser())``.
 
 TensorRT-LLM has no installable wheel on PyPI (a stub that downloads from NVIDIA's index) and its
@@ -64,10 +66,10 @@ import argparse, json, os, sys
 engine = sys.argv[1]
 if engine == "vllm":
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    from vllm.engine.arg_utils import EngineArgs
+    from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     import vllm
-    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    parser = make_arg_parser(FlexibleArgumentParser())
     version = vllm.__version__
     commit = getattr(__import__("vllm._version", fromlist=["x"]), "commit_id", None)
 else:

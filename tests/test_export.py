@@ -500,14 +500,14 @@ def test_export_of_a_config_not_named_config_json_says_the_engine_will_not_load_
 
 
 def test_sglang_export_says_what_deepep_and_two_batch_overlap_change():
-    """SGLang sets --ep-size to --tp-size under the DeepEP backend, and refuses two-batch
-    overlap without an all-to-all backend: with --moe-a2a the SGLang search keeps EP = the
-    whole group, so the server runs the EP and the all-to-all planned (DeepSeek-V3 on 16
-    H200s planned EP 2 over TP 8 before, which the server would have run as EP 8; on 16
-    B200s EP 1 with attention-DP 2, priced with a DeepEP dispatch the export did not
-    launch); one with --two-batch-overlap and no --moe-a2a leaves the flag out and says why;
-    DeepEP on AMD GPUs is refused (exit 2). An EP below the group that reaches the export
-    anyway is named there."""
+    """SGLang sets --ep-size to --tp-size under the DeepEP backend, and overlaps the expert
+    exchange of two batches only with an all-to-all backend: with --moe-a2a the SGLang
+    search keeps EP = the whole group, so the server runs the EP and the all-to-all planned
+    (DeepSeek-V3 on 16 H200s planned EP 2 over TP 8 before, which the server would have
+    run as EP 8; on 16 B200s EP 1 with attention-DP 2, priced with a DeepEP dispatch the
+    export did not launch); one with --two-batch-overlap and no --moe-a2a leaves the flag
+    out and says why; DeepEP on AMD GPUs is refused (exit 2). An EP below the group that
+    reaches the export anyway is named there."""
     base = ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256", "-q", "--export",
             "sglang"]
     for model, cluster in (("qwen3-30b-a3b", "h100-sxm:16"), ("deepseek-v3", "h200:16"),
@@ -544,7 +544,8 @@ def test_sglang_export_says_what_deepep_and_two_batch_overlap_change():
                    if "sglang.launch_server" in ln)
     # Searched for SGLang, the plan priced no overlap without an all-to-all backend, so the
     # export loses nothing priced: a note, not a NOT EXPRESSIBLE line.
-    assert ("# note: two-batch overlap: SGLang needs an all-to-all backend" in r.stdout
+    assert ("# note: two-batch overlap: SGLang overlaps the expert exchange only with an EP "
+            "all-to-all backend" in r.stdout
             and "(and not priced)" in r.stdout)
     r = CliRunner().invoke(app, [*base, "--model", "qwen3-30b-a3b", "--cluster", "mi300x:8",
                                  "--moe-a2a", "deepep"])
@@ -1518,3 +1519,115 @@ def test_mla_on_a_gpu_without_tensorrt_llms_mla_chunked_prefill_is_named():
         assert bool(line) is named, ex.unexpressed
         if named:
             assert "launch with --max_num_tokens 16385" in line[0]
+
+
+def test_sglang_deepep_low_latency_dispatch_is_sized_for_the_plans_decode_batch():
+    """SGLang sizes DeepEP's low-latency (decode) dispatch for 128 tokens per rank unless
+    SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK says more, and takes at most 1,024
+    (sglang 0.5.23 srt/environ.py, srt/layers/moe/token_dispatcher/deepep.py): an export
+    whose decode steps send more per rank sets it; one beyond 1,024 cannot be launched so,
+    and says it; the normal mode, which turns SGLang's CUDA graphs off, says that."""
+    import dataclasses
+
+    from learn_to_shard.api import plan as make_plan
+    from learn_to_shard.cost.config import CostModelConfig
+    from learn_to_shard.report.export import SGLANG_DEEPEP_LL_ENV
+
+    r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "b200:8", "--phase",
+                                 "decode", "--context", "4096", "--export", "sglang",
+                                 "--moe-a2a", "deepep-ll", "-q"])
+    assert r.exit_code == 0, r.output
+    launch = [ln for ln in r.stdout.splitlines() if "sglang.launch_server" in ln][0]
+    running = int(launch.split("--max-running-requests ")[1].split()[0])
+    dp = int(launch.split("--attn-dp-size ")[1].split()[0])
+    assert running // dp > 128
+    assert f"export {SGLANG_DEEPEP_LL_ENV}={-(-running // dp)}" in r.stdout
+    cfg = dataclasses.replace(CostModelConfig.for_engine("sglang"),
+                              moe_a2a_kernel="deepep_low_latency")
+    big = make_plan("deepseek-v3", "b200:8", "decode", isl=1024, config=cfg, method="megatron")
+    s = big.best.strategy
+    big = dataclasses.replace(big, best=dataclasses.replace(
+        big.best, strategy=dataclasses.replace(s, batch=1100 * s.dp)))
+    ex = build_export(big, "sglang", model=load_model("deepseek-v3"), devices_per_node=8)
+    assert SGLANG_DEEPEP_LL_ENV not in ex.env
+    assert any("DeepEP low-latency dispatch of 1100 decode tokens per rank" in u
+               and "at most 1024" in u for u in ex.unexpressed), ex.unexpressed
+    normal = dataclasses.replace(big, cost_model={**big.cost_model,
+                                                  "moe_a2a_kernel": "deepep_normal"})
+    ex = build_export(normal, "sglang", model=load_model("deepseek-v3"), devices_per_node=8)
+    assert any("--deepep-mode normal: SGLang turns its CUDA graphs off" in u
+               for u in ex.unexpressed)
+
+
+def test_vllm_deepep_exports_keep_cuda_graphs_where_the_plan_priced_them():
+    """vLLM turns CUDA graphs off for --all2all-backend deepep_high_throughput with
+    --data-parallel-size > 1 (vllm/config/compilation.py, 0.33.0): a decode plan priced with
+    DeepEP's auto mode (its low-latency kernels on decode steps) exports the low-latency
+    backend, and a serve plan that keeps the high-throughput one says what it loses."""
+    base = ["plan", "-m", "deepseek-v3", "--moe-a2a", "deepep", "--two-batch-overlap",
+            "--export", "vllm", "-q", "--json", "--no-timing"]
+    doc = json.loads(CliRunner().invoke(app, [*base, "-c", "h200:32", "--phase", "decode",
+                                              "--context", "4096"]).stdout)
+    text = doc["export"]["text"]
+    assert "--all2all-backend deepep_low_latency" in text
+    assert not any("CUDA graphs" in u for u in doc["export"]["not_expressible"])
+    doc = json.loads(CliRunner().invoke(app, [*base, "-c", "b200:8", "--phase", "serve",
+                                              "--isl", "2048", "--osl", "512"]).stdout)
+    if "--all2all-backend deepep_high_throughput" in doc["export"]["text"] \
+            and "--data-parallel-size 1 " not in doc["export"]["text"]:
+        assert any("vLLM turns CUDA graphs off" in u
+                   for u in doc["export"]["not_expressible"]), doc["export"]
+
+
+def test_export_warnings_reach_the_terminal_and_the_json():
+    """-q and --json keep the plan's tables off the terminal, not what the launch cannot run
+    as planned: each NOT EXPRESSIBLE line is also a warning on stderr, and the JSON carries
+    them (with the notes, warnings and environment) as lists, not only inside the text."""
+    args = ["plan", "-m", "mixtral-8x22b", "-c", "h100-sxm:16", "--phase", "serve", "--isl",
+            "1024", "--osl", "256", "--export", "vllm", "--moe-a2a", "deepep"]
+    r = CliRunner().invoke(app, [*args, "-q"])
+    assert r.exit_code == 0, r.output
+    said = [ln for ln in r.stderr.splitlines() if "cannot express" in ln]
+    assert said and all(ln.startswith("warning: --export vllm cannot express: ") for ln in said)
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json", "--no-timing"]).stdout)
+    ex = doc["export"]
+    assert ex["not_expressible"] and all(f"# NOT EXPRESSIBLE: {u}" in ex["text"]
+                                         for u in ex["not_expressible"])
+    assert isinstance(ex["notes"], list) and isinstance(ex["env"], dict)
+
+
+def test_sglang_memory_note_when_its_own_estimate_exceeds_the_device():
+    """SGLang's own --mem-fraction-static estimate grows with --chunked-prefill-size (1.5 MiB
+    per token): for a decode plan of 16,384 tokens on each of 8 attention-DP ranks it holds
+    back more than a B200, so the note says the flag is needed, not a negative fraction."""
+    r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "b200:8", "--phase",
+                                 "decode", "--context", "4096", "--export", "sglang",
+                                 "--moe-a2a", "deepep-ll", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "--gpu-memory-utilization -" not in r.stdout
+    assert "holds back more than the device's" in r.stdout
+
+
+def test_multi_server_commands_use_the_engines_own_flags():
+    """Every line that starts a server (several per node, with --port; a multi-node vLLM
+    server's --headless nodes) uses only the engine's option strings (the snapshot of
+    vLLM's is `vllm serve`'s own parser, front-end flags included)."""
+    import shlex
+
+    snap = load_snapshot("vllm")
+    assert {"--port", "--host", "--headless"} <= set(snap.flags)
+    for engine, model, cluster in (("vllm", "llama-3.1-8b", "h100-sxm:8"),
+                                   ("sglang", "llama-3.1-8b", "h100-sxm:8"),
+                                   ("vllm", "deepseek-v3", "h200:32")):
+        cm, plan = _plan(model, cluster, "fp8" if model == "deepseek-v3" else "bf16", engine)
+        ex = build_export(plan, engine, model=cm.model,
+                          devices_per_node=cm.cluster.device.host_devices)
+        lines = [ln for ln in ex.text().splitlines()
+                 if not ln.startswith("#") and ex.launcher in ln]
+        assert lines
+        for ln in lines:
+            words = shlex.split(ln.rstrip("& "))
+            i = words.index(ex.launcher.split()[-1]) + 1
+            words = words[i:]
+            words = words[1:] if words and not words[0].startswith("-") else words
+            assert check_args(engine, words) == [], ln

@@ -77,6 +77,7 @@ from .workload import DType, Phase, Workload
 
 if TYPE_CHECKING:
     from .fidelity.serving import ServingRowResult
+    from .report.export import Export
     from .sweep.sizing import Fleet
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -674,8 +675,9 @@ def plan_cmd(
         late_interrupt = stage
         left_out = _engines_left_out(cm, kv_dtype) if optima else []
         longest = load.longest_request_tokens(wl.isl, wl.osl) if load is not None else None
-        launch = _export_text(result, export, cm, longest) \
-            if export and result.feasible else None
+        built = _export_of(result, export, cm, longest) if export and result.feasible \
+            else None
+        launch = built.text() if built is not None else None
         if sims:
             if from_trace:
                 for sim in sims:
@@ -739,8 +741,20 @@ def plan_cmd(
                 _saved(lambda: output.chmod(output.stat().st_mode
                                             | ((output.stat().st_mode & 0o444) >> 2)),
                        output, "--output")
+        assert built is not None
+        if (quiet or json_out) and (built.unexpressed or built.warnings):
+            # What the launch cannot run as planned reaches the terminal even where the
+            # plan's tables do not (-q, --json); the launch text carries it too.
+            for line in built.warnings:
+                err.print(f"warning: --export {export}: {line}", highlight=False)
+            for line in built.unexpressed:
+                err.print(f"warning: --export {export} cannot express: {line}",
+                          highlight=False)
         if json_out:
-            data["export"] = {"engine": export, "text": launch}
+            data["export"] = {"engine": export, "text": launch,
+                              "not_expressible": list(built.unexpressed),
+                              "warnings": list(built.warnings), "notes": list(built.notes),
+                              "env": dict(built.env)}
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:
             sys.stdout.write(launch)
@@ -884,13 +898,13 @@ def _export_engine(export: str | None, engine: str | None) -> str | None:
                        f"be one {export} launches; drop --engine, or use --engine {export}")
 
 
-def _export_text(plan: Plan, engine: str, cm: CostModel, max_model_len: int | None = None
-                 ) -> str:
-    """The launch script of ``plan`` for ``engine`` (``report.export.export_command``)."""
-    from .report.export import export_command
+def _export_of(plan: Plan, engine: str, cm: CostModel, max_model_len: int | None = None
+               ) -> Export:
+    """The launch settings of ``plan`` for ``engine`` (``report.export.build_export``)."""
+    from .report.export import build_export
 
-    return export_command(plan, engine, model=cm.model, max_model_len=max_model_len,
-                          devices_per_node=cm.cluster.device.host_devices)
+    return build_export(plan, engine, model=cm.model, max_model_len=max_model_len,
+                        devices_per_node=cm.cluster.device.host_devices)
 
 
 def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,

@@ -477,6 +477,15 @@ LONG_CONTEXT_OVERRIDE: dict[str, str] = {
 #: batch, unless the context length is longer (``srt/arg_groups/fields/schedule.py``).
 SGLANG_MAX_PREFILL_TOKENS = 16384
 
+#: SGLang's setting of the tokens per rank DeepEP's low-latency (decode) dispatch is sized
+#: for: its default and the most it takes (sgl-project/sglang v0.5.23, wheel sglang-0.5.23:
+#: ``srt/environ.py`` ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = EnvInt(128)``;
+#: ``srt/layers/moe/token_dispatcher/deepep.py`` asserts it is at most 1,024, the tag
+#: DeepEP's internode low-latency dispatch counts with).
+SGLANG_DEEPEP_LL_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+SGLANG_DEEPEP_LL_DEFAULT_TOKENS = 128
+SGLANG_DEEPEP_LL_MAX_TOKENS = 1024
+
 
 def _token_budget(plan: Plan, engine: str) -> int:
     """Tokens per step the launch states: the budget the plan was priced with
@@ -753,9 +762,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                f"(EP 1), so no --all2all-backend is set; its MoE exchange "
                                f"between attention-DP ranks was priced as a plain all-to-all")
         if moe and a2a is not None and s.ep > 1:
-            args += ["--all2all-backend", "deepep_low_latency" if a2a == "deepep_low_latency"
+            # A decode plan's steps are all decodes: DeepEP's low-latency kernels, as the
+            # auto mode priced them.
+            low = a2a == "deepep_low_latency" or (a2a == "deepep_auto"
+                                                  and wl.phase is Phase.DECODE)
+            args += ["--all2all-backend", "deepep_low_latency" if low
                      else "deepep_high_throughput"]
-            if a2a == "deepep_auto":
+            if a2a == "deepep_auto" and not low:
                 unexpressed.append("moe all-to-all: the plan priced DeepEP's normal kernels "
                                    "for steps that prefill and its low-latency ones for pure "
                                    "decode steps; vLLM runs one mode per server: exported as "
@@ -777,6 +790,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                  f"with a DeepEP / NIXL all-to-all; the plan priced the MoE "
                                  f"exchange without one (--moe-a2a prices DeepEP's)")
                 args += ["--enable-dbo"]
+        if "deepep_high_throughput" in args and dp > 1:
+            # vllm/config/compilation.py (vLLM 0.33.0 wheel): "Disable CUDA graphs for DeepEP
+            # high-throughput since its not CG compatible" when data_parallel_size > 1.
+            unexpressed.append("--all2all-backend deepep_high_throughput with "
+                               f"--data-parallel-size {dp}: vLLM turns CUDA graphs off, so "
+                               "every decode step launches its kernels eagerly, which the "
+                               "plan (decode steps replayed as CUDA graphs) did not price")
         rank_gpus = s.tp * s.pp
         if nodes > 1 and dp > 1 and devices_per_node and cluster_devices and not bool(
                 dp_ranks_fit_nodes(rank_gpus, dp, devices_per_node, cluster_devices,
@@ -865,7 +885,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 device.hbm_bytes, s.tp * dp, s.pp, dp, tokens * dp, running,
                 model is not None and model.attention.kind is AttentionKind.MLA,
                 bool(moe and a2a is not None and s.ep > 1))
-            if mem_util > auto:
+            if auto <= 0.0:
+                notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
+                             f"is set because SGLang {get_engine('sglang').version}'s own "
+                             f"estimate for this launch (activations of a "
+                             f"--chunked-prefill-size {tokens * dp} step and CUDA graphs) "
+                             f"holds back more than the device's "
+                             f"{device.hbm_bytes / 2**30:.0f} GiB, so left to choose it would "
+                             f"not start; the plan sized the workspace of "
+                             f"{tokens} tokens per rank itself")
+            elif mem_util > auto:
                 notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
                              f"is above the {auto:g} SGLang {get_engine('sglang').version} "
                              f"chooses itself for this launch, which holds back "
@@ -904,6 +933,34 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if moe and a2a is not None and s.ep > 1:
             args += ["--moe-a2a-backend", "deepep", "--deepep-mode",
                      {"deepep_auto": "auto", "deepep_normal": "normal"}.get(a2a, "low_latency")]
+            if a2a == "deepep_normal":
+                # srt/arg_groups/moe_hook.py (sglang 0.5.23): "Cuda graph is disabled because
+                # deepep_mode=`normal`", decode and prefill graphs alike.
+                unexpressed.append("--deepep-mode normal: SGLang turns its CUDA graphs off "
+                                   "in this mode, so every decode step launches its kernels "
+                                   "eagerly, which the plan (decode steps replayed as CUDA "
+                                   "graphs) did not price")
+            else:
+                # Decode steps run DeepEP's low-latency dispatch, sized for at most
+                # SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK tokens per rank (default 128,
+                # at most 1,024: DeepEP's internode low-latency kernels count with a 1,024 tag;
+                # sglang 0.5.23 srt/environ.py, srt/layers/moe/token_dispatcher/deepep.py).
+                per_rank = math.ceil(running / max(dp, 1))
+                dispatch = math.ceil(per_rank / 2) if tbo else per_rank
+                if dispatch > SGLANG_DEEPEP_LL_MAX_TOKENS:
+                    unexpressed.append(
+                        f"DeepEP low-latency dispatch of {dispatch} decode tokens per rank"
+                        + (" and micro-batch" if tbo else "") + f": SGLang's low-latency "
+                        f"kernels take at most {SGLANG_DEEPEP_LL_MAX_TOKENS} per rank; plan a "
+                        f"smaller batch per attention-DP rank, or --moe-a2a deepep-normal")
+                elif dispatch > SGLANG_DEEPEP_LL_DEFAULT_TOKENS:
+                    env_extra[SGLANG_DEEPEP_LL_ENV] = str(dispatch)
+                    notes.append(f"{SGLANG_DEEPEP_LL_ENV}={dispatch}: the decode steps "
+                                 f"dispatch up to {dispatch} tokens per rank"
+                                 + (" and micro-batch" if tbo else "")
+                                 + f" through DeepEP's low-latency kernels, whose buffers "
+                                 f"SGLang sizes for {SGLANG_DEEPEP_LL_DEFAULT_TOKENS} unless "
+                                 f"told (larger buffers, not priced in the plan's memory)")
             if s.ep != s.tp * dp:
                 # sglang/srt/server_args.py ServerArgs._handle_a2a_moe: with the DeepEP
                 # backend "the expert parallel size is adjusted to be the same as the tensor
@@ -915,13 +972,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             if a2a is not None and s.ep > 1:
                 args += ["--enable-two-batch-overlap"]
             else:
-                # SGLang refuses two-batch overlap without an all-to-all backend
-                # (sglang/srt/server_args.py: "When enabling two batch overlap,
-                # moe_a2a_backend cannot be 'none'").
-                tbo_dropped("two-batch overlap: SGLang needs an all-to-all backend for it "
-                            "(--moe-a2a-backend, here none: "
-                            + ("no --moe-a2a" if a2a is None else "EP 1") + "); exported "
-                            "without --enable-two-batch-overlap")
+                # Without an EP all-to-all SGLang 0.5.23 runs two-batch overlap only on its
+                # attention-DP TP-MoE path, which it names DeepSeek-V4's and refuses without
+                # attention DP (srt/arg_groups/validation_hook.py check_two_batch_overlap);
+                # the overlap of the experts' exchange that l2s prices needs DeepEP.
+                tbo_dropped("two-batch overlap: SGLang overlaps the expert exchange only "
+                            "with an EP all-to-all backend (--moe-a2a-backend, here none: "
+                            + ("no --moe-a2a" if a2a is None else "EP 1") + "; without "
+                            "one it runs the overlap only on DeepSeek-V4's attention-DP "
+                            "path); exported without --enable-two-batch-overlap")
         if nodes > 1 and devices_per_node and not bool(
                 node_ranks_cover(s.tp * dp, s.pp, devices_per_node, cluster_devices,
                                  servers)):
