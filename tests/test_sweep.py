@@ -407,8 +407,8 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
     """size's fleet is the steady state's ceil(R / r) replicas; the serving simulation then
     replays Poisson arrivals at each replica's share. Well below capacity the line says it
     keeps up; at ~96% of the replicas' steady-state capacity a replica falls behind, and the
-    line says so and names the replicas that keep up (it said nothing: the answer promised a
-    rate the fleet's queue could not drain)."""
+    line says so, names the replicas that keep up, and the answer and its table count them
+    (it said nothing, then warned under an answer that kept the steady state's count)."""
     base = ["size", "--model", "llama-3.1-70b", "--isl", "1024", "--osl", "256",
             "--tpot-slo", "50ms", "--devices", "h100-sxm", "--max-devices", "8", "-q"]
     r = CliRunner().invoke(app, [*base, "--rate", "9", "-o", str(tmp_path / "a")])
@@ -420,10 +420,11 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
     r = CliRunner().invoke(app, [*base, "--rate", "15", "-o", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert "fewest devices: 8 × h100-sxm (2 replicas of" in text
-    assert "warning: simulated (Poisson arrivals), with 2 replicas at 7.5 req/s each a " \
-           "replica " in text
-    assert "; 3 replicas (12 × h100-sxm, 5 req/s each) keep up" in text
+    assert "fewest devices: 12 × h100-sxm (3 replicas of" in text
+    assert "simulated (Poisson arrivals): with 2 replicas (the steady state's count) at 7.5 " \
+           "req/s each a replica " in text
+    assert "; 3 replicas (12 × h100-sxm, 5 req/s each) keep up, and the answer above " \
+           "counts them" in text
     assert "falls behind (its queue grows)" in text or "misses the TPOT SLO" in text
     # 2 replicas at 7.2 req/s each: 95% of the 7.61 a replica completes, flagged as near
     # saturation with the replicas that keep each at or below 90%.
@@ -821,3 +822,71 @@ def test_the_cheapest_table_names_the_engine_of_its_answer():
     con.print(cheapest_table([best]))
     text = con.export_text()
     assert "engine" in text and "sglang" in text
+
+
+def test_a_fleet_at_the_replicas_the_simulation_needs_is_re_ranked():
+    """with_replicas: devices, nodes, cost and load follow the simulated count, and the
+    steady state's stays named; re-ranked, a kind the simulation enlarged past another's
+    cost falls behind it (l2s size printed the steady state's cheapest, then warned that it
+    needed more devices than the runner-up cost)."""
+    from learn_to_shard.sweep.report import fleet_table
+    from learn_to_shard.sweep.sizing import Fleet, rank_key, with_replicas
+
+    def fleet(device: str, price: float, replicas: int, d: int, r: float) -> Fleet:
+        return Fleet(model="m", workload="w", device=device, node_size=8, rate_rps=20.0,
+                     strategy="tp2", instance_devices=d, instance_requests_per_s=r,
+                     replicas=replicas, devices=replicas * d, nodes=1,
+                     price_per_device_hour=price, cost_per_hour=replicas * d * price,
+                     tokens_per_s_per_device=1.0, tpot_s=0.02, ttft_s=0.1,
+                     searched_cluster=f"{device}:{d}", searcher="auto",
+                     utilization=20.0 / (replicas * r))
+    h200, b200 = fleet("h200", 3.49, 5, 2, 4.3), fleet("b200", 5.99, 3, 2, 9.09)
+    assert sorted([h200, b200], key=rank_key)[0] is h200
+    more = with_replicas(h200, 7)
+    assert (more.devices, more.nodes, more.steady_replicas) == (14, 2, 5)
+    assert more.cost_per_hour == pytest.approx(14 * 3.49)
+    assert more.utilization == pytest.approx(20.0 / (7 * 4.3))
+    assert sorted([more, b200], key=rank_key)[0] is b200
+    assert with_replicas(b200, 3) is b200
+    with pytest.raises(ValueError):
+        with_replicas(b200, 0)
+    from rich.console import Console
+
+    con = Console(width=300, record=True)
+    con.print(fleet_table([b200, more]))
+    assert "7 × tp2 (steady state: 5)" in con.export_text()
+
+
+def test_a_grid_error_names_the_other_errors_not_the_union_branches(tmp_path):
+    """One line for a grid error: the most specific error, then the others by where they
+    stand; a union's branches not taken (a cluster entry that is not a string either) are
+    not counted as errors of their own."""
+    from learn_to_shard.errors import ConfigError
+    from learn_to_shard.sweep import load_grid
+
+    path = tmp_path / "g.yaml"
+    path.write_text("models: [llama-3.1-8b]\nclusters: [{device: h100-sxm, counts: [0, 4]}]\n"
+                    "workloads: [{phase: decode, isl: 1024}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_grid(path)
+    assert str(e.value).endswith("clusters[0].counts[0]: Input should be greater than 0")
+    path.write_text("models: [llama-3.1-8b]\nclusters: [{device: h100-sxm, counts: [0, -4]}]\n"
+                    "workloads: [{phase: decode, isl: 1024}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_grid(path)
+    assert "(also clusters[0].counts[1]: Input should be greater than 0)" in str(e.value)
+
+
+def test_a_closed_loop_without_a_ttft_slo_is_said_to_rank_by_size_alone():
+    """A concurrency workload with no TTFT SLO: the cheapest cluster is the smallest whose
+    plan keeps the TPOT SLO, however long its clients wait; the sweep says so (it picked 4
+    A100s whose clients waited 20 s over 8 H100s without a word)."""
+    from learn_to_shard.sweep.report import Cheapest, unbounded_wait
+
+    def row(workload: str, conc: int | None, ttft: float | None) -> dict:
+        return {"model": "m", "workload": workload, "concurrency": conc, "ttft_slo_s": ttft}
+
+    items = [Cheapest("m", w, "a100-80gb", 4, None, "tp4", 1.0, "cluster a100-80gb:4", None)
+             for w in ("c64", "c64-slo", "rate")]
+    rows = [row("c64", 64, None), row("c64-slo", 64, 2.0), row("rate", None, None)]
+    assert unbounded_wait(rows, items) == [("m", "c64")]

@@ -72,7 +72,7 @@ from .report.plan import Plan, join_reasons
 from .search.base import SearchInterrupted, interruptible
 from .serving import Requests, ServingLoad, load_trace, trace_mean_lengths
 from .serving.load import refuse_beyond_context
-from .units import parse_duration_s, to_ms
+from .units import format_ms, parse_duration_s, to_ms
 from .workload import DType, Phase, Workload
 
 if TYPE_CHECKING:
@@ -1729,6 +1729,7 @@ def size_cmd(
 
     from .sweep import grid_from_data, run_sweep, size_fleets
     from .sweep.report import fleet_table, node_sizes
+    from .sweep.sizing import rank_key, with_replicas
 
     try:
         _check_output(out, "--out", directory=True)
@@ -1818,6 +1819,24 @@ def size_cmd(
                   f"finished; what follows is from those alone", markup=False,
                   highlight=False)
     if fleets:
+        checks: dict[str, str] = {}
+        if wl.phase is Phase.SERVE and not res.interrupted:
+            # Each kind's fleet through the serving simulation, re-sized to the replicas that
+            # keep up and re-ranked, so the answer below is the simulation-checked one.
+            checked = []
+            with err.status("simulating each device kind's fleet under Poisson arrivals"):
+                for f in fleets:
+                    try:
+                        line, keep = _simulated_fleet(f, model, wl, engine,
+                                                      gpu_memory_utilization,
+                                                      max_num_batched_tokens, method, budget,
+                                                      seed)
+                    except (PlannerError, InternalError) as exc:
+                        line, keep = f"not simulated: {exc}", None
+                    f = with_replicas(f, keep) if keep else f
+                    checks[f.device] = line
+                    checked.append(f)
+            fleets = sorted(checked, key=rank_key)
         con.print(fleet_table(fleets))
         best = fleets[0]
         what = "lowest cost" if best.cost_per_hour is not None else "fewest devices"
@@ -1837,21 +1856,16 @@ def size_cmd(
 
             con.print(f"prefill queue: each replica at {100 * best.utilization:.0f}% load "
                       f"(at most {100 * PREFILL_MAX_UTILIZATION:.0f}%), a mean wait of "
-                      f"{to_ms(best.queue_wait_s):.3g} ms before the plan's "
-                      f"{to_ms(best.ttft_s or 0.0):.3g} ms pass (M/D/1, Poisson arrivals)"
+                      f"{format_ms(best.queue_wait_s, 1)} before the plan's "
+                      f"{format_ms(best.ttft_s or 0.0, 1)} pass (M/D/1, Poisson arrivals)"
                       + ("" if best.queue_slo_met else
                          f"; over the TTFT SLO even at "
                          f"{PREFILL_MAX_REPLICA_FACTOR}x the replicas: the plan's pass "
                          f"leaves too little of the SLO for a queue (a tighter "
                          f"--ttft-slo plans a shorter pass)"),
                       markup=False, highlight=False)
-        if wl.phase is Phase.SERVE and not res.interrupted:
-            try:
-                line = _simulated_fleet(best, model, wl, engine, gpu_memory_utilization,
-                                        max_num_batched_tokens, method, budget, seed)
-            except (PlannerError, InternalError) as exc:
-                line = f"not simulated: {exc}"
-            con.print(line, markup=False, highlight=False)
+        if best.device in checks:
+            con.print(checks[best.device], markup=False, highlight=False)
     failed = [r for r in rows if r.get("error")]
     for r in failed[:3]:
         err.print(f"failed: {r['cluster']}: {r['error']}", markup=False, highlight=False)
@@ -1880,12 +1894,17 @@ SIZE_EXTRA_REPLICAS = 3
 
 def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
                      gpu_memory_utilization: float | None, max_num_batched_tokens: int | None,
-                     method: str, budget: int, seed: int) -> str:
-    """One line checking ``l2s size``'s steady-state answer with the serving simulation: the
-    fleet's plan (searched again on its cluster, as the sweep searched it) under Poisson
-    arrivals at its share of the rate, and, where a replica falls behind (its queue grows)
-    or misses an SLO on the simulated mean, the fewest replicas up to
-    :data:`SIZE_EXTRA_REPLICAS` more that keep up.
+                     method: str, budget: int, seed: int) -> tuple[str, int | None]:
+    """``l2s size``'s steady-state answer checked with the serving simulation: the fleet's
+    plan (searched again on its cluster, as the sweep searched it) under Poisson arrivals at
+    its share of the rate, and, where a replica falls behind (its queue grows) or misses an
+    SLO on the simulated mean, the fewest replicas up to :data:`SIZE_EXTRA_REPLICAS` more
+    that keep up.
+
+    Returns:
+        ``(line, replicas)``: one line saying what the simulation found, and the replicas
+        that keep up (``None`` where none up to the limit does, or the plan was not
+        simulated).
 
     Raises:
         PlannerError: the plan cannot be rebuilt or simulated.
@@ -1895,7 +1914,7 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
                                         max_num_batched_tokens), engine=engine)
     plan = search_plan(cm, method=method, budget=budget, seed=seed, engine=engine)
     if plan.best is None or plan.best.strategy.short() != fleet.strategy:
-        return "not simulated: the plan searched again differs from the sweep's"
+        return "not simulated: the plan searched again differs from the sweep's", None
     inst = max(1, plan.best.instances)
 
     def why(sim: dict[str, object]) -> str:
@@ -1918,7 +1937,7 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
     if why(sim):
         return (f"warning: simulated, a replica {why(sim)} even at "
                 f"{fleet.replicas + SIZE_EXTRA_REPLICAS} replicas ({per:.3g} req/s each: "
-                f"{stats}); the steady-state answer above is optimistic for this load")
+                f"{stats}); the steady-state answer above is optimistic for this load"), None
     from .report.render import NEAR_CAPACITY, replicas_for_rate
 
     util = sim.get("utilization")
@@ -1937,12 +1956,13 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
                  f"{'; '.join(str(m) for m in p90)}")
     if k == fleet.replicas:
         return (f"simulated (Poisson arrivals, {per:.3g} req/s per replica): keeps up "
-                f"within the SLOs{' on the mean' if p90 else ''}, {stats}{near}")
+                f"within the SLOs{' on the mean' if p90 else ''}, {stats}{near}"), k
     n = fleet.replicas
-    return (f"warning: simulated (Poisson arrivals), with {n} replica{'s' if n != 1 else ''} "
-            f"at {fleet.rate_rps / n:.3g} req/s each a replica {first}; {k} replicas "
-            f"({k * fleet.instance_devices} × {fleet.device}, {per:.3g} req/s each) keep "
-            f"up: {stats}{near}")
+    return (f"simulated (Poisson arrivals): with {n} replica{'s' if n != 1 else ''} "
+            f"(the steady state's count) at {fleet.rate_rps / n:.3g} req/s each a replica "
+            f"{first}; {k} replicas ({k * fleet.instance_devices} × {fleet.device}, "
+            f"{per:.3g} req/s each) keep up, and the answer above counts them: "
+            f"{stats}{near}"), k
 
 
 def _click_message(exc: Exception) -> str:

@@ -446,7 +446,8 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 def validation_message(exc: ValidationError, where: str) -> str:
     """A pydantic error as one line: ``GRID.yaml: workloads[0].isl: Input should be …``
     (the most specific error — the deepest location, so a union names the branch that almost
-    matched — and how many more there are)."""
+    matched — then up to two other errors and how many more there are; a union's branches not
+    taken are left out)."""
     errors = exc.errors()
     first = max(errors, key=lambda e: len(e["loc"]))
     msg = str(first["msg"]).removeprefix("Value error, ")
@@ -461,7 +462,23 @@ def validation_message(exc: ValidationError, where: str) -> str:
         if model is WorkloadSpec:
             keys += ["ttft_slo", "tpot_slo"]
         msg = f"not a valid key here; valid: {', '.join(keys)}"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    # The other errors, by where they stand; a union's other branches at a shallower place
+    # than the most specific error are the alternatives it did not take, not errors of
+    # their own.
+    at = _loc(tuple(first["loc"]))
+
+    def ancestor(e: Any) -> bool:
+        """Whether ``e`` stands where ``first`` stands or above it (a union branch not taken)."""
+        where_e = _loc(tuple(e["loc"]))
+        return at == where_e or at.startswith(where_e + ".") or at.startswith(where_e + "[")
+
+    deeper = [e for e in errors if e is not first and not ancestor(e)]
+    more = ""
+    if deeper:
+        shown = "; ".join(f"{_loc(tuple(e['loc']))}: "
+                          f"{str(e['msg']).removeprefix('Value error, ')}" for e in deeper[:2])
+        more = f" (also {shown}" + (f"; and {len(deeper) - 2} more" if len(deeper) > 2
+                                    else "") + ")"
     return f"{where}: {_loc(tuple(first['loc']))}: {msg}{more}"
 
 

@@ -142,6 +142,20 @@ def cheapest(rows: Sequence[Row], prices: Mapping[str, float],
     return sorted(found.values(), key=lambda c: (c.model, c.workload))
 
 
+def unbounded_wait(rows: Sequence[Row], items: Sequence[Cheapest]) -> list[tuple[str, str]]:
+    """The ``(model, workload)`` answers of :func:`cheapest` that rank clusters of a closed
+    loop (``concurrency``) without a TTFT SLO: a smaller cluster serves the same clients
+    with more of them waiting for a batch slot, which only a TTFT SLO would refuse."""
+    out = []
+    for c in items:
+        mine = [r for r in rows if str(r.get("model")) == c.model
+                and str(r.get("workload")) == c.workload]
+        if any(r.get("concurrency") is not None for r in mine) \
+                and all(r.get("ttft_slo_s") is None for r in mine):
+            out.append((c.model, c.workload))
+    return out
+
+
 def summary_table(rows: Sequence[Row]) -> Table:
     """One line per (model, workload, engine, cluster): the best feasible plan over the
     searchers, budgets and seeds, and how many cells ran, were feasible, failed."""
@@ -180,7 +194,9 @@ def cheapest_table(items: Sequence[Cheapest]) -> Table:
 
 
 def fleet_table(fleets: Sequence[Fleet]) -> Table:
-    """Fleet sizes per device kind (``l2s size``), cheapest (or smallest) first."""
+    """Fleet sizes per device kind (``l2s size``), cheapest (or smallest) first; a fleet the
+    serving simulation enlarged names its steady-state replica count
+    (:attr:`~.sizing.Fleet.steady_replicas`)."""
     t = Table(title="fewest devices per kind serving the rate within the SLOs")
     queued = any(f.queue_wait_s is not None for f in fleets)
     for col in ("model", "workload", "device", "req/s", "devices", "nodes", "cost/hour",
@@ -195,7 +211,9 @@ def fleet_table(fleets: Sequence[Fleet]) -> Table:
             else _ms(f.queue_wait_s) + ("" if f.queue_slo_met else " (over SLO)"),)
         t.add_row(f.model, f.workload, f.device, f"{f.rate_rps:g}", str(f.devices),
                   str(f.nodes), "–" if f.cost_per_hour is None else f"{f.cost_per_hour:,.2f}",
-                  f"{f.replicas} × {f.strategy}", f"{f.instance_requests_per_s:,.2f}",
+                  f"{f.replicas} × {f.strategy}"
+                  + (f" (steady state: {f.steady_replicas})" if f.steady_replicas else ""),
+                  f"{f.instance_requests_per_s:,.2f}",
                   f"{100 * f.utilization:.0f}%",
                   f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s), *wait,
                   f"{f.searched_cluster} ({f.searcher})")
@@ -209,6 +227,12 @@ def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Cons
     items = cheapest(rows, prices, oversized)
     if items:
         console.print(cheapest_table(items))
+        for model, workload in unbounded_wait(rows, items):
+            console.print(f"note: {model} ({workload}): a closed loop with no TTFT SLO, so "
+                          f"the cheapest cluster is the smallest whose plan keeps the TPOT "
+                          f"SLO, however long its clients wait for a slot (their wait is in "
+                          f"its TTFT); set ttft_slo in the grid to bound it", markup=False,
+                          highlight=False)
     answered = {(c.model, c.workload) for c in items}
     said: set[tuple[str, str]] = set()
     for model, workload, why in oversized:       # a rate no fleet of the grid serves

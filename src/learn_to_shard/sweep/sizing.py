@@ -40,6 +40,7 @@ so the answer is the best over the searched sizes, not a proof that no smaller f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -146,6 +147,9 @@ class Fleet:
             (:func:`prefill_replicas`); True where there is none, and for serve.
         engine: the sweep row's engine label (``EngineSpec.label``: ``default`` without a
             profile, ``vllm``, ``sglang(mem=0.8)``…; ``None`` in rows that carry none).
+        steady_replicas: where the serving simulation raised ``replicas`` (a replica at
+            the steady-state count falls behind or misses an SLO under Poisson arrivals,
+            :func:`with_replicas`), the steady-state count; ``None`` otherwise.
     """
 
     model: str
@@ -170,6 +174,29 @@ class Fleet:
     queue_wait_s: float | None = None
     queue_slo_met: bool = True
     engine: str | None = None
+    steady_replicas: int | None = None
+
+
+def with_replicas(fleet: Fleet, replicas: int) -> Fleet:
+    """``fleet`` at ``replicas`` replicas (the count the serving simulation finds keeps up):
+    its devices, nodes, cost per hour and load follow, and ``steady_replicas`` keeps the
+    steady-state count where it differs.
+
+    Raises:
+        ValueError: ``replicas`` is not positive.
+    """
+    if replicas < 1:
+        raise ValueError(f"replicas must be positive, got {replicas}")
+    if replicas == fleet.replicas:
+        return fleet
+    devices = replicas * fleet.instance_devices
+    return dataclasses.replace(
+        fleet, replicas=replicas, devices=devices,
+        nodes=math.ceil(devices / fleet.node_size),
+        cost_per_hour=None if fleet.price_per_device_hour is None
+        else devices * fleet.price_per_device_hour,
+        utilization=fleet.rate_rps / (replicas * fleet.instance_requests_per_s),
+        steady_replicas=fleet.steady_replicas or fleet.replicas)
 
 
 def price_table(prices: Iterable[tuple[str, float]]) -> dict[str, float]:
