@@ -168,3 +168,37 @@ def test_the_launch_section_carries_the_simulated_load_warnings(tmp_path):
     assert script.startswith("# warning (simulated load):")
     md = (tmp_path / "r" / "report.md").read_text()
     assert script.rstrip("\n") in md
+
+
+def test_the_report_summary_is_the_consoles(tmp_path):
+    """The report's plan table is the console's summary, row for row (one function builds
+    both): idle devices and the throughput per device in use, KV capacity in tokens and the
+    longest context, tokens/s per user and the largest batch are in both."""
+    import re
+
+    from learn_to_shard.report.render import estimate_summary
+
+    args = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:7", "--phase",
+            "serve", "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms", "--engine", "vllm"]
+    r = CliRunner().invoke(app, [*args, "-q", "--report", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "report.md").read_text()
+    from learn_to_shard.api import plan as make_plan
+
+    plan = make_plan("llama-3.1-70b", "h100-sxm:7", "serve", isl=1024, osl=256,
+                     tpot_slo_s=0.05, engine="vllm")
+    rows = estimate_summary(plan, plan.best)
+    assert [k for k, _ in rows][:3] == ["degrees", "devices", "throughput"]
+    for quantity in ("KV capacity", "per user", "max batch"):
+        assert quantity in dict(rows)
+    for quantity, value in rows:
+        assert f"| {quantity} | {value} |" in md, quantity
+    assert "(1 idle)" in dict(rows)["devices"] and "per device in use" in dict(rows)["throughput"]
+    # Sized at mean occupancy, the batch's whole requests would not all fit: said.
+    s, wl = plan.best.strategy, plan.workload
+    assert s.batch * (wl.isl + wl.osl) > plan.best.kv_capacity_tokens
+    assert (f"whole requests of isl + osl = {wl.isl + wl.osl:,} tokens need "
+            f"{s.batch * (wl.isl + wl.osl):,} at this batch") in dict(rows)["KV capacity"]
+    console = CliRunner().invoke(app, args).stdout
+    flat = re.sub(r"[│\s]+", " ", console)
+    assert re.sub(r"\s+", " ", dict(rows)["KV capacity"])[:60] in flat

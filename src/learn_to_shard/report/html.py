@@ -27,10 +27,8 @@ from ..parallel.ops import CHOICE_NAMES, OP_NAMES
 from ..units import to_gib, to_ms
 from ..workload import Phase
 from .plan import (
-    MARGINAL_HEADROOM_FRACTION,
     Plan,
     join_reasons,
-    memory_headroom,
     one_output_token,
     weights_label,
 )
@@ -202,32 +200,9 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
         head.paragraphs.append("No feasible plan: " + join_reasons(plan.reasons))
         return [head]
     e = plan.best
-    s = e.strategy
-    free, marginal = memory_headroom(e)
-    head.tables.append((["quantity", "value"], [
-        ["degrees", (f"TP={s.tp} EP={s.ep} (ETP={s.etp}) PP={s.pp} attention-DP={s.dp}"
-                     if is_moe else
-                     f"TP={s.tp} PP={s.pp} DP={s.dp}"
-                     + (" (replicas: a dense model has no attention-DP)" if s.dp > 1 else ""))
-                    + (f" decode-CP={s.cp}" if s.cp > 1 else "")],
-        ["batch", f"{s.batch} sequences per instance"],
-        ["devices", f"{s.devices} per instance × {e.instances} "
-                    f"instance{'s' if e.instances != 1 else ''}"],
-        ["throughput", f"{e.tokens_per_s_per_device:,.1f} "
-                       + ("prompt tokens/s per device" if wl.phase is Phase.PREFILL
-                          else "tokens/s per device")],
-        ["TPOT", "n/a (one output token per request)" if one_output_token(wl) else
-         _ms(e.tpot_s) + (f" (SLO {_ms(wl.tpot_slo_s)})" if wl.tpot_slo_s else "")],
-        ["TTFT", _ms(e.ttft_s) + (f" (SLO {_ms(wl.ttft_slo_s)})" if wl.ttft_slo_s else "")
-         + (f" (of which {_ms(e.ttft_queue_s)} waiting for a batch slot)"
-            if e.ttft_queue_s > 0 else "")],
-        ["memory / device", f"{to_gib(e.memory.total_bytes):.1f} of "
-                            f"{to_gib(e.memory.usable_bytes):.1f} GiB usable"],
-        ["headroom", f"{to_gib(free):.1f} GiB free per device"
-                     + (f" — marginal: under {MARGINAL_HEADROOM_FRACTION:.0%} of usable; the "
-                        f"engine's own buffers may not fit (a lower --gpu-memory-utilization "
-                        f"plans with room to spare)" if marginal else "")],
-    ]))
+    from .render import estimate_summary
+
+    head.tables.append((["quantity", "value"], [list(r) for r in estimate_summary(plan, e)]))
     alts = [[a.strategy.short(), f"{a.tokens_per_s_per_device:,.1f}",
              "n/a" if one_output_token(wl) else _ms(a.tpot_s), _ms(a.ttft_s)]
             for a in plan.alternatives]

@@ -37,6 +37,12 @@ def _unit(plan: Plan) -> str:
     return "prompt tok/s/device" if plan.workload.phase is Phase.PREFILL else "tok/s/device"
 
 
+def _unit_words(plan: Plan) -> str:
+    """:func:`_unit` in words, for the summary's throughput row."""
+    return ("prompt tokens/s per device" if plan.workload.phase is Phase.PREFILL
+            else "tokens/s per device")
+
+
 #: The engine host-time fields the engine line names: (field, display scale, unit, whether
 #: only steps that carry prompt tokens pay it).
 _HOST_TERMS: tuple[tuple[str, float, str, bool], ...] = (
@@ -162,28 +168,37 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   + ": 0 = Shard(0), 1 = Shard(1), ∅ = Replicate()[/]")
 
 
-def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
+def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
+    """The plan's summary of one estimate as ``(quantity, value)`` rows of plain text, the
+    same on the console (:func:`render_plan`) and in the report
+    (:func:`~learn_to_shard.report.html.plan_sections`): degrees, devices (idle ones
+    named), throughput per device (and per device in use) and per instance, TPOT and TTFT
+    with their SLO margins and the closed loop's wait, pipeline stage times, memory per
+    device, headroom (:data:`MARGINAL_LABEL` under :data:`MARGINAL_HEADROOM_FRACTION`),
+    per-stage layers and memory, KV capacity in tokens and the longest context, tokens/s per
+    user, and the largest batch."""
     s = e.strategy
     wl = plan.workload
-    model_moe = any(c.where.startswith("moe") for c in e.collectives) or s.ep > 1
-    summary = Table(title=title, show_header=False)
-    summary.add_column("k", style="bold")
-    summary.add_column("v")
+    rows: list[tuple[str, str]] = []
+
+    def add(quantity: str, value: str) -> None:
+        rows.append((quantity, value))
+
     cp = f"  decode-CP={s.cp}" if s.cp > 1 else ""
     if plan.moe_routing:
-        summary.add_row("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
+        add("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
                         f"attention-DP={s.dp}{cp}  batch={s.batch}")
     else:
         # A dense model's DP ranks share nothing: they are replicas (the export launches
         # one server each).
-        summary.add_row("degrees", f"TP={s.tp}  PP={s.pp}  DP={s.dp}{cp}  batch={s.batch}"
+        add("degrees", f"TP={s.tp}  PP={s.pp}  DP={s.dp}{cp}  batch={s.batch}"
                         + (f" ({s.dp} replicas of {s.batch // s.dp}: a dense model has no "
                            f"attention-DP)" if s.dp > 1 and s.batch % s.dp == 0 else
                            f" ({s.dp} replicas: a dense model has no attention-DP)"
                            if s.dp > 1 else ""))
     replicas = f", {s.dp} replicas of {s.devices // s.dp}" \
         if not plan.moe_routing and s.dp > 1 else ""
-    summary.add_row("devices", f"{s.devices} per instance{replicas} × {e.instances} "
+    add("devices", f"{s.devices} per instance{replicas} × {e.instances} "
                     f"instance{'s' if e.instances != 1 else ''}"
                     + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
     # Per device counts the idle devices too (the cluster's throughput over all of them);
@@ -194,17 +209,17 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     idle = (f"; over all {used + e.idle_devices} devices, {e.idle_devices} idle: "
             f"{e.tokens_per_s_per_device * (used + e.idle_devices) / used:,.1f} per device "
             f"in use" if e.idle_devices and used else "")
-    summary.add_row("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit(plan)}  "
+    add("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit_words(plan)}  "
                     f"({e.output_tokens_per_s:,.0f} per instance{idle})")
     one_token = one_output_token(wl)
     if one_token:
-        summary.add_row("TPOT", f"n/a (one output token per request; the mean step is "
+        add("TPOT", f"n/a (one output token per request; the mean step is "
                         f"{_ms(e.tpot_s)})")
     elif not math.isnan(e.tpot_s):
         # An SLO met within aggregate.SLO_REL_TOL shows a margin of 0, not -0.00.
         margin = (f"  (SLO {_ms(wl.tpot_slo_s)}, margin "
                   f"{_ms(max(0.0, wl.tpot_slo_s - e.tpot_s))})") if wl.tpot_slo_s else ""
-        summary.add_row("TPOT", _ms(e.tpot_s) + margin)
+        add("TPOT", _ms(e.tpot_s) + margin)
     if not math.isnan(e.ttft_s):
         margin = (f"  (SLO {_ms(wl.ttft_slo_s)}, margin "
                   f"{_ms(max(0.0, wl.ttft_slo_s - e.ttft_s))})") if wl.ttft_slo_s else ""
@@ -213,8 +228,8 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
             slots = e.instances * s.batch
             queue = (f"  (of which {_ms(e.ttft_queue_s)} waiting for a batch slot: "
                      f"{wl.concurrency} clients, {slots} slots)")
-        summary.add_row("TTFT", _ms(e.ttft_s) + margin + queue)
-    summary.add_row("pipeline", f"{s.pp} stage(s), {e.micro_batches} micro-batch(es), "
+        add("TTFT", _ms(e.ttft_s) + margin + queue)
+    add("pipeline", f"{s.pp} stage(s), {e.micro_batches} micro-batch(es), "
                     f"stage times " + ", ".join(_ms(x) for x in e.stage_time_s[:8])
                     + (" …" if len(e.stage_time_s) > 8 else ""))
     m = e.memory
@@ -222,7 +237,7 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     # a batch's KV needs KV / f of it, and the rest stays out of the pool.
     f = float(str(plan.cost_model.get("kv_cache_free_fraction", 1.0)))
     held = m.kv_cache_bytes * (1.0 / f - 1.0) if 0.0 < f < 1.0 else 0.0
-    summary.add_row("memory/device", f"{to_gib(m.total_bytes):.1f} of {to_gib(m.usable_bytes):.1f}"
+    add("memory/device", f"{to_gib(m.total_bytes):.1f} of {to_gib(m.usable_bytes):.1f}"
                     f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
                     f"KV of this batch {to_gib(m.kv_cache_bytes):.1f}, workspace "
                     f"{to_gib(m.workspace_bytes):.2f} GiB"
@@ -233,34 +248,58 @@ def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
     # The pool is f of what weights and workspace leave; the engine keeps the rest out of it.
     kept_out = (1.0 - f) * (m.usable_bytes - m.weight_bytes - m.workspace_bytes) \
         if held else 0.0
-    summary.add_row("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
+    add("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
                     + (f" ({to_gib(min(kept_out, free)):.1f} of it outside the KV pool, which "
                        f"takes {f:g} of the memory weights and workspace leave)"
                        if held else "")
-                    + (f"  [bold yellow]marginal[/]: under "
+                    + (f"  {MARGINAL_LABEL}: under "
                        f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
                        f"may not fit (a lower --gpu-memory-utilization plans with room to "
                        f"spare)" if marginal else ""))
     if plan.num_layers is not None and s.pp > 1:
-        summary.add_row("stages", "; ".join(
+        add("stages", "; ".join(
             f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
             f"{to_gib(float(r['memory_bytes'] or 0)):.1f} GiB"
             for i, r in enumerate(stage_rows(e, plan.num_layers)) if r["layers"])
             + (f" (counted as the limit counts them: weights, workspace and KV ÷ {f:g})"
                if held else ""))
     if e.kv_capacity_unbounded:
-        summary.add_row("KV capacity", f"unbounded in tokens: every attention layer keeps a "
+        add("KV capacity", f"unbounded in tokens: every attention layer keeps a "
                         f"fixed window per sequence, so the pool bounds the sequences (max "
                         f"batch below), not their length; longest context "
                         f"{e.max_context_tokens:,} tokens (the model's maximum positions)")
     else:
-        summary.add_row("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the "
+        whole = s.batch * (wl.isl + wl.osl)
+        peak = (f"; whole requests of isl + osl = {wl.isl + wl.osl:,} tokens need "
+                f"{whole:,} at this batch: it fits at mean occupancy (isl + osl/2), so the "
+                f"engine preempts or queues requests when many near their end together"
+                if wl.phase is Phase.SERVE and whole > e.kv_capacity_tokens else "")
+        add("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the "
                         f"pool left after weights and workspace); longest context "
-                        f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}")
+                        f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}"
+                        + peak)
     if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s) \
             and not one_token:
-        summary.add_row("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
-    summary.add_row("max batch", f"{e.max_batch} sequences fit at these degrees")
+        add("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
+    add("max batch", f"{e.max_batch} sequences fit at these degrees")
+    return rows
+
+
+#: The word the headroom row starts its warning with (bold yellow on the console).
+MARGINAL_LABEL = "marginal"
+
+
+def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
+    s = e.strategy
+    model_moe = any(c.where.startswith("moe") for c in e.collectives) or s.ep > 1
+    summary = Table(title=title, show_header=False)
+    summary.add_column("k", style="bold")
+    summary.add_column("v")
+    for quantity, value in estimate_summary(plan, e):
+        text = escape(value)
+        if quantity == "headroom":
+            text = text.replace(f"  {MARGINAL_LABEL}:", f"  [bold yellow]{MARGINAL_LABEL}[/]:")
+        summary.add_row(quantity, text)
     con.print(summary)
     ops = Table(title="Per-operator placement (along TP; experts along ETP)"
                 if plan.moe_routing else "Per-operator placement (along TP)")
