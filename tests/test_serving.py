@@ -187,6 +187,14 @@ def test_trace_column_names_match_in_any_case_and_spacing(tmp_path):
     path.write_text("isl,ISL,osl,arrival_s\n1,1,1,0\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="more than once"):
         load_trace(path)
+    # Two names of one quantity: which one is meant is the user's to say.
+    path.write_text("timestamp,isl,osl,arrival_s,input_tokens\n0,10,10,0,5000\n",
+                    encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"2 arrival columns \('arrival_s', 'timestamp'\)"):
+        load_trace(path)
+    path.write_text("arrival_s,isl,osl,input_tokens\n0,10,10,5000\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"2 prompt length columns \('isl', 'input_tokens'\)"):
+        load_trace(path)
 
 
 def test_a_trace_longer_than_one_simulation_is_refused(tmp_path, monkeypatch):
@@ -1267,3 +1275,43 @@ def test_a_lone_requests_ttft_is_its_own_prompt_whatever_its_output_length():
         ph = cm.phase_rows(np.array([1]), np.array([1]), np.array([1]))
         assert ph["pf2"][0] == pytest.approx(4500.0)
     assert ttft[1] == pytest.approx(ttft[2], rel=0.01)
+
+
+def test_priced_instance_throughput_leaves_idle_devices_out():
+    """The steady state the simulation compares with is one instance's: the same TP4 plan on
+    7 devices (one instance, 3 idle) and on 8 (two instances) prices the same instance
+    tokens/s (the cluster's tokens/s per device counts idle devices; an instance's does not)."""
+    from learn_to_shard.parallel import MEGATRON_DIMS, Strategy
+
+    s = Strategy(tp=4, ep=1, pp=1, dp=1, batch=64, dims=MEGATRON_DIMS)
+    out = []
+    for cluster in ("h100-sxm:7", "h100-sxm:8"):
+        cm = make_cost_model("llama-3.1-70b", cluster, make_workload("serve", isl=1024,
+                                                                     osl=256))
+        out.append(float(priced(cm, s, Phase.SERVE, 1024, (64,), osl=256)[2][0]))
+    assert out[0] == pytest.approx(out[1], rel=1e-9)
+
+
+def test_num_prompts_is_the_fleets_and_the_default_each_replicas():
+    """--num-prompts is a benchmark's total over the fleet, shared over the replicas, and
+    said when a replica's share is short of the default run; without it every simulated
+    replica runs the default 1,000 (a fleet's share of 1,000 is too short a run for a queue
+    near saturation to show)."""
+    from learn_to_shard.report.render import simulation_notes
+    from learn_to_shard.serving.load import DEFAULT_NUM_PROMPTS
+
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:8", make_workload("serve", isl=1024,
+                                                                     osl=128))
+    plan = search_plan(cm)
+    assert plan.best is not None and plan.best.instances > 1
+    rate = 2.0 * plan.best.instances
+    fleet = simulate_plan(cm, plan, ServingLoad(request_rate_per_s=rate, num_prompts=400),
+                          top=1)[0]
+    own = simulate_plan(cm, plan, ServingLoad(request_rate_per_s=rate), top=1)[0]
+    assert fleet["requests_simulated"] == -(-400 // fleet["replicas"])
+    assert fleet["fleet_num_prompts"] == 400
+    assert own["requests_simulated"] == DEFAULT_NUM_PROMPTS and own["fleet_num_prompts"] is None
+    said = [t for _, t in simulation_notes([fleet])]
+    assert any(f"runs {fleet['requests_simulated']} of the fleet's --num-prompts 400" in t
+               for t in said), said
+    assert not any("of the fleet's --num-prompts" in t for _, t in simulation_notes([own]))

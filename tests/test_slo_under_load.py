@@ -114,7 +114,8 @@ def test_a_rate_above_capacity_is_overloaded_even_where_a_short_run_hides_it():
     flagged overloaded from the steady state's capacity, with the reason printed; at 95% of
     capacity it is not overloaded but flagged as near saturation."""
     base = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
-            "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms", "-q"]
+            "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms", "-q",
+            "--num-prompts", "1000"]              # the fleet's benchmark: 500 per replica
     probe = json.loads(CliRunner().invoke(app, [*base, "--request-rate", "1", "--json",
                                                 "--no-timing"]).stdout)["simulation"][0]
     replicas, capacity = probe["replicas"], probe["capacity_requests_per_s"]

@@ -237,7 +237,8 @@ def load_trace(path: str | Path) -> Requests:
 
     Raises:
         ConfigError: unreadable file, more rows than :data:`MAX_LOAD_REQUESTS`, a column
-            named twice in the header (in any case), a row with more
+            named twice in the header (in any case), two columns of one quantity (e.g.
+            ``isl`` and ``input_tokens``), a row with more
             fields than the header, a missing column (the message lists the accepted names),
             a non-numeric, non-positive or implausibly long (> :data:`MAX_TRACE_TOKENS`)
             length, arrival times mixing seconds and date-times, or ones that are not finite or lie
@@ -269,9 +270,12 @@ def load_trace(path: str | Path) -> Requests:
     cols = {n: c for n, c in zip(names, header, strict=True) if c is not None}
 
     def pick(accepted: tuple[str, ...], what: str) -> str:
-        for n in accepted:
-            if n.lower() in cols:
-                return cols[n.lower()]
+        found = [cols[n] for n in dict.fromkeys(a.lower() for a in accepted) if n in cols]
+        if len(found) > 1:
+            raise ConfigError(f"--trace: {p}: the header has {len(found)} {what} columns "
+                              f"({', '.join(map(repr, found))}); keep one of them")
+        if found:
+            return found[0]
         raise ConfigError(f"--trace: {p} has no {what} column (one of "
                           f"{', '.join(dict.fromkeys(a.lower() for a in accepted))}, in any "
                           f"case; found {', '.join(sorted(c for c in header if c)) or 'none'})")
@@ -359,6 +363,8 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
                        ) -> tuple[Requests, int | None, str, float]:
     """The requests one (the most loaded) replica sees: clients or arrivals are spread
     round-robin over ``replicas`` instances (a load balancer in front of identical servers).
+    A given ``num_prompts`` is the fleet's (a benchmark's ``--num-prompts``), its share per
+    replica; without one each replica runs :func:`default_num_prompts` of its own clients.
 
     Returns:
         (its requests, its clients (closed loop) or ``None``, a description of its share,
@@ -374,8 +380,13 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
         return (Requests(tr.isl[idx], tr.osl[idx], tr.arrival_s[idx]), None,
                 f"one request in {replicas} of the trace" if replicas > 1 else "the trace",
                 len(tr.isl) / len(idx))
-    n_total = load.num_prompts or default_num_prompts(load.concurrency)
-    n = max(1, math.ceil(n_total / replicas))
+    # --num-prompts is a benchmark's total over the fleet; without it, every simulated replica
+    # runs the default of its own (a fleet's share of 1,000 would be too short a run for a
+    # queue to show).
+    per_client = None if load.concurrency is None else \
+        max(1, math.ceil(load.concurrency / replicas))
+    n = max(1, math.ceil(load.num_prompts / replicas)) if load.num_prompts \
+        else default_num_prompts(per_client)
     base = sharegpt_requests(n, wl.isl, wl.osl, load.seed) if load.dataset == "sharegpt" \
         else fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
     if load.concurrency is not None:
@@ -606,7 +617,10 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                         "apart_from_planned": lengths_apart},
             "replicas": replicas, "replica_share": share, "clients_queued": queue,
             "dp_ranks_as_replicas": ranks_apart,
-            "requests_simulated": len(req.isl), "max_num_seqs": seqs,
+            "requests_simulated": len(req.isl),
+            "fleet_num_prompts": load.num_prompts if load.num_prompts and replicas > 1
+            and load.trace is None else None,
+            "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
             "scheduler": {"prefill_first": prefill_first, "overlap_schedule": overlap,
                           "decode_steps_per_schedule": c.decode_steps_per_schedule,

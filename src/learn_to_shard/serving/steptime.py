@@ -183,7 +183,9 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
 
     Returns:
         ``(tpot_s, ttft_s, output_tokens_per_s)`` per batch, ``[len(batches)]`` each
-        (instance throughput before memory and SLO checks).
+        (one instance's throughput before memory and SLO checks: the cluster's tokens/s per
+        device times its devices over the ``floor(N / devices)`` instances it runs, so the
+        devices a layout leaves idle do not lower it).
     """
     wl = Workload(phase, isl=isl, osl=osl, weight_dtype=cm.workload.weight_dtype,
                   kv_dtype=cm.workload.kv_dtype)
@@ -195,7 +197,9 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
     a[:, BATCH_HEAD] = np.arange(len(batches))
     a[:, NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
     est = sub.evaluate_many(a)
-    return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device * s.devices
+    n = cm.cluster.num_devices
+    instances = max(n // max(s.devices, 1), 1)
+    return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device * n / instances
 
 
 def step_token_budget(cm: CostModel, s: Strategy) -> int:
