@@ -1544,19 +1544,40 @@ def test_sglang_deepep_low_latency_dispatch_is_sized_for_the_plans_decode_batch(
     assert f"export {SGLANG_DEEPEP_LL_ENV}={-(-running // dp)}" in r.stdout
     cfg = dataclasses.replace(CostModelConfig.for_engine("sglang"),
                               moe_a2a_kernel="deepep_low_latency")
-    big = make_plan("deepseek-v3", "b200:8", "decode", isl=1024, config=cfg, method="megatron")
-    s = big.best.strategy
-    big = dataclasses.replace(big, best=dataclasses.replace(
-        big.best, strategy=dataclasses.replace(s, batch=1100 * s.dp)))
-    ex = build_export(big, "sglang", model=load_model("deepseek-v3"), devices_per_node=8)
+    model = load_model("deepseek-v3")
+
+    def export(phase: str, a2a: str, tp: int, dp: int, batch_per_rank: int, **kw: int):
+        """The SGLang export of a DeepSeek-V3 plan on 8 B200s at these degrees."""
+        lengths = dict(isl=1024, osl=256) if phase == "serve" else dict(isl=1024)
+        p = make_plan("deepseek-v3", "b200:8", phase, config=cfg, method="megatron",
+                      **lengths, **kw)
+        s = dataclasses.replace(p.best.strategy, tp=tp, ep=tp * dp, dp=dp,
+                                batch=batch_per_rank * tp * dp)
+        p = dataclasses.replace(p, best=dataclasses.replace(p.best, strategy=s),
+                                cost_model={**p.cost_model, "moe_a2a_kernel": a2a})
+        return build_export(p, "sglang", model=model, devices_per_node=8)
+
+    # Each rank dispatches its attention-TP share of its DP rank's rows.
+    ex = export("decode", "deepep_low_latency", 8, 1, 1100)
     assert SGLANG_DEEPEP_LL_ENV not in ex.env
     assert any("DeepEP low-latency dispatch of 1100 decode tokens per rank" in u
                and "at most 1024" in u for u in ex.unexpressed), ex.unexpressed
-    normal = dataclasses.replace(big, cost_model={**big.cost_model,
-                                                  "moe_a2a_kernel": "deepep_normal"})
-    ex = build_export(normal, "sglang", model=load_model("deepseek-v3"), devices_per_node=8)
+    ex = export("decode", "deepep_low_latency", 4, 2, 150)
+    assert ex.env[SGLANG_DEEPEP_LL_ENV] == "150" and not ex.unexpressed
+    ex = export("decode", "deepep_low_latency", 8, 1, 100)
+    assert SGLANG_DEEPEP_LL_ENV not in ex.env and not ex.unexpressed
+    # low_latency mode runs prompt steps through the same kernels: a serve plan's token
+    # budget per rank counts; auto mode runs them through the normal ones.
+    ex = export("serve", "deepep_low_latency", 1, 8, 8)
+    assert any("tokens of a prompt step per rank" in u for u in ex.unexpressed), ex.unexpressed
+    ex = export("serve", "deepep_auto", 1, 8, 8)
+    assert not any("DeepEP low-latency dispatch" in u for u in ex.unexpressed)
+    ex = export("decode", "deepep_normal", 1, 8, 100)
     assert any("--deepep-mode normal: SGLang turns its CUDA graphs off" in u
                for u in ex.unexpressed)
+    # A prefill plan runs no decode steps: no CUDA-graph loss to name.
+    ex = export("prefill", "deepep_normal", 1, 8, 1)
+    assert not any("CUDA graphs" in u for u in ex.unexpressed), ex.unexpressed
 
 
 def test_vllm_deepep_exports_keep_cuda_graphs_where_the_plan_priced_them():
@@ -1577,6 +1598,11 @@ def test_vllm_deepep_exports_keep_cuda_graphs_where_the_plan_priced_them():
             and "--data-parallel-size 1 " not in doc["export"]["text"]:
         assert any("vLLM turns CUDA graphs off" in u
                    for u in doc["export"]["not_expressible"]), doc["export"]
+    # A prefill plan's steps all prefill: the high-throughput kernels are what it priced.
+    doc = json.loads(CliRunner().invoke(app, [*base, "-c", "b200:8", "--phase", "prefill",
+                                              "--isl", "2048"]).stdout)
+    assert not any("CUDA graphs" in u or "one mode per server" in u
+                   for u in doc["export"]["not_expressible"]), doc["export"]
 
 
 def test_export_warnings_reach_the_terminal_and_the_json():
@@ -1594,6 +1620,14 @@ def test_export_warnings_reach_the_terminal_and_the_json():
     assert ex["not_expressible"] and all(f"# NOT EXPRESSIBLE: {u}" in ex["text"]
                                          for u in ex["not_expressible"])
     assert isinstance(ex["notes"], list) and isinstance(ex["env"], dict)
+    # The simulated load's warnings, which the launch text carries, as a list too.
+    r = CliRunner().invoke(app, ["plan", "-m", "llama-3.1-8b", "-c", "h100-sxm:8", "--phase",
+                                 "serve", "--isl", "1024", "--osl", "256", "--request-rate",
+                                 "400", "--export", "vllm", "--json", "--no-timing"])
+    ex = json.loads(r.stdout)["export"]
+    assert ex["load_warnings"] and all(f"# warning (simulated load): {w}" in ex["text"]
+                                       for w in ex["load_warnings"])
+    assert "warning (simulated load): " in r.stderr
 
 
 def test_sglang_memory_note_when_its_own_estimate_exceeds_the_device():

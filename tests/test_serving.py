@@ -1312,6 +1312,18 @@ def test_num_prompts_is_the_fleets_and_the_default_each_replicas():
     assert fleet["fleet_num_prompts"] == 400
     assert own["requests_simulated"] == DEFAULT_NUM_PROMPTS and own["fleet_num_prompts"] is None
     said = [t for _, t in simulation_notes([fleet])]
-    assert any(f"runs {fleet['requests_simulated']} of the fleet's --num-prompts 400" in t
-               for t in said), said
-    assert not any("of the fleet's --num-prompts" in t for _, t in simulation_notes([own]))
+    assert any(f"the fleet's --num-prompts 400 over its {fleet['replicas']} replicas gives the "
+               f"busiest {fleet['requests_simulated']}:" in t
+               and f"each replica runs {DEFAULT_NUM_PROMPTS})" in t for t in said), said
+    assert not any("the fleet's --num-prompts" in t for _, t in simulation_notes([own]))
+    # Fewer prompts than replicas: some replicas get none, and the note says how many.
+    few = simulate_plan(cm, plan, ServingLoad(request_rate_per_s=rate, num_prompts=3),
+                        top=1)[0]
+    idle = few["replicas"] - 3
+    assert any(f"gives the busiest 1 and {idle} none" in t for _, t in simulation_notes([few]))
+    # A closed loop's default per replica is 2 per client of its share when that is more.
+    conc = 8000
+    big = simulate_plan(cm, plan, ServingLoad(concurrency=conc, num_prompts=10_000), top=1)[0]
+    per_client = -(-conc // big["replicas"])
+    assert big["default_requests_per_replica"] == max(DEFAULT_NUM_PROMPTS, 2 * per_client)
+    assert any("the fleet's --num-prompts 10000" in t for _, t in simulation_notes([big]))

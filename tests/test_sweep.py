@@ -848,6 +848,12 @@ def test_a_fleet_at_the_replicas_the_simulation_needs_is_re_ranked():
     assert more.utilization == pytest.approx(20.0 / (7 * 4.3))
     assert sorted([more, b200], key=rank_key)[0] is b200
     assert with_replicas(b200, 3) is b200
+    # A kind the simulation found falling behind even with more replicas ranks after the
+    # kinds that keep up, whatever its steady-state cost.
+    import dataclasses
+
+    behind = dataclasses.replace(h200, falls_behind=True)
+    assert sorted([behind, b200], key=rank_key)[0] is b200
     with pytest.raises(ValueError):
         with_replicas(b200, 0)
     from rich.console import Console
@@ -875,18 +881,30 @@ def test_a_grid_error_names_the_other_errors_not_the_union_branches(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_grid(path)
     assert "(also clusters[0].counts[1]: Input should be greater than 0)" in str(e.value)
+    # An entry that no branch of the union takes is one error, not one per branch.
+    path.write_text("models: [llama-3.1-8b]\nclusters: [{device: h100-sxm, counts: [4], "
+                    "bogus: 1}, 5]\nworkloads: [{phase: decode, isl: 1024}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_grid(path)
+    assert str(e.value).endswith("clusters[0].bogus: not a valid key here; valid: device, "
+                                 "counts (also clusters[1]: Input should be a valid string)")
 
 
 def test_a_closed_loop_without_a_ttft_slo_is_said_to_rank_by_size_alone():
     """A concurrency workload with no TTFT SLO: the cheapest cluster is the smallest whose
-    plan keeps the TPOT SLO, however long its clients wait; the sweep says so (it picked 4
-    A100s whose clients waited 20 s over 8 H100s without a word)."""
+    plan meets the other limits, however long its clients wait; the sweep says so where its
+    answer keeps clients waiting (it picked 4 A100s whose clients waited 20 s over 8 H100s
+    without a word), and not where every client has a slot."""
     from learn_to_shard.sweep.report import Cheapest, unbounded_wait
 
-    def row(workload: str, conc: int | None, ttft: float | None) -> dict:
-        return {"model": "m", "workload": workload, "concurrency": conc, "ttft_slo_s": ttft}
+    def row(workload: str, conc: int | None, ttft: float | None, batch: int = 32) -> dict:
+        return {"model": "m", "workload": workload, "concurrency": conc, "ttft_slo_s": ttft,
+                "device": "a100-80gb", "cluster_devices": 4, "strategy": "tp4",
+                "batch": batch, "instances": 1, "feasible": True, "error": None,
+                "tokens_per_s_per_device": 1.0}
 
     items = [Cheapest("m", w, "a100-80gb", 4, None, "tp4", 1.0, "cluster a100-80gb:4", None)
-             for w in ("c64", "c64-slo", "rate")]
-    rows = [row("c64", 64, None), row("c64-slo", 64, 2.0), row("rate", None, None)]
+             for w in ("c64", "c64-slo", "rate", "c64-fits")]
+    rows = [row("c64", 64, None), row("c64-slo", 64, 2.0), row("rate", None, None),
+            row("c64-fits", 64, None, batch=64)]
     assert unbounded_wait(rows, items) == [("m", "c64")]

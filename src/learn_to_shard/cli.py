@@ -515,7 +515,8 @@ def plan_cmd(
                                        "(with --export: the launch script instead)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", metavar="",
                                help="No progress bar; with --export, no plan on stderr either "
-                               "(the launch script alone)."),
+                               "(the launch script on stdout, and on stderr only its "
+                               "warnings: what it cannot express, the simulated load's)."),
     timing: TimingOpt = True,
     concurrency: ConcurrencyOpt = None, request_rate: RateOpt = None, trace: TraceOpt = None,
     num_prompts: NumPromptsOpt = None, range_ratio: RangeRatioOpt = 0.0,
@@ -705,14 +706,16 @@ def plan_cmd(
         data["interrupted_during"] = late_interrupt
     if last is not None:
         data["timing"] = last
+    load_warnings: list[str] = []
     if launch is not None and sims and result.best is not None \
             and sims[0]["strategy"] == result.best.strategy.short():
         from .report.render import simulation_notes
 
         # The exported plan's load warnings travel with its commands (-q and --output drop
         # the terminal's notes; the report's Launch section holds the same text).
-        warn = [t for kind, t in simulation_notes(sims, best_only=True) if kind == "warning"]
-        launch = "".join(f"# warning (simulated load): {t}\n" for t in warn) + launch
+        load_warnings = [t for kind, t in simulation_notes(sims, best_only=True)
+                         if kind == "warning"]
+        launch = "".join(f"# warning (simulated load): {t}\n" for t in load_warnings) + launch
     if report is not None:
         from .report.html import plan_sections
 
@@ -743,9 +746,12 @@ def plan_cmd(
                                             | ((output.stat().st_mode & 0o444) >> 2)),
                        output, "--output")
         assert built is not None
-        if (quiet or json_out) and (built.unexpressed or built.warnings):
-            # What the launch cannot run as planned reaches the terminal even where the
-            # plan's tables do not (-q, --json); the launch text carries it too.
+        if quiet or json_out:
+            # What the launch cannot run as planned, and what its simulated load warns of,
+            # reach the terminal even where the plan's tables do not (-q, --json); the launch
+            # text carries them too.
+            for line in load_warnings:
+                err.print(f"warning (simulated load): {line}", highlight=False)
             for line in built.warnings:
                 err.print(f"warning: --export {export}: {line}", highlight=False)
             for line in built.unexpressed:
@@ -754,7 +760,8 @@ def plan_cmd(
         if json_out:
             data["export"] = {"engine": export, "text": launch,
                               "not_expressible": list(built.unexpressed),
-                              "warnings": list(built.warnings), "notes": list(built.notes),
+                              "warnings": list(built.warnings),
+                              "load_warnings": load_warnings, "notes": list(built.notes),
                               "env": dict(built.env)}
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:
@@ -1833,8 +1840,12 @@ def size_cmd(
                                                       max_num_batched_tokens, method, budget,
                                                       seed)
                     except (PlannerError, InternalError) as exc:
-                        line, keep = f"not simulated: {exc}", None
+                        # the simulation's load is this command's --rate
+                        why = str(exc).replace("--request-rate", "--rate")
+                        line, keep = f"not simulated: {why}", None
                     f = with_replicas(f, keep) if keep else f
+                    if keep is None and line.startswith("warning"):
+                        f = dataclasses.replace(f, falls_behind=True)
                     checks[f.device] = line
                     checked.append(f)
             fleets = sorted(checked, key=rank_key)
@@ -1867,6 +1878,9 @@ def size_cmd(
                       markup=False, highlight=False)
         if best.device in checks:
             con.print(checks[best.device], markup=False, highlight=False)
+        for f in fleets[1:]:              # the other kinds' checks, below the answer's
+            if f.device in checks:
+                con.print(f"{f.device}: {checks[f.device]}", markup=False, highlight=False)
     failed = [r for r in rows if r.get("error")]
     for r in failed[:3]:
         err.print(f"failed: {r['cluster']}: {r['error']}", markup=False, highlight=False)

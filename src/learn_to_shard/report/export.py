@@ -768,7 +768,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                                   and wl.phase is Phase.DECODE)
             args += ["--all2all-backend", "deepep_low_latency" if low
                      else "deepep_high_throughput"]
-            if a2a == "deepep_auto" and not low:
+            if a2a == "deepep_auto" and not low and wl.phase is not Phase.PREFILL:
                 unexpressed.append("moe all-to-all: the plan priced DeepEP's normal kernels "
                                    "for steps that prefill and its low-latency ones for pure "
                                    "decode steps; vLLM runs one mode per server: exported as "
@@ -790,7 +790,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                  f"with a DeepEP / NIXL all-to-all; the plan priced the MoE "
                                  f"exchange without one (--moe-a2a prices DeepEP's)")
                 args += ["--enable-dbo"]
-        if "deepep_high_throughput" in args and dp > 1:
+        if "deepep_high_throughput" in args and dp > 1 and wl.phase is not Phase.PREFILL:
             # vllm/config/compilation.py (vLLM 0.33.0 wheel): "Disable CUDA graphs for DeepEP
             # high-throughput since its not CG compatible" when data_parallel_size > 1.
             unexpressed.append("--all2all-backend deepep_high_throughput with "
@@ -933,30 +933,41 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if moe and a2a is not None and s.ep > 1:
             args += ["--moe-a2a-backend", "deepep", "--deepep-mode",
                      {"deepep_auto": "auto", "deepep_normal": "normal"}.get(a2a, "low_latency")]
-            if a2a == "deepep_normal":
+            if a2a == "deepep_normal" and wl.phase is not Phase.PREFILL:
                 # srt/arg_groups/moe_hook.py (sglang 0.5.23): "Cuda graph is disabled because
                 # deepep_mode=`normal`", decode and prefill graphs alike.
                 unexpressed.append("--deepep-mode normal: SGLang turns its CUDA graphs off "
                                    "in this mode, so every decode step launches its kernels "
                                    "eagerly, which the plan (decode steps replayed as CUDA "
                                    "graphs) did not price")
-            else:
-                # Decode steps run DeepEP's low-latency dispatch, sized for at most
+            elif a2a != "deepep_normal":
+                # DeepEP's low-latency dispatch is sized for at most
                 # SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK tokens per rank (default 128,
                 # at most 1,024: DeepEP's internode low-latency kernels count with a 1,024 tag;
                 # sglang 0.5.23 srt/environ.py, srt/layers/moe/token_dispatcher/deepep.py).
-                per_rank = math.ceil(running / max(dp, 1))
+                # Each rank dispatches its attention-TP share of its DP rank's rows
+                # (srt/layers/layer_boundary/factories.py: an all-to-all MoE computes on the
+                # rank's own rows), as the cost model prices it; low_latency mode sends
+                # prompt steps through the same kernels (auto mode sends them through the
+                # normal ones), and two-batch overlap dispatches each half apart.
+                step_rows = math.ceil(running / max(dp, 1))
+                what = "decode tokens"
+                if a2a == "deepep_low_latency" and wl.phase is not Phase.DECODE \
+                        and tokens > step_rows:
+                    step_rows, what = tokens, "tokens of a prompt step"
+                per_rank = math.ceil(step_rows / max(s.tp, 1))
                 dispatch = math.ceil(per_rank / 2) if tbo else per_rank
                 if dispatch > SGLANG_DEEPEP_LL_MAX_TOKENS:
                     unexpressed.append(
-                        f"DeepEP low-latency dispatch of {dispatch} decode tokens per rank"
+                        f"DeepEP low-latency dispatch of {dispatch} {what} per rank"
                         + (" and micro-batch" if tbo else "") + f": SGLang's low-latency "
                         f"kernels take at most {SGLANG_DEEPEP_LL_MAX_TOKENS} per rank; plan a "
-                        f"smaller batch per attention-DP rank, or --moe-a2a deepep-normal")
+                        f"smaller batch (or token budget) per attention-DP rank, or --moe-a2a "
+                        f"deepep (normal kernels for prompt steps) or deepep-normal")
                 elif dispatch > SGLANG_DEEPEP_LL_DEFAULT_TOKENS:
                     env_extra[SGLANG_DEEPEP_LL_ENV] = str(dispatch)
-                    notes.append(f"{SGLANG_DEEPEP_LL_ENV}={dispatch}: the decode steps "
-                                 f"dispatch up to {dispatch} tokens per rank"
+                    notes.append(f"{SGLANG_DEEPEP_LL_ENV}={dispatch}: the steps dispatch up "
+                                 f"to {dispatch} {what} per rank"
                                  + (" and micro-batch" if tbo else "")
                                  + f" through DeepEP's low-latency kernels, whose buffers "
                                  f"SGLang sizes for {SGLANG_DEEPEP_LL_DEFAULT_TOKENS} unless "
@@ -972,15 +983,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             if a2a is not None and s.ep > 1:
                 args += ["--enable-two-batch-overlap"]
             else:
-                # Without an EP all-to-all SGLang 0.5.23 runs two-batch overlap only on its
-                # attention-DP TP-MoE path, which it names DeepSeek-V4's and refuses without
-                # attention DP (srt/arg_groups/validation_hook.py check_two_batch_overlap);
-                # the overlap of the experts' exchange that l2s prices needs DeepEP.
+                # Without an EP all-to-all SGLang 0.5.23 runs two-batch overlap only with
+                # attention DP, overlapping its gather / scatter of the DP ranks' rows
+                # (srt/arg_groups/validation_hook.py check_two_batch_overlap); the overlap of
+                # the experts' exchange that l2s prices needs an all-to-all backend.
                 tbo_dropped("two-batch overlap: SGLang overlaps the expert exchange only "
                             "with an EP all-to-all backend (--moe-a2a-backend, here none: "
                             + ("no --moe-a2a" if a2a is None else "EP 1") + "; without "
-                            "one it runs the overlap only on DeepSeek-V4's attention-DP "
-                            "path); exported without --enable-two-batch-overlap")
+                            "one it overlaps only attention-DP's gather and scatter of "
+                            "rows); exported without --enable-two-batch-overlap")
         if nodes > 1 and devices_per_node and not bool(
                 node_ranks_cover(s.tp * dp, s.pp, devices_per_node, cluster_devices,
                                  servers)):

@@ -13,7 +13,7 @@ from rich.text import Text
 from ..cost.model import Estimate
 from ..engines import runs_two_batch_overlap
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
-from ..serving.load import DEFAULT_NUM_PROMPTS, PROMPTS_PER_CLIENT
+from ..serving.load import DEFAULT_NUM_PROMPTS
 from ..units import format_ms, to_gib, to_ms
 from ..workload import Phase
 from .plan import (
@@ -492,15 +492,18 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                         + (f" ({counts[0]} replicas of it keep each at or below "
                            f"{100 * NEAR_CAPACITY:.0f}%; {counts[1]} now)" if counts else "")))
         fleet_n = sim.get("fleet_num_prompts")
-        if fleet_n and sim.get("requests_simulated", 0) < DEFAULT_NUM_PROMPTS:
+        own = sim.get("default_requests_per_replica") or DEFAULT_NUM_PROMPTS
+        if fleet_n and sim.get("requests_simulated", 0) < own:
             near = (sim.get("utilization") or 0.0) >= NEAR_CAPACITY
+            idle = sim["replicas"] - fleet_n
             out.append(("warning" if near else "note",
-                        f"{sim['strategy']}: each of the {sim['replicas']} replicas runs "
-                        f"{sim['requests_simulated']} of the fleet's --num-prompts {fleet_n}"
+                        f"{sim['strategy']}: the fleet's --num-prompts {fleet_n} over its "
+                        f"{sim['replicas']} replicas gives the busiest "
+                        f"{sim['requests_simulated']}"
+                        + (f" and {idle} none" if idle > 0 else "")
                         + (", near saturation" if near else "")
                         + f": a queue that builds over a longer run does not show in so "
-                        f"short a one (without --num-prompts each replica runs "
-                        f"{DEFAULT_NUM_PROMPTS}, or {PROMPTS_PER_CLIENT} per client)"))
+                        f"short a one (without --num-prompts each replica runs {own})"))
         if sim.get("clients_queued"):
             s_ = sim["simulated"]
             queued = sim["clients_queued"]

@@ -76,7 +76,9 @@ class ServingLoad:
             engines' benchmark scripts).
         request_rate_per_s: mean arrivals per second across the cluster.
         trace: requests of a CSV trace (:func:`load_trace`).
-        num_prompts: requests to simulate (default :func:`default_num_prompts`; a trace's own).
+        num_prompts: requests of the whole benchmark, shared over the replicas a plan runs
+            (:func:`_instance_requests`; default :func:`default_num_prompts` per replica; a
+            trace's own).
         range_ratio: lengths drawn uniformly within ``±range_ratio`` of ``isl``/``osl``.
         up_to_nominal: lengths drawn uniformly from ``range_ratio·x`` (at least 1) to the
             nominal ``x`` instead (SGLang's random dataset, :func:`fixed_requests`).
@@ -394,6 +396,11 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
         return base, c, f"{c} of {load.concurrency} clients", load.concurrency / c
     assert load.request_rate_per_s is not None
     rate = load.request_rate_per_s / replicas
+    if n / rate > MAX_ARRIVAL_S / 100:       # as ServingLoad checks the whole load's
+        raise ConfigError(f"--request-rate: {load.request_rate_per_s:g} requests/s over "
+                          f"{replicas} replicas spreads a replica's {n} requests over about "
+                          f"{n / rate:.3g} s, too long to simulate in milliseconds; give at "
+                          f"least {100 * n * replicas / MAX_ARRIVAL_S:.3g} requests/s")
     arr = poisson_arrivals(n, rate, load.seed)
     return (Requests(base.isl, base.osl, arr), None,
             f"{rate:g} of {load.request_rate_per_s:g} requests/s", float(replicas))
@@ -620,6 +627,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "requests_simulated": len(req.isl),
             "fleet_num_prompts": load.num_prompts if load.num_prompts and replicas > 1
             and load.trace is None else None,
+            "default_requests_per_replica": None if load.trace is not None
+            else default_num_prompts(None if load.concurrency is None
+                                     else max(1, math.ceil(load.concurrency / replicas))),
             "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
             "scheduler": {"prefill_first": prefill_first, "overlap_schedule": overlap,

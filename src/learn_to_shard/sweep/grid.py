@@ -472,7 +472,15 @@ def validation_message(exc: ValidationError, where: str) -> str:
         where_e = _loc(tuple(e["loc"]))
         return at == where_e or at.startswith(where_e + ".") or at.startswith(where_e + "[")
 
-    deeper = [e for e in errors if e is not first and not ancestor(e)]
+    # One error per place: a union's branches that all fail there (a cluster entry that is
+    # neither a string nor a mapping) are one error, not one per branch.
+    seen = {at}
+    deeper = []
+    for e in errors:
+        where_e = _loc(tuple(e["loc"]))
+        if e is not first and not ancestor(e) and where_e not in seen:
+            seen.add(where_e)
+            deeper.append(e)
     more = ""
     if deeper:
         shown = "; ".join(f"{_loc(tuple(e['loc']))}: "

@@ -144,14 +144,22 @@ def cheapest(rows: Sequence[Row], prices: Mapping[str, float],
 
 def unbounded_wait(rows: Sequence[Row], items: Sequence[Cheapest]) -> list[tuple[str, str]]:
     """The ``(model, workload)`` answers of :func:`cheapest` that rank clusters of a closed
-    loop (``concurrency``) without a TTFT SLO: a smaller cluster serves the same clients
-    with more of them waiting for a batch slot, which only a TTFT SLO would refuse."""
+    loop (``concurrency``) without a TTFT SLO and whose answer keeps clients waiting for a
+    batch slot (more clients than its instances' batches): a smaller cluster serves the same
+    clients with more of them waiting, which only a TTFT SLO would refuse."""
     out = []
     for c in items:
         mine = [r for r in rows if str(r.get("model")) == c.model
                 and str(r.get("workload")) == c.workload]
-        if any(r.get("concurrency") is not None for r in mine) \
-                and all(r.get("ttft_slo_s") is None for r in mine):
+        if not mine or any(r.get("ttft_slo_s") is not None for r in mine):
+            continue
+        picked = [r for r in mine if _ok(r) and str(r.get("device")) == c.device
+                  and r.get("cluster_devices") == c.devices
+                  and str(r.get("strategy")) == c.strategy]
+        waits = [int(str(r["concurrency"])) > int(str(r.get("batch") or 0))
+                 * int(str(r.get("instances") or 0)) for r in picked
+                 if r.get("concurrency") is not None]
+        if any(waits):
             out.append((c.model, c.workload))
     return out
 
@@ -229,10 +237,10 @@ def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Cons
         console.print(cheapest_table(items))
         for model, workload in unbounded_wait(rows, items):
             console.print(f"note: {model} ({workload}): a closed loop with no TTFT SLO, so "
-                          f"the cheapest cluster is the smallest whose plan keeps the TPOT "
-                          f"SLO, however long its clients wait for a slot (their wait is in "
-                          f"its TTFT); set ttft_slo in the grid to bound it", markup=False,
-                          highlight=False)
+                          f"the cheapest cluster is the smallest whose plan meets the other "
+                          f"limits, however long its clients wait for a batch slot (their "
+                          f"wait is in its TTFT); set ttft_slo in the grid to bound it",
+                          markup=False, highlight=False)
     answered = {(c.model, c.workload) for c in items}
     said: set[tuple[str, str]] = set()
     for model, workload, why in oversized:       # a rate no fleet of the grid serves

@@ -150,6 +150,8 @@ class Fleet:
         steady_replicas: where the serving simulation raised ``replicas`` (a replica at
             the steady-state count falls behind or misses an SLO under Poisson arrivals,
             :func:`with_replicas`), the steady-state count; ``None`` otherwise.
+        falls_behind: the serving simulation found no count up to a few replicas more that
+            keeps up (ranked after the fleets that do, :func:`rank_key`).
     """
 
     model: str
@@ -175,6 +177,7 @@ class Fleet:
     queue_slo_met: bool = True
     engine: str | None = None
     steady_replicas: int | None = None
+    falls_behind: bool = False
 
 
 def with_replicas(fleet: Fleet, replicas: int) -> Fleet:
@@ -319,8 +322,9 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
     return sorted(best.values(), key=rank_key)
 
 
-def rank_key(f: Fleet) -> tuple[str, str, bool, float, int]:
+def rank_key(f: Fleet) -> tuple[str, str, bool, bool, float, int]:
     """Sort key: model, workload, fleets that meet the SLOs with their queue first
-    (:attr:`Fleet.queue_slo_met`), then cost per hour (unpriced last), then devices."""
+    (:attr:`Fleet.queue_slo_met`), then those the serving simulation found keeping up
+    (:attr:`Fleet.falls_behind`), then cost per hour (unpriced last), then devices."""
     cost = f.cost_per_hour if f.cost_per_hour is not None else math.inf
-    return (f.model, f.workload, not f.queue_slo_met, cost, f.devices)
+    return (f.model, f.workload, not f.queue_slo_met, f.falls_behind, cost, f.devices)
