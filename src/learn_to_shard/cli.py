@@ -1835,16 +1835,16 @@ def size_cmd(
             with err.status("simulating each device kind's fleet under Poisson arrivals"):
                 for f in fleets:
                     try:
-                        line, keep = _simulated_fleet(f, model, wl, engine,
-                                                      gpu_memory_utilization,
-                                                      max_num_batched_tokens, method, budget,
-                                                      seed)
+                        line, keep, behind = _simulated_fleet(f, model, wl, engine,
+                                                              gpu_memory_utilization,
+                                                              max_num_batched_tokens, method,
+                                                              budget, seed)
                     except (PlannerError, InternalError) as exc:
                         # the simulation's load is this command's --rate
                         why = str(exc).replace("--request-rate", "--rate")
-                        line, keep = f"not simulated: {why}", None
+                        line, keep, behind = f"not simulated: {why}", None, False
                     f = with_replicas(f, keep) if keep else f
-                    if keep is None and line.startswith("warning"):
+                    if behind:
                         f = dataclasses.replace(f, falls_behind=True)
                     checks[f.device] = line
                     checked.append(f)
@@ -1909,7 +1909,8 @@ SIZE_EXTRA_REPLICAS = 3
 
 def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
                      gpu_memory_utilization: float | None, max_num_batched_tokens: int | None,
-                     method: str, budget: int, seed: int) -> tuple[str, int | None]:
+                     method: str, budget: int, seed: int
+                     ) -> tuple[str, int | None, bool]:
     """``l2s size``'s steady-state answer checked with the serving simulation: the fleet's
     plan (searched again on its cluster, as the sweep searched it) under Poisson arrivals at
     its share of the rate, and, where a replica falls behind (its queue grows) or misses an
@@ -1917,9 +1918,9 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
     that keep up.
 
     Returns:
-        ``(line, replicas)``: one line saying what the simulation found, and the replicas
-        that keep up (``None`` where none up to the limit does, or the plan was not
-        simulated).
+        ``(line, replicas, falls_behind)``: one line saying what the simulation found, the
+        replicas that keep up (``None`` where none up to the limit does, or the plan was not
+        simulated), and whether none up to the limit does.
 
     Raises:
         PlannerError: the plan cannot be rebuilt or simulated.
@@ -1929,7 +1930,7 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
                                         max_num_batched_tokens), engine=engine)
     plan = search_plan(cm, method=method, budget=budget, seed=seed, engine=engine)
     if plan.best is None or plan.best.strategy.short() != fleet.strategy:
-        return "not simulated: the plan searched again differs from the sweep's", None
+        return "not simulated: the plan searched again differs from the sweep's", None, False
     inst = max(1, plan.best.instances)
 
     def why(sim: dict[str, object]) -> str:
@@ -1952,7 +1953,8 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
     if why(sim):
         return (f"warning: simulated, a replica {why(sim)} even at "
                 f"{fleet.replicas + SIZE_EXTRA_REPLICAS} replicas ({per:.3g} req/s each: "
-                f"{stats}); the steady-state answer above is optimistic for this load"), None
+                f"{stats}); the steady-state answer above is optimistic for this load"), \
+            None, True
     from .report.render import NEAR_CAPACITY, replicas_for_rate
 
     util = sim.get("utilization")
@@ -1971,13 +1973,13 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
                  f"{'; '.join(str(m) for m in p90)}")
     if k == fleet.replicas:
         return (f"simulated (Poisson arrivals, {per:.3g} req/s per replica): keeps up "
-                f"within the SLOs{' on the mean' if p90 else ''}, {stats}{near}"), k
+                f"within the SLOs{' on the mean' if p90 else ''}, {stats}{near}"), k, False
     n = fleet.replicas
     return (f"simulated (Poisson arrivals): with {n} replica{'s' if n != 1 else ''} "
             f"(the steady state's count) at {fleet.rate_rps / n:.3g} req/s each a replica "
             f"{first}; {k} replicas ({k * fleet.instance_devices} × {fleet.device}, "
             f"{per:.3g} req/s each) keep up, and the answer above counts them: "
-            f"{stats}{near}"), k
+            f"{stats}{near}"), k, False
 
 
 def _click_message(exc: Exception) -> str:

@@ -13,7 +13,6 @@ from rich.text import Text
 from ..cost.model import Estimate
 from ..engines import runs_two_batch_overlap
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
-from ..serving.load import DEFAULT_NUM_PROMPTS
 from ..units import format_ms, to_gib, to_ms
 from ..workload import Phase
 from .plan import (
@@ -188,20 +187,20 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
     cp = f"  decode-CP={s.cp}" if s.cp > 1 else ""
     if plan.moe_routing:
         add("degrees", f"TP={s.tp}  EP={s.ep} (ETP={s.etp})  PP={s.pp}  "
-                        f"attention-DP={s.dp}{cp}  batch={s.batch}")
+            f"attention-DP={s.dp}{cp}  batch={s.batch}")
     else:
         # A dense model's DP ranks share nothing: they are replicas (the export launches
         # one server each).
         add("degrees", f"TP={s.tp}  PP={s.pp}  DP={s.dp}{cp}  batch={s.batch}"
-                        + (f" ({s.dp} replicas of {s.batch // s.dp}: a dense model has no "
-                           f"attention-DP)" if s.dp > 1 and s.batch % s.dp == 0 else
-                           f" ({s.dp} replicas: a dense model has no attention-DP)"
-                           if s.dp > 1 else ""))
+            + (f" ({s.dp} replicas of {s.batch // s.dp}: a dense model has no "
+               f"attention-DP)" if s.dp > 1 and s.batch % s.dp == 0 else
+               f" ({s.dp} replicas: a dense model has no attention-DP)"
+               if s.dp > 1 else ""))
     replicas = f", {s.dp} replicas of {s.devices // s.dp}" \
         if not plan.moe_routing and s.dp > 1 else ""
     add("devices", f"{s.devices} per instance{replicas} × {e.instances} "
-                    f"instance{'s' if e.instances != 1 else ''}"
-                    + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
+        f"instance{'s' if e.instances != 1 else ''}"
+        + (f" ({e.idle_devices} idle)" if e.idle_devices else ""))
     # Per device counts the idle devices too (the cluster's throughput over all of them);
     # with some idle, the line says so and what the devices in use run at: the cluster's
     # tokens/s over them (not one instance's over its devices: a closed loop of fewer clients
@@ -211,11 +210,11 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
             f"{e.tokens_per_s_per_device * (used + e.idle_devices) / used:,.1f} per device "
             f"in use" if e.idle_devices and used else "")
     add("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit_words(plan)}  "
-                    f"({e.output_tokens_per_s:,.0f} per instance{idle})")
+        f"({e.output_tokens_per_s:,.0f} per instance{idle})")
     one_token = one_output_token(wl)
     if one_token:
         add("TPOT", f"n/a (one output token per request; the mean step is "
-                        f"{_ms(e.tpot_s)})")
+            f"{_ms(e.tpot_s)})")
     elif not math.isnan(e.tpot_s):
         # An SLO met within aggregate.SLO_REL_TOL shows a margin of 0, not -0.00.
         margin = (f"  (SLO {_ms(wl.tpot_slo_s)}, margin "
@@ -231,32 +230,32 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
                      f"{wl.concurrency} clients, {slots} slots)")
         add("TTFT", _ms(e.ttft_s) + margin + queue)
     add("pipeline", f"{s.pp} stage(s), {e.micro_batches} micro-batch(es), "
-                    f"stage times " + ", ".join(_ms(x) for x in e.stage_time_s[:8])
-                    + (" …" if len(e.stage_time_s) > 8 else ""))
+        f"stage times " + ", ".join(_ms(x) for x in e.stage_time_s[:8])
+        + (" …" if len(e.stage_time_s) > 8 else ""))
     m = e.memory
     # TensorRT-LLM's KV pool is a fraction f of the memory left after weights and workspace:
     # a batch's KV needs KV / f of it, and the rest stays out of the pool.
     f = float(str(plan.cost_model.get("kv_cache_free_fraction", 1.0)))
     held = m.kv_cache_bytes * (1.0 / f - 1.0) if 0.0 < f < 1.0 else 0.0
     add("memory/device", f"{to_gib(m.total_bytes):.1f} of {to_gib(m.usable_bytes):.1f}"
-                    f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
-                    f"KV of this batch {to_gib(m.kv_cache_bytes):.1f}, workspace "
-                    f"{to_gib(m.workspace_bytes):.2f} GiB"
-                    + (f"; the engine's KV pool is {f:g} of the free memory, so this batch's "
-                       f"KV also needs {to_gib(held):.1f} GiB free outside the pool (not in the "
-                       f"{to_gib(m.total_bytes):.1f} GiB above)" if held else ""))
+        f" GiB usable on stage {m.stage}: weights {to_gib(m.weight_bytes):.1f}, "
+        f"KV of this batch {to_gib(m.kv_cache_bytes):.1f}, workspace "
+        f"{to_gib(m.workspace_bytes):.2f} GiB"
+        + (f"; the engine's KV pool is {f:g} of the free memory, so this batch's "
+           f"KV also needs {to_gib(held):.1f} GiB free outside the pool (not in the "
+           f"{to_gib(m.total_bytes):.1f} GiB above)" if held else ""))
     free, marginal = memory_headroom(e)
     # The pool is f of what weights and workspace leave; the engine keeps the rest out of it.
     kept_out = (1.0 - f) * (m.usable_bytes - m.weight_bytes - m.workspace_bytes) \
         if held else 0.0
     add("headroom", f"{to_gib(free):.1f} GiB free per device on stage {m.stage}"
-                    + (f" ({to_gib(min(kept_out, free)):.1f} of it outside the KV pool, which "
-                       f"takes {f:g} of the memory weights and workspace leave)"
-                       if held else "")
-                    + (f"  {MARGINAL_LABEL}: under "
-                       f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
-                       f"may not fit (a lower --gpu-memory-utilization plans with room to "
-                       f"spare)" if marginal else ""))
+        + (f" ({to_gib(min(kept_out, free)):.1f} of it outside the KV pool, which "
+           f"takes {f:g} of the memory weights and workspace leave)"
+           if held else "")
+        + (f"  {MARGINAL_LABEL}: under "
+           f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
+           f"may not fit (a lower --gpu-memory-utilization plans with room to "
+           f"spare)" if marginal else ""))
     if plan.num_layers is not None and s.pp > 1:
         add("stages", "; ".join(
             f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
@@ -266,9 +265,9 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
                if held else ""))
     if e.kv_capacity_unbounded:
         add("KV capacity", f"unbounded in tokens: every attention layer keeps a "
-                        f"fixed window per sequence, so the pool bounds the sequences (max "
-                        f"batch below), not their length; longest context "
-                        f"{e.max_context_tokens:,} tokens (the model's maximum positions)")
+            f"fixed window per sequence, so the pool bounds the sequences (max "
+            f"batch below), not their length; longest context "
+            f"{e.max_context_tokens:,} tokens (the model's maximum positions)")
     else:
         whole = s.batch * (wl.isl + wl.osl)
         peak = (f"; whole requests of isl + osl = {wl.isl + wl.osl:,} tokens need "
@@ -276,9 +275,9 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
                 f"engine preempts or queues requests when many near their end together"
                 if wl.phase is Phase.SERVE and whole > e.kv_capacity_tokens else "")
         add("KV capacity", f"{e.kv_capacity_tokens:,} tokens per instance (the "
-                        f"pool left after weights and workspace); longest context "
-                        f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}"
-                        + peak)
+            f"pool left after weights and workspace); longest context "
+            f"{e.max_context_tokens:,} tokens per sequence at batch {s.batch}"
+            + peak)
     if wl.phase is not Phase.PREFILL and e.tpot_s > 0 and math.isfinite(e.tpot_s) \
             and not one_token:
         add("per user", f"{1.0 / e.tpot_s:,.1f} tok/s (1 / TPOT)")
@@ -491,9 +490,9 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                         f"latencies by half or more; leave headroom"
                         + (f" ({counts[0]} replicas of it keep each at or below "
                            f"{100 * NEAR_CAPACITY:.0f}%; {counts[1]} now)" if counts else "")))
-        fleet_n = sim.get("fleet_num_prompts")
-        own = sim.get("default_requests_per_replica") or DEFAULT_NUM_PROMPTS
-        if fleet_n and sim.get("requests_simulated", 0) < own:
+        fleet_n = sim.get("fleet_num_prompts")        # set for generated loads alone
+        own = sim.get("default_requests_per_replica")
+        if fleet_n and own and sim["requests_simulated"] < own:
             near = (sim.get("utilization") or 0.0) >= NEAR_CAPACITY
             idle = sim["replicas"] - fleet_n
             out.append(("warning" if near else "note",

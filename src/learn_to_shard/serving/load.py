@@ -361,6 +361,15 @@ def trace_mean_lengths(trace: Requests) -> tuple[int, int]:
             max(1, round(float(np.mean(trace.osl)))))
 
 
+def replica_num_prompts(load: ServingLoad, replicas: int) -> int:
+    """Requests one of ``replicas`` replicas runs without ``--num-prompts``:
+    :func:`default_num_prompts` of its share of a closed loop's clients (``ceil(C /
+    replicas)``), or of none for an open loop."""
+    clients = None if load.concurrency is None else max(1, math.ceil(load.concurrency
+                                                                      / replicas))
+    return default_num_prompts(clients)
+
+
 def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
                        ) -> tuple[Requests, int | None, str, float]:
     """The requests one (the most loaded) replica sees: clients or arrivals are spread
@@ -385,10 +394,8 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
     # --num-prompts is a benchmark's total over the fleet; without it, every simulated replica
     # runs the default of its own (a fleet's share of 1,000 would be too short a run for a
     # queue to show).
-    per_client = None if load.concurrency is None else \
-        max(1, math.ceil(load.concurrency / replicas))
     n = max(1, math.ceil(load.num_prompts / replicas)) if load.num_prompts \
-        else default_num_prompts(per_client)
+        else replica_num_prompts(load, replicas)
     base = sharegpt_requests(n, wl.isl, wl.osl, load.seed) if load.dataset == "sharegpt" \
         else fixed_requests(n, wl.isl, wl.osl, load.range_ratio, load.seed, load.up_to_nominal)
     if load.concurrency is not None:
@@ -628,8 +635,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             "fleet_num_prompts": load.num_prompts if load.num_prompts and replicas > 1
             and load.trace is None else None,
             "default_requests_per_replica": None if load.trace is not None
-            else default_num_prompts(None if load.concurrency is None
-                                     else max(1, math.ceil(load.concurrency / replicas))),
+            else replica_num_prompts(load, replicas),
             "max_num_seqs": seqs,
             "engine_max_num_seqs": cap,
             "scheduler": {"prefill_first": prefill_first, "overlap_schedule": overlap,

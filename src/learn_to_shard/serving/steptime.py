@@ -184,7 +184,7 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
     Returns:
         ``(tpot_s, ttft_s, output_tokens_per_s)`` per batch, ``[len(batches)]`` each
         (one instance's throughput before memory and SLO checks: the cluster's tokens/s per
-        device times its devices over the ``floor(N / devices)`` instances it runs, so the
+        device over :meth:`~learn_to_shard.cost.model.CostModel.replica_fraction`, so the
         devices a layout leaves idle do not lower it).
     """
     wl = Workload(phase, isl=isl, osl=osl, weight_dtype=cm.workload.weight_dtype,
@@ -197,9 +197,8 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
     a[:, BATCH_HEAD] = np.arange(len(batches))
     a[:, NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
     est = sub.evaluate_many(a)
-    n = cm.cluster.num_devices
-    instances = max(n // max(s.devices, 1), 1)
-    return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device * n / instances
+    frac = sub.replica_fraction(np.full(len(batches), s.devices))
+    return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device / frac
 
 
 def step_token_budget(cm: CostModel, s: Strategy) -> int:

@@ -462,23 +462,15 @@ def validation_message(exc: ValidationError, where: str) -> str:
         if model is WorkloadSpec:
             keys += ["ttft_slo", "tpot_slo"]
         msg = f"not a valid key here; valid: {', '.join(keys)}"
-    # The other errors, by where they stand; a union's other branches at a shallower place
-    # than the most specific error are the alternatives it did not take, not errors of
-    # their own.
+    # The other errors, one per place (a union's branches that all fail at one place are one
+    # error), leaving out the places at or above the most specific error: there they are
+    # the union's alternatives it did not take, not errors of their own.
     at = _loc(tuple(first["loc"]))
-
-    def ancestor(e: Any) -> bool:
-        """Whether ``e`` stands where ``first`` stands or above it (a union branch not taken)."""
-        where_e = _loc(tuple(e["loc"]))
-        return at == where_e or at.startswith(where_e + ".") or at.startswith(where_e + "[")
-
-    # One error per place: a union's branches that all fail there (a cluster entry that is
-    # neither a string nor a mapping) are one error, not one per branch.
     seen = {at}
     deeper = []
     for e in errors:
         where_e = _loc(tuple(e["loc"]))
-        if e is not first and not ancestor(e) and where_e not in seen:
+        if where_e not in seen and not at.startswith((where_e + ".", where_e + "[")):
             seen.add(where_e)
             deeper.append(e)
     more = ""
@@ -487,7 +479,7 @@ def validation_message(exc: ValidationError, where: str) -> str:
                           f"{str(e['msg']).removeprefix('Value error, ')}" for e in deeper[:2])
         more = f" (also {shown}" + (f"; and {len(deeper) - 2} more" if len(deeper) > 2
                                     else "") + ")"
-    return f"{where}: {_loc(tuple(first['loc']))}: {msg}{more}"
+    return f"{where}: {at}: {msg}{more}"
 
 
 def _resolve(text: str, base: Path) -> str:
