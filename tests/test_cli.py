@@ -305,11 +305,18 @@ def test_flags_take_no_value_and_help_says_so():
     r = _run("plan", "--help")
     line = next(ln for ln in r.stdout.splitlines() if "--json" in ln)
     assert "<bool>" not in line
-    # No flag of any command is shown taking a <bool> value (click's own --help aside).
-    for cmd in ("plan", "validate", "compare", "pareto", "sweep", "size", "models", "devices"):
-        shown = [ln for ln in _run(cmd, "--help").stdout.splitlines()
-                 if "<bool>" in ln and "--help" not in ln]
+    # No flag of any command is shown taking a <bool> value, --help included.
+    for cmd in ("plan", "validate", "compare", "pareto", "sweep", "size", "models", "devices",
+                "engines"):
+        shown = [ln for ln in _run(cmd, "--help").stdout.splitlines() if "<bool>" in ln]
         assert not shown, (cmd, shown)
+    top = _run("--help")
+    assert top.exit_code == 0 and "<bool>" not in top.stdout
+    # The command list gives each command's one-line summary whole, not a docstring's first
+    # lines broken where the source wraps them.
+    listing = " ".join(top.stdout.split())
+    assert "size Fewest devices of each kind (or lowest cost) that serve a request rate" in listing
+    assert "pareto Frontier of tokens/s per device against tokens/s per user" in listing
     r = _run(*PLAN, "--json", "true")
     assert r.exit_code == 2 and "true" in r.output
 

@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from .report.export import Export
     from .sweep.sizing import Fleet
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Plan distributed LLM inference: parallelism degrees and per-operator "
                        "sharding (Learning to Shard, arXiv 2509.00217).")
 err = Console(stderr=True, soft_wrap=True, markup=False)
@@ -496,7 +496,9 @@ def _progress(quiet: bool) -> Progress:
                     disable=quiet)
 
 
-@app.command("plan")
+@app.command("plan",
+             short_help="Find the strategy with the most "
+                        "tokens/s per device within memory and SLOs.")
 def plan_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
@@ -1049,7 +1051,9 @@ def _render_optima(optima: list[tuple[dict, Plan]], con: Console) -> None:
         con.print(note, highlight=False)
 
 
-@app.command("validate")
+@app.command("validate",
+             short_help="Predict published measurements at their "
+                        "stated configurations; print the errors.")
 def validate_cmd(
     table: Path | None = typer.Option(None, "--table", help="Measurement CSV in the documented "
                                       "format (default: the shipped data/measurements.csv)."),
@@ -1228,7 +1232,9 @@ def _render_serving_rows(con: Console, results: Sequence[ServingRowResult]) -> N
     con.print(t)
 
 
-@app.command("compare")
+@app.command("compare",
+             short_help="Run several searchers for N seeds on "
+                        "one problem; print mean, best and ratios.")
 def compare_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "decode", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
@@ -1377,7 +1383,9 @@ def compare_cmd(
     raise typer.Exit(code=0 if any(s.found for s in cmp.summaries) else 1)
 
 
-@app.command("pareto")
+@app.command("pareto",
+             short_help="Frontier of tokens/s per device against "
+                        "tokens/s per user, with the TPOT SLO.")
 def pareto_cmd(
     model: ModelOpt, cluster: ClusterOpt, phase: PhaseOpt = "serve", isl: IslOpt = None,
     osl: OslOpt = None, context: ContextOpt = None, ttft_slo: TtftOpt = None,
@@ -1487,7 +1495,9 @@ def pareto_cmd(
     raise typer.Exit(code=0 if rows else 1)
 
 
-@app.command("models")
+@app.command("models",
+             short_help="List the shipped model "
+                        "configs (--long: their shapes).")
 def models_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
                                          help="A table: architecture, "
                                           "parameters, layers, attention, experts, context, "
@@ -1530,7 +1540,9 @@ def models_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
     (Console() if sys.stdout.isatty() else Console(width=200)).print(t)
 
 
-@app.command("devices")
+@app.command("devices",
+             short_help="List the device presets "
+                        "(--long: their datasheet figures).")
 def devices_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
                                           help="A table: memory, "
                                            "peak FLOP/s per precision, HBM and link "
@@ -1567,7 +1579,9 @@ def devices_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
     (Console() if sys.stdout.isatty() else Console(width=200)).print(t)
 
 
-@app.command("engines")
+@app.command("engines",
+             short_help="List the serving-engine profiles and "
+                        "the source of every fact.")
 def engines_cmd() -> None:
     """List the serving-engine profiles: pinned version, what l2s assumes each can launch,
     and the source of every fact."""
@@ -1615,7 +1629,9 @@ RayOpt = Annotated[str | None, typer.Option(
     "HOST:PORT (needs Ray: the package's 'ray' extra).")]
 
 
-@app.command("sweep")
+@app.command("sweep",
+             short_help="Run every cell of a grid "
+                        "of models, clusters, workloads, engines and searchers.")
 def sweep_cmd(
     grid: Path = typer.Argument(..., help="Grid YAML file (schema: learn_to_shard.sweep.grid; "
                                 "example: examples/sweep-small.yaml)."),
@@ -1706,7 +1722,9 @@ def _prices(text: str | None) -> dict[str, float]:
         raise PlannerError(f"--price: {exc}") from None
 
 
-@app.command("size")
+@app.command("size",
+             short_help="Fewest devices of each kind (or lowest "
+                        "cost) that serve a request rate within SLOs.")
 def size_cmd(
     model: ModelOpt,
     rate: float = typer.Option(..., "--rate", help="Requests/s to serve."),
