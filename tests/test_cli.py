@@ -1257,3 +1257,40 @@ def test_size_says_when_its_fleet_meets_the_slos_on_the_mean_only():
     flat = " ".join(r.output.split())
     assert "keeps up within the SLOs on the mean" in flat
     assert "within the SLOs on the mean only, not at p90: TTFT SLO 2000 ms" in flat
+
+
+def test_quiet_export_of_an_infeasible_plan_says_why(tmp_path):
+    # -q prints no plan, so the line that says why nothing was exported carries the reasons
+    r = _run("plan", "--model", "llama-3.1-405b", "--cluster", "h100-sxm:4", "--phase",
+             "serve", "--isl", "1024", "--osl", "256", "--export", "vllm", "-q", "-o",
+             str(tmp_path / "x.sh"))
+    assert r.exit_code == 1, r.output
+    assert "no feasible strategy to export" in r.stderr
+    assert "weights alone exceed" in r.stderr and "memory" in r.stderr
+    assert not (tmp_path / "x.sh").exists()
+
+
+def test_progress_follows_stderr_not_json(monkeypatch):
+    # The bar goes to stderr: --json (stdout) keeps it where stderr is a terminal, and a
+    # stderr that is a file gets no bar at all (not even its closing line).
+    import io
+
+    from rich.console import Console
+
+    import learn_to_shard.cli as cli_mod
+
+    args = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "512",
+            "--method", "random", "--budget", "200", "--json"]
+    tty = io.StringIO()
+    monkeypatch.setattr(cli_mod, "err", Console(file=tty, force_terminal=True, width=120))
+    r = _run(*args)
+    assert r.exit_code == 0 and json.loads(r.stdout)["best"]
+    assert "random search" in tty.getvalue()
+    quiet_tty = io.StringIO()
+    monkeypatch.setattr(cli_mod, "err", Console(file=quiet_tty, force_terminal=True))
+    assert _run(*args, "-q").exit_code == 0
+    assert "random search" not in quiet_tty.getvalue()
+    piped = io.StringIO()
+    monkeypatch.setattr(cli_mod, "err", Console(file=piped, force_terminal=False))
+    assert _run(*args).exit_code == 0
+    assert piped.getvalue() == ""

@@ -11,6 +11,7 @@ markup off, so ``[/]`` in it is text, not a tag.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -491,9 +492,20 @@ TimingOpt = Annotated[bool, typer.Option(
 
 
 def _progress(quiet: bool) -> Progress:
+    """A progress bar on stderr: shown where stderr is a terminal, whatever stdout is (so
+    ``--json > file`` keeps it), off with ``-q`` and where stderr is a file or pipe (whose
+    readers get no bar's stray lines)."""
     return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                     MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
-                    disable=quiet)
+                    disable=quiet or not err.is_terminal)
+
+
+def _status(quiet: bool, text: str) -> contextlib.AbstractContextManager[object]:
+    """A spinner with ``text`` on stderr for work without a count (the engine table, the
+    serving simulation), under the same rule as :func:`_progress`."""
+    if quiet or not err.is_terminal:
+        return contextlib.nullcontext()
+    return err.status(text)
 
 
 @app.command("plan",
@@ -646,7 +658,7 @@ def plan_cmd(
                                  collectives_config(cfg, collectives, engine, cm.cluster),
                                  engine=engine, context_parallel=context_parallel)
         total = expected_evaluations(cm, method, budget)
-        with _progress(quiet or json_out) as prog:
+        with _progress(quiet) as prog:
             task = prog.add_task(f"{method} search", total=total)
             try:
                 with interruptible(method, seed, budget):
@@ -662,14 +674,16 @@ def plan_cmd(
         stage = "the engine table"
         optima = []
         try:
-            optima = _engine_optima(cm, result, engine, gpu_memory_utilization,
-                                    max_num_batched_tokens, kv_dtype) \
-                if export is None and not result.interrupted else []
+            if export is None and not result.interrupted:
+                with _status(quiet, "pricing each engine's best strategy"):
+                    optima = _engine_optima(cm, result, engine, gpu_memory_utilization,
+                                            max_num_batched_tokens, kv_dtype)
             stage = "the simulation"
             if load is not None and result.feasible and not result.interrupted:
                 # The server the plan recommends: --max-num-seqs at the plan's batch, as the
                 # export writes it (an engine's default cap could run another batch).
-                sims = simulate_plan(cm, result, load, export_caps=True)
+                with _status(quiet, f"simulating the load ({load.describe()})"):
+                    sims = simulate_plan(cm, result, load, export_caps=True)
             stage = ""
         except KeyboardInterrupt:
             sims = []
@@ -737,6 +751,12 @@ def plan_cmd(
                 data["export"] = None
                 sys.stdout.write(json.dumps(data, indent=2) + "\n")
             err.print("error: --export: no feasible strategy to export", highlight=False)
+            if quiet and not json_out and result.reasons:
+                # -q prints no plan, so the reasons it would give go on this line's heels
+                from .report.plan import join_reasons
+
+                err.print(f"no feasible strategy: {join_reasons(list(result.reasons))}",
+                          markup=False, highlight=False)
             raise typer.Exit(code=1)
         if output is not None:
             # a script to run as written: a shebang, and, where l2s creates the file, executable
@@ -1309,7 +1329,7 @@ def compare_cmd(
         if store.check(resume):
             err.print(f"resuming: finished runs are loaded from {store.runs_dir}, not run "
                       "again", markup=False, highlight=False)
-        with _progress(quiet or json_out) as prog:
+        with _progress(quiet) as prog:
             tasks: dict[str, TaskID] = {}
 
             def factory(method: str, _seed: int) -> Callable[[int], None]:
@@ -1750,7 +1770,9 @@ def size_cmd(
 ) -> None:
     """Fewest devices of each kind (or lowest cost at --price) that serve --rate requests/s of
     the workload within the SLOs: replicas of the best plan found per cluster size
-    (formula and assumptions: learn_to_shard.sweep.sizing)."""
+    (formula and assumptions: learn_to_shard.sweep.sizing). Exit 0: a fleet serves the
+    rate; 1: no plan up to --max-devices meets the SLOs (stderr says why); 130:
+    interrupted."""
     import os
 
     from .sweep import grid_from_data, run_sweep, size_fleets
@@ -1850,7 +1872,7 @@ def size_cmd(
             # Each kind's fleet through the serving simulation, re-sized to the replicas that
             # keep up and re-ranked, so the answer below is the simulation-checked one.
             checked = []
-            with err.status("simulating each device kind's fleet under Poisson arrivals"):
+            with _status(quiet, "simulating each device kind's fleet under Poisson arrivals"):
                 for f in fleets:
                     try:
                         line, keep, behind = _simulated_fleet(f, model, wl, engine,

@@ -366,12 +366,12 @@ def simulation_rows(sims: list[dict]) -> list[list[str]]:
         # One output token per request has no token after the first: no TPOT or ITL.
         gaps = s["p99_tpot_s"] > 0 or s["p99_itl_s"] > 0
         rows.append([sim["strategy"], q("ttft"), q("tpot") if gaps else "n/a (one token)",
-                     f"{to_ms(s['p50_itl_s']):.1f}/{to_ms(s['p99_itl_s']):.1f}" if gaps
+                     f"{to_ms(s['p50_itl_s']):.1f}/ {to_ms(s['p99_itl_s']):.1f}" if gaps
                      else "n/a",
-                     f"{s['p50_e2e_s']:.2f}/{s['p99_e2e_s']:.2f}",
+                     f"{s['p50_e2e_s']:.2f}/ {s['p99_e2e_s']:.2f}",
                      f"{sim['tokens_per_s_per_device']:.1f}", f"{s['mean_running']:.1f}",
-                     f"{r['mean_ttft']:.2f}×/" + (f"{r['mean_tpot']:.2f}×" if gaps else "n/a")
-                     + f"/{r['output_tokens_per_s']:.2f}×"])
+                     f"{r['mean_ttft']:.2f}×/ " + (f"{r['mean_tpot']:.2f}×" if gaps else "n/a")
+                     + f"/ {r['output_tokens_per_s']:.2f}×"])
     return rows
 
 
@@ -559,9 +559,9 @@ def render_simulation(sims: list[dict], console: Console | None = None) -> None:
     con.print(f"\n[bold]Simulated serving[/] ({escape(simulation_heading(sims))})")
     t = Table(box=None, pad_edge=False, collapse_padding=True)
     for col in SIMULATION_COLUMNS:
-        # Numbers wrap at their '/' rather than lose their tail (p99) to an ellipsis.
-        t.add_column(col, justify="left" if col == "strategy" else "right",
-                     no_wrap=col == "strategy", overflow="fold")
+        # A narrow terminal wraps a cell after one of its '/ ' (never inside a number) rather
+        # than lose its tail (p99) to an ellipsis; the strategy wraps before its layout.
+        t.add_column(col, justify="left" if col == "strategy" else "right", overflow="fold")
     for row in simulation_rows(sims):
         t.add_row(*row)
     con.print(t)

@@ -17,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
@@ -164,14 +166,27 @@ def unbounded_wait(rows: Sequence[Row], items: Sequence[Cheapest]) -> list[tuple
     return out
 
 
+def _compact_table(title: str) -> Table:
+    """The sweep's and sizing's tables: a rule under the header and no other lines, one space
+    between columns, so that they fit a terminal of ~100 columns."""
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                 show_edge=False)
+
+
+def _add_column(t: Table, header: str, *, numeric: bool) -> None:
+    """A right-aligned numeric column, or a text column (names, strategies) that a narrow
+    terminal wraps at its spaces and then folds, never cut to an ellipsis."""
+    t.add_column(header, justify="right" if numeric else "left",
+                 overflow="ellipsis" if numeric else "fold")
+
+
 def summary_table(rows: Sequence[Row]) -> Table:
     """One line per (model, workload, engine, cluster): the best feasible plan over the
     searchers, budgets and seeds, and how many cells ran, were feasible, failed."""
-    t = Table(title="sweep: best feasible plan per model, workload, engine and cluster")
-    for col in ("model", "workload", "engine", "cluster", "best tok/s/dev", "strategy",
-                "TPOT ms", "TTFT ms", "cluster req/s", "by", "cells ok/infeasible/error"):
-        t.add_column(col, justify="right" if col[0].isupper() or "tok" in col or "req" in col
-                     else "left")
+    t = _compact_table("sweep: best feasible plan per model, workload, engine and cluster")
+    for col in ("model", "workload", "engine", "cluster", "best\ntok/s/dev", "strategy",
+                "TPOT\nms", "TTFT\nms", "cluster\nreq/s", "by", "cells ok/\ninfeasible/\nerror"):
+        _add_column(t, col, numeric=col[0].isupper() or "tok" in col or "req" in col)
     for (model, wl, eng, cluster), (b, n, feas, err) in best_rows(rows).items():
         if b is None:
             t.add_row(model, wl, eng, cluster, "–", "none feasible" if n > err else "failed",
@@ -189,11 +204,10 @@ def summary_table(rows: Sequence[Row]) -> Table:
 
 def cheapest_table(items: Sequence[Cheapest]) -> Table:
     """The cheapest cluster (or fleet) meeting each workload's SLOs."""
-    t = Table(title="cheapest cluster meeting the SLOs, per model and workload")
-    for col in ("model", "workload", "engine", "device", "devices", "cost/hour", "how",
-                "strategy", "tok/s/dev"):
-        t.add_column(col, justify="right" if col in ("devices", "cost/hour", "tok/s/dev")
-                     else "left")
+    t = _compact_table("cheapest cluster meeting the SLOs, per model and workload")
+    for col in ("model", "workload", "engine", "device", "devices", "cost\n/hour", "how",
+                "strategy", "tok/s\n/dev"):
+        _add_column(t, col, numeric=col in ("devices", "cost\n/hour", "tok/s\n/dev"))
     for c in items:
         t.add_row(c.model, c.workload, c.engine or "default", c.device, str(c.devices),
                   "–" if c.cost_per_hour is None else f"{c.cost_per_hour:,.2f}", c.how,
@@ -201,31 +215,46 @@ def cheapest_table(items: Sequence[Cheapest]) -> Table:
     return t
 
 
-def fleet_table(fleets: Sequence[Fleet]) -> Table:
-    """Fleet sizes per device kind (``l2s size``), cheapest (or smallest) first; a fleet the
-    serving simulation enlarged names its steady-state replica count
-    (:attr:`~.sizing.Fleet.steady_replicas`)."""
-    t = Table(title="fewest devices per kind serving the rate within the SLOs")
+def fleet_table(fleets: Sequence[Fleet]) -> Group:
+    """Fleet sizes per device kind (``l2s size``), cheapest (or smallest) first: a table of
+    the numbers, then one line per kind with its replicas of the plan (a fleet the serving
+    simulation enlarged names its steady-state replica count,
+    :attr:`~.sizing.Fleet.steady_replicas`) and the cluster it was searched on. The model,
+    workload and rate that every row shares are named in the title, not repeated per row, and
+    the strategies are below the table, so its numbers fit a terminal of 100 columns without
+    wrapping; fleets of several sizings get model, workload and rate columns."""
+    shared = {(f.model, f.workload, f.rate_rps) for f in fleets}
+    apart = len(shared) > 1
+    title = "fewest devices per kind serving the rate within the SLOs"
+    if not apart and fleets:
+        f0 = fleets[0]
+        title = (f"fewest devices per kind serving {f0.rate_rps:g} req/s of {f0.model} "
+                 f"({f0.workload}) within the SLOs")
+    t = _compact_table(title)
     queued = any(f.queue_wait_s is not None for f in fleets)
-    for col in ("model", "workload", "device", "req/s", "devices", "nodes", "cost/hour",
-                "replicas × plan", "replica req/s", "load", "tok/s/dev", "TPOT ms", "TTFT ms",
-                *(("+ queue ms",) if queued else ()), "searched on"):
-        t.add_column(col, justify="left" if col in ("model", "workload", "device",
-                                                     "replicas × plan", "searched on")
-                     else "right")
+    left = ("model", "workload", "device")
+    # two-line headers: the columns are as wide as their numbers
+    for col in (*(("model", "workload", "req/s") if apart else ()), "device", "devices",
+                "nodes", "cost\n/hour", "replicas", "req/s per\nreplica", "load", "tok/s\n/dev",
+                "TPOT\nms", "TTFT\nms", *(("+ queue\nms",) if queued else ())):
+        _add_column(t, col, numeric=col not in left)
+    plans = []
     for f in fleets:
         wait = () if not queued else (
             "–" if f.queue_wait_s is None
             else _ms(f.queue_wait_s) + ("" if f.queue_slo_met else " (over SLO)"),)
-        t.add_row(f.model, f.workload, f.device, f"{f.rate_rps:g}", str(f.devices),
-                  str(f.nodes), "–" if f.cost_per_hour is None else f"{f.cost_per_hour:,.2f}",
-                  f"{f.replicas} × {f.strategy}"
-                  + (f" (steady state: {f.steady_replicas})" if f.steady_replicas else ""),
-                  f"{f.instance_requests_per_s:,.2f}",
+        t.add_row(*((f.model, f.workload, f"{f.rate_rps:g}") if apart else ()), f.device,
+                  str(f.devices), str(f.nodes),
+                  "–" if f.cost_per_hour is None else f"{f.cost_per_hour:,.2f}",
+                  str(f.replicas), f"{f.instance_requests_per_s:,.2f}",
                   f"{100 * f.utilization:.0f}%",
-                  f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s), *wait,
-                  f"{f.searched_cluster} ({f.searcher})")
-    return t
+                  f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s), *wait)
+        plans.append(Text(
+            f"{f.device}{f' ({f.model}, {f.workload})' if apart else ''}: {f.replicas} × "
+            f"{f.strategy}"
+            + (f" (steady state: {f.steady_replicas})" if f.steady_replicas else "")
+            + f", searched on {f.searched_cluster} ({f.searcher})"))
+    return Group(t, *plans)
 
 
 def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Console) -> None:
