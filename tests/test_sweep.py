@@ -731,6 +731,7 @@ def test_grid_workload_with_images_prices_their_tokens(tmp_path):
     data = p.model_dump(mode="json")
     for k in ("name", "images_per_request", "image_tokens"):
         data["workload"].pop(k)
+    assert data.pop("inputs") is None       # a shipped model: no file hash, nor its field
     import hashlib
     old_key = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":"))
                              .encode()).hexdigest()[:16]
@@ -908,3 +909,47 @@ def test_a_closed_loop_without_a_ttft_slo_is_said_to_rank_by_size_alone():
     rows = [row("c64", 64, None), row("c64-slo", 64, 2.0), row("rate", None, None),
             row("c64-fits", 64, None, batch=64)]
     assert unbounded_wait(rows, items) == [("m", "c64")]
+
+
+def test_editing_a_model_or_cluster_file_runs_its_cells_again(tmp_path):
+    """A cell's key holds what it reads from files (Cell.inputs): a resumed sweep skips a
+    cell only while its config.json and cluster file are unchanged (it reused the row of a
+    20 GB device's cluster file after the file said 80 GB, and of a model file rewritten
+    to another shape). Shipped names and DEVICE:COUNT clusters keep their keys."""
+    from learn_to_shard.model.hf_config import _shipped_files
+
+    model = tmp_path / "model.json"
+    shipped = json.loads(_shipped_files()["llama-3.1-8b"].read_text())
+    model.write_text(json.dumps(shipped))
+    cluster = tmp_path / "cf.json"
+    cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 2}))
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump({
+        "models": [str(model)], "clusters": [str(cluster)],
+        "workloads": [{"phase": "decode", "context": 1024}], "searchers": ["megatron"]}))
+    args = ["sweep", str(grid), "--out", str(tmp_path / "out"), "--workers", "1",
+            "--no-plots", "--quiet"]
+
+    def run() -> tuple[str, dict]:
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+        rows = [json.loads(x) for x in (tmp_path / "out" / "rows.jsonl").read_text()
+                .splitlines()]
+        return r.output, rows[-1]
+
+    out, first = run()
+    assert "1 cells run, 0 skipped" in out
+    out, _ = run()
+    assert "0 cells run, 1 skipped" in out
+    cluster.write_text(json.dumps({"device": "h100-sxm", "num_devices": 2,
+                                   "overrides": {"hbm_bytes": 20e9}}))
+    out, small = run()
+    assert "1 cells run, 0 skipped" in out
+    assert small["key"] != first["key"]
+    assert small["memory_per_device_bytes"] < 20e9 < first["memory_per_device_bytes"]
+    model.write_text(json.dumps(shipped | {"num_hidden_layers": 16}))
+    out, shallow = run()
+    assert "1 cells run, 0 skipped" in out and shallow["key"] != small["key"]
+    # shipped names and DEVICE:COUNT clusters: no inputs hash, the keys of before
+    cell = expand(grid_from_data(SMALL, "grid"))[0]
+    assert cell.inputs is None

@@ -9,6 +9,7 @@ whose rows are already in the results (resume).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -35,7 +36,8 @@ from ..api import (
     with_images,
 )
 from ..errors import ConfigError, PlannerError
-from ..model.hf_config import load_model
+from ..hardware.presets import parse_cluster
+from ..model.hf_config import load_model, shipped_model_names
 from ..model.spec import ModelSpec
 from ..units import parse_duration_s, to_ms
 from ..workload import Workload
@@ -384,13 +386,20 @@ class Cell(_Strict):
     searcher: str
     budget: PositiveInt
     seed: NonNegativeInt
+    #: :func:`inputs_digest` of ``model`` and ``cluster`` where either is read from a file (a
+    #: config.json, a model folder or HF cache entry, a cluster JSON file): editing the file
+    #: changes the cell's key, so a resumed sweep runs it again. ``None`` for shipped model
+    #: names and ``DEVICE:COUNT`` clusters.
+    inputs: str | None = None
 
     def key(self) -> str:
         """A stable hash of the cell's inputs: the first 16 hex digits of the SHA-256 of their
         canonical JSON (sorted keys; the workload's display ``name`` left out, and its image
-        fields where unset, so a cell keeps the key it had before they existed). Equal inputs
-        give equal keys on every machine and Python version."""
+        fields and ``inputs`` where unset, so a cell keeps the key it had before they
+        existed). Equal inputs give equal keys on every machine and Python version."""
         data = self.model_dump(mode="json")
+        if data.get("inputs") is None:
+            data.pop("inputs", None)
         data["workload"].pop("name", None)
         for key in ("images_per_request", "image_tokens"):     # unset: the keys of before
             if not data["workload"].get(key):                  # (0 images: none)
@@ -405,16 +414,59 @@ def _seed_independent(searcher: str) -> bool:
     return searcher == "exact" or (searcher != "auto" and is_seed_independent(searcher))
 
 
+def _digest(value: Any) -> str:
+    text = json.dumps(dataclasses.asdict(value), sort_keys=True, default=str,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _model_digest(model: str) -> str | None:
+    if model in shipped_model_names():
+        return None
+    try:
+        return _digest(load_model(model))
+    except PlannerError:
+        return None             # the cell fails when it runs and says why
+
+
+def _cluster_digest(cluster: str) -> str | None:
+    path = Path(cluster.strip())
+    if not (path.suffix.lower() == ".json" or path.is_file()):
+        return None
+    try:
+        return _digest(parse_cluster(cluster))
+    except PlannerError:
+        return None
+
+
+def inputs_digest(model_digest: str | None, cluster_digest: str | None) -> str | None:
+    """What a cell reads from files, as one hash (SHA-256 prefix, 16 hex digits) of the hash
+    of the parsed model (every field of its :class:`~learn_to_shard.model.spec.ModelSpec`)
+    where the model is not a shipped name and of the parsed cluster (its
+    :class:`~learn_to_shard.hardware.spec.ClusterSpec`, device fields included) where the
+    cluster is a JSON file; ``None`` where neither is, and for a file that does not parse
+    (the cell fails when it runs and says why)."""
+    parts = {k: v for k, v in (("model", model_digest), ("cluster", cluster_digest)) if v}
+    if not parts:
+        return None
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def expand(grid: SweepGrid) -> list[Cell]:
-    """Every cell of ``grid``, models outermost and seeds innermost, duplicates dropped.
+    """Every cell of ``grid``, models outermost and seeds innermost, duplicates dropped; each
+    with the :func:`inputs_digest` of its model and cluster files.
 
     Seed-independent searchers (:func:`learn_to_shard.report.compare.is_seed_independent`,
     and ``exact``) get one cell, with the first seed.
     """
     cells: list[Cell] = []
     seen: set[str] = set()
+    clusters = {c: _cluster_digest(c) for c in grid.cluster_names()}
     for model in grid.models:
-        for cluster in grid.cluster_names():
+        model_digest = _model_digest(model)
+        for cluster in clusters:
+            digest = inputs_digest(model_digest, clusters[cluster])
             for wl in grid.workloads:
                 for engine in grid.engines:
                     for searcher in grid.searchers:
@@ -423,7 +475,7 @@ def expand(grid: SweepGrid) -> list[Cell]:
                             for seed in seeds:
                                 cell = Cell(model=model, cluster=cluster, workload=wl,
                                             engine=engine, searcher=searcher, budget=budget,
-                                            seed=seed)
+                                            seed=seed, inputs=digest)
                                 if cell.key() not in seen:
                                     seen.add(cell.key())
                                     cells.append(cell)
