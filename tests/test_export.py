@@ -1158,15 +1158,15 @@ def test_vllm_places_dp_ranks_whole_on_nodes_or_over_whole_nodes():
     assert any(u.startswith("4 DP ranks of 3 GPUs (tp × pp) over nodes of 8: vLLM runs each "
                             "rank whole on one node") for u in ex.unexpressed), ex.unexpressed
     # Each server takes nodes of its own: two servers of 3 ranks of 3 GPUs ([2, 1] ranks per
-    # node each) need 4 nodes, which 24 devices do not have; one server of 8 such ranks on
-    # 36 devices takes 4 nodes (2 ranks each), and the export says 4.
+    # node each) need 4 nodes, which 24 devices do not have; one server of 8 ranks of 4 GPUs
+    # on 36 devices takes 4 nodes (2 ranks each), and the export says 4.
     from learn_to_shard.engines import dp_node_ranks
     assert dp_node_ranks(3, 3, 8) == [2, 1] and dp_node_ranks(3, 8, 8) == [2, 2, 2, 2]
     assert not dp_ranks_fit_nodes(3, 3, 8, 24, servers=2)
     assert dp_ranks_fit_nodes(3, 3, 8, 24, servers=1)
     big = make_cost_model("qwen3-235b-a22b", "h100-sxm:36", wl, cost_config("vllm"),
                           engine="vllm")
-    sp = dataclasses.replace(big.space, tp_values=(1,), ep_values=(8,), pp_values=(3,),
+    sp = dataclasses.replace(big.space, tp_values=(4,), ep_values=(32,), pp_values=(1,),
                              dp_values=(8,), cp_values=(1,))
     big = CostModel(big.model, big.cluster, big.workload, config=big.config, space=sp)
     bplan = search_plan(big, engine="vllm")
@@ -1665,3 +1665,37 @@ def test_multi_server_commands_use_the_engines_own_flags():
             words = words[i:]
             words = words[1:] if words and not words[0].startswith("-") else words
             assert check_args(engine, words) == [], ln
+
+
+def test_vllm_moe_servers_with_pipeline_and_data_parallel_over_nodes_are_left_out():
+    """vLLM numbers a server's ranks DP outermost (dp × pp × tp), l2s's mesh PP outermost:
+    with pp > 1 and dp > 1 over several nodes a stage's expert all-to-all crosses the nodes
+    (vLLM) where the plan priced it inside one. Kimi-K2 on 16 H100s under --export vllm was
+    TP2 EP8 PP2 DP4, its all-to-all priced at NVLink's rate and its stage hop at the
+    network's; such servers are now outside vLLM's space, the same server inside one node
+    stays in it, and an unrestricted plan of that layout exports with the reason."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+
+    wl = make_workload("serve", isl=2048, osl=512, dtype="fp8")
+    st = Strategy(tp=2, ep=8, pp=2, dp=4, batch=64)
+    _, free = _refused_only_under("vllm", "qwen3-235b-a22b", "h100-sxm:16", wl, st)
+    one = make_cost_model("qwen3-235b-a22b", "h200:8", wl, cost_config("vllm"),
+                          engine="vllm")
+    inside = Strategy(tp=1, ep=4, pp=2, dp=4, batch=64)   # one node: the orders price alike
+    assert not any(v.startswith("engine_degrees") for v in one.space.violations(inside))
+    sp = dataclasses.replace(free.space, tp_values=(2,), ep_values=(8,), pp_values=(2,),
+                             dp_values=(4,), cp_values=(1,))
+    cm = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
+    plan = search_plan(cm)
+    assert plan.best is not None and (plan.best.strategy.pp, plan.best.strategy.dp) == (2, 4)
+    ex = build_export(plan, "vllm", model=cm.model, devices_per_node=8)
+    assert any("vLLM numbers ranks DP outermost" in u for u in ex.unexpressed), ex.unexpressed
+    r = CliRunner().invoke(app, ["plan", "--model", "kimi-k2", "--cluster", "h100-sxm:16",
+                                 "--phase", "serve", "--isl", "2048", "--osl", "512",
+                                 "--export", "vllm", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)["best"]["strategy"]
+    assert not (got["pp"] > 1 and got["dp"] > 1)

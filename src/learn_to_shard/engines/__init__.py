@@ -234,6 +234,13 @@ class EngineProfile:
             in rank order).
         dp_ranks_in_nodes: a MoE server's data-parallel ranks that span nodes are placed
             whole on nodes, or over whole nodes each (vLLM: :func:`dp_ranks_fit_nodes`).
+        dp_outer_ranks: the engine numbers a server's ranks DP outermost (``dp, pp, tp``,
+            vLLM), where l2s's mesh prices them PP outermost
+            (:mod:`learn_to_shard.parallel.mesh`): the two agree unless ``pp > 1`` and
+            ``dp > 1``, where a MoE stage's expert group is a slice of every DP rank and its
+            all-to-all crosses the nodes the pipeline hops l2s prices as crossing do not. The
+            space leaves such MoE servers over several nodes out (their price would be
+            another placement's). False: PP outermost, as priced.
         dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
         facts: ``(fact, source)`` pairs, listed by ``l2s engines``.
@@ -252,6 +259,7 @@ class EngineProfile:
     decode_context_parallel: bool = False
     node_rank_ranges: bool = False
     dp_ranks_in_nodes: bool = False
+    dp_outer_ranks: bool = False
     dcp_flag: str = ""
     launcher: str = ""
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -279,8 +287,14 @@ ENGINES: dict[str, EngineProfile] = {
         name="vllm", title="vLLM", version="0.33.0", source=_VLLM, memory_profile="vllm",
         vocab_multiple=64, ep_full_or_none=True, adp_all_or_none=False,
         decode_context_parallel=True, dcp_flag="--decode-context-parallel-size",
-        launcher="vllm serve", dp_ranks_in_nodes=True,
+        launcher="vllm serve", dp_ranks_in_nodes=True, dp_outer_ranks=True,
         facts=(
+            ("ranks numbered DP outermost, then PP, then TP (world reshaped to dp × pp × pcp "
+             "× tp), the expert group of a stage being every DP rank's TP ranks of that "
+             "stage: a MoE server with pp > 1 and dp > 1 over several nodes runs its expert "
+             "all-to-all across nodes and its stage hops inside one, the other way round "
+             "from l2s's mesh (PP outermost), so l2s leaves such servers out of vLLM's space",
+             f"{_VLLM}: vllm/distributed/parallel_state.py initialize_model_parallel"),
             ("a MoE server's DP ranks (tp × pp GPUs each) over several nodes: each rank whole "
              "on one node (internal load balancing starts --data-parallel-size-local ranks "
              "per node; Ray's default strict packing, one STRICT_PACK group per rank), or "

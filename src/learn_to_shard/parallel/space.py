@@ -366,8 +366,9 @@ class StrategySpace:
         """``[n]`` bool: degrees the space's engine cannot launch (its profile's
         ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none``, ``node_rank_ranges``,
         over one server's ``tp × dp`` ranks per stage of a MoE model, ``tp`` of a dense one,
-        whose DP ranks are separate servers, and ``dp_ranks_in_nodes``, over a MoE server's
-        ``dp`` ranks of ``tp × pp`` GPUs), and, for every engine, servers that do not fit the
+        whose DP ranks are separate servers, and ``dp_ranks_in_nodes`` and
+        ``dp_outer_ranks``, over a MoE server's ``dp`` ranks of ``tp × pp`` GPUs), and, for
+        every engine, servers that do not fit the
         cluster's node boundaries, each inside a node or on nodes of its own
         (:func:`~learn_to_shard.engines.servers_fit_nodes`); sources in
         :mod:`learn_to_shard.engines`."""
@@ -388,6 +389,10 @@ class StrategySpace:
         bad |= ~servers_fit_nodes(tp * pp * (dp if moe else 1), servers, min(unit, n), n)
         if eng.dp_ranks_in_nodes and moe:
             bad |= ~dp_ranks_fit_nodes(tp * pp, dp, min(dev.host_devices, n), n)
+        if eng.dp_outer_ranks and moe:
+            # ranks DP outermost: priced PP outermost only where one node holds the server
+            one = min(dev.host_devices, self.cluster.devices_per_node)
+            bad |= (pp > 1) & (dp > 1) & (tp * pp * dp > one)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:
