@@ -350,13 +350,14 @@ def test_wrong_type_field(tmp_path: Path) -> None:
 
 def test_zero_positions_is_refused(tmp_path: Path) -> None:
     """``max_position_embeddings: 0`` was read as 'no limit' (the context check skipped); a
-    stated limit must be a positive length (absent or null still means unknown)."""
+    stated limit must be a positive length; null is vLLM's assumed 2048 (no length found),
+    absent the config class's default (the next test)."""
     data = _shipped_json("llama-3.1-8b") | {"max_position_embeddings": 0}
     with pytest.raises(ConfigError, match=r"'max_position_embeddings' must be an integer >= 1, "
                                           r"got 0"):
         load_model(str(_write(tmp_path, data)))
     data["max_position_embeddings"] = None
-    assert load_model(str(_write(tmp_path, data))).max_position_embeddings == 0
+    assert load_model(str(_write(tmp_path, data))).max_position_embeddings == 2048
 
 
 def test_nested_field_is_named(tmp_path: Path) -> None:
@@ -423,3 +424,33 @@ def test_torch_dtype_must_name_a_torch_dtype_and_its_absence_is_said(tmp_path):
                                  "--phase", "serve", "--isl", "1000", "--osl", "200", "-q"])
     assert "torch_dtype float8_e4m3fn without a quantization config: priced as a 16-bit" \
         in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize(("shipped", "positions"), [
+    ("llama-3.1-8b", 2048), ("qwen2.5-7b-instruct", 32768), ("qwen3-32b", 32768),
+    ("falcon-7b-instruct", 2048)])
+def test_a_config_without_max_positions_gets_its_config_class_default(tmp_path, shipped,
+                                                                      positions):
+    """A config.json that leaves max_position_embeddings out gets what transformers' config
+    class gives it (the engines read it through transformers), not an unbounded context:
+    a top-level llama config planned a million-token context and exported
+    --max-model-len 501000, where LlamaConfig's default is 2048. Remote-code families must
+    state the field."""
+    from learn_to_shard.model.hf_config import TRANSFORMERS_MAX_POSITIONS, _shipped_files
+
+    data = json.loads(_shipped_files()[shipped].read_text())
+    data.pop("max_position_embeddings", None)
+    m = load_model(str(_write(tmp_path, data)))
+    assert m.max_position_embeddings == positions
+    assert TRANSFORMERS_MAX_POSITIONS[data["model_type"]][0] == positions
+    kimi = json.loads(_shipped_files()["kimi-k2"].read_text())
+    kimi.pop("max_position_embeddings")
+    with pytest.raises(ConfigError, match=r"missing required field 'max_position_embeddings' "
+                                          r"\(the context length in tokens: the kimi_k2"):
+        load_model(str(_write(tmp_path, kimi, "kimi.json")))
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+    r = CliRunner().invoke(app, ["plan", "--model", str(_write(tmp_path, data, "m.json")),
+                                 "--cluster", "h100-sxm:8", "--context", "1000000"])
+    assert r.exit_code == 2 and str(positions) in r.output.replace(",", "")

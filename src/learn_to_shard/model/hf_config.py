@@ -173,6 +173,62 @@ _MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {
     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
     "max_position_embeddings": 4096 * 32, "sliding_window": 4096}
 
+_TF = "huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419"
+#: The ``max_position_embeddings`` that transformers' config class of each family gives a
+#: config.json which leaves it out (the class default, which the engines read through
+#: transformers: vLLM's ``_get_and_verify_max_len`` takes the config attribute first), with
+#: where each is defined (``src/transformers/models/<dir>/configuration_<dir>.py``). Without
+#: it a config that omits the field would plan and export any context length. Families whose
+#: config class is remote code (``kimi_k2``, ``internlm2``) are absent: such a config must
+#: state the field.
+TRANSFORMERS_MAX_POSITIONS: dict[str, tuple[int, str]] = {
+    "llama": (2048, f"{_TF} llama"),
+    "mistral": (4096 * 32, f"{_TF} mistral"),
+    "qwen2": (32768, f"{_TF} qwen2 (qwen2_vl / qwen2_5_vl text configs alike: "
+                     "huggingface/transformers@018c8e0394c47749c55861e11f5f7e2a577973d7)"),
+    "qwen3": (32768, f"{_TF} qwen3"),
+    "qwen3_moe": (32768, f"{_TF} qwen3_moe"),
+    "qwen2_moe": (32768, f"{_TF} qwen2_moe"),
+    "mixtral": (4096 * 32, f"{_TF} mixtral"),
+    "phimoe": (4096 * 32, "huggingface/transformers@23925e160765f64e73942fe794d73a753c4b5732 "
+                          "phimoe"),
+    "deepseek_v2": (2048, f"{_TF} deepseek_v2"),
+    "deepseek_v3": (4096, f"{_TF} deepseek_v3"),
+    "deepseek_v32": (163840, f"{_TF} deepseek_v32"),
+    "glm_moe_dsa": (202752, f"{_TF} glm_moe_dsa"),
+    "gpt_oss": (131072, "huggingface/transformers@02b8f42b4240dddea1b27c45d2dc95fb2682f841 "
+                        "gpt_oss"),
+    "llama4_text": (4096 * 32, f"{_TF} llama4 (Llama4TextConfig)"),
+    "minimax_m2": (196608, f"{_TF} minimax_m2"),
+    "gemma": (8192, f"{_TF} gemma"),
+    "gemma2": (8192, f"{_TF} gemma2"),
+    "gemma3_text": (131072, "huggingface/transformers@d98ac17cc00f337eeee9a1e2380072dc8cafabd4 "
+                            "gemma3 (Gemma3TextConfig)"),
+    "phi3": (4096, f"{_TF} phi3"),
+    "granite": (2048, f"{_TF} granite"),
+    "olmo2": (2048, f"{_TF} olmo2"),
+    "glm4": (131072, f"{_TF} glm4"),
+    "glm4_moe": (131072, f"{_TF} glm4_moe"),
+    "cohere": (8192, f"{_TF} cohere"),
+    "cohere2": (8192, f"{_TF} cohere2"),
+    "nemotron": (4096, "huggingface/transformers@ae005ce12a086176742fbf6c8364782a27085c85 "
+                       "nemotron"),
+    "falcon": (2048, "huggingface/transformers@5fd8edad2a672d6a10d6352b62b823d56c3032bf "
+                     "falcon (FalconConfig: 'Pretrained Falcon models with RoPE support up to "
+                     "2048 tokens')"),
+}
+#: The context vLLM assumes for a config with no length field (or one that is null):
+#: ``_get_and_verify_max_len``'s ``default_max_len`` ("Assuming the model's maximum length is
+#: 2048"; vllm-project/vllm@0052a5b818980ce8a0477706aaf9f75bd5af72cd vllm/config/model.py).
+VLLM_DEFAULT_MAX_LEN = 2048
+#: Qwen3-VL's text configs (``qwen3_vl_text``, ``qwen3_vl_moe_text``), which the builders
+#: read as ``qwen3`` / ``qwen3_moe`` but whose classes default to 128,000 positions.
+_VL_TEXT_MAX_POSITIONS: dict[str, tuple[int, str]] = {
+    "qwen3_vl_text": (128000, "huggingface/transformers@000c33fdfde12e1ffafbfcdb3c926df5727a00b6 "
+                              "qwen3_vl (Qwen3VLTextConfig)"),
+    "qwen3_vl_moe_text": (128000, f"{_TF} qwen3_vl_moe (Qwen3VLMoeTextConfig)"),
+}
+
 #: Language-model ``model_type`` spellings inside wrappers -> the family builder's key.
 _TEXT_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe",
                  "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2"}
@@ -1546,12 +1602,7 @@ def _falcon(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     (weight + bias): one per layer in Falcon-7B's parallel block (2H, the same count as two
     RMSNorm weights), two in the new architecture (4H, counted as 2H: < 0.01% of the model).
     """
-    common = _common(f, data)
-    if not f.has("max_position_embeddings"):
-        # FalconConfig's default, which the engines read when the config leaves it out
-        # ("Pretrained Falcon models with RoPE support up to 2048 tokens";
-        # huggingface.co/docs/transformers/model_doc/falcon, FalconConfig)
-        common["max_position_embeddings"] = 2048
+    common = _common(f, data)      # positions: TRANSFORMERS_MAX_POSITIONS where left out
     hidden = common["hidden_size"]
     num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     heads = f.integer("num_attention_heads")
@@ -1716,6 +1767,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     elif model_type in ("llava", "llava_next", "mistral3", "internvl_chat", "internvl",
                         "qwen3_vl", "qwen3_vl_moe", "gemma3"):
         raise top.error("text_config", "a JSON object (the wrapper's language model)")
+    spelled = str(text_type)
     text_type = _TEXT_ALIASES.get(str(text_type), text_type)
     if text_type == "llama4":
         text_type = "llama4_text"
@@ -1726,6 +1778,20 @@ def load_model(name_or_path: str) -> ModelSpec:
             and f is not top:
         defaults = _LLAMA_TEXT_DEFAULTS if text_type == "llama" else _MISTRAL_TEXT_DEFAULTS
         f = _Fields({**defaults, **f.data}, f.source, f.prefix)
+    if "max_position_embeddings" in f.data and f.data["max_position_embeddings"] is None:
+        # null: transformers keeps None, and vLLM, finding no length, assumes 2048
+        f = _Fields({**f.data, "max_position_embeddings": VLLM_DEFAULT_MAX_LEN}, f.source,
+                    f.prefix)
+    elif not f.has("max_position_embeddings"):
+        # the config class's default, as transformers gives it to the engines
+        known = _VL_TEXT_MAX_POSITIONS.get(spelled) or TRANSFORMERS_MAX_POSITIONS.get(
+            str(text_type))
+        if known is not None:
+            f = _Fields({**f.data, "max_position_embeddings": known[0]}, f.source, f.prefix)
+        elif text_type in ("kimi_k2", "internlm2"):
+            raise f.error("max_position_embeddings",
+                          f"the context length in tokens: the {text_type} config class is "
+                          f"remote code, whose default l2s does not know")
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "llama": lambda: _dense(f, data, qk_norm=False),
         "mistral": lambda: _dense(f, data, qk_norm=False, window_all=True),

@@ -196,7 +196,10 @@ class ModelSpec:
         native_dtype: ``torch_dtype`` of the checkpoint (informational; ``""`` when the
             config states none or ``auto``).
         max_position_embeddings: longest context the model supports (tokens): the config's
-            ``max_position_embeddings``, or the length a YaRN ``rope_scaling`` extends it to.
+            ``max_position_embeddings``, or the length a YaRN ``rope_scaling`` extends it to;
+            where the config leaves it out, its transformers config class's default
+            (``hf_config.TRANSFORMERS_MAX_POSITIONS``), where it is null vLLM's assumed 2048.
+            0 (no limit) only for specs built by hand.
         config_max_positions: where a YaRN ``rope_scaling`` extends the context beyond the
             config's ``max_position_embeddings``, that field as written (the engines' default
             length limit, :func:`learn_to_shard.model.hf_config.load_model`); 0 otherwise.
