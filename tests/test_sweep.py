@@ -953,3 +953,29 @@ def test_editing_a_model_or_cluster_file_runs_its_cells_again(tmp_path):
     # shipped names and DEVICE:COUNT clusters: no inputs hash, the keys of before
     cell = expand(grid_from_data(SMALL, "grid"))[0]
     assert cell.inputs is None
+
+
+def test_cli_size_prefill_looser_slo_never_needs_more_devices(tmp_path):
+    """A prefill fleet's TTFT is the plan's pass plus its queue: sizing only the plan with the
+    most throughput at the whole SLO answered 16 H100s at 300 ms and 12 at 500 ms where 6
+    do (b1, a 94 ms pass), and 8 at 150 ms. Each cluster size is also searched at tighter
+    budgets (cli.PREFILL_TTFT_BUDGETS) and sized against the SLO asked."""
+    from learn_to_shard.cli import PREFILL_TTFT_BUDGETS
+
+    assert PREFILL_TTFT_BUDGETS[0] == 1.0 and min(PREFILL_TTFT_BUDGETS) < 1.0
+
+    def devices(slo: str) -> int:
+        r = CliRunner().invoke(app, [
+            "size", "--model", "llama-3.1-8b", "--rate", "50", "--phase", "prefill", "--isl",
+            "4096", "--ttft-slo", slo, "--devices", "h100-sxm", "--max-devices", "2",
+            "--workers", "1", "--out", str(tmp_path / slo), "--quiet"])
+        assert r.exit_code == 0, r.output
+        text = " ".join(r.output.split())
+        assert f"ttft={slo}" in text                  # the answer is labelled by the SLO asked
+        wait, pass_ = (float(x.split(" ms")[0]) for x in (
+            text.split("a mean wait of ")[1], text.split("before the plan's ")[1]))
+        assert wait + pass_ <= float(slo.removesuffix("ms"))
+        return int(text.split("fewest devices: ")[1].split(" ")[0])
+
+    tight, loose = devices("300ms"), devices("500ms")
+    assert loose <= tight <= 6

@@ -1845,6 +1845,16 @@ def size_cmd(
                                                ("max_num_batched_tokens", max_num_batched_tokens))
                              if v is not None}],
                 "searchers": [method], "budgets": [budget], "seeds": [seed]}
+        user_ttft_s = parse_duration_s(ttft_slo, field="--ttft-slo") if ttft_slo else None
+        if phase == Phase.PREFILL.value and user_ttft_s is not None:
+            # A prefill fleet's TTFT is the plan's pass plus its queue: the plan with the most
+            # throughput at the whole SLO leaves no room for a queue, so each cluster size is
+            # also searched at tighter budgets, whose shorter passes may need fewer replicas
+            # (sized below against the SLO asked).
+            (base,) = cast(list[dict[str, object]], data["workloads"])
+            data["workloads"] = [base] + [
+                base | {"ttft_slo": f"{1e3 * user_ttft_s * k:.6g}ms"}
+                for k in PREFILL_TTFT_BUDGETS[1:]]
         spec = grid_from_data(data, "l2s size")
         for d, why in refused.items():
             err.print(f"left out: {d}: {why}", markup=False, highlight=False)
@@ -1855,6 +1865,11 @@ def size_cmd(
     except PlannerError as exc:
         raise _fail(exc) from None
     rows = res.grid_rows                  # this run's clusters only, not the folder's others
+    if len(spec.workloads) > 1:
+        # the tighter budgets' plans, sized against the SLO asked, under its label
+        label = spec.workloads[0].label
+        rows = [r | {"workload": label, "ttft_slo_s": user_ttft_s,
+                     "searched_ttft_slo_s": r.get("ttft_slo_s")} for r in rows]
     try:
         fleets = size_fleets(rows, rate_rps=rate, prices=prices, node_sizes=node_sizes(rows))
     except PlannerError as exc:                       # "rate: ..." is this command's --rate
@@ -1942,6 +1957,12 @@ def size_cmd(
                           f"(exit {EXIT_INTERRUPTED})")
     raise typer.Exit(code=0 if fleets else 1)
 
+
+#: The TTFT budgets, as fractions of ``--ttft-slo``, at which ``l2s size --phase prefill``
+#: searches each cluster size: the whole SLO (most throughput per replica) and tighter ones
+#: (a shorter pass, more room for the queue of :func:`~learn_to_shard.sweep.sizing.
+#: prefill_replicas`); the fleet with the fewest devices over them is the answer.
+PREFILL_TTFT_BUDGETS = (1.0, 0.5, 0.25)
 
 #: Replicas beyond the steady-state count that ``l2s size`` simulates before it gives up.
 SIZE_EXTRA_REPLICAS = 3
