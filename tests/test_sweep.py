@@ -190,14 +190,31 @@ def test_killed_sweep_resumes_without_running_a_cell_twice(tmp_path):
 
 
 def test_failing_cell_is_recorded_and_the_rest_go_on(tmp_path):
-    grid = grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"],
-                           "workloads": [{"isl": 1024, "osl": 128},
-                                         {"isl": 200_000, "osl": 128}],   # > 131,072 positions
+    # a config file gone by the time its cell runs fails that cell alone
+    from learn_to_shard.model.hf_config import _shipped_files
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(_shipped_files()["llama-3.1-8b"].read_text())
+    grid = grid_from_data({"models": ["llama-3.1-8b", str(bad)], "clusters": ["h100-sxm:1"],
+                           "workloads": [{"isl": 1024, "osl": 128}],
                            "searchers": ["megatron"]}, "test")
-    rows = [run_cell(c) for c in expand(grid)]
+    cells = expand(grid)
+    bad.unlink()
+    rows = [run_cell(c) for c in cells]
     assert rows[0]["error"] is None and rows[0]["feasible"]
-    assert rows[1]["error"].startswith("ConfigError:") and "131072" in rows[1]["error"]
-    assert rows[1]["isl"] == 200_000 and rows[1]["device"] == "h100-sxm"
+    assert rows[1]["error"].startswith("ConfigError:") and "bad.json" in rows[1]["error"]
+    assert rows[1]["isl"] == 1024 and rows[1]["device"] == "h100-sxm"
+
+
+def test_a_grid_request_beyond_a_models_positions_is_refused_with_the_grid():
+    """As l2s plan refuses --isl beyond the model's positions before any search, the grid
+    names the workload and model (a cell failed at run time, its error naming CLI flags)."""
+    with pytest.raises(ConfigError, match=r"workloads\[1\] under models\[0\] \(llama-3.1-8b\): "
+                                          r"isl \+ osl: a request of 200128 tokens exceeds "
+                                          r"llama-3.1-8b's max_position_embeddings 131072"):
+        grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"],
+                        "workloads": [{"isl": 1024, "osl": 128}, {"isl": 200_000, "osl": 128}],
+                        "searchers": ["megatron"]}, "test")
 
 
 @pytest.mark.parametrize("change, field", [

@@ -319,22 +319,32 @@ class SweepGrid(_Strict):
         return workloads
 
     @model_validator(mode="after")
-    def _images_fit_the_models(self) -> SweepGrid:
-        """A workload with images, under each model that loads here (a config path is
-        checked when its cell runs): the images the model can take, as ``l2s plan`` checks
-        its image flags before any work."""
+    def _workloads_fit_the_models(self) -> SweepGrid:
+        """Every workload under each model that loads here (a config that does not is refused
+        when its cell runs): the images the model can take and a longest request within its
+        positions (:func:`~learn_to_shard.cost.model.check_context`), as ``l2s plan`` checks
+        its flags before any work, the message naming the grid's fields."""
+        from ..cost.model import check_context
+
+        specs: list[ModelSpec | None] = []
+        for name in self.models:
+            try:
+                specs.append(load_model(name))
+            except PlannerError:
+                specs.append(None)
         for i, wl in enumerate(self.workloads):
-            if not wl.images_per_request and wl.image_tokens is None:
-                continue
-            for j, name in enumerate(self.models):
-                try:
-                    spec = load_model(name)
-                except PlannerError:
+            for j, (name, spec) in enumerate(zip(self.models, specs, strict=True)):
+                if spec is None:
                     continue
                 try:
-                    wl.workload(spec)
+                    check_context(spec, wl.workload(spec))
                 except ConfigError as exc:
-                    raise ValueError(f"workloads[{i}] under models[{j}] ({name}): {exc}") \
+                    text = str(exc)
+                    for flag, field in (("--isl + --osl", "isl + osl"), ("--context", "context"),
+                                        ("--images-per-request", "images_per_request"),
+                                        ("--isl", "isl")):
+                        text = text.replace(flag, field)
+                    raise ValueError(f"workloads[{i}] under models[{j}] ({name}): {text}") \
                         from None
         return self
 
