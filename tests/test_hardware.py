@@ -522,3 +522,15 @@ def test_a_device_missing_a_field_is_told_which_fields_are_optional(tmp_path):
     needs, _, optional = msg.partition(" (optional: ")
     assert "compute_capability" not in needs.split("a device needs")[1]
     assert "compute_capability" in optional
+
+
+def test_a_cluster_files_missing_device_file_names_the_cluster_file(tmp_path):
+    """The error names the cluster file and its 'device' field, as the file's other errors
+    do (it said only "device file 'sub/dev.json': file not found")."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"device": "sub/dev.json", "num_devices": 4}))
+    with pytest.raises(ConfigError) as exc:
+        parse_cluster(str(path))
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: field 'device' ('sub/dev.json'): ") and "not found" in msg
+    assert "\n" not in msg

@@ -289,6 +289,10 @@ def test_fleet_formula():
     assert fleet_for(row, 1e-12, 8, None).replicas == 1
     with pytest.raises(ConfigError, match="more than the 1,048,576 devices"):
         fleet_for(row, 1e12, 8, None)
+    # an absurd rate's count in scientific notation, not 300 digits
+    with pytest.raises(ConfigError, match=r"needs \d\.\d+e\+\d+ × ") as exc:
+        fleet_for(row, 1e300, 8, None)
+    assert len(str(exc.value)) < 200
 
 
 def test_cli_size_answers_fewest_devices_and_cost(tmp_path):

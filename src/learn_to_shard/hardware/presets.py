@@ -423,7 +423,11 @@ def _load_cluster_file(path: Path) -> ClusterSpec:
         device_path = Path(raw_device.strip())
         if not device_path.is_absolute():
             device_path = path.parent / device_path
-        device = load_device_file(device_path)
+        try:
+            device = load_device_file(device_path)
+        except ConfigError as exc:            # which cluster file's field named it
+            raise ConfigError(f"{path}: field 'device' ({raw_device.strip()!r}): {exc}") \
+                from None
     elif isinstance(raw_device, str):
         device = _load_preset(_resolve_preset_name(raw_device, f"{where}: field 'device'"))
     elif isinstance(raw_device, Mapping):

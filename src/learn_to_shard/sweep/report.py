@@ -244,9 +244,9 @@ def fleet_table(fleets: Sequence[Fleet]) -> Group:
             "–" if f.queue_wait_s is None
             else _ms(f.queue_wait_s) + ("" if f.queue_slo_met else " (over SLO)"),)
         t.add_row(*((f.model, f.workload, f"{f.rate_rps:g}") if apart else ()), f.device,
-                  str(f.devices), str(f.nodes),
+                  f"{f.devices:,}", f"{f.nodes:,}",
                   "–" if f.cost_per_hour is None else f"{f.cost_per_hour:,.2f}",
-                  str(f.replicas), f"{f.instance_requests_per_s:,.2f}",
+                  f"{f.replicas:,}", f"{f.instance_requests_per_s:,.2f}",
                   f"{100 * f.utilization:.0f}%",
                   f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s), *wait)
         plans.append(Text(

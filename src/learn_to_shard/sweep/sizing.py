@@ -251,9 +251,9 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
         wait = prefill_wait_s(rate_rps, k, r)
     devices = k * d
     if devices > MAX_DEVICES:
-        raise ConfigError(f"rate: {rate_rps:g} requests/s needs {devices:,} × {row['device']} "
-                          f"({k:,} replicas of {d}), more than the {MAX_DEVICES:,} devices a "
-                          f"cluster may have")
+        raise ConfigError(f"rate: {rate_rps:g} requests/s needs {_count(devices)} × "
+                          f"{row['device']} ({_count(k)} replicas of {d}), more than the "
+                          f"{MAX_DEVICES:,} devices a cluster may have")
     return Fleet(model=str(row["model"]), workload=str(row["workload"]),
                  device=str(row["device"]), node_size=node_size, rate_rps=rate_rps,
                  strategy=str(row["strategy"]), instance_devices=d, instance_requests_per_s=r,
@@ -266,6 +266,12 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
                  searched_cluster=str(row["cluster"]), searcher=str(row["searcher"]),
                  utilization=rate_rps / (k * r), queue_wait_s=wait, queue_slo_met=slo_met,
                  engine=str(row["engine"]) if row.get("engine") else None)
+
+
+def _count(n: int) -> str:
+    """A whole count with thousands separators, or in scientific notation beyond 10^12 (a
+    rate of 1e300 requests/s needs a 300-digit device count)."""
+    return f"{n:,}" if n < 10**12 else f"{float(n):.3g}"
 
 
 def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = None,
