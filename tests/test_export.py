@@ -1686,6 +1686,10 @@ def test_vllm_moe_servers_with_pipeline_and_data_parallel_over_nodes_are_left_ou
                           engine="vllm")
     inside = Strategy(tp=1, ep=4, pp=2, dp=4, batch=64)   # one node: the orders price alike
     assert not any(v.startswith("engine_degrees") for v in one.space.violations(inside))
+    # GB200 NVL72: hosts of 4 GPUs in one NVLink domain; 16 GPUs price alike in either order
+    nvl = make_cost_model("qwen3-235b-a22b", "gb200-nvl72:16", wl, cost_config("vllm"),
+                          engine="vllm")
+    assert not any(v.startswith("engine_degrees") for v in nvl.space.violations(st))
     sp = dataclasses.replace(free.space, tp_values=(2,), ep_values=(8,), pp_values=(2,),
                              dp_values=(4,), cp_values=(1,))
     cm = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)

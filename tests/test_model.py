@@ -454,3 +454,5 @@ def test_a_config_without_max_positions_gets_its_config_class_default(tmp_path, 
     r = CliRunner().invoke(app, ["plan", "--model", str(_write(tmp_path, data, "m.json")),
                                  "--cluster", "h100-sxm:8", "--context", "1000000"])
     assert r.exit_code == 2 and str(positions) in r.output.replace(",", "")
+    assert "config class's default: the config leaves max_position_embeddings out" in \
+        " ".join(r.output.split())

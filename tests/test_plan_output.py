@@ -216,7 +216,8 @@ def test_a_4_bit_checkpoint_headline_says_its_bits():
                                  "b200:4", "--phase", "serve", "--isl", "1000", "--osl", "100",
                                  "--method", "megatron-rule"])
     assert r.exit_code == 0, r.output
-    assert "weights 4.5-bit, KV" in r.output.splitlines()[1], r.output.splitlines()[:3]
+    headline = next(ln for ln in r.output.splitlines() if " · serve isl=" in ln)
+    assert "weights 4.5-bit, KV" in headline, headline
     doc = json.loads(CliRunner().invoke(app, [
         "plan", "--model", "qwen3-235b-a22b-nvfp4", "--cluster", "b200:4", "--phase", "serve",
         "--isl", "1000", "--osl", "100", "--method", "megatron-rule", "--json"]).stdout)

@@ -206,15 +206,20 @@ def test_failing_cell_is_recorded_and_the_rest_go_on(tmp_path):
     assert rows[1]["isl"] == 1024 and rows[1]["device"] == "h100-sxm"
 
 
-def test_a_grid_request_beyond_a_models_positions_is_refused_with_the_grid():
-    """As l2s plan refuses --isl beyond the model's positions before any search, the grid
-    names the workload and model (a cell failed at run time, its error naming CLI flags)."""
-    with pytest.raises(ConfigError, match=r"workloads\[1\] under models\[0\] \(llama-3.1-8b\): "
-                                          r"isl \+ osl: a request of 200128 tokens exceeds "
-                                          r"llama-3.1-8b's max_position_embeddings 131072"):
-        grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"],
-                        "workloads": [{"isl": 1024, "osl": 128}, {"isl": 200_000, "osl": 128}],
-                        "searchers": ["megatron"]}, "test")
+def test_a_grid_request_beyond_a_models_positions_is_an_infeasible_row():
+    """As l2s plan refuses --isl beyond the model's positions, a grid cell whose request is
+    longer than its model's context is an infeasible row that says why in the grid's field
+    names (it was an error row naming CLI flags); the grid's other pairs run."""
+    grid = grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"],
+                           "workloads": [{"isl": 1024, "osl": 128},
+                                         {"isl": 200_000, "osl": 128}],
+                           "searchers": ["megatron"]}, "test")
+    ok, long = (run_cell(c) for c in expand(grid))
+    assert ok["feasible"] and ok["error"] is None
+    assert long["feasible"] is False and long["error"] is None
+    assert str(long["reasons"]).startswith("isl + osl: a request of 200128 tokens exceeds "
+                                           "llama-3.1-8b's max_position_embeddings 131072")
+    assert "--" not in str(long["reasons"])
 
 
 @pytest.mark.parametrize("change, field", [
@@ -971,9 +976,23 @@ def test_editing_a_model_or_cluster_file_runs_its_cells_again(tmp_path):
     model.write_text(json.dumps(shipped | {"num_hidden_layers": 16}))
     out, shallow = run()
     assert "1 cells run, 0 skipped" in out and shallow["key"] != small["key"]
-    # shipped names and DEVICE:COUNT clusters: no inputs hash, the keys of before
+    assert shallow["inputs"] and shallow["inputs"] != small["inputs"]   # a column of its own
+    # shipped names (in any case) and DEVICE:COUNT clusters: no inputs hash, the keys of
+    # before; the hash is of the files' contents, not where they lie (an HF cache's or a
+    # results folder's path differs between machines)
     cell = expand(grid_from_data(SMALL, "grid"))[0]
     assert cell.inputs is None
+    from learn_to_shard.sweep.grid import _cluster_digest, _model_digest
+
+    assert _model_digest("LLAMA-3.1-8B") is None
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "config.json").write_text(model.read_text())
+        (tmp_path / sub / "c.json").write_text(cluster.read_text())
+    assert _model_digest(str(tmp_path / "a" / "config.json")) == \
+        _model_digest(str(tmp_path / "b" / "config.json"))
+    assert _cluster_digest(str(tmp_path / "a" / "c.json")) == \
+        _cluster_digest(str(tmp_path / "b" / "c.json"))
 
 
 def test_cli_size_prefill_looser_slo_never_needs_more_devices(tmp_path):
@@ -1000,3 +1019,16 @@ def test_cli_size_prefill_looser_slo_never_needs_more_devices(tmp_path):
 
     tight, loose = devices("300ms"), devices("500ms")
     assert loose <= tight <= 6
+    # the answer names the budget its plan was searched under where it is a tighter one
+    r = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-8b", "--rate", "50", "--phase", "prefill", "--isl",
+        "4096", "--ttft-slo", "150ms", "--devices", "h100-sxm", "--max-devices", "2",
+        "--workers", "1", "--out", str(tmp_path / "150"), "--quiet"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "with TTFT ≤ 75.0 ms (a shorter pass" in text, text
+    # a budget under 1 us is not searched (the SLO's own minimum is 1 us)
+    r = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-8b", "--rate", "50", "--phase", "prefill", "--isl",
+        "4096", "--ttft-slo", "3us", "--devices", "h100-sxm", "--max-devices", "1",
+        "--workers", "1", "--out", str(tmp_path / "3us"), "--quiet"])
+    assert r.exit_code == 1 and "workloads[" not in r.output, r.output

@@ -73,7 +73,7 @@ from .report.plan import Plan, join_reasons
 from .search.base import SearchInterrupted, interruptible
 from .serving import Requests, ServingLoad, load_trace, trace_mean_lengths
 from .serving.load import refuse_beyond_context
-from .units import format_ms, parse_duration_s, to_ms
+from .units import MIN_DURATION_S, format_ms, parse_duration_s, to_ms
 from .workload import DType, Phase, Workload
 
 if TYPE_CHECKING:
@@ -1854,7 +1854,7 @@ def size_cmd(
             (base,) = cast(list[dict[str, object]], data["workloads"])
             data["workloads"] = [base] + [
                 base | {"ttft_slo": f"{1e3 * user_ttft_s * k:.6g}ms"}
-                for k in PREFILL_TTFT_BUDGETS[1:]]
+                for k in PREFILL_TTFT_BUDGETS[1:] if user_ttft_s * k >= MIN_DURATION_S]
         spec = grid_from_data(data, "l2s size")
         for d, why in refused.items():
             err.print(f"left out: {d}: {why}", markup=False, highlight=False)
@@ -1910,7 +1910,7 @@ def size_cmd(
         if res.interrupted:
             what += " among the searches finished"
         cost = "" if best.cost_per_hour is None else f", {best.cost_per_hour:,.2f} per hour"
-        con.print(f"{what}: {best.devices} × {best.device} ({best.replicas} "
+        con.print(f"{what}: {best.devices:,} × {best.device} ({best.replicas:,} "
                   f"{'replica' if best.replicas == 1 else 'replicas'} of "
                   f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
         if engine is None:
@@ -2013,7 +2013,7 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
              f"{to_ms(summ['p99_ttft_s']):.0f}), TPOT mean {to_ms(summ['mean_tpot_s']):.1f} ms")
     if why(sim):
         return (f"warning: simulated, a replica {why(sim)} even at "
-                f"{fleet.replicas + SIZE_EXTRA_REPLICAS} replicas ({per:.3g} req/s each: "
+                f"{fleet.replicas + SIZE_EXTRA_REPLICAS:,} replicas ({per:.3g} req/s each: "
                 f"{stats}); the steady-state answer above is optimistic for this load"), \
             None, True
     from .report.render import NEAR_CAPACITY, replicas_for_rate
@@ -2023,8 +2023,9 @@ def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,
     if isinstance(util, float) and util >= NEAR_CAPACITY:
         extra = replicas_for_rate(sim, fleet.rate_rps, NEAR_CAPACITY)
         near = (f"; at {100 * util:.0f}% of a replica's capacity, near saturation: a few "
-                f"percent of throughput error moves the latencies by half or more "
-                f"({extra} replicas keep each at or below {100 * NEAR_CAPACITY:.0f}%)")
+                f"percent of throughput error moves the latencies by half or more"
+                + (f" ({extra:,} replicas keep each at or below {100 * NEAR_CAPACITY:.0f}%)"
+                   if extra else ""))
     # The SLOs are met on the simulated mean (what `why` checks, as the search does); where
     # the p90 misses one, say so, as a plan's simulation warning does.
     slo = sim.get("slo")

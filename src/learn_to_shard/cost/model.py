@@ -281,6 +281,8 @@ def check_context(model: ModelSpec, workload: Workload) -> None:
                 f"max_position_embeddings {model.config_max_positions} to"
                 if model.config_max_positions
                 else f"{model.name}'s max_position_embeddings {limit}")
+        if model.positions_default:
+            what += f" ({model.positions_default})"
         raise ConfigError(
             f"{flag}: a request of {workload.max_context} tokens exceeds {what} "
             f"({model.source or 'config.json'}); use at most {limit} tokens, or a "

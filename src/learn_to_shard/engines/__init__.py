@@ -239,8 +239,8 @@ class EngineProfile:
             (:mod:`learn_to_shard.parallel.mesh`): the two agree unless ``pp > 1`` and
             ``dp > 1``, where a MoE stage's expert group is a slice of every DP rank and its
             all-to-all crosses the nodes the pipeline hops l2s prices as crossing do not. The
-            space leaves such MoE servers over several nodes out (their price would be
-            another placement's). False: PP outermost, as priced.
+            space leaves out such MoE servers wider than one scale-up domain (their price
+            would be another placement's). False: PP outermost, as priced.
         dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
         facts: ``(fact, source)`` pairs, listed by ``l2s engines``.

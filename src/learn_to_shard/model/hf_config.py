@@ -1778,16 +1778,21 @@ def load_model(name_or_path: str) -> ModelSpec:
             and f is not top:
         defaults = _LLAMA_TEXT_DEFAULTS if text_type == "llama" else _MISTRAL_TEXT_DEFAULTS
         f = _Fields({**defaults, **f.data}, f.source, f.prefix)
+    positions_default = ""
     if "max_position_embeddings" in f.data and f.data["max_position_embeddings"] is None:
         # null: transformers keeps None, and vLLM, finding no length, assumes 2048
         f = _Fields({**f.data, "max_position_embeddings": VLLM_DEFAULT_MAX_LEN}, f.source,
                     f.prefix)
+        positions_default = (f"vLLM's assumed length: the config's "
+                             f"{f.prefix}max_position_embeddings is null")
     elif not f.has("max_position_embeddings"):
         # the config class's default, as transformers gives it to the engines
         known = _VL_TEXT_MAX_POSITIONS.get(spelled) or TRANSFORMERS_MAX_POSITIONS.get(
             str(text_type))
         if known is not None:
             f = _Fields({**f.data, "max_position_embeddings": known[0]}, f.source, f.prefix)
+            positions_default = (f"the {spelled} config class's default: the config leaves "
+                                 f"{f.prefix}max_position_embeddings out")
         elif text_type in ("kimi_k2", "internlm2"):
             raise f.error("max_position_embeddings",
                           f"the context length in tokens: the {text_type} config class is "
@@ -1847,4 +1852,4 @@ def load_model(name_or_path: str) -> ModelSpec:
                      vision_params=_vision_params(data, source, wrapper, fields["hidden_size"])
                      if wrapper else 0,
                      image_tokens=image_tokens(wrapper, data) if wrapper else None,
-                     **fields)
+                     positions_default=positions_default, **fields)

@@ -200,6 +200,10 @@ class ModelSpec:
             where the config leaves it out, its transformers config class's default
             (``hf_config.TRANSFORMERS_MAX_POSITIONS``), where it is null vLLM's assumed 2048.
             0 (no limit) only for specs built by hand.
+        positions_default: where ``max_position_embeddings`` is not the config's own value,
+            whose it is (e.g. ``"LlamaConfig's default: the config leaves
+            max_position_embeddings out"``), for the messages that state the limit; empty
+            where the config states it.
         config_max_positions: where a YaRN ``rope_scaling`` extends the context beyond the
             config's ``max_position_embeddings``, that field as written (the engines' default
             length limit, :func:`learn_to_shard.model.hf_config.load_model`); 0 otherwise.
@@ -257,6 +261,7 @@ class ModelSpec:
     native_dtype: str = "bfloat16"
     max_position_embeddings: int = 0
     config_max_positions: int = 0
+    positions_default: str = ""
     expert_weight_bits: float | None = None
     source: str = ""
     quant: QuantSpec | None = None

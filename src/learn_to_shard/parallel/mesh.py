@@ -19,7 +19,9 @@ back to back from rank 0 of the cluster, whose nodes (scale-up domains) hold
 group of an axis stays inside one node (else it rides the scale-out link), how many ranks of its
 own group the worst-placed rank shares its node with (hierarchical all-to-all), and how many
 stage-to-stage hops cross a node boundary. The cost model prices links from these answers
-(:mod:`learn_to_shard.cost.model`); nothing else reasons about rank placement.
+(:mod:`learn_to_shard.cost.model`); nothing else reasons about rank placement, except that an
+engine numbering its ranks otherwise (vLLM: DP outermost) keeps to the layouts where the two
+orders agree (``engines.EngineProfile.dp_outer_ranks``, ``parallel.space``).
 """
 
 from __future__ import annotations

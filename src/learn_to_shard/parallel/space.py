@@ -390,9 +390,9 @@ class StrategySpace:
         if eng.dp_ranks_in_nodes and moe:
             bad |= ~dp_ranks_fit_nodes(tp * pp, dp, min(dev.host_devices, n), n)
         if eng.dp_outer_ranks and moe:
-            # ranks DP outermost: priced PP outermost only where one node holds the server
-            one = min(dev.host_devices, self.cluster.devices_per_node)
-            bad |= (pp > 1) & (dp > 1) & (tp * pp * dp > one)
+            # ranks DP outermost: the orders price alike only where one scale-up domain (a
+            # node; GB200 NVL72's whole domain of hosts) holds the server
+            bad |= (pp > 1) & (dp > 1) & (tp * pp * dp > self.cluster.devices_per_node)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

@@ -807,16 +807,18 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 f"VLLM_RAY_DP_PACK_STRATEGY=span, over whole nodes when tp × pp is a multiple "
                 f"of the node size), and this cluster's nodes hold fewer such ranks than the "
                 f"plan needs; plan with --engine vllm for a layout it places")
-        if nodes > 1 and dp > 1 and s.pp > 1:
+        domain = min(device.scale_up_domain, cluster_devices) \
+            if device is not None and cluster_devices else node_size
+        if dp > 1 and s.pp > 1 and gpus > max(domain, 1):
             # vllm/distributed/parallel_state.py initialize_model_parallel (vLLM 0.33.0):
             # ranks DP outermost (engines.EngineProfile.dp_outer_ranks)
             unexpressed.append(
                 f"--pipeline-parallel-size {s.pp} with --data-parallel-size {dp} over "
-                f"{nodes} nodes: vLLM numbers ranks DP outermost, so each stage's expert "
-                f"all-to-all runs over every node the server spans and its pipeline hops "
-                f"inside one, where the plan priced ranks PP outermost (the all-to-all inside a "
-                f"node, the hops across); plan with --engine vllm for a layout priced as vLLM "
-                f"places it")
+                f"{gpus} GPUs, more than one NVLink domain of {domain}: vLLM numbers ranks DP "
+                f"outermost, so each stage's expert all-to-all runs over every domain the "
+                f"server spans and its pipeline hops inside one, where the plan priced ranks PP "
+                f"outermost (the all-to-all inside a domain, the hops across); plan with "
+                f"--engine vllm for a layout priced as vLLM places it")
         if vllm_dp_nodes:
             # Internal load balancing over nodes: one vllm serve per node, each starting the
             # DP ranks it holds whole (engines.dp_node_ranks); node 0 runs the API server

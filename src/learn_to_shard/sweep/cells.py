@@ -7,7 +7,9 @@ serve the model on its device (an engine × device grid meets such pairs).
 
 Row columns (:data:`COLUMNS`; SI units, names carry units):
 
-* inputs: ``key`` (:meth:`Cell.key`), ``model``, ``cluster``, ``device`` (kind),
+* inputs: ``key`` (:meth:`Cell.key`), ``inputs`` (:attr:`Cell.inputs`: the hash of the model
+  and cluster files read, null for shipped names and ``DEVICE:COUNT``; rows of a file before
+  and after an edit differ in it), ``model``, ``cluster``, ``device`` (kind),
   ``cluster_devices``, ``workload`` (label), ``phase``, ``isl`` (the prompt priced: with
   ``images_per_request``, the images' tokens included), ``osl``, ``dtype``,
   ``kv_dtype``, ``ttft_slo_s``, ``tpot_slo_s``, ``rate_rps``, ``concurrency``,
@@ -37,8 +39,8 @@ import time
 
 from .. import __version__
 from ..api import check_engine_serves, cost_config, make_cost_model, search_plan
-from ..cost.model import CostModel
-from ..errors import EngineRefusalError, PlannerError
+from ..cost.model import CostModel, check_context
+from ..errors import ConfigError, EngineRefusalError, PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
 from ..report.plan import Plan, join_reasons
@@ -49,7 +51,7 @@ from .sizing import requests_per_s
 
 #: (column, type) of every row, in order; types are ``str``, ``int``, ``float``, ``bool``.
 COLUMNS: tuple[tuple[str, type], ...] = (
-    ("key", str), ("model", str), ("cluster", str), ("device", str),
+    ("key", str), ("inputs", str), ("model", str), ("cluster", str), ("device", str),
     ("cluster_devices", int), ("workload", str), ("phase", str), ("isl", int), ("osl", int),
     ("dtype", str), ("kv_dtype", str), ("ttft_slo_s", float), ("tpot_slo_s", float),
     ("rate_rps", float), ("concurrency", int), ("images_per_request", int), ("engine", str),
@@ -139,7 +141,8 @@ def _inputs(cell: Cell) -> dict[str, object]:
                 c.device).token_budget
     except PlannerError:
         device, count = None, None
-    return {"key": cell.key(), "model": cell.model, "cluster": cell.cluster,
+    return {"key": cell.key(), "inputs": cell.inputs, "model": cell.model,
+            "cluster": cell.cluster,
             "device": device, "cluster_devices": count, "workload": wl.label,
             "phase": wl.phase, "isl": w.isl, "osl": w.osl, "dtype": w.weight_dtype.value,
             "kv_dtype": w.kv_dtype.value, "ttft_slo_s": w.ttft_slo_s,
@@ -194,18 +197,47 @@ def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, 
     return row
 
 
+def context_refusal(cell: Cell) -> str | None:
+    """Why no strategy can serve the cell's workload on its model, in the grid's field names:
+    its longest request beyond the model's positions
+    (:func:`~learn_to_shard.cost.model.check_context`, whose message names ``l2s plan``'s
+    flags); ``None`` where it fits or the model does not load (the cell's run says why).
+    One model of a grid with a shorter context than the workload leaves that pair's cells
+    infeasible, the others run."""
+    try:
+        spec = load_model(cell.model)
+        w = cell.workload.workload(spec, cell.engine.name)
+    except PlannerError:
+        return None
+    try:
+        check_context(spec, w)
+    except ConfigError as exc:
+        text = str(exc)
+        for flag, field in (("--isl + --osl", "isl + osl"), ("--context", "context"),
+                            ("--images-per-request", "images_per_request"), ("--isl", "isl")):
+            text = text.replace(flag, field)
+        return text
+    return None
+
+
 def run_cell(cell: Cell) -> dict[str, object]:
     """Run one cell: build (or reuse) its cost model, search, assemble the plan, make the row.
 
     Returns:
         The row (a dict over :data:`COLUMNS`): an infeasible row with the reason where the
-        cell's engine cannot serve the model on its device
+        cell's requests exceed the model's positions (:func:`context_refusal`) or its engine
+        cannot serve the model on its device
         (:class:`~learn_to_shard.errors.EngineRefusalError`), as ``l2s size`` leaves such a
         device out; on any other exception the row of :func:`error_row`, never a raise.
     """
     t0 = time.perf_counter()
     try:
         _one_thread()
+        why = context_refusal(cell)
+        if why is not None:              # no strategy can serve it: an answer, as below
+            row = empty_row(cell)
+            row.update(feasible=False, reasons=why, wall_s=time.perf_counter() - t0)
+            return row
         cm = cost_model_of(cell)
         plan = search_plan(cm, method=cell.searcher, budget=cell.budget, seed=cell.seed,
                            engine=cell.engine.name)

@@ -319,32 +319,24 @@ class SweepGrid(_Strict):
         return workloads
 
     @model_validator(mode="after")
-    def _workloads_fit_the_models(self) -> SweepGrid:
-        """Every workload under each model that loads here (a config that does not is refused
-        when its cell runs): the images the model can take and a longest request within its
-        positions (:func:`~learn_to_shard.cost.model.check_context`), as ``l2s plan`` checks
-        its flags before any work, the message naming the grid's fields."""
-        from ..cost.model import check_context
-
-        specs: list[ModelSpec | None] = []
-        for name in self.models:
-            try:
-                specs.append(load_model(name))
-            except PlannerError:
-                specs.append(None)
+    def _images_fit_the_models(self) -> SweepGrid:
+        """A workload with images, under each model that loads here (a config path is
+        checked when its cell runs): the images the model can take, as ``l2s plan`` checks
+        its image flags before any work. A request beyond a model's positions is not refused
+        here: its cells are infeasible rows that say why (``cells.run_cell``), the grid's
+        other pairs run."""
         for i, wl in enumerate(self.workloads):
-            for j, (name, spec) in enumerate(zip(self.models, specs, strict=True)):
-                if spec is None:
+            if not wl.images_per_request and wl.image_tokens is None:
+                continue
+            for j, name in enumerate(self.models):
+                try:
+                    spec = load_model(name)
+                except PlannerError:
                     continue
                 try:
-                    check_context(spec, wl.workload(spec))
+                    wl.workload(spec)
                 except ConfigError as exc:
-                    text = str(exc)
-                    for flag, field in (("--isl + --osl", "isl + osl"), ("--context", "context"),
-                                        ("--images-per-request", "images_per_request"),
-                                        ("--isl", "isl")):
-                        text = text.replace(flag, field)
-                    raise ValueError(f"workloads[{i}] under models[{j}] ({name}): {text}") \
+                    raise ValueError(f"workloads[{i}] under models[{j}] ({name}): {exc}") \
                         from None
         return self
 
@@ -425,8 +417,14 @@ def _seed_independent(searcher: str) -> bool:
 
 
 def _digest(value: Any) -> str:
-    text = json.dumps(dataclasses.asdict(value), sort_keys=True, default=str,
-                      separators=(",", ":"))
+    """SHA-256 prefix of a spec's fields, less those derived from where it was read
+    (``source``, an absolute path, and ``name``, from the file's or folder's name: they
+    differ between machines and HF caches for the same bytes; the cell's key holds the
+    model and cluster as written)."""
+    fields = dataclasses.asdict(value)
+    fields.pop("source", None)
+    fields.pop("name", None)
+    text = json.dumps(fields, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -434,9 +432,10 @@ def _model_digest(model: str) -> str | None:
     if model in shipped_model_names():
         return None
     try:
-        return _digest(load_model(model))
+        spec = load_model(model)
     except PlannerError:
         return None             # the cell fails when it runs and says why
+    return None if spec.source_kind == "shipped" else _digest(spec)
 
 
 def _cluster_digest(cluster: str) -> str | None:

@@ -250,10 +250,12 @@ def fleet_table(fleets: Sequence[Fleet]) -> Group:
                   f"{100 * f.utilization:.0f}%",
                   f"{f.tokens_per_s_per_device:,.1f}", _ms(f.tpot_s), _ms(f.ttft_s), *wait)
         plans.append(Text(
-            f"{f.device}{f' ({f.model}, {f.workload})' if apart else ''}: {f.replicas} × "
+            f"{f.device}{f' ({f.model}, {f.workload})' if apart else ''}: {f.replicas:,} × "
             f"{f.strategy}"
-            + (f" (steady state: {f.steady_replicas})" if f.steady_replicas else "")
-            + f", searched on {f.searched_cluster} ({f.searcher})"))
+            + (f" (steady state: {f.steady_replicas:,})" if f.steady_replicas else "")
+            + f", searched on {f.searched_cluster} ({f.searcher})"
+            + (f" with TTFT ≤ {_ms(f.searched_ttft_slo_s)} ms (a shorter pass leaves the "
+               f"queue more of the SLO)" if f.searched_ttft_slo_s is not None else "")))
     return Group(t, *plans)
 
 

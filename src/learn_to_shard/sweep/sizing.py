@@ -152,6 +152,9 @@ class Fleet:
             :func:`with_replicas`), the steady-state count; ``None`` otherwise.
         falls_behind: the serving simulation found no count up to a few replicas more that
             keeps up (ranked after the fleets that do, :func:`rank_key`).
+        searched_ttft_slo_s: the TTFT limit the plan was searched under where it is tighter
+            than the SLO the fleet is sized against (``l2s size --phase prefill`` searches
+            tighter budgets too); ``None`` otherwise.
     """
 
     model: str
@@ -178,6 +181,7 @@ class Fleet:
     engine: str | None = None
     steady_replicas: int | None = None
     falls_behind: bool = False
+    searched_ttft_slo_s: float | None = None
 
 
 def with_replicas(fleet: Fleet, replicas: int) -> Fleet:
@@ -265,7 +269,17 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
                  tpot_s=row.get("tpot_s"), ttft_s=row.get("ttft_s"),  # type: ignore[arg-type]
                  searched_cluster=str(row["cluster"]), searcher=str(row["searcher"]),
                  utilization=rate_rps / (k * r), queue_wait_s=wait, queue_slo_met=slo_met,
-                 engine=str(row["engine"]) if row.get("engine") else None)
+                 engine=str(row["engine"]) if row.get("engine") else None,
+                 searched_ttft_slo_s=_tighter(row.get("searched_ttft_slo_s"),
+                                              row.get("ttft_slo_s")))
+
+
+def _tighter(searched: object, slo: object) -> float | None:
+    """``searched`` where it is a TTFT limit below ``slo``, else ``None``."""
+    if isinstance(searched, (int, float)) and isinstance(slo, (int, float)) \
+            and searched < slo:
+        return float(searched)
+    return None
 
 
 def _count(n: int) -> str:
