@@ -1703,3 +1703,36 @@ def test_vllm_moe_servers_with_pipeline_and_data_parallel_over_nodes_are_left_ou
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)["best"]["strategy"]
     assert not (got["pp"] > 1 and got["dp"] > 1)
+
+
+def test_trtllm_partial_expert_parallel_over_nodes_is_left_out():
+    """TensorRT-LLM numbers a MoE stage's ranks expert-parallel innermost
+    (tensorrt_llm/mapping.py: moe_ep_rank = tp_rank % moe_ep_size), l2s's mesh expert-TP
+    innermost: a stage of 16 GPUs on two 8-GPU nodes at EP8 × expert-TP 2 runs its EP groups
+    inside each node and its expert-TP groups across, where l2s priced the all-to-all across.
+    Such layouts are outside TensorRT-LLM's space; EP over the whole stage, or any split
+    inside one node, stays; an unrestricted plan of it exports with the reason."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.strategy import Strategy
+
+    wl = make_workload("serve", isl=1024, osl=256, dtype="fp8")
+    st = Strategy(tp=16, ep=8, pp=1, dp=1, batch=64)
+    _, free = _refused_only_under("trtllm", "qwen3-235b-a22b", "h200:16", wl, st)
+    trt = make_cost_model("qwen3-235b-a22b", "h200:16", wl, cost_config("trtllm"),
+                          engine="trtllm")
+    whole = Strategy(tp=16, ep=16, pp=1, dp=1, batch=64)
+    assert not any(v.startswith("engine_degrees") for v in trt.space.violations(whole))
+    one = make_cost_model("qwen3-235b-a22b", "h200:8", wl, cost_config("trtllm"),
+                          engine="trtllm")
+    inside = Strategy(tp=8, ep=4, pp=1, dp=1, batch=64)
+    assert not any(v.startswith("engine_degrees") for v in one.space.violations(inside))
+    sp = dataclasses.replace(free.space, tp_values=(16,), ep_values=(8,), pp_values=(1,),
+                             dp_values=(1,), cp_values=(1,))
+    cm = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
+    plan = search_plan(cm)
+    assert plan.best is not None and plan.best.strategy.ep == 8
+    ex = build_export(plan, "trtllm", model=cm.model, devices_per_node=8)
+    assert any("TensorRT-LLM numbers expert-parallel ranks innermost" in u
+               for u in ex.unexpressed), ex.unexpressed

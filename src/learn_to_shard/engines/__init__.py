@@ -241,6 +241,12 @@ class EngineProfile:
             all-to-all crosses the nodes the pipeline hops l2s prices as crossing do not. The
             space leaves out such MoE servers wider than one scale-up domain (their price
             would be another placement's). False: PP outermost, as priced.
+        ep_inner_ranks: the engine numbers a MoE stage's ranks expert-parallel innermost
+            (TensorRT-LLM: ``moe_ep_rank = tp_rank % moe_ep_size``), where l2s's mesh puts
+            expert TP innermost: with ``1 < ep < tp × dp`` over a stage wider than one
+            scale-up domain the engine's expert-TP groups cross domains where l2s prices its
+            all-to-all across them; the space leaves such layouts out. False: expert TP
+            innermost, as priced.
         dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
         facts: ``(fact, source)`` pairs, listed by ``l2s engines``.
@@ -260,6 +266,7 @@ class EngineProfile:
     node_rank_ranges: bool = False
     dp_ranks_in_nodes: bool = False
     dp_outer_ranks: bool = False
+    ep_inner_ranks: bool = False
     dcp_flag: str = ""
     launcher: str = ""
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -377,8 +384,15 @@ ENGINES: dict[str, EngineProfile] = {
     "trtllm": EngineProfile(
         name="trtllm", title="TensorRT-LLM", version="1.2.0rc2", source=_TRT_SERVE,
         memory_profile="trtllm", vocab_multiple=0, ep_full_or_none=False,
-        adp_all_or_none=True, launcher="trtllm-serve",
+        adp_all_or_none=True, launcher="trtllm-serve", ep_inner_ranks=True,
         facts=(
+            ("MoE ranks numbered expert-parallel innermost (moe_ep_rank = tp_rank % "
+             "moe_ep_size, moe_tp_rank = tp_rank // moe_ep_size; pp outermost): with 1 < "
+             "moe_expert_parallel_size < tensor_parallel_size over a stage wider than one "
+             "NVLink domain the expert-TP groups cross domains where l2s prices the "
+             "all-to-all across them, so l2s leaves such layouts out",
+             "NVIDIA/TensorRT-LLM@b35ac1b64368513d215c57d2ed01d62d910df8da "
+             "tensorrt_llm/mapping.py Mapping (the 1.2.0rc2 version.py)"),
             ("axes: --tp_size (tensor_parallel_size), --pp_size, --ep_size "
              "(moe_expert_parallel_size); moe_tensor_parallel_size and enable_attention_dp "
              "in the --config YAML; moe_tp × moe_ep = tp_size",

@@ -6,9 +6,12 @@ One instance spans ``pp × dp × tp`` ranks, numbered **TP innermost, then DP, t
 
 so a TP group is ``tp`` consecutive ranks, a pipeline stage ``g = tp · dp`` consecutive ranks
 (the stage group), and stage ``s`` holds ranks ``[s·g, (s+1)·g)``. MoE layers run the same
-``g`` ranks of a stage as ``ep × etp`` with ``etp = g / ep`` innermost (TRT-LLM /
-aiconfigurator's ``tp × attention_dp = moe_tp × moe_ep``, FC-38), so an expert-TP group is
-``etp`` consecutive ranks. ``cp`` (decode context parallelism) re-splits the TP group of the
+``g`` ranks of a stage as ``ep × etp`` with ``etp = g / ep`` innermost (the degrees of
+TRT-LLM / aiconfigurator's ``tp × attention_dp = moe_tp × moe_ep``, FC-38; SGLang's MoE groups
+are numbered so, ``moe_tp`` consecutive), so an expert-TP group is ``etp`` consecutive ranks.
+TensorRT-LLM numbers EP innermost instead (``engines.EngineProfile.ep_inner_ranks``): the two
+orders agree inside one scale-up domain and where ``ep`` is 1 or ``g``. ``cp`` (decode context
+parallelism) re-splits the TP group of the
 attention for decode: ``tp / cp`` head groups of ``cp`` ranks, each rank holding ``1/cp`` of every
 sequence's KV tokens (vLLM's interleaved DCP groups; the cp group is priced on the link of
 ``cp`` consecutive ranks, which a TP group inside one node always is). Instances are laid out
@@ -21,7 +24,8 @@ own group the worst-placed rank shares its node with (hierarchical all-to-all), 
 stage-to-stage hops cross a node boundary. The cost model prices links from these answers
 (:mod:`learn_to_shard.cost.model`); nothing else reasons about rank placement, except that an
 engine numbering its ranks otherwise (vLLM: DP outermost) keeps to the layouts where the two
-orders agree (``engines.EngineProfile.dp_outer_ranks``, ``parallel.space``).
+orders agree (``engines.EngineProfile.dp_outer_ranks`` and ``ep_inner_ranks``,
+``parallel.space``).
 """
 
 from __future__ import annotations

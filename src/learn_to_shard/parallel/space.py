@@ -366,10 +366,9 @@ class StrategySpace:
         """``[n]`` bool: degrees the space's engine cannot launch (its profile's
         ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none``, ``node_rank_ranges``,
         over one server's ``tp × dp`` ranks per stage of a MoE model, ``tp`` of a dense one,
-        whose DP ranks are separate servers, and ``dp_ranks_in_nodes`` and
-        ``dp_outer_ranks``, over a MoE server's ``dp`` ranks of ``tp × pp`` GPUs), and, for
-        every engine, servers that do not fit the
-        cluster's node boundaries, each inside a node or on nodes of its own
+        whose DP ranks are separate servers, and ``dp_ranks_in_nodes``, ``dp_outer_ranks``
+        and ``ep_inner_ranks``, over a MoE server's ranks), and, for every engine, servers
+        that do not fit the cluster's node boundaries, each inside a node or on nodes of its own
         (:func:`~learn_to_shard.engines.servers_fit_nodes`); sources in
         :mod:`learn_to_shard.engines`."""
         eng = self.engine
@@ -393,6 +392,10 @@ class StrategySpace:
             # ranks DP outermost: the orders price alike only where one scale-up domain (a
             # node; GB200 NVL72's whole domain of hosts) holds the server
             bad |= (pp > 1) & (dp > 1) & (tp * pp * dp > self.cluster.devices_per_node)
+        if eng.ep_inner_ranks and moe:
+            # EP innermost: priced expert-TP-innermost only where one domain holds the stage
+            # or no stage splits its experts both ways
+            bad |= (ep > 1) & (ep < tp * dp) & (tp * dp > self.cluster.devices_per_node)
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

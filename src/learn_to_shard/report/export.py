@@ -1070,6 +1070,17 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if moe:
             yaml_cfg["moe_expert_parallel_size"] = s.ep
             yaml_cfg["moe_tensor_parallel_size"] = group // max(1, s.ep)
+            domain = min(device.scale_up_domain, cluster_devices) \
+                if device is not None and cluster_devices else node_size
+            if 1 < s.ep < group and group > max(domain, 1):
+                # tensorrt_llm/mapping.py Mapping (engines.EngineProfile.ep_inner_ranks)
+                unexpressed.append(
+                    f"moe_expert_parallel_size {s.ep} × moe_tensor_parallel_size "
+                    f"{group // s.ep} over a stage of {group} GPUs, more than one NVLink "
+                    f"domain of {domain}: TensorRT-LLM numbers expert-parallel ranks "
+                    f"innermost, so its expert-TP groups cross domains where the plan priced "
+                    f"the all-to-all across them (expert TP innermost); plan with --engine "
+                    f"trtllm for a layout priced as TensorRT-LLM places it")
         yaml_cfg["enable_attention_dp"] = dp > 1
         # Chunked prefill wherever a prompt may be longer than the step budget: without it the
         # PyTorch backend refuses a prompt above max_num_tokens ("The sum of prompt length
