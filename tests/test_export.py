@@ -1736,3 +1736,26 @@ def test_trtllm_partial_expert_parallel_over_nodes_is_left_out():
     ex = build_export(plan, "trtllm", model=cm.model, devices_per_node=8)
     assert any("TensorRT-LLM numbers expert-parallel ranks innermost" in u
                for u in ex.unexpressed), ex.unexpressed
+
+
+def test_sglang_servers_whose_even_node_split_moves_a_group_are_left_out():
+    """SGLang runs the same number of a server's ranks on each of its nodes, the mesh fills a
+    node first: the links agree inside one node, over whole nodes, and where no group or
+    pipeline hop changes side. TP2 × attention-DP3 × PP3 on 24 H100s runs 6 + 6 + 6 (one
+    stage per node) where the mesh's 8 + 8 + 2 straddles stages 1 and 2; TP3 × DP6 and TP4 ×
+    DP3 (on 18 GPUs: 6 + 6) move TP groups across a node; a dense TP2 PP6 server (6 + 6
+    against 8 + 4) keeps every TP group inside and one crossing hop either way."""
+    import numpy as np
+
+    from learn_to_shard.parallel.space import even_split_differs
+    from learn_to_shard.parallel.strategy import Strategy
+
+    got = even_split_differs(np.array([2, 3, 4, 2, 8, 4]), np.ones(6, dtype=int),
+                             np.array([3, 6, 3, 1, 2, 2]), np.array([3, 1, 1, 6, 1, 2]),
+                             np.array([6, 18, 12, 2, 16, 8]), 8, 8, True)
+    assert got.tolist() == [True, True, True, False, False, False]
+    wl = make_workload("serve", isl=1024, osl=256, dtype="fp8")
+    cm, _ = _refused_only_under("sglang", "qwen3-235b-a22b", "h100-sxm:24", wl,
+                                Strategy(tp=2, ep=1, pp=3, dp=3, batch=12))
+    assert not any(v.startswith("engine_degrees") for v in cm.space.violations(
+        Strategy(tp=2, ep=1, pp=2, dp=4, batch=16)))         # 16 GPUs: two whole nodes

@@ -230,8 +230,11 @@ class EngineProfile:
             its TP group (``cp > 1``; the flag is :attr:`dcp_flag`). False: ``cp`` is 1.
         node_rank_ranges: a server over several nodes starts on each node the ranks of
             SGLang's per-node rank ranges, so only the layouts :func:`node_ranks_cover`
-            accepts start every stage. False: any layout (TensorRT-LLM one MPI rank per GPU
-            in rank order).
+            accepts start every stage; as each node runs the same number of ranks, where the
+            mesh fills a node first, the space also leaves out the servers whose groups or
+            pipeline hops change side between the two placements
+            (``parallel.space.even_split_differs``). False: any layout (TensorRT-LLM one MPI
+            rank per GPU in rank order).
         dp_ranks_in_nodes: a MoE server's data-parallel ranks that span nodes are placed
             whole on nodes, or over whole nodes each (vLLM: :func:`dp_ranks_fit_nodes`).
         dp_outer_ranks: the engine numbers a server's ranks DP outermost (``dp, pp, tp``,
@@ -377,6 +380,13 @@ ENGINES: dict[str, EngineProfile] = {
              "on 2 nodes, whose third stage never starts; not TP2 PP6 on 12 GPUs of nodes of "
              "8, whose second node has 4 of the 6 it would run)",
              f"{_SGL}: sglang/srt/entrypoints/engine.py _calculate_rank_ranges"),
+            ("each node of a server runs the same number of its ranks (world / nnodes), where "
+             "l2s's mesh fills a node first: l2s leaves out the servers whose TP groups, "
+             "expert groups or pipeline hops would change side of a node boundary between "
+             "the two (non-power-of-two layouts, e.g. TP2 x attention-DP3 x PP3 on 24 GPUs "
+             "runs 6 + 6 + 6)",
+             f"{_SGL}: sglang/srt/entrypoints/engine.py _calculate_rank_ranges, "
+             "sglang/srt/runtime_context.py spawn_world_rank"),
             ("memory: --mem-fraction-static of the device for weights and the KV pool; "
              "requests admitted on estimated KV use and retracted when full (on demand)",
              f"{_SGL}: sglang/srt/arg_groups/fields/schedule.py mem_fraction_static"),

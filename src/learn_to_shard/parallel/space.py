@@ -131,6 +131,51 @@ def batch_grid(dp_values: tuple[int, ...] = (1,), max_log2: int = MAX_BATCH_LOG2
     return tuple(sorted(v for v in vals if v <= top))
 
 
+def even_split_differs(tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, pp: np.ndarray,
+                       group: np.ndarray, host_devices: int, domain: int, moe: bool
+                       ) -> np.ndarray:
+    """``[n]`` bool: servers whose links differ between SGLang's placement and the mesh's.
+
+    SGLang runs the same number of a server's ranks on each of its ``nnodes = ceil(world /
+    host_devices)`` nodes (rank ranges of ``world / nnodes``: sgl-project/sglang v0.5.23
+    ``sglang/srt/entrypoints/engine.py`` ``_calculate_rank_ranges``; ``world = group × pp``,
+    ``group`` its ``--tp-size``), where :class:`~learn_to_shard.parallel.mesh.Mesh` fills each
+    scale-up domain of ``domain`` devices first. The two agree for a server inside one domain
+    or over whole domains; otherwise (non-power-of-two degrees: TP2 × attention-DP3 × PP3 on
+    24 GPUs runs 6 + 6 + 6, one stage per node, where the mesh's 8 + 8 + 2 straddles two
+    stages) this compares, per distinct layout, whether the TP groups, a MoE stage's
+    expert groups (its all-to-all and expert TP) and the pipeline hops stay inside a node
+    under each, and says where any differs: the price would be another placement's.
+    """
+    tp, ep, dp, pp = (np.asarray(a, dtype=np.int64) for a in (tp, ep, dp, pp))
+    group = np.asarray(group, dtype=np.int64)
+    world = group * pp
+    out = np.zeros(len(tp), dtype=bool)
+    cand = (world > domain) & (world % domain != 0)
+    if not cand.any():
+        return out
+    rows = np.flatnonzero(cand)
+    keys = np.stack([tp[rows], ep[rows], dp[rows], pp[rows], group[rows]], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    differs = np.zeros(len(uniq), dtype=bool)
+    for i, (t, e, _d, p, g) in enumerate(uniq.tolist()):
+        w = g * p
+        nnodes = -(-w // max(host_devices, 1))
+        if w % nnodes:
+            continue                           # node_ranks_cover refuses it already
+        fill, even = Mesh(w, domain), Mesh(w, w // nnodes)
+        extents = [t] + ([g, max(g // max(e, 1), 1)] if moe else [])
+        ext = np.array(extents)
+        differs[i] = bool(
+            (fill.in_node(ext) != even.in_node(ext)).any()
+            or (moe and fill.local_ranks(np.array([g]))[0] != even.local_ranks(
+                np.array([g]))[0])
+            or fill.hop_crossings(np.array([g]), np.array([p]))[0]
+            != even.hop_crossings(np.array([g]), np.array([p]))[0])
+    out[rows] = differs[inv.reshape(-1)]
+    return out
+
+
 @dataclass(frozen=True)
 class StrategySpace:
     """Candidate values per head for one (model, cluster) pair, and the validity rules.
@@ -382,6 +427,8 @@ class StrategySpace:
         if eng.node_rank_ranges:
             group = tp * dp if moe else tp
             bad |= ~node_ranks_cover(group, pp, min(dev.host_devices, n), n, servers)
+            bad |= even_split_differs(tp, ep, dp, pp, group, min(dev.host_devices, n),
+                                      self.cluster.devices_per_node, moe)
         # Every engine: servers keep to node boundaries (an NVLink domain of several hosts,
         # GB200 NVL72's, where the devices have one).
         unit = dev.scale_up_domain if dev.devices_per_host is not None else dev.host_devices
