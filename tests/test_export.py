@@ -233,6 +233,23 @@ def _refused_only_under(engine, model, cluster, wl, strategy):
     return cm, free
 
 
+def _export_at_degrees(free, engine, st):
+    """The export for ``engine`` of an unrestricted plan searched at ``st``'s degrees only
+    (``free``: the cost model without an engine), on nodes of 8."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+
+    sp = dataclasses.replace(free.space, tp_values=(st.tp,), ep_values=(st.ep,),
+                             pp_values=(st.pp,), dp_values=(st.dp,), cp_values=(1,))
+    cm = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
+    plan = search_plan(cm)
+    assert plan.best is not None
+    got = plan.best.strategy
+    assert (got.tp, got.ep, got.pp, got.dp) == (st.tp, st.ep, st.pp, st.dp)
+    return build_export(plan, engine, model=cm.model, devices_per_node=8)
+
+
 def _cli(*args):
     return CliRunner().invoke(app, ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256",
                                     *args])
@@ -1149,12 +1166,7 @@ def test_vllm_places_dp_ranks_whole_on_nodes_or_over_whole_nodes():
     wl = make_workload("serve", isl=1024, osl=1024, dtype="fp8")
     _, free = _refused_only_under("vllm", "deepseek-v3", "h100-sxm:12", wl,
                                   Strategy(tp=1, ep=4, pp=3, dp=4, batch=8))
-    sp = dataclasses.replace(free.space, tp_values=(1,), ep_values=(4,), pp_values=(3,),
-                             dp_values=(4,), cp_values=(1,))
-    cm3 = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
-    plan = search_plan(cm3)
-    assert plan.best is not None and plan.best.strategy.dp == 4
-    ex = build_export(plan, "vllm", model=cm3.model, devices_per_node=8)
+    ex = _export_at_degrees(free, "vllm", Strategy(tp=1, ep=4, pp=3, dp=4, batch=8))
     assert any(u.startswith("4 DP ranks of 3 GPUs (tp × pp) over nodes of 8: vLLM runs each "
                             "rank whole on one node") for u in ex.unexpressed), ex.unexpressed
     # Each server takes nodes of its own: two servers of 3 ranks of 3 GPUs ([2, 1] ranks per
@@ -1674,9 +1686,7 @@ def test_vllm_moe_servers_with_pipeline_and_data_parallel_over_nodes_are_left_ou
     TP2 EP8 PP2 DP4, its all-to-all priced at NVLink's rate and its stage hop at the
     network's; such servers are now outside vLLM's space, the same server inside one node
     stays in it, and an unrestricted plan of that layout exports with the reason."""
-    import dataclasses
 
-    from learn_to_shard.cost.model import CostModel
     from learn_to_shard.parallel.strategy import Strategy
 
     wl = make_workload("serve", isl=2048, osl=512, dtype="fp8")
@@ -1690,12 +1700,7 @@ def test_vllm_moe_servers_with_pipeline_and_data_parallel_over_nodes_are_left_ou
     nvl = make_cost_model("qwen3-235b-a22b", "gb200-nvl72:16", wl, cost_config("vllm"),
                           engine="vllm")
     assert not any(v.startswith("engine_degrees") for v in nvl.space.violations(st))
-    sp = dataclasses.replace(free.space, tp_values=(2,), ep_values=(8,), pp_values=(2,),
-                             dp_values=(4,), cp_values=(1,))
-    cm = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
-    plan = search_plan(cm)
-    assert plan.best is not None and (plan.best.strategy.pp, plan.best.strategy.dp) == (2, 4)
-    ex = build_export(plan, "vllm", model=cm.model, devices_per_node=8)
+    ex = _export_at_degrees(free, "vllm", st)
     assert any("vLLM numbers ranks DP outermost" in u for u in ex.unexpressed), ex.unexpressed
     r = CliRunner().invoke(app, ["plan", "--model", "kimi-k2", "--cluster", "h100-sxm:16",
                                  "--phase", "serve", "--isl", "2048", "--osl", "512",
@@ -1712,9 +1717,7 @@ def test_trtllm_partial_expert_parallel_over_nodes_is_left_out():
     inside each node and its expert-TP groups across, where l2s priced the all-to-all across.
     Such layouts are outside TensorRT-LLM's space; EP over the whole stage, or any split
     inside one node, stays; an unrestricted plan of it exports with the reason."""
-    import dataclasses
 
-    from learn_to_shard.cost.model import CostModel
     from learn_to_shard.parallel.strategy import Strategy
 
     wl = make_workload("serve", isl=1024, osl=256, dtype="fp8")
@@ -1728,12 +1731,7 @@ def test_trtllm_partial_expert_parallel_over_nodes_is_left_out():
                           engine="trtllm")
     inside = Strategy(tp=8, ep=4, pp=1, dp=1, batch=64)
     assert not any(v.startswith("engine_degrees") for v in one.space.violations(inside))
-    sp = dataclasses.replace(free.space, tp_values=(16,), ep_values=(8,), pp_values=(1,),
-                             dp_values=(1,), cp_values=(1,))
-    cm = CostModel(free.model, free.cluster, free.workload, config=free.config, space=sp)
-    plan = search_plan(cm)
-    assert plan.best is not None and plan.best.strategy.ep == 8
-    ex = build_export(plan, "trtllm", model=cm.model, devices_per_node=8)
+    ex = _export_at_degrees(free, "trtllm", st)
     assert any("TensorRT-LLM numbers expert-parallel ranks innermost" in u
                for u in ex.unexpressed), ex.unexpressed
 
