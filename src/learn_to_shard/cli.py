@@ -753,8 +753,6 @@ def plan_cmd(
             err.print("error: --export: no feasible strategy to export", highlight=False)
             if quiet and not json_out and result.reasons:
                 # -q prints no plan, so the reasons it would give go on this line's heels
-                from .report.plan import join_reasons
-
                 err.print(f"no feasible strategy: {join_reasons(list(result.reasons))}",
                           markup=False, highlight=False)
             raise typer.Exit(code=1)
