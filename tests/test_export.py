@@ -1757,3 +1757,33 @@ def test_sglang_servers_whose_even_node_split_moves_a_group_are_left_out():
                                 Strategy(tp=2, ep=1, pp=3, dp=3, batch=12))
     assert not any(v.startswith("engine_degrees") for v in cm.space.violations(
         Strategy(tp=2, ep=1, pp=2, dp=4, batch=16)))         # 16 GPUs: two whole nodes
+
+
+def test_rank_order_rules_at_their_edges():
+    """From a breaker of the three rank-order rules: TensorRT-LLM's EP-innermost order moves
+    expert-TP groups across a node wherever a stage straddles one, not only where it is wider
+    (TP1 × attention-DP6 stages of 6 on nodes of 8, EP3); vLLM's DP-outermost order places a
+    server whose TP groups are whole nodes as the mesh does (TP8 PP2 DP2 on 32 H100s); a
+    SGLang server over two GB200 NVL72 domains splits over 4-GPU hosts as the mesh fills the
+    domains; and an unrestricted plan that SGLang would place otherwise exports with the
+    reason, as the vLLM and TensorRT-LLM ones do."""
+    import numpy as np
+
+    from learn_to_shard.parallel.space import even_split_differs
+    from learn_to_shard.parallel.strategy import Strategy
+
+    wl = make_workload("decode", context=2048, dtype="fp8")
+    _refused_only_under("trtllm", "kimi-k2", "h100-sxm:24", wl,
+                        Strategy(tp=1, ep=3, pp=4, dp=6, batch=12))
+    for model in ("deepseek-v3", "qwen3-235b-a22b"):
+        vl = make_cost_model(model, "h100-sxm:32", wl, cost_config("vllm"), engine="vllm")
+        assert not any(v.startswith("engine_degrees") for v in vl.space.violations(
+            Strategy(tp=8, ep=16, pp=2, dp=2, batch=8)))
+    assert not even_split_differs(np.array([8]), np.array([32]), np.array([4]), np.array([3]),
+                                  np.array([32]), 4, 72, True)[0]
+    wl2 = make_workload("serve", isl=1024, osl=256, dtype="fp8")
+    _, free = _refused_only_under("sglang", "qwen3-235b-a22b", "h100-sxm:24", wl2,
+                                  Strategy(tp=2, ep=2, pp=3, dp=3, batch=12))
+    ex = _export_at_degrees(free, "sglang", Strategy(tp=2, ep=2, pp=3, dp=3, batch=12))
+    assert any("SGLang runs the same number of the server's ranks on each node" in u
+               for u in ex.unexpressed), ex.unexpressed

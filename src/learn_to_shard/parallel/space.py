@@ -72,7 +72,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("engine_degrees", "the engine cannot launch these degrees (vLLM: ep is 1 or tp × dp; "
      "SGLang over several nodes: every stage started by its per-node rank ranges, on nodes "
      "the cluster has with the devices each runs; "
-     "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1)"),
+     "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1), or would place "
+     "them on other links than priced (vLLM's DP-outermost ranks with pp > 1 and dp > 1 "
+     "over several nodes, TensorRT-LLM's EP-innermost ranks with 1 < ep < tp on a stage "
+     "across nodes, SGLang's even split of a server over its nodes)"),
     ("engine_layout", "the engine's kernels do not implement this per-operator layout "
      "(engines run Megatron's layout plus the variants their profile lists)"),
     ("context_parallel", "cp must divide tp and be at most tp / num_key_value_heads (MLA: tp): "
@@ -131,9 +134,31 @@ def batch_grid(dp_values: tuple[int, ...] = (1,), max_log2: int = MAX_BATCH_LOG2
     return tuple(sorted(v for v in vals if v <= top))
 
 
-def even_split_differs(tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, pp: np.ndarray,
-                       group: np.ndarray, host_devices: int, domain: int, moe: bool
-                       ) -> np.ndarray:
+def dp_outer_differs(tp: np.ndarray | int, dp: np.ndarray | int, pp: np.ndarray | int,
+                     domain: int) -> np.ndarray:
+    """``[n]`` bool: MoE servers that vLLM's DP-outermost rank order (``dp × pp × tp``,
+    ``engines.EngineProfile.dp_outer_ranks``) places on other links than the mesh's
+    PP-outermost one: ``pp > 1`` and ``dp > 1`` over more than one scale-up domain of
+    ``domain`` devices, unless each TP group is whole domains (``tp`` a multiple of the
+    domain), where every group and hop lands alike in both."""
+    tp, dp, pp = (np.asarray(a, dtype=np.int64) for a in (tp, dp, pp))
+    return (pp > 1) & (dp > 1) & (tp * pp * dp > domain) & (tp % domain != 0)
+
+
+def ep_inner_differs(group: np.ndarray | int, ep: np.ndarray | int, mesh: Mesh) -> np.ndarray:
+    """``[n]`` bool: MoE stages of ``group`` ranks that TensorRT-LLM's EP-innermost order
+    (``engines.EngineProfile.ep_inner_ranks``) places on other links than the mesh's
+    expert-TP-innermost one: ``1 < ep < group`` on a stage that crosses a node boundary
+    somewhere in the cluster (:meth:`Mesh.in_node` of the stage: wider than a domain, or
+    straddling one, as stages of 6 laid back to back on nodes of 8 do)."""
+    g, e = np.asarray(group, dtype=np.int64), np.asarray(ep, dtype=np.int64)
+    return (e > 1) & (e < g) & ~mesh.in_node(g)
+
+
+def even_split_differs(tp: np.ndarray | list[int], ep: np.ndarray | list[int],
+                       dp: np.ndarray | list[int], pp: np.ndarray | list[int],
+                       group: np.ndarray | list[int], host_devices: int, domain: int,
+                       moe: bool) -> np.ndarray:
     """``[n]`` bool: servers whose links differ between SGLang's placement and the mesh's.
 
     SGLang runs the same number of a server's ranks on each of its ``nnodes = ceil(world /
@@ -163,7 +188,10 @@ def even_split_differs(tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, pp: np.nd
         nnodes = -(-w // max(host_devices, 1))
         if w % nnodes:
             continue                           # node_ranks_cover refuses it already
-        fill, even = Mesh(w, domain), Mesh(w, w // nnodes)
+        # SGLang's share of each host; a domain of several hosts (GB200 NVL72's) holds
+        # domain // host of them
+        fill = Mesh(w, domain)
+        even = Mesh(w, (w // nnodes) * max(domain // max(host_devices, 1), 1))
         extents = [t] + ([g, max(g // max(e, 1), 1)] if moe else [])
         ext = np.array(extents)
         differs[i] = bool(
@@ -436,13 +464,9 @@ class StrategySpace:
         if eng.dp_ranks_in_nodes and moe:
             bad |= ~dp_ranks_fit_nodes(tp * pp, dp, min(dev.host_devices, n), n)
         if eng.dp_outer_ranks and moe:
-            # ranks DP outermost: the orders price alike only where one scale-up domain (a
-            # node; GB200 NVL72's whole domain of hosts) holds the server
-            bad |= (pp > 1) & (dp > 1) & (tp * pp * dp > self.cluster.devices_per_node)
+            bad |= dp_outer_differs(tp, dp, pp, self.cluster.devices_per_node)
         if eng.ep_inner_ranks and moe:
-            # EP innermost: priced expert-TP-innermost only where one domain holds the stage
-            # or no stage splits its experts both ways
-            bad |= (ep > 1) & (ep < tp * dp) & (tp * dp > self.cluster.devices_per_node)
+            bad |= ep_inner_differs(tp * dp, ep, Mesh(n, self.cluster.devices_per_node))
         if eng.ep_full_or_none and self.model.is_moe:
             bad |= (ep != 1) & (ep != tp * dp)
         if eng.ep_whole_group and self.model.is_moe:

@@ -64,13 +64,24 @@ from ..hardware.presets import parse_cluster
 from ..hardware.spec import DeviceSpec
 from ..model.hf_config import shipped_repo_ids
 from ..model.spec import AttentionKind, ModelSpec
+from ..parallel.mesh import Mesh
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
+from ..parallel.space import dp_outer_differs, ep_inner_differs, even_split_differs
 from ..parallel.strategy import Strategy
 from ..workload import DType, Phase
 from .plan import Plan
 
 #: The engines ``--export`` accepts.
 EXPORT_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def _domain(device: DeviceSpec | None, cluster_devices: int | None, node_size: int) -> int:
+    """Devices of one scale-up domain as the mesh counts them (``ClusterSpec.
+    devices_per_node``): the device's NVLink domain, at most the cluster; ``node_size``
+    where the plan's cluster is not readable here."""
+    if device is not None and cluster_devices:
+        return min(device.scale_up_domain, cluster_devices)
+    return node_size
 
 
 def sglang_max_running_requests(batch_per_server: int, dp: int, pp: int) -> int:
@@ -807,9 +818,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 f"VLLM_RAY_DP_PACK_STRATEGY=span, over whole nodes when tp × pp is a multiple "
                 f"of the node size), and this cluster's nodes hold fewer such ranks than the "
                 f"plan needs; plan with --engine vllm for a layout it places")
-        domain = min(device.scale_up_domain, cluster_devices) \
-            if device is not None and cluster_devices else node_size
-        if dp > 1 and s.pp > 1 and gpus > max(domain, 1):
+        domain = _domain(device, cluster_devices, node_size)
+        if moe and bool(dp_outer_differs(s.tp, dp, s.pp, max(domain, 1))):
             # vllm/distributed/parallel_state.py initialize_model_parallel (vLLM 0.33.0):
             # ranks DP outermost (engines.EngineProfile.dp_outer_ranks)
             unexpressed.append(
@@ -1013,6 +1023,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                f"number of ranks on every node, so some stage of this layout "
                                f"never starts or needs GPUs a node of this cluster lacks; plan "
                                f"with --engine sglang for a layout it launches")
+        elif nodes > 1 and devices_per_node and bool(even_split_differs(
+                [s.tp], [s.ep], [dp], [s.pp], [s.tp * dp if moe else s.tp], devices_per_node,
+                _domain(device, cluster_devices, devices_per_node), moe)[0]):
+            unexpressed.append(f"tp={s.tp * dp} pp={s.pp} over {nodes} nodes: SGLang runs the "
+                               f"same number of the server's ranks on each node, where the "
+                               f"plan priced each node filled first, so some TP group, "
+                               f"expert group or pipeline hop lands on the other side of a "
+                               f"node boundary than priced; plan with --engine sglang for a "
+                               f"layout priced as SGLang places it")
         if nodes > 1:
             args += ["--nnodes", str(nodes), "--node-rank", "0",
                      "--dist-init-addr", "NODE0_HOST:5000"]
@@ -1070,9 +1089,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if moe:
             yaml_cfg["moe_expert_parallel_size"] = s.ep
             yaml_cfg["moe_tensor_parallel_size"] = group // max(1, s.ep)
-            domain = min(device.scale_up_domain, cluster_devices) \
-                if device is not None and cluster_devices else node_size
-            if 1 < s.ep < group and group > max(domain, 1):
+            domain = max(_domain(device, cluster_devices, node_size), 1)
+            if bool(ep_inner_differs(group, s.ep, Mesh(cluster_devices or group, domain))):
                 # tensorrt_llm/mapping.py Mapping (engines.EngineProfile.ep_inner_ranks)
                 unexpressed.append(
                     f"moe_expert_parallel_size {s.ep} × moe_tensor_parallel_size "
