@@ -24,6 +24,12 @@ class EngineRefusalError(ConfigError):
     the engine (exit 2), an infeasible cell with the reason in a sweep over engines."""
 
 
+class ContextLengthError(ConfigError):
+    """A request longer than the model's positions (``cost.model.check_context``): bad input
+    to a command (exit 2), an infeasible cell with the reason in a sweep whose grid pairs a
+    long workload with a short-context model."""
+
+
 class UnsupportedModelError(PlannerError):
     """A well-formed model config whose architecture the planner cannot model."""
 

@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ContextLengthError
 from ..hardware.spec import ClusterSpec
 from ..model.spec import ModelSpec
 from ..parallel.mesh import Mesh
@@ -267,7 +267,7 @@ def check_context(model: ModelSpec, workload: Workload) -> None:
     serve it; the engines refuse it), before any search.
 
     Raises:
-        ConfigError: naming the flag (``--context``, ``--isl`` or ``--isl + --osl``, with
+        ContextLengthError: naming the flag (``--context``, ``--isl`` or ``--isl + --osl``, with
             ``--images-per-request`` where images fill the prompt), the request's tokens and
             the limit (the YaRN-extended one where the config's ``rope_scaling`` sets it).
     """
@@ -283,7 +283,7 @@ def check_context(model: ModelSpec, workload: Workload) -> None:
                 else f"{model.name}'s max_position_embeddings {limit}")
         if model.positions_default:
             what += f" ({model.positions_default})"
-        raise ConfigError(
+        raise ContextLengthError(
             f"{flag}: a request of {workload.max_context} tokens exceeds {what} "
             f"({model.source or 'config.json'}); use at most {limit} tokens, or a "
             f"config.json whose max_position_embeddings (or rope_scaling) allows more")

@@ -180,7 +180,7 @@ _TF = "huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419"
 #: where each is defined (``src/transformers/models/<dir>/configuration_<dir>.py``). Without
 #: it a config that omits the field would plan and export any context length. Families whose
 #: config class is remote code (``kimi_k2``, ``internlm2``) are absent: such a config must
-#: state the field.
+#: state the field. Gemma-3's default comes with the rest of :data:`_GEMMA3_TEXT_DEFAULTS`.
 TRANSFORMERS_MAX_POSITIONS: dict[str, tuple[int, str]] = {
     "llama": (2048, f"{_TF} llama"),
     "mistral": (4096 * 32, f"{_TF} mistral"),
@@ -202,8 +202,6 @@ TRANSFORMERS_MAX_POSITIONS: dict[str, tuple[int, str]] = {
     "minimax_m2": (196608, f"{_TF} minimax_m2"),
     "gemma": (8192, f"{_TF} gemma"),
     "gemma2": (8192, f"{_TF} gemma2"),
-    "gemma3_text": (131072, "huggingface/transformers@d98ac17cc00f337eeee9a1e2380072dc8cafabd4 "
-                            "gemma3 (Gemma3TextConfig)"),
     "phi3": (4096, f"{_TF} phi3"),
     "granite": (2048, f"{_TF} granite"),
     "olmo2": (2048, f"{_TF} olmo2"),

@@ -156,9 +156,8 @@ def ep_inner_differs(group: np.ndarray | int, ep: np.ndarray | int, mesh: Mesh) 
 
 
 def even_split_differs(tp: np.ndarray | list[int], ep: np.ndarray | list[int],
-                       dp: np.ndarray | list[int], pp: np.ndarray | list[int],
-                       group: np.ndarray | list[int], host_devices: int, domain: int,
-                       moe: bool) -> np.ndarray:
+                       pp: np.ndarray | list[int], group: np.ndarray | list[int],
+                       host_devices: int, domain: int, moe: bool) -> np.ndarray:
     """``[n]`` bool: servers whose links differ between SGLang's placement and the mesh's.
 
     SGLang runs the same number of a server's ranks on each of its ``nnodes = ceil(world /
@@ -172,7 +171,7 @@ def even_split_differs(tp: np.ndarray | list[int], ep: np.ndarray | list[int],
     expert groups (its all-to-all and expert TP) and the pipeline hops stay inside a node
     under each, and says where any differs: the price would be another placement's.
     """
-    tp, ep, dp, pp = (np.asarray(a, dtype=np.int64) for a in (tp, ep, dp, pp))
+    tp, ep, pp = (np.asarray(a, dtype=np.int64) for a in (tp, ep, pp))
     group = np.asarray(group, dtype=np.int64)
     world = group * pp
     out = np.zeros(len(tp), dtype=bool)
@@ -180,10 +179,10 @@ def even_split_differs(tp: np.ndarray | list[int], ep: np.ndarray | list[int],
     if not cand.any():
         return out
     rows = np.flatnonzero(cand)
-    keys = np.stack([tp[rows], ep[rows], dp[rows], pp[rows], group[rows]], axis=1)
+    keys = np.stack([tp[rows], ep[rows], pp[rows], group[rows]], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     differs = np.zeros(len(uniq), dtype=bool)
-    for i, (t, e, _d, p, g) in enumerate(uniq.tolist()):
+    for i, (t, e, p, g) in enumerate(uniq.tolist()):
         w = g * p
         nnodes = -(-w // max(host_devices, 1))
         if w % nnodes:
@@ -455,7 +454,7 @@ class StrategySpace:
         if eng.node_rank_ranges:
             group = tp * dp if moe else tp
             bad |= ~node_ranks_cover(group, pp, min(dev.host_devices, n), n, servers)
-            bad |= even_split_differs(tp, ep, dp, pp, group, min(dev.host_devices, n),
+            bad |= even_split_differs(tp, ep, pp, group, min(dev.host_devices, n),
                                       self.cluster.devices_per_node, moe)
         # Every engine: servers keep to node boundaries (an NVLink domain of several hosts,
         # GB200 NVL72's, where the devices have one).

@@ -75,15 +75,6 @@ from .plan import Plan
 EXPORT_ENGINES = ("vllm", "sglang", "trtllm")
 
 
-def _domain(device: DeviceSpec | None, cluster_devices: int | None, node_size: int) -> int:
-    """Devices of one scale-up domain as the mesh counts them (``ClusterSpec.
-    devices_per_node``): the device's NVLink domain, at most the cluster; ``node_size``
-    where the plan's cluster is not readable here."""
-    if device is not None and cluster_devices:
-        return min(device.scale_up_domain, cluster_devices)
-    return node_size
-
-
 def sglang_max_running_requests(batch_per_server: int, dp: int, pp: int) -> int:
     """SGLang's ``--max-running-requests`` for a server of ``batch_per_server`` running
     requests over ``dp`` attention-DP ranks and ``pp`` pipeline stages: SGLang divides it
@@ -705,10 +696,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     if wl.phase is not Phase.SERVE:
         notes.append(f"the plan is for the {wl.phase.value} phase; the engine serves mixed "
                      f"steps, so its numbers apply to a server fed only {wl.phase.value} work")
+    # the scale-up domain as the mesh counts it (ClusterSpec.devices_per_node), for the checks
+    # of the engines' rank orders
+    mesh_domain = max(node_size, 1)
     try:
         cluster_spec = plan.cluster_spec or parse_cluster(plan.cluster)
         device: DeviceSpec | None = cluster_spec.device
         cluster_devices: int | None = cluster_spec.num_devices
+        mesh_domain = cluster_spec.devices_per_node
     except PlannerError:
         device, cluster_devices = None, None   # the plan's cluster file unreadable here
     if nodes > 1:
@@ -818,13 +813,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 f"VLLM_RAY_DP_PACK_STRATEGY=span, over whole nodes when tp × pp is a multiple "
                 f"of the node size), and this cluster's nodes hold fewer such ranks than the "
                 f"plan needs; plan with --engine vllm for a layout it places")
-        domain = _domain(device, cluster_devices, node_size)
-        if moe and bool(dp_outer_differs(s.tp, dp, s.pp, max(domain, 1))):
+        if moe and bool(dp_outer_differs(s.tp, dp, s.pp, mesh_domain)):
             # vllm/distributed/parallel_state.py initialize_model_parallel (vLLM 0.33.0):
             # ranks DP outermost (engines.EngineProfile.dp_outer_ranks)
             unexpressed.append(
                 f"--pipeline-parallel-size {s.pp} with --data-parallel-size {dp} over "
-                f"{gpus} GPUs, more than one NVLink domain of {domain}: vLLM numbers ranks DP "
+                f"{gpus} GPUs, more than one NVLink domain of {mesh_domain}: vLLM numbers "
+                f"ranks DP "
                 f"outermost, so each stage's expert all-to-all runs over every domain the "
                 f"server spans and its pipeline hops inside one, where the plan priced ranks PP "
                 f"outermost (the all-to-all inside a domain, the hops across); plan with "
@@ -1024,8 +1019,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                f"never starts or needs GPUs a node of this cluster lacks; plan "
                                f"with --engine sglang for a layout it launches")
         elif nodes > 1 and devices_per_node and bool(even_split_differs(
-                [s.tp], [s.ep], [dp], [s.pp], [s.tp * dp if moe else s.tp], devices_per_node,
-                _domain(device, cluster_devices, devices_per_node), moe)[0]):
+                [s.tp], [s.ep], [s.pp], [s.tp * dp if moe else s.tp], devices_per_node,
+                mesh_domain, moe)[0]):
             unexpressed.append(f"tp={s.tp * dp} pp={s.pp} over {nodes} nodes: SGLang runs the "
                                f"same number of the server's ranks on each node, where the "
                                f"plan priced each node filled first, so some TP group, "
@@ -1089,13 +1084,13 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if moe:
             yaml_cfg["moe_expert_parallel_size"] = s.ep
             yaml_cfg["moe_tensor_parallel_size"] = group // max(1, s.ep)
-            domain = max(_domain(device, cluster_devices, node_size), 1)
-            if bool(ep_inner_differs(group, s.ep, Mesh(cluster_devices or group, domain))):
+            if bool(ep_inner_differs(group, s.ep,
+                                     Mesh(cluster_devices or group, mesh_domain))):
                 # tensorrt_llm/mapping.py Mapping (engines.EngineProfile.ep_inner_ranks)
                 unexpressed.append(
                     f"moe_expert_parallel_size {s.ep} × moe_tensor_parallel_size "
-                    f"{group // s.ep} over a stage of {group} GPUs, more than one NVLink "
-                    f"domain of {domain}: TensorRT-LLM numbers expert-parallel ranks "
+                    f"{group // s.ep} over a stage of {group} GPUs across NVLink domains "
+                    f"of {mesh_domain}: TensorRT-LLM numbers expert-parallel ranks "
                     f"innermost, so its expert-TP groups cross domains where the plan priced "
                     f"the all-to-all across them (expert TP innermost); plan with --engine "
                     f"trtllm for a layout priced as TensorRT-LLM places it")

@@ -39,8 +39,8 @@ import time
 
 from .. import __version__
 from ..api import check_engine_serves, cost_config, make_cost_model, search_plan
-from ..cost.model import CostModel, check_context
-from ..errors import ConfigError, EngineRefusalError, PlannerError
+from ..cost.model import CostModel
+from ..errors import ContextLengthError, EngineRefusalError, PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
 from ..report.plan import Plan, join_reasons
@@ -197,27 +197,13 @@ def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, 
     return row
 
 
-def context_refusal(cell: Cell) -> str | None:
-    """Why no strategy can serve the cell's workload on its model, in the grid's field names:
-    its longest request beyond the model's positions
-    (:func:`~learn_to_shard.cost.model.check_context`, whose message names ``l2s plan``'s
-    flags); ``None`` where it fits or the model does not load (the cell's run says why).
-    One model of a grid with a shorter context than the workload leaves that pair's cells
-    infeasible, the others run."""
-    try:
-        spec = load_model(cell.model)
-        w = cell.workload.workload(spec, cell.engine.name)
-    except PlannerError:
-        return None
-    try:
-        check_context(spec, w)
-    except ConfigError as exc:
-        text = str(exc)
-        for flag, field in (("--isl + --osl", "isl + osl"), ("--context", "context"),
-                            ("--images-per-request", "images_per_request"), ("--isl", "isl")):
-            text = text.replace(flag, field)
-        return text
-    return None
+def _grid_field_names(message: str) -> str:
+    """A :class:`~learn_to_shard.errors.ContextLengthError`'s message with ``l2s plan``'s flags
+    spelled as the grid's workload fields (``--isl + --osl`` → ``isl + osl``)."""
+    for flag, field in (("--isl + --osl", "isl + osl"), ("--context", "context"),
+                        ("--images-per-request", "images_per_request"), ("--isl", "isl")):
+        message = message.replace(flag, field)
+    return message
 
 
 def run_cell(cell: Cell) -> dict[str, object]:
@@ -225,26 +211,23 @@ def run_cell(cell: Cell) -> dict[str, object]:
 
     Returns:
         The row (a dict over :data:`COLUMNS`): an infeasible row with the reason where the
-        cell's requests exceed the model's positions (:func:`context_refusal`) or its engine
-        cannot serve the model on its device
+        cell's requests exceed the model's positions
+        (:class:`~learn_to_shard.errors.ContextLengthError`, in the grid's field names) or its
+        engine cannot serve the model on its device
         (:class:`~learn_to_shard.errors.EngineRefusalError`), as ``l2s size`` leaves such a
         device out; on any other exception the row of :func:`error_row`, never a raise.
     """
     t0 = time.perf_counter()
     try:
         _one_thread()
-        why = context_refusal(cell)
-        if why is not None:              # no strategy can serve it: an answer, as below
-            row = empty_row(cell)
-            row.update(feasible=False, reasons=why, wall_s=time.perf_counter() - t0)
-            return row
         cm = cost_model_of(cell)
         plan = search_plan(cm, method=cell.searcher, budget=cell.budget, seed=cell.seed,
                            engine=cell.engine.name)
         return plan_row(cell, plan, cm, time.perf_counter() - t0)
-    except EngineRefusalError as exc:   # the engine cannot serve it there: an answer
+    except (EngineRefusalError, ContextLengthError) as exc:   # no strategy serves it: an answer
         row = empty_row(cell)
-        row.update(feasible=False, reasons=str(exc), wall_s=time.perf_counter() - t0)
+        why = _grid_field_names(str(exc)) if isinstance(exc, ContextLengthError) else str(exc)
+        row.update(feasible=False, reasons=why, wall_s=time.perf_counter() - t0)
         return row
     except Exception as exc:   # noqa: BLE001 -- a failing cell is recorded, the sweep goes on
         return error_row(cell, exc, time.perf_counter() - t0)

@@ -37,7 +37,7 @@ from ..api import (
 )
 from ..errors import ConfigError, PlannerError
 from ..hardware.presets import parse_cluster
-from ..model.hf_config import load_model, shipped_model_names
+from ..model.hf_config import load_model
 from ..model.spec import ModelSpec
 from ..units import parse_duration_s, to_ms
 from ..workload import Workload
@@ -429,8 +429,6 @@ def _digest(value: Any) -> str:
 
 
 def _model_digest(model: str) -> str | None:
-    if model in shipped_model_names():
-        return None
     try:
         spec = load_model(model)
     except PlannerError:
