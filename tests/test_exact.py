@@ -703,6 +703,24 @@ def test_exact_equals_brute_force_under_a_concurrency_cap(data):
     check_exact_equals_brute_force(capped)
 
 
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_exact_equals_brute_force_when_clients_bound_the_throughput(data):
+    """A closed loop whose clients spend the front-end time outside the engine completes at
+    most ``C / (f + L)`` requests per second (``aggregate.latency``): the bound falls with the
+    step time and the batch's share, so the solver's cell bounds still hold; exact equals
+    brute force with it binding or not (``f`` from nothing to far beyond a slot's time)."""
+    import dataclasses
+
+    cm = data.draw(problems(max_rows=20_000, phase=Phase.SERVE))
+    c = data.draw(st.integers(1, 64))
+    f = data.draw(st.sampled_from([1e-7, 1e-5, 1e-3, 1e-1, 10.0]))
+    bound = CostModel(cm.model, cm.cluster, dataclasses.replace(cm.workload, concurrency=c),
+                      dataclasses.replace(cm.config, frontend_latency_s=f), cm.space)
+    check_exact_equals_brute_force(bound)
+
+
 def test_concurrency_rule_caps_the_batch_per_replica():
     """16 clients on 8 GPUs: a TP2 layout has 4 replicas, so at most 4 requests each."""
     cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",

@@ -1327,3 +1327,43 @@ def test_num_prompts_is_the_fleets_and_the_default_each_replicas():
     per_client = -(-conc // big["replicas"])
     assert big["default_requests_per_replica"] == max(DEFAULT_NUM_PROMPTS, 2 * per_client)
     assert any("the fleet's --num-prompts 10000" in t for _, t in simulation_notes([big]))
+
+
+def test_a_closed_loop_of_few_clients_is_bounded_by_their_front_end_time():
+    """One client sending 1,024-token prompts for one output token to vLLM on one H100: each
+    request spends the profile's front-end time (60 ms) outside the engine and ~27 ms in it,
+    so one client completes a request per ~87 ms, whatever the batch slots could take. The
+    plan's tokens/s per device was the slot's rate (37.6, 3.3x the simulated 11.4) and the
+    simulation's ratio to it read 0.30x with both models agreeing; now the plan prices the
+    client's cycle (``aggregate.latency``: at most ``C · osl / (f + L)``) and the ratio is
+    taken at the occupancy the simulation reached (0.3 running)."""
+    from learn_to_shard.api import cost_config
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.serving import simulate_estimate
+
+    wl = make_workload("serve", isl=1024, osl=1, concurrency=1)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", wl, config=cost_config("vllm"))
+    f = cm.config.frontend_latency_s
+    assert f >= 0.05
+    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=1, dims=MEGATRON_DIMS)
+    est = cm.evaluate(s)
+    free = CostModel(cm.model, cm.cluster, make_workload("serve", isl=1024, osl=1),
+                     config=cm.config).evaluate(s)
+    # The slots alone would run a request per engine pass; the client's cycle adds f.
+    assert est.tokens_per_s_per_device == pytest.approx(1.0 / est.ttft_s, rel=0.02)
+    assert est.tokens_per_s_per_device < 0.5 * free.tokens_per_s_per_device
+    sim = simulate_estimate(cm, est, ServingLoad(concurrency=1, num_prompts=200))
+    assert sim["simulated"]["mean_running"] < 0.5
+    assert sim["tokens_per_s_per_device"] == pytest.approx(est.tokens_per_s_per_device,
+                                                           rel=0.05)
+    assert sim["sim_over_analytic"]["output_tokens_per_s"] == pytest.approx(1.0, abs=0.05)
+    # Long outputs: the front-end is a small part of a client's cycle, and the bound is
+    # within 1% of the slots' rate.
+    long_wl = make_workload("serve", isl=1024, osl=1024, concurrency=1)
+    a = make_cost_model("llama-3.1-8b", "h100-sxm:1", long_wl, config=cost_config("vllm"))
+    b = CostModel(a.model, a.cluster, make_workload("serve", isl=1024, osl=1024),
+                  config=a.config)
+    ratio = a.evaluate(s).tokens_per_s_per_device / b.evaluate(s).tokens_per_s_per_device
+    assert 0.99 < ratio < 1.0

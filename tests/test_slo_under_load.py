@@ -129,6 +129,8 @@ def test_a_rate_above_capacity_is_overloaded_even_where_a_short_run_hides_it():
         app, [*base, "--request-rate", f"{1.08 * replicas * capacity:.6g}"]).stdout.split())
     assert "is overloaded: the" in text and "queue grows without bound" in text
     assert f"needs at least {math.ceil(1.08 * replicas - 1e-9)} replicas" in text
+    # The count and the capacity it was counted with are said together.
+    assert f"replicas of it at {capacity:.4g} requests/s each" in text
     near = CliRunner().invoke(app, [*base, "--request-rate",
                                     f"{0.95 * replicas * capacity:.6g}", "--json",
                                     "--no-timing"])
@@ -172,15 +174,15 @@ def test_replicas_needed_counts_instances_and_exceeds_an_overloaded_plan():
             "capacity_requests_per_s": 9.46, "utilization": 9.0 / 9.46, "overloaded": True,
             "queue_grows": True, "simulated": {"requests_per_s": 7.27},
             "lengths": {"dataset": "random"}, "scheduler": {}, "replica_share": ""}
-    assert _replicas_needed(base) == (2, 1)
+    assert _replicas_needed(base) == (2, 1, 7.27)      # what it served: below the capacity
     text = " ".join(t for _, t in simulation_notes([base]))
-    assert "needs at least 2 replicas of it (1 now)" in text
+    assert "needs at least 2 replicas of it at 7.27 requests/s each (1 now)" in text
     # tp1 dp2 on 8 GPUs: 4 instances simulated as 8 ranks of 12.5 req/s each.
     dense = {**base, "offered_requests_per_s": 50.0, "replicas": 8, "dp_ranks_as_replicas": 2,
              "capacity_requests_per_s": 12.0, "utilization": 50.0 / 12.0, "queue_grows": False}
-    assert _replicas_needed(dense) == (17, 4)          # 34 ranks of 12 req/s: 17 instances
+    assert _replicas_needed(dense) == (17, 4, 24.0)    # 34 ranks of 12 req/s: 17 instances
     near = {**dense, "offered_requests_per_s": 11.4, "utilization": 0.95, "overloaded": False}
-    assert _replicas_needed(near, 0.9) == (5, 4)        # 8 x 11.4 / (0.9 x 12) = 8.4 ranks
+    assert _replicas_needed(near, 0.9)[:2] == (5, 4)    # 8 x 11.4 / (0.9 x 12) = 8.4 ranks
 
 
 def test_an_exported_plan_carries_its_load_warnings_and_osl_1_has_no_tpot():

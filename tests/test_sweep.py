@@ -1032,3 +1032,20 @@ def test_cli_size_prefill_looser_slo_never_needs_more_devices(tmp_path):
         "4096", "--ttft-slo", "3us", "--devices", "h100-sxm", "--max-devices", "1",
         "--workers", "1", "--out", str(tmp_path / "3us"), "--quiet"])
     assert r.exit_code == 1 and "workloads[" not in r.output, r.output
+
+
+def test_a_cell_of_one_client_and_one_output_token():
+    """A closed loop of one client asking for one output token: the cluster completes one
+    request per client cycle (front-end time plus the request's TTFT in the engine), not one
+    per engine pass, and the row has no TPOT (no token follows the first), as ``l2s plan``
+    says. The row said 36 requests/s on three GPUs where one client can send 11."""
+    grid = grid_from_data({
+        "models": ["llama-3.1-8b"], "clusters": ["h100-sxm:3"], "engines": ["vllm"],
+        "workloads": [{"name": "c1", "phase": "serve", "isl": 2048, "osl": 1,
+                       "concurrency": 1}],
+        "searchers": ["exact"]})
+    (cell,) = expand(grid)
+    row = run_cell(cell)
+    assert row["error"] is None and row["feasible"]
+    assert row["tpot_s"] is None and row["ttft_s"] > 0
+    assert row["cluster_tokens_per_s"] == pytest.approx(1.0 / row["ttft_s"], rel=0.02)

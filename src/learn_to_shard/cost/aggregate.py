@@ -16,6 +16,10 @@ memory peak, limit checks and objective through these functions, so the formulas
 * prefill: makespan ``Σ_s t_s + (pp − 1)·t_p2p + (m − 1)·max_s t_s`` = TTFT, prompt tokens/s
   ``batch · isl / makespan``;
 * tokens/s per device of the whole cluster: an instance's times ``floor(N / devices) / N``;
+  with a closed loop of ``C`` clients, at most ``C · osl / (f + L)`` over the ``N`` devices,
+  where ``f`` is the front-end time and ``L = osl · TPOT / share`` a request's time in its
+  batch slot (each client's cycle, Little's law), and a client's wait for a slot
+  ``max(0, q · L − f)`` with ``q`` clients waiting per running request;
 * per-device memory of a stage: ``weights + KV / kv_cache_free_fraction + workspace``; it
   fits when the worst stage is at most the usable memory;
 * feasible = structurally valid, fits, TPOT and TTFT within their SLOs (where the phase has
@@ -76,7 +80,8 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
             ttft_pass_s: np.ndarray | None = None,
             chunk_steps: np.ndarray | None = None,
             frontend_latency_s: float = 0.0,
-            queued: np.ndarray | float = 0.0) -> Latency:
+            queued: np.ndarray | float = 0.0,
+            clients_per_device: float = 0.0) -> Latency:
     """Pipeline latencies and throughput (module docstring).
 
     Args:
@@ -93,14 +98,23 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
             (:attr:`~learn_to_shard.cost.config.CostModelConfig.frontend_latency_s`).
         queued: serve: closed-loop clients waiting for a batch slot, per running request
             (:meth:`~learn_to_shard.cost.model.CostModel.closed_loop_queue`); each waits
-            ``queued`` slot lifetimes, ``queued · osl · TPOT / share`` seconds (Little's law
-            on a replica's ``batch`` slots: a slot turns over once per ``osl · TPOT / share``),
-            added to TTFT.
+            ``queued`` slot lifetimes less the front-end time it spends outside the engine,
+            ``max(0, queued · L − f)`` seconds with ``L = osl · TPOT / share`` (Little's law
+            on a replica's ``batch`` slots: a slot turns over once per ``L``; a client's
+            cycle is ``f + wait + L``), added to TTFT.
+        clients_per_device: serve: a closed loop's clients over the cluster's devices
+            (``Workload.concurrency / N``; 0 without one). Each client sends its next request
+            when the previous one finishes, so the cluster completes at most
+            ``C / (f + L)`` requests per second whatever its batch slots: tokens/s per device
+            is at most ``clients_per_device · osl / (f + L)`` (the closed-loop bound of
+            queueing theory; the slots' bound ``replica_frac · batch · share / TPOT`` is the
+            other). With ``f = 0`` the slots' bound is always the lower one.
 
     Returns:
         The :class:`Latency`.
     """
     wait: np.ndarray | float = 0.0
+    tps_dev: np.ndarray | None = None
     if workload.phase is Phase.PREFILL:
         makespan = sum_t + (m_mb - 1) * max_t
         ttft = makespan
@@ -109,14 +123,20 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
     else:
         tpot = np.maximum(sum_t, m_mb * max_t)
         inst = batch * share / tpot
+        slot_s = float(workload.osl) * tpot / share          # a request's time in its slot
+        if workload.phase is Phase.SERVE and clients_per_device > 0:
+            tps_dev = np.minimum(inst * replica_frac, clients_per_device * float(workload.osl)
+                                 / (frontend_latency_s + slot_s))
         if workload.phase is Phase.SERVE and ttft_pass_s is not None:
             assert chunk_steps is not None
-            wait = np.asarray(queued, dtype=np.float64) * float(workload.osl) * tpot / share
+            wait = np.maximum(np.asarray(queued, dtype=np.float64) * slot_s
+                              - frontend_latency_s, 0.0)
             ttft = chunk_steps * ttft_pass_s + frontend_latency_s + wait
         else:
             ttft = np.full(np.broadcast_shapes(np.shape(sum_t), np.shape(batch)), np.nan)
     return Latency(tpot_s=tpot, ttft_s=ttft, instance_tokens_per_s=inst,
-                   tokens_per_s_per_device=inst * replica_frac, ttft_queue_s=wait)
+                   tokens_per_s_per_device=inst * replica_frac if tps_dev is None else tps_dev,
+                   ttft_queue_s=wait)
 
 
 def stage_memory_bytes(weight_bytes: np.ndarray, kv_bytes: np.ndarray,

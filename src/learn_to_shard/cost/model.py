@@ -477,7 +477,8 @@ class CostModel(OperatorTerms):
                                 self.replica_fraction(tp * dp * pp, batch), t2,
                                 ph["chunk_steps"],
                                 self.config.frontend_latency_s,
-                                self.closed_loop_queue(tp * dp * pp, batch))
+                                self.closed_loop_queue(tp * dp * pp, batch),
+                                self.clients_per_device)
         tpot, ttft = lat.tpot_s, lat.ttft_s
         instance_tps, tps_dev = lat.instance_tokens_per_s, lat.tokens_per_s_per_device
 
@@ -571,6 +572,17 @@ class CostModel(OperatorTerms):
             full = np.minimum(full, float(c) / np.maximum(np.asarray(batch, dtype=np.float64),
                                                           1.0))
         return full / n_dev
+
+    @property
+    def clients_per_device(self) -> float:
+        """A serve workload's closed-loop clients over the cluster's devices
+        (``Workload.concurrency / N``), 0 without a closed loop or outside serve: with the
+        front-end time it bounds the cluster's throughput (:func:`~learn_to_shard.cost.
+        aggregate.latency`)."""
+        c = self.workload.concurrency
+        if c is None or self.workload.phase is not Phase.SERVE:
+            return 0.0
+        return float(c) / float(self.cluster.num_devices)
 
     def closed_loop_queue(self, devices: np.ndarray, batch: np.ndarray) -> np.ndarray:
         """Closed-loop clients waiting for a batch slot per running request, ``[n]``:

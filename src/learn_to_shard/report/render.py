@@ -209,8 +209,19 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
     idle = (f"; over all {used + e.idle_devices} devices, {e.idle_devices} idle: "
             f"{e.tokens_per_s_per_device * (used + e.idle_devices) / used:,.1f} per device "
             f"in use" if e.idle_devices and used else "")
+    # A closed loop whose clients spend the front-end time outside the engine completes
+    # fewer requests than its batch slots would (aggregate.latency's clients' bound).
+    slots_bound = e.output_tokens_per_s * min(
+        e.instances, wl.concurrency / max(s.batch, 1) if wl.concurrency else e.instances) \
+        / max(used + e.idle_devices, 1)
+    frontend = float(str(plan.cost_model.get("frontend_latency_s", 0.0) or 0.0))
+    clients = (f"; {wl.concurrency} client{'s' if wl.concurrency != 1 else ''} each "
+               f"{_ms(frontend)} in the front-end per request bound it (the batch slots "
+               f"alone: {slots_bound:,.1f} per device)"
+               if wl.concurrency and frontend > 0
+               and e.tokens_per_s_per_device < slots_bound * (1.0 - 1e-9) else "")
     add("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit_words(plan)}  "
-        f"({e.output_tokens_per_s:,.0f} per instance{idle})")
+        f"({e.output_tokens_per_s:,.0f} per instance{idle}{clients})")
     one_token = one_output_token(wl)
     if one_token:
         add("TPOT", f"n/a (one output token per request; the mean step is "
@@ -391,19 +402,30 @@ def replicas_for_rate(sim: dict, rate_rps: float, load: float = 1.0) -> int | No
     of a replica's capacity: the steady state's (``capacity_requests_per_s``), or, where the
     simulated queue grew, the lower of it and what the replica served. ``None`` without a
     capacity."""
+    cap = replica_capacity(sim)
+    if not cap:
+        return None
+    return max(1, math.ceil(rate_rps / (load * cap) - 1e-9))
+
+
+def replica_capacity(sim: dict) -> float | None:
+    """Requests/s one replica of a simulated plan completes, as :func:`replicas_for_rate`
+    counts replicas with: the steady state's ``capacity_requests_per_s`` per simulated
+    replica, or, where the simulated queue grew, the lower of it and what the replica
+    served, times the DP ranks simulated apart (``None`` without a capacity)."""
     cap = sim.get("capacity_requests_per_s")
     if not cap:
         return None
     served = sim.get("simulated", {}).get("requests_per_s")
     if sim.get("queue_grows") and served:
         cap = min(cap, served)
-    ranks = max(1, int(sim.get("dp_ranks_as_replicas") or 1))
-    return max(1, math.ceil(rate_rps / (load * cap * ranks) - 1e-9))
+    return float(cap) * max(1, int(sim.get("dp_ranks_as_replicas") or 1))
 
 
-def _replicas_needed(sim: dict, load: float = 1.0) -> tuple[int, int] | None:
-    """``(needed, now)``: :func:`replicas_for_rate` of the open loop's rate (offered to each
-    simulated replica, times their number) and the plan's replicas; an overloaded plan needs
+def _replicas_needed(sim: dict, load: float = 1.0) -> tuple[int, int, float] | None:
+    """``(needed, now, capacity)``: :func:`replicas_for_rate` of the open loop's rate
+    (offered to each simulated replica, times their number), the plan's replicas and the
+    requests/s per replica counted with (:func:`replica_capacity`); an overloaded plan needs
     more than it has. ``None`` without a rate or capacity."""
     offered = sim.get("offered_requests_per_s")
     if not offered or not sim.get("capacity_requests_per_s"):
@@ -412,15 +434,17 @@ def _replicas_needed(sim: dict, load: float = 1.0) -> tuple[int, int] | None:
     now = max(1, int(sim["replicas"]) // max(1, int(sim.get("dp_ranks_as_replicas") or 1)))
     if sim.get("overloaded"):
         need = max(need, now + 1)
-    return need, now
+    return need, now, replica_capacity(sim) or math.nan
 
 
-def _replicas_text(counts: tuple[int, int] | None) -> str:
-    """``". This rate needs at least 3 replicas of it (2 now)"`` (empty without counts)."""
+def _replicas_text(counts: tuple[int, int, float] | None) -> str:
+    """``". This rate needs at least 3 replicas of it at 5.3 requests/s each (2 now)"``
+    (empty without counts)."""
     if counts is None:
         return ""
-    need, now = counts
-    return f". This rate needs at least {need} replica{'s' if need != 1 else ''} of it ({now} now)"
+    need, now, cap = counts
+    return (f". This rate needs at least {need} replica{'s' if need != 1 else ''} of it at "
+            f"{cap:.4g} requests/s each ({now} now)")
 
 
 def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[str, str]]:

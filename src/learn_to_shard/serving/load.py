@@ -559,6 +559,12 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     wl = cm.workload
     a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, wl.isl, (occ,),
                                                              osl=wl.osl))
+    if summ["mean_running"] < 1.0:
+        # Fewer than one request in the engine on average: it runs one request's rate for the
+        # share of the time it holds one and idles the rest (a closed loop's clients in the
+        # front-end, an open loop's gaps), so the steady state at one running is scaled by
+        # that share, not compared with the idle time in it.
+        a_tps *= float(summ["mean_running"])
     if conc is not None and conc > seqs and a_tps > 0:
         # A closed loop's clients beyond the replica's batch slots wait in TTFT, as in the
         # plan (CostModel.closed_loop_queue): q = clients / slots - 1 waiting per running

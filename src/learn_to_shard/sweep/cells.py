@@ -43,7 +43,7 @@ from ..cost.model import CostModel
 from ..errors import ContextLengthError, EngineRefusalError, PlannerError
 from ..hardware.presets import parse_cluster
 from ..model.hf_config import load_model
-from ..report.plan import Plan, join_reasons
+from ..report.plan import Plan, join_reasons, one_output_token
 from ..search import get_searcher
 from ..search.base import SearchResult
 from .grid import Cell
@@ -192,7 +192,9 @@ def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, 
                    cluster_tokens_per_s=_finite(b.cluster_tokens_per_s),
                    instance_requests_per_s=_finite(requests_per_s(b.output_tokens_per_s,
                                                                   cm.workload)),
-                   tpot_s=_finite(b.tpot_s), ttft_s=_finite(b.ttft_s),
+                   # One output token per request has no TPOT (as the plan says).
+                   tpot_s=None if one_output_token(cm.workload) else _finite(b.tpot_s),
+                   ttft_s=_finite(b.ttft_s),
                    memory_per_device_bytes=_finite(b.memory.total_bytes))
     return row
 
