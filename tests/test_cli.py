@@ -1162,10 +1162,10 @@ def test_a_plan_with_idle_devices_says_what_its_devices_in_use_run_at():
     unexplained."""
     per_dev, per_inst, in_use, line = _idle_throughput(
         ["--model", "llama-3.1-70b", "--cluster", "h100-sxm:7", "--tpot-slo", "50ms",
-         "--method", "megatron"], "4 per instance × 1 instance (3 idle)")
-    assert "over all 7 devices, 3 idle" in line
+         "--method", "megatron"], "6 per instance × 1 instance (1 idle)")
+    assert "over all 7 devices, 1 idle" in line
     assert per_dev == pytest.approx(per_inst / 7, rel=2e-3)
-    assert in_use == pytest.approx(per_inst / 4, rel=2e-3)
+    assert in_use == pytest.approx(per_inst / 6, rel=2e-3)
 
 
 def test_devices_in_use_with_partly_loaded_replicas():
@@ -1173,11 +1173,28 @@ def test_devices_in_use_with_partly_loaded_replicas():
     not both full (1.5 replicas' worth, CostModel's replica_fraction), so the rate of the
     devices in use is the cluster's tokens/s over the 4 of them, not one instance's tokens/s
     over its 2 devices (which said 58.2 where the cluster runs 43.6 per device in use)."""
-    per_dev, _, in_use, _ = _idle_throughput(
-        ["--model", "llama-3.1-70b", "--dtype", "fp8", "--cluster", "h100-sxm:5",
-         "--concurrency", "3", "--method", "random", "--budget", "300", "--seed", "0"],
-        "2 per instance × 2 instances (1 idle)")
-    assert in_use == pytest.approx(per_dev * 5 / 4, rel=2e-3)
+    import dataclasses
+
+    from rich.console import Console
+
+    from learn_to_shard.api import make_cost_model, make_workload, search_plan
+    from learn_to_shard.report.render import render_plan
+
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:5",
+                         make_workload("serve", isl=1024, osl=256, dtype="fp8", concurrency=3))
+    cm.space = dataclasses.replace(cm.space, tp_values=(2,), pp_values=(1,), dp_values=(1,),
+                                   batch_values=(2,), any_batch=False)
+    plan = search_plan(cm, method="exact")
+    e = plan.best
+    assert (e.strategy.tp, e.strategy.batch, e.instances, e.idle_devices) == (2, 2, 2, 1)
+    con = Console(record=True, width=200)
+    render_plan(plan, con)
+    flat = " ".join(con.export_text().replace("│", " ").split())
+    line = flat.split("(1 idle) throughput")[1].split("TPOT")[0]
+    in_use = float(line.split("idle: ")[1].split()[0].replace(",", ""))
+    # 1.5 replicas' worth over the 4 devices in use, from the unrounded figure
+    assert in_use == pytest.approx(e.tokens_per_s_per_device * 5 / 4, abs=0.05)
+    assert in_use == pytest.approx(e.output_tokens_per_s * 1.5 / 4, abs=0.05)
 
 
 @pytest.mark.parametrize("engine", ["trtllm", "trtllm-tensorrt"])
@@ -1294,3 +1311,44 @@ def test_progress_follows_stderr_not_json(monkeypatch):
     monkeypatch.setattr(cli_mod, "err", Console(file=piped, force_terminal=False))
     assert _run(*args).exit_code == 0
     assert piped.getvalue() == ""
+
+
+@pytest.mark.parametrize("rope,says", [
+    ({"type": "linear", "factor": 4.0}, "its rope_scaling type 'linear' (factor 4), which "
+                                        "vLLM and SGLang multiply it by, is not followed"),
+    ({"rope_type": "dynamic", "factor": 2.0}, "type 'dynamic' (factor 2)"),
+    ({"type": "linear", "factor": 1.0}, None),
+])
+def test_a_longer_request_than_an_unfollowed_rope_scaling_says_why(tmp_path, rope, says):
+    """A config whose linear or dynamic ``rope_scaling`` the engines would apply (vLLM and
+    SGLang multiply ``max_position_embeddings`` by its factor) and l2s does not: the refusal
+    says so, instead of suggesting a rope_scaling the config already has."""
+    shipped = Path(__file__).resolve().parents[1] / "src/learn_to_shard/data/models"
+    cfg = json.loads((shipped / "llama-3.1-8b.json").read_text())
+    cfg["rope_scaling"] = rope
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = _run("plan", "--model", str(path), "--cluster", "h100-sxm:8", "--phase", "serve",
+             "--isl", "200000", "--osl", "256", "--quiet")
+    assert r.exit_code == 2
+    err = " ".join(r.stderr.split())
+    assert "exceeds" in err and "131072" in err and "(or YaRN rope_scaling)" in err
+    if says is None:
+        assert "not followed" not in err
+    else:
+        assert says in err
+
+
+def test_piped_tables_follow_columns():
+    """Written to a pipe or file the tables are 160 columns wide unless ``$COLUMNS`` says
+    otherwise (``COLUMNS=80 l2s plan … | less``); a value that is not a positive whole
+    number is ignored."""
+    args = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--context", "4096"]
+    widths = {}
+    for columns in ("80", "abc", None):
+        env = {"COLUMNS": columns} if columns is not None else {}
+        r = runner.invoke(app, args, env=env)
+        assert r.exit_code == 0, r.output
+        widths[columns] = max(len(line) for line in r.stdout.splitlines())
+    assert widths["80"] <= 80 < widths[None] <= 160
+    assert widths["abc"] == widths[None]

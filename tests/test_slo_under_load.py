@@ -39,7 +39,7 @@ def test_plan_warns_when_the_simulation_misses_the_slo():
             "--isl", "2000", "--osl", "500", "--ttft-slo", "300ms", "--tpot-slo", "60ms",
             "--concurrency", "128", "--num-prompts", "300", "--engine", "vllm"]
     r = CliRunner().invoke(app, [*args, "-q"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 4, r.output           # and no simulated alternative meets them
     assert "warning: under this load the best plan misses its SLO: TTFT SLO 300 ms" in r.stdout
     j = CliRunner().invoke(app, [*args, "--json"])
     data = json.loads(j.stdout)
@@ -327,3 +327,41 @@ def test_a_missed_slo_never_reads_as_met_after_rounding():
     sim["simulated"]["mean_tpot_s"] = 0.0500004
     out = slo_under_load(wl, sim)
     assert not out["met"] and "mean 50.0004 ms" in out["missed"][0]
+
+
+def test_a_plan_that_misses_its_slos_under_the_load_exits_4():
+    """Llama-70B on 8 H100s offered 1,000 requests/s: every simulated plan is overloaded and
+    misses its SLOs, so the plan (found, feasible on the steady state) exits 4 with the
+    warning, plain, as JSON and with --export (its commands still written); the same
+    plan at a load it serves exits 0."""
+    base = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms", "--ttft-slo", "1s",
+            "--engine", "sglang", "--num-prompts", "300"]
+    r = CliRunner().invoke(app, [*base, "--request-rate", "1000", "-q"])
+    assert r.exit_code == 4, r.output
+    assert "no simulated alternative meets them" in " ".join(r.output.split())
+    j = CliRunner().invoke(app, [*base, "--request-rate", "1000", "--json", "--no-timing"])
+    assert j.exit_code == 4 and json.loads(j.stdout)["feasible"] is True
+    e = CliRunner().invoke(app, [*base, "--request-rate", "1000", "--export", "sglang", "-q"])
+    assert e.exit_code == 4 and "python -m sglang.launch_server" in e.stdout
+    assert "# warning (simulated load): under this load the best plan misses its SLO" \
+        in e.stdout
+    ok = CliRunner().invoke(app, [*base, "--request-rate", "2", "-q"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_an_alternative_the_simulation_has_serving_more_is_named():
+    """The search ranks on the steady state; where the simulation has an alternative serving
+    2% or more beyond the best plan under the load, a note names it and both figures."""
+    from learn_to_shard.report.render import simulation_notes
+
+    base = {"slo": {"met": True, "missed": []}, "lengths": {}, "scheduler": {},
+            "replica_share": "", "simulated": {"requests_per_s": 1.0}}
+    best = {**base, "strategy": "tp2 b64", "tokens_per_s_per_device": 1000.0}
+    close = {**base, "strategy": "tp4 b96", "tokens_per_s_per_device": 1015.0}
+    ahead = {**base, "strategy": "tp1 b32", "tokens_per_s_per_device": 1100.0}
+    said = [t for _, t in simulation_notes([best, close])]
+    assert not any("serving more than the best plan" in t for t in said)
+    said = [t for _, t in simulation_notes([best, close, ahead], best_only=True)]
+    assert "under this load the simulation has tp1 b32 serving more than the best plan: " \
+           "1,100.0 against 1,000.0 tokens/s per device" in " ".join(said)

@@ -352,7 +352,8 @@ def test_grid_and_size_plan_in_the_checkpoint_dtype_as_plan_does():
                                  "h200", "--max-devices", "16", "-o",
                                  str(Path(tempfile.mkdtemp()) / "s"), "-q"])
     assert r.exit_code == 0, r.output
-    assert "fewest devices: 8 × h200" in r.output
+    # any per-operator layout on 1-8 and 16 H200s: TP7 with the attention replicated fills 7
+    assert "fewest devices: 7 × h200" in r.output
 
 
 def test_size_answers_from_this_run_only_and_says_why_none_fits(tmp_path):
@@ -440,8 +441,9 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
     r = CliRunner().invoke(app, [*base, "--rate", "9", "-o", str(tmp_path / "a")])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert "fewest devices: 8 × h100-sxm (2 replicas of" in text
-    assert "simulated (Poisson arrivals, 4.5 req/s per replica): keeps up within the SLOs" \
+    # one replica on 7 GPUs (every cluster size up to 8 is searched, every degree on them)
+    assert "fewest devices: 7 × h100-sxm (1 replica of" in text
+    assert "simulated (Poisson arrivals, 9 req/s per replica): keeps up within the SLOs" \
         in text
     r = CliRunner().invoke(app, [*base, "--rate", "15", "-o", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
@@ -1049,3 +1051,30 @@ def test_a_cell_of_one_client_and_one_output_token():
     assert row["error"] is None and row["feasible"]
     assert row["tpot_s"] is None and row["ttft_s"] > 0
     assert row["cluster_tokens_per_s"] == pytest.approx(1.0 / row["ttft_s"], rel=0.02)
+
+
+def test_size_searches_every_cluster_size_up_to_8_then_powers_of_two():
+    from learn_to_shard.cli import size_counts
+
+    assert size_counts(64) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64]
+    assert size_counts(5) == [1, 2, 3, 4, 5]
+    assert size_counts(12) == [1, 2, 3, 4, 5, 6, 7, 8, 12]
+
+
+def test_size_checks_the_next_cluster_size_when_the_simulation_grows_a_fleet(tmp_path):
+    """Mixtral-8x7B at 0.2 req/s on L40S: the smallest steady-state fleet is one PP3 replica
+    on 3 devices (a cluster size searched since every size up to 8 is), which the simulation
+    finds falling behind (two replicas: 6 devices); the next steady-state fleet, one replica
+    on 4 devices, keeps up, so the answer is 4, not 6 (nor the 4 of searching 1, 2, 4, 8
+    only, by luck)."""
+    r = CliRunner().invoke(app, ["size", "--model", "mixtral-8x7b", "--rate", "0.2", "--isl",
+                                 "1024", "--osl", "256", "--tpot-slo", "60ms", "--devices",
+                                 "l40s", "--max-devices", "8", "-q", "-o",
+                                 str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "fewest devices: 4 × l40s (1 replica of" in text
+    assert "simulated (Poisson arrivals, 0.2 req/s per replica): keeps up" in text
+    rows = [row for row in read_parquet(next((tmp_path / "s").glob("*.parquet")))
+            if row["cluster"] == "l40s:3"]
+    assert rows and rows[0]["feasible"] and rows[0]["instance_devices"] == 3

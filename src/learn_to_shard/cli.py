@@ -86,6 +86,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                        "sharding (Learning to Shard, arXiv 2509.00217).")
 err = Console(stderr=True, soft_wrap=True, markup=False)
 
+
+def _pipe_width(default: int) -> int:
+    """Width of tables written to a pipe or file: ``$COLUMNS`` where it is set to a positive
+    whole number (``COLUMNS=80 l2s plan … | less``), else ``default``, wide enough that a
+    plan's strategy strings are not cut (a terminal uses its own width)."""
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else default
+
 #: Most evaluations one search may be given: 2,500x the paper's 4,000 (arXiv 2509.00217 §4).
 #: The search records one float64 per evaluation (the convergence curve: 80 MB here), and
 #: random search, the fastest, evaluates about 1e5 strategies/s on one CPU core (measured
@@ -742,7 +750,8 @@ def plan_cmd(
         if not (quiet or json_out):
             from .report.render import render_plan, render_simulation
 
-            plan_con = Console(stderr=True, width=160)
+            plan_con = Console(stderr=True) if sys.stderr.isatty() \
+                else Console(stderr=True, width=_pipe_width(160))
             render_plan(result, plan_con)
             if sims:
                 render_simulation(sims, plan_con)
@@ -787,7 +796,7 @@ def plan_cmd(
         else:
             sys.stdout.write(launch)
         _late_interrupt_exit(late_interrupt)
-        raise typer.Exit(code=0)
+        raise typer.Exit(code=EXIT_SLO_UNDER_LOAD if _misses_under_load(sims) else 0)
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
@@ -796,7 +805,7 @@ def plan_cmd(
         from .report.render import render_plan
 
         # Piped output gets a wide console so the header and tables stay whole.
-        con = Console() if sys.stdout.isatty() else Console(width=160)
+        con = Console() if sys.stdout.isatty() else Console(width=_pipe_width(160))
         if result.interrupted:
             con.print(f"INTERRUPTED (Ctrl-C) after {result.search['evaluations']} "
                       f"evaluations: the best plan found so far", markup=False, highlight=False)
@@ -819,7 +828,23 @@ def plan_cmd(
                              else "no feasible strategy was found before it")
                           + f" (exit {EXIT_INTERRUPTED})")
     _late_interrupt_exit(late_interrupt)
-    raise typer.Exit(code=0 if result.feasible else 1)
+    raise typer.Exit(code=(EXIT_SLO_UNDER_LOAD if _misses_under_load(sims) else 0)
+                     if result.feasible else 1)
+
+
+#: ``l2s plan``'s exit status where a plan was found but, under the load given
+#: (``--concurrency``, ``--request-rate``, ``--trace``), the simulation has the best plan
+#: missing an SLO on the mean and no simulated alternative meeting them: the plan, its export
+#: and the warning are printed, and a script sees that the SLOs do not hold under that load.
+EXIT_SLO_UNDER_LOAD = 4
+
+
+def _misses_under_load(sims: list[dict]) -> bool:
+    """Whether ``l2s plan`` exits :data:`EXIT_SLO_UNDER_LOAD` for these simulated rows
+    (``report.render.misses_slo_under_load``; none without a load)."""
+    from .report.render import misses_slo_under_load
+
+    return bool(sims) and misses_slo_under_load(sims)
 
 
 def _late_interrupt_exit(stage: str) -> None:
@@ -1138,7 +1163,8 @@ def validate_cmd(
         raise _fail(exc) from None
     # Piped output gets a wide console so the row ids stay whole; markup off: row ids and
     # file names are user text.
-    con = Console(markup=False) if sys.stdout.isatty() else Console(width=160, markup=False)
+    con = Console(markup=False) if sys.stdout.isatty() \
+        else Console(width=_pipe_width(160), markup=False)
     render_validation(result, con, rows=rows)
     _saved(lambda: save_plot(result, plot), plot, "--plot")
     _saved(lambda: save_json(result, report), report, "--report")
@@ -1354,7 +1380,8 @@ def compare_cmd(
             sys.stdout.write(json.dumps(comparison_to_dict(cmp, cm, timing=timing), indent=2)
                              + "\n")
         else:
-            render_comparison(cmp, Console() if sys.stdout.isatty() else Console(width=200))
+            render_comparison(cmp, Console() if sys.stdout.isatty()
+                              else Console(width=_pipe_width(200)))
         again = [a for a in sys.argv[1:] if a != "--resume"]
         finished = len(store.files())
         _exit_interrupted(f"interrupted (Ctrl-C): {len(cmp.missing)} runs not finished; the "
@@ -1390,7 +1417,7 @@ def compare_cmd(
         # Piped output gets a wide console so the table's columns stay whole; markup off:
         # the table holds user text (model and cluster names).
         render_comparison(cmp, Console(markup=False) if sys.stdout.isatty()
-                          else Console(width=200, markup=False))
+                          else Console(width=_pipe_width(200), markup=False))
     err.print(f"plot: {plot}  json: {out / 'compare.json'}", highlight=False)
     why = data.get("infeasible_reasons")
     if isinstance(why, list) and why and not json_out:
@@ -1478,7 +1505,7 @@ def pareto_cmd(
     else:
         from rich.table import Table
 
-        con = Console() if sys.stdout.isatty() else Console(width=200)
+        con = Console() if sys.stdout.isatty() else Console(width=_pipe_width(200))
         t = Table(title=f"Pareto frontier: {title} ({res.candidates:,} candidates, "
                         f"{len(res.points_user_tps):,} fit)")
         for col in ("strategy", "tok/s/user", "tok/s/device", "TPOT", "meets TPOT SLO",
@@ -1555,7 +1582,7 @@ def models_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
         context = f"{m.max_position_embeddings:,}" if m.max_position_embeddings else "—"
         t.add_row(name, m.architecture, f"{pc.total / 1e9:.1f}", f"{pc.active / 1e9:.1f}",
                   str(m.num_layers), att, moe, context, weights)
-    (Console() if sys.stdout.isatty() else Console(width=200)).print(t)
+    (Console() if sys.stdout.isatty() else Console(width=_pipe_width(200))).print(t)
 
 
 @app.command("devices",
@@ -1594,7 +1621,7 @@ def devices_cmd(long: bool = typer.Option(False, "--long", "-l", metavar="",
                                             if d.devices_per_host else ""),
                   f"{d.scale_up_bytes_per_s / 1e9:,.0f}",
                   f"{d.scale_out_bytes_per_s / 1e9:,.1f}")
-    (Console() if sys.stdout.isatty() else Console(width=200)).print(t)
+    (Console() if sys.stdout.isatty() else Console(width=_pipe_width(200))).print(t)
 
 
 @app.command("engines",
@@ -1608,7 +1635,8 @@ def engines_cmd() -> None:
     from .engines import ENGINES
     from .engines.architectures import load_architectures
 
-    con = Console(markup=False) if sys.stdout.isatty() else Console(width=160, markup=False)
+    con = Console(markup=False) if sys.stdout.isatty() \
+        else Console(width=_pipe_width(160), markup=False)
     for eng in ENGINES.values():
         t = Table(title=f"{eng.title} {eng.version} ({eng.launcher})", show_lines=True)
         t.add_column("fact")
@@ -1687,7 +1715,7 @@ def sweep_cmd(
     rows = res.grid_rows                  # this grid's cells; the folder may hold others
     if not quiet:
         render_sweep(rows, spec.prices_per_device_hour,
-                     Console() if sys.stdout.isatty() else Console(width=200))
+                     Console() if sys.stdout.isatty() else Console(width=_pipe_width(200)))
     if plots and rows:
         plot_tokens_per_device(rows, out / "tokens_per_device.png")
         plot_cheapest(cheapest(rows, spec.prices_per_device_hour), out / "cheapest.png")
@@ -1705,6 +1733,22 @@ def sweep_cmd(
     if res.interrupted:
         _exit_interrupted("interrupted: run the same command again to resume")
     raise typer.Exit(code=1 if failed else 0)
+
+
+#: ``l2s size`` searches every cluster size up to this (then powers of two): a fleet of one
+#: small instance is as small as its layout, and layouts of 3, 5, 6 or 7 devices
+#: (``parallel.space.ALL_DEGREES_UPTO``) fill such clusters where powers of two leave
+#: devices over.
+SIZE_EVERY_COUNT_UPTO = 8
+
+
+def size_counts(max_devices: int) -> list[int]:
+    """The cluster sizes ``l2s size`` searches per device kind: every count
+    ``1 … min(max_devices, SIZE_EVERY_COUNT_UPTO)``, then powers of two, and ``max_devices``
+    itself, sorted."""
+    every = set(range(1, min(max_devices, SIZE_EVERY_COUNT_UPTO) + 1))
+    powers = {2 ** i for i in range(max_devices.bit_length()) if 2 ** i <= max_devices}
+    return sorted(every | powers | {max_devices})
 
 
 def _csv_list(text: str, flag: str) -> list[str]:
@@ -1749,7 +1793,8 @@ def size_cmd(
     devices: str = typer.Option("h100-sxm,h200,b200", "--devices", help="Comma-separated "
                                 "device kinds to size (l2s devices)."),
     max_devices: int = typer.Option(64, "--max-devices", help="Largest cluster searched per "
-                                    "kind; clusters of 1, 2, 4, … up to it are searched."),
+                                    "kind; clusters of 1 to 8 devices, then 16, 32, … up to "
+                                    "it are searched."),
     price: str | None = typer.Option(None, "--price", help="Prices per device-hour, "
                                      "KIND=PRICE,… (rank by cost; unpriced kinds by devices)."),
     phase: SizePhaseOpt = "serve", isl: IslOpt = None, osl: OslOpt = None,
@@ -1773,9 +1818,9 @@ def size_cmd(
     interrupted."""
     import os
 
-    from .sweep import grid_from_data, run_sweep, size_fleets
+    from .sweep import grid_from_data, run_sweep
     from .sweep.report import fleet_table, node_sizes
-    from .sweep.sizing import rank_key, with_replicas
+    from .sweep.sizing import fleet_options, option_key, rank_key, with_replicas
 
     try:
         _check_output(out, "--out", directory=True)
@@ -1825,8 +1870,7 @@ def size_cmd(
         if unknown:
             raise PlannerError(f"--price: {', '.join(unknown)} not among --devices {devices}")
         prices = {k: v for k, v in prices.items() if k in names}
-        counts = sorted({2 ** i for i in range(max_devices.bit_length())
-                         if 2 ** i <= max_devices} | {max_devices})
+        counts = size_counts(max_devices)
         # the presets' own names (an alias typed, e.g. h100, is searched and shown as
         # h100-sxm), each kind once
         data = {"models": [model], "clusters": [{"device": k, "counts": counts}
@@ -1869,11 +1913,13 @@ def size_cmd(
         rows = [r | {"workload": label, "ttft_slo_s": user_ttft_s,
                      "searched_ttft_slo_s": r.get("ttft_slo_s")} for r in rows]
     try:
-        fleets = size_fleets(rows, rate_rps=rate, prices=prices, node_sizes=node_sizes(rows))
+        options = fleet_options(rows, rate_rps=rate, prices=prices,
+                                node_sizes=node_sizes(rows))
+        fleets = sorted((fl[0] for fl in options.values()), key=rank_key)
     except PlannerError as exc:                       # "rate: ..." is this command's --rate
         raise _fail(ConfigError(f"--{exc}" if str(exc).startswith("rate:") else str(exc))) \
             from None
-    con = Console() if sys.stdout.isatty() else Console(width=200)
+    con = Console() if sys.stdout.isatty() else Console(width=_pipe_width(200))
     if res.interrupted:
         # The table and the pick below come from the cells finished before Ctrl-C only.
         con.print(f"INTERRUPTED (Ctrl-C): {len(rows)} of {len(res.cells)} cluster searches "
@@ -1883,24 +1929,33 @@ def size_cmd(
         checks: dict[str, str] = {}
         if wl.phase is Phase.SERVE and not res.interrupted:
             # Each kind's fleet through the serving simulation, re-sized to the replicas that
-            # keep up and re-ranked, so the answer below is the simulation-checked one.
+            # keep up and re-ranked, so the answer below is the simulation-checked one. A
+            # re-sized fleet may end larger than the kind's next cluster size's: that one is
+            # checked too (the simulation only adds replicas, so a fleet whose steady state
+            # is already no smaller than the best checked one cannot win).
             checked = []
             with _status(quiet, "simulating each device kind's fleet under Poisson arrivals"):
-                for f in fleets:
-                    try:
-                        line, keep, behind = _simulated_fleet(f, model, wl, engine,
-                                                              gpu_memory_utilization,
-                                                              max_num_batched_tokens, method,
-                                                              budget, seed)
-                    except (PlannerError, InternalError) as exc:
-                        # the simulation's load is this command's --rate
-                        why = str(exc).replace("--request-rate", "--rate")
-                        line, keep, behind = f"not simulated: {why}", None, False
-                    f = with_replicas(f, keep) if keep else f
-                    if behind:
-                        f = dataclasses.replace(f, falls_behind=True)
-                    checks[f.device] = line
-                    checked.append(f)
+                for first_f in fleets:
+                    best_f: Fleet | None = None
+                    for f in options[(first_f.model, first_f.workload, first_f.device)][
+                            :SIZE_SIMULATED_OPTIONS]:
+                        if best_f is not None and option_key(f) >= option_key(best_f):
+                            break
+                        try:
+                            line, keep, behind = _simulated_fleet(
+                                f, model, wl, engine, gpu_memory_utilization,
+                                max_num_batched_tokens, method, budget, seed)
+                        except (PlannerError, InternalError) as exc:
+                            # the simulation's load is this command's --rate
+                            why = str(exc).replace("--request-rate", "--rate")
+                            line, keep, behind = f"not simulated: {why}", None, False
+                        f = with_replicas(f, keep) if keep else f
+                        if behind:
+                            f = dataclasses.replace(f, falls_behind=True)
+                        if best_f is None or option_key(f) < option_key(best_f):
+                            best_f, checks[f.device] = f, line
+                    assert best_f is not None
+                    checked.append(best_f)
             fleets = sorted(checked, key=rank_key)
         con.print(fleet_table(fleets))
         best = fleets[0]
@@ -1964,6 +2019,12 @@ PREFILL_TTFT_BUDGETS = (1.0, 0.5, 0.25)
 
 #: Replicas beyond the steady-state count that ``l2s size`` simulates before it gives up.
 SIZE_EXTRA_REPLICAS = 3
+
+#: Fleets per device kind (cluster sizes, smallest steady-state fleet first) that ``l2s size``
+#: checks with the serving simulation while the one checked grew past the next: Mixtral-8x7B
+#: at 0.2 req/s on L40S, one PP3 replica on 3 falls behind (two: 6 devices), while the
+#: steady state's next, 4 devices, keeps up.
+SIZE_SIMULATED_OPTIONS = 4
 
 
 def _simulated_fleet(fleet: Fleet, model: str, wl: Workload, engine: str | None,

@@ -283,10 +283,15 @@ def check_context(model: ModelSpec, workload: Workload) -> None:
                 else f"{model.name}'s max_position_embeddings {limit}")
         if model.positions_default:
             what += f" ({model.positions_default})"
+        if model.rope_not_followed:
+            # The engines would start with max_position_embeddings x factor; l2s keeps the
+            # length the checkpoint was trained for (hf_config._yarn_positions).
+            what += (f"; its {model.rope_not_followed}, which vLLM and SGLang multiply it "
+                     f"by, is not followed")
         raise ContextLengthError(
             f"{flag}: a request of {workload.max_context} tokens exceeds {what} "
             f"({model.source or 'config.json'}); use at most {limit} tokens, or a "
-            f"config.json whose max_position_embeddings (or rope_scaling) allows more")
+            f"config.json whose max_position_embeddings (or YaRN rope_scaling) allows more")
 
 
 class CostModel(OperatorTerms):

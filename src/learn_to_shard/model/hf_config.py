@@ -774,7 +774,26 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         else dtype.removeprefix("torch."),
         "max_position_embeddings": extended,
         "config_max_positions": written if extended > written else 0,
+        "rope_not_followed": _unfollowed_rope(f, data),
     }
+
+
+def _unfollowed_rope(f: _Fields, data: dict[str, Any]) -> str:
+    """``"rope_scaling type 'linear' (factor 4)"`` where the config's ``rope_scaling`` (or
+    ``rope_parameters``) is ``linear`` or ``dynamic`` with a factor above 1: vLLM and SGLang
+    multiply ``max_position_embeddings`` by it, and this planner does not (see
+    :func:`_yarn_positions`); empty otherwise (only called after that function validated the
+    field's type)."""
+    for obj in (f.data, data):
+        for key in ("rope_scaling", "rope_parameters"):
+            rope = obj.get(key)
+            if not isinstance(rope, dict):
+                continue
+            kind, factor = rope.get("rope_type", rope.get("type")), rope.get("factor")
+            if kind in ("linear", "dynamic") and isinstance(factor, (int, float)) \
+                    and not isinstance(factor, bool) and factor > 1:
+                return f"{key} type '{kind}' (factor {factor:g})"
+    return ""
 
 
 def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:

@@ -204,6 +204,10 @@ class ModelSpec:
             whose it is (e.g. ``"LlamaConfig's default: the config leaves
             max_position_embeddings out"``), for the messages that state the limit; empty
             where the config states it.
+        rope_not_followed: a ``rope_scaling`` other than YaRN that the engines apply to
+            ``max_position_embeddings`` and the planner does not (e.g. ``"rope_scaling type
+            'linear' (factor 4)"``, :func:`learn_to_shard.model.hf_config._unfollowed_rope`),
+            for the message that refuses a longer request; empty otherwise.
         config_max_positions: where a YaRN ``rope_scaling`` extends the context beyond the
             config's ``max_position_embeddings``, that field as written (the engines' default
             length limit, :func:`learn_to_shard.model.hf_config.load_model`); 0 otherwise.
@@ -262,6 +266,7 @@ class ModelSpec:
     max_position_embeddings: int = 0
     config_max_positions: int = 0
     positions_default: str = ""
+    rope_not_followed: str = ""
     expert_weight_bits: float | None = None
     source: str = ""
     quant: QuantSpec | None = None

@@ -90,8 +90,25 @@ RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
 ENGINE_LAYOUT_BIT = RULE_BIT["engine_layout"]
 
 
+#: Clusters of at most this many devices whose size is not a power of two take every integer
+#: degree up to their size (TP, PP, DP and the EP degrees that divide the experts): there one
+#: idle device is 12% or more of the cluster, and layouts of 3, 5 or 6 devices fill it where
+#: powers of two and the cluster's divisors cannot (7 GPUs: TP2 x PP3 on 6 of them, +25% over
+#: the best layout of those; or TP5, +11%). A power-of-two cluster is tiled by powers of two
+#: already, and the larger budgeted searches of its wider space (every degree on 8 GPUs)
+#: found fewer feasible strategies in the same evaluations. Larger clusters keep powers of
+#: two and their size's divisors: every integer up to 16 made the exact search of a 16-GPU
+#: MoE plan 10-16x slower (``bench/plan_speed.py``: DeepSeek-V3 on 16 H200s 2.7 s -> 45 s),
+#: where one idle device is a smaller share.
+ALL_DEGREES_UPTO = 8
+
+
 def _candidates(limit: int, n_devices: int) -> tuple[int, ...]:
-    """Powers of two and divisors of ``n_devices``, all ``<= limit`` (at least ``(1,)``)."""
+    """Powers of two and divisors of ``n_devices``, all ``<= limit`` (at least ``(1,)``); on a
+    cluster of at most :data:`ALL_DEGREES_UPTO` devices that is not a power of two, every
+    integer ``1 … limit``."""
+    if n_devices <= ALL_DEGREES_UPTO and n_devices & (n_devices - 1):
+        return tuple(range(1, max(1, min(limit, n_devices)) + 1))
     vals = {1 << i for i in range(0, 31) if (1 << i) <= limit}
     vals |= {d for d in range(1, min(limit, n_devices) + 1) if n_devices % d == 0}
     return tuple(sorted(v for v in vals if v <= limit))

@@ -345,8 +345,8 @@ STEADY_RATIO_NOTE = ("÷ steady: the simulation's mean TTFT / mean TPOT / tok/s 
                      "batch; "
                      "fixed-length requests in a closed loop run in lock-step waves, whose "
                      "prompts prefill together while the decodes run undisturbed, so there "
-                     "the simulated TPOT is lower and tok/s higher than the steady state of "
-                     "spread arrivals: --range-ratio spreads them).")
+                     "TTFT is well above the steady state of spread arrivals and TPOT and "
+                     "tok/s depart from it either way: --range-ratio spreads them).")
 
 
 def simulation_heading(sims: list[dict]) -> str:
@@ -447,6 +447,28 @@ def _replicas_text(counts: tuple[int, int, float] | None) -> str:
             f"{cap:.4g} requests/s each ({now} now)")
 
 
+#: An alternative's simulated tokens/s per device above this times the best plan's is named
+#: in a note (``simulation_notes``): under the load it serves more than the plan ranked first.
+SIM_AHEAD = 1.02
+
+
+def simulated_alternatives_meeting_slo(sims: list[dict]) -> list[str]:
+    """The simulated alternatives (``sims[1:]``, ``api.simulate_plan``'s rows) that meet the
+    SLOs on the simulated mean and whose queue does not grow through the run (an overloaded
+    one keeps no SLO for long), by strategy string, in the simulation's order."""
+    return [sim["strategy"] for sim in sims[1:]
+            if isinstance(sim.get("slo"), dict) and sim["slo"].get("met")
+            and not sim.get("overloaded")]
+
+
+def misses_slo_under_load(sims: list[dict]) -> bool:
+    """Whether the simulated best plan (``sims[0]``) misses an SLO on the simulated mean while
+    no simulated alternative meets them (``l2s plan`` then exits 4)."""
+    slo = sims[0].get("slo") if sims else None
+    return isinstance(slo, dict) and bool(slo.get("missed")) \
+        and not simulated_alternatives_meeting_slo(sims)
+
+
 def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[str, str]]:
     """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
     ``kind`` ``warning`` (a trace whose mean lengths are not the planned ``isl``/``osl``, an
@@ -454,8 +476,9 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
     :data:`NEAR_CAPACITY` of a replica's capacity or more, a trace whose bursts queue, its mean
     TTFT :data:`BURST_TTFT_RATIO` times the steady state's or more, an SLO the best plan misses
     under the load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
-    simulated, preemptions). ``best_only``: the load notes of the best plan (``sims[0]``)
-    alone; the SLO warning still reads every row for an alternative that meets it."""
+    simulated, preemptions, an alternative the simulation has serving more than the best by
+    :data:`SIM_AHEAD` or more). ``best_only``: the load notes of the best plan (``sims[0]``)
+    alone; the SLO warning and the alternatives' note still read every row."""
     out: list[tuple[str, str]] = []
     first = sims[0]
     lengths = first.get("lengths", {})
@@ -551,12 +574,18 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                     f"engine line is the steady-state estimate's accounting)"
                     + (f"; requests preempted when the KV pool ran out ({', '.join(pre)}), "
                        "recomputed when readmitted" if pre else "")))
+    ahead = [sim for sim in sims[1:] if float(sim.get("tokens_per_s_per_device") or 0.0)
+             > SIM_AHEAD * float(first.get("tokens_per_s_per_device") or 0.0)]
+    if ahead:
+        top = max(ahead, key=lambda sim: float(sim["tokens_per_s_per_device"]))
+        out.append(("note", f"under this load the simulation has {top['strategy']} serving "
+                    f"more than the best plan: {top['tokens_per_s_per_device']:,.1f} against "
+                    f"{first['tokens_per_s_per_device']:,.1f} tokens/s per device (the search "
+                    f"ranks strategies on the steady state; the simulation's rows are in the "
+                    f"order it ranked them)"))
     slo = first.get("slo")
     if isinstance(slo, dict) and slo.get("missed"):
-        # An alternative whose queue grows through the run keeps no SLO for long.
-        ok = [sim["strategy"] for sim in sims[1:]
-              if isinstance(sim.get("slo"), dict) and sim["slo"].get("met")
-              and not sim.get("overloaded")]
+        ok = simulated_alternatives_meeting_slo(sims)
         out.append(("warning", f"under this load the best plan misses its SLO: "
                     f"{'; '.join(slo['missed'])}. The search checks SLOs on steady-state "
                     f"means; " + (f"the simulated alternative {ok[0]} meets them on the "

@@ -293,7 +293,34 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
                 node_sizes: Mapping[str, int] | None = None,
                 skip_oversized: bool = False,
                 oversized: list[tuple[str, str, str]] | None = None) -> list[Fleet]:
-    """The smallest fleet per (model, workload, device kind) over the feasible rows.
+    """The smallest fleet per (model, workload, device kind) over the feasible rows: the first
+    of each kind's :func:`fleet_options`.
+
+    Args:
+        rows, rate_rps, prices, node_sizes, skip_oversized, oversized: as
+            :func:`fleet_options`.
+
+    Returns:
+        Fleets sorted by (model, workload, then cost when priced, else devices).
+
+    Raises:
+        ConfigError: as :func:`fleet_options`.
+    """
+    options = fleet_options(rows, rate_rps, prices, node_sizes, skip_oversized, oversized)
+    return sorted((fleets[0] for fleets in options.values()), key=rank_key)
+
+
+def fleet_options(rows: Iterable[Mapping[str, object]], rate_rps: float | None = None,
+                  prices: Mapping[str, float] | None = None,
+                  node_sizes: Mapping[str, int] | None = None,
+                  skip_oversized: bool = False,
+                  oversized: list[tuple[str, str, str]] | None = None
+                  ) -> dict[tuple[str, str, str], list[Fleet]]:
+    """Every feasible row's fleet, per (model, workload, device kind), smallest first: those
+    whose queue meets the TTFT SLO first (:attr:`Fleet.queue_slo_met`; a prefill fleet's
+    queue may miss it only where none meets it), then fewest devices, then most tokens/s per
+    device. ``l2s size`` checks them with the serving simulation in that order, since a
+    fleet the simulation re-sizes may end larger than the next one.
 
     Args:
         rows: sweep rows (:data:`learn_to_shard.sweep.cells.COLUMNS`).
@@ -308,7 +335,7 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
             ``(model, workload, why)``.
 
     Returns:
-        Fleets sorted by (model, workload, then cost when priced, else devices).
+        ``{(model, workload, device): [fleet, ...]}``, each list non-empty.
 
     Raises:
         ConfigError: a rate that is not positive and finite, or (without
@@ -316,7 +343,7 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
     """
     prices = prices or {}
     node_sizes = node_sizes or {}
-    best: dict[tuple[str, str, str], Fleet] = {}
+    out: dict[tuple[str, str, str], list[Fleet]] = {}
     for row in rows:
         rate = rate_rps if rate_rps is not None else row.get("rate_rps")
         if not isinstance(rate, (int, float)) or row.get("error"):
@@ -331,15 +358,18 @@ def size_fleets(rows: Iterable[Mapping[str, object]], rate_rps: float | None = N
                 oversized.append((str(row.get("model")), str(row.get("workload")),
                                   f"{row.get('cluster')}: {exc}"))
             continue                      # a fleet beyond MAX_DEVICES: no answer for this row
-        if f is None:
-            continue
-        k = (f.model, f.workload, f.device)
-        old = best.get(k)
-        # a prefill fleet whose queue misses the TTFT SLO only where none meets it
-        if old is None or (not f.queue_slo_met, f.devices, -f.tokens_per_s_per_device) < \
-                (not old.queue_slo_met, old.devices, -old.tokens_per_s_per_device):
-            best[k] = f
-    return sorted(best.values(), key=rank_key)
+        if f is not None:
+            out.setdefault((f.model, f.workload, f.device), []).append(f)
+    for fleets in out.values():          # stable: equal keys keep the rows' order
+        fleets.sort(key=option_key)
+    return out
+
+
+def option_key(f: Fleet) -> tuple[bool, bool, int, float]:
+    """Order of one kind's fleets (:func:`fleet_options`): queue within the TTFT SLO first,
+    then kept up with in the serving simulation (:attr:`Fleet.falls_behind`), then fewest
+    devices, then most tokens/s per device."""
+    return (not f.queue_slo_met, f.falls_behind, f.devices, -f.tokens_per_s_per_device)
 
 
 def rank_key(f: Fleet) -> tuple[str, str, bool, bool, float, int]:
