@@ -365,3 +365,18 @@ def test_an_alternative_the_simulation_has_serving_more_is_named():
     said = [t for _, t in simulation_notes([best, close, ahead], best_only=True)]
     assert "under this load the simulation has tp1 b32 serving more than the best plan: " \
            "1,100.0 against 1,000.0 tokens/s per device" in " ".join(said)
+
+
+def test_an_overloaded_best_plan_misses_its_ttft_slo_whatever_the_runs_length():
+    """200 requests/s at one H100 running Llama-3.1-8B: the queue grows through the run, so
+    the run's mean TTFT (34 s at 1,000 requests, 127 s at 3,000) says how long the run was;
+    against a 60 s TTFT SLO the plan exits 4 at any --num-prompts, as an overloaded
+    alternative is never counted as meeting an SLO."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--engine", "vllm", "--ttft-slo", "60s",
+            "--request-rate", "200", "-q"]
+    for n in ("200", "600"):
+        r = CliRunner().invoke(app, [*base, "--num-prompts", n])
+        assert r.exit_code == 4, r.output
+        flat = " ".join(r.output.split())
+        assert "TTFT SLO 60000 ms: overloaded, its queue grows without bound" in flat

@@ -1075,6 +1075,36 @@ def test_size_checks_the_next_cluster_size_when_the_simulation_grows_a_fleet(tmp
     text = " ".join(r.output.split())
     assert "fewest devices: 4 × l40s (1 replica of" in text
     assert "simulated (Poisson arrivals, 0.2 req/s per replica): keeps up" in text
-    rows = [row for row in read_parquet(next((tmp_path / "s").glob("*.parquet")))
-            if row["cluster"] == "l40s:3"]
+    every = read_parquet(next((tmp_path / "s").glob("*.parquet")))
+    rows = [row for row in every if row["cluster"] == "l40s:3"]
     assert rows and rows[0]["feasible"] and rows[0]["instance_devices"] == 3
+    # clusters whose plans leave devices idle give the same fleet; the simulation checks
+    # each fleet once
+    from learn_to_shard.sweep.sizing import fleet_options
+
+    (fleets,) = fleet_options(every, rate_rps=0.2).values()
+    kinds = [(f.strategy, f.replicas, f.devices) for f in fleets]
+    assert len(kinds) == len(set(kinds)) and len(fleets) < len(every)
+
+
+def test_the_sweep_tables_cluster_requests_follow_the_clients_bound():
+    """The sweep summary's "cluster req/s" is the cluster's tokens/s over ``osl`` (bounded by
+    a closed loop's clients), not the instances' slot rate times their number: one client
+    asking for one token completes ~1 / TTFT requests/s (it printed 37.58 where the row's
+    tokens/s said 11.5)."""
+    from rich.console import Console
+
+    from learn_to_shard.sweep.report import summary_table
+
+    grid = grid_from_data({
+        "models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"], "engines": ["vllm"],
+        "workloads": [{"name": "c1", "phase": "serve", "isl": 1024, "osl": 1,
+                       "concurrency": 1}],
+        "searchers": ["exact"]})
+    (cell,) = expand(grid)
+    row = run_cell(cell)
+    con = Console(record=True, width=200)
+    con.print(summary_table([row]))
+    text = con.export_text()
+    assert f"{row['cluster_tokens_per_s']:,.2f}" in text
+    assert row["cluster_tokens_per_s"] == pytest.approx(1.0 / row["ttft_s"], rel=0.02)

@@ -567,9 +567,11 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         a_tps *= float(summ["mean_running"])
     if conc is not None and conc > seqs and a_tps > 0:
         # A closed loop's clients beyond the replica's batch slots wait in TTFT, as in the
-        # plan (CostModel.closed_loop_queue): q = clients / slots - 1 waiting per running
-        # request, each for q slot lifetimes, osl / (tokens/s per running request).
-        a_ttft += (conc / seqs - 1.0) * float(wl.osl) * occ / a_tps
+        # plan (CostModel.closed_loop_queue, aggregate.latency): q = clients / slots - 1
+        # waiting per running request, each for q slot lifetimes, osl / (tokens/s per
+        # running request), less the front-end time it spends outside the engine.
+        a_ttft += max((conc / seqs - 1.0) * float(wl.osl) * occ / a_tps
+                      - c.frontend_latency_s, 0.0)
     analytic = {"plan_batch": s.batch, "plan_tpot_s": est.tpot_s, "plan_ttft_s": est.ttft_s,
                 "plan_output_tokens_per_s_per_instance": est.output_tokens_per_s,
                 "at_running": occ, "tpot_s": a_tpot, "ttft_s": a_ttft,

@@ -192,10 +192,12 @@ def summary_table(rows: Sequence[Row]) -> Table:
             t.add_row(model, wl, eng, cluster, "–", "none feasible" if n > err else "failed",
                       "–", "–", "–", "–", f"{feas}/{n - feas - err}/{err}")
             continue
-        rps = b.get("instance_requests_per_s")
-        inst = b.get("instances")
-        creq = f"{float(rps) * int(inst):,.2f}" if isinstance(rps, float) and \
-            isinstance(inst, int) else "–"
+        # The cluster's requests/s from its tokens/s (bounded by a closed loop's clients,
+        # aggregate.latency), not the instances' slot rate times their number.
+        ctps = b.get("cluster_tokens_per_s")
+        per = b.get({"serve": "osl", "prefill": "isl"}.get(str(b.get("phase")), ""))
+        creq = f"{float(ctps) / int(per):,.2f}" if isinstance(ctps, float) and \
+            isinstance(per, int) and per > 0 else "–"
         t.add_row(model, wl, eng, cluster, f"{_tps(b):,.1f}", str(b["strategy"]),
                   _ms(b.get("tpot_s")), _ms(b.get("ttft_s")), creq,
                   f"{b['searcher']} s{b['seed']}", f"{feas}/{n - feas - err}/{err}")

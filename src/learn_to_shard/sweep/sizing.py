@@ -359,7 +359,11 @@ def fleet_options(rows: Iterable[Mapping[str, object]], rate_rps: float | None =
                                   f"{row.get('cluster')}: {exc}"))
             continue                      # a fleet beyond MAX_DEVICES: no answer for this row
         if f is not None:
-            out.setdefault((f.model, f.workload, f.device), []).append(f)
+            same = out.setdefault((f.model, f.workload, f.device), [])
+            # clusters whose plans leave devices idle give the same fleet: kept once
+            if not any((g.strategy, g.replicas, g.devices) == (f.strategy, f.replicas,
+                                                              f.devices) for g in same):
+                same.append(f)
     for fleets in out.values():          # stable: equal keys keep the rows' order
         fleets.sort(key=option_key)
     return out
