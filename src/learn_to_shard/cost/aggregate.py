@@ -106,9 +106,11 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
             (``Workload.concurrency / N``; 0 without one). Each client sends its next request
             when the previous one finishes, so the cluster completes at most
             ``C / (f + L)`` requests per second whatever its batch slots: tokens/s per device
-            is at most ``clients_per_device · osl / (f + L)`` (the closed-loop bound of
-            queueing theory; the slots' bound ``replica_frac · batch · share / TPOT`` is the
-            other). With ``f = 0`` the slots' bound is always the lower one.
+            is at most ``clients_per_device · osl / (f + L)`` (the asymptotic bound of a
+            closed queueing network, ``X ≤ N / (D + Z)`` with ``Z`` the clients' time outside
+            the server: Lazowska et al., *Quantitative System Performance*, 1984, ch. 5; the
+            slots' bound ``replica_frac · batch · share / TPOT`` is the other). With
+            ``f = 0`` the slots' bound is always the lower one.
 
     Returns:
         The :class:`Latency`.
