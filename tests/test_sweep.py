@@ -1036,18 +1036,24 @@ def test_cli_size_prefill_looser_slo_never_needs_more_devices(tmp_path):
     assert r.exit_code == 1 and "workloads[" not in r.output, r.output
 
 
+def _one_client_one_token_row(cluster: str, isl: int) -> dict[str, object]:
+    """The sweep row of Llama-3.1-8B under vLLM on ``cluster``: one client (a closed loop)
+    asking ``isl``-token prompts for one output token, exact search."""
+    grid = grid_from_data({
+        "models": ["llama-3.1-8b"], "clusters": [cluster], "engines": ["vllm"],
+        "workloads": [{"name": "c1", "phase": "serve", "isl": isl, "osl": 1,
+                       "concurrency": 1}],
+        "searchers": ["exact"]})
+    (cell,) = expand(grid)
+    return run_cell(cell)
+
+
 def test_a_cell_of_one_client_and_one_output_token():
     """A closed loop of one client asking for one output token: the cluster completes one
     request per client cycle (front-end time plus the request's TTFT in the engine), not one
     per engine pass, and the row has no TPOT (no token follows the first), as ``l2s plan``
     says. The row said 36 requests/s on three GPUs where one client can send 11."""
-    grid = grid_from_data({
-        "models": ["llama-3.1-8b"], "clusters": ["h100-sxm:3"], "engines": ["vllm"],
-        "workloads": [{"name": "c1", "phase": "serve", "isl": 2048, "osl": 1,
-                       "concurrency": 1}],
-        "searchers": ["exact"]})
-    (cell,) = expand(grid)
-    row = run_cell(cell)
+    row = _one_client_one_token_row("h100-sxm:3", 2048)
     assert row["error"] is None and row["feasible"]
     assert row["tpot_s"] is None and row["ttft_s"] > 0
     assert row["cluster_tokens_per_s"] == pytest.approx(1.0 / row["ttft_s"], rel=0.02)
@@ -1096,13 +1102,7 @@ def test_the_sweep_tables_cluster_requests_follow_the_clients_bound():
 
     from learn_to_shard.sweep.report import summary_table
 
-    grid = grid_from_data({
-        "models": ["llama-3.1-8b"], "clusters": ["h100-sxm:1"], "engines": ["vllm"],
-        "workloads": [{"name": "c1", "phase": "serve", "isl": 1024, "osl": 1,
-                       "concurrency": 1}],
-        "searchers": ["exact"]})
-    (cell,) = expand(grid)
-    row = run_cell(cell)
+    row = _one_client_one_token_row("h100-sxm:1", 1024)
     con = Console(record=True, width=200)
     con.print(summary_table([row]))
     text = con.export_text()
