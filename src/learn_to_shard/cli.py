@@ -730,6 +730,9 @@ def plan_cmd(
         data["interrupted_during"] = late_interrupt
     if last is not None:
         data["timing"] = last
+    from .report.render import misses_slo_under_load
+
+    exit_code = EXIT_SLO_UNDER_LOAD if misses_slo_under_load(sims) else 0
     load_warnings: list[str] = []
     if launch is not None and sims and result.best is not None \
             and sims[0]["strategy"] == result.best.strategy.short():
@@ -796,7 +799,7 @@ def plan_cmd(
         else:
             sys.stdout.write(launch)
         _late_interrupt_exit(late_interrupt)
-        raise typer.Exit(code=EXIT_SLO_UNDER_LOAD if _misses_under_load(sims) else 0)
+        raise typer.Exit(code=exit_code)
     if output is not None:
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
@@ -828,8 +831,7 @@ def plan_cmd(
                              else "no feasible strategy was found before it")
                           + f" (exit {EXIT_INTERRUPTED})")
     _late_interrupt_exit(late_interrupt)
-    raise typer.Exit(code=(EXIT_SLO_UNDER_LOAD if _misses_under_load(sims) else 0)
-                     if result.feasible else 1)
+    raise typer.Exit(code=exit_code if result.feasible else 1)
 
 
 #: ``l2s plan``'s exit status where a plan was found but, under the load given
@@ -837,14 +839,6 @@ def plan_cmd(
 #: missing an SLO on the mean and no simulated alternative meeting them: the plan, its export
 #: and the warning are printed, and a script sees that the SLOs do not hold under that load.
 EXIT_SLO_UNDER_LOAD = 4
-
-
-def _misses_under_load(sims: list[dict]) -> bool:
-    """Whether ``l2s plan`` exits :data:`EXIT_SLO_UNDER_LOAD` for these simulated rows
-    (``report.render.misses_slo_under_load``; none without a load)."""
-    from .report.render import misses_slo_under_load
-
-    return bool(sims) and misses_slo_under_load(sims)
 
 
 def _late_interrupt_exit(stage: str) -> None:

@@ -762,7 +762,8 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"{f.source}: field '{where}{key}' is {dtype!r}; expected a torch "
                           f"dtype name: {', '.join(sorted(_TORCH_DTYPES))}")
     written = f.integer("max_position_embeddings", 0, minimum=1)
-    extended = _yarn_positions(f, data, written)
+    ropes = _rope_fields(f, data)
+    extended = _yarn_positions(f, ropes, written)
     return {
         "architecture": arch or str(data["model_type"]),
         "config_architecture": arch,
@@ -774,33 +775,49 @@ def _common(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         else dtype.removeprefix("torch."),
         "max_position_embeddings": extended,
         "config_max_positions": written if extended > written else 0,
-        "rope_not_followed": _unfollowed_rope(f, data),
+        "rope_not_followed": _unfollowed_rope(ropes),
     }
 
 
-def _unfollowed_rope(f: _Fields, data: dict[str, Any]) -> str:
-    """``"rope_scaling type 'linear' (factor 4)"`` where the config's ``rope_scaling`` (or
-    ``rope_parameters``) is ``linear`` or ``dynamic`` with a factor above 1: vLLM and SGLang
-    multiply ``max_position_embeddings`` by it, and this planner does not (see
-    :func:`_yarn_positions`); empty otherwise (only called after that function validated the
-    field's type)."""
-    for obj in (f.data, data):
-        for key in ("rope_scaling", "rope_parameters"):
-            rope = obj.get(key)
-            if not isinstance(rope, dict):
-                continue
-            kind, factor = rope.get("rope_type", rope.get("type")), rope.get("factor")
-            if kind in ("linear", "dynamic") and isinstance(factor, (int, float)) \
-                    and not isinstance(factor, bool) and factor > 1:
-                return f"{key} type '{kind}' (factor {factor:g})"
+def _rope_fields(f: _Fields, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The config's ``rope_scaling`` / ``rope_parameters`` objects (where transformers v5
+    configs keep it), in the model's own fields (``f``, a wrapper's ``text_config``) and then
+    the top level, each with its key as written (``text_config.rope_scaling``).
+
+    Raises:
+        ConfigError: one that is not an object (or null), named with the file and its key.
+    """
+    found = [(prefix + key, obj.get(key)) for key in ("rope_scaling", "rope_parameters")
+             for obj, prefix in ((f.data, f.prefix), (data, ""))]
+    for key, value in found:
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{f.source}: field '{key}' must be a JSON object (e.g. "
+                              f"{{\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                              f"\"original_max_position_embeddings\": 32768}}) or null, got "
+                              f"{_short(value)} ({type(value).__name__})")
+    return [(key, value) for key, value in found if isinstance(value, dict)]
+
+
+def _unfollowed_rope(ropes: list[tuple[str, dict[str, Any]]]) -> str:
+    """``"rope_scaling type 'linear' (factor 4)"`` where one of the config's rope objects
+    (:func:`_rope_fields`) is ``linear`` or ``dynamic`` with a factor above 1: vLLM and
+    SGLang multiply ``max_position_embeddings`` by it, and this planner does not (see
+    :func:`_yarn_positions`); empty otherwise."""
+    for key, rope in ropes:
+        kind, factor = rope.get("rope_type", rope.get("type")), rope.get("factor")
+        if kind in ("linear", "dynamic") and isinstance(factor, (int, float)) \
+                and not isinstance(factor, bool) and factor > 1:
+            return f"{key} type '{kind}' (factor {factor:g})"
     return ""
 
 
-def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
+def _yarn_positions(f: _Fields, ropes: list[tuple[str, dict[str, Any]]],
+                    positions: int) -> int:
     """The positions a YaRN ``rope_scaling`` extends the model to:
     ``original_max_position_embeddings × factor`` for ``rope_type`` (or ``type``) ``yarn`` in
     ``rope_scaling`` (or ``rope_parameters``, where transformers v5 configs keep it), which
-    replaces ``max_position_embeddings`` (``positions``); else ``positions``. Qwen2.5 /
+    replaces ``max_position_embeddings`` (``positions``); else ``positions``. ``ropes``: the
+    config's rope objects (:func:`_rope_fields`), the first of which is read. Qwen2.5 /
     Qwen3's model cards add ``{"type": "yarn", "factor": 4.0,
     "original_max_position_embeddings": 32768}`` to serve 131,072 tokens, which earlier vLLM
     releases derived as ``max_model_len``; the pinned vLLM 0.33.0 and SGLang 0.5.23 keep
@@ -816,20 +833,11 @@ def _yarn_positions(f: _Fields, data: dict[str, Any], positions: int) -> int:
     the checkpoint was trained for.
 
     Raises:
-        ConfigError: a ``rope_scaling`` / ``rope_parameters`` that is not an object (or
-            null), a YaRN ``factor`` that is not a number in (0, 1024], or an
+        ConfigError: a YaRN ``factor`` that is not a number in (0, 1024], or an
             ``original_max_position_embeddings`` that is not a positive integer (named with
             the file and the key that holds them).
     """
-    found = [(prefix + key, obj.get(key)) for key in ("rope_scaling", "rope_parameters")
-             for obj, prefix in ((f.data, f.prefix), (data, ""))]
-    for key, value in found:
-        if value is not None and not isinstance(value, dict):
-            raise ConfigError(f"{f.source}: field '{key}' must be a JSON object (e.g. "
-                              f"{{\"rope_type\": \"yarn\", \"factor\": 4.0, "
-                              f"\"original_max_position_embeddings\": 32768}}) or null, got "
-                              f"{_short(value)} ({type(value).__name__})")
-    key, rope = next(((k, r) for k, r in found if isinstance(r, dict)), ("", None))
+    key, rope = ropes[0] if ropes else ("", None)
     if rope is None or rope.get("rope_type", rope.get("type")) != "yarn":
         return positions
     factor, original = rope.get("factor"), rope.get("original_max_position_embeddings")
