@@ -550,7 +550,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                    decode_steps_per_schedule=c.decode_steps_per_schedule,
                    recv_interval=c.scheduler_recv_interval,
                    kv_admission=admission, dp_ranks=s.dp,
-                   frontend_latency_s=c.frontend_latency_s)
+                   frontend_latency_s=c.frontend_latency_s,
+                   microbatches=max(1, min(s.pp, s.batch)))
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices

@@ -284,7 +284,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              prefill_first: bool = False, overlap_schedule: bool = False,
              decode_steps_per_schedule: int = 1, kv_admission: str = "reserve",
              dp_ranks: int = 1, frontend_latency_s: float = 0.0,
-             recv_interval: int = 1) -> SimResult:
+             recv_interval: int = 1, microbatches: int = 1) -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
     Args:
@@ -330,6 +330,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         dp_ranks: the instance's DP ranks, each with ``max_num_batched_tokens / dp_ranks``
             tokens per step: a request lives on one of them, so its chunk is at most the room
             that rank's budget leaves beside its share of the decodes.
+        microbatches: pipeline micro-batches a step carries (``min(pp, batch)``), each with
+            its own share of ``max_num_batched_tokens`` (vLLM schedules every micro-batch of
+            its batch queue within the budget): a request's chunk rides in one of them, so it
+            is at most one micro-batch's room, and the step lasts at least that micro-batch's
+            pass through every stage (:meth:`StepTimeModel.pass_tokens`).
         kv_admission: when the KV pool admits a request (sources per engine:
             :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`):
 
@@ -370,9 +375,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                           f"got {decode_steps_per_schedule!r}")
     if max_num_seqs < 1 or max_num_batched_tokens < 1 or decode_steps_per_schedule < 1 \
             or dp_ranks < 1 or not isinstance(recv_interval, (int, np.integer)) \
-            or recv_interval < 1:
+            or recv_interval < 1 or microbatches < 1:
         raise ConfigError("simulation: max_num_seqs, max_num_batched_tokens, "
-                          "decode_steps_per_schedule, dp_ranks and recv_interval must be >= 1")
+                          "decode_steps_per_schedule, dp_ranks, recv_interval and "
+                          "microbatches must be >= 1")
     if recv_interval > 1 and decode_steps_per_schedule > 1:
         raise ConfigError("simulation: recv_interval > 1 (SGLang) and "
                           "decode_steps_per_schedule > 1 (vLLM V0) do not combine")
@@ -535,8 +541,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         chunk = np.zeros(len(pf), dtype=np.int64)
         if len(pf) and left > 0:
             rem = plen[pf] - prompt_done[pf]
-            if dp_ranks > 1:        # a request lives on one rank: its chunk fits that rank's room
-                rem = np.minimum(rem, max(1, int((max_num_batched_tokens - n_dec) / dp_ranks)))
+            if dp_ranks * microbatches > 1:
+                # a request lives on one rank and rides in one micro-batch: its chunk fits
+                # that micro-batch's room on that rank
+                rem = np.minimum(rem, max(1, int((max_num_batched_tokens - n_dec)
+                                                 / (dp_ranks * microbatches))))
             before = np.concatenate([[0], np.cumsum(rem)[:-1]])
             chunk = np.clip(left - before, 0, rem)
         n_pf = int(chunk.sum())
@@ -615,8 +624,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             n_done = int((prompt_done[pf] + chunk == plen[pf]).sum())   # sampled this step
             excess = float(step.rank_excess_tokens(n_dec, n_pf, int(chunk.max()))) \
                 if step.ranks > 1 else 0.0
+            heavy = float(step.pass_tokens(n_dec, int(chunk.max()), n_dec + n_done)) \
+                if step.stages > 1 else 0.0
             dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done,
-                                        1.0, excess))
+                                        1.0, excess, heavy))
             running_time += n_running * dt
             step_start = t
             t += dt

@@ -91,6 +91,8 @@ class StepTimeModel:
         ranks: attention-DP ranks whose busiest one sets the step (1: none).
         rank_prompt_s: seconds per prompt token on the busiest rank beyond the ranks' mean.
         rank_budget: tokens per step and rank (``max_num_batched_tokens``).
+        dp_ranks: attention-DP ranks of the instance (the token grid spreads a step's tokens
+            over them).
     """
 
     token_grid: np.ndarray
@@ -104,6 +106,27 @@ class StepTimeModel:
     ranks: int = 1
     rank_prompt_s: float = 0.0
     rank_budget: int = 1
+    dp_ranks: int = 1
+
+    def pass_tokens(self, n_decode: np.ndarray | float, max_chunk: np.ndarray | float,
+                    n_seqs: np.ndarray | float) -> np.ndarray:
+        """Tokens of the step's heaviest pipeline micro-batch, in the token grid's units
+        (an instance step's tokens over every DP rank), ``[...]``; 0 without pipeline stages
+        or prompt chunk.
+
+        A prompt chunk is one sequence: it rides in one micro-batch of one DP rank, beside
+        that micro-batch's share of the decodes (``n_decode`` over ``min(stages, n_seqs)``
+        micro-batches and ``dp_ranks`` ranks), and passes through every stage in turn. The
+        token grid prices ``n`` tokens as ``min(stages, n)`` micro-batches of ``n / stages``
+        in flight, whose time is one micro-batch's pass through every stage (balanced
+        stages: ``m · max_s t_s ≈ Σ_s t_s``), so a pass of ``k`` tokens per rank is the
+        grid at ``stages · dp_ranks · k``."""
+        chunk = np.asarray(max_chunk, dtype=float)
+        if self.stages <= 1:
+            return np.zeros(np.shape(chunk))
+        m = np.minimum(self.stages, np.maximum(np.asarray(n_seqs, dtype=float), 1.0))
+        per_rank = chunk + np.asarray(n_decode, dtype=float) / (m * self.dp_ranks)
+        return np.where(chunk > 0, self.stages * self.dp_ranks * per_rank, 0.0)
 
     def rank_excess_tokens(self, n_decode: np.ndarray | float, n_prefill: np.ndarray | float,
                            max_chunk: np.ndarray | float) -> np.ndarray:
@@ -119,7 +142,8 @@ class StepTimeModel:
                     prefill_pairs: np.ndarray | float, n_seqs: np.ndarray | float = 0.0,
                     n_prompts: np.ndarray | float = 0.0,
                     eager_steps: np.ndarray | float = 0.0,
-                    rank_excess: np.ndarray | float = 0.0) -> np.ndarray:
+                    rank_excess: np.ndarray | float = 0.0,
+                    pass_tokens: np.ndarray | float = 0.0) -> np.ndarray:
         """Step time, seconds (element-wise over arrays of equal shape).
 
         Args:
@@ -135,12 +159,20 @@ class StepTimeModel:
                 ``min(stages, max(1, n_seqs))``.
             rank_excess: prompt tokens on the busiest attention-DP rank beyond the ranks'
                 mean (:meth:`rank_excess_tokens`); prices ``rank_prompt_s``.
+            pass_tokens: the heaviest pipeline micro-batch's tokens
+                (:meth:`pass_tokens`): the token time is at least the grid there, so a
+                prompt chunk passes through every stage (0: the tokens spread evenly over
+                the micro-batches, as the cost model's steady state spreads them).
 
         Beyond the grid's largest count the token time and the sequences' host time are
         extrapolated linearly from the last two grid points.
         """
-        out = _interp(np.asarray(n_tokens, dtype=float), self.token_grid, self.token_time_s) \
-            + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
+        tok = _interp(np.asarray(n_tokens, dtype=float), self.token_grid, self.token_time_s)
+        heavy = np.asarray(pass_tokens, dtype=float)
+        if np.any(heavy > 0):
+            tok = np.maximum(tok, np.where(heavy > 0, _interp(heavy, self.token_grid,
+                                                              self.token_time_s), 0.0))
+        out = tok + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
             + self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
         if self.seq_host_s is not None:
             seqs = np.asarray(n_seqs, dtype=float)
@@ -305,7 +337,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
                                 eager_step_s=c.eager_layer_overhead_s * cm.model.num_layers,
                                 stages=s.pp, ranks=s.dp if unbalanced else 1,
                                 rank_prompt_s=rank_prompt_s,
-                                rank_budget=c.token_budget)
+                                rank_budget=c.token_budget, dp_ranks=s.dp)
     if wl.phase is not Phase.SERVE:
         return model, float("nan")
     # The cost model's serve step at the plan's batch: ``n_dec`` decodes, ``n_pf`` prompt
