@@ -153,6 +153,38 @@ def test_host_time_per_step_sequence_and_prompt(phase, extra):
     assert math.isfinite(t(b))
 
 
+@pytest.mark.parametrize("prefill_first", [False, True])
+def test_a_pipeline_round_runs_at_its_heaviest_micro_batch(prefill_first):
+    """A prompt chunk rides one pipeline micro-batch, whose next step waits for its last
+    stage, so a round of m micro-batch steps lasts the prompt step's pass when any of them
+    carries one (OperatorTerms.prompt_step_mix): decodes first the prompt step's weight is
+    1 − (1 − q)^m; prefill first, with r prefill-only steps per decode step, (1 + r)(1 −
+    (1 + r)^−m) on the prefill step and (1 + r)^(1 − m) on the decode step. The steps'
+    contents do not change, and one micro-batch is the unpipelined mix."""
+    m = tiny_dense()
+    cl = parse_cluster("h100-sxm:1")
+    cfg = dataclasses.replace(CFG, prefill_first=prefill_first)
+    cm = CostModel(m, cl, Workload(Phase.SERVE, isl=512, osl=32), config=cfg,
+                   space=StrategySpace.build(m, cl, batch_values=(8,)))
+    dec, pf, seqs, dp = np.array([8.0]), np.array([128.0]), np.array([0.25]), np.array([1])
+    one = cm.prompt_step_mix(dec, pf, seqs, dp)
+    same = cm.prompt_step_mix(dec, pf, seqs, dp, np.array([1.0]))
+    for f in one.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(same, f), getattr(one, f))
+    for mb in (2.0, 4.0):
+        mix = cm.prompt_step_mix(dec, pf, seqs, dp, np.array([mb]))
+        q = float(one.q[0])
+        if prefill_first:
+            assert float(mix.q[0]) == pytest.approx((1 + q) * (1 - (1 + q) ** -mb), rel=1e-12)
+            assert float(mix.w_b[0]) == pytest.approx((1 + q) ** (1 - mb), rel=1e-12)
+        else:
+            assert 0.0 < q < 1.0
+            assert float(mix.q[0]) == pytest.approx(1 - (1 - q) ** mb, rel=1e-12)
+            assert float(mix.w_b[0]) == pytest.approx((1 - q) ** mb, rel=1e-12)
+        for f in ("pf_a", "seqs_a", "pf_b", "seqs_b", "dec_a"):
+            np.testing.assert_array_equal(getattr(mix, f), getattr(one, f))
+
+
 def test_eager_launches_of_a_long_prefill_count_per_budget_step():
     """A prefill of more tokens than the step budget runs in budget-sized steps, each launched
     outside the CUDA graphs: 4 prompts of 4,096 tokens at the 8,192 budget are two."""

@@ -928,20 +928,26 @@ def test_a_long_run_of_decode_steps_simulates_rather_than_hitting_the_step_bound
                  kv_capacity_tokens=20_000, concurrency=1, max_events=2000)
 
 
-@pytest.mark.parametrize("tp,pp,batch", [(2, 2, 122), (4, 1, 104)])
-def test_the_steady_state_agrees_with_the_simulation_at_full_occupancy(tp, pp, batch):
+@pytest.mark.parametrize("tp,pp,batch,engine", [(2, 2, 122, None), (2, 4, 120, None),
+                                                (4, 1, 104, None), (4, 2, 64, "sglang")])
+def test_the_steady_state_agrees_with_the_simulation_at_full_occupancy(tp, pp, batch, engine):
     """A closed loop that keeps the plan's batch full, with lengths spread (no lock-step
     waves) over many requests (no start-up transient), is the steady state the analytical
     model prices: at the occupancy reached, mean TPOT and tokens/s agree within 5%. Pricing
     the mean step's content once (serve_step_mix off) put a TP2 PP2 plan's TPOT 1.29x and
-    tokens/s 0.77x the simulation's, and plans and ``l2s size`` promised that capacity."""
+    tokens/s 0.77x the simulation's, and plans and ``l2s size`` promised that capacity.
+    Under PP a prompt chunk rides one micro-batch and holds the round for its pass through
+    every stage (``prompt_step_mix``, ``StepTimeModel.pass_tokens``): spreading it over the
+    micro-batches priced TP2 PP4 at 0.64x the TPOT both models now give, and the simulation
+    of TP2 PP2 at 1.22x the analytical TPOT while only it held the round."""
     from learn_to_shard.cost.model import CostModel
     from learn_to_shard.parallel.ops import MEGATRON_DIMS
     from learn_to_shard.parallel.strategy import Strategy
     from learn_to_shard.serving import simulate_estimate
 
     cm = make_cost_model("llama-3.1-70b", "h100-sxm:8",
-                         make_workload("serve", isl=1024, osl=256))
+                         make_workload("serve", isl=1024, osl=256),
+                         config=CostModelConfig.for_engine(engine), engine=engine)
     cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
                    space=cm.space.with_batches((batch,)))
     est = cm.evaluate(Strategy(tp=tp, ep=1, pp=pp, dp=1, batch=batch, dims=MEGATRON_DIMS))
@@ -954,9 +960,33 @@ def test_the_steady_state_agrees_with_the_simulation_at_full_occupancy(tp, pp, b
     import dataclasses
     unmixed = CostModel(cm.model, cm.cluster, cm.workload, space=cm.space,
                         config=dataclasses.replace(cm.config, serve_step_mix=False))
-    if pp > 1:
+    if pp > 1 and engine is None:
         # The mean content priced once is the optimistic price the mix corrects.
         assert unmixed.evaluate(est.strategy).tpot_s < 0.85 * est.tpot_s
+
+
+@pytest.mark.parametrize("model,cluster,tp,pp,isl", [
+    ("llama-3.1-405b", "h100-sxm:16", 8, 2, 4096),
+    ("llama-3.1-70b", "h100-sxm:8", 2, 4, 2048),
+    ("llama-3.1-70b", "h100-sxm:8", 1, 8, 2048),
+])
+def test_a_lone_prompt_passes_through_every_pipeline_stage(model, cluster, tp, pp, isl):
+    """One client: its prompt's chunk rides one micro-batch through every stage in turn, as
+    the analytical TTFT prices it (one pass per chunk). The simulation priced the chunk as
+    spread over ``pp`` micro-batches in flight: 0.51x (405B TP8 PP2), 0.28x (TP2 PP4) and
+    0.15x (TP1 PP8) the analytical TTFT. The pass is priced from the step grid at balanced
+    stages, so stages with the embedding or the LM head leave it up to ~11% above."""
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.serving import simulate_estimate
+
+    cm = make_cost_model(model, cluster, make_workload("serve", isl=isl, osl=64))
+    cm = CostModel(cm.model, cm.cluster, cm.workload, config=cm.config,
+                   space=cm.space.with_batches((1,)))
+    est = cm.evaluate(Strategy(tp=tp, ep=1, pp=pp, dp=1, batch=1, dims=MEGATRON_DIMS))
+    sim = simulate_estimate(cm, est, ServingLoad(concurrency=est.instances, num_prompts=20))
+    assert 0.95 <= sim["sim_over_analytic"]["mean_ttft"] <= 1.15
 
 
 def test_a_pipeline_plan_whose_step_budget_binds_agrees_with_the_simulation():

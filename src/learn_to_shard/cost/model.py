@@ -467,7 +467,7 @@ class CostModel(OperatorTerms):
         dec, pf, pf_seqs, ctx = ph["dec"], ph["pf"], ph["pf_seqs"], ph["ctx"]
         # The mean step as the mix of the steps an engine runs (serve_step_mix); a row not
         # mixed has the mean content in step a.
-        mix = self.prompt_step_mix(dec, pf, pf_seqs, dp)
+        mix = self.prompt_step_mix(dec, pf, pf_seqs, dp, m_mb)
         step = self._step(a, deg, dims, mix.dec_a, ctx, mix.pf_a, mix.seqs_a, detail)
         if mix.mixed.any():
             other = self._step(a, deg, dims, dec, ctx, mix.pf_b, mix.seqs_b, detail)

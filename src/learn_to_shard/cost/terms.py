@@ -625,7 +625,7 @@ class OperatorTerms:
                 and self.model.moe is None)
 
     def prompt_step_mix(self, dec: np.ndarray, pf: np.ndarray, pf_seqs: np.ndarray,
-                        dp: np.ndarray) -> StepMix:
+                        dp: np.ndarray, m_mb: np.ndarray | float = 1.0) -> StepMix:
         """The two kinds of serve step the mean step is priced as (``config.serve_step_mix``):
         a share ``q`` carrying ``pf_a`` prompt tokens (``seqs_a`` prompts completing) and the
         rest ``pf_b`` (``seqs_b``), each ``[n]``, per step and rank, with the mean content
@@ -650,6 +650,20 @@ class OperatorTerms:
           model's attention-DP ranks (``dp > 1``), whose unevenness the busiest rank's prompt
           tokens price instead (``config.attention_dp_balanced``); a dense model's ranks run
           apart and mix like one rank.
+
+        Pipeline micro-batches (``m_mb = min(pp, batch)`` in flight, decodes first): a prompt
+        chunk rides in one micro-batch, and the round of ``m_mb`` micro-batch steps lasts at
+        least that micro-batch's pass through every stage, since its next step waits for its
+        last stage (balanced stages: ``pp`` of its stage times, where ``m_mb`` evenly
+        spread steps would take ``m_mb`` mean stage times). A round therefore runs at step
+        a's price when any of its micro-batches carries step a's prompts: the weight on step a
+        is ``1 − (1 − q)^m_mb``, the chance that one of ``m_mb`` independent micro-batch steps
+        does (the expected heaviest of them; ``q`` itself at ``m_mb = 1``). The simulation
+        runs the same rule (:meth:`learn_to_shard.serving.steptime.StepTimeModel.
+        pass_tokens`). Prefill first, a share ``r / (1 + r)`` of a micro-batch's steps
+        prefill (``r`` below), so per decode step the weights are ``(1 + r) · (1 − (1 +
+        r)^−m_mb)`` on step a and ``(1 + r)^(1 − m_mb)`` on step b (``r`` and 1 at
+        ``m_mb = 1``).
 
         Prefill first (``config.runs_prefill_first``, SGLang: a prefill-only step whenever
         prompts wait, the decodes held back; :attr:`serve_prefill_first`) the prompts that join
@@ -696,6 +710,9 @@ class OperatorTerms:
         mixed = full | few | many                    # elsewhere both steps are the mean's
         seqs_a = np.where(mixed, pf_a * per_token, seqs)
         seqs_b = np.where(mixed, pf_b * per_token, seqs)
+        # A round of m micro-batch steps runs at step a's price when any of them is step a.
+        m = np.asarray(m_mb, dtype=float) * one
+        q = np.where(mixed & (m > 1.0), 1.0 - (1.0 - q) ** m, q)
         w_b, dec_a, two = 1.0 - q, dec_f, q < 1.0
         first = (pf > 0) & self.serve_prefill_first
         if first.any():
@@ -711,6 +728,13 @@ class OperatorTerms:
             dec_a = np.where(first, 0.0, dec_a)
             # One output token per request comes from its prefill: no decode step (osl 1).
             w_b = np.where(first, 0.0 if self.workload.osl <= 1 else 1.0, w_b)
+            if self.workload.osl > 1:
+                # m micro-batches: a share r / (1 + r) of their steps prefills, and a round
+                # runs at step a's price when any does; per decode step of a micro-batch,
+                # (1 + r) rounds' worth of steps (r at step a's price when m = 1).
+                lone = (1.0 + r) ** (1.0 - m)
+                q = np.where(first & (m > 1.0), 1.0 + r - lone, q)
+                w_b = np.where(first & (m > 1.0), lone, w_b)
             two = two | first
         return StepMix(q, pf_a, seqs_a, pf_b, seqs_b, dec_a, w_b, two)
 

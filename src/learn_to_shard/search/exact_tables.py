@@ -346,6 +346,8 @@ class Keys:
             DP rank in one main step (as ``CostModel._run``), ``[K]``.
         pf2, pf_seqs2, dec2: the serve TTFT step's prefill chunk, completing prompts and
             decodes, ``[K]``.
+        m_mb: pipeline micro-batches in flight, ``[K]`` (the serve mix weighs a round by its
+            heaviest micro-batch, ``OperatorTerms.prompt_step_mix``).
     """
 
     tp_idx: np.ndarray
@@ -362,6 +364,7 @@ class Keys:
     pf2: np.ndarray
     pf_seqs2: np.ndarray
     dec2: np.ndarray
+    m_mb: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -455,18 +458,20 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
         return cm.p2p_time_s(dec_ + cm.rank_prompt_tokens(dec_, pf_, dp), tp, dp, pp)
 
     # The main step as the mix of two steps (``CostModel._mix_steps``).
-    mix = cm.prompt_step_mix(dec, pf, pf_seqs, dp)
+    mix = cm.prompt_step_mix(dec, pf, pf_seqs, dp, m_mb)
     mixed = mix.blend
 
     s_all, s_seq = cm.resident_sequences(batch, dp, tp, cp)
+    # Micro-batches matter to the tables only through the serve mix's weights.
+    m_key = m_mb if cm.workload.phase is Phase.SERVE else np.ones_like(m_mb)
     key_cols = np.stack([a[:, TP_HEAD], a[:, EP_HEAD], a[:, DP_HEAD], a[:, CP_HEAD], dec, pf,
-                         pf_seqs], axis=1)
+                         pf_seqs, m_key], axis=1)
     _, first, inv, _ = unique_rows(key_cols)
     keys = Keys(tp_idx=a[first, TP_HEAD], ep_idx=a[first, EP_HEAD], dp_idx=a[first, DP_HEAD],
                 cp_idx=a[first, CP_HEAD], tp=tp[first], ep=ep[first], dp=dp[first],
                 cp=cp[first], dec=dec[first], pf=pf[first],
                 pf_seqs=pf_seqs[first], pf2=pf2[first], pf_seqs2=pf_seqs2[first],
-                dec2=dec2[first])
+                dec2=dec2[first], m_mb=m_key[first].astype(np.float64))
     tie = cm.model.tie_word_embeddings
     co = Coarse(actions=a, pp_idx=a[:, PP_HEAD], pp=pp, batch=batch,
                 devices=(tp * dp * pp).astype(np.float64),
@@ -774,7 +779,7 @@ def main_step_tables(cm: CostModel, st: Structure, keys: Keys) -> StepTables:
     (``dec_a`` decodes, ``pf_a`` prompt tokens) plus ``w_b`` times those of step b (the
     decodes, ``pf_b``). Every table is a sum of per-operator times, so the mix keeps the
     decomposition exact (``verify``); the layouts (``out``) do not depend on the content."""
-    m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
+    m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp, keys.m_mb)
     if not m.mixed.any():
         return step_tables(cm, st, keys)
     prompt = step_tables(cm, st, dataclasses.replace(keys, dec=m.dec_a, pf=m.pf_a,
@@ -870,7 +875,7 @@ def mem_tables(cm: CostModel, st: Structure, keys: Keys) -> MemTables:
                   axis=1)
     _, lw = _lm_table(cm, keys, keys.dec, keys.pf_seqs)
     # The larger workspace of the two steps of the mix (``CostModel._mix_steps``).
-    m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp)
+    m = cm.prompt_step_mix(keys.dec, keys.pf, keys.pf_seqs, keys.dp, keys.m_mb)
     ws = cm.workspace_bytes(m.dec_a, m.pf_a, m.seqs_a, tp, etp)
     if m.mixed.any():
         ws = np.maximum(ws, cm.workspace_bytes(keys.dec, m.pf_b, m.seqs_b, tp, etp))
