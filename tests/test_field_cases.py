@@ -446,3 +446,27 @@ def test_fc36_memory_gates_every_estimate():
     cm = CostModel(m, parse_cluster("h100-sxm:1"), Workload(Phase.SERVE, isl=1024, osl=1024))
     assert float(cm.evaluate_many(cm.space.encode(
         Strategy(tp=1, ep=1, pp=1, dp=1, batch=128))[None, :]).objective[0]) == 0.0
+
+
+def test_a_decode_plan_reserves_the_engines_step_budget():
+    """The engine profiles a step of its whole token budget before sizing the KV pool (vLLM's
+    ``profile_run``), however few tokens a decode step carries: a decode plan's workspace is
+    the budget's, not the batch's, and grows with ``max_num_batched_tokens``. gpt-oss-120b on
+    one H100 at 8,192 tokens of context: batch 35 at a 0.03 GiB workspace was planned where
+    the exported server, reserving 0.73 GiB for its 8,192-token budget, holds 33."""
+    import dataclasses
+
+    from learn_to_shard.api import make_cost_model, make_workload
+
+    def ws(batch: int, budget: int | None) -> float:
+        cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", make_workload("decode",
+                                                                         context=4096))
+        cfg = dataclasses.replace(cm.config, max_num_batched_tokens=budget)
+        cm = CostModel(cm.model, cm.cluster, cm.workload, config=cfg,
+                       space=cm.space.with_batches((batch,)))
+        return cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=batch)).memory.workspace_bytes
+
+    # the batch adds only its logits rows
+    assert ws(8, 8192) < ws(64, 8192) < 1.05 * ws(8, 8192)
+    assert ws(8, 16384) > 1.9 * ws(8, 8192)
+    assert ws(8, 8192) > 50 * ws(8, 8)          # the batch's own 8 rows: a budget of 8

@@ -48,8 +48,9 @@ Model, per pipeline stage and micro-batch (all per device, SI units):
   is a second copy, FC-16), KV cache by attention layout (head split divides GQA KV heads, with
   replication when ``tp`` exceeds them; MLA's latent cache is replicated under head split and
   divided under a sequence split; windowed layers hold at most ``window`` tokens, or the full
-  context when ``window_kv_capped`` is off), activation workspace for the step's tokens (serve:
-  for the scheduler's token budget ``max_num_batched_tokens``); weights + workspace +
+  context when ``window_kv_capped`` is off), activation workspace for the step's tokens (serve,
+  and decode at least: the scheduler's token budget ``max_num_batched_tokens``, which the
+  engine reserves at start); weights + workspace +
   KV / ``kv_cache_free_fraction`` must fit ``memory_utilization × HBM − runtime_reserved`` on
   every stage. Reported
   too: the largest batch, the KV-cache capacity in tokens and the longest context per sequence.

@@ -883,10 +883,19 @@ class OperatorTerms:
         """Activation workspace per device for a step of ``dec`` decode sequences, ``pf``
         prompt tokens and ``pf_seqs`` completing prompts per DP rank (:meth:`_workspace`),
         bytes, ``[n]``. Serve: sized for the scheduler's token budget whatever the batch
-        (vLLM profiles the peak at ``max_num_batched_tokens``, FC-20)."""
+        (vLLM profiles the peak at ``max_num_batched_tokens``, FC-20); decode: at least that
+        budget too, which the engine reserves at start however few tokens a decode step
+        carries (vLLM 0.33.0 ``v1/worker/gpu_worker.py`` ``determine_available_memory`` runs
+        ``profile_run``, a dummy step of ``max_num_tokens`` tokens, before sizing the KV
+        pool; SGLang 0.5.23 ``sglang/srt/arg_groups/memory_hook.py``
+        ``handle_gpu_memory_settings`` reserves activation memory in proportion to its
+        ``chunked_prefill_size`` whatever the workload);
+        prefill: the step's prompt tokens (the exports raise the budget to them)."""
         rows = dec + pf
-        ws_rows = np.full(np.shape(rows), float(self.config.token_budget)) \
-            if self.workload.phase is Phase.SERVE else rows
+        budget = float(self.config.token_budget)
+        phase = self.workload.phase
+        ws_rows = np.full(np.shape(rows), budget) if phase is Phase.SERVE \
+            else np.maximum(rows, budget) if phase is Phase.DECODE else rows
         return self._workspace(ws_rows, self.lm_head_rows(dec, pf_seqs), tp, etp,
                                self._padded_vocab(tp))
 
