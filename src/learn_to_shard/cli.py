@@ -198,7 +198,8 @@ MoeRoutingOpt = Annotated[str | None, typer.Option(
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default: the engine's for the device, e.g. vLLM 8192 on H100, 2048 on A100; 8192 without "
-    "--engine): bounds the step, the prefill chunk and the activation workspace.")]
+    "--engine): bounds the step, the prefill chunk and the activation workspace (a decode "
+    "plan's too: the engine reserves a step of the whole budget).")]
 
 
 ReportOpt = typer.Option(None, "--report", help="Also write a self-contained HTML report "
