@@ -209,8 +209,9 @@ def test_a_trace_longer_than_one_simulation_is_refused(tmp_path, monkeypatch):
 
 def test_a_trace_is_read_in_arrival_order_and_dealt_so(tmp_path):
     """Rows out of time order are sorted by arrival (ties keep file order), so replicas are
-    dealt the requests as they arrive, not as the file lists them: with two replicas, the one
-    simulated gets the 1st, 3rd, ... arrivals."""
+    dealt the requests as they arrive, not as the file lists them: with two replicas, one
+    gets the 1st, 3rd, ... arrivals and the other, simulated as the busier (606 tokens
+    against 353), the 2nd, 4th, ...; the cluster's output is 9 of its 6 tokens."""
     f = tmp_path / "t.csv"
     f.write_text("arrival_s,isl,osl\n3,400,4\n1,200,2\n1,250,2\n0,100,1\n",
                  encoding="utf-8")
@@ -220,7 +221,33 @@ def test_a_trace_is_read_in_arrival_order_and_dealt_so(tmp_path):
     from learn_to_shard.serving.load import _instance_requests
     cm = make_cost_model("llama-3.1-8b", "h100-sxm:2", make_workload("serve", isl=200, osl=2))
     req, _, _, worth = _instance_requests(cm, ServingLoad(trace=tr), 2)
-    assert list(req.isl) == [100, 250] and list(req.arrival_s) == [0.0, 1.0] and worth == 2
+    assert list(req.isl) == [200, 400] and list(req.arrival_s) == [1.0, 3.0]
+    assert worth == pytest.approx(9 / 6)
+
+
+def test_the_busiest_replica_of_a_trace_is_simulated_wherever_its_rows_fall():
+    """Round-robin over four replicas, the replica whose rows are long is the one simulated
+    whichever rows of the trace are long: every fourth request short (100/10) and the rest
+    long (2000/800) at 40 requests/s overloads the replicas that get the long ones, whether
+    the short ones are rows 1, 5, ... or rows 2, 6, ... (the simulated share was rows 1, 5,
+    ..., so the first trace simulated the short requests alone: 0.02 of a replica's
+    capacity and no warning, against overloaded for the second)."""
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:4", make_workload("serve", isl=1500,
+                                                                     osl=600))
+    plan = search_plan(cm, method="megatron")
+    assert plan.best is not None and plan.best.instances == 4
+    n = 2000
+    arrival = np.arange(n) / 40.0
+    sims = []
+    for short_at in (0, 1):
+        short = np.arange(n) % 4 == short_at
+        tr = Requests(np.where(short, 100, 2000), np.where(short, 10, 800), arrival)
+        sims.append(simulate_plan(cm, plan, ServingLoad(trace=tr), top=1)[0])
+    assert all(sim["overloaded"] for sim in sims)
+    assert "busiest share (rows 2, 6," in sims[0]["replica_share"]
+    assert "busiest share (rows 1, 5," in sims[1]["replica_share"]
+    assert sims[0]["tokens_per_s_per_device"] == pytest.approx(
+        sims[1]["tokens_per_s_per_device"], rel=1e-9)
 
 
 def test_trace_times_too_far_apart_to_resolve_are_refused(tmp_path):

@@ -379,18 +379,28 @@ def _instance_requests(cm: CostModel, load: ServingLoad, replicas: int
 
     Returns:
         (its requests, its clients (closed loop) or ``None``, a description of its share,
-        the cluster's load in units of that replica's: ``C / ceil(C / r)`` clients, trace
-        rows ``len / ceil(len / r)``, ``r`` for a rate split evenly; the cluster's tokens/s
-        is the replica's times this, a replica with less load counted in proportion).
+        the cluster's load in units of that replica's: ``C / ceil(C / r)`` clients, a
+        trace's output tokens over those of the rows the busiest replica gets (the one whose
+        rows hold the most prompt and output tokens), ``r`` for a rate split evenly; the
+        cluster's tokens/s is the replica's times this, a replica with less load counted in
+        proportion).
     """
     wl = cm.workload
     if load.trace is not None:
         tr = load.trace
-        idx = np.arange(0, len(tr.isl), replicas)
+        n = len(tr.isl)
+        # Round-robin, replica k gets rows k, k + r, ...: the one with the most tokens
+        # (prompt and output) is simulated, and the cluster's output tokens are counted in
+        # units of its own (a replica that keeps up serves what it is sent).
+        tokens = (tr.isl + tr.osl).astype(np.float64)
+        k = int(np.argmax(np.bincount(np.arange(n) % replicas, weights=tokens,
+                                      minlength=replicas)))
+        idx = np.arange(k, n, replicas)
         assert tr.arrival_s is not None
         return (Requests(tr.isl[idx], tr.osl[idx], tr.arrival_s[idx]), None,
-                f"one request in {replicas} of the trace" if replicas > 1 else "the trace",
-                len(tr.isl) / len(idx))
+                f"one request in {replicas} of the trace, the busiest share (rows "
+                f"{k + 1}, {k + 1 + replicas}, ...)" if replicas > 1 else "the trace",
+                float(tr.osl.sum()) / float(tr.osl[idx].sum()))
     # --num-prompts is a benchmark's total over the fleet; without it, every simulated replica
     # runs the default of its own (a fleet's share of 1,000 would be too short a run for a
     # queue to show).
