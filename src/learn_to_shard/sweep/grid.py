@@ -144,6 +144,13 @@ class WorkloadSpec(_Strict):
             self.workload()
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        if self.rate_rps is not None and self.concurrency is not None:
+            raise ValueError("rate_rps and concurrency: give one load, an open loop of "
+                             "rate_rps requests/s or a closed loop of concurrency clients "
+                             "(l2s plan refuses both too)")
+        if self.rate_rps is not None and self.phase == "decode":
+            raise ValueError("rate_rps: phase decode has no request rate (steady decoding at "
+                             "a fixed context); use phase serve with isl/osl")
         if self.image_tokens is not None and not self.images_per_request:
             raise ValueError("image_tokens: give images_per_request too (tokens per image mean "
                              "nothing without images)")
