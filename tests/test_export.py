@@ -1478,6 +1478,31 @@ def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
     assert h200.exit_code == 0 and "chooses itself" not in h200.stdout, h200.output
 
 
+def test_sglang_export_captures_decode_graphs_up_to_the_plans_batch():
+    """SGLang captures decode CUDA graphs up to a size set by the device's memory (32
+    sequences on a 48 GiB L40S at TP1, memory_hook.py) and runs larger decode steps eagerly,
+    where the cost model prices a graph replay: the export raises the capture to the plan's
+    decode forward (Llama-3.1-8B on one L40S, 172 running) and says so; a plan within the
+    default (Llama-3.1-70B TP4 on H100s at a 50 ms TPOT, under 512) sets nothing."""
+    from learn_to_shard.engines import sglang_decode_graph_max_bs
+
+    assert sglang_decode_graph_max_bs(48 * 2**30, 1) == 32
+    assert sglang_decode_graph_max_bs(80 * 2**30, 4) == 512
+    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1024", "--osl",
+            "256", "--export", "sglang", "-q"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "l40s:1"])
+    assert r.exit_code == 0, r.output
+    cmd = next(line for line in r.stdout.splitlines() if line.startswith("python")).split()
+    running = int(_arg(cmd, "--max-running-requests"))
+    assert running > 32
+    assert int(_arg(cmd, "--cuda-graph-max-bs-decode")) == running
+    assert "captures decode CUDA graphs up to 32 sequences" in " ".join(r.stdout.split())
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--phase", "serve",
+                                 "--isl", "1024", "--osl", "256", "--tpot-slo", "50ms",
+                                 "--export", "sglang", "-q", "--cluster", "h100-sxm:4"])
+    assert r.exit_code == 0 and "--cuda-graph-max-bs-decode" not in r.stdout, r.output
+
+
 def test_a_decode_plans_trtllm_server_takes_prompts_of_its_context():
     """A decode plan at a 32k context on TensorRT-LLM: its server admits 32k sequences, and
     with chunked prefill off the PyTorch backend refuses any prompt above ``max_num_tokens``

@@ -752,9 +752,37 @@ def kv_cache_refusal(engine: str | None, kv_fp8: bool, device_name: str,
     return None
 
 
+def sglang_decode_graph_max_bs(device_memory_bytes: float, tp: int) -> int:
+    """The largest decode batch SGLang captures in a CUDA graph when the launch does not set
+    ``--cuda-graph-max-bs-decode``: 8 under 20 GiB of device memory, 48 (tp < 4) or 160
+    under 35 GiB, 32 or 160 under 60 GiB, 256 or 512 under 160 GiB, else 512 (sgl-project/
+    sglang v0.5.23, wheel sglang-0.5.23: ``sglang/srt/arg_groups/memory_hook.py``
+    ``handle_gpu_memory_settings``; SGLang lowers it to ``--max-running-requests``, never
+    raises it). A decode step of more sequences per forward runs eagerly
+    (``runner/decode_cuda_graph_runner.py`` ``can_run_graph``), its kernels launched one by
+    one, where the cost model prices a graph replay.
+
+    Args:
+        device_memory_bytes: the device's memory capacity, bytes.
+        tp: the launch's ``--tp-size``.
+    """
+    mem = device_memory_bytes / 2**20
+    gib = 1024.0
+    if mem < 20 * gib:
+        return 8
+    if mem < 35 * gib:
+        return 48 if tp < 4 else 160
+    if mem < 60 * gib:
+        return 32 if tp < 4 else 160
+    if mem < 160 * gib:
+        return 256 if tp < 4 else 512
+    return 512
+
+
 def sglang_auto_mem_fraction(device_memory_bytes: float, tp: int, pp: int, dp: int,
                              chunked_prefill_size: int, max_running_requests: int | None,
-                             mla: bool, deepep: bool) -> float:
+                             mla: bool, deepep: bool,
+                             graph_max_bs: int | None = None) -> float:
     """The ``--mem-fraction-static`` SGLang chooses itself when the launch leaves it unset:
     ``(memory − reserved) / memory`` (memory in MiB), ``reserved`` its estimate of activations
     and CUDA-graph buffers (sgl-project/sglang v0.5.23, wheel sglang-0.5.23:
@@ -779,19 +807,13 @@ def sglang_auto_mem_fraction(device_memory_bytes: float, tp: int, pp: int, dp: i
         max_running_requests: ``--max-running-requests``, or ``None`` when unset.
         mla: the model's attention runs an MLA backend.
         deepep: ``--moe-a2a-backend deepep``.
+        graph_max_bs: ``--cuda-graph-max-bs-decode``, or ``None`` when unset (the default,
+            :func:`sglang_decode_graph_max_bs`).
     """
     mem = device_memory_bytes / 2**20
     gib = 1024.0
-    if mem < 20 * gib:
-        max_bs = 8
-    elif mem < 35 * gib:
-        max_bs = 48 if tp < 4 else 160
-    elif mem < 60 * gib:
-        max_bs = 32 if tp < 4 else 160
-    elif mem < 160 * gib:
-        max_bs = 256 if tp < 4 else 512
-    else:
-        max_bs = 512
+    max_bs = sglang_decode_graph_max_bs(device_memory_bytes, tp) if graph_max_bs is None \
+        else graph_max_bs
     if max_running_requests is not None:
         max_bs = min(max_bs, max_running_requests)
     graphs = 2.0 * max_bs

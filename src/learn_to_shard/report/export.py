@@ -55,6 +55,7 @@ from ..engines import (
     kv_cache_refusal,
     node_ranks_cover,
     sglang_auto_mem_fraction,
+    sglang_decode_graph_max_bs,
     weights_refusal,
 )
 from ..engines.architectures import architecture_note, architecture_refusal
@@ -891,6 +892,20 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                          f"micro-batch, so the server admits {running}, "
                          f"{running - batch_per_server} more than the plan's "
                          f"{batch_per_server} (whole micro-batches)")
+        # Each rank's pipeline micro-batch is one decode forward: beyond SGLang's default
+        # graph size for the device it would run eagerly, where the plan prices a replay.
+        forward = max(1, running // dp // max(1, s.pp))
+        graph_bs = None
+        if device is not None and forward > sglang_decode_graph_max_bs(device.hbm_bytes,
+                                                                       s.tp * dp):
+            graph_bs = forward
+            args += ["--cuda-graph-max-bs-decode", str(forward)]
+            notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
+                         f"{get_engine('sglang').version} captures decode CUDA graphs up to "
+                         f"{sglang_decode_graph_max_bs(device.hbm_bytes, s.tp * dp)} "
+                         f"sequences on this device by default and runs larger decode steps "
+                         f"eagerly; the plan prices its {forward} per forward as a graph "
+                         f"replay")
         args += ["--max-running-requests", str(running),
                  "--context-length", str(max_len),
                  # per instance: SGLang divides it over the attention-DP ranks (sglang
@@ -901,7 +916,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             auto = sglang_auto_mem_fraction(
                 device.hbm_bytes, s.tp * dp, s.pp, dp, tokens * dp, running,
                 model is not None and model.attention.kind is AttentionKind.MLA,
-                bool(moe and a2a is not None and s.ep > 1))
+                bool(moe and a2a is not None and s.ep > 1), graph_bs)
             if auto <= 0.0:
                 notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
                              f"is set because SGLang {get_engine('sglang').version}'s own "
