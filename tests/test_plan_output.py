@@ -36,27 +36,36 @@ def _one(cm, batch: int):
 
 
 def test_a_layout_at_the_memory_limit_is_flagged_marginal():
-    """Llama-3.1-8B decoding 13 sequences at 32k on one H100 needs 67.0 GiB; with
-    ``--gpu-memory-utilization 0.86`` 67.8 GiB are usable, so it fits with 0.8 GiB (1.2%) to
-    spare — the engine's CUDA graphs and NCCL buffers can take that, so it is flagged; at 0.9
-    the same layout has 4.0 GiB (5.6%) and is not."""
+    """Llama-3.1-8B decoding 13 sequences at 32k on one H100 needs 67.8 GiB (its 8,192-token
+    step budget's workspace included); with ``--gpu-memory-utilization 0.87`` 68.6 GiB are
+    usable, so it fits with 0.7 GiB (1.1%) to spare — the engine's CUDA graphs and
+    communication buffers come out of its KV pool, so it may hold fewer than 13 at once: it
+    is flagged, as a pool the batch fills (it starts either way); at 0.9 the same layout has
+    3.1 GiB (4.4%) and is not. Llama-3.1-70B FP8 on one H100 at 0.9: weights and workspace
+    leave 1.5 GiB, flagged as a server that may not start."""
     from learn_to_shard.api import cost_config
 
     wl = make_workload("decode", context=32768)
     tight = _one(make_cost_model("llama-3.1-8b", "h100-sxm:1", wl, cost_config(
-        gpu_memory_utilization=0.86)), 13)
+        gpu_memory_utilization=0.87)), 13)
     free, marginal = memory_headroom(tight)
     assert tight.feasible and marginal
     assert 0 < free < MARGINAL_HEADROOM_FRACTION * tight.memory.usable_bytes
     roomy = _one(make_cost_model("llama-3.1-8b", "h100-sxm:1", wl), 13)
     assert roomy.feasible and not memory_headroom(roomy)[1]
     r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
-                                 "--context", "32768", "--gpu-memory-utilization", "0.86",
-                                 "--method", "megatron", "-q"])
+                                 "--context", "32768", "--gpu-memory-utilization", "0.87",
+                                 "--method", "megatron"])
     assert r.exit_code == 0
     text = " ".join(r.output.replace("│", " ").split())
-    assert "marginal: under 3% of usable" in text
-    assert "a lower --gpu-memory-utilization plans with room to spare" in text
+    assert "marginal: under 3% of usable; the batch fills the KV pool" in text
+    assert "fewer than the 13 sequences planned at once" in text and "may not start" not in text
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b-instruct-fp8", "--cluster",
+                                 "h100-sxm:1", "--context", "2048", "--method", "megatron"])
+    assert r.exit_code == 0
+    text = " ".join(r.output.replace("│", " ").split())
+    assert "marginal: under 3% of usable; weights and workspace leave 1.5 GiB for the KV " \
+        "pool" in text and "the server may not start" in text
 
 
 @pytest.mark.parametrize("phase,kw", [("serve", {"isl": 1024, "osl": 256}),

@@ -263,10 +263,8 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
         + (f" ({to_gib(min(kept_out, free)):.1f} of it outside the KV pool, which "
            f"takes {f:g} of the memory weights and workspace leave)"
            if held else "")
-        + (f"  {MARGINAL_LABEL}: under "
-           f"{MARGINAL_HEADROOM_FRACTION:.0%} of usable; the engine's own buffers "
-           f"may not fit (a lower --gpu-memory-utilization plans with room to "
-           f"spare)" if marginal else ""))
+        + (f"  {MARGINAL_LABEL}: under {MARGINAL_HEADROOM_FRACTION:.0%} of usable; "
+           + marginal_consequence(e, s.batch) if marginal else ""))
     if plan.num_layers is not None and s.pp > 1:
         add("stages", "; ".join(
             f"{i}: layers {r['layers'][0]}–{r['layers'][1]}, "
@@ -298,6 +296,27 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
 
 #: The word the headroom row starts its warning with (bold yellow on the console).
 MARGINAL_LABEL = "marginal"
+
+
+def marginal_consequence(e: Estimate, batch: int) -> str:
+    """What a :data:`MARGINAL_LABEL` plan risks, for the headroom row. The engines size their
+    KV pool from the memory weights and workspace leave, after their own buffers (CUDA
+    graphs, communication buffers; a few percent, varying by version and settings): where
+    weights and workspace alone leave under :data:`MARGINAL_HEADROOM_FRACTION` of usable
+    memory the engine may not start; otherwise those buffers come out of the pool, and the
+    server holds fewer than the plan's ``batch`` sequences at once (the rest queue), which is
+    not a failure to start."""
+    m = e.memory
+    room = m.usable_bytes - m.weight_bytes - m.workspace_bytes
+    if room < MARGINAL_HEADROOM_FRACTION * m.usable_bytes:
+        return (f"weights and workspace leave {to_gib(room):.1f} GiB for the KV pool and the "
+                f"engine's own buffers (CUDA graphs, communication buffers), which may not "
+                f"fit: the server may not start (more devices per replica, or a smaller "
+                f"--max-num-batched-tokens, leave more)")
+    return (f"the batch fills the KV pool: the engine's own buffers (CUDA graphs, "
+            f"communication buffers; a few percent, by version and settings) come out of "
+            f"it, so the server may hold fewer than the {batch} sequences planned at once "
+            f"and queue the rest (it starts either way)")
 
 
 def _render_estimate(con: Console, plan: Plan, e: Estimate, title: str) -> None:
