@@ -273,6 +273,23 @@ def test_kv_head_replication_and_mla_latent_replication():
     assert seqs.memory.kv_cache_bytes == pytest.approx(1 * 1000 * per_tok)
 
 
+def test_a_sparse_attention_indexer_holds_its_fp8_keys_beside_the_latent():
+    """DeepSeek-V3.2 and GLM-5 keep the lightning indexer's keys per token and layer beside
+    the MLA latent: FP8 keys of index_head_dim 128 and one 4-byte scale, 132 bytes
+    (vLLM's DeepseekV32IndexerCache, SGLang's DSA indexer pool), whatever the KV dtype; held
+    as the latent is (replicated under a head split), so DeepSeek-V3.2's 61 layers hold
+    61 × (576·2 + 132) = 78,324 bytes per token in BF16 (70,272 without them: its KV
+    capacity read 11.5% high)."""
+    ds = load_model("deepseek-v3.2")
+    assert ds.attention.indexer_key_bytes == 132
+    assert kv_cache_bytes_per_token(ds, 2) == 61 * (576 * 2 + 132) == 78_324
+    assert kv_cache_bytes_per_token(ds, 1) == 61 * (576 + 132)
+    assert load_model("deepseek-v3").attention.indexer_key_bytes == 0
+    cm = CostModel(ds, parse_cluster("h200:8"), Workload(Phase.DECODE, isl=1000))
+    e = cm.evaluate(Strategy(tp=8, ep=8, pp=1, dp=1, batch=8))
+    assert e.memory.kv_cache_bytes == pytest.approx(8 * 1000 * 78_324)
+
+
 def test_sliding_window_layers_hold_at_most_the_window():
     m = load_model("gpt-oss-20b")          # 12 sliding (128) + 12 full layers
     per_layer = 8 * 64 * 2 * 2

@@ -111,13 +111,15 @@ def kv_cache_bytes_per_token(model: ModelSpec, kv_bytes: float, *,
     """KV-cache bytes one token of one sequence occupies, summed over all layers, unsharded.
 
     GQA: ``layers × kv_heads × (head_dim + v_head_dim) × bytes`` (K and V);
-    MLA: ``layers × (kv_lora_rank + qk_rope_head_dim) × bytes`` (the latent cache).
+    MLA: ``layers × (kv_lora_rank + qk_rope_head_dim) × bytes`` (the latent cache), plus a
+    sparse-attention indexer's key cache (``AttentionSpec.indexer_key_bytes`` per layer).
     With ``context`` given, windowed layers count only ``min(context, window) / context`` of a
     token on average, i.e. the result is total bytes at that context divided by ``context``.
 
     Example: Llama-3.1-70B in bf16: 80 × 8 × 256 × 2 = 327,680 B = 320 KiB (FC-17).
     """
-    per_layer = OpShapes.of(model).kv_elems_per_token * kv_bytes
+    per_layer = OpShapes.of(model).kv_elems_per_token * kv_bytes \
+        + model.attention.indexer_key_bytes
     if context is None:
         return per_layer * model.num_layers
     held = sum(context if layer.window is None else min(context, layer.window)

@@ -1524,7 +1524,9 @@ class OperatorTerms:
 
         GQA head split: ``kv/tp`` heads, or 1 head replicated when ``tp > kv``; MLA head
         split: the whole latent (replicated, FC-23); sequence split / replicated: all heads
-        (the per-rank sequence count is divided separately for a sequence split). Decode
+        (the per-rank sequence count is divided separately for a sequence split); a
+        sparse-attention indexer's key cache (``AttentionSpec.indexer_key_bytes``) adds to
+        the latent and is held as it is. Decode
         context parallelism (``cp``, default 1) keeps ``1/cp`` of every sequence's tokens per
         rank (vLLM DCP: the copies that ``tp > kv`` would replicate hold disjoint tokens
         instead).
@@ -1532,7 +1534,9 @@ class OperatorTerms:
         att = self.model.attention
         capped = window is not None and self.config.window_kv_capped
         held = min(tokens, float(window)) if capped and window is not None else tokens
-        per_tok = float(self.shapes.kv_elems_per_token) * self._kvb
+        # A sparse-attention indexer's key cache sits beside the latent, held like it.
+        per_tok = float(self.shapes.kv_elems_per_token) * self._kvb \
+            + float(att.indexer_key_bytes)
         c_att = dims[:, Op.ATTENTION]
         if att.kind is AttentionKind.GQA:
             kv_loc = self._kv_heads_per_rank(tp)

@@ -1344,13 +1344,15 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     heads = f.integer("num_attention_heads")
     rope = f.integer("qk_rope_head_dim", minimum=0)
     bias = f.flag("attention_bias", False)
-    indexer, topk = 0, None
+    indexer, topk, key_bytes = 0, None, 0
     if f.has("index_topk"):
         topk = f.integer("index_topk")
         n_idx, d_idx = f.integer("index_n_heads"), f.integer("index_head_dim")
         hidden = f.integer("hidden_size")
         indexer = (f.integer("q_lora_rank") * n_idx * d_idx + hidden * d_idx + 2 * d_idx
                    + hidden * n_idx)
+        # FP8 keys with a 4-byte scale per 128 (AttentionSpec.indexer_key_bytes).
+        key_bytes = d_idx + 4 * (d_idx // 128)
     attention = AttentionSpec(
         kind=AttentionKind.MLA,
         num_heads=heads,
@@ -1364,6 +1366,7 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         o_bias=bias,
         indexer_params=indexer,
         sparse_topk=topk,
+        indexer_key_bytes=key_bytes,
     )
     is_moe, moe = _deepseek_moe(f, num_layers, "greedy")
     return common | {

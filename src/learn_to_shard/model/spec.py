@@ -46,7 +46,13 @@ class AttentionSpec:
         sparse_topk: keys each query attends to under DeepSeek sparse attention
             (``index_topk``); ``None`` for dense attention. Informational: the cost model
             prices attention as dense MLA (an upper bound on attention time at contexts
-            above ``sparse_topk``) and does not count the indexer's key cache.
+            above ``sparse_topk``).
+        indexer_key_bytes: bytes per token and layer of the sparse-attention indexer's key
+            cache, held beside the KV cache whatever its dtype: FP8 keys of
+            ``index_head_dim`` with one 4-byte scale per 128 of them, ``d + 4·d/128`` (132 for
+            DeepSeek-V3.2 and GLM-5: vLLM 0.33.0 ``model_executor/models/deepseek_v2.py``
+            ``DeepseekV32IndexerCache``, SGLang 0.5.23 ``pool_configurator``
+            ``_compute_dsa_indexer_cell_size``); 0 without an indexer.
         logit_softcap: attention-logit soft cap ``c`` (scores become ``c·tanh(s/c)``;
             Gemma-2 ``attn_logit_softcapping`` 50.0), ``None`` when uncapped. It adds no
             weights or KV cache; the serving kernels apply it inside the fused attention
@@ -70,6 +76,7 @@ class AttentionSpec:
     indexer_params: int = 0
     sparse_topk: int | None = None
     logit_softcap: float | None = None
+    indexer_key_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
