@@ -1503,6 +1503,28 @@ def test_sglang_export_captures_decode_graphs_up_to_the_plans_batch():
     assert r.exit_code == 0 and "--cuda-graph-max-bs-decode" not in r.stdout, r.output
 
 
+def test_vllm_export_captures_cuda_graphs_up_to_the_plans_decode_forward():
+    """vLLM captures CUDA graphs up to min(2 · max_num_seqs, 512) tokens (1,024 on compute
+    capability 10.x) and runs a larger decode step without them (vllm/config/vllm.py): a
+    plan of more sequences per decode forward raises the capture and says so (Llama-3.1-8B
+    on one H200 at 512/256 runs 1,396 at once); one within it sets nothing."""
+    from learn_to_shard.engines import vllm_cudagraph_capture_max
+
+    assert vllm_cudagraph_capture_max(1396, "9.0") == 512
+    assert vllm_cudagraph_capture_max(1396, "10.0") == 1024
+    assert vllm_cudagraph_capture_max(100, None) == 200
+    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "512", "--osl",
+            "256", "--export", "vllm", "-q"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "h200:1"])
+    assert r.exit_code == 0, r.output
+    cmd = next(line for line in r.stdout.splitlines() if line.startswith("vllm serve")).split()
+    seqs = int(_arg(cmd, "--max-num-seqs"))
+    assert seqs > 512 and int(_arg(cmd, "--max-cudagraph-capture-size")) == seqs
+    assert "captures CUDA graphs up to 512 tokens by default" in " ".join(r.stdout.split())
+    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1", "--tpot-slo", "20ms"])
+    assert r.exit_code == 0 and "--max-cudagraph-capture-size" not in r.stdout, r.output
+
+
 def test_a_decode_plans_trtllm_server_takes_prompts_of_its_context():
     """A decode plan at a 32k context on TensorRT-LLM: its server admits 32k sequences, and
     with chunked prefill off the PyTorch backend refuses any prompt above ``max_num_tokens``

@@ -779,6 +779,21 @@ def sglang_decode_graph_max_bs(device_memory_bytes: float, tp: int) -> int:
     return 512
 
 
+def vllm_cudagraph_capture_max(max_num_seqs: int, compute_capability: str | None) -> int:
+    """The largest step, in tokens, vLLM captures in a CUDA graph when the launch does not set
+    ``--max-cudagraph-capture-size``: ``min(2 · max_num_seqs, 512)``, 1,024 in place of 512
+    on compute capability 10.x (vllm-project/vllm v0.33.0, wheel vllm-0.33.0:
+    ``vllm/config/vllm.py`` ``VllmConfig._set_cudagraph_sizes``, one token per decoding
+    request without speculative decoding). A larger decode step runs without graphs.
+
+    Args:
+        max_num_seqs: ``--max-num-seqs``.
+        compute_capability: the device's (``"10.0"``), or ``None`` where not known.
+    """
+    family = 1024 if (compute_capability or "").startswith("10.") else 512
+    return min(2 * max(1, max_num_seqs), family)
+
+
 def sglang_auto_mem_fraction(device_memory_bytes: float, tp: int, pp: int, dp: int,
                              chunked_prefill_size: int, max_running_requests: int | None,
                              mla: bool, deepep: bool,

@@ -56,6 +56,7 @@ from ..engines import (
     node_ranks_cover,
     sglang_auto_mem_fraction,
     sglang_decode_graph_max_bs,
+    vllm_cudagraph_capture_max,
     weights_refusal,
 )
 from ..engines.architectures import architecture_note, architecture_refusal
@@ -755,6 +756,18 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         args += ["--max-num-seqs", str(seqs), "--max-model-len", str(max_len),
                  "--max-num-batched-tokens", str(max(tokens, seqs)),
                  "--gpu-memory-utilization", f"{mem_util:g}"]
+        # A decode forward of more sequences than vLLM captures in CUDA graphs runs without
+        # them, where the plan prices a replay.
+        forward = -(-seqs // max(1, s.pp))
+        captured = vllm_cudagraph_capture_max(seqs, device_compute_capability(device)
+                                              if device is not None else None)
+        if forward > captured:
+            args += ["--max-cudagraph-capture-size", str(forward)]
+            notes.append(f"--max-cudagraph-capture-size {forward}: vLLM "
+                         f"{get_engine('vllm').version} captures CUDA graphs up to {captured} "
+                         f"tokens by default and runs larger decode steps without them; the "
+                         f"plan prices its {forward} sequences per decode forward as a graph "
+                         f"replay")
         if wl.phase is Phase.SERVE:
             args += ["--enable-chunked-prefill"]
         if fp8_weights and not native_quant:
