@@ -1525,6 +1525,30 @@ def test_vllm_export_captures_cuda_graphs_up_to_the_plans_decode_forward():
     assert r.exit_code == 0 and "--max-cudagraph-capture-size" not in r.stdout, r.output
 
 
+def test_vllm_export_pins_glm5s_16_bit_kv_on_blackwell():
+    """vLLM's --kv-cache-dtype auto stores GLM-5's KV cache in FP8 on compute capability 10.x
+    (GlmMoeDsaForCausalLM.verify_and_update_config), whatever the checkpoint states: a plan
+    priced with a 16-bit cache pins bfloat16 and says how to plan the FP8 one; on Hopper the
+    auto is already 16 bits, and an FP8 plan exports fp8."""
+    from learn_to_shard.engines import vllm_auto_kv_is_fp8_on
+
+    assert vllm_auto_kv_is_fp8_on("GlmMoeDsaForCausalLM", "10.0")
+    assert not vllm_auto_kv_is_fp8_on("GlmMoeDsaForCausalLM", "9.0")
+    assert not vllm_auto_kv_is_fp8_on("DeepseekV3ForCausalLM", "10.0")
+    base = ["plan", "--model", "glm-5", "--phase", "decode", "--context", "8192",
+            "--export", "vllm", "-q"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "b200:16"])
+    assert r.exit_code == 0, r.output
+    cmd = next(line for line in r.stdout.splitlines() if line.startswith("vllm serve")).split()
+    assert _arg(cmd, "--kv-cache-dtype") == "bfloat16"
+    assert "auto would store zai-org/GLM-5's KV cache in FP8 on b200" in r.stdout
+    r = CliRunner().invoke(app, [*base, "--cluster", "h200:16"])
+    assert r.exit_code == 0 and "--kv-cache-dtype" not in r.stdout, r.output
+    r = CliRunner().invoke(app, [*base, "--cluster", "b200:16", "--kv-dtype", "fp8"])
+    cmd = next(line for line in r.stdout.splitlines() if line.startswith("vllm serve")).split()
+    assert _arg(cmd, "--kv-cache-dtype") == "fp8" and "would store" not in r.stdout
+
+
 def test_a_decode_plans_trtllm_server_takes_prompts_of_its_context():
     """A decode plan at a 32k context on TensorRT-LLM: its server admits 32k sequences, and
     with chunked prefill off the PyTorch backend refuses any prompt above ``max_num_tokens``

@@ -636,6 +636,22 @@ def default_kv_dtype(engine: str | None, checkpoint_kv_fp8: bool,
     return "bf16"
 
 
+#: Architectures whose ``--kv-cache-dtype auto`` vLLM turns into FP8 on compute capability
+#: 10.x whatever the checkpoint states: GLM-5's sparse-attention MoE ("Using fp8 kv-cache for
+#: GlmMoeDsaForCausalLM on SM10x"; vllm-project/vllm v0.33.0, wheel vllm-0.33.0:
+#: ``vllm/model_executor/models/config.py`` ``GlmMoeDsaForCausalLM.
+#: verify_and_update_config``).
+VLLM_FP8_KV_ON_SM10X: tuple[str, ...] = ("GlmMoeDsaForCausalLM",)
+
+
+def vllm_auto_kv_is_fp8_on(architecture: str | None, compute_capability: str | None) -> bool:
+    """Whether vLLM's ``--kv-cache-dtype auto`` stores the KV cache in FP8 for a model of
+    ``architecture`` (``ModelSpec.config_architecture``) on a device of
+    ``compute_capability``, whatever its checkpoint states (:data:`VLLM_FP8_KV_ON_SM10X`)."""
+    return architecture in VLLM_FP8_KV_ON_SM10X \
+        and (compute_capability or "").startswith("10.")
+
+
 def weights_refusal(engine: str | None, quant_method: str, fp4: bool, device_name: str,
                     fp4_math: bool, fp8_math: bool,
                     compute_capability: str | None = None, fp8: bool = False,

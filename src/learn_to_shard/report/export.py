@@ -56,6 +56,7 @@ from ..engines import (
     node_ranks_cover,
     sglang_auto_mem_fraction,
     sglang_decode_graph_max_bs,
+    vllm_auto_kv_is_fp8_on,
     vllm_cudagraph_capture_max,
     weights_refusal,
 )
@@ -708,6 +709,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         mesh_domain = cluster_spec.devices_per_node
     except PlannerError:
         device, cluster_devices = None, None   # the plan's cluster file unreadable here
+    # vLLM's auto also stores GLM-5's cache in FP8 on SM 10.x (engines.vllm_auto_kv_is_fp8_on).
+    device_fp8_kv = engine == "vllm" and model is not None and device is not None \
+        and vllm_auto_kv_is_fp8_on(model.config_architecture,
+                                   device_compute_capability(device))
+    if device_fp8_kv and not fp8_kv and device is not None:
+        auto_fp8_kv = True
+        notes.append(f"--kv-cache-dtype bfloat16: vLLM {get_engine('vllm').version}'s auto "
+                     f"would store {model_id_of(plan.model, model)}'s KV cache in FP8 on "
+                     f"{device.name} (the plan priced 16 bits); plan with --kv-dtype fp8 for "
+                     f"the FP8 cache and its tokens")
     if nodes > 1:
         # Hosts smaller than the NVLink domain (GB200 NVL72's trays): a server whose devices
         # (laid one after another) stay inside one domain keeps its collectives on NVLink.
