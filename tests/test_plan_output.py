@@ -231,3 +231,23 @@ def test_a_4_bit_checkpoint_headline_says_its_bits():
         "plan", "--model", "qwen3-235b-a22b-nvfp4", "--cluster", "b200:4", "--phase", "serve",
         "--isl", "1000", "--osl", "100", "--method", "megatron-rule", "--json"]).stdout)
     assert doc["linear_weight_bits"] == 4.5
+
+
+def test_a_batch_above_the_engines_default_cap_is_noted():
+    """vLLM admits 256 running requests by default on an A100 (its get_batch_defaults): a
+    plan of 683 says a server launched without --max-num-seqs runs at most 256 at once (the
+    export sets it), in the terminal and the JSON; a plan within the cap says nothing."""
+    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "512", "--osl",
+            "256", "--engine", "vllm"]
+    r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1", "--json", "--no-timing"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["best"]["strategy"]["batch"] > 256
+    note = next(n for n in data["notes"] if "--max-num-seqs" in n)
+    assert note.startswith("vllm's default --max-num-seqs on a100-80gb is 256 per server, "
+                           f"below the plan's {data['best']['strategy']['batch']}")
+    r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1", "--tpot-slo", "15ms",
+                                 "--json", "--no-timing"])
+    data = json.loads(r.stdout)
+    assert data["best"]["strategy"]["batch"] <= 256
+    assert not any("--max-num-seqs" in n for n in data["notes"])

@@ -172,15 +172,46 @@ class Plan:
         tokens cross ranks; every plan with expert parallelism priced the exchange and
         ranked lower). Empty where there is nothing to say (also where the cluster has one
         device, so no plan had expert parallelism)."""
+        out = [note for note in (self._admission_note(),) if note]
         a2a = (self.cost_model or {}).get("moe_a2a_kernel")
         e = self.best
         if not (a2a and self.moe_routing and e is not None and e.strategy.ep == 1
                 and e.strategy.devices * max(e.instances, 1) + e.idle_devices > 1):
-            return []
-        return [f"MoE all-to-all {str(a2a).replace('_', ' ')} was asked for, but the best "
-                f"plan has EP 1, which sends no tokens between ranks: its experts are "
-                f"tensor-parallel, and every plan with expert parallelism priced that "
-                f"exchange and ranked lower"]
+            return out
+        return out + [f"MoE all-to-all {str(a2a).replace('_', ' ')} was asked for, but the "
+                      f"best plan has EP 1, which sends no tokens between ranks: its experts "
+                      f"are tensor-parallel, and every plan with expert parallelism priced "
+                      f"that exchange and ranked lower"]
+
+    def _admission_note(self) -> str | None:
+        """That the engine's default cap on running requests (vLLM ``--max-num-seqs``, SGLang
+        ``--max-running-requests``, TensorRT-LLM ``--max_batch_size``;
+        :func:`~learn_to_shard.engines.default_max_num_seqs`) is below the best plan's
+        batch per attention-DP rank (TensorRT-LLM: per pipeline micro-batch), so a server
+        launched without it runs fewer at once; ``None`` where it is not, or without an
+        engine, a best plan or the cluster."""
+        from ..engines import ENGINES, default_max_num_seqs
+
+        e, engine = self.best, self.engine
+        if e is None or engine not in ENGINES or self.cluster_spec is None \
+                or self.workload.phase is Phase.PREFILL:
+            return None
+        s, dev, wl = e.strategy, self.cluster_spec.device, self.workload
+        ranks = max(1, s.dp)
+        per_rank = -(-s.batch // ranks)
+        want = -(-per_rank // max(1, s.pp)) if engine == "trtllm" else per_rank
+        context = wl.isl + wl.osl if wl.phase is Phase.SERVE else wl.isl
+        cap = default_max_num_seqs(engine, dev.names, dev.hbm_bytes,
+                                   e.kv_capacity_tokens // ranks, context)
+        if want <= cap:
+            return None
+        flag = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests",
+                "trtllm": "--max_batch_size"}[engine]
+        per = "per pipeline micro-batch" if engine == "trtllm" else "per attention-DP rank" \
+            if ranks > 1 else "per server"
+        return (f"{engine}'s default {flag} on {dev.name} is {cap} {per}, below the plan's "
+                f"{want}: launch with {flag} {want} or more (--export {engine} sets it), or "
+                f"the server runs at most {cap} at once")
 
     def to_dict(self, timing: bool = True) -> dict[str, object]:
         """JSON-ready dictionary (SI units; keys carry units).
