@@ -773,8 +773,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         captured = vllm_cudagraph_capture_max(seqs, device_compute_capability(device)
                                               if device is not None else None)
         if forward > captured:
-            args += ["--max-cudagraph-capture-size", str(forward)]
-            notes.append(f"--max-cudagraph-capture-size {forward}: vLLM "
+            # vLLM captures sizes 16 apart above 256 and truncates a size set between them
+            # to the one below (vllm/config/vllm.py _set_cudagraph_sizes): a multiple of 16.
+            size = -(-forward // 16) * 16
+            args += ["--max-cudagraph-capture-size", str(size)]
+            notes.append(f"--max-cudagraph-capture-size {size}: vLLM "
                          f"{get_engine('vllm').version} captures CUDA graphs up to {captured} "
                          f"tokens by default and runs larger decode steps without them; the "
                          f"plan prices its {forward} sequences per decode forward as a graph "
