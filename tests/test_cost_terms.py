@@ -174,7 +174,7 @@ def test_a_pipeline_round_runs_at_its_heaviest_micro_batch(prefill_first):
     for mb in (2.0, 4.0):
         mix = cm.prompt_step_mix(dec, pf, seqs, dp, np.array([mb]))
         q = float(one.q[0])
-        if prefill_first:
+        if prefill_first:      # the prefill-only step (128 / r tokens) is the heavier
             assert float(mix.q[0]) == pytest.approx((1 + q) * (1 - (1 + q) ** -mb), rel=1e-12)
             assert float(mix.w_b[0]) == pytest.approx((1 + q) ** (1 - mb), rel=1e-12)
         else:
@@ -183,6 +183,20 @@ def test_a_pipeline_round_runs_at_its_heaviest_micro_batch(prefill_first):
             assert float(mix.w_b[0]) == pytest.approx((1 - q) ** mb, rel=1e-12)
         for f in ("pf_a", "seqs_a", "pf_b", "seqs_b", "dec_a"):
             np.testing.assert_array_equal(getattr(mix, f), getattr(one, f))
+    if prefill_first:
+        # 250 decodes beside a prefill-only step of fewer tokens: a round runs at the decode
+        # step's price unless every micro-batch prefills, so the weights never price a round
+        # below a decode-only one (1 - (1 - p)^m on the lighter step did: 45.9 -> 39.2 ms).
+        dec, pf, seqs = np.array([250.0]), np.array([64.0]), np.array([0.5])
+        one = cm.prompt_step_mix(dec, pf, seqs, dp)
+        r = float(one.q[0])
+        assert float(one.pf_a[0]) < 250.0
+        for mb in (2.0, 4.0):
+            mix = cm.prompt_step_mix(dec, pf, seqs, dp, np.array([mb]))
+            p_ = r / (1 + r)
+            assert float(mix.q[0]) == pytest.approx((1 + r) * p_ ** mb, rel=1e-12)
+            assert float(mix.w_b[0]) == pytest.approx((1 + r) * (1 - p_ ** mb), rel=1e-12)
+            assert float(mix.w_b[0]) >= 1.0
 
 
 def test_eager_launches_of_a_long_prefill_count_per_budget_step():

@@ -277,6 +277,35 @@ class SimResult:
         return out
 
 
+def heaviest_micro_batch(chunk: np.ndarray, request: np.ndarray, microbatches: int,
+                         room_tokens: float) -> float:
+    """Prompt tokens of the heaviest pipeline micro-batch of an instance step, ``[]``.
+
+    The step stands for a round of ``microbatches`` schedules, one per micro-batch (vLLM V1
+    schedules a micro-batch whenever its batch queue has room, SGLang's pipeline loop one per
+    micro-batch), each taking the prompts waiting then: which micro-batch a prompt rides is
+    where its request happened to arrive in the round, here a hash of the request's index
+    (Knuth's multiplicative hash, so a prompt's chunks stay in one micro-batch and the
+    prompts of a round fall on the micro-batches as independent uniform draws, the binomial
+    counts the cost model's round prices the heaviest of,
+    :meth:`~learn_to_shard.cost.terms.OperatorTerms.prompt_step_mix`). A micro-batch holds
+    at most ``room_tokens`` prompt tokens (its share of the step budget beside the decodes)
+    and at least its largest chunk.
+
+    Args:
+        chunk: prompt tokens each prefilling request runs this step, ``[k]``.
+        request: each one's request index, ``[k]``.
+        microbatches: micro-batches in the round (>= 1).
+        room_tokens: one micro-batch's prompt-token room.
+    """
+    if not len(chunk) or microbatches <= 1:
+        return float(chunk.sum())
+    bins = ((request.astype(np.uint64) * np.uint64(2654435761)) % np.uint64(2**32)
+            * np.uint64(microbatches) // np.uint64(2**32)).astype(np.int64)
+    per = np.bincount(bins, weights=chunk.astype(np.float64), minlength=microbatches)
+    return float(max(min(float(per.max()), room_tokens), float(chunk.max())))
+
+
 def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              max_num_batched_tokens: int, kv_capacity_tokens: int,
              concurrency: int | None = None, max_steps: int = 200_000_000,
@@ -333,8 +362,11 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         microbatches: pipeline micro-batches a step carries (``min(pp, batch)``), each with
             its own share of ``max_num_batched_tokens`` (vLLM schedules every micro-batch of
             its batch queue within the budget): a request's chunk rides in one of them, so it
-            is at most one micro-batch's room, and the step lasts at least that micro-batch's
-            pass through every stage (:meth:`StepTimeModel.pass_tokens`).
+            is at most one micro-batch's room, and the step lasts at least the heaviest
+            micro-batch's pass through every stage (:func:`heaviest_micro_batch`,
+            :meth:`StepTimeModel.pass_tokens`; not where the step model prices the busiest
+            attention-DP rank of a MoE model, whose prompt tokens the cost model prices that
+            way instead).
         kv_admission: when the KV pool admits a request (sources per engine:
             :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`):
 
@@ -624,8 +656,12 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             n_done = int((prompt_done[pf] + chunk == plen[pf]).sum())   # sampled this step
             excess = float(step.rank_excess_tokens(n_dec, n_pf, int(chunk.max()))) \
                 if step.ranks > 1 else 0.0
-            heavy = float(step.pass_tokens(n_dec, int(chunk.max()), n_dec + n_done)) \
-                if step.stages > 1 else 0.0
+            heavy = 0.0
+            if step.stages > 1 and step.ranks == 1:
+                heavy = float(step.pass_tokens(n_dec, heaviest_micro_batch(
+                    chunk, pf, min(microbatches, max(1, n_dec + len(pf))),
+                    (max_num_batched_tokens - n_dec) / (dp_ranks * microbatches)),
+                    n_dec + n_done))
             dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done,
                                         1.0, excess, heavy))
             running_time += n_running * dt

@@ -112,7 +112,8 @@ class StepTimeModel:
                     n_seqs: np.ndarray | float) -> np.ndarray:
         """Tokens of the step's heaviest pipeline micro-batch, in the token grid's units
         (an instance step's tokens over every DP rank), ``[...]``; 0 without pipeline stages
-        or prompt chunk.
+        or prompt chunk. ``max_chunk``: that micro-batch's prompt tokens
+        (:func:`learn_to_shard.serving.simulate.heaviest_micro_batch`).
 
         A prompt chunk is one sequence: it rides in one micro-batch of one DP rank, beside
         that micro-batch's share of the decodes (``n_decode`` over ``min(stages, n_seqs)``
@@ -156,7 +157,8 @@ class StepTimeModel:
             n_prompts: prompts whose prefill completes in the step; prices ``prompt_host_s``.
             eager_steps: 1 for a step that carries prompt tokens, 0 for a decode-only one (a
                 fraction: the share of such steps); prices ``eager_step_s`` over
-                ``min(stages, max(1, n_seqs))``.
+                ``min(stages, max(1, n_seqs))``, or whole in the heaviest micro-batch's pass
+                (``pass_tokens``), which launches its layers on every stage in turn.
             rank_excess: prompt tokens on the busiest attention-DP rank beyond the ranks'
                 mean (:meth:`rank_excess_tokens`); prices ``rank_prompt_s``.
             pass_tokens: the heaviest pipeline micro-batch's tokens
@@ -168,21 +170,21 @@ class StepTimeModel:
         extrapolated linearly from the last two grid points.
         """
         tok = _interp(np.asarray(n_tokens, dtype=float), self.token_grid, self.token_time_s)
+        eager = np.asarray(eager_steps, dtype=float) * self.eager_step_s
+        passes = np.minimum(self.stages, np.maximum(np.asarray(n_seqs, dtype=float), 1.0))
+        tok = tok + eager / passes
         heavy = np.asarray(pass_tokens, dtype=float)
         if np.any(heavy > 0):
+            # The heaviest micro-batch launches its layers on every stage in turn.
             tok = np.maximum(tok, np.where(heavy > 0, _interp(heavy, self.token_grid,
-                                                              self.token_time_s), 0.0))
+                                                              self.token_time_s) + eager, 0.0))
         out = tok + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
             + self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
         if self.seq_host_s is not None:
             seqs = np.asarray(n_seqs, dtype=float)
             out = out + np.where(seqs > 0, _interp(seqs, self.token_grid, self.seq_host_s), 0.0)
-        out = out + self.prompt_host_s * np.asarray(n_prompts, dtype=float) \
+        return out + self.prompt_host_s * np.asarray(n_prompts, dtype=float) \
             + self.rank_prompt_s * np.asarray(rank_excess, dtype=float)
-        if self.eager_step_s:
-            passes = np.minimum(self.stages, np.maximum(np.asarray(n_seqs, dtype=float), 1.0))
-            out = out + self.eager_step_s * np.asarray(eager_steps, dtype=float) / passes
-        return out
 
 
 def _interp(n: np.ndarray, g: np.ndarray, t: np.ndarray) -> np.ndarray:
