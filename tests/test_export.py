@@ -1551,6 +1551,21 @@ def test_vllm_export_pins_glm5s_16_bit_kv_on_blackwell():
     assert _arg(cmd, "--kv-cache-dtype") == "fp8" and "would store" not in r.stdout
 
 
+def test_the_export_says_its_length_limit_refuses_longer_requests():
+    """The length limit is the plan's isl + osl (1,280 tokens here), which the server enforces
+    on every request (HTTP 400 beyond it) while its KV pool could hold longer ones at the
+    plan's batch: the export says so, with the tokens per sequence the pool holds."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster",
+                                 "h100-sxm:8", "--phase", "serve", "--isl", "1024", "--osl",
+                                 "256", "--tpot-slo", "50ms", "--export", "vllm", "-q"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "the length limit (--max-model-len) is the plan's isl + osl, 1,280 tokens: the " \
+        "server refuses a longer request" in text
+    held = int(text.split("its KV pool holds ")[1].split()[0].replace(",", ""))
+    assert held > 1280
+
+
 def test_a_decode_plans_trtllm_server_takes_prompts_of_its_context():
     """A decode plan at a 32k context on TensorRT-LLM: its server admits 32k sequences, and
     with chunked prefill off the PyTorch backend refuses any prompt above ``max_num_tokens``

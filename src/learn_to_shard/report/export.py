@@ -658,6 +658,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                f"them: set max_position_embeddings to "
                                f"{model.max_position_embeddings} in the checkpoint's "
                                f"config.json")
+    if wl.phase is not Phase.DECODE and e.max_context_tokens > max_len:
+        flag = {"vllm": "--max-model-len", "sglang": "--context-length",
+                "trtllm": "--max_seq_len"}.get(engine, "the length limit")
+        notes.append(f"the length limit ({flag}) is the plan's "
+                     + ("longest request" if max_model_len else "isl + osl")
+                     + (" plus SGLang's prompt margin" if engine == "sglang" else "")
+                     + f", {max_len:,} tokens: the server refuses a longer request (prompt + "
+                     f"max_tokens); its KV pool holds {e.max_context_tokens:,} tokens per "
+                     f"sequence at the plan's batch, so a larger limit serves longer requests, "
+                     f"fewer of them at once")
     tokens = _token_budget(plan, engine)
     if wl.phase is Phase.PREFILL:
         # A prefill plan prices one micro-batch's prompts per attention-DP rank in one pass
