@@ -432,6 +432,20 @@ def test_cli_sweep_over_engines_exits_0_where_an_engine_cannot_serve_a_device(tm
     assert rows["vllm"]["feasible"] and rows["vllm"]["error"] is None
     assert rows["trtllm"]["feasible"] is False and rows["trtllm"]["error"] is None
     assert "runs an FP8 KV cache only with FP8 math" in rows["trtllm"]["reasons"]
+    assert "infeasible: llama-3.1-8b on a100-80gb:1 (serve-1024/256 kv=fp8, engine trtllm, " \
+        "megatron): " in " ".join(r.output.split())
+
+
+def test_cli_sweep_counts_the_infeasible_cells_it_does_not_name(tmp_path):
+    """stderr names the first five infeasible cells and counts the rest (it dropped them)."""
+    grid = {"models": ["llama-3.1-8b"], "clusters": ["a100-80gb:1"],
+            "workloads": [{"phase": "serve", "isl": 128 * k, "osl": 64, "tpot_slo": "1ms"}
+                          for k in range(1, 8)], "searchers": ["megatron"]}
+    r = CliRunner().invoke(app, ["sweep", str(_write_grid(tmp_path, grid)), "--out",
+                                 str(tmp_path / "out"), "--workers", "1", "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("infeasible: llama-3.1-8b") == 5
+    assert "... and 2 more infeasible cells" in r.output
 
 
 def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):

@@ -841,6 +841,9 @@ def plan_cmd(
 #: and the warning are printed, and a script sees that the SLOs do not hold under that load.
 EXIT_SLO_UNDER_LOAD = 4
 
+#: Infeasible cells ``l2s sweep`` names on stderr; the rest are counted.
+SWEEP_INFEASIBLE_SHOWN = 5
+
 
 def _late_interrupt_exit(stage: str) -> None:
     """After a Ctrl-C that cut ``stage`` short (``the engine table``, ``the simulation``;
@@ -1722,9 +1725,14 @@ def sweep_cmd(
     err.print(f"{len(res.ran)} cells run, {res.skipped} skipped, {failed} failed, "
               f"{len(infeasible)} infeasible; results: {res.parquet}, {res.csv}{others}",
               highlight=False)
-    for r in infeasible[:5]:
+    for r in infeasible[:SWEEP_INFEASIBLE_SHOWN]:
         err.print(f"infeasible: {r.get('model')} on {r.get('cluster')} "
-                  f"({r.get('workload')}): {r.get('reasons')}", highlight=False)
+                  f"({r.get('workload')}" + (f", engine {r['engine']}" if r.get("engine")
+                                              else "")
+                  + f", {r.get('searcher')}): {r.get('reasons')}", highlight=False)
+    if len(infeasible) > SWEEP_INFEASIBLE_SHOWN:
+        err.print(f"... and {len(infeasible) - SWEEP_INFEASIBLE_SHOWN} more infeasible cells "
+                  f"(rows with feasible false in {res.csv})", highlight=False)
     if res.interrupted:
         _exit_interrupted("interrupted: run the same command again to resume")
     raise typer.Exit(code=1 if failed else 0)
