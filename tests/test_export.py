@@ -1462,19 +1462,29 @@ def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
     """SGLang 0.5.23 sizes --mem-fraction-static itself when unset, holding back its estimate
     of activations and CUDA graphs (memory_hook.py): on an H100 at TP4 with an 8,192-token
     chunk and 67 running requests, 512 + 1.5·8192 + 1024·4/8 + 2·67 + 8·58 = 13,910 MiB of
-    81,559, so 0.829; the plan's 0.9 is above it and the export says so. An H200 leaves
-    0.905, above 0.9: no note."""
+    81,559, so 0.829. A plan whose batch fits in that (Llama-3.1-70B at a 50 ms TPOT) exports
+    SGLang's own 0.829 and says so; one that fills the plan's 0.9 (no SLO) keeps 0.9 and says
+    it is above SGLang's own. An H200 leaves 0.905, above 0.9: no note."""
     from learn_to_shard.engines import sglang_auto_mem_fraction
 
     assert sglang_auto_mem_fraction(81559 * 2**20, 4, 1, 1, 8192, 67, False, False) == 0.829
     base = ["plan", "--model", "llama-3.1-70b", "--phase", "serve", "--isl", "1024", "--osl",
-            "256", "--tpot-slo", "50ms", "--export", "sglang", "-q"]
-    h100 = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:4"])
+            "256", "--export", "sglang", "-q"]
+    h100 = CliRunner().invoke(app, [*base, "--tpot-slo", "50ms", "--cluster", "h100-sxm:4"])
     assert h100.exit_code == 0, h100.output
+    cmd = next(ln for ln in h100.stdout.splitlines() if ln.startswith("python")).split()
+    assert _arg(cmd, "--max-running-requests") == "67"
+    assert _arg(cmd, "--mem-fraction-static") == "0.829"
     text = " ".join(h100.stdout.split())
-    assert "--mem-fraction-static 0.9 (the plan's memory budget) is above the 0.829 SGLang " \
-        "0.5.23 chooses itself for this launch" in text, text[:600]
-    h200 = CliRunner().invoke(app, [*base, "--cluster", "h200:4"])
+    assert "--mem-fraction-static 0.829: what SGLang 0.5.23 chooses itself for this launch" \
+        in text and "the plan's batch still fits in it" in text, text[:600]
+    full = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:4"])
+    assert full.exit_code == 0, full.output
+    cmd = next(ln for ln in full.stdout.splitlines() if ln.startswith("python")).split()
+    assert _arg(cmd, "--mem-fraction-static") == "0.9"
+    assert "--mem-fraction-static 0.9 (the plan's memory budget) is above the " \
+        in " ".join(full.stdout.split())
+    h200 = CliRunner().invoke(app, [*base, "--tpot-slo", "50ms", "--cluster", "h200:4"])
     assert h200.exit_code == 0 and "chooses itself" not in h200.stdout, h200.output
 
 

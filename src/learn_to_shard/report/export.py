@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -558,7 +559,8 @@ def _block_fp8_moe(plan: Plan, model: ModelSpec | None, device: DeviceSpec | Non
 
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  devices_per_node: int | None = None,
-                 max_model_len: int | None = None) -> Export:
+                 max_model_len: int | None = None,
+                 fits_at: Callable[[float], bool] | None = None) -> Export:
     """The launch settings of ``plan.best`` for ``engine``.
 
     Args:
@@ -573,6 +575,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         max_model_len: longest request (prompt + output tokens) the server must accept;
             default and minimum the workload's ``isl + osl`` (a length distribution or trace
             has longer ones).
+        fits_at: whether the plan's strategy and batch still fit at a given memory
+            utilisation (the cost model re-evaluated there); SGLang then gets its own,
+            lower ``--mem-fraction-static`` where the plan fits in it. ``None``: not asked.
 
     Returns:
         An :class:`Export`.
@@ -963,6 +968,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                              f"{device.hbm_bytes / 2**30:.0f} GiB, so left to choose it would "
                              f"not start; the plan sized the workspace of "
                              f"{tokens} tokens per rank itself")
+            elif mem_util > auto and fits_at is not None and fits_at(auto):
+                args[args.index("--mem-fraction-static") + 1] = f"{auto:g}"
+                notes.append(f"--mem-fraction-static {auto:g}: what SGLang "
+                             f"{get_engine('sglang').version} chooses itself for this launch "
+                             f"(it holds back {(1 - auto) * device.hbm_bytes / 2**30:.1f} GiB "
+                             f"for activations and CUDA graphs by its own estimate), below "
+                             f"the plan's {mem_util:g}, and the plan's batch still fits in it "
+                             f"(with fewer spare KV tokens than the plan shows)")
             elif mem_util > auto:
                 notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
                              f"is above the {auto:g} SGLang {get_engine('sglang').version} "
