@@ -660,14 +660,11 @@ class OperatorTerms:
         is ``1 − (1 − q)^m_mb``, the chance that one of ``m_mb`` independent micro-batch steps
         does (the expected heaviest of them; ``q`` itself at ``m_mb = 1``). The simulation
         runs the same rule (:meth:`learn_to_shard.serving.steptime.StepTimeModel.
-        pass_tokens`). Prefill first, a share ``p = r / (1 + r)`` of a micro-batch's steps
-        prefill (``r`` below) and a round runs at the heavier step's price unless all its
-        micro-batch steps are the lighter kind, so per decode step (``(1 + r)`` rounds) the
-        weights are ``(1 + r)(1 − (1 − p)^m_mb)`` on step a and ``(1 + r)(1 − p)^m_mb`` on
-        step b where the prefill-only step a carries at least as many tokens as the decodes
-        of step b, else ``(1 + r) p^m_mb`` and ``(1 + r)(1 − p^m_mb)`` (``r`` and 1 at
-        ``m_mb = 1`` either way; token counts stand for the heavier step, so the exact
-        solver's tables keep one weight per key).
+        pass_tokens`). Prefill first keeps its weights at any ``m_mb``: its round would run
+        at the heavier of the prefill-only and the decode step unless every micro-batch runs
+        the lighter, and which is heavier depends on the prices, not on anything the weights
+        can read; choosing it by token counts made the step time fall as the batch grew
+        past the switch, which the exact solver's batch bounds rule out.
 
         Prefill first (``config.runs_prefill_first``, SGLang: a prefill-only step whenever
         prompts wait, the decodes held back; :attr:`serve_prefill_first`) the prompts that join
@@ -732,16 +729,6 @@ class OperatorTerms:
             dec_a = np.where(first, 0.0, dec_a)
             # One output token per request comes from its prefill: no decode step (osl 1).
             w_b = np.where(first, 0.0 if self.workload.osl <= 1 else 1.0, w_b)
-            if self.workload.osl > 1:
-                # m micro-batches: a share r / (1 + r) of their steps prefills, and a round
-                # runs at its heavier step's price unless all m are the lighter kind; per
-                # decode step of a micro-batch, (1 + r) rounds' worth of steps (r at step
-                # a's price and 1 at step b's when m = 1). Heavier: more tokens.
-                a_heavy = pf_a >= dec_f
-                light_all = np.where(a_heavy, (1.0 + r) ** -m, (r / (1.0 + r)) ** m)
-                q_m = (1.0 + r) * np.where(a_heavy, 1.0 - light_all, light_all)
-                q = np.where(first & (m > 1.0), q_m, q)
-                w_b = np.where(first & (m > 1.0), 1.0 + r - q_m, w_b)
             two = two | first
         return StepMix(q, pf_a, seqs_a, pf_b, seqs_b, dec_a, w_b, two)
 

@@ -285,10 +285,12 @@ def heaviest_micro_batch(chunk: np.ndarray, request: np.ndarray, microbatches: i
     schedules a micro-batch whenever its batch queue has room, SGLang's pipeline loop one per
     micro-batch), each taking the prompts waiting then: which micro-batch a prompt rides is
     where its request happened to arrive in the round, here a hash of the request's index
-    (Knuth's multiplicative hash, so a prompt's chunks stay in one micro-batch and the
-    prompts of a round fall on the micro-batches as independent uniform draws, the binomial
-    counts the cost model's round prices the heaviest of,
-    :meth:`~learn_to_shard.cost.terms.OperatorTerms.prompt_step_mix`). A micro-batch holds
+    (splitmix64, Steele, Lea and Flood, OOPSLA 2014: a prompt's chunks stay in one
+    micro-batch, and the prompts of a round, mostly consecutive indices, fall on the
+    micro-batches as independent uniform draws, the binomial counts the cost model's round
+    prices the heaviest of, :meth:`~learn_to_shard.cost.terms.OperatorTerms.
+    prompt_step_mix`; a multiplicative hash spread consecutive indices evenly instead). A
+    micro-batch holds
     at most ``room_tokens`` prompt tokens (its share of the step budget beside the decodes)
     and at least its largest chunk.
 
@@ -300,8 +302,11 @@ def heaviest_micro_batch(chunk: np.ndarray, request: np.ndarray, microbatches: i
     """
     if not len(chunk) or microbatches <= 1:
         return float(chunk.sum())
-    bins = ((request.astype(np.uint64) * np.uint64(2654435761)) % np.uint64(2**32)
-            * np.uint64(microbatches) // np.uint64(2**32)).astype(np.int64)
+    z = request.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)     # splitmix64
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    bins = ((z >> np.uint64(32)) * np.uint64(microbatches) >> np.uint64(32)).astype(np.int64)
     per = np.bincount(bins, weights=chunk.astype(np.float64), minlength=microbatches)
     return float(max(min(float(per.max()), room_tokens), float(chunk.max())))
 
@@ -366,7 +371,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             micro-batch's pass through every stage (:func:`heaviest_micro_batch`,
             :meth:`StepTimeModel.pass_tokens`; not where the step model prices the busiest
             attention-DP rank of a MoE model, whose prompt tokens the cost model prices that
-            way instead).
+            way instead, nor in a prefill-first engine's prefill step that holds decodes
+            back, which stands for one micro-batch's prefill among the others' decodes).
         kv_admission: when the KV pool admits a request (sources per engine:
             :data:`learn_to_shard.engines.KV_ADMISSION_SOURCES`):
 
@@ -566,6 +572,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         pf = lo + np.flatnonzero(run_w & (prompt_done[w] < plen[w]))
         pf = pf[np.argsort(admit_seq[pf], kind="stable")]
         dec = lo + np.flatnonzero(run_w & (prompt_done[w] == plen[w]))
+        held_back = prefill_first and len(pf) > 0 and len(dec) > 0
         if prefill_first and len(pf):
             dec = dec[:0]                           # a prefill batch: the decodes wait
         n_dec = len(dec)
@@ -657,7 +664,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             excess = float(step.rank_excess_tokens(n_dec, n_pf, int(chunk.max()))) \
                 if step.ranks > 1 else 0.0
             heavy = 0.0
-            if step.stages > 1 and step.ranks == 1:
+            # Prefill first with decodes held back, the step is an instance-wide prefill
+            # round here where SGLang's pipeline holds one micro-batch's decodes: priced
+            # spread, as the cost model's prefill-first mix is (a lone prompt's is a pass).
+            if step.stages > 1 and step.ranks == 1 and not held_back:
                 heavy = float(step.pass_tokens(n_dec, heaviest_micro_batch(
                     chunk, pf, min(microbatches, max(1, n_dec + len(pf))),
                     (max_num_batched_tokens - n_dec) / (dp_ranks * microbatches)),
