@@ -1477,7 +1477,11 @@ def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
     assert _arg(cmd, "--mem-fraction-static") == "0.829"
     text = " ".join(h100.stdout.split())
     assert "--mem-fraction-static 0.829: what SGLang 0.5.23 chooses itself for this launch" \
-        in text and "the plan's batch still fits in it" in text, text[:600]
+        in text and "the plan's batch still fits in memory there, in a KV pool of " in text
+    # the length note counts the pool SGLang gets at 0.829, not the plan's at 0.9
+    held = int(text.split("its KV pool holds ")[1].split()[0].replace(",", ""))
+    pool = int(text.split("in a KV pool of ")[1].split()[0].replace(",", ""))
+    assert held == pool // 67
     full = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:4"])
     assert full.exit_code == 0, full.output
     cmd = next(ln for ln in full.stdout.splitlines() if ln.startswith("python")).split()
@@ -1486,6 +1490,24 @@ def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
         in " ".join(full.stdout.split())
     h200 = CliRunner().invoke(app, [*base, "--tpot-slo", "50ms", "--cluster", "h200:4"])
     assert h200.exit_code == 0 and "chooses itself" not in h200.stdout, h200.output
+
+
+def test_memory_refit_asks_memory_alone():
+    """The export's check of a lower memory fraction asks whether the plan's strategy and
+    batch fit in memory there, not its latency limits (a plan found under searched
+    collectives broke the default collectives' SLO at its own 0.9 and was kept at 0.9)."""
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.report.export import memory_refit
+
+    cm = make_cost_model("llama-3.1-70b", "h100-sxm:4",
+                         make_workload("serve", isl=1024, osl=256, tpot_slo_s=1e-3))
+    s = Strategy(tp=4, ep=1, pp=1, dp=1, batch=64, dims=MEGATRON_DIMS)
+    est = memory_refit(cm, s, 0.9)
+    assert est is not None and not est.feasible          # the SLO breaks, memory fits
+    assert est.kv_capacity_tokens > memory_refit(cm, s, 0.8).kv_capacity_tokens
+    assert memory_refit(cm, s, 0.45) is None              # 70B in 16-bit over 4 H100: 35 GiB each
+    assert memory_refit(None, s, 0.9) is None
 
 
 def test_sglang_export_captures_decode_graphs_up_to_the_plans_batch():

@@ -952,24 +952,10 @@ def _export_engine(export: str | None, engine: str | None) -> str | None:
 def _export_of(plan: Plan, engine: str, cm: CostModel, max_model_len: int | None = None
                ) -> Export:
     """The launch settings of ``plan`` for ``engine`` (``report.export.build_export``)."""
-    import dataclasses
-
     from .report.export import build_export
 
-    best = plan.best
-
-    def fits_at(memory_utilization: float) -> bool:
-        """Whether the plan's strategy and batch fit at ``memory_utilization``."""
-        if best is None:
-            return False
-        at = CostModel(cm.model, cm.cluster, cm.workload,
-                       config=dataclasses.replace(cm.config,
-                                                  memory_utilization=memory_utilization),
-                       space=cm.space.with_batches((best.strategy.batch,)))
-        return bool(at.evaluate(best.strategy).feasible)
-
     return build_export(plan, engine, model=cm.model, max_model_len=max_model_len,
-                        devices_per_node=cm.cluster.device.host_devices, fits_at=fits_at)
+                        devices_per_node=cm.cluster.device.host_devices, cost_model=cm)
 
 
 def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
@@ -1017,7 +1003,7 @@ def _engine_optima(cm: CostModel, plan: Plan, engine: str | None,
                                context_parallel=max(cm.space.cp_values) > 1)
         p = exact_optimum(cm_e, engine=name)
         ex = build_export(plan, name, model=cm.model,
-                          devices_per_node=cm.cluster.device.host_devices)
+                          devices_per_node=cm.cluster.device.host_devices, cost_model=cm)
         best = p.best
         try:                         # the exact optimum's batch may lie off the grid
             cm_same = copy.copy(cm_e)

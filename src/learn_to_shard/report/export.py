@@ -35,15 +35,16 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from ..cost.model import CostModel, Estimate
 from ..cost.terms import runs_trtllm_gen_moe
 from ..engines import (
     BLOCKS,
@@ -557,10 +558,29 @@ def _block_fp8_moe(plan: Plan, model: ModelSpec | None, device: DeviceSpec | Non
                      f"plan priced ({kernel})")
 
 
+def memory_refit(cost_model: CostModel | None, strategy: Strategy,
+                 memory_utilization: float) -> Estimate | None:
+    """``strategy`` (its degrees, operator layout and batch) re-evaluated by ``cost_model``
+    at ``memory_utilization``, where it still fits in memory there (the worst stage within
+    the usable memory, the batch within the largest that fits), else ``None``; also
+    ``None`` without a cost model. Latency limits are not asked: the plan met them at its
+    own memory budget, and memory does not change its step times."""
+    if cost_model is None:
+        return None
+    cm = cost_model
+    at = CostModel(cm.model, cm.cluster, cm.workload,
+                   config=dataclasses.replace(cm.config, memory_utilization=memory_utilization),
+                   space=cm.space.with_batches((strategy.batch,)))
+    est = at.evaluate(strategy)
+    m = est.memory
+    fits = m.total_bytes <= m.usable_bytes and est.max_batch >= strategy.batch
+    return est if fits else None
+
+
 def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                  devices_per_node: int | None = None,
                  max_model_len: int | None = None,
-                 fits_at: Callable[[float], bool] | None = None) -> Export:
+                 cost_model: CostModel | None = None) -> Export:
     """The launch settings of ``plan.best`` for ``engine``.
 
     Args:
@@ -575,9 +595,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         max_model_len: longest request (prompt + output tokens) the server must accept;
             default and minimum the workload's ``isl + osl`` (a length distribution or trace
             has longer ones).
-        fits_at: whether the plan's strategy and batch still fit at a given memory
-            utilisation (the cost model re-evaluated there); SGLang then gets its own,
-            lower ``--mem-fraction-static`` where the plan fits in it. ``None``: not asked.
+        cost_model: the cost model the plan was searched with: SGLang then gets its own,
+            lower ``--mem-fraction-static`` where the plan's strategy and batch still fit in
+            memory at it (:func:`memory_refit`). ``None``: the plan's memory budget.
 
     Returns:
         An :class:`Export`.
@@ -663,16 +683,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                                f"them: set max_position_embeddings to "
                                f"{model.max_position_embeddings} in the checkpoint's "
                                f"config.json")
-    if wl.phase is not Phase.DECODE and e.max_context_tokens > max_len:
-        flag = {"vllm": "--max-model-len", "sglang": "--context-length",
-                "trtllm": "--max_seq_len"}.get(engine, "the length limit")
-        notes.append(f"the length limit ({flag}) is the plan's "
-                     + ("longest request" if max_model_len else "isl + osl")
-                     + (" plus SGLang's prompt margin" if engine == "sglang" else "")
-                     + f", {max_len:,} tokens: the server refuses a longer request (prompt + "
-                     f"max_tokens); its KV pool holds {e.max_context_tokens:,} tokens per "
-                     f"sequence at the plan's batch, so a larger limit serves longer requests, "
-                     f"fewer of them at once")
+    # Tokens per sequence the server's KV pool holds at the plan's batch (the length note
+    # below): the plan's, or at SGLang's own memory fraction where the export takes it.
+    held_per_seq = e.max_context_tokens
     tokens = _token_budget(plan, engine)
     if wl.phase is Phase.PREFILL:
         # A prefill plan prices one micro-batch's prompts per attention-DP rank in one pass
@@ -968,14 +981,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                              f"{device.hbm_bytes / 2**30:.0f} GiB, so left to choose it would "
                              f"not start; the plan sized the workspace of "
                              f"{tokens} tokens per rank itself")
-            elif mem_util > auto and fits_at is not None and fits_at(auto):
+            elif mem_util > auto and (refit := memory_refit(cost_model, s, auto)) is not None:
                 args[args.index("--mem-fraction-static") + 1] = f"{auto:g}"
+                held_per_seq = refit.max_context_tokens
                 notes.append(f"--mem-fraction-static {auto:g}: what SGLang "
                              f"{get_engine('sglang').version} chooses itself for this launch "
                              f"(it holds back {(1 - auto) * device.hbm_bytes / 2**30:.1f} GiB "
                              f"for activations and CUDA graphs by its own estimate), below "
-                             f"the plan's {mem_util:g}, and the plan's batch still fits in it "
-                             f"(with fewer spare KV tokens than the plan shows)")
+                             f"the plan's {mem_util:g}; the plan's batch still fits in memory "
+                             f"there, in a KV pool of {refit.kv_capacity_tokens:,} tokens "
+                             f"(the plan shows {e.kv_capacity_tokens:,} at {mem_util:g})")
             elif mem_util > auto:
                 notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
                              f"is above the {auto:g} SGLang {get_engine('sglang').version} "
@@ -1311,6 +1326,16 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     if unexpressed and plan.engine != engine:
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
+    if wl.phase is not Phase.DECODE and held_per_seq > max_len:
+        flag = {"vllm": "--max-model-len", "sglang": "--context-length",
+                "trtllm": "--max_seq_len"}[engine]
+        notes.append(f"the length limit ({flag}) is the plan's "
+                     + ("longest request" if max_model_len else "isl + osl")
+                     + (" plus SGLang's prompt margin" if engine == "sglang" else "")
+                     + f", {max_len:,} tokens: the server refuses a longer request (prompt + "
+                     f"max_tokens); its KV pool holds {held_per_seq:,} tokens per sequence at "
+                     f"the plan's batch, so a larger limit serves longer requests, fewer of "
+                     f"them at once")
     return Export(engine=engine, version=prof.version, launcher=launcher,
                   model_id=model_path or model_id_of(plan.model, model), args=args,
                   yaml_config=yaml_cfg,

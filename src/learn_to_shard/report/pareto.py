@@ -176,7 +176,7 @@ def frontier_rows(res: ParetoResult, cm: CostModel, engine: str | None,
                          "script": None, "not_expressible": None})
             continue
         ex = build_export(point_plan(cm, e, engine), export_engine, model=cm.model,
-                          devices_per_node=cm.cluster.device.host_devices)
+                          devices_per_node=cm.cluster.device.host_devices, cost_model=cm)
         rows.append({
             "strategy": e.strategy.short(), "tokens_per_s_per_user": 1.0 / e.tpot_s,
             "tokens_per_s_per_device": e.tokens_per_s_per_device, "tpot_s": e.tpot_s,

@@ -123,7 +123,8 @@ def export_command(plan: Plan, cell: Cell, cm: CostModel) -> str | None:
     if engine not in EXPORT_ENGINES or plan.best is None:
         return None
     return build_export(plan, engine, model=cm.model,
-                        devices_per_node=cm.cluster.device.host_devices).text()
+                        devices_per_node=cm.cluster.device.host_devices,
+                        cost_model=cm).text()
 
 
 def _inputs(cell: Cell) -> dict[str, object]:
