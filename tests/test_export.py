@@ -67,6 +67,22 @@ def _arg(args, flag):
     return args[args.index(flag) + 1] if flag in args else None
 
 
+def _exported_8b(engine: str, isl: int, cluster: str, *extra: str):
+    """``l2s plan --export ENGINE -q`` of Llama-3.1-8B serving ``isl``/256 on ``cluster``:
+    the CLI result and its launch command's words."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--phase", "serve",
+                                 "--isl", str(isl), "--osl", "256", "--export", engine, "-q",
+                                 "--cluster", cluster, *extra])
+    assert r.exit_code == 0, r.output
+    return r, _launch(r.stdout, "python" if engine == "sglang" else "vllm serve")
+
+
+def _launch(stdout: str, start: str) -> list[str]:
+    """The words of the first line of an export's ``stdout`` that starts with ``start``
+    (the launch command, past the notes that name its flags)."""
+    return next(ln for ln in stdout.splitlines() if ln.startswith(start)).split()
+
+
 def test_showcase_degrees_multiply_to_the_server(showcase):
     ds = showcase[("deepseek-v3", "vllm")]
     tp, dp = int(_arg(ds.args, "--tensor-parallel-size")), int(_arg(ds.args,
@@ -1472,7 +1488,7 @@ def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
             "256", "--export", "sglang", "-q"]
     h100 = CliRunner().invoke(app, [*base, "--tpot-slo", "50ms", "--cluster", "h100-sxm:4"])
     assert h100.exit_code == 0, h100.output
-    cmd = next(ln for ln in h100.stdout.splitlines() if ln.startswith("python")).split()
+    cmd = _launch(h100.stdout, "python")
     assert _arg(cmd, "--max-running-requests") == "67"
     assert _arg(cmd, "--mem-fraction-static") == "0.829"
     text = " ".join(h100.stdout.split())
@@ -1484,7 +1500,7 @@ def test_sglang_export_says_when_its_memory_fraction_is_above_sglangs_own():
     assert held == pool // 67
     full = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:4"])
     assert full.exit_code == 0, full.output
-    cmd = next(ln for ln in full.stdout.splitlines() if ln.startswith("python")).split()
+    cmd = _launch(full.stdout, "python")
     assert _arg(cmd, "--mem-fraction-static") == "0.9"
     assert "--mem-fraction-static 0.9 (the plan's memory budget) is above the " \
         in " ".join(full.stdout.split())
@@ -1520,11 +1536,7 @@ def test_sglang_export_captures_decode_graphs_up_to_the_plans_batch():
 
     assert sglang_decode_graph_max_bs(48 * 2**30, 1) == 32
     assert sglang_decode_graph_max_bs(80 * 2**30, 4) == 512
-    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "1024", "--osl",
-            "256", "--export", "sglang", "-q"]
-    r = CliRunner().invoke(app, [*base, "--cluster", "l40s:1"])
-    assert r.exit_code == 0, r.output
-    cmd = next(line for line in r.stdout.splitlines() if line.startswith("python")).split()
+    r, cmd = _exported_8b("sglang", 1024, "l40s:1")
     running = int(_arg(cmd, "--max-running-requests"))
     assert running > 32
     assert int(_arg(cmd, "--cuda-graph-max-bs-decode")) == running
@@ -1545,18 +1557,14 @@ def test_vllm_export_captures_cuda_graphs_up_to_the_plans_decode_forward():
     assert vllm_cudagraph_capture_max(1396, "9.0") == 512
     assert vllm_cudagraph_capture_max(1396, "10.0") == 1024
     assert vllm_cudagraph_capture_max(100, None) == 200
-    base = ["plan", "--model", "llama-3.1-8b", "--phase", "serve", "--isl", "512", "--osl",
-            "256", "--export", "vllm", "-q"]
-    r = CliRunner().invoke(app, [*base, "--cluster", "h200:1"])
-    assert r.exit_code == 0, r.output
-    cmd = next(line for line in r.stdout.splitlines() if line.startswith("vllm serve")).split()
+    r, cmd = _exported_8b("vllm", 512, "h200:1")
     seqs = int(_arg(cmd, "--max-num-seqs"))
     size = int(_arg(cmd, "--max-cudagraph-capture-size"))
     # vLLM truncates a size between its captured sizes (16 apart) to the one below
     assert seqs > 512 and size % 16 == 0 and seqs <= size < seqs + 16
     assert "captures CUDA graphs up to 512 tokens by default" in " ".join(r.stdout.split())
-    r = CliRunner().invoke(app, [*base, "--cluster", "h100-sxm:1", "--tpot-slo", "20ms"])
-    assert r.exit_code == 0 and "--max-cudagraph-capture-size" not in r.stdout, r.output
+    r, _ = _exported_8b("vllm", 512, "h100-sxm:1", "--tpot-slo", "20ms")
+    assert "--max-cudagraph-capture-size" not in r.stdout, r.output
 
 
 def test_vllm_export_pins_glm5s_16_bit_kv_on_blackwell():
@@ -1573,13 +1581,13 @@ def test_vllm_export_pins_glm5s_16_bit_kv_on_blackwell():
             "--export", "vllm", "-q"]
     r = CliRunner().invoke(app, [*base, "--cluster", "b200:16"])
     assert r.exit_code == 0, r.output
-    cmd = next(line for line in r.stdout.splitlines() if line.startswith("vllm serve")).split()
+    cmd = _launch(r.stdout, "vllm serve")
     assert _arg(cmd, "--kv-cache-dtype") == "bfloat16"
     assert "auto would store zai-org/GLM-5's KV cache in FP8 on b200" in r.stdout
     r = CliRunner().invoke(app, [*base, "--cluster", "h200:16"])
     assert r.exit_code == 0 and "--kv-cache-dtype" not in r.stdout, r.output
     r = CliRunner().invoke(app, [*base, "--cluster", "b200:16", "--kv-dtype", "fp8"])
-    cmd = next(line for line in r.stdout.splitlines() if line.startswith("vllm serve")).split()
+    cmd = _launch(r.stdout, "vllm serve")
     assert _arg(cmd, "--kv-cache-dtype") == "fp8" and "would store" not in r.stdout
 
 
