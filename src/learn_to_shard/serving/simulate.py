@@ -279,7 +279,7 @@ class SimResult:
 
 def heaviest_micro_batch(chunk: np.ndarray, request: np.ndarray, microbatches: int,
                          room_tokens: float) -> float:
-    """Prompt tokens of the heaviest pipeline micro-batch of an instance step, ``[]``.
+    """Prompt tokens of the heaviest pipeline micro-batch of an instance step (a scalar).
 
     The step stands for a round of ``microbatches`` schedules, one per micro-batch (vLLM V1
     schedules a micro-batch whenever its batch queue has room, SGLang's pipeline loop one per
@@ -290,9 +290,8 @@ def heaviest_micro_batch(chunk: np.ndarray, request: np.ndarray, microbatches: i
     micro-batches as independent uniform draws, the binomial counts the cost model's round
     prices the heaviest of, :meth:`~learn_to_shard.cost.terms.OperatorTerms.
     prompt_step_mix`; a multiplicative hash spread consecutive indices evenly instead). A
-    micro-batch holds
-    at most ``room_tokens`` prompt tokens (its share of the step budget beside the decodes)
-    and at least its largest chunk.
+    micro-batch holds at most ``room_tokens`` prompt tokens (its share of the step budget
+    beside the decodes) and at least its largest chunk.
 
     Args:
         chunk: prompt tokens each prefilling request runs this step, ``[k]``.
