@@ -1447,3 +1447,22 @@ def test_the_simulations_steady_state_ttft_counts_the_front_end_as_the_plan_does
     assert data["best"]["ttft_queue_s"] == 0.0
     assert sim["analytic"]["ttft_s"] == pytest.approx(data["best"]["ttft_s"], rel=0.1)
     assert sim["sim_over_analytic"]["mean_ttft"] > 1.15
+
+
+def test_the_heaviest_micro_batch_takes_prompts_as_independent_draws():
+    """A round's prompts, mostly consecutive requests, fall on the pipeline micro-batches as
+    independent uniform draws (the binomial counts the analytical round prices the heaviest
+    of): 8 consecutive requests on 8 micro-batches put 2.60 on the heaviest on average, as
+    the multinomial does (a multiplicative hash spread them evenly: 1.39). A micro-batch
+    holds at most its room and at least the largest chunk; one micro-batch holds them all."""
+    from learn_to_shard.serving.simulate import heaviest_micro_batch
+
+    ones = np.ones(8)
+    mean = np.mean([heaviest_micro_batch(ones, np.arange(k, k + 8), 8, 1e9)
+                    for k in range(0, 20_000, 10)])
+    assert mean == pytest.approx(2.60, abs=0.1)
+    chunks = np.array([300.0, 500.0, 200.0])
+    req = np.arange(3)
+    assert heaviest_micro_batch(chunks, req, 1, 1e9) == 1000.0
+    assert heaviest_micro_batch(chunks, req, 4, 10.0) == 500.0       # at least the largest
+    assert heaviest_micro_batch(chunks, req, 4, 1e9) <= 1000.0
