@@ -663,8 +663,8 @@ class OperatorTerms:
         pass_tokens`). Prefill first keeps its weights at any ``m_mb``: its round would run
         at the heavier of the prefill-only and the decode step unless every micro-batch runs
         the lighter, and which is heavier depends on the prices, not on anything the weights
-        can read; choosing it by token counts made the step time fall as the batch grew
-        past the switch, which the exact solver's batch bounds rule out.
+        can read (a switch on token counts would let the step time fall as the batch grows,
+        which the exact solver's batch bounds rule out).
 
         Prefill first (``config.runs_prefill_first``, SGLang: a prefill-only step whenever
         prompts wait, the decodes held back; :attr:`serve_prefill_first`) the prompts that join
