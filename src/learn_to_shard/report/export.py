@@ -738,10 +738,9 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     except PlannerError:
         device, cluster_devices = None, None   # the plan's cluster file unreadable here
     # vLLM's auto also stores GLM-5's cache in FP8 on SM 10.x (engines.vllm_auto_kv_is_fp8_on).
-    device_fp8_kv = engine == "vllm" and model is not None and device is not None \
-        and vllm_auto_kv_is_fp8_on(model.config_architecture,
-                                   device_compute_capability(device))
-    if device_fp8_kv and not fp8_kv and device is not None:
+    if engine == "vllm" and not fp8_kv and model is not None and device is not None \
+            and vllm_auto_kv_is_fp8_on(model.config_architecture,
+                                       device_compute_capability(device)):
         auto_fp8_kv = True
         notes.append(f"--kv-cache-dtype bfloat16: vLLM {get_engine('vllm').version}'s auto "
                      f"would store {model_id_of(plan.model, model)}'s KV cache in FP8 on "
@@ -950,14 +949,14 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         # Each rank's pipeline micro-batch is one decode forward: beyond SGLang's default
         # graph size for the device it would run eagerly, where the plan prices a replay.
         forward = max(1, running // dp // max(1, s.pp))
-        graph_bs = None
-        if device is not None and forward > sglang_decode_graph_max_bs(device.hbm_bytes,
-                                                                       s.tp * dp):
-            graph_bs = forward
+        default_bs = sglang_decode_graph_max_bs(device.hbm_bytes, s.tp * dp) \
+            if device is not None else forward
+        graph_bs = forward if forward > default_bs else None
+        if graph_bs is not None:
             args += ["--cuda-graph-max-bs-decode", str(forward)]
             notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
                          f"{get_engine('sglang').version} captures decode CUDA graphs up to "
-                         f"{sglang_decode_graph_max_bs(device.hbm_bytes, s.tp * dp)} "
+                         f"{default_bs} "
                          f"sequences on this device by default and runs larger decode steps "
                          f"eagerly; the plan prices its {forward} per forward as a graph "
                          f"replay")

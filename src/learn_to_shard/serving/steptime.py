@@ -108,21 +108,21 @@ class StepTimeModel:
     rank_budget: int = 1
     dp_ranks: int = 1
 
-    def pass_tokens(self, n_decode: np.ndarray | float, max_chunk: np.ndarray | float,
+    def pass_tokens(self, n_decode: np.ndarray | float, prompt_tokens: np.ndarray | float,
                     n_seqs: np.ndarray | float) -> np.ndarray:
         """Tokens of the step's heaviest pipeline micro-batch, in the token grid's units
         (an instance step's tokens over every DP rank), ``[...]``; 0 without pipeline stages
-        or prompt chunk. ``max_chunk``: that micro-batch's prompt tokens
+        or prompt tokens. ``prompt_tokens``: that micro-batch's
         (:func:`learn_to_shard.serving.simulate.heaviest_micro_batch`).
 
-        A prompt chunk is one sequence: it rides in one micro-batch of one DP rank, beside
-        that micro-batch's share of the decodes (``n_decode`` over ``min(stages, n_seqs)``
+        A prompt's chunk rides in one micro-batch of one DP rank, beside that micro-batch's
+        share of the decodes (``n_decode`` over ``min(stages, n_seqs)``
         micro-batches and ``dp_ranks`` ranks), and passes through every stage in turn. The
         token grid prices ``n`` tokens as ``min(stages, n)`` micro-batches of ``n / stages``
         in flight, whose time is one micro-batch's pass through every stage (balanced
         stages: ``m · max_s t_s ≈ Σ_s t_s``), so a pass of ``k`` tokens per rank is the
         grid at ``stages · dp_ranks · k``."""
-        chunk = np.asarray(max_chunk, dtype=float)
+        chunk = np.asarray(prompt_tokens, dtype=float)
         if self.stages <= 1:
             return np.zeros(np.shape(chunk))
         m = np.minimum(self.stages, np.maximum(np.asarray(n_seqs, dtype=float), 1.0))
