@@ -105,19 +105,102 @@ def _entry_names(node: ast.expr) -> list[str]:
     return []
 
 
+_SGL_MODELS = "sglang.srt.models."
+
+
+def _imported_models(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """``local name -> (module, name)`` of every ``from sglang.srt.models.X import Y [as Z]``
+    anywhere in ``tree`` (function-level imports included)."""
+    out: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_SGL_MODELS):
+            for a in node.names:
+                out[a.asname or a.name] = (str(node.module), a.name)
+    return out
+
+
+def _class_chain(mods: dict[str, ast.Module], module: str, name: str,
+                 seen: set[tuple[str, str]] | None = None
+                 ) -> list[tuple[str, ast.ClassDef]]:
+    """The class ``name`` as ``module`` sees it, then its bases that SGLang's model files
+    define, in method-resolution order (depth first), as ``(module, ClassDef)``; a base outside
+    ``sglang.srt.models`` (``nn.Module``) ends its branch."""
+    seen = set() if seen is None else seen
+    tree = mods.get(module)
+    if tree is None or (module, name) in seen:
+        return []
+    seen.add((module, name))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            out = [(module, node)]
+            for base in node.bases:
+                if isinstance(base, ast.Name):
+                    out += _class_chain(mods, module, base.id, seen)
+            return out
+    imported = _imported_models(tree).get(name)
+    return _class_chain(mods, *imported, seen) if imported else []
+
+
+def _forward_params(chain: list[tuple[str, ast.ClassDef]]) -> list[str] | None:
+    """Parameter names of the first ``forward`` along ``chain`` (``None``: none found)."""
+    for _, cls in chain:
+        for node in cls.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and node.name == "forward":
+                a = node.args
+                return [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    return None
+
+
 def read_sglang(wheel: Path) -> dict:
-    """SGLang's registered classes from its wheel: every ``EntryClass`` of its model files."""
-    names: set[str] = set()
+    """SGLang's registered classes from its wheel: every ``EntryClass`` of its model files,
+    and two capabilities of the planner's classes it registers:
+
+    * ``pp_unsupported``: the class's ``forward`` takes no ``pp_proxy_tensors``, so a
+      launch with ``--pp-size`` > 1 stops at start-up ("Pipeline Parallel is not compatible
+      with this model.", ``ModelRunner.__init__``: ``support_pp = "pp_proxy_tensors" in
+      inspect.signature(self.model.forward).parameters``, ``sglang/srt/model_executor/
+      model_runner.py``);
+    * ``attention_dp_unsupported``: neither the class's module and those of its bases nor
+      the model modules they import read ``attn_tp_size``, so its attention splits heads over
+      the whole ``--tp-size`` group where ``--attn-dp-size`` gives each DP rank an
+      attention-TP group of ``tp-size / attn-dp-size`` (``sglang/srt/models/qwen3_moe.py``
+      ``Qwen3MoeAttention`` is written for it, ``mixtral.py`` ``MixtralAttention`` is not).
+      A text test of the model files, not of SGLang's behaviour; ``l2s`` reads it for MoE
+      classes only, since it exports attention-DP for MoE servers alone (a dense model's DP
+      ranks are servers of their own).
+    """
+    names: dict[str, str] = {}
+    mods: dict[str, ast.Module] = {}
+    texts: dict[str, str] = {}
     with zipfile.ZipFile(wheel) as z:
         for path in z.namelist():
             if not (path.startswith("sglang/srt/models/") and path.endswith(".py")):
                 continue
-            tree = ast.parse(z.read(path).decode("utf-8", "replace"))
+            text = z.read(path).decode("utf-8", "replace")
+            module = path[:-3].replace("/", ".")
+            tree = mods[module] = ast.parse(text)
+            texts[module] = text
             for node in tree.body:
                 if isinstance(node, ast.Assign) and any(
                         isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
-                    names.update(_entry_names(node.value))
-    return {"native": sorted(names)}
+                    names.update((n, module) for n in _entry_names(node.value))
+    no_pp, no_adp = [], []
+    for arch in PLANNER_ARCHITECTURES:
+        if arch not in names:
+            continue
+        chain = _class_chain(mods, names[arch], arch)
+        params = _forward_params(chain)
+        if params is None:
+            raise SystemExit(f"sglang: no forward found for {arch} in {names[arch]}")
+        if "pp_proxy_tensors" not in params:
+            no_pp.append(arch)
+        reach = {m for m, _ in chain}
+        reach |= {m for r in list(reach) for m, _ in _imported_models(mods[r]).values()}
+        if not any("attn_tp_size" in texts.get(m, "") for m in reach):
+            no_adp.append(arch)
+    return {"native": sorted(names), "pp_unsupported": sorted(no_pp),
+            "attention_dp_unsupported": sorted(no_adp)}
 
 
 def read_trtllm(source: Path) -> dict:

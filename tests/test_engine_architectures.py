@@ -10,6 +10,7 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import granite_folder
 from typer.testing import CliRunner
@@ -184,7 +185,41 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
         z.writestr("sglang/srt/models/a.py", "class A: ...\nEntryClass = A\n")
         z.writestr("sglang/srt/models/b.py", "EntryClass = [B, C] + [D]\n")
         z.writestr("sglang/srt/other.py", "EntryClass = E\n")
-    assert mod.read_sglang(sglang) == {"native": ["A", "B", "C", "D"]}
+    assert mod.read_sglang(sglang) == {"native": ["A", "B", "C", "D"], "pp_unsupported": [],
+                                       "attention_dp_unsupported": []}
+    # The planner's classes: pipeline parallelism where the forward found along the bases
+    # (in the module, or imported from another model module) takes pp_proxy_tensors (a
+    # **kwargs catch-all does not, as SGLang's inspect.signature test); attention-DP where
+    # the class's module, its bases' or a model module they import reads attn_tp_size.
+    sglang = tmp_path / "sglang2.whl"
+    with zipfile.ZipFile(sglang, "w") as z:
+        z.writestr("sglang/srt/models/llama.py",
+                   "class LlamaForCausalLM(nn.Module):\n"
+                   "    def forward(self, ids, pos, batch, pp_proxy_tensors=None): ...\n"
+                   "EntryClass = LlamaForCausalLM\n")
+        z.writestr("sglang/srt/models/mistral.py",
+                   "from sglang.srt.models.llama import LlamaForCausalLM\n"
+                   "class MistralForCausalLM(LlamaForCausalLM):\n    pass\n"
+                   "EntryClass = [MistralForCausalLM]\n")
+        z.writestr("sglang/srt/models/gemma2.py",
+                   "class Gemma2ForCausalLM(nn.Module):\n"
+                   "    def forward(self, ids, pos, batch, **kwargs): ...\n"
+                   "EntryClass = Gemma2ForCausalLM\n")
+        z.writestr("sglang/srt/models/qwen3_moe.py",
+                   "n = get_parallel().attn_tp_size\n"
+                   "class Qwen3MoeForCausalLM(nn.Module):\n"
+                   "    def forward(self, ids, pos, batch, pp_proxy_tensors=None): ...\n"
+                   "EntryClass = Qwen3MoeForCausalLM\n")
+        z.writestr("sglang/srt/models/mllama4.py",
+                   "class Llama4ForConditionalGeneration(nn.Module):\n"
+                   "    def __init__(self):\n"
+                   "        from sglang.srt.models.qwen3_moe import Qwen3MoeForCausalLM\n"
+                   "    def forward(self, ids, pos, batch): ...\n"
+                   "EntryClass = Llama4ForConditionalGeneration\n")
+    got = mod.read_sglang(sglang)
+    assert got["pp_unsupported"] == ["Gemma2ForCausalLM", "Llama4ForConditionalGeneration"]
+    assert got["attention_dp_unsupported"] == ["Gemma2ForCausalLM", "LlamaForCausalLM",
+                                               "MistralForCausalLM"]
     models = tmp_path / "tensorrt_llm" / "_torch" / "models"
     models.mkdir(parents=True)
     (models / "modeling_x.py").write_text('@register_auto_model("XForCausalLM")\n'
@@ -211,6 +246,60 @@ def test_the_class_facts_reach_the_plan_and_pareto(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "has no model class GraniteForCausalLM" in text
     assert "no exported engine runs on this device" not in text
+
+
+def test_sglang_plans_leave_out_the_degrees_its_model_class_cannot_run() -> None:
+    """SGLang 0.5.23 asserts pipeline-parallel support at start-up (a ``forward`` taking
+    ``pp_proxy_tensors``), which Gemma 2, Gemma 3, Llama-4's multimodal wrapper and PhiMoE
+    lack, and its Mixtral attention splits heads over the whole ``--tp-size`` group, so
+    ``--attn-dp-size`` would run it on the wrong heads: the snapshot says so, the search
+    under ``--engine sglang`` leaves those degrees out (without an engine, and under vLLM,
+    they stay), the plan says why, and the classes written for them keep them."""
+    from learn_to_shard.api import cost_config, make_cost_model
+    from learn_to_shard.engines.architectures import unsupported_degrees
+    from learn_to_shard.workload import Phase, Workload
+
+    assert unsupported_degrees("sglang", "Gemma2ForCausalLM") == ("pp", "attention_dp")
+    assert unsupported_degrees("sglang", "MixtralForCausalLM") == ("attention_dp",)
+    assert unsupported_degrees("sglang", "PhiMoEForCausalLM") == ("pp",)
+    for ok in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3MoeForCausalLM",
+               "DeepseekV3ForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM"):
+        assert "pp" not in unsupported_degrees("sglang", ok), ok
+    for ok in ("Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM",
+               "PhiMoEForCausalLM", "Llama4ForConditionalGeneration"):
+        assert "attention_dp" not in unsupported_degrees("sglang", ok), ok
+    assert unsupported_degrees("vllm", "Gemma2ForCausalLM") == ()
+    assert unsupported_degrees("sglang", None) == ()
+
+    wl = Workload(Phase.SERVE, isl=1024, osl=256)
+
+    def refused(model: str, cluster: str, engine: str | None, tp: int, pp: int,
+                dp: int) -> bool:
+        cm = make_cost_model(model, cluster, wl, cost_config(engine), engine=engine)
+        space = cm.space
+        return bool(space._engine_degrees_bad(np.array([tp]), np.array([1]), np.array([dp]),
+                                              np.array([pp]))[0]) if engine else False
+
+    assert refused("gemma-2-9b-it", "l40s:2", "sglang", 1, 2, 1)
+    assert not refused("gemma-2-9b-it", "l40s:2", "sglang", 2, 1, 1)
+    assert not refused("gemma-2-9b-it", "l40s:2", "vllm", 1, 2, 1)
+    assert refused("mixtral-8x7b", "h100-sxm:8", "sglang", 2, 1, 2)       # attention-DP
+    assert not refused("mixtral-8x7b", "h100-sxm:8", "sglang", 2, 2, 1)   # PP runs
+    assert not refused("qwen3-30b-a3b", "h100-sxm:8", "sglang", 2, 1, 2)
+    for model, cluster, flag in (("gemma-2-9b-it", "l40s:2", "--pp-size"),
+                                 ("mixtral-8x7b", "h100-sxm:8", "--attn-dp-size"),
+                                 ("phi-3.5-moe-instruct", "rtx-4090:8", "--pp-size")):
+        r = CliRunner().invoke(app, ["plan", "--model", model, "--cluster", cluster,
+                                     "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                     "--export", "sglang"])
+        assert r.exit_code == 0, r.output
+        assert flag not in r.stdout, (model, r.stdout)
+        assert "the search left" in " ".join(r.stderr.split()), r.stderr
+    unrestricted = CliRunner().invoke(app, ["plan", "--model", "gemma-2-9b-it", "--cluster",
+                                            "l40s:2", "--phase", "serve", "--isl", "1024",
+                                            "--osl", "256", "--engine", "vllm", "--json",
+                                            "--no-timing", "-q"])
+    assert "the search left" not in unrestricted.stdout
 
 
 def test_l2s_engines_lists_the_class_snapshot() -> None:

@@ -12,7 +12,16 @@ An engine picks the class that runs a checkpoint from its config's ``architectur
 * ``unverified`` (TensorRT-LLM): classes a later source registers whose presence in the pinned
   release was not read;
 * ``complete``: ``native`` is the whole registry (vLLM's and SGLang's, read from their wheels),
-  not only the planner's classes searched for (TensorRT-LLM's; see its ``source``).
+  not only the planner's classes searched for (TensorRT-LLM's; see its ``source``);
+* ``pp_unsupported`` (SGLang): the planner's classes whose implementation cannot run
+  pipeline parallelism (its ``forward`` takes no ``pp_proxy_tensors``; SGLang's
+  ``ModelRunner`` asserts it at start-up when ``--pp-size`` > 1);
+* ``attention_dp_unsupported`` (SGLang): the planner's classes whose attention splits heads
+  over the whole ``--tp-size`` group, not over the attention-TP group ``--attn-dp-size``
+  leaves each rank (their model files never read ``attn_tp_size``), so attention-DP would
+  run them on the wrong heads.
+
+:func:`unsupported_degrees` turns the last two into the degrees the search leaves out.
 
 ``scripts/engine_architectures.py`` regenerates it from the engines' own files.
 
@@ -41,7 +50,7 @@ from functools import cache
 from importlib import resources
 
 __all__ = ["ArchitectureSnapshot", "architecture_note", "architecture_refusal",
-           "engines_registering", "load_architectures"]
+           "engines_registering", "load_architectures", "unsupported_degrees"]
 
 #: Engine display names (the profiles' ``title``; repeated here so this module stays data).
 _TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -62,6 +71,9 @@ class ArchitectureSnapshot:
             release.
         unverified: classes a later source registers, not read at the pinned release.
         complete: ``native`` is the whole registry (else only the classes searched for).
+        pp_unsupported: classes the release cannot run with pipeline parallelism.
+        attention_dp_unsupported: classes whose attention the release does not split by
+            attention-DP's attention-TP group.
     """
 
     engine: str
@@ -73,6 +85,8 @@ class ArchitectureSnapshot:
     removed: dict[str, str]
     unverified: frozenset[str]
     complete: bool
+    pp_unsupported: frozenset[str] = frozenset()
+    attention_dp_unsupported: frozenset[str] = frozenset()
 
     def registers(self, architecture: str) -> bool:
         """The release runs ``architecture`` (its own implementation or, by its registry's
@@ -103,7 +117,22 @@ def load_architectures(engine: str) -> ArchitectureSnapshot | None:
         transformers_backend=frozenset(d.get("transformers_backend", ())),
         planner_absent=frozenset(d["planner_absent"]),
         removed={str(k): str(v) for k, v in d.get("removed", {}).items()},
-        unverified=frozenset(d.get("unverified", ())), complete=bool(d["complete"]))
+        unverified=frozenset(d.get("unverified", ())), complete=bool(d["complete"]),
+        pp_unsupported=frozenset(d.get("pp_unsupported", ())),
+        attention_dp_unsupported=frozenset(d.get("attention_dp_unsupported", ())))
+
+
+def unsupported_degrees(engine: str, architecture: str | None) -> tuple[str, ...]:
+    """The parallel degrees ``engine``'s implementation of the class ``architecture`` cannot
+    run: ``"pp"`` (no pipeline parallelism) and ``"attention_dp"`` (no attention-DP), from
+    the pinned snapshot (the module docstring says how each was read); empty for a config that
+    names no class or an engine without such facts."""
+    snap = load_architectures(engine) if architecture is not None else None
+    if snap is None:
+        return ()
+    return tuple(name for name, classes in (("pp", snap.pp_unsupported),
+                                            ("attention_dp", snap.attention_dp_unsupported))
+                 if architecture in classes)
 
 
 def engines_registering(architecture: str) -> list[str]:

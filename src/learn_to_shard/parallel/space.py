@@ -24,6 +24,7 @@ from ..engines import (
     node_ranks_cover,
     servers_fit_nodes,
 )
+from ..engines.architectures import unsupported_degrees
 from ..hardware.spec import ClusterSpec
 from ..model.spec import ModelSpec
 from .mesh import Mesh
@@ -72,7 +73,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("engine_degrees", "the engine cannot launch these degrees (vLLM: ep is 1 or tp × dp; "
      "SGLang over several nodes: every stage started by its per-node rank ranges, on nodes "
      "the cluster has with the devices each runs; "
-     "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1), or would place "
+     "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1; SGLang's "
+     "implementation of the model's class: no pp > 1 for a class without pipeline "
+     "parallelism, e.g. Gemma 2/3, and no attention-DP, dp > 1 of a MoE server, for a class "
+     "whose attention is not split by the attention-TP group, e.g. Mixtral), or would place "
      "them on other links than priced (vLLM's DP-outermost ranks with pp > 1 and dp > 1 "
      "over several nodes, TensorRT-LLM's EP-innermost ranks with 1 < ep < tp on a stage "
      "across nodes, SGLang's even split of a server over its nodes)"),
@@ -456,7 +460,10 @@ class StrategySpace:
         ``ep_full_or_none``, ``ep_whole_group``, ``adp_all_or_none``, ``node_rank_ranges``,
         over one server's ``tp × dp`` ranks per stage of a MoE model, ``tp`` of a dense one,
         whose DP ranks are separate servers, and ``dp_ranks_in_nodes``, ``dp_outer_ranks``
-        and ``ep_inner_ranks``, over a MoE server's ranks), and, for every engine, servers
+        and ``ep_inner_ranks``, over a MoE server's ranks), the degrees the engine's
+        implementation of the model's class cannot run
+        (:func:`~learn_to_shard.engines.architectures.unsupported_degrees`: ``pp > 1``, and
+        ``dp > 1`` of a MoE server), and, for every engine, servers
         that do not fit the cluster's node boundaries, each inside a node or on nodes of its own
         (:func:`~learn_to_shard.engines.servers_fit_nodes`); sources in
         :mod:`learn_to_shard.engines`."""
@@ -489,6 +496,12 @@ class StrategySpace:
             bad |= ep != tp * dp
         if eng.adp_all_or_none:
             bad |= (tp > 1) & (dp > 1)
+        # What the engine's implementation of this model class runs (its pinned snapshot).
+        cannot = unsupported_degrees(eng.name, self.model.config_architecture)
+        if "pp" in cannot:
+            bad |= pp > 1
+        if "attention_dp" in cannot and moe:
+            bad |= dp > 1
         return bad
 
     def block_present(self, block: str) -> bool:

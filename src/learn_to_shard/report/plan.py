@@ -11,7 +11,7 @@ from typing import Any
 from .. import __version__
 from ..cost.aggregate import SLO_REL_TOL
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
-from ..engines.architectures import architecture_note
+from ..engines.architectures import architecture_note, unsupported_degrees
 from ..hardware.spec import ClusterSpec
 from ..parallel.space import active_heads, canonical
 from ..parallel.strategy import Strategy
@@ -62,6 +62,8 @@ class Plan:
             differs from the checkpoint's (:func:`weights_note`).
         moe_routing: how tokens are assumed to spread over the experts of a MoE model
             (:func:`moe_routing_note`; ``""`` for a dense model).
+        class_limits: the degrees the engine's implementation of the model's class cannot
+            run, which the search left out (:func:`class_limits_note`; ``""``: none).
         cluster_spec: the cluster searched (its device, overrides of a cluster file
             included), which the launch export reads; ``None`` for a plan rebuilt from its
             JSON, whose ``cluster`` label is then parsed. Not in :meth:`to_dict`.
@@ -87,6 +89,7 @@ class Plan:
     model_source: str = ""
     weights: str = ""
     moe_routing: str = ""
+    class_limits: str = ""
     cluster_spec: ClusterSpec | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -157,7 +160,8 @@ class Plan:
                    linear_weight_bits=_linear_weight_bits(cm),
                    num_layers=cm.model.num_layers,
                    model_source=model_source(cm), weights=weights_note(cm, engine),
-                   moe_routing=moe_routing_note(cm), cluster_spec=cm.cluster)
+                   moe_routing=moe_routing_note(cm),
+                   class_limits=class_limits_note(cm, engine), cluster_spec=cm.cluster)
 
     @property
     def interrupted(self) -> bool:
@@ -170,9 +174,10 @@ class Plan:
         the report carries and ``--json`` records under ``"notes"``: that the MoE all-to-all
         kernels asked for (``--moe-a2a``) go unused because the best plan has EP 1 (no
         tokens cross ranks; every plan with expert parallelism priced the exchange and
-        ranked lower). Empty where there is nothing to say (also where the cluster has one
-        device, so no plan had expert parallelism)."""
-        out = [note for note in (self._admission_note(),) if note]
+        ranked lower); the degrees the engine cannot run for the model's class
+        (:attr:`class_limits`). Empty where there is nothing to say (also where the cluster
+        has one device, so no plan had expert parallelism)."""
+        out = [note for note in (self._admission_note(), self.class_limits) if note]
         a2a = (self.cost_model or {}).get("moe_a2a_kernel")
         e = self.best
         if not (a2a and self.moe_routing and e is not None and e.strategy.ep == 1
@@ -337,6 +342,34 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
         else:
             lo = mid + 1
     return found
+
+
+def class_limits_note(cm: CostModel, engine: str | None) -> str:
+    """A sentence naming the degrees ``engine``'s implementation of the model's class cannot
+    run and the search therefore left out (pipeline parallelism; attention-DP of a MoE
+    server), from the pinned snapshot
+    (:func:`~learn_to_shard.engines.architectures.unsupported_degrees`); ``""`` where there
+    are none, without an engine, or where the cluster leaves nothing to leave out (one
+    device)."""
+    from ..engines import ENGINES
+
+    arch = cm.model.config_architecture
+    cannot = unsupported_degrees(engine, arch) if engine in ENGINES else ()
+    if not cm.model.is_moe:
+        cannot = tuple(c for c in cannot if c != "attention_dp")
+    if not cannot or cm.cluster.num_devices < 2 or arch is None or engine is None:
+        return ""
+    eng = ENGINES[engine]
+    what = {"pp": "pipeline parallelism (its forward takes no pp_proxy_tensors, so a "
+                  "--pp-size above 1 stops at start-up)",
+            "attention_dp": "attention-DP (its attention splits heads over the whole "
+                            "--tp-size group, not the attention-TP group --attn-dp-size "
+                            "leaves)"}
+    return (f"{eng.title} {eng.version}'s {arch} runs without "
+            + " or ".join(what[c] for c in cannot)
+            + ": the search left " + (" and ".join(
+                {"pp": "PP > 1", "attention_dp": "attention-DP > 1"}[c] for c in cannot))
+            + " out")
 
 
 def weights_note(cm: CostModel, engine: str | None = None) -> str:
