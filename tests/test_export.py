@@ -1686,12 +1686,13 @@ def test_sglang_deepep_low_latency_dispatch_is_sized_for_the_plans_decode_batch(
                               moe_a2a_kernel="deepep_low_latency")
     model = load_model("deepseek-v3")
 
-    def export(phase: str, a2a: str, tp: int, dp: int, batch_per_rank: int, **kw: int):
+    def export(phase: str, a2a: str, tp: int, dp: int, batch_per_rank: int, pp: int = 1,
+               **kw: int):
         """The SGLang export of a DeepSeek-V3 plan on 8 B200s at these degrees."""
         lengths = dict(isl=1024, osl=256) if phase == "serve" else dict(isl=1024)
         p = make_plan("deepseek-v3", "b200:8", phase, config=cfg, method="megatron",
                       **lengths, **kw)
-        s = dataclasses.replace(p.best.strategy, tp=tp, ep=tp * dp, dp=dp,
+        s = dataclasses.replace(p.best.strategy, tp=tp, ep=tp * dp, dp=dp, pp=pp,
                                 batch=batch_per_rank * tp * dp)
         p = dataclasses.replace(p, best=dataclasses.replace(p.best, strategy=s),
                                 cost_model={**p.cost_model, "moe_a2a_kernel": a2a})
@@ -1706,6 +1707,11 @@ def test_sglang_deepep_low_latency_dispatch_is_sized_for_the_plans_decode_batch(
     assert ex.env[SGLANG_DEEPEP_LL_ENV] == "150" and not ex.unexpressed
     ex = export("decode", "deepep_low_latency", 8, 1, 100)
     assert SGLANG_DEEPEP_LL_ENV not in ex.env and not ex.unexpressed
+    # Under PP a decode forward is one micro-batch: a DP rank's share // pp-size
+    # (pp_max_micro_batch_size), 1,100 // 4 = 275 rows on an attention-TP-1 rank.
+    ex = export("decode", "deepep_low_latency", 1, 2, 1100, pp=4)
+    assert ex.env[SGLANG_DEEPEP_LL_ENV] == "275" and not ex.unexpressed, (ex.env,
+                                                                        ex.unexpressed)
     # low_latency mode runs prompt steps through the same kernels: a serve plan's token
     # budget per rank counts; auto mode runs them through the normal ones.
     ex = export("serve", "deepep_low_latency", 1, 8, 8)
