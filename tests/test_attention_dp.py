@@ -108,3 +108,26 @@ def test_a_request_is_chunked_within_its_ranks_budget():
     four = simulate(step, req, dp_ranks=4, **kw)
     assert float(one.ttft_s[0]) == pytest.approx(1.0)
     assert float(four.ttft_s[0]) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("dp", [3, 6])
+def test_step_model_of_attention_dp_that_is_not_a_power_of_two(dp):
+    """The step-time grid takes whole rows per attention-DP rank (dp · 2^k) for any dp: for
+    gpt-oss-120b at DP3 / DP6 it has the octave spacing DP4 has (it once kept only 1, 2 and
+    the budget, a straight line from a 2-token to a 24,576-token step that priced a full
+    server's TPOT 33% high and a lightly loaded one's 38% low), reproduces the cost model's
+    decode steps between its probes, and agrees with its serve step as DP4 does."""
+    from learn_to_shard.serving.steptime import priced
+    from learn_to_shard.workload import Phase
+
+    cm = _cm("gpt-oss-120b", f"h100-sxm:{dp}", dict(phase="serve", isl=1024, osl=512))
+    s = Strategy(tp=1, ep=1, pp=1, dp=dp, batch=64 * dp, dims=MEGATRON_DIMS)
+    step, rel = fit_step_model(cm, s)
+    grid = step.token_grid.astype(int).tolist()
+    assert {dp * 2, dp * 64, dp * 1024} <= set(grid), grid
+    assert all(g % dp == 0 or g < dp for g in grid)
+    assert len(grid) >= 12, grid
+    assert rel < 0.05
+    for b in (5 * dp, 100 * dp, 700 * dp):                   # between the probes
+        model = priced(cm, s, Phase.DECODE, 1, (b,))[0][0]
+        assert float(step.step_time_s(b, 0.0, 0.0)) == pytest.approx(model, rel=0.05), b

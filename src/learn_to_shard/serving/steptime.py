@@ -261,8 +261,13 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     """
     wl = cm.workload
     budget = int(max_tokens or step_token_budget(cm, s))
-    grid = sorted({1 << i for i in range(int(np.log2(max(budget, 1))) + 1)} | {budget})
-    grid = [g for g in grid if g % s.dp == 0 or g < s.dp] or [s.dp]
+    # Step token counts probed: whole rows per attention-DP rank (dp · 2^k, so any dp has an
+    # octave-spaced grid, not only a power of two), the counts below dp (idle ranks), and the
+    # budget itself.
+    dp = max(1, s.dp)
+    grid = sorted({1 << i for i in range(int(np.log2(dp)) + 1) if 1 << i < dp}
+                  | {dp << i for i in range(int(np.log2(max(budget // dp, 1))) + 1)}
+                  | {budget})
     # Per-step prices: the serve probes price one step of the mean content, not the mix of
     # prompt and decode-only steps the analytical steady state uses (``serve_step_mix``;
     # the simulation runs those steps itself).
