@@ -56,12 +56,14 @@ def _cm(model: str, cluster: str, wl: dict | None = None, **cfg) -> CostModel:
 
 def test_unbalanced_attention_dp_slows_a_moe_serve_step_only():
     """DeepSeek-V3 DEP8 serving: the busiest rank's prompts lengthen the step; the MoE
-    experts still see the ranks' mean tokens (expert time unchanged); a dense model's DP
-    ranks do not meet, and prefill or decode phases have no imbalance."""
+    experts see the ranks' mean tokens, spread over the two steps of the mix (the steps
+    carrying a prompt chunk on some rank and the decode-only rest), at 64 decodes a rank
+    within 5% of the mean step's expert time (near linear in the tokens there); a dense
+    model's DP ranks do not meet, and prefill or decode phases have no imbalance."""
     u = _cm("deepseek-v3", "h200:8").evaluate(DEP8)
     b = _cm("deepseek-v3", "h200:8", attention_dp_balanced=True).evaluate(DEP8)
     assert u.tpot_s > 1.05 * b.tpot_s
-    assert u.op_time_s["expert_up"] == pytest.approx(b.op_time_s["expert_up"], rel=1e-12)
+    assert u.op_time_s["expert_up"] == pytest.approx(b.op_time_s["expert_up"], rel=0.05)
     assert u.op_time_s["attention"] > b.op_time_s["attention"]
     s = Strategy(tp=1, ep=1, pp=1, dp=8, batch=512, dims=MEGATRON_DIMS)
     dense = [_cm("llama-3.1-8b", "h100-sxm:8", attention_dp_balanced=f).evaluate(s).tpot_s
@@ -131,3 +133,44 @@ def test_step_model_of_attention_dp_that_is_not_a_power_of_two(dp):
     for b in (5 * dp, 100 * dp, 700 * dp):                   # between the probes
         model = priced(cm, s, Phase.DECODE, 1, (b,))[0][0]
         assert float(step.step_time_s(b, 0.0, 0.0)) == pytest.approx(model, rel=0.05), b
+
+
+def test_attention_dp_ranks_mix_steps_with_and_without_a_prompt_chunk():
+    """A MoE's attention-DP ranks are priced as two steps: some rank carrying a prompt chunk
+    (weight ``1 − (1 − r)^dp``, the busiest rank ``pf / r`` tokens, the ranks' mean
+    ``pf / q``) and none: the busiest rank's tokens average to
+    ``busiest_rank_prompt_tokens`` and the ranks' to ``pf``. At light load a step is mostly
+    decodes, which touch few experts: qwen3-30b-a3b at DP2 on two H100s serving two
+    requests is priced at the TP2 layout's TPOT within 10% (one mean step, each step
+    carrying 1/256 of a prompt on each rank, priced it 54% above), where the simulation runs
+    it (helper measurement: 0.65x the mean step's price); the engine that balances its
+    ranks keeps one step."""
+    from learn_to_shard.cost.terms import busiest_rank_prompt_tokens, rank_prompt_share
+
+    cm = _cm("qwen3-30b-a3b", "h100-sxm:2", dict(phase="serve", isl=1024, osl=512))
+    dec = np.array([1.0, 8.0, 64.0, 256.0])
+    pf = dec * 1024 / 512
+    seqs = dec / 512
+    dp = np.full(4, 2)
+    m = cm.prompt_step_mix(dec, pf, seqs, dp)
+    r = rank_prompt_share(dec, pf, seqs, cm.config.token_budget)
+    assert m.mixed.all()
+    np.testing.assert_allclose(m.q, 1 - (1 - r) ** 2, rtol=1e-12)
+    np.testing.assert_allclose(m.q * m.pf_a + m.w_b * m.pf_b, pf, rtol=1e-12)
+    np.testing.assert_allclose(m.q * m.seqs_a + m.w_b * m.seqs_b, seqs, rtol=1e-12)
+    np.testing.assert_allclose(m.q * m.busy_a, busiest_rank_prompt_tokens(
+        dec, pf, seqs, dp, cm.config.token_budget), rtol=1e-12)
+    assert (m.pf_b == 0).all() and (m.dec_a == dec).all()
+    one = cm.prompt_step_mix(dec, pf, seqs, np.ones(4, dtype=int))
+    assert one.busy_a is None
+    bal = _cm("qwen3-30b-a3b", "h100-sxm:2", dict(phase="serve", isl=1024, osl=512),
+              attention_dp_balanced=True)
+    assert not bal.prompt_step_mix(dec, pf, seqs, dp).mixed.any()
+
+    adp = Strategy(tp=1, ep=2, pp=1, dp=2, batch=2, dims=(0, 0, 0, 0, 2, 2, 0, 0, 0, 2, 2, 0))
+    tp2 = Strategy(tp=2, ep=2, pp=1, dp=1, batch=2, dims=MEGATRON_DIMS)
+    t_adp, t_tp2 = cm.evaluate(adp).tpot_s, cm.evaluate(tp2).tpot_s
+    assert t_adp == pytest.approx(t_tp2, rel=0.10), (t_adp, t_tp2)
+    off = CostModel(cm.model, cm.cluster, cm.workload,
+                    dataclasses.replace(cm.config, serve_step_mix=False), space=cm.space)
+    assert off.evaluate(adp).tpot_s > 1.3 * t_adp

@@ -31,22 +31,31 @@ def _moe(e):
 
 
 def test_deepep_prices_dispatch_and_combine_with_the_kernel_model():
-    """DeepSeek-V3 at EP32 over 4 nodes, serve (every step prefills, so ``auto`` runs the
-    normal kernels): dispatch is expert_a2a_time_s with the FP8 payload of an FP8 checkpoint,
-    combine with BF16; the default all-to-all prices both the same."""
+    """DeepSeek-V3 at EP32 over 4 nodes, serve: dispatch is expert_a2a_time_s with the FP8
+    payload of an FP8 checkpoint, combine with BF16, of the ranks' mean tokens in each of the
+    two steps of the serve mix (``OperatorTerms.prompt_step_mix``): ``auto`` runs the normal
+    kernels in the steps where some rank carries a prompt chunk and the low-latency ones in
+    the decode-only rest; the default all-to-all prices both the same."""
     base, deepep = _cm(), _cm(moe_a2a_kernel="deepep_auto")
     b, d = _moe(base.evaluate(EP32)), _moe(deepep.evaluate(EP32))
     assert b["moe dispatch"] == b["moe combine"]
     dev, c = deepep.cluster.device, deepep.config
-    tokens = 2048 / 32 * (1 + 2000 / 500) * float(
-        deepep._step_share(np.array([2048 / 32.0]))[0])
-    kw = dict(hidden=7168, top_k=8, experts=256, mode="normal", domain=8,
+    one = np.ones(1, dtype=np.int64)
+    ph = deepep.phase_rows(one, 32 * one, 2048 * one)
+    assert float(ph["dec"][0] + ph["pf"][0]) == pytest.approx(2048 / 32 * (1 + 2000 / 500) * float(
+        deepep._step_share(np.array([2048 / 32.0]))[0]))
+    mix = deepep.prompt_step_mix(ph["dec"], ph["pf"], ph["pf_seqs"], 32 * one, ph["m"])
+    assert bool(mix.mixed[0]) and 0.0 < float(mix.q[0]) < 1.0
+    assert float(mix.pf_b[0]) == 0.0
+    steps = ((float(mix.q[0]), float(mix.dec_a[0] + mix.pf_a[0]), "normal"),
+             (float(mix.w_b[0]), float(ph["dec"][0]), "low_latency"))
+    kw = dict(hidden=7168, top_k=8, experts=256, domain=8,
               scale_up_bytes_per_s=dev.scale_up_bytes_per_s * c.scale_up_efficiency,
               scale_out_bytes_per_s=dev.scale_out_bytes_per_s * c.scale_out_efficiency)
-    assert d["moe dispatch"] == pytest.approx(
-        float(expert_a2a_time_s(tokens, 32, payload="fp8", **kw)[0]), rel=1e-9)
-    assert d["moe combine"] == pytest.approx(
-        float(expert_a2a_time_s(tokens, 32, payload="bf16", **kw)[0]), rel=1e-9)
+    for where, payload in (("moe dispatch", "fp8"), ("moe combine", "bf16")):
+        want = sum(w * float(expert_a2a_time_s(t, 32, payload=payload, mode=mode, **kw)[0])
+                   for w, t, mode in steps)
+        assert d[where] == pytest.approx(want, rel=1e-9), where
     assert deepep.evaluate(EP32).tpot_s < base.evaluate(EP32).tpot_s
 
 

@@ -365,9 +365,12 @@ class CostModelConfig:
             runs (:meth:`~learn_to_shard.cost.terms.OperatorTerms.prompt_step_mix`: steps
             carrying more and fewer whole prompts, or budget-filling chunks, beside the
             decodes, matching the mean and variance of the prompts that join a step),
-            ``t = q·t(step a) + (1 − q)·t(step b)``. A step's time is convex in its tokens
-            (flat while the weights' read bounds it, then linear in the GEMMs' work), so the
-            mean content's time underestimates the mean step; the request-level
+            ``t = q·t(step a) + (1 − q)·t(step b)``; a MoE model's attention-DP ranks as a
+            step in which some rank carries a prompt chunk and one in which none does. A
+            step's time is not linear in its tokens
+            (flat while the weights' read bounds it, then linear in the GEMMs' work; a
+            MoE's experts touched rise steeply with the first tokens), so the mean content's
+            time misprices the mean step; the request-level
             simulation, which runs those steps, measured TPOT 1.29× and tokens/s 0.77× the
             mean-content price of a Llama-3.1-70B TP2 PP2 plan at the same occupancy.
             ``False``: price the mean content (what

@@ -469,7 +469,8 @@ class CostModel(OperatorTerms):
         # The mean step as the mix of the steps an engine runs (serve_step_mix); a row not
         # mixed has the mean content in step a.
         mix = self.prompt_step_mix(dec, pf, pf_seqs, dp, m_mb)
-        step = self._step(a, deg, dims, mix.dec_a, ctx, mix.pf_a, mix.seqs_a, detail)
+        step = self._step(a, deg, dims, mix.dec_a, ctx, mix.pf_a, mix.seqs_a, detail,
+                          mix.busy_a)
         if mix.mixed.any():
             other = self._step(a, deg, dims, dec, ctx, mix.pf_b, mix.seqs_b, detail)
             step = self._mix_steps(step, other, mix, detail)
@@ -724,7 +725,8 @@ class CostModel(OperatorTerms):
 
     # ------------------------------------------------------------------ one step
     def _step(self, a: np.ndarray, deg: dict, dims: np.ndarray, dec: np.ndarray, ctx: float,
-              pf: np.ndarray, pf_seqs: np.ndarray, detail: bool) -> dict:
+              pf: np.ndarray, pf_seqs: np.ndarray, detail: bool,
+              busy: np.ndarray | None = None) -> dict:
         """Per-stage time of one micro-batch step and per-device memory terms.
 
         Args:
@@ -732,11 +734,13 @@ class CostModel(OperatorTerms):
             ctx: mean KV length those sequences attend over, tokens.
             pf: prompt tokens prefilled in the step per attention-DP rank, ``[n]``.
             pf_seqs: prompts completing their prefill in the step per DP rank (LM-head rows).
+            busy: the busiest attention-DP rank's prompt tokens where finite (``StepMix.busy_a``;
+                :meth:`~learn_to_shard.cost.terms.OperatorTerms.rank_prompt_tokens`).
         """
         n = len(a)
         tp, ep, pp, dp, cp = deg["tp"], deg["ep"], deg["pp"], deg["dp"], deg["cp"]
         m, c = self.model, self.config
-        env = self.layer_env(tp, ep, dp, dec, pf, cp)
+        env = self.layer_env(tp, ep, dp, dec, pf, cp, busy)
         rows, g, etp = env["rows"], env["g"], env["etp"]          # rows: tokens per DP rank
         link_tp, link_g, link_etp = env["link_tp"], env["link_g"], env["link_etp"]
         recs: list[tuple[str, str, int, float, int]] = []     # detail records
@@ -813,7 +817,7 @@ class CostModel(OperatorTerms):
                "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws,
                "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type}
         if detail:
-            self._detail(out, dims, tp, dp, ep, etp, cp, g, rows, dec, pf, ctx, walk,
+            self._detail(out, dims, tp, dp, ep, etp, cp, g, rows, dec, pf, busy, ctx, walk,
                          link_tp, link_g, link_etp, emb_t,
                          (t_conv, t_norm, t_lm, t_logits, lm["b_conv"], lm["b_norm"],
                           lm["b_logits"]),
@@ -823,11 +827,11 @@ class CostModel(OperatorTerms):
         return out
 
     # ------------------------------------------------------------------ breakdown
-    def _detail(self, out, dims, tp, dp, ep, etp, cp, g, rows, dec, pf, ctx, walk, link_tp,
-                link_g, link_etp, emb_t, lm_parts, lay, req_lm, out_lm, p2p, pp, recs,
+    def _detail(self, out, dims, tp, dp, ep, etp, cp, g, rows, dec, pf, busy, ctx, walk,
+                link_tp, link_g, link_etp, emb_t, lm_parts, lay, req_lm, out_lm, p2p, pp, recs,
                 op_time) -> None:
         """Fill the breakdown of row 0: collectives per micro-batch pass and op times."""
-        env1 = self.layer_env(tp, ep, dp, dec, pf, cp)
+        env1 = self.layer_env(tp, ep, dp, dec, pf, cp, busy)
         agg: dict[tuple[str, str, int], list] = {}
         for (ti, lay_in), count in walk.items():
             is_moe, window = self.layer_types[ti]

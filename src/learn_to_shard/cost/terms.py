@@ -198,7 +198,10 @@ class StepMix:
     carries ``dec_a`` decodes, ``pf_a`` prompt tokens and ``seqs_a`` completing prompts per
     rank, and weight ``w_b`` on step b, which carries the row's decodes, ``pf_b`` and
     ``seqs_b``. ``mixed``: the rows priced as two steps; elsewhere step a alone (its
-    content the mean's).
+    content the mean's). ``busy_a``: where finite, the prompt tokens of the busiest
+    attention-DP rank in step a (a MoE model's ranks mixed as one step,
+    :meth:`OperatorTerms.prompt_step_mix`), which ``pf_a``, the ranks' mean, does not give
+    (:meth:`OperatorTerms.rank_prompt_tokens`); NaN elsewhere.
 
     Decodes first (vLLM V1, TensorRT-LLM) both steps decode and ``w_b = 1 − q``: the mean
     step. Prefill first (SGLang) step a is a prefill-only step (``dec_a = 0``) and step b
@@ -214,6 +217,7 @@ class StepMix:
     dec_a: np.ndarray
     w_b: np.ndarray
     mixed: np.ndarray
+    busy_a: np.ndarray | None = None
 
     def blend(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``q·a + w_b·b`` per row, ``a`` itself where the row is not mixed; ``a`` and
@@ -646,10 +650,23 @@ class OperatorTerms:
         * ``λ ≥ 1``: ``q = 1/2``, ``λ ± √v`` prompts: ``pf_a = pf·(1 + √v/λ)`` (at most the
           room) and ``pf_b = 2·pf − pf_a``;
         * one mean step (``q = 1``, ``pf_a = pf``) where the prompts fill every step's
-          budget, where ``pf = 0``, outside the serve phase, with the mix off, and for a MoE
-          model's attention-DP ranks (``dp > 1``), whose unevenness the busiest rank's prompt
-          tokens price instead (``config.attention_dp_balanced``); a dense model's ranks run
-          apart and mix like one rank.
+          budget, where ``pf = 0``, outside the serve phase and with the mix off; a dense
+          model's attention-DP ranks run apart and mix like one rank.
+
+        A MoE model's attention-DP ranks (``dp > 1``) meet at every MoE layer, so a step runs
+        at its busiest rank's content. Each rank carries a prompt chunk in a share ``r`` of
+        its steps (:func:`rank_prompt_share`) and then ``pf / r`` tokens of it, independently
+        of the others: step a, some rank carrying one, has weight ``q = 1 − (1 − r)^dp``, its
+        busiest rank ``pf / r`` prompt tokens (``StepMix.busy_a``) and the ranks' mean
+        ``pf / q`` (what the experts see, summed over the ranks); step b carries none. The
+        busiest rank's mean over the steps is :func:`busiest_rank_prompt_tokens`'s and the
+        ranks' mean is ``pf``; the two steps price what one mean step cannot: a step's time
+        is not linear in its tokens (a few decode tokens touch few of a MoE's experts, the
+        prompt chunks touch them all). Without the mix, or at ``r = 1`` (every rank carries
+        a chunk every step), one step at the busiest rank's mean tokens. Unbalanced or
+        balanced (``config.attention_dp_balanced``: every rank at the mean, one step) as
+        :meth:`rank_prompt_tokens`; pipeline micro-batches do not raise ``q`` for these
+        ranks (the busiest rank's content already sets the round).
 
         Pipeline micro-batches (``m_mb = min(pp, batch)`` in flight, decodes first): a prompt
         chunk rides in one micro-batch, and the round of ``m_mb`` micro-batch steps lasts at
@@ -690,8 +707,12 @@ class OperatorTerms:
             return StepMix(one, pf, seqs, pf, seqs, dec_f, 1.0 - one, one < 0.0)
         room = np.maximum(self.config.token_budget - dec_f, 1.0)
         on = (pf > 0) & (pf < room)
+        ranks = np.zeros(np.shape(pf), dtype=bool)
         if self.model.moe is not None:
-            on &= np.asarray(dp) <= 1
+            ranks = on & (np.asarray(dp) > 1)
+            on &= ~ranks
+            if self.config.attention_dp_balanced:
+                ranks &= False
         lam = np.maximum(seqs, 1e-12)
         # Binomial: each of the d decodes completes with probability λ / d.
         var = lam * np.maximum(1.0 - lam / np.maximum(dec_f, 1.0), 0.0)
@@ -730,12 +751,29 @@ class OperatorTerms:
             # One output token per request comes from its prefill: no decode step (osl 1).
             w_b = np.where(first, 0.0 if self.workload.osl <= 1 else 1.0, w_b)
             two = two | first
-        return StepMix(q, pf_a, seqs_a, pf_b, seqs_b, dec_a, w_b, two)
+        busy_a = None
+        if ranks.any():
+            # A MoE's attention-DP ranks: step a when any rank carries a chunk.
+            r = np.clip(rank_prompt_share(dec_f, pf, seqs, self.config.token_budget),
+                        1e-12, 1.0)
+            ranks &= r < 1.0
+            q_any = np.maximum(1.0 - (1.0 - r) ** np.asarray(dp, dtype=float), 1e-12)
+            q = np.where(ranks, q_any, q)
+            w_b = np.where(ranks, 1.0 - q_any, w_b)
+            pf_a = np.where(ranks, pf / q_any, pf_a)
+            seqs_a = np.where(ranks, seqs / q_any, seqs_a)
+            pf_b = np.where(ranks, 0.0, pf_b)
+            seqs_b = np.where(ranks, 0.0, seqs_b)
+            busy_a = np.where(ranks, pf / r, np.nan)
+            two = two | ranks
+        return StepMix(q, pf_a, seqs_a, pf_b, seqs_b, dec_a, w_b, two, busy_a)
 
     def layer_env(self, tp: np.ndarray, ep: np.ndarray, dp: np.ndarray, dec: np.ndarray,
-                  pf: np.ndarray, cp: np.ndarray | None = None) -> dict:
+                  pf: np.ndarray, cp: np.ndarray | None = None,
+                  busy: np.ndarray | None = None) -> dict:
         """The per-row environment :meth:`layer` reads, from ``[n]`` degrees and the step's
-        ``dec`` decode sequences and ``pf`` prompt tokens per attention-DP rank.
+        ``dec`` decode sequences and ``pf`` prompt tokens per attention-DP rank (the ranks'
+        mean; ``busy``: the busiest rank's, where finite, see :meth:`rank_prompt_tokens`).
 
         Returns:
             ``t`` (tp as float), ``tp``, ``dp``, ``ep``, ``etp``, ``cp`` (decode context
@@ -752,28 +790,32 @@ class OperatorTerms:
         axes = Mesh.axes(tp, ep, np.ones_like(tp), dp, cp)
         g, etp = axes.stage, axes.etp
         rows_mean = dec + pf
-        pf = self.rank_prompt_tokens(dec, pf, dp)
+        pf = self.rank_prompt_tokens(dec, pf, dp, busy)
         return dict(t=tp.astype(np.float64), tp=tp, dp=dp, ep=ep, etp=etp, g=g, cp=axes.cp,
                     rows=dec + pf, rows_mean=rows_mean, dec=dec, pf=pf,
                     link_tp=self._link(tp),
                     link_g=self._link(g), link_etp=self._link(etp),
                     link_cp=self._link(axes.cp))
 
-    def rank_prompt_tokens(self, dec: np.ndarray, pf: np.ndarray, dp: np.ndarray
-                           ) -> np.ndarray:
+    def rank_prompt_tokens(self, dec: np.ndarray, pf: np.ndarray, dp: np.ndarray,
+                           busy: np.ndarray | None = None) -> np.ndarray:
         """Prompt tokens per step of the attention-DP rank the others wait for, ``[n]``:
-        :func:`busiest_rank_prompt_tokens` in the serve phase of a MoE model with ``dp > 1``
-        whose engine does not balance the ranks (``CostModelConfig.attention_dp_balanced``
-        False; the ranks meet at every MoE layer), else the mean ``pf``. ``dec`` and ``pf``
-        are a rank's mean decode sequences and prompt tokens per step; its prompts complete
-        at ``pf / isl`` per step (every serve step of the cost model prefills whole prompts'
-        shares)."""
+        ``busy`` where given and finite (step a of a mix of the ranks' steps,
+        ``StepMix.busy_a``), else :func:`busiest_rank_prompt_tokens` in the serve phase of a
+        MoE model with ``dp > 1`` whose engine does not balance the ranks
+        (``CostModelConfig.attention_dp_balanced`` False; the ranks meet at every MoE layer),
+        else the mean ``pf``. ``dec`` and ``pf`` are a rank's mean decode sequences and
+        prompt tokens per step; its prompts complete at ``pf / isl`` per step (every serve
+        step of the cost model prefills whole prompts' shares)."""
         if self.model.moe is None or self.workload.phase is not Phase.SERVE \
                 or self.config.attention_dp_balanced:
             return pf
         pf_seqs = np.asarray(pf, dtype=float) / float(max(self.workload.isl, 1))
-        return np.where(dp > 1, busiest_rank_prompt_tokens(
+        out = np.where(dp > 1, busiest_rank_prompt_tokens(
             dec, pf, pf_seqs, dp, self.config.token_budget), pf)
+        if busy is not None:
+            out = np.where(np.isfinite(busy), busy, out)
+        return out
 
     def lm_head(self, lay: np.ndarray, c_lm: np.ndarray, tp: np.ndarray,
                 lm_rows: np.ndarray) -> dict:

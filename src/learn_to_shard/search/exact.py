@@ -230,10 +230,11 @@ class SettingCache:
 
 
 def _setting_ids(keys: Keys) -> list[tuple[float, ...]]:
-    """Each setting as a tuple of all its :class:`Keys` fields (the :class:`SettingCache`
-    key)."""
+    """Each setting as a tuple of all its :class:`Keys` fields that are set (the
+    :class:`SettingCache` key)."""
     cols = np.stack([np.asarray(getattr(keys, f), dtype=np.float64)
-                     for f in Keys.__dataclass_fields__], axis=1)
+                     for f in Keys.__dataclass_fields__ if getattr(keys, f) is not None],
+                    axis=1)
     return [tuple(r) for r in cols.tolist()]
 
 

@@ -348,6 +348,9 @@ class Keys:
             decodes, ``[K]``.
         m_mb: pipeline micro-batches in flight, ``[K]`` (the serve mix weighs a round by its
             heaviest micro-batch, ``OperatorTerms.prompt_step_mix``).
+        pf_busy: the busiest attention-DP rank's prompt tokens where finite, ``[K]``, for the
+            keys of a mix's step a (``StepMix.busy_a``); ``None``: every rank's from ``pf``
+            (``OperatorTerms.rank_prompt_tokens``).
     """
 
     tp_idx: np.ndarray
@@ -365,13 +368,18 @@ class Keys:
     pf_seqs2: np.ndarray
     dec2: np.ndarray
     m_mb: np.ndarray
+    pf_busy: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tp)
 
     def take(self, idx: np.ndarray) -> Keys:
         """The keys at ``idx``."""
-        return Keys(**{k: getattr(self, k)[idx] for k in self.__dataclass_fields__})
+        taken: dict[str, Any] = {}
+        for k in self.__dataclass_fields__:
+            v = getattr(self, k)
+            taken[k] = v if v is None else v[idx]
+        return Keys(**taken)
 
 
 @dataclass
@@ -453,9 +461,10 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
     pf2, pf_seqs2, chunk_steps = ph["pf2"], ph["pf_seqs2"], ph["chunk_steps"]
     dec2 = ph["dec2"]
 
-    def p2p_of(dec_: np.ndarray, pf_: np.ndarray) -> np.ndarray:
+    def p2p_of(dec_: np.ndarray, pf_: np.ndarray, busy: np.ndarray | None = None
+               ) -> np.ndarray:
         """The stage send of the busiest rank's tokens (``OperatorTerms.layer_env``)."""
-        return cm.p2p_time_s(dec_ + cm.rank_prompt_tokens(dec_, pf_, dp), tp, dp, pp)
+        return cm.p2p_time_s(dec_ + cm.rank_prompt_tokens(dec_, pf_, dp, busy), tp, dp, pp)
 
     # The main step as the mix of two steps (``CostModel._mix_steps``).
     mix = cm.prompt_step_mix(dec, pf, pf_seqs, dp, m_mb)
@@ -478,7 +487,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
                 replica_frac=cm.replica_fraction(tp * dp * pp, batch),
                 m_mb=m_mb.astype(np.float64),
                 key=inv.reshape(-1),
-                p2p=mixed(p2p_of(mix.dec_a, mix.pf_a), p2p_of(dec, mix.pf_b)),
+                p2p=mixed(p2p_of(mix.dec_a, mix.pf_a, mix.busy_a), p2p_of(dec, mix.pf_b)),
                 p2p2=p2p_of(dec2, pf2),
                 s_all=s_all, s_seq=s_seq, chunk_steps=chunk_steps,
                 lw_factor=np.where(tie & (pp == 1), 0.0, 1.0),
@@ -493,7 +502,7 @@ def coarse_terms(cm: CostModel, coarse: np.ndarray) -> tuple[Coarse, Keys]:
 # ---------------------------------------------------------------------------------- tables
 def _env(cm: CostModel, keys: Keys, pf: np.ndarray) -> dict:
     """The per-row environment ``OperatorTerms.layer`` reads (``OperatorTerms.layer_env``)."""
-    return cm.layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf, keys.cp)
+    return cm.layer_env(keys.tp, keys.ep, keys.dp, keys.dec, pf, keys.cp, keys.pf_busy)
 
 
 def _take_env(env: dict, idx: np.ndarray | slice) -> dict:
@@ -663,7 +672,7 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     """
     wl = cm.workload
     if second:                      # the TTFT step's decodes (none where prefill first)
-        keys = dataclasses.replace(keys, dec=keys.dec2)
+        keys = dataclasses.replace(keys, dec=keys.dec2, pf_busy=None)
     pf = keys.pf2 if second else keys.pf
     pf_seqs = keys.pf_seqs2 if second else keys.pf_seqs
     ctx = float(wl.isl) if wl.phase is Phase.DECODE else \
@@ -673,7 +682,10 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
     # The FFN rows enter only as differences within a key (attention's time cancels), and
     # nothing else of a key reaches them through ``cp``: price them once per key group that
     # differs only in cp (``verify`` checks the whole decomposition against the cost model).
-    grp_cols = np.stack([keys.tp_idx, keys.ep_idx, keys.dp_idx, keys.dec, pf], axis=1)
+    cols = [keys.tp_idx, keys.ep_idx, keys.dp_idx, keys.dec, pf]
+    if keys.pf_busy is not None:            # a mix's step a: the busiest rank's tokens too
+        cols.append(np.nan_to_num(keys.pf_busy, nan=-1.0))
+    grp_cols = np.stack(cols, axis=1)
     _, g_first, g_inv, _ = unique_rows(grp_cols)
     g_inv = g_inv.reshape(-1)
     env_g = _take_env(env, g_first)
@@ -768,7 +780,8 @@ def step_tables(cm: CostModel, st: Structure, keys: Keys, second: bool = False) 
             FG.append(None)
             outs.append(_scatter(f_o.reshape(k, n_cls, nd), d_idx, len(st.d_opts), R)[pick])
     lm, _ = _lm_table(cm, keys, keys.dec, pf_seqs)
-    emb_t = cm.embedding_time_s(keys.dec + cm.rank_prompt_tokens(keys.dec, pf, keys.dp))
+    emb_t = cm.embedding_time_s(keys.dec + cm.rank_prompt_tokens(keys.dec, pf, keys.dp,
+                                                                 keys.pf_busy))
     return StepTables(A=A, FR=FR, FG=FG, FD=FD, out=outs, LM=lm, emb_t=emb_t, rows=rows)
 
 
@@ -783,7 +796,7 @@ def main_step_tables(cm: CostModel, st: Structure, keys: Keys) -> StepTables:
     if not m.mixed.any():
         return step_tables(cm, st, keys)
     prompt = step_tables(cm, st, dataclasses.replace(keys, dec=m.dec_a, pf=m.pf_a,
-                                                     pf_seqs=m.seqs_a))
+                                                     pf_seqs=m.seqs_a, pf_busy=m.busy_a))
     alone = step_tables(cm, st, dataclasses.replace(keys, pf=m.pf_b, pf_seqs=m.seqs_b))
     mix = m.blend
 
