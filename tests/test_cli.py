@@ -692,8 +692,9 @@ def test_bad_lengths_name_the_flag_given_and_tiny_slos_print_in_microseconds():
 
 
 def test_trace_values_and_outputs_onto_inputs_are_one_line_errors(tmp_path):
-    """A trace row with ``inf``, a fractional or underscored token count, a missing or an
-    extra field, or a header naming a column twice (the last one was read), is one error line
+    """A trace row with ``inf``, a fractional or underscored token count, fewer or more
+    fields than the header (an unused column's too), or a header naming a column twice (the
+    last one was read), is one error line
     naming the file, row and column (no traceback); -o onto the --trace file, or onto
     the --report folder, is refused before anything is written."""
     head = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -701,12 +702,15 @@ def test_trace_values_and_outputs_onto_inputs_are_one_line_errors(tmp_path):
             "--isl", "100", "--osl", "10", "-q"]
     for body, want in (("0,inf,10\n", "row 2: ContextTokens 'inf' is not a whole number"),
                        ("0,100.5,10\n", "row 2: ContextTokens '100.5' is not a whole number"),
-                       ("0,100\n", "row 2: no GeneratedTokens (the row has fewer fields"),
+                       ("0,100\n", "row 2 has fewer fields than the header (3)"),
                        ("0,100,10,7\n", "row 2 has more fields than the header (3)"),
+                       ("ragged", "row 3 has fewer fields than the header (4)"),
                        ("0,1_000,10\n", "row 2: ContextTokens '1_000' is not a whole"),
                        ("dup", "the header names 'isl' more than once")):
         f = tmp_path / "t.csv"
-        f.write_text("arrival_s,isl,osl,isl\n0,100,10,7\n" if body == "dup" else head + body)
+        f.write_text("arrival_s,isl,osl,isl\n0,100,10,7\n" if body == "dup" else
+                     "arrival_s,isl,osl,user\n0,100,10,a\n1,100,10\n" if body == "ragged"
+                     else head + body)
         r = _run(*base, "--trace", str(f))
         assert r.exit_code == 2 and want in r.output and "Traceback" not in r.output, r.output
     f = tmp_path / "ok.csv"

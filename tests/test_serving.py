@@ -14,6 +14,7 @@ from learn_to_shard.api import make_cost_model, make_workload, search_plan, simu
 from learn_to_shard.cli import app
 from learn_to_shard.cost.config import CostModelConfig
 from learn_to_shard.errors import ConfigError
+from learn_to_shard.parallel.strategy import Strategy
 from learn_to_shard.serving import (
     Requests,
     ServingLoad,
@@ -1285,6 +1286,23 @@ def test_a_trace_apart_from_the_planned_lengths_is_priced_at_its_own(tmp_path):
     sim = json.loads(r.stdout)["simulation"][0]
     assert sim["lengths"]["apart_from_planned"] and sim["overloaded"]
     assert sim["capacity_requests_per_s"] < sim["offered_requests_per_s"]
+    # A trace has no queue-growth test of its own (its bursts queue without overloading it).
+    assert sim["queue_grows"] is None
+    # The ratios beside the steady state take it at the lengths the simulation ran, not at
+    # the planned 1024 / 256 (whose TPOT is a fraction of a 120k-token context's).
+    a = sim["analytic"]
+    best = json.loads(r.stdout)["best"]["strategy"]
+    code = {"Shard(0)": 0, "Shard(1)": 1, "Replicate()": 2}
+    st = Strategy(tp=best["tp"], ep=best["ep"], pp=best["pp"], dp=best["dp"],
+                  batch=best["batch"], cp=best["cp"],
+                  dims=tuple(code[v] for v in best["placements"].values()))
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:2", make_workload("serve", isl=1024,
+                                                                      osl=256))
+    args = (cm, st, Phase.SERVE)
+    at_trace = priced(*args, round(sim["lengths"]["mean_isl"]), (a["at_running"],), osl=600)
+    at_plan = priced(*args, 1024, (a["at_running"],), osl=256)
+    assert a["tpot_s"] == pytest.approx(float(at_trace[0][0]), rel=1e-9)
+    assert float(at_plan[0][0]) < 0.8 * a["tpot_s"]
     r = CliRunner().invoke(app, [*base, "--isl", "1024", "--osl", "256"])
     text = " ".join(r.output.split())
     assert "are not the --isl 1024 / --osl 256 the search ranked strategies at" in text

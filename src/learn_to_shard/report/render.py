@@ -507,8 +507,9 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                     f"and output ({lengths['mean_osl']:,.0f}) are not the --isl "
                     f"{lengths['planned_isl']} / --osl {lengths['planned_osl']} the search "
                     f"ranked strategies at: the plan and its steady-state numbers are for those "
-                    f"lengths, and the simulation replays the trace's; plan with --trace "
-                    f"alone to rank at the trace's lengths"))
+                    f"lengths, and the simulation replays the trace's (its ÷ steady "
+                    f"ratios are over the steady state at the trace's mean lengths); plan "
+                    f"with --trace alone to rank at the trace's lengths"))
     for sim in sims[:1] if best_only else sims:
         if sim.get("overloaded"):
             offered = sim["offered_requests_per_s"]

@@ -240,8 +240,8 @@ def load_trace(path: str | Path) -> Requests:
     Raises:
         ConfigError: unreadable file, more rows than :data:`MAX_LOAD_REQUESTS`, a column
             named twice in the header (in any case), two columns of one quantity (e.g.
-            ``isl`` and ``input_tokens``), a row with more
-            fields than the header, a missing column (the message lists the accepted names),
+            ``isl`` and ``input_tokens``), a row with more or
+            fewer fields than the header, a missing column (the message lists the accepted names),
             a non-numeric, non-positive or implausibly long (> :data:`MAX_TRACE_TOKENS`)
             length, arrival times mixing seconds and date-times, or ones that are not finite or lie
             beyond :data:`MAX_ARRIVAL_S` of 0 or of each other (float seconds there no longer
@@ -292,6 +292,9 @@ def load_trace(path: str | Path) -> Requests:
         if r.get(None):                      # DictReader keeps extra fields under None
             raise ConfigError(f"--trace: {p}: row {i} has more fields than the header "
                               f"({len(header)})")
+        if any(v is None for k, v in r.items() if k is not None):   # restval: missing
+            raise ConfigError(f"--trace: {p}: row {i} has fewer fields than the header "
+                              f"({len(header)})")
         t, is_date = _parse_time(r[ca] or "", p, i)
         kinds.add(is_date)
         if len(kinds) > 1:
@@ -299,10 +302,7 @@ def load_trace(path: str | Path) -> Requests:
                               f"(the rows before it are the other kind); give one kind")
         arr.append(t)
         for col, out in ((ci, isl), (co, osl)):
-            text = r[col]
-            if text is None:
-                raise ConfigError(f"--trace: {p}: row {i}: no {col} (the row has fewer "
-                                  f"fields than the header)")
+            text = r[col] or ""
             try:
                 if "_" in text:                            # float() reads 1_000
                     raise ValueError(text)
@@ -508,9 +508,11 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         from the workload's ``isl``/``osl``, priced at the trace's mean lengths with the
         sequences the KV pool holds at them: ``lengths.apart_from_planned``), or,
         for a rate, the last quarter of arrivals waits for its first token more
-        than twice as long as the first quarter, plus 1 s (``queue_grows``; a trace's bursts
-        queue without overloading it); ``utilization``: the offered rate over that capacity,
-        ``None`` without a rate).
+        than twice as long as the first quarter, plus 1 s (``queue_grows``; ``None`` for a
+        trace, whose bursts queue without overloading it); ``utilization``: the offered rate
+        over that capacity, ``None`` without a rate). For a trace whose lengths are apart
+        from the workload's, ``analytic`` and the ratios take the steady state at the mean
+        lengths of the requests simulated.
 
     Raises:
         ConfigError: the workload is not the serve phase, a request is longer than the model's
@@ -565,11 +567,22 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
     devices = cm.cluster.num_devices
-    # The steady-state model at the occupancy the simulation reached, to compare like with like.
+    # The steady-state model at the occupancy the simulation reached, to compare like with like:
+    # at the lengths simulated where a trace's are apart from the planned ones.
     occ = max(1, round(summ["mean_running"]))
     wl = cm.workload
-    a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, wl.isl, (occ,),
-                                                             osl=wl.osl))
+    mean_isl, mean_osl = float(np.mean(req.isl)), float(np.mean(req.osl))
+    # The whole trace's means (the ranked lengths come from them; the simulated replica
+    # gets its round-robin share, whose means may differ).
+    trace_isl = float(np.mean(load.trace.isl)) if load.trace is not None else mean_isl
+    trace_osl = float(np.mean(load.trace.osl)) if load.trace is not None else mean_osl
+    lengths_apart = load.trace is not None and (
+        abs(trace_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
+        or abs(trace_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
+    a_isl, a_osl = (max(1, round(mean_isl)), max(1, round(mean_osl))) if lengths_apart \
+        else (wl.isl, wl.osl)
+    a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, a_isl, (occ,),
+                                                             osl=a_osl))
     if summ["mean_running"] < 1.0:
         # Fewer than one request in the engine on average: it runs one request's rate for the
         # share of the time it holds one and idles the rest (a closed loop's clients in the
@@ -581,7 +594,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         # plan (CostModel.closed_loop_queue, aggregate.latency): q = clients / slots - 1
         # waiting per running request, each for q slot lifetimes, osl / (tokens/s per
         # running request), less the front-end time it spends outside the engine.
-        a_ttft += max((conc / seqs - 1.0) * float(wl.osl) * occ / a_tps
+        a_ttft += max((conc / seqs - 1.0) * float(a_osl) * occ / a_tps
                       - c.frontend_latency_s, 0.0)
     analytic = {"plan_batch": s.batch, "plan_tpot_s": est.tpot_s, "plan_ttft_s": est.ttft_s,
                 "plan_output_tokens_per_s_per_instance": est.output_tokens_per_s,
@@ -603,19 +616,12 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         span = float(req.arrival_s.max() - req.arrival_s.min())
         # The trace's mean rate at this replica: its requests over the span they arrive in.
         offered = (len(req.isl) - 1) / span if span > 0 else None
-    overloaded = queue_grows = False
-    mean_isl, mean_osl = float(np.mean(req.isl)), float(np.mean(req.osl))
+    overloaded = False
+    queue_grows: bool | None = None if load.trace is not None else False
     capacity = est.output_tokens_per_s / mean_osl
     # A trace replayed beside other --isl/--osl (the lengths the search ranked at): the
     # replica's capacity at the trace's own mean lengths, with the sequences its KV pool
     # holds at them, not the plan's steady state at lengths the trace does not send.
-    # The whole trace's means (the ranked lengths come from them; the simulated replica
-    # gets its round-robin share, whose means may differ).
-    trace_isl = float(np.mean(load.trace.isl)) if load.trace is not None else mean_isl
-    trace_osl = float(np.mean(load.trace.osl)) if load.trace is not None else mean_osl
-    lengths_apart = load.trace is not None and (
-        abs(trace_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
-        or abs(trace_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
     if lengths_apart:
         held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
         fits = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
