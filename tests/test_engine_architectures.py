@@ -310,6 +310,10 @@ def test_l2s_engines_lists_the_class_snapshot() -> None:
     assert r.exit_code == 0
     assert "model classes (251 model classes registered)" in text
     assert "model classes (290 model classes registered)" in text       # SGLang's
+    # SGLang's class capabilities (table cells wrap beside their source column, so words)
+    for word in ("pp_proxy_tensors;", "Gemma2ForCausalLM,", "attention-TP", "wrong heads),",
+                 "MixtralForCausalLM,"):
+        assert word in text, word
     assert "model classes (18 of the planner's model classes registered" in text
 
 

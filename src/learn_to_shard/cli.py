@@ -1649,6 +1649,19 @@ def engines_cmd() -> None:
             t.add_row(f"model classes ({extent}); not registered among the planner's: "
                       f"{', '.join(sorted(snap.planner_absent)) or 'none'}",
                       f"engines/data/architectures.json: {snap.source}")
+            for classes, what in ((snap.pp_unsupported, "no pipeline parallelism (forward "
+                                   "takes no pp_proxy_tensors; --pp-size > 1 stops at "
+                                   "start-up), so the search leaves PP out"),
+                                  (snap.attention_dp_unsupported, "attention not split by "
+                                   "--attn-dp-size's attention-TP group (it would run the "
+                                   "wrong heads), so the search leaves attention-DP out of "
+                                   "the MoE servers among them (a dense model's DP ranks "
+                                   "are servers of their own)")):
+                if classes:
+                    t.add_row(f"the planner's classes with {what}: "
+                              f"{', '.join(sorted(classes))}",
+                              f"engines/data/architectures.json: {snap.source} "
+                              f"(scripts/engine_architectures.py)")
         con.print(t)
 
 
