@@ -757,7 +757,11 @@ class OperatorTerms:
             r = np.clip(rank_prompt_share(dec_f, pf, seqs, self.config.token_budget),
                         1e-12, 1.0)
             ranks &= r < 1.0
-            q_any = np.maximum(1.0 - (1.0 - r) ** np.asarray(dp, dtype=float), 1e-12)
+            # 1 − (1 − r)^dp, exact at tiny r (a prompt in millions of steps); r = 1 rows are
+            # not mixed (log1p(−1) = −inf gives them 1)
+            with np.errstate(divide="ignore"):
+                q_any = np.maximum(-np.expm1(np.asarray(dp, dtype=float) * np.log1p(-r)),
+                                   1e-12)
             q = np.where(ranks, q_any, q)
             w_b = np.where(ranks, 1.0 - q_any, w_b)
             pf_a = np.where(ranks, pf / q_any, pf_a)
