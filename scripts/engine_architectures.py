@@ -161,14 +161,19 @@ def read_sglang(wheel: Path) -> dict:
       with this model.", ``ModelRunner.__init__``: ``support_pp = "pp_proxy_tensors" in
       inspect.signature(self.model.forward).parameters``, ``sglang/srt/model_executor/
       model_runner.py``);
-    * ``attention_dp_unsupported``: neither the class's module and those of its bases nor
-      the model modules they import read ``attn_tp_size``, so its attention splits heads over
-      the whole ``--tp-size`` group where ``--attn-dp-size`` gives each DP rank an
-      attention-TP group of ``tp-size / attn-dp-size`` (``sglang/srt/models/qwen3_moe.py``
-      ``Qwen3MoeAttention`` is written for it, ``mixtral.py`` ``MixtralAttention`` is not).
-      A text test of the model files, not of SGLang's behaviour; ``l2s`` reads it for MoE
-      classes only, since it exports attention-DP for MoE servers alone (a dense model's DP
-      ranks are servers of their own).
+    * ``attention_dp_unsupported``: the class's module and those of its bases, with the
+      model modules they import, do not both read ``attn_tp_size`` and declare their layers'
+      stages (``append_stages``). Attention-DP needs both: the attention split over the
+      attention-TP group ``--attn-dp-size`` leaves each DP rank (``tp-size /
+      attn-dp-size``), and the layer stages' communicator that gathers the DP ranks' rows
+      for the MoE and scatters them back (``sglang/srt/models/qwen3_moe.py`` has both;
+      ``mixtral.py``'s attention splits heads over the whole ``--tp-size`` group;
+      ``phimoe.py`` declares no stages, so its MoE all-reduces over the TP group ranks that
+      hold other requests, and it refuses an attention-TP group between 1 and the TP group
+      at start-up, ``reject_attn_tp_shard_with_tp_reduce``). A text test of the model
+      files, not of SGLang's behaviour; ``l2s`` reads it for MoE classes only, since it
+      exports attention-DP for MoE servers alone (a dense model's DP ranks are servers of
+      their own).
     """
     names: dict[str, str] = {}
     mods: dict[str, ast.Module] = {}
@@ -197,7 +202,8 @@ def read_sglang(wheel: Path) -> dict:
             no_pp.append(arch)
         reach = {m for m, _ in chain}
         reach |= {m for r in list(reach) for m, _ in _imported_models(mods[r]).values()}
-        if not any("attn_tp_size" in texts.get(m, "") for m in reach):
+        text = "".join(texts.get(m, "") for m in reach)
+        if not ("attn_tp_size" in text and "append_stages" in text):
             no_adp.append(arch)
     return {"native": sorted(names), "pp_unsupported": sorted(no_pp),
             "attention_dp_unsupported": sorted(no_adp)}

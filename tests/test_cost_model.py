@@ -299,6 +299,35 @@ def test_sliding_window_layers_hold_at_most_the_window():
     assert e.memory.kv_cache_bytes == (12 * 8192 + 12 * 128) * per_layer
 
 
+def test_a_window_as_long_as_the_models_positions_holds_every_token():
+    """Phi-3.5-MoE slides every layer over 131,072 tokens, its whole position range: the
+    window never binds, so the KV capacity in tokens is the pool over the bytes per token,
+    as for full attention, not unbounded (a window shorter than the positions, gpt-oss's,
+    still caps its layers)."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import KV_TOKENS_UNBOUNDED
+
+    m = load_model("phi-3.5-moe-instruct")
+    assert m.max_position_embeddings == 131_072
+    assert {w for _, w in CostModel(m, parse_cluster("h100-sxm:8"), Workload(
+        Phase.SERVE, isl=2048, osl=512)).layer_types} == {131_072}
+    wl = Workload(Phase.SERVE, isl=2048, osl=512)
+    s = Strategy(tp=8, ep=8, pp=1, dp=1, batch=16)
+    e = CostModel(m, parse_cluster("h100-sxm:8"), wl).evaluate(s)
+    full = CostModel(m, parse_cluster("h100-sxm:8"), wl, dataclasses.replace(
+        CostModelConfig(), window_kv_capped=False)).evaluate(s)
+    assert e.kv_capacity_tokens < KV_TOKENS_UNBOUNDED
+    assert e.kv_capacity_tokens == full.kv_capacity_tokens
+    assert e.memory.kv_cache_bytes == full.memory.kv_cache_bytes
+    oss = CostModel(load_model("gpt-oss-20b"), parse_cluster("h100-sxm:1"), wl)
+    one = Strategy(tp=1, ep=1, pp=1, dp=1, batch=16)
+    assert oss.evaluate(one).kv_capacity_tokens > CostModel(
+        oss.model, oss.cluster, wl, dataclasses.replace(CostModelConfig(),
+                                                        window_kv_capped=False)
+    ).evaluate(one).kv_capacity_tokens
+
+
 def test_weights_per_device_shrink_with_tp_and_pp():
     m = load_model("llama-3.1-70b")
     cm = CostModel(m, parse_cluster("h100-sxm:8"), Workload(Phase.DECODE, isl=1024))

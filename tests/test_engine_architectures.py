@@ -190,7 +190,8 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
     # The planner's classes: pipeline parallelism where the forward found along the bases
     # (in the module, or imported from another model module) takes pp_proxy_tensors (a
     # **kwargs catch-all does not, as SGLang's inspect.signature test); attention-DP where
-    # the class's module, its bases' or a model module they import reads attn_tp_size.
+    # the class's module, its bases' and the model modules they import read attn_tp_size and
+    # declare their layers' stages (append_stages, the DP ranks' gather for the MoE).
     sglang = tmp_path / "sglang2.whl"
     with zipfile.ZipFile(sglang, "w") as z:
         z.writestr("sglang/srt/models/llama.py",
@@ -201,12 +202,18 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
                    "from sglang.srt.models.llama import LlamaForCausalLM\n"
                    "class MistralForCausalLM(LlamaForCausalLM):\n    pass\n"
                    "EntryClass = [MistralForCausalLM]\n")
+        z.writestr("sglang/srt/models/phimoe.py",        # attn_tp_size, no stages
+                   "n = get_parallel().attn_tp_size\n"
+                   "class PhiMoEForCausalLM(nn.Module):\n"
+                   "    def forward(self, ids, pos, batch, pp_proxy_tensors=None): ...\n"
+                   "EntryClass = PhiMoEForCausalLM\n")
         z.writestr("sglang/srt/models/gemma2.py",
                    "class Gemma2ForCausalLM(nn.Module):\n"
                    "    def forward(self, ids, pos, batch, **kwargs): ...\n"
                    "EntryClass = Gemma2ForCausalLM\n")
         z.writestr("sglang/srt/models/qwen3_moe.py",
                    "n = get_parallel().attn_tp_size\n"
+                   "stages = append_stages(attn, ffn)\n"
                    "class Qwen3MoeForCausalLM(nn.Module):\n"
                    "    def forward(self, ids, pos, batch, pp_proxy_tensors=None): ...\n"
                    "EntryClass = Qwen3MoeForCausalLM\n")
@@ -219,7 +226,7 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
     got = mod.read_sglang(sglang)
     assert got["pp_unsupported"] == ["Gemma2ForCausalLM", "Llama4ForConditionalGeneration"]
     assert got["attention_dp_unsupported"] == ["Gemma2ForCausalLM", "LlamaForCausalLM",
-                                               "MistralForCausalLM"]
+                                               "MistralForCausalLM", "PhiMoEForCausalLM"]
     models = tmp_path / "tensorrt_llm" / "_torch" / "models"
     models.mkdir(parents=True)
     (models / "modeling_x.py").write_text('@register_auto_model("XForCausalLM")\n'
@@ -251,8 +258,10 @@ def test_the_class_facts_reach_the_plan_and_pareto(tmp_path: Path) -> None:
 def test_sglang_plans_leave_out_the_degrees_its_model_class_cannot_run() -> None:
     """SGLang 0.5.23 asserts pipeline-parallel support at start-up (a ``forward`` taking
     ``pp_proxy_tensors``), which Gemma 2, Gemma 3, Llama-4's multimodal wrapper and PhiMoE
-    lack, and its Mixtral attention splits heads over the whole ``--tp-size`` group, so
-    ``--attn-dp-size`` would run it on the wrong heads: the snapshot says so, the search
+    lack; its Mixtral attention splits heads over the whole ``--tp-size`` group, so
+    ``--attn-dp-size`` would run it on the wrong heads, and its PhiMoE declares no layer
+    stages, so nothing gathers the DP ranks' rows for its MoE (and it refuses an
+    attention-TP group narrower than TP at start-up): the snapshot says so, the search
     under ``--engine sglang`` leaves those degrees out (without an engine, and under vLLM,
     they stay), the plan says why, and the classes written for them keep them."""
     from learn_to_shard.api import cost_config, make_cost_model
@@ -261,12 +270,13 @@ def test_sglang_plans_leave_out_the_degrees_its_model_class_cannot_run() -> None
 
     assert unsupported_degrees("sglang", "Gemma2ForCausalLM") == ("pp", "attention_dp")
     assert unsupported_degrees("sglang", "MixtralForCausalLM") == ("attention_dp",)
-    assert unsupported_degrees("sglang", "PhiMoEForCausalLM") == ("pp",)
+    assert unsupported_degrees("sglang", "PhiMoEForCausalLM") == ("pp", "attention_dp")
     for ok in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3MoeForCausalLM",
                "DeepseekV3ForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM"):
         assert "pp" not in unsupported_degrees("sglang", ok), ok
     for ok in ("Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM",
-               "PhiMoEForCausalLM", "Llama4ForConditionalGeneration"):
+               "Llama4ForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+               "MiniMaxM2ForCausalLM", "Glm4MoeForCausalLM"):
         assert "attention_dp" not in unsupported_degrees("sglang", ok), ok
     assert unsupported_degrees("vllm", "Gemma2ForCausalLM") == ()
     assert unsupported_degrees("sglang", None) == ()
@@ -288,7 +298,8 @@ def test_sglang_plans_leave_out_the_degrees_its_model_class_cannot_run() -> None
     assert not refused("qwen3-30b-a3b", "h100-sxm:8", "sglang", 2, 1, 2)
     for model, cluster, flag in (("gemma-2-9b-it", "l40s:2", "--pp-size"),
                                  ("mixtral-8x7b", "h100-sxm:8", "--attn-dp-size"),
-                                 ("phi-3.5-moe-instruct", "rtx-4090:8", "--pp-size")):
+                                 ("phi-3.5-moe-instruct", "rtx-4090:8", "--pp-size"),
+                                 ("phi-3.5-moe-instruct", "h100-sxm:8", "--attn-dp-size")):
         r = CliRunner().invoke(app, ["plan", "--model", model, "--cluster", cluster,
                                      "--phase", "serve", "--isl", "1024", "--osl", "256",
                                      "--export", "sglang"])
@@ -311,7 +322,7 @@ def test_l2s_engines_lists_the_class_snapshot() -> None:
     assert "model classes (251 model classes registered)" in text
     assert "model classes (290 model classes registered)" in text       # SGLang's
     # SGLang's class capabilities (table cells wrap beside their source column, so words)
-    for word in ("pp_proxy_tensors;", "Gemma2ForCausalLM,", "attention-TP", "wrong heads),",
+    for word in ("pp_proxy_tensors;", "Gemma2ForCausalLM,", "attention-TP", "wrong heads,",
                  "MixtralForCausalLM,"):
         assert word in text, word
     assert "model classes (18 of the planner's model classes registered" in text

@@ -251,3 +251,25 @@ def test_a_batch_above_the_engines_default_cap_is_noted():
     data = json.loads(r.stdout)
     assert data["best"]["strategy"]["batch"] <= 256
     assert not any("--max-num-seqs" in n for n in data["notes"])
+
+
+def test_the_instance_rate_is_the_clients_bounded_one_where_they_bind_it():
+    """Mixtral-8x7B on 4 A100s under vLLM with 64 closed-loop clients, each spending the
+    front-end time outside the engine: the plan's per-device figure counts that bound, and
+    so do the per-instance figure in the text and the JSON (it was the batch slots' rate:
+    2,152 per instance beside 536.9 per device on 4 devices, 2,148); the slots' rate is
+    the one in parentheses."""
+    base = ["plan", "--model", "mixtral-8x7b", "--cluster", "a100-80gb:4", "--phase",
+            "serve", "--isl", "1024", "--osl", "1024", "--concurrency", "64", "--engine",
+            "vllm"]
+    r = CliRunner().invoke(app, [*base, "--json", "-q", "--no-timing"])
+    assert r.exit_code == 0, r.output
+    b = json.loads(r.stdout)["best"]
+    devices = b["strategy"]["devices"] * b["instances"]
+    assert b["instance_tokens_per_s"] * b["instances"] == pytest.approx(
+        b["cluster_tokens_per_s"], rel=1e-12)
+    assert b["cluster_tokens_per_s"] == pytest.approx(b["tokens_per_s_per_device"] * devices,
+                                                      rel=1e-12)
+    text = " ".join(CliRunner().invoke(app, base).output.split())
+    assert "in the front-end per request bound it (the batch slots alone:" in text
+    assert f"({b['instance_tokens_per_s']:,.0f} per instance;" in text

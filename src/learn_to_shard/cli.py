@@ -1652,11 +1652,13 @@ def engines_cmd() -> None:
             for classes, what in ((snap.pp_unsupported, "no pipeline parallelism (forward "
                                    "takes no pp_proxy_tensors; --pp-size > 1 stops at "
                                    "start-up), so the search leaves PP out"),
-                                  (snap.attention_dp_unsupported, "attention not split by "
-                                   "--attn-dp-size's attention-TP group (it would run the "
-                                   "wrong heads), so the search leaves attention-DP out of "
-                                   "the MoE servers among them (a dense model's DP ranks "
-                                   "are servers of their own)")):
+                                  (snap.attention_dp_unsupported, "no attention-DP "
+                                   "(attention not split by --attn-dp-size's attention-TP "
+                                   "group, so it would run the wrong heads, or no layer "
+                                   "stages to gather the DP ranks' rows for the MoE), so the "
+                                   "search leaves attention-DP out of the MoE servers among "
+                                   "them (a dense model's DP ranks are servers of their "
+                                   "own)")):
                 if classes:
                     t.add_row(f"the planner's classes with {what}: "
                               f"{', '.join(sorted(classes))}",

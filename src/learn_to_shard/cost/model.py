@@ -262,6 +262,14 @@ class Estimate:
         return self.tokens_per_s_per_device * (self.instances * self.strategy.devices
                                                + self.idle_devices)
 
+    @property
+    def instance_tokens_per_s(self) -> float:
+        """What one instance serves, tokens/s: :attr:`cluster_tokens_per_s` over the
+        instances. Below :attr:`output_tokens_per_s`, its batch slots' rate, where a closed
+        loop's clients bound it (each spends the front-end time outside the engine, or there
+        are fewer of them than slots; ``aggregate.latency``)."""
+        return self.cluster_tokens_per_s / max(self.instances, 1)
+
 
 def check_context(model: ModelSpec, workload: Workload) -> None:
     """Refuse a workload whose longest request exceeds the model's positions (no strategy can
@@ -800,7 +808,11 @@ class CostModel(OperatorTerms):
                            for is_moe, _ in self.layer_types], axis=1)
         kv_type = np.stack([self.kv_per_seq(dims, tp, window, self.kv_tokens_per_sequence(), cp)
                             for _, window in self.layer_types], axis=1)
-        capped = [w is not None and c.window_kv_capped for _, w in self.layer_types]
+        # A window as long as the model's positions never binds (Phi-3.5-MoE's 131,072 at
+        # 131,072 positions): such a layer holds every token, as full attention does.
+        longest = m.max_position_embeddings or 0
+        capped = [w is not None and c.window_kv_capped and not (longest and w >= longest)
+                  for _, w in self.layer_types]
         kv_tok_type = np.stack([np.zeros(n) if cap
                                 else self.kv_per_seq(dims, tp, None, 1.0, cp)
                                 for cap in capped], axis=1)

@@ -16,10 +16,11 @@ An engine picks the class that runs a checkpoint from its config's ``architectur
 * ``pp_unsupported`` (SGLang): the planner's classes whose implementation cannot run
   pipeline parallelism (its ``forward`` takes no ``pp_proxy_tensors``; SGLang's
   ``ModelRunner`` asserts it at start-up when ``--pp-size`` > 1);
-* ``attention_dp_unsupported`` (SGLang): the planner's classes whose attention splits heads
-  over the whole ``--tp-size`` group, not over the attention-TP group ``--attn-dp-size``
-  leaves each rank (their model files never read ``attn_tp_size``), so attention-DP would
-  run them on the wrong heads.
+* ``attention_dp_unsupported`` (SGLang): the planner's classes whose model files do not
+  both split attention over the attention-TP group ``--attn-dp-size`` leaves each rank
+  (``attn_tp_size``; Mixtral's splits heads over the whole ``--tp-size`` group, so
+  attention-DP would run the wrong heads) and declare the layer stages whose communicator
+  gathers the DP ranks' rows for the MoE (``append_stages``; PhiMoE declares none).
 
 :func:`unsupported_degrees` turns the last two into the degrees the search leaves out.
 

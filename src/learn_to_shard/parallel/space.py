@@ -76,7 +76,7 @@ RULES: tuple[tuple[str, str], ...] = (
      "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1; SGLang's "
      "implementation of the model's class: no pp > 1 for a class without pipeline "
      "parallelism, e.g. Gemma 2/3, and no attention-DP, dp > 1 of a MoE server, for a class "
-     "whose attention is not split by the attention-TP group, e.g. Mixtral), or would place "
+     "not written for it, e.g. Mixtral, PhiMoE), or would place "
      "them on other links than priced (vLLM's DP-outermost ranks with pp > 1 and dp > 1 "
      "over several nodes, TensorRT-LLM's EP-innermost ranks with 1 < ep < tp on a stage "
      "across nodes, SGLang's even split of a server over its nodes)"),

@@ -362,9 +362,11 @@ def class_limits_note(cm: CostModel, engine: str | None) -> str:
     eng = ENGINES[engine]
     what = {"pp": "pipeline parallelism (its forward takes no pp_proxy_tensors, so a "
                   "--pp-size above 1 stops at start-up)",
-            "attention_dp": "attention-DP (its attention splits heads over the whole "
-                            "--tp-size group, not the attention-TP group --attn-dp-size "
-                            "leaves)"}
+            "attention_dp": "attention-DP (its model file does not both split attention "
+                            "by the attention-TP group --attn-dp-size leaves and gather the "
+                            "DP ranks' rows for the MoE: Mixtral's attention splits heads "
+                            "over the whole --tp-size group, PhiMoE declares no layer "
+                            "stages)"}
     return (f"{eng.title} {eng.version}'s {arch} runs without "
             + " or ".join(what[c] for c in cannot)
             + ": the search left " + (" and ".join(
@@ -530,7 +532,7 @@ def _estimate_core(e: Estimate, wl: Workload, s: Strategy) -> dict[str, object]:
         "feasible": e.feasible,
         "violations": list(e.violations),
         "tokens_per_s_per_device": e.tokens_per_s_per_device,
-        "instance_tokens_per_s": e.output_tokens_per_s,
+        "instance_tokens_per_s": e.instance_tokens_per_s,
         "tpot_s": None if one_output_token(wl) else _num(e.tpot_s),
         "ttft_s": _num(e.ttft_s),
         "ttft_queue_s": _num(e.ttft_queue_s),

@@ -219,9 +219,9 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
                f"{_ms(frontend)} in the front-end per request bound it (the batch slots "
                f"alone: {slots_bound:,.1f} per device)"
                if wl.concurrency and frontend > 0
-               and e.tokens_per_s_per_device < slots_bound * (1.0 - 1e-9) else "")
+               and f"{e.tokens_per_s_per_device:,.1f}" != f"{slots_bound:,.1f}" else "")
     add("throughput", f"{e.tokens_per_s_per_device:,.1f} {_unit_words(plan)}  "
-        f"({e.output_tokens_per_s:,.0f} per instance{idle}{clients})")
+        f"({e.instance_tokens_per_s:,.0f} per instance{idle}{clients})")
     one_token = one_output_token(wl)
     if one_token:
         add("TPOT", f"n/a (one output token per request; the mean step is "
