@@ -1921,3 +1921,22 @@ def test_rank_order_rules_at_their_edges():
     ex = _export_at_degrees(free, "sglang", Strategy(tp=2, ep=2, pp=3, dp=3, batch=12))
     assert any("SGLang runs the same number of the server's ranks on each node" in u
                for u in ex.unexpressed), ex.unexpressed
+
+
+def test_a_vllm_data_parallel_export_says_its_limits_are_per_rank():
+    """vLLM's --max-num-seqs and --max-num-batched-tokens hold per DP rank (each rank is an
+    engine core with its own scheduler): Qwen3-30B-A3B served DP8 on 8 L40S exports the
+    plan's batch over the ranks and says so, with the server's total (the plan's batch)."""
+    r = CliRunner().invoke(app, ["plan", "--model", "qwen3-30b-a3b", "--cluster", "l40s:8",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "1024",
+                                 "--export", "vllm", "-q"])
+    assert r.exit_code == 0, r.output
+    flags = _launch(r.stdout, "vllm serve")
+    dp = int(_arg(flags, "--data-parallel-size"))
+    seqs = int(_arg(flags, "--max-num-seqs"))
+    assert dp > 1
+    text = " ".join(r.stdout.split())
+    assert (f"--max-num-seqs {seqs} and --max-num-batched-tokens "
+            f"{_arg(flags, '--max-num-batched-tokens')} are per DP rank: each of the {dp} "
+            f"ranks runs its own scheduler, so the server runs {seqs * dp} requests at "
+            f"once") in text

@@ -794,6 +794,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         args += ["--max-num-seqs", str(seqs), "--max-model-len", str(max_len),
                  "--max-num-batched-tokens", str(max(tokens, seqs)),
                  "--gpu-memory-utilization", f"{mem_util:g}"]
+        if dp > 1:
+            # Each DP rank is an engine core with its own scheduler and these limits
+            # (vllm/v1/engine/core.py DPEngineCoreProc, vLLM 0.33.0 wheel).
+            notes.append(f"--max-num-seqs {seqs} and --max-num-batched-tokens "
+                         f"{max(tokens, seqs)} are per DP rank: each of the {dp} ranks runs "
+                         f"its own scheduler, so the server runs {seqs * dp} requests at once"
+                         + (f" (the plan's {batch_per_server})" if seqs * dp == batch_per_server
+                            else f" (the plan's {batch_per_server}, in whole requests per "
+                                 f"rank)"))
         # A decode forward of more sequences than vLLM captures in CUDA graphs runs without
         # them, where the plan prices a replay.
         forward = -(-seqs // max(1, s.pp))
