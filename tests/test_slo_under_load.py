@@ -176,7 +176,13 @@ def test_replicas_needed_counts_instances_and_exceeds_an_overloaded_plan():
             "lengths": {"dataset": "random"}, "scheduler": {}, "replica_share": ""}
     assert _replicas_needed(base) == (2, 1, 7.27)      # what it served: below the capacity
     text = " ".join(t for _, t in simulation_notes([base]))
-    assert "needs at least 2 replicas of it at 7.27 requests/s each (1 now)" in text
+    assert ("needs at least 2 replicas of it at 7.27 requests/s each (what a replica served "
+            "in the run; 1 now)") in text
+    steady = {**base, "capacity_requests_per_s": 7.0, "utilization": 9.0 / 7.0}
+    assert "of it at 7 requests/s each (the steady state's capacity; 1 now)" in " ".join(
+        t for _, t in simulation_notes([steady]))
+    assert "serves 7.27 (simulated) of the 9 requests/s offered" in " ".join(
+        t for _, t in simulation_notes([steady]))
     # tp1 dp2 on 8 GPUs: 4 instances simulated as 8 ranks of 12.5 req/s each.
     dense = {**base, "offered_requests_per_s": 50.0, "replicas": 8, "dp_ranks_as_replicas": 2,
              "capacity_requests_per_s": 12.0, "utilization": 50.0 / 12.0, "queue_grows": False}

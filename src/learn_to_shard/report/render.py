@@ -456,14 +456,20 @@ def _replicas_needed(sim: dict, load: float = 1.0) -> tuple[int, int, float] | N
     return need, now, replica_capacity(sim) or math.nan
 
 
-def _replicas_text(counts: tuple[int, int, float] | None) -> str:
-    """``". This rate needs at least 3 replicas of it at 5.3 requests/s each (2 now)"``
-    (empty without counts)."""
+def _replicas_text(counts: tuple[int, int, float] | None, sim: dict) -> str:
+    """``". This rate needs at least 3 replicas of it at 5.3 requests/s each (the steady
+    state's capacity; 2 now)"`` (empty without counts), naming which rate
+    :func:`replica_capacity` counted with: the steady state's capacity, or what a replica of
+    ``sim`` served where its queue grew below it."""
     if counts is None:
         return ""
     need, now, cap = counts
+    served = sim.get("simulated", {}).get("requests_per_s")
+    basis = "what a replica served in the run" if sim.get("queue_grows") and served \
+        and served < (sim.get("capacity_requests_per_s") or 0.0) else \
+        "the steady state's capacity"
     return (f". This rate needs at least {need} replica{'s' if need != 1 else ''} of it at "
-            f"{cap:.4g} requests/s each ({now} now)")
+            f"{cap:.4g} requests/s each ({basis}; {now} now)")
 
 
 #: An alternative's simulated tokens/s per device above this times the best plan's is named
@@ -519,14 +525,14 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                             f"{sim['capacity_requests_per_s']:.4g} a replica completes at the "
                             f"plan's batch: the queue grows through the trace, so its TTFT "
                             f"grows with the trace's length, not a steady state"
-                            + _replicas_text(_replicas_needed(sim))))
+                            + _replicas_text(_replicas_needed(sim), sim)))
             else:
                 cap = sim.get("capacity_requests_per_s") or math.nan
                 # Flagged from the steady state's capacity alone: the run hid the growth.
                 grows = sim.get("queue_grows") or not (sim.get("utilization") or 0.0) > 1.0
-                what = (f"serves {sim['simulated']['requests_per_s']:.2f} of the "
-                        f"{offered:.4g} requests/s offered to each replica, its queue growing "
-                        f"through the run" if grows else
+                what = (f"serves {sim['simulated']['requests_per_s']:.2f} (simulated) of "
+                        f"the {offered:.4g} requests/s offered to each replica, its queue "
+                        f"growing through the run" if grows else
                         f"the {offered:.4g} requests/s offered to each replica exceed the "
                         f"{cap:.4g} it completes at the plan's batch (steady state), so its "
                         f"queue grows without bound (a run ramps up and drains, so a short "
@@ -534,7 +540,7 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                 out.append(("warning", f"{sim['strategy']} is overloaded: {what}; its TTFT "
                             f"grows with --num-prompts and the percentiles describe the "
                             f"run's length, not a steady state"
-                            + _replicas_text(_replicas_needed(sim))))
+                            + _replicas_text(_replicas_needed(sim), sim)))
         elif sim.get("lengths", {}).get("dataset") == "trace" and \
                 (sim.get("sim_over_analytic", {}).get("mean_ttft") or 0.0) >= BURST_TTFT_RATIO:
             s_ = sim["simulated"]
