@@ -273,3 +273,22 @@ def test_the_instance_rate_is_the_clients_bounded_one_where_they_bind_it():
     text = " ".join(CliRunner().invoke(app, base).output.split())
     assert "in the front-end per request bound it (the batch slots alone:" in text
     assert f"({b['instance_tokens_per_s']:,.0f} per instance;" in text
+
+
+def test_an_infeasible_plan_names_the_slos_its_closest_candidate_would_meet():
+    """Llama-4-Scout on 8 H100 at 8192/1024 with 128 clients, TPOT <= 40 ms: nothing meets
+    it; the closest candidate misses only the TPOT SLO (44.31 ms), so the answer names the
+    flag that admits it, rounded up to 0.1 ms, and planning with it finds that plan; its
+    violations print under it."""
+    base = ["plan", "--model", "llama-4-scout", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "8192", "--osl", "1024", "--ttft-slo", "2s", "--concurrency", "128"]
+    r = CliRunner().invoke(app, [*base, "--tpot-slo", "40ms"])
+    assert r.exit_code == 1, r.output
+    lines = r.output.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "• closest candidate" in ln)
+    assert lines[at + 1].startswith("      – tpot_slo: TPOT 44.31 ms > SLO 40.00 ms")
+    assert "• with --tpot-slo 44.4ms the closest candidate would be feasible" in r.output
+    ok = CliRunner().invoke(app, [*base, "--tpot-slo", "44.4ms", "--json", "-q",
+                                  "--no-timing"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["best"]["tpot_s"] <= 0.0444

@@ -131,6 +131,10 @@ class Plan:
                 if near.violations:
                     reasons.append(f"closest candidate {near.strategy.short()}:")
                     reasons.extend(near.violations)
+                    relax = slo_relaxation(near, cm.workload)
+                    if relax:
+                        reasons.append(f"with {relax} the closest candidate would be "
+                                       f"feasible")
                 else:
                     # Broken only at the encoding the searcher kept (a rule of a head that
                     # the canonical form sets aside): the rule counts below say which.
@@ -344,21 +348,43 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
     return found
 
 
+def slo_relaxation(e: Estimate, wl: Workload) -> str:
+    """The SLO flags that would make ``e`` feasible where only SLOs break it
+    (``"--tpot-slo 44.4ms"``, its latency rounded up to 0.1 ms), else ``""``."""
+    if not e.violations or not all(v.startswith(("tpot_slo", "ttft_slo"))
+                                   for v in e.violations):
+        return ""
+    flags = []
+    for name, got, slo in (("tpot", e.tpot_s, wl.tpot_slo_s), ("ttft", e.ttft_s, wl.ttft_slo_s)):
+        if slo and got == got and got > slo * (1.0 + SLO_REL_TOL):
+            flags.append(f"--{name}-slo {math.ceil(got * 1e4) / 10:g}ms")
+    return " and ".join(flags)
+
+
 def class_limits_note(cm: CostModel, engine: str | None) -> str:
     """A sentence naming the degrees ``engine``'s implementation of the model's class cannot
     run and the search therefore left out (pipeline parallelism; attention-DP of a MoE
     server), from the pinned snapshot
-    (:func:`~learn_to_shard.engines.architectures.unsupported_degrees`); ``""`` where there
-    are none, without an engine, or where the cluster leaves nothing to leave out (one
-    device)."""
+    (:func:`~learn_to_shard.engines.architectures.unsupported_degrees`; none on one device),
+    and that the engine holds the model's sliding-window layers at full length where it does
+    (``CostModelConfig.window_kv_capped`` off, :func:`~learn_to_shard.engines.caps_window_kv`);
+    ``""`` where there is neither, or without an engine."""
     from ..engines import ENGINES
 
     arch = cm.model.config_architecture
     cannot = unsupported_degrees(engine, arch) if engine in ENGINES else ()
     if not cm.model.is_moe:
         cannot = tuple(c for c in cannot if c != "attention_dp")
-    if not cannot or cm.cluster.num_devices < 2 or arch is None or engine is None:
-        return ""
+    if cm.cluster.num_devices < 2:
+        cannot = ()
+    windows = "" if engine not in ENGINES or cm.config.window_kv_capped or not any(
+        w is not None for _, w in cm.layer_types) else (
+        f"{ENGINES[engine].title} {ENGINES[engine].version} holds "
+        f"{arch or cm.model.name}'s sliding-window layers at full length (the window limits "
+        f"their attention, not their KV; engines.SGLANG_WINDOW_KV_CLASSES), and the plan "
+        f"prices their KV so")
+    if not cannot or arch is None or engine is None:
+        return windows
     eng = ENGINES[engine]
     what = {"pp": "pipeline parallelism (its forward takes no pp_proxy_tensors, so a "
                   "--pp-size above 1 stops at start-up)",
@@ -371,7 +397,7 @@ def class_limits_note(cm: CostModel, engine: str | None) -> str:
             + " or ".join(what[c] for c in cannot)
             + ": the search left " + (" and ".join(
                 {"pp": "PP > 1", "attention_dp": "attention-DP > 1"}[c] for c in cannot))
-            + " out")
+            + " out" + (f"; {windows}" if windows else ""))
 
 
 def weights_note(cm: CostModel, engine: str | None = None) -> str:

@@ -134,8 +134,17 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                   markup=False)
     if not plan.feasible or plan.best is None:
         con.print("[bold red]No feasible plan.[/]")
+        under = False                  # the closest candidate's own violations, indented
         for r in plan.reasons:
-            con.print(f"  • {r}", markup=False)
+            if r.startswith("closest candidate") and r.endswith(":"):
+                con.print(f"  • {r}", markup=False)
+                under = True
+            elif under and not r.startswith("with ") and " evaluations broke " not in r \
+                    and " degree combinations " not in r:
+                con.print(f"      – {r}", markup=False)
+            else:
+                under = False
+                con.print(f"  • {r}", markup=False)
         return
     e = plan.best
     _render_estimate(con, plan, e, title="Best strategy")
