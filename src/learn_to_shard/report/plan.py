@@ -8,12 +8,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .. import __version__
 from ..cost.aggregate import SLO_REL_TOL
 from ..cost.model import INVALID_BITS_ALL, CostModel, Estimate, stage_layer_counts
 from ..engines.architectures import architecture_note, unsupported_degrees
 from ..hardware.spec import ClusterSpec
-from ..parallel.space import active_heads, canonical
+from ..parallel.space import BATCH_HEAD, active_heads, canonical
 from ..parallel.strategy import Strategy
 from ..search.base import SearchResult, is_timing_key
 from ..workload import DType, Phase, Workload
@@ -325,27 +327,38 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
     s = best.strategy
     target = best.tokens_per_s_per_device
     step = max(1, s.dp)
+    top = s.batch // step                           # batches step·k, k in [1, top]
+    if top <= 1:
+        return best
+    # Each probe priced without the breakdown (evaluate_many's numbers are evaluate's), the
+    # breakdown only for the batch found.
+    batches = np.arange(1, top, dtype=np.int64) * step
+    trial = copy.copy(cm)
+    trial.space = cm.space.with_batches(batches.tolist())
+    try:
+        base = trial.space.encode(s)
+    except ValueError:
+        return best
+    index = np.searchsorted(np.asarray(trial.space.batch_values), batches)
 
-    def at(batch: int) -> Estimate | None:
-        trial = copy.copy(cm)
-        trial.space = cm.space.with_batches([batch])
-        try:
-            e = trial.evaluate(dataclasses.replace(s, batch=batch))
-        except ValueError:
-            return None
+    def ok(k: int) -> bool:
+        act = base.copy()
+        act[BATCH_HEAD] = index[k - 1]
+        e = trial.evaluate_many(act[None, :])
         # equal to rounding: the plateau's throughput differs by an ulp from batch to batch
-        tie = e.tokens_per_s_per_device >= target * (1.0 - EQUAL_BATCH_REL_TOL)
-        return e if e.feasible and tie else None
+        return bool(e.feasible[0]) and float(e.tokens_per_s_per_device[0]) >= \
+            target * (1.0 - EQUAL_BATCH_REL_TOL)
 
-    lo, hi, found = 1, s.batch // step, best        # batches step·k, k in [lo, hi]
+    lo, hi, found_k = 1, top, top
     while lo < hi:
         mid = (lo + hi) // 2
-        e = at(mid * step)
-        if e is not None:
-            hi, found = mid, e
+        if ok(mid):
+            hi, found_k = mid, mid
         else:
             lo = mid + 1
-    return found
+    if found_k == top:
+        return best
+    return trial.evaluate(dataclasses.replace(s, batch=int(found_k * step)))
 
 
 def slo_relaxation(e: Estimate, wl: Workload) -> str:
