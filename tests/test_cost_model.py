@@ -328,6 +328,25 @@ def test_a_window_as_long_as_the_models_positions_holds_every_token():
     ).evaluate(one).kv_capacity_tokens
 
 
+def test_a_window_longer_than_the_planned_sequences_does_not_bound_their_context():
+    """Phi-3-mini slides a 2,047-token window over 4,096 positions: serving 512 + 256 tokens
+    the window does not bind, so each sequence holds every token and the KV capacity is the
+    pool's tokens, the longest context that pool over the batch (it was "unbounded, 4,096 at
+    any batch", where at 4,000 tokens a third of the batch fits); at 2,048 + 512 the window
+    binds and the pool bounds sequences, not tokens."""
+    from learn_to_shard.cost.model import KV_TOKENS_UNBOUNDED
+
+    m = load_model("phi-3-mini-4k-instruct")
+    short = CostModel(m, parse_cluster("h100-sxm:1"), Workload(Phase.SERVE, isl=512, osl=256))
+    e = short.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=192))
+    assert e.kv_capacity_tokens < KV_TOKENS_UNBOUNDED
+    assert e.max_context_tokens == e.kv_capacity_tokens // 192 < 2047
+    few = short.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=8))
+    assert few.max_context_tokens == 4096            # fits at the window: any context
+    long = CostModel(m, parse_cluster("h100-sxm:1"), Workload(Phase.SERVE, isl=2048, osl=512))
+    assert long.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=8)).kv_capacity_unbounded
+
+
 def test_weights_per_device_shrink_with_tp_and_pp():
     m = load_model("llama-3.1-70b")
     cm = CostModel(m, parse_cluster("h100-sxm:8"), Workload(Phase.DECODE, isl=1024))

@@ -292,3 +292,29 @@ def test_an_infeasible_plan_names_the_slos_its_closest_candidate_would_meet():
                                   "--no-timing"])
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["best"]["tpot_s"] <= 0.0444
+
+
+def test_the_slo_suggestion_is_never_below_the_latency_it_admits():
+    """The flags an infeasible answer suggests round the closest candidate's latency up to
+    0.1 ms whatever its size (a TTFT of 154.9612 s suggests 154961.2 ms, not the 154961 ms
+    six significant digits would give, below it)."""
+    import dataclasses
+
+    from learn_to_shard.report.plan import slo_relaxation
+    from learn_to_shard.workload import Phase, Workload
+
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", make_workload("serve", isl=512,
+                                                                      osl=128))
+    e = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=8))
+    wl = Workload(Phase.SERVE, isl=512, osl=128, ttft_slo_s=0.001, tpot_slo_s=0.001)
+    for ttft, want in ((154.9612, "154961.2ms"), (123.45612, "123456.2ms"),
+                       (159848.1317, "159848131.7ms"), (0.04431, "44.4ms")):
+        slow = dataclasses.replace(e, ttft_s=ttft, tpot_s=0.0005,
+                                   violations=("ttft_slo: over",))
+        got = slo_relaxation(slow, wl)
+        assert got == f"--ttft-slo {want}", got
+        assert float(want[:-2]) / 1e3 >= ttft * (1 - 1e-12)
+    both = dataclasses.replace(e, ttft_s=0.5, tpot_s=0.02,
+                               violations=("ttft_slo: over", "tpot_slo: over"))
+    assert slo_relaxation(both, wl) == "--tpot-slo 20ms and --ttft-slo 500ms"
+    assert slo_relaxation(dataclasses.replace(e, violations=("memory: over",)), wl) == ""

@@ -187,6 +187,10 @@ def test_replicas_needed_counts_instances_and_exceeds_an_overloaded_plan():
     dense = {**base, "offered_requests_per_s": 50.0, "replicas": 8, "dp_ranks_as_replicas": 2,
              "capacity_requests_per_s": 12.0, "utilization": 50.0 / 12.0, "queue_grows": False}
     assert _replicas_needed(dense) == (17, 4, 24.0)    # 34 ranks of 12 req/s: 17 instances
+    # ... said in instances, whose rate is their ranks' together
+    assert "needs at least 17 instances of it (2 DP ranks each) at 24 requests/s each (the " \
+        "steady state's capacity, its ranks' together; 4 now)" in " ".join(
+            t for _, t in simulation_notes([dense]))
     near = {**dense, "offered_requests_per_s": 11.4, "utilization": 0.95, "overloaded": False}
     assert _replicas_needed(near, 0.9)[:2] == (5, 4)    # 8 x 11.4 / (0.9 x 12) = 8.4 ranks
 

@@ -538,6 +538,14 @@ class CostModel(OperatorTerms):
         holders = dp * np.where(dims[:, Op.ATTENTION] == 0, Mesh.head_groups(tp, deg["cp"]), 1)
         kv_capacity = np.floor(np.minimum(cap_rank * holders, float(KV_TOKENS_UNBOUNDED)))
         max_context = np.floor(kv_capacity / batch)
+        # Every layer windowed (and the windows held to size) but longer than the planned
+        # sequences: a sequence's KV stops growing at the window, so once the batch fits at
+        # the window it fits at any context.
+        windows = [w for _, w in self.layer_types]
+        if c.window_kv_capped and windows and all(w is not None for w in windows):
+            widest = float(max(w for w in windows if w is not None))
+            max_context = np.where(max_context >= widest, float(KV_TOKENS_UNBOUNDED),
+                                   max_context)
         if self.model.max_position_embeddings:
             max_context = np.minimum(max_context, float(self.model.max_position_embeddings))
 
@@ -808,10 +816,11 @@ class CostModel(OperatorTerms):
                            for is_moe, _ in self.layer_types], axis=1)
         kv_type = np.stack([self.kv_per_seq(dims, tp, window, self.kv_tokens_per_sequence(), cp)
                             for _, window in self.layer_types], axis=1)
-        # A window as long as the model's positions never binds (Phi-3.5-MoE's 131,072 at
-        # 131,072 positions): such a layer holds every token, as full attention does.
-        longest = m.max_position_embeddings or 0
-        capped = [w is not None and c.window_kv_capped and not (longest and w >= longest)
+        # A window binds only where the sequences outgrow it: shorter sequences hold every
+        # token in such a layer, as full attention does, and grow until the window (a
+        # window as long as the model's positions, Phi-3.5-MoE's 131,072, never binds).
+        held = self.kv_tokens_per_sequence()
+        capped = [w is not None and c.window_kv_capped and w <= held
                   for _, w in self.layer_types]
         kv_tok_type = np.stack([np.zeros(n) if cap
                                 else self.kv_per_seq(dims, tp, None, 1.0, cp)

@@ -370,7 +370,8 @@ def slo_relaxation(e: Estimate, wl: Workload) -> str:
     flags = []
     for name, got, slo in (("tpot", e.tpot_s, wl.tpot_slo_s), ("ttft", e.ttft_s, wl.ttft_slo_s)):
         if slo and got == got and got > slo * (1.0 + SLO_REL_TOL):
-            flags.append(f"--{name}-slo {math.ceil(got * 1e4) / 10:g}ms")
+            up = f"{math.ceil(got * 1e4) / 10:.1f}".removesuffix(".0")
+            flags.append(f"--{name}-slo {up}ms")
     return " and ".join(flags)
 
 

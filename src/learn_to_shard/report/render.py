@@ -474,9 +474,15 @@ def _replicas_text(counts: tuple[int, int, float] | None, sim: dict) -> str:
         return ""
     need, now, cap = counts
     served = sim.get("simulated", {}).get("requests_per_s")
+    ranks = int(sim.get("dp_ranks_as_replicas") or 1)
     basis = "what a replica served in the run" if sim.get("queue_grows") and served \
         and served < (sim.get("capacity_requests_per_s") or 0.0) else \
         "the steady state's capacity"
+    if ranks > 1:
+        # A dense model's DP ranks are simulated as replicas; the count is of instances.
+        return (f". This rate needs at least {need} instance{'s' if need != 1 else ''} of it "
+                f"({ranks} DP ranks each) at {cap:.4g} requests/s each ({basis}, its ranks' "
+                f"together; {now} now)")
     return (f". This rate needs at least {need} replica{'s' if need != 1 else ''} of it at "
             f"{cap:.4g} requests/s each ({basis}; {now} now)")
 
