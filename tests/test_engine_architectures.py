@@ -363,6 +363,11 @@ def test_sglang_holds_full_length_kv_for_windowed_models_outside_its_swa_list() 
     assert "SGLang 0.5.23 holds Gemma3ForConditionalGeneration's sliding-window layers at " \
         "full length" in notes["sglang"]
     assert "sliding-window" not in notes["vllm"]
+    # Phi-3.5-MoE's window spans its positions and never binds: nothing to say.
+    r = CliRunner().invoke(app, ["plan", "--model", "phi-3.5-moe-instruct", "--cluster",
+                                 "h100-sxm:8", "--phase", "serve", "--isl", "1024", "--osl",
+                                 "256", "--engine", "sglang", "--json", "--no-timing", "-q"])
+    assert "sliding-window" not in " ".join(json.loads(r.stdout)["notes"])
 
 
 def test_the_engine_table_says_which_row_runs_on_a_transformers_backend(tmp_path: Path) -> None:

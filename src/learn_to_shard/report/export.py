@@ -797,12 +797,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if dp > 1:
             # Each DP rank is an engine core with its own scheduler and these limits
             # (vllm/v1/engine/core.py DPEngineCoreProc, vLLM 0.33.0 wheel).
+            # (the space's batch rule makes the plan's batch a multiple of dp)
             notes.append(f"--max-num-seqs {seqs} and --max-num-batched-tokens "
                          f"{max(tokens, seqs)} are per DP rank: each of the {dp} ranks runs "
-                         f"its own scheduler, so the server runs {seqs * dp} requests at once"
-                         + (f" (the plan's {batch_per_server})" if seqs * dp == batch_per_server
-                            else f" (the plan's {batch_per_server}, in whole requests per "
-                                 f"rank)"))
+                         f"its own scheduler, so the server runs {seqs * dp} requests at once "
+                         f"(the plan's {batch_per_server})")
         # A decode forward of more sequences than vLLM captures in CUDA graphs runs without
         # them, where the plan prices a replay.
         forward = -(-seqs // max(1, s.pp))

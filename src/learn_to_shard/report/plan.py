@@ -391,8 +391,10 @@ def class_limits_note(cm: CostModel, engine: str | None) -> str:
         cannot = tuple(c for c in cannot if c != "attention_dp")
     if cm.cluster.num_devices < 2:
         cannot = ()
+    # windows that can bind (shorter than the model's positions; Phi-3.5-MoE's never does)
+    longest = cm.model.max_position_embeddings or 0
     windows = "" if engine not in ENGINES or cm.config.window_kv_capped or not any(
-        w is not None for _, w in cm.layer_types) else (
+        w is not None and not (longest and w >= longest) for _, w in cm.layer_types) else (
         f"{ENGINES[engine].title} {ENGINES[engine].version} holds "
         f"{arch or cm.model.name}'s sliding-window layers at full length (the window limits "
         f"their attention, not their KV; engines.SGLANG_WINDOW_KV_CLASSES), and the plan "
