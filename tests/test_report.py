@@ -202,3 +202,19 @@ def test_the_report_summary_is_the_consoles(tmp_path):
     console = CliRunner().invoke(app, args).stdout
     flat = re.sub(r"[│\s]+", " ", console)
     assert re.sub(r"\s+", " ", dict(rows)["KV capacity"])[:60] in flat
+
+
+def test_an_engine_cell_says_what_the_unrestricted_strategy_breaks_there():
+    """The engine table's cell for the unrestricted strategy at an engine's costs gives its
+    tokens/s and, where that engine's costs make it infeasible, the limits with their
+    numbers (it used to read "281.6 tok/s/device breaks tpot_slo", a rate beside a verdict)."""
+    from learn_to_shard.report.html import at_engine_costs
+
+    row = {"unrestricted_under_engine_tokens_per_s_per_device": 281.64,
+           "unrestricted_under_engine_violations": [
+               "tpot_slo: TPOT 56.76 ms > SLO 44.40 ms"]}
+    assert at_engine_costs(row) == \
+        "281.6 tok/s/device, infeasible there; TPOT 56.76 ms > SLO 44.40 ms"
+    row["unrestricted_under_engine_violations"] = []
+    assert at_engine_costs(row) == "281.6 tok/s/device"
+    assert at_engine_costs({}) == "degrees not in the engine's space"
