@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import cast
 
 from rich.console import Console, Group
@@ -139,8 +140,7 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
             if r.startswith("closest candidate") and r.endswith(":"):
                 con.print(f"  • {r}", markup=False)
                 under = True
-            elif under and not r.startswith("with ") and " evaluations broke " not in r \
-                    and " degree combinations " not in r:
+            elif under and re.match(r"[a-z_]+: ", r):      # a violation, "rule: what"
                 con.print(f"      – {r}", markup=False)
             else:
                 under = False
