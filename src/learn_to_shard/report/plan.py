@@ -137,13 +137,6 @@ class Plan:
                     if relax:
                         reasons.append(f"with {relax} the closest candidate would be "
                                        f"feasible")
-                    elif all("weights alone exceed" in v for v in near.violations):
-                        dev, n = cm.cluster.device, cm.cluster.num_devices
-                        reasons.append(f"the weights do not fit on these {n} devices at any "
-                                       f"layout the search reached: plan on more of them "
-                                       f"(e.g. --cluster {dev.name}:{2 * n}), on devices "
-                                       f"with more memory (l2s devices --long), or with a "
-                                       f"lower-precision checkpoint")
                 else:
                     # Broken only at the encoding the searcher kept (a rule of a head that
                     # the canonical form sets aside): the rule counts below say which.
