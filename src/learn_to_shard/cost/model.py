@@ -814,12 +814,12 @@ class CostModel(OperatorTerms):
         # Memory terms per layer type (weights, KV per sequence per rank).
         w_type = np.stack([self.layer_weights(dims, tp, ep, etp, is_moe)
                            for is_moe, _ in self.layer_types], axis=1)
-        kv_type = np.stack([self.kv_per_seq(dims, tp, window, self.kv_tokens_per_sequence(), cp)
+        held = self.kv_tokens_per_sequence()
+        kv_type = np.stack([self.kv_per_seq(dims, tp, window, held, cp)
                             for _, window in self.layer_types], axis=1)
         # A window binds only where the sequences outgrow it: shorter sequences hold every
         # token in such a layer, as full attention does, and grow until the window (a
         # window as long as the model's positions, Phi-3.5-MoE's 131,072, never binds).
-        held = self.kv_tokens_per_sequence()
         capped = [w is not None and c.window_kv_capped and w <= held
                   for _, w in self.layer_types]
         kv_tok_type = np.stack([np.zeros(n) if cap

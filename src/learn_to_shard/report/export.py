@@ -1053,10 +1053,10 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 # (srt/layers/layer_boundary/factories.py: an all-to-all MoE computes on the
                 # rank's own rows), as the cost model prices it; low_latency mode sends
                 # prompt steps through the same kernels (auto mode sends them through the
-                # normal ones), and two-batch overlap dispatches each half apart. Under PP a
-                # decode forward is one micro-batch of a DP rank's running requests, at most
-                # its share // pp-size (srt/managers/scheduler.py pp_max_micro_batch_size).
-                step_rows = max(1, running // max(dp, 1) // max(s.pp, 1))
+                # normal ones), and two-batch overlap dispatches each half apart. A decode
+                # forward is one micro-batch of a DP rank's running requests (``forward``
+                # above, pp_max_micro_batch_size under PP).
+                step_rows = forward
                 what = "decode tokens"
                 if a2a == "deepep_low_latency" and wl.phase is not Phase.DECODE \
                         and tokens > step_rows:
