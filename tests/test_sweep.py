@@ -222,6 +222,21 @@ def test_a_grid_request_beyond_a_models_positions_is_an_infeasible_row():
     assert "--" not in str(long["reasons"])
 
 
+def test_an_infeasible_rows_slo_hint_names_the_grids_fields():
+    """The closest candidate's SLO hint of an infeasible cell names the workload's grid field
+    (``tpot_slo: 44.4ms``), not l2s plan's flag, as the case of
+    test_plan_output.py::test_an_infeasible_plan_names_the_slos_its_closest_candidate_would_meet
+    reads in a sweep row."""
+    grid = grid_from_data({"models": ["llama-4-scout"], "clusters": ["h100-sxm:8"],
+                           "workloads": [{"phase": "serve", "isl": 8192, "osl": 1024,
+                                          "ttft_slo": "2s", "tpot_slo": "40ms",
+                                          "concurrency": 128}]}, "test")
+    (row,) = (run_cell(c) for c in expand(grid))
+    assert row["feasible"] is False and row["error"] is None
+    assert "with tpot_slo: 44.4ms the closest candidate would be feasible" in row["reasons"]
+    assert "--tpot-slo" not in row["reasons"]
+
+
 @pytest.mark.parametrize("change, field", [
     ({"workloads": [{"isl": -1, "osl": 8}]}, "workloads[0].isl"),
     ({"workloads": [{"isl": 8, "osl": 8, "tpot_slo": 50}]}, "tpot_slo"),
