@@ -405,6 +405,23 @@ def test_size_answers_from_this_run_only_and_says_why_none_fits(tmp_path):
     assert len(read_parquet(tmp_path / "size" / "results.parquet")) == 3   # the folder keeps all
 
 
+def test_size_whose_best_fleet_misses_the_ttft_slo_under_its_queue_exits_4(tmp_path):
+    """Llama-3.1-8B prefilling 8192-token prompts at 40 req/s within a 30 ms TTFT on up to 8
+    H100s: the fastest pass (TP8, about 28 ms) leaves under 2 ms for the M/D/1 queue, which
+    waits longer even at 4x the replicas. The answer is the closest fleet, said to miss the
+    SLO, with exit 4 (as l2s plan's SLO miss under load), not "fewest devices … serve"."""
+    r = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-8b", "--rate", "40", "--phase", "prefill", "--isl",
+        "8192", "--ttft-slo", "30ms", "--devices", "h100-sxm", "--max-devices", "8",
+        "--workers", "1", "--out", str(tmp_path / "size"), "--quiet"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 4, r.output
+    assert "fewest devices:" not in text
+    assert "no fleet found serves 40 req/s within the SLOs under this load: the closest" \
+        in text and "keeps a prefill queue that puts TTFT over the SLO" in text
+    assert "over the TTFT SLO even at 4x the replicas" in text
+
+
 def test_sweep_summarises_its_own_grid_in_a_shared_folder(local_run, tmp_path):
     """A second grid run into the first grid's folder prints and plots only its own cells,
     and says how many rows of other cells the result files keep."""

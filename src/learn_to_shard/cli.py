@@ -1832,7 +1832,9 @@ def size_cmd(
     """Fewest devices of each kind (or lowest cost at --price) that serve --rate requests/s of
     the workload within the SLOs: replicas of the best plan found per cluster size
     (formula and assumptions: learn_to_shard.sweep.sizing). Exit 0: a fleet serves the
-    rate; 1: no plan up to --max-devices meets the SLOs (stderr says why); 130:
+    rate; 1: no plan up to --max-devices meets the SLOs (stderr says why); 4: the best fleet
+    found misses a TTFT/TPOT SLO under the rate (its prefill queue, or the serving
+    simulation even with extra replicas): printed as the closest, with why; 130:
     interrupted."""
     import os
 
@@ -1981,9 +1983,20 @@ def size_cmd(
         if res.interrupted:
             what += " among the searches finished"
         cost = "" if best.cost_per_hour is None else f", {best.cost_per_hour:,.2f} per hour"
-        con.print(f"{what}: {best.devices:,} × {best.device} ({best.replicas:,} "
-                  f"{'replica' if best.replicas == 1 else 'replicas'} of "
-                  f"{best.strategy}{cost}) serve {rate:g} req/s", highlight=False)
+        # Ranked SLO-meeting first (rank_key): a best fleet that misses is the closest only.
+        met = best.queue_slo_met and not best.falls_behind
+        fleet_text = (f"{best.devices:,} × {best.device} ({best.replicas:,} "
+                      f"{'replica' if best.replicas == 1 else 'replicas'} of "
+                      f"{best.strategy}{cost})")
+        if met:
+            con.print(f"{what}: {fleet_text} serve {rate:g} req/s", highlight=False)
+        else:
+            con.print(f"no fleet found serves {rate:g} req/s within the SLOs under this "
+                      f"load: the closest, {fleet_text}, "
+                      + ("keeps a prefill queue that puts TTFT over the SLO"
+                         if not best.queue_slo_met else
+                         "falls behind or misses an SLO in the serving simulation")
+                      + f" (below; exit {EXIT_SLO_UNDER_LOAD})", highlight=False)
         if engine is None:
             con.print("sized without an engine (no --engine): any per-operator layout, "
                       "priced without an engine's host and front-end time; --engine vllm "
@@ -2026,6 +2039,8 @@ def size_cmd(
         _exit_interrupted(f"interrupted: {len(res.cells) - len(rows)} cluster searches not "
                           f"run; run the same command again to resume "
                           f"(exit {EXIT_INTERRUPTED})")
+    if fleets and not (fleets[0].queue_slo_met and not fleets[0].falls_behind):
+        raise typer.Exit(code=EXIT_SLO_UNDER_LOAD)
     raise typer.Exit(code=0 if fleets else 1)
 
 
