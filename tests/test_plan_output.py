@@ -287,7 +287,7 @@ def test_an_infeasible_plan_names_the_slos_its_closest_candidate_would_meet():
     lines = r.output.splitlines()
     at = next(i for i, ln in enumerate(lines) if "• closest candidate" in ln)
     assert lines[at + 1].startswith("      – tpot_slo: TPOT 44.31 ms > SLO 40.00 ms")
-    assert "• with --tpot-slo 44.4ms the closest candidate would be feasible" in r.output
+    assert "• a TPOT SLO of 44.4 ms would make the closest candidate feasible" in r.output
     ok = CliRunner().invoke(app, [*base, "--tpot-slo", "44.4ms", "--json", "-q",
                                   "--no-timing"])
     assert ok.exit_code == 0, ok.output
@@ -295,7 +295,7 @@ def test_an_infeasible_plan_names_the_slos_its_closest_candidate_would_meet():
 
 
 def test_the_slo_suggestion_is_never_below_the_latency_it_admits():
-    """The flags an infeasible answer suggests round the closest candidate's latency up to
+    """The SLOs an infeasible answer suggests round the closest candidate's latency up to
     0.1 ms whatever its size (a TTFT of 154.9612 s suggests 154961.2 ms, not the 154961 ms
     six significant digits would give, below it)."""
     import dataclasses
@@ -312,10 +312,10 @@ def test_the_slo_suggestion_is_never_below_the_latency_it_admits():
         slow = dataclasses.replace(e, ttft_s=ttft, tpot_s=0.0005,
                                    violations=("ttft_slo: over",))
         got = slo_relaxation(slow, wl)
-        assert got == f"--ttft-slo {want}", got
+        assert got == f"a TTFT SLO of {want[:-2]} ms", got
         assert float(want[:-2]) / 1e3 >= ttft * (1 - 1e-12)
     both = dataclasses.replace(e, ttft_s=0.5, tpot_s=0.02,
                                violations=("ttft_slo: over", "tpot_slo: over"))
-    assert slo_relaxation(both, wl) == "--tpot-slo 20ms and --ttft-slo 500ms"
+    assert slo_relaxation(both, wl) == "a TPOT SLO of 20 ms and a TTFT SLO of 500 ms"
     assert slo_relaxation(dataclasses.replace(e, violations=("memory: over",)), wl) == ""
 

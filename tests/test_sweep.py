@@ -222,9 +222,9 @@ def test_a_grid_request_beyond_a_models_positions_is_an_infeasible_row():
     assert "--" not in str(long["reasons"])
 
 
-def test_an_infeasible_rows_slo_hint_names_the_grids_fields():
-    """The closest candidate's SLO hint of an infeasible cell names the workload's grid field
-    (``tpot_slo: 44.4ms``), not l2s plan's flag, as the case of
+def test_an_infeasible_rows_slo_hint_names_no_flag():
+    """The closest candidate's SLO hint of an infeasible cell names the SLO without l2s
+    plan's flag (a grid writes it ``tpot_slo:``), as the case of
     test_plan_output.py::test_an_infeasible_plan_names_the_slos_its_closest_candidate_would_meet
     reads in a sweep row."""
     grid = grid_from_data({"models": ["llama-4-scout"], "clusters": ["h100-sxm:8"],
@@ -233,7 +233,7 @@ def test_an_infeasible_rows_slo_hint_names_the_grids_fields():
                                           "concurrency": 128}]}, "test")
     (row,) = (run_cell(c) for c in expand(grid))
     assert row["feasible"] is False and row["error"] is None
-    assert "with tpot_slo: 44.4ms the closest candidate would be feasible" in row["reasons"]
+    assert "a TPOT SLO of 44.4 ms would make the closest candidate feasible" in row["reasons"]
     assert "--tpot-slo" not in row["reasons"]
 
 
@@ -420,6 +420,21 @@ def test_size_whose_best_fleet_misses_the_ttft_slo_under_its_queue_exits_4(tmp_p
     assert "no fleet found serves 40 req/s within the SLOs under this load: the closest" \
         in text and "keeps a prefill queue that puts TTFT over the SLO" in text
     assert "over the TTFT SLO even at 4x the replicas" in text
+
+
+def test_size_prefill_slo_hint_says_the_queue_adds_to_it(tmp_path):
+    """Llama-3.1-70B prefilling 8192 tokens within 20 ms fits no H100 cluster up to 8; the
+    reason names the TTFT SLO that would admit the closest candidate's pass (331 ms), and,
+    as l2s size serves a rate, that the queue adds to it; no flag spelled as a grid field."""
+    r = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-70b", "--rate", "5", "--phase", "prefill", "--isl",
+        "8192", "--ttft-slo", "20ms", "--devices", "h100-sxm", "--max-devices", "8",
+        "--method", "megatron", "--workers", "1", "--out", str(tmp_path / "size"), "--quiet"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "a TTFT SLO of " in text and " ms would make the closest candidate feasible (its " \
+        "pass alone: the queue at --rate adds to the TTFT" in text
+    assert "ttft_slo: TTFT" in text and "with ttft_slo:" not in text
 
 
 def test_sweep_summarises_its_own_grid_in_a_shared_folder(local_run, tmp_path):

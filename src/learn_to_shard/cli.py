@@ -2032,8 +2032,15 @@ def size_cmd(
             mine = [r for r in rows if r.get("device") == name and not r.get("error")]
             if mine:
                 big = max(mine, key=lambda r: int(str(r.get("cluster_devices") or 0)))
-                err.print(f"  {name}:{big.get('cluster_devices')}: "
-                          f"{big.get('reasons') or 'no feasible strategy'}",
+                why = str(big.get("reasons") or "no feasible strategy")
+                if wl.phase is Phase.PREFILL:
+                    # the plan's SLO hint prices one pass; the fleet's requests also queue
+                    why = why.replace(
+                        "would make the closest candidate feasible",
+                        "would make the closest candidate feasible (its pass alone: the "
+                        "queue at --rate adds to the TTFT, so the fleet needs a looser SLO "
+                        "still)")
+                err.print(f"  {name}:{big.get('cluster_devices')}: {why}",
                           markup=False, highlight=False)
     if res.interrupted:
         _exit_interrupted(f"interrupted: {len(res.cells) - len(rows)} cluster searches not "

@@ -135,7 +135,7 @@ class Plan:
                     reasons.extend(near.violations)
                     relax = slo_relaxation(near, cm.workload)
                     if relax:
-                        reasons.append(f"with {relax} the closest candidate would be "
+                        reasons.append(f"{relax} would make the closest candidate "
                                        f"feasible")
                 else:
                     # Broken only at the encoding the searcher kept (a rule of a head that
@@ -362,8 +362,10 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
 
 
 def slo_relaxation(e: Estimate, wl: Workload) -> str:
-    """The SLO flags that would make ``e`` feasible where only SLOs break it
-    (``"--tpot-slo 44.4ms"``, its latency rounded up to 0.1 ms), else ``""``."""
+    """The SLOs that would make ``e`` feasible where only SLOs break it (``"a TPOT SLO of
+    44.4 ms"``, its latency rounded up to 0.1 ms; two joined by `` and ``), else ``""``;
+    worded without a flag, so it reads the same in ``l2s plan``, ``l2s size`` and a sweep
+    row."""
     if not e.violations or not all(v.startswith(("tpot_slo", "ttft_slo"))
                                    for v in e.violations):
         return ""
@@ -371,7 +373,7 @@ def slo_relaxation(e: Estimate, wl: Workload) -> str:
     for name, got, slo in (("tpot", e.tpot_s, wl.tpot_slo_s), ("ttft", e.ttft_s, wl.ttft_slo_s)):
         if slo and got == got and got > slo * (1.0 + SLO_REL_TOL):
             up = f"{math.ceil(got * 1e4) / 10:.1f}".removesuffix(".0")
-            flags.append(f"--{name}-slo {up}ms")
+            flags.append(f"a {name.upper()} SLO of {up} ms")
     return " and ".join(flags)
 
 

@@ -180,8 +180,7 @@ def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, 
     row.update(feasible=plan.feasible, method_used=plan.method_used,
                evaluations=int(plan.search["evaluations"]),    # type: ignore[call-overload]
                search_wall_s=float(plan.search["wall_s"]),     # type: ignore[arg-type]
-               wall_s=wall_s,
-               reasons=_grid_field_names(join_reasons(plan.reasons)) or None)
+               wall_s=wall_s, reasons=join_reasons(plan.reasons) or None)
     b = plan.best
     if b is not None:
         s = b.strategy
@@ -202,12 +201,10 @@ def plan_row(cell: Cell, plan: Plan, cm: CostModel, wall_s: float) -> dict[str, 
 
 
 def _grid_field_names(message: str) -> str:
-    """A message written for ``l2s plan`` (a :class:`~learn_to_shard.errors.ContextLengthError`,
-    a plan's reasons) with its flags spelled as the grid's workload fields (``--isl + --osl``
-    → ``isl + osl``, ``--tpot-slo 44.4ms`` → ``tpot_slo: 44.4ms``)."""
+    """A :class:`~learn_to_shard.errors.ContextLengthError`'s message with ``l2s plan``'s flags
+    spelled as the grid's workload fields (``--isl + --osl`` → ``isl + osl``)."""
     for flag, field in (("--isl + --osl", "isl + osl"), ("--context", "context"),
-                        ("--images-per-request", "images_per_request"), ("--isl", "isl"),
-                        ("--tpot-slo ", "tpot_slo: "), ("--ttft-slo ", "ttft_slo: ")):
+                        ("--images-per-request", "images_per_request"), ("--isl", "isl")):
         message = message.replace(flag, field)
     return message
 
