@@ -173,7 +173,14 @@ def read_sglang(wheel: Path) -> dict:
       at start-up, ``reject_attn_tp_shard_with_tp_reduce``). A text test of the model
       files, not of SGLang's behaviour; ``l2s`` reads it for MoE classes only, since it
       exports attention-DP for MoE servers alone (a dense model's DP ranks are servers of
-      their own).
+      their own);
+    * ``dense_mlp_whole_group``: the classes whose module and those of its bases, with the
+      model modules they import, never read ``is_dense_ffn_fully_dp``: a MoE model's dense
+      MLP layers there shard over the whole ``--tp-size`` group under attention-DP, the DP
+      ranks' rows gathered for them (``sglang/srt/models/llama4.py``: ``LlamaMLP`` with its
+      default ``parallel_group="tp"``), and ``--moe-dense-tp-size 1`` does not replicate them
+      (``deepseek_v2.py``: ``"replicated" if is_dense_ffn_fully_dp() else "tp"``). Read for
+      every class; ``l2s`` applies it to MoE models with dense layers only.
     """
     names: dict[str, str] = {}
     mods: dict[str, ast.Module] = {}
@@ -190,7 +197,7 @@ def read_sglang(wheel: Path) -> dict:
                 if isinstance(node, ast.Assign) and any(
                         isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
                     names.update((n, module) for n in _entry_names(node.value))
-    no_pp, no_adp = [], []
+    no_pp, no_adp, whole = [], [], []
     for arch in PLANNER_ARCHITECTURES:
         if arch not in names:
             continue
@@ -205,8 +212,10 @@ def read_sglang(wheel: Path) -> dict:
         text = "".join(texts.get(m, "") for m in reach)
         if not ("attn_tp_size" in text and "append_stages" in text):
             no_adp.append(arch)
+        if "is_dense_ffn_fully_dp" not in text:
+            whole.append(arch)
     return {"native": sorted(names), "pp_unsupported": sorted(no_pp),
-            "attention_dp_unsupported": sorted(no_adp)}
+            "attention_dp_unsupported": sorted(no_adp), "dense_mlp_whole_group": sorted(whole)}
 
 
 def read_trtllm(source: Path) -> dict:

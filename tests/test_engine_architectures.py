@@ -186,12 +186,15 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
         z.writestr("sglang/srt/models/b.py", "EntryClass = [B, C] + [D]\n")
         z.writestr("sglang/srt/other.py", "EntryClass = E\n")
     assert mod.read_sglang(sglang) == {"native": ["A", "B", "C", "D"], "pp_unsupported": [],
-                                       "attention_dp_unsupported": []}
+                                       "attention_dp_unsupported": [],
+                                       "dense_mlp_whole_group": []}
     # The planner's classes: pipeline parallelism where the forward found along the bases
     # (in the module, or imported from another model module) takes pp_proxy_tensors (a
     # **kwargs catch-all does not, as SGLang's inspect.signature test); attention-DP where
     # the class's module, its bases' and the model modules they import read attn_tp_size and
-    # declare their layers' stages (append_stages, the DP ranks' gather for the MoE).
+    # declare their layers' stages (append_stages, the DP ranks' gather for the MoE); dense
+    # MLP layers that replicate under attention-DP where those modules read
+    # is_dense_ffn_fully_dp (DeepSeek's), over the whole TP group otherwise.
     sglang = tmp_path / "sglang2.whl"
     with zipfile.ZipFile(sglang, "w") as z:
         z.writestr("sglang/srt/models/llama.py",
@@ -217,6 +220,13 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
                    "class Qwen3MoeForCausalLM(nn.Module):\n"
                    "    def forward(self, ids, pos, batch, pp_proxy_tensors=None): ...\n"
                    "EntryClass = Qwen3MoeForCausalLM\n")
+        z.writestr("sglang/srt/models/deepseek_v2.py",
+                   "n = get_parallel().attn_tp_size\n"
+                   "stages = append_stages(attn, ffn)\n"
+                   "group = 'replicated' if is_dense_ffn_fully_dp() else 'tp'\n"
+                   "class DeepseekV3ForCausalLM(nn.Module):\n"
+                   "    def forward(self, ids, pos, batch, pp_proxy_tensors=None): ...\n"
+                   "EntryClass = DeepseekV3ForCausalLM\n")
         z.writestr("sglang/srt/models/mllama4.py",
                    "class Llama4ForConditionalGeneration(nn.Module):\n"
                    "    def __init__(self):\n"
@@ -227,6 +237,9 @@ def test_the_script_reads_the_engines_registries(tmp_path: Path) -> None:
     assert got["pp_unsupported"] == ["Gemma2ForCausalLM", "Llama4ForConditionalGeneration"]
     assert got["attention_dp_unsupported"] == ["Gemma2ForCausalLM", "LlamaForCausalLM",
                                                "MistralForCausalLM", "PhiMoEForCausalLM"]
+    assert got["dense_mlp_whole_group"] == [
+        "Gemma2ForCausalLM", "Llama4ForConditionalGeneration", "LlamaForCausalLM",
+        "MistralForCausalLM", "PhiMoEForCausalLM", "Qwen3MoeForCausalLM"]
     models = tmp_path / "tensorrt_llm" / "_torch" / "models"
     models.mkdir(parents=True)
     (models / "modeling_x.py").write_text('@register_auto_model("XForCausalLM")\n'
@@ -406,3 +419,58 @@ def test_a_system_fitted_profile_prices_its_own_device_kind_only() -> None:
     r = CliRunner().invoke(app, [*base, "--cluster", "a100-80gb:1", "--engine",
                                  "splitwise-dgx-a100"])
     assert r.exit_code == 0, r.output
+
+
+def test_sglang_runs_a_moe_models_dense_layers_replicated_under_attention_dp() -> None:
+    """SGLang 0.5.23's DeepSeek and GLM-4.5 classes run their dense MLP layers under
+    attention-DP replicated (``--moe-dense-tp-size 1``) or over the whole ``--tp-size``
+    group with the DP ranks' rows gathered; ``--enable-dense-mlp-attn-tp`` is read by the
+    Kimi-K3 model alone. So with attention TP > 1 the search keeps only the replicated layout
+    (rule ``engine_dense_adp``), every attention-DP export says ``--moe-dense-tp-size 1`` and
+    none the ignored flag; Llama-4's dense layers never replicate, so its servers take no
+    attention-DP; without an engine, and under vLLM, the split layout stays."""
+    import dataclasses
+
+    from learn_to_shard.api import cost_config, make_cost_model
+    from learn_to_shard.engines.architectures import unsupported_degrees
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS, OP_NAMES
+    from learn_to_shard.parallel.strategy import Strategy
+    from learn_to_shard.workload import DType, Phase, Workload
+
+    assert unsupported_degrees("sglang", "Llama4ForConditionalGeneration") == (
+        "pp", "attention_dp_dense")
+    assert "attention_dp_dense" not in unsupported_degrees("sglang", "DeepseekV3ForCausalLM")
+    wl = Workload(Phase.SERVE, isl=1024, osl=256, weight_dtype=DType.FP8)
+    megatron = Strategy(tp=4, ep=8, pp=1, dp=2, batch=64, dims=MEGATRON_DIMS)
+    dims = list(MEGATRON_DIMS)
+    for op in ("dense_up", "dense_down"):
+        dims[OP_NAMES.index(op)] = 2
+    replicated = dataclasses.replace(megatron, dims=tuple(dims))
+    for engine in ("sglang", "vllm", None):
+        cm = make_cost_model("deepseek-v3", "h200:8", wl, cost_config(engine), engine=engine)
+        split = cm.evaluate(megatron).violations
+        assert any(v.startswith("engine_dense_adp") for v in split) == (engine == "sglang"), \
+            (engine, split)
+        assert not any(v.startswith("engine_dense_adp")
+                       for v in cm.evaluate(replicated).violations)
+    # attention TP 1: every layout is the same local compute; no rule, and the flag
+    cm = make_cost_model("deepseek-v3", "h200:8", wl, cost_config("sglang"), engine="sglang")
+    assert not any(v.startswith("engine_dense_adp") for v in cm.evaluate(
+        dataclasses.replace(megatron, tp=1, dp=8)).violations)
+    with_adp = 0
+    for model, cluster in (("deepseek-v3", "h100-sxm:32"), ("glm-4.5-air", "h100-sxm:8")):
+        r = CliRunner().invoke(app, ["plan", "--model", model, "--cluster", cluster,
+                                     "--phase", "decode", "--context", "4096", "--export",
+                                     "sglang", "-q"])
+        assert r.exit_code == 0, r.output
+        launch = next(ln for ln in r.stdout.splitlines() if "sglang.launch_server" in ln)
+        assert "--enable-dense-mlp-attn-tp" not in launch
+        if "--attn-dp-size" in launch:
+            with_adp += 1
+            assert "--moe-dense-tp-size 1" in launch, launch
+    assert with_adp >= 1
+    cm = make_cost_model("llama-4-maverick", "h100-sxm:16", Workload(
+        Phase.SERVE, isl=1024, osl=256), cost_config("sglang"), engine="sglang")
+    bad = cm.space._engine_degrees_bad(np.array([8, 8]), np.array([16, 16]),
+                                       np.array([2, 1]), np.array([1, 2]))
+    assert bad.tolist() == [True, True]        # attention-DP, and PP (the wrapper's forward)

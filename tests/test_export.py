@@ -25,6 +25,7 @@ from learn_to_shard.engines import ENGINES
 from learn_to_shard.engines.flags import check_args, check_yaml_keys, load_snapshot
 from learn_to_shard.errors import ConfigError
 from learn_to_shard.model.hf_config import load_model
+from learn_to_shard.parallel.ops import OP_NAMES
 from learn_to_shard.report.export import build_export, export_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1692,8 +1693,12 @@ def test_sglang_deepep_low_latency_dispatch_is_sized_for_the_plans_decode_batch(
         lengths = dict(isl=1024, osl=256) if phase == "serve" else dict(isl=1024)
         p = make_plan("deepseek-v3", "b200:8", phase, config=cfg, method="megatron",
                       **lengths, **kw)
+        dims = list(p.best.strategy.dims)
+        if tp > 1 and dp > 1:     # SGLang replicates the dense layers under attention-DP
+            for op in ("dense_up", "dense_down"):
+                dims[OP_NAMES.index(op)] = 2
         s = dataclasses.replace(p.best.strategy, tp=tp, ep=tp * dp, dp=dp, pp=pp,
-                                batch=batch_per_rank * tp * dp)
+                                batch=batch_per_rank * tp * dp, dims=tuple(dims))
         p = dataclasses.replace(p, best=dataclasses.replace(p.best, strategy=s),
                                 cost_model={**p.cost_model, "moe_a2a_kernel": a2a})
         return build_export(p, "sglang", model=model, devices_per_node=8)

@@ -1658,7 +1658,13 @@ def engines_cmd() -> None:
                                    "stages to gather the DP ranks' rows for the MoE), so the "
                                    "search leaves attention-DP out of the MoE servers among "
                                    "them (a dense model's DP ranks are servers of their "
-                                   "own)")):
+                                   "own)"),
+                                  (snap.dense_mlp_whole_group, "dense MLP layers that never "
+                                   "replicate (no is_dense_ffn_fully_dp: under --attn-dp-size "
+                                   "a MoE model's dense layers shard over the whole --tp-size "
+                                   "group, which l2s does not price), so the search leaves "
+                                   "attention-DP out of the MoE servers with dense layers "
+                                   "among them")):
                 if classes:
                     t.add_row(f"the planner's classes with {what}: "
                               f"{', '.join(sorted(classes))}",

@@ -253,6 +253,13 @@ class EngineProfile:
         dcp_flag: the engine's decode context-parallel flag (empty without one).
         launcher: the server command.
         facts: ``(fact, source)`` pairs, listed by ``l2s engines``.
+        adp_dense_replicated: a MoE model's dense MLP layers under attention-DP with attention
+            TP above 1 run replicated (the ``dense`` block's ``(2, 2)`` variant) or not at
+            all as ``l2s`` prices them: SGLang shards them over the whole ``--tp-size`` group
+            with the DP ranks' rows gathered unless ``--moe-dense-tp-size 1`` replicates them
+            (``is_dense_ffn_fully_dp``; ``--enable-dense-mlp-attn-tp``, the attention-TP
+            split, is read by ``models/kimi_k3.py`` alone). False: Megatron's split within
+            the attention TP group, as priced.
     """
 
     name: str
@@ -273,6 +280,7 @@ class EngineProfile:
     dcp_flag: str = ""
     launcher: str = ""
     facts: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    adp_dense_replicated: bool = False
 
     def allowed(self, block: str) -> tuple[tuple[int, ...], ...]:
         """Choice tuples the engine implements for ``block`` (Megatron's first).
@@ -347,6 +355,7 @@ ENGINES: dict[str, EngineProfile] = {
         memory_profile="sglang", vocab_multiple=64, ep_full_or_none=False,
         adp_all_or_none=False, decode_context_parallel=True, node_rank_ranges=True,
         dcp_flag="--decode-context-parallel-size", launcher="python -m sglang.launch_server",
+        adp_dense_replicated=True,
         variants=(
             Variant("dense", (2, 2), ("--moe-dense-tp-size", "1"),
                     source=f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py "
@@ -364,10 +373,18 @@ ENGINES: dict[str, EngineProfile] = {
             ("--enable-dp-attention is a deprecated spelling (resolves to --attn-dp-size; "
              "'remove after 2026-12-31'): never exported",
              f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py enable_dp_attention"),
-            ("dense MLP layers of MoE models under DP attention: --enable-dense-mlp-attn-tp "
-             "shards them over the attention TP group (l2s's dense Megatron within tp); "
-             "--moe-dense-tp-size 1 replicates them",
-             f"{_SGL}: sglang/srt/arg_groups/fields/parallel.py"),
+            ("dense MLP layers of MoE models under DP attention: --moe-dense-tp-size 1 "
+             "replicates them (l2s's dense (2, 2) variant, the only one searched where "
+             "attention TP > 1; with attention TP 1 the Megatron split is the same local "
+             "compute, exported the same way); without it they shard over the whole "
+             "--tp-size group with the DP ranks' rows gathered, which l2s does not price. "
+             "--enable-dense-mlp-attn-tp (the attention-TP split) is read by the Kimi-K3 "
+             "model alone; Llama-4's dense layers never replicate, so its MoE servers take no "
+             "attention-DP",
+             f"{_SGL}: sglang/srt/models/deepseek_v2.py, glm4_moe.py (mlp_parallel_group "
+             "'replicated' if is_dense_ffn_fully_dp() else 'tp'), models/kimi_k3.py "
+             "_dense_mlp_parallel_group, models/llama4.py (LlamaMLP, parallel_group 'tp'), "
+             "layers/layer_boundary/layout.py is_dense_ffn_fully_dp"),
             ("vocabulary padded to a multiple of 64 then split evenly",
              f"{_SGL}: sglang/srt/layers/vocab_parallel_embedding.py"),
             ("--moe-a2a-backend deepep sets --ep-size to --tp-size: under --moe-a2a l2s "

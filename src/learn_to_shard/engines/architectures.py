@@ -20,9 +20,15 @@ An engine picks the class that runs a checkpoint from its config's ``architectur
   both split attention over the attention-TP group ``--attn-dp-size`` leaves each rank
   (``attn_tp_size``; Mixtral's splits heads over the whole ``--tp-size`` group, so
   attention-DP would run the wrong heads) and declare the layer stages whose communicator
-  gathers the DP ranks' rows for the MoE (``append_stages``; PhiMoE declares none).
+  gathers the DP ranks' rows for the MoE (``append_stages``; PhiMoE declares none);
+* ``dense_mlp_whole_group`` (SGLang): the planner's classes whose model files never read
+  ``is_dense_ffn_fully_dp``: a MoE model's dense MLP layers there shard over the whole
+  ``--tp-size`` group under attention-DP, the DP ranks' rows gathered for them
+  (``models/llama4.py``: ``LlamaMLP`` with its default ``parallel_group="tp"``), a layout
+  ``l2s`` does not price; the other classes replicate them with ``--moe-dense-tp-size 1``
+  (``models/deepseek_v2.py``: ``"replicated" if is_dense_ffn_fully_dp() else "tp"``).
 
-:func:`unsupported_degrees` turns the last two into the degrees the search leaves out.
+:func:`unsupported_degrees` turns the last three into the degrees the search leaves out.
 
 ``scripts/engine_architectures.py`` regenerates it from the engines' own files.
 
@@ -75,6 +81,8 @@ class ArchitectureSnapshot:
         pp_unsupported: classes the release cannot run with pipeline parallelism.
         attention_dp_unsupported: classes whose attention the release does not split by
             attention-DP's attention-TP group.
+        dense_mlp_whole_group: classes whose dense MLP layers of a MoE model the release
+            runs over the whole TP group under attention-DP, never replicated.
     """
 
     engine: str
@@ -88,6 +96,7 @@ class ArchitectureSnapshot:
     complete: bool
     pp_unsupported: frozenset[str] = frozenset()
     attention_dp_unsupported: frozenset[str] = frozenset()
+    dense_mlp_whole_group: frozenset[str] = frozenset()
 
     def registers(self, architecture: str) -> bool:
         """The release runs ``architecture`` (its own implementation or, by its registry's
@@ -120,20 +129,26 @@ def load_architectures(engine: str) -> ArchitectureSnapshot | None:
         removed={str(k): str(v) for k, v in d.get("removed", {}).items()},
         unverified=frozenset(d.get("unverified", ())), complete=bool(d["complete"]),
         pp_unsupported=frozenset(d.get("pp_unsupported", ())),
-        attention_dp_unsupported=frozenset(d.get("attention_dp_unsupported", ())))
+        attention_dp_unsupported=frozenset(d.get("attention_dp_unsupported", ())),
+        dense_mlp_whole_group=frozenset(d.get("dense_mlp_whole_group", ())))
 
 
 def unsupported_degrees(engine: str, architecture: str | None) -> tuple[str, ...]:
     """The parallel degrees ``engine``'s implementation of the class ``architecture`` cannot
-    run: ``"pp"`` (no pipeline parallelism) and ``"attention_dp"`` (no attention-DP), from
-    the pinned snapshot (the module docstring says how each was read); empty for a config that
-    names no class or an engine without such facts."""
+    run: ``"pp"`` (no pipeline parallelism), ``"attention_dp"`` (no attention-DP) and
+    ``"attention_dp_dense"`` (no attention-DP that ``l2s`` prices for a MoE model with dense
+    MLP layers: they would run over the whole TP group; left out where ``"attention_dp"``
+    is there), from the pinned snapshot (the module docstring says how each was read); empty
+    for a config that names no class or an engine without such facts."""
     snap = load_architectures(engine) if architecture is not None else None
     if snap is None:
         return ()
-    return tuple(name for name, classes in (("pp", snap.pp_unsupported),
-                                            ("attention_dp", snap.attention_dp_unsupported))
-                 if architecture in classes)
+    out = tuple(name for name, classes in (("pp", snap.pp_unsupported),
+                                           ("attention_dp", snap.attention_dp_unsupported),
+                                           ("attention_dp_dense", snap.dense_mlp_whole_group))
+                if architecture in classes)
+    return out if "attention_dp" not in out else tuple(c for c in out
+                                                       if c != "attention_dp_dense")
 
 
 def engines_registering(architecture: str) -> list[str]:

@@ -76,7 +76,8 @@ RULES: tuple[tuple[str, str], ...] = (
      "TensorRT-LLM: attention-DP covers the whole group, tp == 1 or dp == 1; SGLang's "
      "implementation of the model's class: no pp > 1 for a class without pipeline "
      "parallelism, e.g. Gemma 2/3, and no attention-DP, dp > 1 of a MoE server, for a class "
-     "not written for it, e.g. Mixtral, PhiMoE), or would place "
+     "not written for it, e.g. Mixtral, PhiMoE, or whose dense MLP layers never replicate, "
+     "Llama-4 Maverick), or would place "
      "them on other links than priced (vLLM's DP-outermost ranks with pp > 1 and dp > 1 "
      "over several nodes, TensorRT-LLM's EP-innermost ranks with 1 < ep < tp on a stage "
      "across nodes, SGLang's even split of a server over its nodes)"),
@@ -85,6 +86,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("context_parallel", "cp must divide tp and be at most tp / num_key_value_heads (MLA: tp): "
      "decode context parallelism shards the KV cache by tokens over the ranks that would "
      "otherwise hold the same KV heads (vLLM --decode-context-parallel-size)"),
+    ("engine_dense_adp", "under attention-DP with attention TP > 1 the engine runs a MoE "
+     "model's dense MLP layers replicated (SGLang --moe-dense-tp-size 1) or over the whole "
+     "TP group with the DP ranks' rows gathered, never split within the attention-TP group "
+     "as Megatron's layout prices them: only Replicate() is launchable there"),
 )
 RULE_BIT = {name: 1 << i for i, (name, _) in enumerate(RULES)}
 #: The one rule that depends on several operators' choices jointly (per block, see
@@ -422,6 +427,10 @@ class StrategySpace:
                 cols = [OP_NAMES.index(o) for o in ops]
                 ok &= self.block_ok(block, dims[:, cols])
             flag("engine_layout", ~ok)
+            if self.engine.adp_dense_replicated and m.is_moe and m.has_dense_ffn:
+                cols = [OP_NAMES.index(o) for o in BLOCKS["dense"]]
+                split = (dims[:, cols] != REPLICATED).any(axis=1)
+                flag("engine_dense_adp", split & (tp > 1) & (dp > 1))
         return bits
 
     def engine_refused_degrees(self) -> int:
@@ -463,7 +472,8 @@ class StrategySpace:
         and ``ep_inner_ranks``, over a MoE server's ranks), the degrees the engine's
         implementation of the model's class cannot run
         (:func:`~learn_to_shard.engines.architectures.unsupported_degrees`: ``pp > 1``, and
-        ``dp > 1`` of a MoE server), and, for every engine, servers
+        ``dp > 1`` of a MoE server, or of one with dense MLP layers), and, for every engine,
+        servers
         that do not fit the cluster's node boundaries, each inside a node or on nodes of its own
         (:func:`~learn_to_shard.engines.servers_fit_nodes`); sources in
         :mod:`learn_to_shard.engines`."""
@@ -501,6 +511,8 @@ class StrategySpace:
         if "pp" in cannot:
             bad |= pp > 1
         if "attention_dp" in cannot and moe:
+            bad |= dp > 1
+        if "attention_dp_dense" in cannot and moe and self.model.has_dense_ffn:
             bad |= dp > 1
         return bad
 

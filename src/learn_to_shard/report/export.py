@@ -320,7 +320,15 @@ def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
         if not present.get(block, True) or group == 1:     # a group of one splits nothing
             continue
         got = tuple(s.dims[OP_NAMES.index(o)] for o in ops)
-        if got in prof.allowed(block):
+        adp_dense = block == "dense" and prof.adp_dense_replicated and s.dp > 1 \
+            and model is not None and model.is_moe
+        if got in prof.allowed(block) and not (adp_dense and got != (2, 2)):
+            continue
+        if adp_dense:
+            have = ", ".join(f"{o}={CHOICE_NAMES[c]}" for o, c in zip(ops, got, strict=True))
+            out.append(f"dense: plan has {have} within the attention-TP group; under "
+                       f"attention-DP {prof.title} runs a MoE model's dense MLP replicated "
+                       f"(--moe-dense-tp-size 1, exported) or over the whole --tp-size group")
             continue
         ran = MEGATRON[block]
         have = ", ".join(f"{o}={CHOICE_NAMES[c]}" for o, c in zip(ops, got, strict=True))
@@ -935,11 +943,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         if s.cp > 1:
             args += ["--decode-context-parallel-size", str(s.cp), "--dcp-comm-backend", "ag_rs"]
         if model is not None and model.is_moe and model.has_dense_ffn and dp > 1:
-            dense = tuple(s.dims[OP_NAMES.index(o)] for o in BLOCKS["dense"])
-            if dense == (2, 2):
-                args += ["--moe-dense-tp-size", "1"]
-            elif s.tp > 1:
-                args += ["--enable-dense-mlp-attn-tp"]
+            # Replicated dense layers (the (2, 2) variant; with attention TP 1 any layout is
+            # the same local compute): without the flag SGLang splits them over the whole
+            # --tp-size group and gathers the DP ranks' rows (EngineProfile.
+            # adp_dense_replicated). A split within attention TP > 1 is _blocks_off's.
+            args += ["--moe-dense-tp-size", "1"]
         running = sglang_max_running_requests(batch_per_server, dp, s.pp)
         if running > batch_per_server:
             # SGLang divides --max-running-requests over the attention-DP ranks, then caps

@@ -391,6 +391,8 @@ def class_limits_note(cm: CostModel, engine: str | None) -> str:
     cannot = unsupported_degrees(engine, arch) if engine in ENGINES else ()
     if not cm.model.is_moe:
         cannot = tuple(c for c in cannot if c != "attention_dp")
+    if not (cm.model.is_moe and cm.model.has_dense_ffn) or "attention_dp" in cannot:
+        cannot = tuple(c for c in cannot if c != "attention_dp_dense")
     if cm.cluster.num_devices < 2:
         cannot = ()
     # windows that can bind (shorter than the model's positions; Phi-3.5-MoE's never does)
@@ -410,11 +412,16 @@ def class_limits_note(cm: CostModel, engine: str | None) -> str:
                             "by the attention-TP group --attn-dp-size leaves and gather the "
                             "DP ranks' rows for the MoE: Mixtral's attention splits heads "
                             "over the whole --tp-size group, PhiMoE declares no layer "
-                            "stages)"}
+                            "stages)",
+            "attention_dp_dense": "attention-DP as l2s prices it (its dense MLP layers "
+                                  "never run replicated: under --attn-dp-size they shard "
+                                  "over the whole --tp-size group with the DP ranks' rows "
+                                  "gathered, a layout l2s does not price)"}
     return (f"{eng.title} {eng.version}'s {arch} runs without "
             + " or ".join(what[c] for c in cannot)
             + ": the search left " + (" and ".join(
-                {"pp": "PP > 1", "attention_dp": "attention-DP > 1"}[c] for c in cannot))
+                {"pp": "PP > 1", "attention_dp": "attention-DP > 1",
+                 "attention_dp_dense": "attention-DP > 1"}[c] for c in cannot))
             + " out" + (f"; {windows}" if windows else ""))
 
 

@@ -145,6 +145,8 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
             else:
                 under = False
                 con.print(f"  • {r}", markup=False)
+        if plan.class_limits:        # what the search left out for the model's class
+            con.print(f"note: {plan.class_limits}", highlight=False, markup=False)
         return
     e = plan.best
     _render_estimate(con, plan, e, title="Best strategy")
