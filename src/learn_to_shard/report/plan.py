@@ -131,6 +131,7 @@ class Plan:
                 # Inactive heads as every other printed strategy has them (absent operators ∅).
                 near = cm.evaluate(canonical(result.closest[0], active))
                 if near.violations:
+                    near = nearest_batch(cm, near)
                     reasons.append(f"closest candidate {near.strategy.short()}:")
                     reasons.extend(near.violations)
                     relax = slo_relaxation(near, cm.workload)
@@ -359,6 +360,44 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
     if found_k == top:
         return best
     return trial.evaluate(dataclasses.replace(s, batch=int(found_k * step)))
+
+
+#: Batches :func:`nearest_batch` tries one by one (every multiple of the plan's DP degree up
+#: to this; the space's own grid above it).
+NEAREST_BATCH_DENSE_UPTO = 2048
+
+
+def nearest_batch(cm: CostModel, e: Estimate) -> Estimate:
+    """``e``'s strategy at the batch that comes nearest to feasible: the least overshoot
+    (largest of peak memory / usable memory and each SLO's latency / SLO,
+    :func:`~learn_to_shard.search.base.overshoot`) over every multiple of its DP degree up to
+    :data:`NEAREST_BATCH_DENSE_UPTO` and the space's batch grid above it, breaking no
+    structural rule; ``e`` itself where none comes nearer, or where ``e`` breaks a rule
+    that a batch cannot mend. An infeasible answer's closest candidate: a searcher's is at
+    a batch of its grid, and under a closed loop the smallest batches queue the longest, so
+    its TTFT (and the SLO hint from it) can be several times that of a batch between."""
+    from ..search.base import overshoot
+
+    s = e.strategy
+    step = max(1, s.dp)
+    top = max(cm.space.batch_values)
+    batches = sorted({b for b in range(step, min(top, NEAREST_BATCH_DENSE_UPTO) + 1, step)}
+                     | {b for b in cm.space.batch_values if b % step == 0})
+    trial = copy.copy(cm)
+    trial.space = cm.space.with_batches(batches)
+    try:
+        base = trial.space.encode(s)
+    except ValueError:
+        return e
+    acts = np.repeat(base[None, :], len(batches), axis=0)
+    acts[:, BATCH_HEAD] = np.searchsorted(np.asarray(trial.space.batch_values), batches)
+    est = trial.evaluate_many(acts)
+    far = overshoot(trial, est, np.arange(len(batches)))
+    k = int(np.argmin(far))
+    here = batches.index(s.batch) if s.batch in batches else None
+    if not np.isfinite(far[k]) or (here is not None and far[k] >= far[here]):
+        return e
+    return trial.evaluate(dataclasses.replace(s, batch=int(batches[k])))
 
 
 def slo_relaxation(e: Estimate, wl: Workload) -> str:

@@ -195,7 +195,7 @@ class Searcher(Protocol):
         ...
 
 
-def _overshoot(cm: CostModel, est: BatchEstimate, rows: np.ndarray) -> np.ndarray:
+def overshoot(cm: CostModel, est: BatchEstimate, rows: np.ndarray) -> np.ndarray:
     """How far each row of ``est`` (at ``rows``) is past its limits: the largest of peak
     memory / usable memory, TPOT / TPOT SLO and TTFT / TTFT SLO (those the workload's phase
     checks, :func:`~learn_to_shard.cost.aggregate.slo_limits`),
@@ -312,7 +312,7 @@ class BudgetedEvaluator:
                 if b not in self._rej or r > self._rej[b][1]:
                     self._rej[b] = (a[j].copy(), r, int(b))
             nbits = np.array([bin(int(b)).count("1") for b in bits[infeas]])
-            over = _overshoot(self.cost_model, est, infeas)
+            over = overshoot(self.cost_model, est, infeas)
             # Fewest broken rules, then the least overshoot of its limits, then the least peak
             # memory (np.lexsort: last key first; a weighted sum such as nbits·1e30 + bytes
             # loses the bytes to float rounding).
