@@ -1731,6 +1731,29 @@ def test_sglang_deepep_low_latency_dispatch_is_sized_for_the_plans_decode_batch(
     assert not any("CUDA graphs" in u for u in ex.unexpressed), ex.unexpressed
 
 
+def test_sglang_deepep_low_latency_export_captures_no_graph_past_its_buffers():
+    """DeepSeek-V3 decoding on 16 H200s through DeepEP's low-latency kernels with two-batch
+    overlap, PP2 × attention-DP 8: each rank's micro-batch is 286 sequences, 143 per overlap
+    half, which sizes the dispatch buffers; SGLang would capture decode graphs up to its
+    default 512 within a rank's 573 request slots (its share of --max-running-requests, not
+    divided by the stages), dispatching 256 rows per half at capture, past the buffers. The
+    export pins the capture at the plan's 286."""
+    from learn_to_shard.report.export import SGLANG_DEEPEP_LL_ENV
+
+    r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "h200:16", "--phase",
+                                 "decode", "--context", "4096", "--moe-a2a", "deepep-ll",
+                                 "--two-batch-overlap", "--export", "sglang", "-q"])
+    assert r.exit_code == 0, r.output
+    launch = next(ln for ln in r.stdout.splitlines() if "sglang.launch_server" in ln)
+    running = int(launch.split("--max-running-requests ")[1].split()[0])
+    dp = int(launch.split("--attn-dp-size ")[1].split()[0])
+    pp = int(launch.split("--pp-size ")[1].split()[0])
+    forward = running // dp // pp
+    assert pp > 1 and min(512, running // dp + 1) > forward
+    assert f"--cuda-graph-max-bs-decode {forward} " in launch, launch
+    assert f"export {SGLANG_DEEPEP_LL_ENV}={-(-forward // 2)}" in r.stdout
+
+
 def test_vllm_deepep_exports_keep_cuda_graphs_where_the_plan_priced_them():
     """vLLM turns CUDA graphs off for --all2all-backend deepep_high_throughput with
     --data-parallel-size > 1 (vllm/config/compilation.py, 0.33.0): a decode plan priced with

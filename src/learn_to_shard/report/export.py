@@ -968,7 +968,25 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         default_bs = sglang_decode_graph_max_bs(device.hbm_bytes, s.tp * dp) \
             if device is not None else forward
         graph_bs = forward if forward > default_bs else None
-        if graph_bs is not None:
+        # DeepEP's low-latency buffers are sized below for `forward` rows per rank, and a
+        # graph captured larger would dispatch more at capture: SGLang captures up to the
+        # default size clamped to a rank's request slots (its share of
+        # --max-running-requests plus one, not divided by the pipeline stages;
+        # runner/base_cuda_graph_runner.py get_batch_sizes_to_capture,
+        # pool_configurator.py _get_num_req_slots), so the export pins the capture at
+        # `forward` wherever that goes past it.
+        ll = bool(moe and s.ep > 1 and a2a in ("deepep_low_latency", "deepep_auto"))
+        captured = min(default_bs, running // dp + 1)
+        if graph_bs is None and ll and captured > forward:
+            graph_bs = forward
+            args += ["--cuda-graph-max-bs-decode", str(forward)]
+            notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
+                         f"{get_engine('sglang').version} would capture decode CUDA graphs "
+                         f"of up to {captured} sequences per rank (its default, within a "
+                         f"rank's request slots), whose DeepEP low-latency dispatch at "
+                         f"capture would exceed the buffers sized for the plan's {forward} "
+                         f"per forward")
+        elif graph_bs is not None:
             args += ["--cuda-graph-max-bs-decode", str(forward)]
             notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
                          f"{get_engine('sglang').version} captures decode CUDA graphs up to "
