@@ -1234,18 +1234,19 @@ def test_load_flags_out_of_range_are_one_line_errors(tmp_path):
 
 
 def test_default_prompts_keep_every_client_busy():
-    """With more clients than the default 1,000 prompts, each client sends two: 2,000 clients
-    on one replica simulate 4,000 requests, and the TTFT grows with the clients (it was the
-    same for 2,000 and 20,000, only 1,000 of them ever sending)."""
+    """With more clients than a quarter of the default 1,000 prompts, each client sends four:
+    2,000 clients on one replica simulate 8,000 requests, and the TTFT grows with the clients
+    (it was the same for 2,000 and 20,000, only 1,000 of them ever sending)."""
     from learn_to_shard.serving.load import default_num_prompts
 
     assert default_num_prompts(None) == 1000 and default_num_prompts(64) == 1000
-    assert default_num_prompts(2000) == 4000 and default_num_prompts(10**6) == 10**6
+    assert default_num_prompts(250) == 1000 and default_num_prompts(300) == 1200
+    assert default_num_prompts(2000) == 8000 and default_num_prompts(10**6) == 10**6
     cm = make_cost_model("llama-3.1-8b", "h100-sxm:1",
                          make_workload("serve", isl=200, osl=20, concurrency=2000))
     plan = search_plan(cm, method="exact")
     sim = simulate_plan(cm, plan, ServingLoad(concurrency=2000), top=1)[0]
-    assert sim["requests_simulated"] == 4000
+    assert sim["requests_simulated"] == 8000
 
 
 def test_one_token_outputs_have_no_simulated_tpot_in_the_json():
@@ -1401,11 +1402,11 @@ def test_num_prompts_is_the_fleets_and_the_default_each_replicas():
                         top=1)[0]
     idle = few["replicas"] - 3
     assert any(f"gives the busiest 1 and {idle} none" in t for _, t in simulation_notes([few]))
-    # A closed loop's default per replica is 2 per client of its share when that is more.
+    # A closed loop's default per replica is 4 per client of its share when that is more.
     conc = 8000
     big = simulate_plan(cm, plan, ServingLoad(concurrency=conc, num_prompts=10_000), top=1)[0]
     per_client = -(-conc // big["replicas"])
-    assert big["default_requests_per_replica"] == max(DEFAULT_NUM_PROMPTS, 2 * per_client)
+    assert big["default_requests_per_replica"] == max(DEFAULT_NUM_PROMPTS, 4 * per_client)
     assert any("the fleet's --num-prompts 10000" in t for _, t in simulation_notes([big]))
 
 

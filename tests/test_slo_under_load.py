@@ -401,3 +401,22 @@ def test_an_overloaded_best_plan_misses_its_ttft_slo_whatever_the_runs_length():
         assert r.exit_code == 4, r.output
         flat = " ".join(r.output.split())
         assert "TTFT SLO 60000 ms: overloaded, its queue grows without bound" in flat
+
+
+def test_a_closed_loop_of_few_rounds_says_its_ttft_is_the_first_rounds():
+    """1,000 clients of one Llama-3.1-8B H100 replica that runs 165 at once, over 1,500
+    prompts: each client sends 1.5 requests, so the run is mostly every client's first
+    request arriving at time 0 and its mean TTFT is below a steady loop's; the plan says so
+    and names the --num-prompts that shows the steady state; the default run (4 per client)
+    says nothing of it."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--tpot-slo", "60ms", "--concurrency", "1000"]
+    short = CliRunner().invoke(app, [*base, "--num-prompts", "1500"])
+    text = " ".join(short.output.split())
+    assert short.exit_code in (0, 4), short.output
+    assert "clients per replica send 1.5 requests each in this run, so it is mostly its " \
+        "first round" in text, text
+    assert "--num-prompts 4,000 or more shows the steady state" in text
+    full = CliRunner().invoke(app, base)
+    assert full.exit_code in (0, 4), full.output
+    assert "mostly its first round" not in " ".join(full.output.split())

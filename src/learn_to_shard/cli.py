@@ -173,8 +173,8 @@ TraceOpt = Annotated[Path | None, typer.Option(
     "the search ranks at the trace's mean lengths.")]
 NumPromptsOpt = Annotated[int | None, typer.Option(
     "--num-prompts", help="Requests of the whole benchmark, shared over the plan's replicas "
-    "(default: 1000 per simulated replica, or 2 per client of a replica's share of a "
-    "--concurrency above 500).")]
+    "(default: 1000 per simulated replica, or 4 per client of a replica's share of a "
+    "--concurrency above 250).")]
 RangeRatioOpt = Annotated[float, typer.Option(
     "--range-ratio", help="Simulated isl/osl drawn uniformly within ±this fraction (vLLM's "
     "--random-range-ratio; default 0: fixed lengths).")]

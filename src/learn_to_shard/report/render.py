@@ -511,6 +511,13 @@ def misses_slo_under_load(sims: list[dict]) -> bool:
         and not simulated_alternatives_meeting_slo(sims)
 
 
+#: Requests per closed-loop client below which a run is mostly its first round (every
+#: client's first request at time 0), whose queue wait is about half a steady loop's: under
+#: it :func:`simulation_notes` says so. Four rounds put the first round's shortfall under
+#: about an eighth of the run's mean.
+SHORT_CLOSED_LOOP_ROUNDS = 4
+
+
 def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[str, str]]:
     """What the reader of the simulated-serving table must know, as ``(kind, text)`` with
     ``kind`` ``warning`` (a trace whose mean lengths are not the planned ``isl``/``osl``, an
@@ -606,6 +613,18 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                         f"TTFT (mean {s_['mean_ttft_s']:.3g} s; the plan's TTFT counts it "
                         f"from its batch's turnover): fewer clients per replica "
                         f"(more devices, or a larger batch if it fits) shorten it"))
+            clients = queued + int(sim.get("max_num_seqs") or 0)
+            rounds = sim["requests_simulated"] / max(clients, 1)
+            if rounds < SHORT_CLOSED_LOOP_ROUNDS:
+                ratio = (sim.get("sim_over_analytic") or {}).get("mean_ttft")
+                out.append(("note", f"{sim['strategy']}: its {clients:,} clients per "
+                            f"replica send {rounds:.2g} requests each in this run, so it is "
+                            f"mostly its first round, every client's first request arriving "
+                            f"at once and waiting its turn: its mean TTFT"
+                            + (f" ({ratio:.2f}× the plan's)" if ratio else "")
+                            + f" is below a steady closed loop's; --num-prompts "
+                            f"{SHORT_CLOSED_LOOP_ROUNDS * clients * sim['replicas']:,} or "
+                            f"more shows the steady state"))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims
