@@ -34,7 +34,8 @@ def test_each_slo_is_checked_on_the_simulated_mean_and_p90():
 def test_plan_warns_when_the_simulation_misses_the_slo():
     """Llama-70B on 8 H100 at 128 clients: the steady state, every client in a batch slot,
     meets TTFT 300 ms; the closed-loop simulation's waves of fixed-length prompts do not; the
-    plan says so and the JSON records it."""
+    plan says so, the JSON records it, and with --json the warning reaches stderr (a
+    script sees exit 4 and why)."""
     args = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
             "--isl", "2000", "--osl", "500", "--ttft-slo", "300ms", "--tpot-slo", "60ms",
             "--concurrency", "128", "--num-prompts", "300", "--engine", "vllm"]
@@ -46,6 +47,9 @@ def test_plan_warns_when_the_simulation_misses_the_slo():
     assert data["best"]["ttft_s"] <= 0.3
     first = data["simulation"][0]["slo"]
     assert first["met"] is False and first["ttft_slo_s"] == 0.3
+    assert j.exit_code == 4
+    assert "warning (simulated load): under this load the best plan misses its SLO: TTFT " \
+        "SLO 300 ms" in j.stderr
 
 
 def test_clients_that_do_not_fill_every_replica_are_not_counted_twice():

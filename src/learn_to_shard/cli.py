@@ -590,8 +590,11 @@ def plan_cmd(
 ) -> None:
     """Find the strategy with the most tokens/s per device within memory and SLOs.
 
-    Ctrl-C during the search prints the best plan found so far, marked interrupted, and exits
-    130."""
+    Exit 0: a plan; 1: no feasible plan (the reasons are printed); 2: bad input (one error
+    line); 3: an internal error (a bug); 4: a plan, but under the load given (--concurrency,
+    --request-rate, --trace) the simulation has it missing an SLO with no simulated
+    alternative meeting them. Ctrl-C during the search prints the best plan found so far,
+    marked interrupted, and exits 130."""
     sims: list[dict[str, object]] = []
     try:
         _check_budget(budget)
@@ -805,6 +808,15 @@ def plan_cmd(
         _write(output, json.dumps(data, indent=2), "--output")
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        if sims and result.best is not None:
+            from .report.render import simulation_notes
+
+            # The terminal's load warnings (an SLO missed under the load: exit 4) reach
+            # stderr, as --export's do; the JSON holds them under "simulation".
+            for kind, line in simulation_notes(sims, best_only=True):
+                if kind == "warning":
+                    err.print(f"warning (simulated load): {line}", highlight=False,
+                              markup=False)
     else:
         from .report.render import render_plan
 
@@ -1714,7 +1726,8 @@ def sweep_cmd(
 ) -> None:
     """Run every cell of a grid (models × clusters × workloads × engines × searchers ×
     budgets × seeds); cells already in the results are skipped. Exit 0: every cell has a row
-    without error; 1: some cells failed (their rows say why); 130: interrupted."""
+    without error; 1: some cells failed (their rows say why); 2: bad input (the grid, a
+    flag); 130: interrupted."""
     import os
 
     from .sweep import load_grid, run_sweep
@@ -1838,9 +1851,9 @@ def size_cmd(
     """Fewest devices of each kind (or lowest cost at --price) that serve --rate requests/s of
     the workload within the SLOs: replicas of the best plan found per cluster size
     (formula and assumptions: learn_to_shard.sweep.sizing). Exit 0: a fleet serves the
-    rate; 1: no plan up to --max-devices meets the SLOs (stderr says why); 4: the best fleet
-    found misses a TTFT/TPOT SLO under the rate (its prefill queue, or the serving
-    simulation even with extra replicas): printed as the closest, with why; 130:
+    rate; 1: no plan up to --max-devices meets the SLOs (stderr says why); 2: bad input; 4:
+    the best fleet found misses a TTFT/TPOT SLO under the rate (its prefill queue, or the
+    serving simulation even with extra replicas): printed as the closest, with why; 130:
     interrupted."""
     import os
 
