@@ -766,6 +766,8 @@ def test_load_flags_name_themselves_and_engine_specific_passes_are_refused():
     assert r.exit_code == 2 and "error: --range-ratio: shape a simulated load" in r.output
     r = _run(*base, "--concurrency", "64", "--num-prompts", "10")
     assert r.exit_code == 2 and "--num-prompts 10 < --concurrency 64" in r.output
+    r = _run(*base, "--concurrency", "64", "--num-prompts", "-5")    # its own range first
+    assert r.exit_code == 2 and "--num-prompts: must be in 1..1,000,000, got -5" in r.output
     r = _run(*base, "--engine", "sglang", "--sequence-parallel")
     assert r.exit_code == 2 and "--sequence-parallel: sglang has no launch option" in r.output
     r = _run(*base, "--engine", "vllm", "--sequence-parallel")

@@ -236,7 +236,7 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
                                "--concurrency or --request-rate (a --trace brings its own "
                                "requests and lengths)")
         return None
-    if concurrency is not None and num_prompts is not None and num_prompts < concurrency:
+    if concurrency is not None and num_prompts is not None and 1 <= num_prompts < concurrency:
         raise PlannerError(f"--num-prompts {num_prompts} < --concurrency {concurrency}: the "
                            f"clients could never all be busy; give at least {concurrency} "
                            f"prompts (benchmark clients send several per client)")

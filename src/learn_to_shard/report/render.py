@@ -386,7 +386,8 @@ def simulation_heading(sims: list[dict]) -> str:
     first = sims[0]
     more = "; the other rows' replicas share the load alike" if len(sims) > 1 else ""
     return (f"{first['load']}; best plan: {first['replicas']} replica(s), one simulated: "
-            f"{first['replica_share']}, {first['requests_simulated']} requests{more}")
+            f"{first['replica_share']}, {first['requests_simulated']} "
+            f"request{'' if first['requests_simulated'] == 1 else 's'}{more}")
 
 
 def simulation_rows(sims: list[dict]) -> list[list[str]]:
