@@ -1173,3 +1173,26 @@ def test_the_sweep_tables_cluster_requests_follow_the_clients_bound():
     text = con.export_text()
     assert f"{row['cluster_tokens_per_s']:,.2f}" in text
     assert row["cluster_tokens_per_s"] == pytest.approx(1.0 / row["ttft_s"], rel=0.02)
+
+
+def test_fleets_of_equal_devices_rank_the_one_with_headroom_first():
+    """Two kinds serving the rate on 2 devices each, unpriced: the fleet whose replicas run
+    at 79% of capacity ranks before the one at 99%, whose queueing delay near saturation
+    moves with a few percent of throughput error (the first listed kind won the tie)."""
+    import dataclasses
+
+    from learn_to_shard.sweep.sizing import Fleet, rank_key
+
+    busy = Fleet(model="m", workload="w", device="h100-sxm", node_size=8, rate_rps=26.0,
+                 strategy="tp2", instance_devices=2, instance_requests_per_s=26.3,
+                 replicas=1, devices=2, nodes=1, price_per_device_hour=None,
+                 cost_per_hour=None, tokens_per_s_per_device=1700.0, tpot_s=0.03,
+                 ttft_s=0.05, searched_cluster="h100-sxm:2", searcher="auto",
+                 utilization=0.99)
+    roomy = dataclasses.replace(busy, device="h200", strategy="tp1", replicas=2,
+                                instance_devices=1, tokens_per_s_per_device=1650.0,
+                                utilization=0.79)
+    assert [f.device for f in sorted([busy, roomy], key=rank_key)] == ["h200", "h100-sxm"]
+    # fewer devices still come first, whatever their load
+    small = dataclasses.replace(busy, devices=1, utilization=0.99)
+    assert sorted([roomy, small], key=rank_key)[0] is small

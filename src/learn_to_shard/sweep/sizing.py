@@ -376,9 +376,13 @@ def option_key(f: Fleet) -> tuple[bool, bool, int, float]:
     return (not f.queue_slo_met, f.falls_behind, f.devices, -f.tokens_per_s_per_device)
 
 
-def rank_key(f: Fleet) -> tuple[str, str, bool, bool, float, int]:
+def rank_key(f: Fleet) -> tuple[str, str, bool, bool, float, int, float, float]:
     """Sort key: model, workload, fleets that meet the SLOs with their queue first
     (:attr:`Fleet.queue_slo_met`), then those the serving simulation found keeping up
-    (:attr:`Fleet.falls_behind`), then cost per hour (unpriced last), then devices."""
+    (:attr:`Fleet.falls_behind`), then cost per hour (unpriced last), then devices, then
+    the lighter load per replica (:attr:`Fleet.utilization`: of two kinds at the same
+    devices, the one with headroom, since near saturation the queueing delay grows as
+    1 / (1 − load)), then most tokens/s per device."""
     cost = f.cost_per_hour if f.cost_per_hour is not None else math.inf
-    return (f.model, f.workload, not f.queue_slo_met, f.falls_behind, cost, f.devices)
+    return (f.model, f.workload, not f.queue_slo_met, f.falls_behind, cost, f.devices,
+            f.utilization, -f.tokens_per_s_per_device)
