@@ -1752,6 +1752,13 @@ def test_sglang_deepep_low_latency_export_captures_no_graph_past_its_buffers():
     assert pp > 1 and min(512, running // dp + 1) > forward
     assert f"--cuda-graph-max-bs-decode {forward} " in launch, launch
     assert f"export {SGLANG_DEEPEP_LL_ENV}={-(-forward // 2)}" in r.stdout
+    # Without two-batch overlap on 16 H100s, attention TP 2: a capture of the default size
+    # dispatches ceil(165 / 2) = 83 rows per rank, within the default 128: no pin.
+    r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "h100-sxm:16",
+                                 "--context", "4096", "--moe-a2a", "deepep-ll", "--export",
+                                 "sglang", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "--cuda-graph-max-bs-decode" not in r.stdout, r.stdout
 
 
 def test_vllm_deepep_exports_keep_cuda_graphs_where_the_plan_priced_them():

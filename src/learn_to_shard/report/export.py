@@ -337,6 +337,15 @@ def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
     return out
 
 
+def _ll_dispatch(rows: int, tp: int, tbo: bool) -> int:
+    """Rows one rank sends through SGLang's DeepEP low-latency dispatch for a forward of
+    ``rows`` rows of its DP rank: its attention-TP share (``ceil(rows / tp)``), halved under
+    two-batch overlap (each half dispatched apart); sglang 0.5.23
+    srt/layers/layer_boundary/factories.py, srt/layers/moe/token_dispatcher/deepep.py."""
+    per_rank = math.ceil(rows / max(tp, 1))
+    return math.ceil(per_rank / 2) if tbo else per_rank
+
+
 #: NCCL ``NCCL_ALGO`` value of each NCCL algorithm (NCCL environment-variable docs:
 #: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-algo).
 NCCL_ALGO_ENV = {"ring": "Ring", "tree": "Tree", "nvls": "NVLS"}
@@ -977,15 +986,19 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         # `forward` wherever that goes past it.
         ll = bool(moe and s.ep > 1 and a2a in ("deepep_low_latency", "deepep_auto"))
         captured = min(default_bs, running // dp + 1)
-        if graph_bs is None and ll and captured > forward:
+        ll_rows = tokens if (a2a == "deepep_low_latency" and wl.phase is not Phase.DECODE
+                             and tokens > forward) else forward
+        ll_buffer = max(SGLANG_DEEPEP_LL_DEFAULT_TOKENS, _ll_dispatch(ll_rows, s.tp, tbo))
+        if graph_bs is None and ll and _ll_dispatch(captured, s.tp, tbo) > ll_buffer:
             graph_bs = forward
             args += ["--cuda-graph-max-bs-decode", str(forward)]
             notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
                          f"{get_engine('sglang').version} would capture decode CUDA graphs "
-                         f"of up to {captured} sequences per rank (its default, within a "
+                         f"of up to {captured} sequences per DP rank (its default, within a "
                          f"rank's request slots), whose DeepEP low-latency dispatch at "
-                         f"capture would exceed the buffers sized for the plan's {forward} "
-                         f"per forward")
+                         f"capture, {_ll_dispatch(captured, s.tp, tbo)} rows per rank"
+                         + (" and micro-batch" if tbo else "") + f", would exceed the "
+                         f"buffers for {ll_buffer}")
         elif graph_bs is not None:
             args += ["--cuda-graph-max-bs-decode", str(forward)]
             notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
@@ -1087,8 +1100,7 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 if a2a == "deepep_low_latency" and wl.phase is not Phase.DECODE \
                         and tokens > step_rows:
                     step_rows, what = tokens, "tokens of a prompt step"
-                per_rank = math.ceil(step_rows / max(s.tp, 1))
-                dispatch = math.ceil(per_rank / 2) if tbo else per_rank
+                dispatch = _ll_dispatch(step_rows, s.tp, tbo)
                 if dispatch > SGLANG_DEEPEP_LL_MAX_TOKENS:
                     unexpressed.append(
                         f"DeepEP low-latency dispatch of {dispatch} {what} per rank"

@@ -132,12 +132,20 @@ class Plan:
                 near = cm.evaluate(canonical(result.closest[0], active))
                 if near.violations:
                     near = nearest_batch(cm, near)
+                if near.violations:
                     reasons.append(f"closest candidate {near.strategy.short()}:")
                     reasons.extend(near.violations)
                     relax = slo_relaxation(near, cm.workload)
                     if relax:
                         reasons.append(f"{relax} would make the closest candidate "
                                        f"feasible")
+                elif near.strategy.batch != canonical_batch(cm, result.closest[0]):
+                    # A window of batches between the searcher's grid points meets every
+                    # limit (nearest_batch): the search stepped over a plan.
+                    reasons.append(f"closest candidate {near.strategy.short()} meets every "
+                                   f"limit: a batch between those {method} searched; plan "
+                                   f"with --method exact, which searches every batch, for "
+                                   f"the best such plan")
                 else:
                     # Broken only at the encoding the searcher kept (a rule of a head that
                     # the canonical form sets aside): the rule counts below say which.
@@ -362,27 +370,36 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
     return trial.evaluate(dataclasses.replace(s, batch=int(found_k * step)))
 
 
+def canonical_batch(cm: CostModel, action: np.ndarray) -> int:
+    """The batch an action vector of ``cm``'s space encodes."""
+    return int(cm.space.batch_values[int(np.asarray(action)[BATCH_HEAD])])
+
+
 #: Batches :func:`nearest_batch` tries one by one (every multiple of the plan's DP degree up
 #: to this; the space's own grid above it).
 NEAREST_BATCH_DENSE_UPTO = 2048
 
 
 def nearest_batch(cm: CostModel, e: Estimate) -> Estimate:
-    """``e``'s strategy at the batch that comes nearest to feasible: the least overshoot
-    (largest of peak memory / usable memory and each SLO's latency / SLO,
-    :func:`~learn_to_shard.search.base.overshoot`) over every multiple of its DP degree up to
+    """``e``'s strategy at the batch that comes nearest to feasible, ranked as the searchers
+    rank rejected strategies (:class:`~learn_to_shard.search.base.BudgetedEvaluator`): the
+    fewest broken limits first (violation bits), then the least overshoot (largest of peak
+    memory / usable memory and each SLO's latency / SLO,
+    :func:`~learn_to_shard.search.base.overshoot`), over every multiple of its DP degree up to
     :data:`NEAREST_BATCH_DENSE_UPTO` and the space's batch grid above it, breaking no
-    structural rule; ``e`` itself where none comes nearer, or where ``e`` breaks a rule
-    that a batch cannot mend. An infeasible answer's closest candidate: a searcher's is at
-    a batch of its grid, and under a closed loop the smallest batches queue the longest, so
-    its TTFT (and the SLO hint from it) can be several times that of a batch between."""
+    structural rule; ``e`` itself where none comes nearer or its strategy is not in the
+    space. An infeasible answer's closest candidate: a searcher's is at a batch of its grid,
+    and under a closed loop the smallest batches queue the longest, so its TTFT (and the SLO
+    hint from it) can be several times that of a batch between. The batch found can be
+    feasible where a budgeted searcher's grid stepped over a window of batches that meet both
+    SLOs (the caller says so)."""
     from ..search.base import overshoot
 
     s = e.strategy
     step = max(1, s.dp)
     top = max(cm.space.batch_values)
     batches = sorted({b for b in range(step, min(top, NEAREST_BATCH_DENSE_UPTO) + 1, step)}
-                     | {b for b in cm.space.batch_values if b % step == 0})
+                     | {b for b in cm.space.batch_values if b % step == 0} | {s.batch})
     trial = copy.copy(cm)
     trial.space = cm.space.with_batches(batches)
     try:
@@ -393,9 +410,10 @@ def nearest_batch(cm: CostModel, e: Estimate) -> Estimate:
     acts[:, BATCH_HEAD] = np.searchsorted(np.asarray(trial.space.batch_values), batches)
     est = trial.evaluate_many(acts)
     far = overshoot(trial, est, np.arange(len(batches)))
-    k = int(np.argmin(far))
-    here = batches.index(s.batch) if s.batch in batches else None
-    if not np.isfinite(far[k]) or (here is not None and far[k] >= far[here]):
+    nbits = np.array([bin(int(b)).count("1") for b in est.violation_bits])
+    order = np.lexsort((far, nbits))           # fewest broken limits, then least overshoot
+    k, here = int(order[0]), batches.index(s.batch)
+    if not np.isfinite(far[k]) or (nbits[k], far[k]) >= (nbits[here], far[here]):
         return e
     return trial.evaluate(dataclasses.replace(s, batch=int(batches[k])))
 

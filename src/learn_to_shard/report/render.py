@@ -617,15 +617,21 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
             clients = queued + int(sim.get("max_num_seqs") or 0)
             rounds = sim["requests_simulated"] / max(clients, 1)
             if rounds < SHORT_CLOSED_LOOP_ROUNDS:
+                from ..serving.load import MAX_LOAD_REQUESTS
+
                 ratio = (sim.get("sim_over_analytic") or {}).get("mean_ttft")
+                need = SHORT_CLOSED_LOOP_ROUNDS * clients * sim["replicas"]
                 out.append(("note", f"{sim['strategy']}: its {clients:,} clients per "
                             f"replica send {rounds:.2g} requests each in this run, so it is "
                             f"mostly its first round, every client's first request arriving "
                             f"at once and waiting its turn: its mean TTFT"
                             + (f" ({ratio:.2f}× the plan's)" if ratio else "")
-                            + f" is below a steady closed loop's; --num-prompts "
-                            f"{SHORT_CLOSED_LOOP_ROUNDS * clients * sim['replicas']:,} or "
-                            f"more shows the steady state"))
+                            + " is below a steady closed loop's; "
+                            + (f"--num-prompts {need:,} or more shows the steady state"
+                               if need <= MAX_LOAD_REQUESTS else
+                               f"the steady state needs {need:,} prompts, more than "
+                               f"--num-prompts takes ({MAX_LOAD_REQUESTS:,}): the plan's "
+                               f"TTFT is the steady loop's")))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims

@@ -36,8 +36,9 @@ from .steptime import fit_step_model, priced, step_token_budget
 #: Length sources of a load without a trace (:class:`ServingLoad` ``dataset``).
 DATASETS = ("random", "sharegpt")
 #: Requests per simulation when none is given (``vllm bench serve --num-prompts`` default);
-#: a closed loop of more clients sends :data:`PROMPTS_PER_CLIENT` per client instead, so
-#: every client is busy and sends again (:func:`default_num_prompts`).
+#: a closed loop of more than a :data:`PROMPTS_PER_CLIENT`-th as many clients sends
+#: :data:`PROMPTS_PER_CLIENT` per client instead, so every client is busy and sends again
+#: (:func:`default_num_prompts`).
 DEFAULT_NUM_PROMPTS = 1000
 #: Requests per client of a closed loop whose clients outnumber a quarter of
 #: :data:`DEFAULT_NUM_PROMPTS`: four rounds, so the first (every client's first request at
@@ -58,7 +59,7 @@ MAX_LOAD_REQUESTS = MAX_CONCURRENCY
 def default_num_prompts(concurrency: int | None) -> int:
     """Requests a simulation runs when ``--num-prompts`` is not given:
     :data:`DEFAULT_NUM_PROMPTS`, or :data:`PROMPTS_PER_CLIENT` per client of a closed loop
-    with more clients than that (at most :data:`MAX_LOAD_REQUESTS`)."""
+    where that is more (over 250 clients), at most :data:`MAX_LOAD_REQUESTS`."""
     if concurrency is None:
         return DEFAULT_NUM_PROMPTS
     return min(max(DEFAULT_NUM_PROMPTS, PROMPTS_PER_CLIENT * concurrency), MAX_LOAD_REQUESTS)
