@@ -1358,3 +1358,24 @@ def test_piped_tables_follow_columns():
         widths[columns] = max(len(line) for line in r.stdout.splitlines())
     assert widths["80"] <= 80 < widths[None] <= 160
     assert widths["abc"] == widths[None]
+
+
+def test_a_forgotten_phase_serve_is_named_not_planned_as_decode(tmp_path):
+    """``--isl`` without ``--phase serve`` planned decode at a context of --isl, exit 0 (a
+    newcomer's mistake, silently answered); it is refused naming --context and --phase
+    serve. A load flag without --phase serve names the phase before decode's --context."""
+    base = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8"]
+    r = CliRunner().invoke(app, [*base, "--isl", "1024", "--tpot-slo", "50ms"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "--isl is a prompt length (prefill/serve); the decode phase (the default --phase) " \
+        "takes --context" in " ".join(r.output.split())
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,isl,osl\n0,100,10\n")
+    for flags, named in ((["--trace", str(trace)], "--trace"),
+                         (["--request-rate", "2"], "--request-rate"),
+                         (["--concurrency", "4"], "--concurrency")):
+        r = CliRunner().invoke(app, [*base, *flags])
+        assert r.exit_code == 2 and f"{named}: a simulated load needs --phase serve" in \
+            r.output, r.output
+    ok = CliRunner().invoke(app, [*base, "--context", "1024", "--tpot-slo", "50ms", "-q"])
+    assert ok.exit_code == 0, ok.output

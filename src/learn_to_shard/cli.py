@@ -208,8 +208,22 @@ ReportOpt = typer.Option(None, "--report", help="Also write a self-contained HTM
 
 def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
               ttft_slo: str | None, tpot_slo: str | None, dtype: str | None,
-              kv_dtype: str | None, concurrency: int | None = None):
-    """Parse the SLO strings and build the workload (raises ConfigError on bad input)."""
+              kv_dtype: str | None, concurrency: int | None = None,
+              loads: tuple[str, ...] = ()):
+    """Parse the SLO strings and build the workload (raises ConfigError on bad input).
+
+    On the command line ``--isl`` is a prompt length: with ``--phase decode`` (the default)
+    it is refused, naming ``--context`` and ``--phase serve``, where the Python API reads it
+    as the decode context. ``loads``: the load flags given (``--request-rate``, ``--trace``),
+    refused first outside the serve phase, so a forgotten ``--phase serve`` is what the
+    error names."""
+    ph = phase.strip().lower()
+    if ph != Phase.SERVE.value and loads:
+        raise ConfigError(f"{'/'.join(loads)}: a simulated load needs --phase serve")
+    if ph == Phase.DECODE.value and isl is not None and context is None:
+        raise ConfigError("--isl is a prompt length (prefill/serve); the decode phase (the "
+                          "default --phase) takes --context: give --context N, or --phase "
+                          "serve with --isl and --osl")
     return make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
                          kv_dtype=kv_dtype, concurrency=concurrency,
                          ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
@@ -624,7 +638,10 @@ def plan_cmd(
             if osl is None:
                 osl, from_trace = mean_osl, [*from_trace, f"--osl {mean_osl}"]
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
-                       *checkpoint_dtypes(spec, dtype, kv_dtype, engine), concurrency=concurrency)
+                       *checkpoint_dtypes(spec, dtype, kv_dtype, engine), concurrency=concurrency,
+                       loads=tuple(f for f, on in (("--concurrency", concurrency is not None),
+                                                   ("--request-rate", request_rate is not None),
+                                                   ("--trace", trace is not None)) if on))
         wl = with_images(wl, spec, images_per_request, image_tokens)
         if trace is not None and wl.images_per_request:
             raise ConfigError("--images-per-request with --trace: the trace's isl column is "
