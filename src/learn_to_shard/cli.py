@@ -246,9 +246,9 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
                                        ("--range-ratio", bool(range_ratio)),
                                        ("--dataset", dataset != "random")) if on]
         if given:
-            raise PlannerError(f"{'/'.join(given)}: shape a simulated load; only with "
-                               "--concurrency or --request-rate (a --trace brings its own "
-                               "requests and lengths)")
+            raise PlannerError(f"{'/'.join(given)}: only with --concurrency or "
+                               "--request-rate, whose simulated load it shapes (a --trace "
+                               "brings its own requests and lengths)")
         return None
     if concurrency is not None and num_prompts is not None and 1 <= num_prompts < concurrency:
         raise PlannerError(f"--num-prompts {num_prompts} < --concurrency {concurrency}: the "
@@ -541,7 +541,9 @@ def plan_cmd(
     engine: EngineOpt = None, gpu_memory_utilization: MemUtilOpt = None,
     max_num_batched_tokens: BatchedTokensOpt = None,
     method: str = typer.Option("auto", callback=_lower,
-                               help="Searcher: auto (exact if it finishes in time, else rl), "
+                               help="Searcher: auto (exact where its counted work, table rows and "
+                               "evaluations, stays within a fixed limit, never timed; else "
+                               "rl), "
                                "exact, rl, megatron, megatron-rule, sa, mcmc, random."),
     budget: int = typer.Option(DEFAULT_BUDGET, help="Evaluation budget (budgeted searchers), "
                                f"at most {MAX_BUDGET:,}."),

@@ -131,7 +131,9 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         won = s.get("collective_setting") or factors.get("collective_setting") or algo
         extra = "".join(f", {name.replace('_', ' ')}" for name in
                         ("sequence_parallel", "gemm_overlap") if factors.get(name))
-        con.print(f"collectives: {won} ({algo} pricing{extra})", highlight=False,
+        why = ("; without --engine one setting, each collective at the device's cheapest "
+               "algorithm" if plan.engine is None and won == "auto" else "")
+        con.print(f"collectives: {won} ({algo} pricing{extra}{why})", highlight=False,
                   markup=False)
     if not plan.feasible or plan.best is None:
         con.print("[bold red]No feasible plan.[/]")
