@@ -371,3 +371,59 @@ def test_the_slo_suggestion_is_never_below_the_latency_it_admits():
     assert slo_relaxation(both, wl) == "a TPOT SLO of 20 ms and a TTFT SLO of 500 ms"
     assert slo_relaxation(dataclasses.replace(e, violations=("memory: over",)), wl) == ""
 
+
+
+@pytest.mark.parametrize("model, cluster, phase, lengths", [
+    ("llama-3.1-70b", "h100-sxm:8", "serve", {"isl": 2048, "osl": 128}),
+    ("mixtral-8x7b", "h100-sxm:8", "serve", {"isl": 1000, "osl": 1000}),
+    ("qwen3-32b", "h200:8", "decode", {"context": 8192}),
+])
+def test_the_plan_batch_is_the_smallest_that_ties_by_a_full_scan(model, cluster, phase,
+                                                                 lengths):
+    """``smallest_equal_batch`` (rounds of probes priced together) finds the batch a scan of
+    every multiple of the optimum's DP degree below it finds: the first that is feasible
+    with the optimum's tokens/s per device (to rounding)."""
+    import copy
+
+    import numpy as np
+
+    from learn_to_shard.parallel.space import BATCH_HEAD, active_heads, canonical
+    from learn_to_shard.report.plan import EQUAL_BATCH_REL_TOL, smallest_equal_batch
+    from learn_to_shard.search import get_searcher
+
+    cm = make_cost_model(model, cluster, make_workload(phase, **lengths))
+    result = get_searcher("exact").search(cm, None, 0)
+    opt = cm.evaluate(canonical(result.best_action, active_heads(cm.space)))
+    s, step = opt.strategy, max(1, opt.strategy.dp)
+    found = smallest_equal_batch(cm, opt).strategy.batch
+    batches = list(range(step, s.batch + 1, step))
+    trial = copy.copy(cm)
+    trial.space = cm.space.with_batches(batches)
+    act = np.repeat(trial.space.encode(s)[None, :], len(batches), axis=0)
+    act[:, BATCH_HEAD] = np.searchsorted(np.asarray(trial.space.batch_values), batches)
+    e = trial.evaluate_many(act)
+    ties = e.feasible & (e.tokens_per_s_per_device
+                         >= opt.tokens_per_s_per_device * (1 - EQUAL_BATCH_REL_TOL))
+    assert found == batches[int(np.flatnonzero(ties)[0])], (s.short(), found)
+
+
+def test_first_true_finds_what_bisection_finds():
+    """The rounds of probes behind the printed batch find, for every threshold of a
+    monotone predicate on [lo, hi], the threshold itself (hi where it lies at hi), with few
+    calls."""
+    import numpy as np
+
+    from learn_to_shard.report.plan import first_true
+
+    for lo, hi in ((1, 1), (1, 2), (1, 33), (1, 34), (3, 1000), (1, 4992)):
+        for t in sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi, *range(lo, min(hi, lo + 70))}):
+            if not lo <= t <= hi:
+                continue
+            calls = []
+
+            def ok(ks, t=t, calls=calls):
+                calls.append(len(ks))
+                return np.asarray(ks) >= t
+
+            assert first_true(lo, hi, ok) == t, (lo, hi, t)
+            assert len(calls) <= 4 and max(calls, default=0) <= 32

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -321,9 +322,36 @@ def _linear_weight_bits(cm: CostModel) -> float | None:
     return q.weight_bits if q is not None and q.below_8_bit and not q.experts_only else None
 
 
+#: Batches :func:`smallest_equal_batch` prices together per round (one ``evaluate_many``
+#: call: a round of 32 costs little more than one probe, so three rounds replace a dozen
+#: bisection steps on a batch of thousands).
+EQUAL_BATCH_PROBES = 32
+
+
+def first_true(lo: int, hi: int, ok: Callable[[np.ndarray], np.ndarray],
+               probes: int = EQUAL_BATCH_PROBES) -> int:
+    """The smallest ``k`` in ``[lo, hi]`` with ``ok(k)``, for a predicate true from some
+    ``k`` up and true at ``hi`` (taken, never probed): bisection's answer, by rounds of up to
+    ``probes`` values priced in one call of ``ok`` (``[m]`` int → ``[m]`` bool), each round
+    narrowing the interval to the gap before its first true probe."""
+    while lo < hi:
+        ks = np.unique(np.linspace(lo, hi - 1, min(probes, hi - lo)).round().astype(np.int64))
+        true = np.flatnonzero(ok(ks))
+        if len(true) == 0:
+            lo = int(ks[-1]) + 1
+            continue
+        j = int(true[0])
+        hi = int(ks[j])
+        if j > 0:
+            lo = int(ks[j - 1]) + 1
+        elif ks[0] == lo:
+            break
+    return hi
+
+
 def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
     """``best`` at the smallest batch (a multiple of its DP degree) that is feasible with the
-    same tokens/s per device, found by bisection over the batch: above the batch a step's
+    same tokens/s per device, found by rounds of probes over the batch: above the batch a step's
     token budget keeps progressing (:meth:`~learn_to_shard.cost.model.CostModel.phase_rows`)
     a larger batch only holds more KV cache for the same throughput and step time, so the
     searchers' ties (within :data:`EQUAL_BATCH_REL_TOL`) go to the batch an engine should be
@@ -350,21 +378,14 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
         return best
     index = np.searchsorted(np.asarray(trial.space.batch_values), batches)
 
-    def ok(k: int) -> bool:
-        act = base.copy()
-        act[BATCH_HEAD] = index[k - 1]
-        e = trial.evaluate_many(act[None, :])
+    def ok(ks: np.ndarray) -> np.ndarray:
+        act = np.repeat(base[None, :], len(ks), axis=0)
+        act[:, BATCH_HEAD] = index[ks - 1]
+        e = trial.evaluate_many(act)
         # equal to rounding: the plateau's throughput differs by an ulp from batch to batch
-        return bool(e.feasible[0]) and float(e.tokens_per_s_per_device[0]) >= \
-            target * (1.0 - EQUAL_BATCH_REL_TOL)
+        return e.feasible & (e.tokens_per_s_per_device >= target * (1.0 - EQUAL_BATCH_REL_TOL))
 
-    lo, hi, found_k = 1, top, top
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi, found_k = mid, mid
-        else:
-            lo = mid + 1
+    found_k = first_true(1, top, ok)
     if found_k == top:
         return best
     return trial.evaluate(dataclasses.replace(s, batch=int(found_k * step)))
