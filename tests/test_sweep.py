@@ -233,7 +233,7 @@ def test_an_infeasible_rows_slo_hint_names_no_flag():
                                           "concurrency": 128}]}, "test")
     (row,) = (run_cell(c) for c in expand(grid))
     assert row["feasible"] is False and row["error"] is None
-    assert "a TPOT SLO of 43.1 ms would make the closest candidate feasible" in row["reasons"]
+    assert "a TPOT SLO of 43 ms would make the closest candidate feasible" in row["reasons"]
     assert "--tpot-slo" not in row["reasons"]
 
 
