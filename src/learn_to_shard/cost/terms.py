@@ -279,7 +279,7 @@ class OperatorTerms:
         # HBM traffic whatever the workload's dtype; FP8 and 16-bit checkpoints are stored as
         # the workload's dtype says (its FP8 choice is the checkpoint's by default).
         q = model.quant
-        low = q is not None and q.below_8_bit
+        low = q is not None and q.packed
         bits_b = q.weight_bits / 8.0 if q is not None else 0.0
         self._wb = bits_b if low and q is not None and not q.experts_only \
             else float(workload.weight_dtype.bytes)

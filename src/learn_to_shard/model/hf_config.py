@@ -1871,7 +1871,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     qf = top if top.has("quantization_config") or not f.has("quantization_config") else f
     quant = read_quant(qf, src.quant, src.quant_source, moe_layers)
     block = _weight_block_size(qf)
-    expert_bits = quant.weight_bits if quant is not None and quant.below_8_bit \
+    expert_bits = quant.weight_bits if quant is not None and quant.packed \
         and quant.experts_only else None
     return ModelSpec(name=src.name, source=source, source_kind=src.kind, repo_id=src.repo_id,
                      remote_code=isinstance(data.get("auto_map"), dict), quant=quant,

@@ -129,6 +129,17 @@ class QuantSpec:
         return self.weight_bits < 8.0
 
     @property
+    def packed(self) -> bool:
+        """Weights stored at :attr:`weight_bits` whatever the workload's dtype: every format
+        below 8 bits, and 8-bit integer weights beside 16-bit activations (GPTQ / AWQ 8-bit,
+        compressed-tensors W8A16), whose GEMMs dequantise to 16-bit math (vLLM's Marlin
+        kernels take ``uint8b128`` as they take ``uint4b8``: ``marlin_utils.py``
+        ``query_marlin_supported_quant_types``). FP8 and W8A8 INT8 checkpoints are stored as
+        the workload's dtype says (``ModelSpec.checkpoint_dtype`` fp8)."""
+        return self.below_8_bit or (not self.fp8 and not self.fp4 and not self.int8_activations
+                                    and self.weight_bits < 16.0)
+
+    @property
     def modelopt(self) -> bool:
         """True for an NVIDIA ModelOpt export (``method`` ``modelopt:*``), whose FP8 KV
         scales vLLM's and SGLang's ``auto`` KV dtype takes

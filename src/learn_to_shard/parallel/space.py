@@ -417,7 +417,7 @@ class StrategySpace:
         if m.weight_block_size is not None:
             flag("quant_block", self._quant_block_bad(dims, tp, etp))
         quant = m.quant
-        if quant is not None and (quant.group_size is not None or quant.below_8_bit) \
+        if quant is not None and (quant.group_size is not None or quant.packed) \
                 and quant.method != "mxfp4":
             flag("quant_group", self._quant_group_bad(dims, tp, etp))
         if self.engine is not None:
@@ -597,13 +597,13 @@ class StrategySpace:
                          ) -> np.ndarray:
         """Group-quantised checkpoints: each K shard holds whole groups (vLLM
         ``gptq_marlin.py`` / ``awq_marlin.py`` and ModelOpt NVFP4 ``create_weights``:
-        ``input_size_per_partition % group_size``); INT4 Marlin kernels also need
+        ``input_size_per_partition % group_size``); INT4 and INT8 Marlin kernels also need
         ``K_shard % 128`` and ``N_shard % 64`` (vLLM ``marlin_utils.py``
         ``GPTQ_MARLIN_MIN_THREAD_K = 128``, ``GPTQ_MARLIN_MIN_THREAD_N = 64``,
         ``check_marlin_supports_shape``)."""
         q = self.model.quant
         assert q is not None
-        marlin = not q.fp4 and q.below_8_bit
+        marlin = not q.fp4 and q.packed
         out = np.zeros(len(dims), dtype=bool)
         for mask, size, t, is_k in self._split_dims(dims, tp, etp,
                                                     experts_only=q.experts_only):

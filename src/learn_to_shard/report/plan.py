@@ -319,7 +319,7 @@ def weights_label(plan: Plan) -> str:
 def _linear_weight_bits(cm: CostModel) -> float | None:
     """:attr:`Plan.linear_weight_bits` of ``cm``'s checkpoint."""
     q = cm.model.quant
-    return q.weight_bits if q is not None and q.below_8_bit and not q.experts_only else None
+    return q.weight_bits if q is not None and q.packed and not q.experts_only else None
 
 
 #: Batches :func:`smallest_equal_batch` prices together per round (one ``evaluate_many``
@@ -605,7 +605,7 @@ def _weights_format(cm: CostModel) -> str:
     m, wl = cm.model, cm.workload
     q = m.quant
     dev = cm.cluster.device
-    if q is not None and q.below_8_bit:
+    if q is not None and q.packed:
         scope = "routed experts" if q.experts_only else "linear weights"
         math = "FP4 tensor-core math" if q.fp4 and dev.peak_fp4_flops_per_s else \
             "dequantised to 16-bit math" + (" (no FP4 math on this device)" if q.fp4 else "")
