@@ -1380,3 +1380,28 @@ def test_a_forgotten_phase_serve_is_named_not_planned_as_decode(tmp_path):
             r.output, r.output
     ok = CliRunner().invoke(app, [*base, "--context", "1024", "--tpot-slo", "50ms", "-q"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_make_cost_model_refuses_what_it_would_ignore():
+    """``make_cost_model`` with an unknown engine name restricted nothing, silently (a
+    mis-cased one too); a non-string model raised AttributeError from deep inside, and a
+    list dtype TypeError. Names fold case as ``plan`` folds them; a path may be os.PathLike."""
+    from pathlib import Path
+
+    from learn_to_shard.api import make_cost_model, make_workload
+
+    wl = make_workload("serve", isl=1024, osl=256)
+    assert make_cost_model("qwen3-30b-a3b", "h100-sxm:8", wl,
+                           engine="VLLM").space.engine.name == "vllm"
+    with pytest.raises(ConfigError, match="'vlm' is not an engine profile"):
+        make_cost_model("qwen3-30b-a3b", "h100-sxm:8", wl, engine="vlm")
+    for bad in (5, None):
+        with pytest.raises(ConfigError, match="model: a name, a config.json path"):
+            make_cost_model(bad, "h100-sxm:8", wl)                  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="cluster: DEVICE:COUNT"):
+        make_cost_model("llama-3.1-8b", 8, wl)                     # type: ignore[arg-type]
+    shipped = Path(learn_to_shard.__file__).parent / "data" / "models" / "llama-3.1-8b.json"
+    assert make_cost_model(shipped, "h100-sxm:1", wl).model.name == "llama-3.1-8b"
+    with pytest.raises(ConfigError, match="--dtype: \\['bf16'\\] is not one of"):
+        learn_to_shard.plan("llama-3.1-8b", "h100-sxm:1", "serve", isl=10, osl=10,
+                            dtype=["bf16"])                        # type: ignore[arg-type]

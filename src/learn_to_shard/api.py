@@ -73,7 +73,8 @@ def make_workload(phase: str = "decode", isl: int | None = None, osl: int | None
         raise ConfigError(f"--phase: {phase!r} is not one of decode, prefill, serve") from None
     valid = ", ".join(d.value for d in DType)
     for flag, text in (("--dtype", dtype), ("--kv-dtype", kv_dtype)):
-        if text is not None and text not in {d.value for d in DType}:
+        if text is not None and (not isinstance(text, str)
+                                 or text not in {d.value for d in DType}):
             hint = " (fp16 runs like bf16: use bf16)" if text == "fp16" else ""
             raise ConfigError(f"{flag}: {text!r} is not one of {valid}{hint}")
     wd = DType(dtype)
@@ -297,8 +298,9 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
             :attr:`~learn_to_shard.parallel.space.StrategySpace.cp_values`); False: ``cp = 1``.
 
     Raises:
-        ConfigError, UnsupportedModelError: on bad model or cluster input, or a workload,
-            config or engine of the wrong kind.
+        ConfigError, UnsupportedModelError: on bad model or cluster input (a path may be
+            a ``str`` or ``os.PathLike``), or a workload, config or engine of the wrong kind
+            or name.
     """
     import dataclasses
 
@@ -310,6 +312,20 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
     if config is not None and not isinstance(config, CostModelConfig):
         raise ConfigError(f"config: a CostModelConfig (cost_config(...)), got {config!r}")
     _check_engine_name(engine, "engine")
+    engine = _folded(engine)
+    if engine is not None and engine not in ENGINES and engine not in ENGINE_PROFILES:
+        # an unknown (or mis-cased) name would restrict nothing, silently
+        raise ConfigError(f"engine: {engine!r} is not an engine profile; one of "
+                          f"{', '.join(sorted(set(ENGINES) | set(ENGINE_PROFILES)))}, or None")
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if isinstance(cluster, os.PathLike):
+        cluster = os.fspath(cluster)
+    if not isinstance(model, (str, ModelSpec)):
+        raise ConfigError(f"model: a name, a config.json path or a ModelSpec, got {model!r}")
+    if not isinstance(cluster, (str, ClusterSpec)):
+        raise ConfigError(f"cluster: DEVICE:COUNT, a cluster JSON path or a ClusterSpec, got "
+                          f"{cluster!r}")
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
     profile = ENGINES.get(engine or "")
