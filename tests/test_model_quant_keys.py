@@ -285,6 +285,20 @@ def test_modelopt_awq_zero_points_are_read(tmp_path: Path) -> None:
     assert "has_zero_point" in _refusal(tmp_path, "llama-3.1-8b", nv)
 
 
+@pytest.mark.parametrize("algo, group", [("W4A16_AWQ", 0), ("W4A16_AWQ", "64"),
+                                         ("NVFP4", 32.0), ("NVFP4", "32"), ("NVFP4", 32)])
+def test_a_modelopt_group_size_that_is_not_a_valid_integer_is_refused(
+        tmp_path: Path, algo: str, group: object) -> None:
+    """A ModelOpt ``group_size`` of 0, a string or a float was priced at the default (128
+    for AWQ, 16 for NVFP4) while the integer 32 was refused for NVFP4: every one is refused,
+    naming the field."""
+    from learn_to_shard.errors import ConfigError
+
+    qc = {"quant_method": "modelopt", "quant_algo": algo, "group_size": group}
+    with pytest.raises(ConfigError, match="group_size must be"):
+        _with_quant(tmp_path, "llama-3.1-8b", qc)
+
+
 def test_engines_plan_the_kv_cache_as_their_auto_loads_the_checkpoint() -> None:
     """TensorRT-LLM's ``kv_cache_config.dtype`` ``auto``, vLLM's and SGLang's
     ``--kv-cache-dtype auto`` take a ModelOpt checkpoint's ``kv_cache_quant_algo``; no

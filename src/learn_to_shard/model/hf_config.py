@@ -906,7 +906,8 @@ def _modelopt_quant(algo: Any, q: dict[str, Any], source: str,
     Raises:
         UnsupportedModelError: an algorithm the cost model does not price, an unknown key,
             a KV-cache scheme other than FP8, or an exclusion list it cannot price.
-        ConfigError: an NVFP4 ``group_size`` other than 16.
+        ConfigError: a ``group_size`` that is not a positive integer, or an NVFP4 one
+            other than 16.
     """
     name = str(algo).upper()
     fp8 = name.startswith("FP8")      # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO
@@ -928,16 +929,18 @@ def _modelopt_quant(algo: Any, q: dict[str, Any], source: str,
         return QuantSpec(f"modelopt:{name}", 8.0, fp8=True, kv_cache_fp8=kv,
                          kept_16bit=scope.kept, source=source)
     group = q.get("group_size")
+    given = group is not None
+    if given and (not isinstance(group, int) or isinstance(group, bool) or group <= 0):
+        raise ConfigError(f"{source}: group_size must be a positive integer (NVFP4: 16; the "
+                          f"AWQ algorithms: e.g. 128), got {_short(group)}")
     if name == "NVFP4":
-        g = group if isinstance(group, int) and not isinstance(group, bool) else 16
-        if g != 16:
+        if given and group != 16:
             raise ConfigError(f"{source}: NVFP4 group_size must be 16 (one FP8 scale per 16 "
                               f"FP4 values), got {_short(group)}")
         return QuantSpec("modelopt:NVFP4", 4.0 + 8.0 / 16, fp4=True, group_size=16,
                          experts_only=scope.experts_only, kv_cache_fp8=kv,
                          kept_16bit=scope.kept, source=source)
-    g = group if isinstance(group, int) and not isinstance(group, bool) and group > 0 \
-        else 128
+    g = group if given else 128
     return QuantSpec(f"modelopt:{name}", _group_bits(4, g, zero_point=zero),
                      group_size=g, experts_only=scope.experts_only, kv_cache_fp8=kv,
                      kept_16bit=scope.kept, source=source)
