@@ -456,3 +456,18 @@ def test_a_config_without_max_positions_gets_its_config_class_default(tmp_path, 
     assert r.exit_code == 2 and str(positions) in r.output.replace(",", "")
     assert "config class's default: the config leaves max_position_embeddings out" in \
         " ".join(r.output.split())
+
+
+def test_a_deepseek_config_with_moe_fields_but_no_expert_count_is_refused(tmp_path):
+    """A DeepSeek-V3 config without ``n_routed_experts`` (or spelling it ``num_experts``)
+    but with its other MoE fields planned as a dense 37B model, silently; it is refused,
+    naming the field and the MoE fields given without it."""
+    data = json.loads(resources.files("learn_to_shard").joinpath(
+        "data", "models", "deepseek-v3.json").read_text())
+    data.pop("n_routed_experts")
+    for extra in ({}, {"num_experts": 256}):
+        path = tmp_path / f"ds{len(extra)}.json"
+        path.write_text(json.dumps(data | extra))
+        with pytest.raises(ConfigError, match="missing required field 'n_routed_experts' "
+                                              "\\(the routed-expert count; num_experts_per_tok"):
+            load_model(str(path))

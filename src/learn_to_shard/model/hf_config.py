@@ -1314,6 +1314,12 @@ def _deepseek_moe(f: _Fields, num_layers: int,
         num_experts is not None and i >= first_dense and i % freq == 0 for i in range(num_layers)
     ]
     if num_experts is None:
+        routed = [k for k in ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+                              "num_experts") if f.has(k)]
+        if routed:
+            # MoE fields without the expert count: a dense model would be planned silently
+            raise f.error("n_routed_experts", f"the routed-expert count; {', '.join(routed)} "
+                          f"{'is' if len(routed) == 1 else 'are'} given without it")
         return is_moe, None
     top_k = f.integer("num_experts_per_tok")
     _moe_check(f, num_experts, top_k, "num_experts_per_tok")
