@@ -92,3 +92,21 @@ def test_resume_names_a_fingerprint_field_an_earlier_l2s_did_not_write(tmp_path)
                                                    "result": {}}))
     with pytest.raises(PlannerError, match=r"\(space_engine differs\)"):
         store.check(resume=True)
+
+
+def test_resume_refuses_a_run_file_under_another_runs_name(tmp_path):
+    """A run file copied onto another seed's name (sa-seed0 as sa-seed1) was read as that
+    seed, so the mean counted one run twice: --resume refuses it, naming what it holds."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    args = ["compare", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--phase",
+            "serve", "--isl", "512", "--osl", "128", "--methods", "sa", "--seeds", "2",
+            "--budget", "100", "--out", str(tmp_path / "c"), "-q"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    runs = tmp_path / "c" / "runs"
+    (runs / "sa-seed1.json").write_text((runs / "sa-seed0.json").read_text())
+    r = CliRunner().invoke(app, [*args, "--resume"])
+    assert r.exit_code == 2 and "holds the run of sa seed 0, not sa seed 1" in r.output, \
+        r.output

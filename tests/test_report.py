@@ -218,3 +218,23 @@ def test_an_engine_cell_says_what_the_unrestricted_strategy_breaks_there():
     row["unrestricted_under_engine_violations"] = []
     assert at_engine_costs(row) == "281.6 tok/s/device"
     assert at_engine_costs({}) == "degrees not in the engine's space"
+
+
+def test_an_ascii_locale_prints_and_writes_reports_without_an_encoding_error(tmp_path):
+    """Under LC_ALL=C without Python's UTF-8 mode the report files were written in the
+    locale's encoding (a UnicodeEncodeError on the strategies' ∅, an empty report.html left
+    behind) and the terminal raised on the same symbols: the files are UTF-8 whatever the
+    locale, the terminal gets escapes, exit 0."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+           "PYTHONIOENCODING": ""}
+    r = subprocess.run([sys.executable, "-c", "from learn_to_shard.cli import main; main()",
+                        "plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2",
+                        "--phase", "serve", "--isl", "512", "--osl", "128", "--report",
+                        str(tmp_path / "r")], env=env, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode("utf-8", "replace")[-2000:]
+    html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    assert "∅" in html and "charset='utf-8'" in html.replace('"', "'")

@@ -162,6 +162,15 @@ HEADER = "id,model,hardware,tp,devices,batch,isl,osl,metric,value,collective,mes
     ("x,llama-3.1-8b,h100-sxm,8,,1,,,collective_s,1e-5,,1024", "'collective'"),
     ("x,llama-3.1-8b,h100-sxm,8,,1,,,link_bytes_per_s,1e9,all_to_all,-5", "message_bytes"),
     ("", "no measurement rows"),
+    # a row short of the header (a reordered or truncated file) was a traceback
+    ("x,llama-3.1-8b,h100-sxm,1", "line 2: 4 fields where the header has 12"),
+    ("x,llama-3.1-8b,h100-sxm,1,,1,1024,128,output_tokens_per_s,100,,,7",
+     "13 fields where the header has 12"),
+    # a collective over one rank moves nothing; it was scored at -100%
+    ("x,llama-3.1-8b,h100-sxm,1,,1,,,collective_s,1e-4,all_reduce,1000000",
+     "needs a group of 2 or more devices"),
+    ("x,llama-3.1-8b,h100-sxm,1,,1,,,link_bytes_per_s,1e9,all_reduce,1000000",
+     "needs a group of 2 or more devices"),
 ])
 def test_bad_table_values_are_one_line_errors(tmp_path, row, needle):
     bad = tmp_path / "bad.csv"
@@ -515,3 +524,20 @@ def test_validate_serving_report_holds_the_serving_rows_and_medians(monkeypatch)
     assert back["summary"]["held-out"]["ttft_ms_median_abs_err"] == pytest.approx(0.2)
     assert [r["id"] for r in back["rows"]] == ["a", "b"] and back["rows"][0]["x"] is None
     assert back["rows"][1]["reason"] == "model not shipped"
+
+
+def test_table_errors_name_the_files_own_line_and_a_repeated_column(tmp_path):
+    """The line an error names counts the blank lines and the quoted line breaks before the
+    row (it counted rows); a column twice in the header is refused (the second value was
+    read, silently)."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER.rstrip("\n") + ",notes\n"
+                   + "a,llama-3.1-8b,h100-sxm,1,,1,1024,128,output_tokens_per_s,100,,,\"one\n"
+                   + "two\"\n\nx,llama-3.1-8b,h100-sxm,0,,1,1024,128,output_tokens_per_s,"
+                   + "100,,,\n")
+    res = runner.invoke(app, ["validate", "--table", str(bad)])
+    assert res.exit_code == 2 and "bad.csv line 5:" in res.stderr, res.output
+    bad.write_text(HEADER.rstrip("\n") + ",value\n"
+                   + "a,llama-3.1-8b,h100-sxm,1,,1,1024,128,output_tokens_per_s,100,,,5\n")
+    res = runner.invoke(app, ["validate", "--table", str(bad)])
+    assert res.exit_code == 2 and "column value appears more than once" in res.stderr

@@ -198,8 +198,9 @@ MoeRoutingOpt = Annotated[str | None, typer.Option(
 BatchedTokensOpt = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default: the engine's for the device, e.g. vLLM 8192 on H100, 2048 on A100; 8192 without "
-    "--engine): bounds the step, the prefill chunk and the activation workspace (a decode "
-    "plan's too: the engine reserves a step of the whole budget).")]
+    "--engine): bounds the step, the prefill chunk and the activation workspace. Refused "
+    "with --phase decode, whose plans reserve the workspace of a step of the default "
+    "budget, as engines do.")]
 
 
 ReportOpt = typer.Option(None, "--report", help="Also write a self-contained HTML report "
@@ -478,7 +479,7 @@ def _check_budget(budget: int) -> None:
 def _write(path: Path, text: str, flag: str) -> None:
     """Write ``text`` to ``path``; an OS error (full disk included) becomes one line naming
     ``flag`` and ``path``, and exit 2."""
-    _saved(lambda: path.write_text(text), path, flag)
+    _saved(lambda: path.write_text(text, encoding="utf-8"), path, flag)
 
 
 def _saved(save: Callable[[], object], path: Path, flag: str) -> None:
@@ -2214,6 +2215,13 @@ def main() -> None:
     by_name: dict[str, type[Exception]] = {
         c.__name__: c for c in typer.BadParameter.__mro__ if issubclass(c, Exception)}
     usage_error, click_exception = by_name["UsageError"], by_name["ClickException"]
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal whose encoding cannot hold the plans' symbols (∅, ×, ≤ under an ASCII
+        # locale) gets them as escapes rather than a UnicodeEncodeError; files l2s writes
+        # are UTF-8 whatever the locale.
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     if hasattr(signal, "SIGPIPE"):
         # A reader that closes stdout early (`l2s plan ... | head`) ends l2s as it ends other
         # Unix tools, by SIGPIPE (exit 141 in the shell), not as click's exit 1, which is

@@ -237,7 +237,7 @@ def write_factors(results: Sequence[CalibrationResult], path: str | Path | None 
         table=r.table or default_table, loss=r.loss, date=date, commit=commit)
         for r in results})
     try:
-        out.write_text(json.dumps(doc.model_dump(), indent=2) + "\n")
+        out.write_text(json.dumps(doc.model_dump(), indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{out}: cannot write the factors file: {exc.strerror}") from None
     return out

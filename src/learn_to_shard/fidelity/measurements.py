@@ -143,10 +143,22 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
     if unknown:
         raise ConfigError(f"{p}: unknown column(s) {', '.join(unknown)}; allowed: "
                           f"{', '.join(COLUMNS)}")
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise ConfigError(f"{p}: column{'s' if len(twice) > 1 else ''} {', '.join(twice)} "
+                          f"appear{'' if len(twice) > 1 else 's'} more than once in the "
+                          f"header; each column once")
     rows: list[Measurement] = []
     seen: set[str] = set()
-    for i, row in enumerate(reader, start=2):
-        where = f"{p} line {i}"
+    for row in reader:
+        # the file's line where the row ends (blank lines and quoted line breaks counted)
+        where = f"{p} line {reader.line_num}"
+        if None in row or None in row.values():
+            # DictReader: missing fields read None, extra ones are listed under None
+            got = sum(v is not None for k, v in row.items() if k is not None) \
+                + len(row.get(None) or ())
+            raise ConfigError(f"{where}: {got} fields where the header has {len(header)}; "
+                              f"every row has one field per column (empty ones as ,,)")
         rid = (row.get("id") or "").strip()
         if not rid:
             raise ConfigError(f"{where}: empty 'id'")
@@ -179,6 +191,10 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
                               f"{', '.join(COLLECTIVES)}")
         mb = (row.get("message_bytes") or "").strip()
         message_bytes = _finite(mb) if mb else 0.0
+        if metric in ("collective_s", "link_bytes_per_s") and devices < 2:
+            raise ConfigError(f"{where}: a {metric} row needs a group of 2 or more devices "
+                              f"(column 'devices' or tp × pp × dp): over one rank no "
+                              f"collective runs and no link carries bytes")
         if metric == "collective_s":
             if not coll:
                 raise ConfigError(f"{where}: a collective_s row needs column 'collective' "

@@ -233,7 +233,7 @@ class RunStore:
 
     def _read(self, path: Path) -> dict[str, Any]:
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise PlannerError(f"--resume: cannot read run file {path} ({exc}); delete it to "
                                "run that seed again") from None
@@ -295,10 +295,16 @@ class RunStore:
             raise PlannerError(f"--resume: {path} is a run of a different problem; use "
                                "another --out or leave out --resume")
         try:
-            return SearchResult.from_dict(data["result"])
+            result = SearchResult.from_dict(data["result"])
         except (KeyError, TypeError, ValueError) as exc:
             raise PlannerError(f"--resume: {path}: bad run record ({exc}); delete it to run "
                                "that seed again") from None
+        if result.method != method or result.seed != seed:
+            # a file copied or renamed onto another run's name would count one run twice
+            raise PlannerError(f"--resume: {path} holds the run of {result.method} seed "
+                               f"{result.seed}, not {method} seed {seed}; delete it to run "
+                               f"that seed again")
+        return result
 
     def save(self, result: SearchResult) -> Path:
         """Write ``result`` atomically (temporary file in the same folder, then
@@ -313,7 +319,7 @@ class RunStore:
                                      "result": result.to_dict()}), separators=(",", ":"))
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # hidden: not a run file
         try:
-            tmp.write_text(text)
+            tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)

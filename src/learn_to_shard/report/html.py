@@ -421,6 +421,6 @@ def write_report(directory: str | Path, title: str, sections: list[Section]) -> 
                  "function(x){return x.complete&&x.naturalWidth>0}).length+'/'+i.length)})"
                  "</script></body></html>")
     h, m = d / "report.html", d / "report.md"
-    h.write_text("\n".join(parts))
-    m.write_text("\n".join(md) + "\n")
+    h.write_text("\n".join(parts), encoding="utf-8")
+    m.write_text("\n".join(md) + "\n", encoding="utf-8")
     return h, m

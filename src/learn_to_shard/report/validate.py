@@ -77,7 +77,7 @@ def save_json(report: ValidationReport, path: str | Path,
     """Write :meth:`ValidationReport.to_dict` as JSON, with the keys of ``extra`` beside it
     (``l2s validate --serving``: ``serving``)."""
     out = Path(path)
-    out.write_text(json.dumps({**report.to_dict(), **(extra or {})}, indent=2))
+    out.write_text(json.dumps({**report.to_dict(), **(extra or {})}, indent=2), encoding="utf-8")
     return out
 
 
