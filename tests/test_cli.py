@@ -1396,9 +1396,9 @@ def test_make_cost_model_refuses_what_it_would_ignore():
     with pytest.raises(ConfigError, match="'vlm' is not an engine profile"):
         make_cost_model("qwen3-30b-a3b", "h100-sxm:8", wl, engine="vlm")
     for bad in (5, None):
-        with pytest.raises(ConfigError, match="model: a name, a config.json path"):
+        with pytest.raises(ConfigError, match="model: a shipped name, a config.json path"):
             make_cost_model(bad, "h100-sxm:8", wl)                  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="cluster: DEVICE:COUNT"):
+    with pytest.raises(ConfigError, match="cluster: 'DEVICE:COUNT'"):
         make_cost_model("llama-3.1-8b", 8, wl)                     # type: ignore[arg-type]
     shipped = Path(learn_to_shard.__file__).parent / "data" / "models" / "llama-3.1-8b.json"
     assert make_cost_model(shipped, "h100-sxm:1", wl).model.name == "llama-3.1-8b"

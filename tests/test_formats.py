@@ -62,42 +62,30 @@ def test_int_weight_only_bits_include_scales(tmp_path: Path, qc: dict, bits: flo
     assert not q.fp8 and not q.fp4
 
 
-def test_int4_weights_are_priced_at_their_real_bytes(tmp_path: Path) -> None:
-    """Per-device weight bytes of a GPTQ-int4 Llama-3.1-8B: the linear layers at 4.156
-    bits, the 16-bit embedding and LM head unchanged."""
-    bf16 = load_model("llama-3.1-8b")
-    gptq = _with_quant(tmp_path, "llama-3.1-8b", GPTQ_G128)
-    cluster = parse_cluster("h100-sxm:1")
-    wl = Workload(Phase.DECODE, isl=1024)
-    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=1)
-    w16 = CostModel(bf16, cluster, wl).evaluate(s).memory.weight_bytes
-    w4 = CostModel(gptq, cluster, wl).evaluate(s).memory.weight_bytes
-    emb = 2 * 128256 * 4096 * 2.0                    # embedding + untied LM head, bf16
-    assert w4 - emb == pytest.approx((w16 - emb) * (4 + 20 / 128) / 16, rel=1e-9)
-
-
 @pytest.mark.parametrize("qc, bits", [
+    (GPTQ_G128, 4 + 20 / 128),
     ({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True, "desc_act": False},
      8 + 24 / 128),                      # GPTQ stores its zero points even when symmetric
     ({"quant_method": "awq", "bits": 8, "group_size": 128, "zero_point": True,
       "version": "gemm"}, 8 + 24 / 128),
 ])
-def test_int8_weight_only_weights_are_priced_at_their_real_bytes(tmp_path: Path, qc: dict,
-                                                                 bits: float) -> None:
-    """8-bit GPTQ/AWQ keep 16-bit activations (Marlin dequantises to 16-bit math), so the
-    workload stays bf16; the weights still hold 8 bits plus scales, not 16 (they were
-    priced at 16.06 GB on Llama-3.1-8B, about 9.2 GB stored)."""
+def test_int_weight_only_weights_are_priced_at_their_real_bytes(tmp_path: Path, qc: dict,
+                                                                bits: float) -> None:
+    """Per-device weight bytes of an integer weight-only Llama-3.1-8B: the linear layers at
+    their stored bits, the 16-bit embedding and LM head unchanged. 8-bit GPTQ/AWQ keep
+    16-bit activations (Marlin dequantises to 16-bit math), so the workload stays bf16, and
+    were priced at 16 bits (16.06 GB where about 9.2 GB are stored)."""
     bf16 = load_model("llama-3.1-8b")
-    q8 = _with_quant(tmp_path, "llama-3.1-8b", qc)
-    assert q8.quant is not None and q8.quant.packed and q8.checkpoint_dtype == "bf16"
-    assert q8.quant.weight_bits == pytest.approx(bits)
+    q = _with_quant(tmp_path, "llama-3.1-8b", qc)
+    assert q.quant is not None and q.quant.packed and q.checkpoint_dtype == "bf16"
+    assert q.quant.weight_bits == pytest.approx(bits)
     cluster = parse_cluster("h100-sxm:1")
     wl = Workload(Phase.DECODE, isl=1024)
     s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=1)
     w16 = CostModel(bf16, cluster, wl).evaluate(s).memory.weight_bytes
-    w8 = CostModel(q8, cluster, wl).evaluate(s).memory.weight_bytes
+    wq = CostModel(q, cluster, wl).evaluate(s).memory.weight_bytes
     emb = 2 * 128256 * 4096 * 2.0                    # embedding + untied LM head, bf16
-    assert w8 - emb == pytest.approx((w16 - emb) * bits / 16, rel=1e-9)
+    assert wq - emb == pytest.approx((w16 - emb) * bits / 16, rel=1e-9)
 
 
 def test_gptq_group_rule_refuses_qwen25_tp8(tmp_path: Path) -> None:

@@ -173,6 +173,27 @@ def _check_engine_name(engine: object, flag: str) -> None:
                           f"{engine!r}")
 
 
+def _model_and_cluster(model: object, cluster: object
+                       ) -> tuple[str | ModelSpec, str | ClusterSpec]:
+    """``model`` and ``cluster`` as the API reads them: a path given as ``os.PathLike`` as
+    its string.
+
+    Raises:
+        ConfigError: either is of another type (naming it and what would be valid).
+    """
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if isinstance(cluster, os.PathLike):
+        cluster = os.fspath(cluster)
+    if not isinstance(model, (str, ModelSpec)):
+        raise ConfigError(f"model: a shipped name, a config.json path or a ModelSpec, got "
+                          f"{model!r}")
+    if not isinstance(cluster, (str, ClusterSpec)):
+        raise ConfigError(f"cluster: 'DEVICE:COUNT', a cluster JSON path or a ClusterSpec, "
+                          f"got {cluster!r}")
+    return model, cluster
+
+
 def _is_int(value: object) -> bool:
     """A whole number given as an integer (Python's or NumPy's; not a bool, float or
     string)."""
@@ -317,15 +338,7 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
         # an unknown (or mis-cased) name would restrict nothing, silently
         raise ConfigError(f"engine: {engine!r} is not an engine profile; one of "
                           f"{', '.join(sorted(set(ENGINES) | set(ENGINE_PROFILES)))}, or None")
-    if isinstance(model, os.PathLike):
-        model = os.fspath(model)
-    if isinstance(cluster, os.PathLike):
-        cluster = os.fspath(cluster)
-    if not isinstance(model, (str, ModelSpec)):
-        raise ConfigError(f"model: a name, a config.json path or a ModelSpec, got {model!r}")
-    if not isinstance(cluster, (str, ClusterSpec)):
-        raise ConfigError(f"cluster: DEVICE:COUNT, a cluster JSON path or a ClusterSpec, got "
-                          f"{cluster!r}")
+    model, cluster = _model_and_cluster(model, cluster)
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)
     profile = ENGINES.get(engine or "")
@@ -406,16 +419,7 @@ def plan(model: str | os.PathLike[str] | ModelSpec, cluster: str | os.PathLike[s
         made = f"engine {config.engine!r}" if config.engine else "no engine"
         raise ConfigError(f"config: made for {made}, not {engine!r}; build it with "
                           f"cost_config({engine!r}, ...)")
-    if isinstance(model, os.PathLike):
-        model = os.fspath(model)
-    if isinstance(cluster, os.PathLike):
-        cluster = os.fspath(cluster)
-    if not isinstance(model, (str, ModelSpec)):
-        raise ConfigError(f"model: a shipped name, a config.json path or a ModelSpec, got "
-                          f"{model!r}")
-    if not isinstance(cluster, (str, ClusterSpec)):
-        raise ConfigError(f"cluster: 'DEVICE:COUNT', a cluster JSON path or a ClusterSpec, "
-                          f"got {cluster!r}")
+    model, cluster = _model_and_cluster(model, cluster)
     if config is not None and not isinstance(config, CostModelConfig):
         raise ConfigError(f"config: a CostModelConfig (cost_config(...)), got {config!r}")
     if not isinstance(context_parallel, bool):
