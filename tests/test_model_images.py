@@ -208,3 +208,25 @@ def test_report_says_the_vision_tower_and_the_images(tmp_path: Path) -> None:
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "vision tower (gemma3, ~0.42B params) in memory" in md
     assert "prompt = 512 text + 2 image(s) x 256 tokens" in md
+
+
+def test_a_wrapper_text_config_of_the_wrong_type_is_named_as_such(tmp_path):
+    """A Gemma-3 wrapper whose ``text_config`` is a list said the field was missing; it
+    names the value and that it must be an object. Absent, it is missing."""
+    import json
+    from importlib import resources
+
+    from learn_to_shard.errors import ConfigError
+    from learn_to_shard.model import load_model
+
+    data = json.loads(resources.files("learn_to_shard").joinpath(
+        "data", "models", "gemma-3-12b-it.json").read_text())
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps(data | {"text_config": [data["text_config"]]}))
+    with pytest.raises(ConfigError, match="field 'text_config' must be a JSON object .*\\(list\\)"):
+        load_model(str(listed))
+    data.pop("text_config")
+    absent = tmp_path / "absent.json"
+    absent.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="missing required field 'text_config'"):
+        load_model(str(absent))

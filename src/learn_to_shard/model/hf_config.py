@@ -1803,7 +1803,10 @@ def load_model(name_or_path: str) -> ModelSpec:
         wrapper, text_type = model_type, _FLAT_WRAPPERS[model_type]
     elif model_type in ("llava", "llava_next", "mistral3", "internvl_chat", "internvl",
                         "qwen3_vl", "qwen3_vl_moe", "gemma3"):
-        raise top.error("text_config", "a JSON object (the wrapper's language model)")
+        # present but not an object names its value; absent, the field
+        given = next((k for k in _WRAPPER_KEYS if data.get(k) is not None), "text_config")
+        raise top.error(given, "a JSON object (the wrapper's language model)",
+                        *((data[given],) if given in data else ()))
     spelled = str(text_type)
     text_type = _TEXT_ALIASES.get(str(text_type), text_type)
     if text_type == "llama4":
