@@ -2023,7 +2023,7 @@ def size_cmd(
             what += " among the searches finished"
         cost = "" if best.cost_per_hour is None else f", {best.cost_per_hour:,.2f} per hour"
         # Ranked SLO-meeting first (rank_key): a best fleet that misses is the closest only.
-        met = best.queue_slo_met and not best.falls_behind
+        met = best.meets_slos
         fleet_text = (f"{best.devices:,} × {best.device} ({best.replicas:,} "
                       f"{'replica' if best.replicas == 1 else 'replicas'} of "
                       f"{best.strategy}{cost})")
@@ -2073,19 +2073,19 @@ def size_cmd(
                 big = max(mine, key=lambda r: int(str(r.get("cluster_devices") or 0)))
                 why = str(big.get("reasons") or "no feasible strategy")
                 if wl.phase is Phase.PREFILL:
+                    from .report.plan import RELAXATION_TAIL
+
                     # the plan's SLO hint prices one pass; the fleet's requests also queue
-                    why = why.replace(
-                        "would make the closest candidate feasible",
-                        "would make the closest candidate feasible (its pass alone: the "
-                        "queue at --rate adds to the TTFT, so the fleet needs a looser SLO "
-                        "still)")
+                    why = why.replace(RELAXATION_TAIL, f"{RELAXATION_TAIL} (its pass alone: "
+                                      f"the queue at --rate adds to the TTFT, so the fleet "
+                                      f"needs a looser SLO still)")
                 err.print(f"  {name}:{big.get('cluster_devices')}: {why}",
                           markup=False, highlight=False)
     if res.interrupted:
         _exit_interrupted(f"interrupted: {len(res.cells) - len(rows)} cluster searches not "
                           f"run; run the same command again to resume "
                           f"(exit {EXIT_INTERRUPTED})")
-    if fleets and not (fleets[0].queue_slo_met and not fleets[0].falls_behind):
+    if fleets and not fleets[0].meets_slos:
         raise typer.Exit(code=EXIT_SLO_UNDER_LOAD)
     raise typer.Exit(code=0 if fleets else 1)
 

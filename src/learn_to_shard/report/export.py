@@ -986,27 +986,31 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         # `forward` wherever that goes past it.
         ll = bool(moe and s.ep > 1 and a2a in ("deepep_low_latency", "deepep_auto"))
         captured = min(default_bs, running // dp + 1)
-        ll_rows = tokens if (a2a == "deepep_low_latency" and wl.phase is not Phase.DECODE
-                             and tokens > forward) else forward
+        # The rows a low-latency step dispatches: a decode forward, or in low_latency mode a
+        # prompt step's tokens where more (the dispatch sizing below reads it too).
+        ll_prompt = a2a == "deepep_low_latency" and wl.phase is not Phase.DECODE \
+            and tokens > forward
+        ll_rows = tokens if ll_prompt else forward
         ll_buffer = max(SGLANG_DEEPEP_LL_DEFAULT_TOKENS, _ll_dispatch(ll_rows, s.tp, tbo))
-        if graph_bs is None and ll and _ll_dispatch(captured, s.tp, tbo) > ll_buffer:
-            graph_bs = forward
-            args += ["--cuda-graph-max-bs-decode", str(forward)]
-            notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
-                         f"{get_engine('sglang').version} would capture decode CUDA graphs "
-                         f"of up to {captured} sequences per DP rank (its default, within a "
-                         f"rank's request slots), whose DeepEP low-latency dispatch at "
-                         f"capture, {_ll_dispatch(captured, s.tp, tbo)} rows per rank"
-                         + (" and micro-batch" if tbo else "") + f", would exceed the "
-                         f"buffers for {ll_buffer}")
-        elif graph_bs is not None:
-            args += ["--cuda-graph-max-bs-decode", str(forward)]
+        at_capture = _ll_dispatch(captured, s.tp, tbo)
+        if graph_bs is not None:
             notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
                          f"{get_engine('sglang').version} captures decode CUDA graphs up to "
                          f"{default_bs} "
                          f"sequences on this device by default and runs larger decode steps "
                          f"eagerly; the plan prices its {forward} per forward as a graph "
                          f"replay")
+        elif ll and at_capture > ll_buffer:
+            graph_bs = forward
+            notes.append(f"--cuda-graph-max-bs-decode {forward}: SGLang "
+                         f"{get_engine('sglang').version} would capture decode CUDA graphs "
+                         f"of up to {captured} sequences per DP rank (its default, within a "
+                         f"rank's request slots), whose DeepEP low-latency dispatch at "
+                         f"capture, {at_capture} rows per rank"
+                         + (" and micro-batch" if tbo else "") + f", would exceed the "
+                         f"buffers for {ll_buffer}")
+        if graph_bs is not None:
+            args += ["--cuda-graph-max-bs-decode", str(forward)]
         args += ["--max-running-requests", str(running),
                  "--context-length", str(max_len),
                  # per instance: SGLang divides it over the attention-DP ranks (sglang
@@ -1095,12 +1099,8 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                 # normal ones), and two-batch overlap dispatches each half apart. A decode
                 # forward is one micro-batch of a DP rank's running requests (``forward``
                 # above, pp_max_micro_batch_size under PP).
-                step_rows = forward
-                what = "decode tokens"
-                if a2a == "deepep_low_latency" and wl.phase is not Phase.DECODE \
-                        and tokens > step_rows:
-                    step_rows, what = tokens, "tokens of a prompt step"
-                dispatch = _ll_dispatch(step_rows, s.tp, tbo)
+                what = "tokens of a prompt step" if ll_prompt else "decode tokens"
+                dispatch = _ll_dispatch(ll_rows, s.tp, tbo)
                 if dispatch > SGLANG_DEEPEP_LL_MAX_TOKENS:
                     unexpressed.append(
                         f"DeepEP low-latency dispatch of {dispatch} {what} per rank"

@@ -18,7 +18,7 @@ from ..engines.architectures import architecture_note, unsupported_degrees
 from ..hardware.spec import ClusterSpec
 from ..parallel.space import BATCH_HEAD, active_heads, canonical
 from ..parallel.strategy import Strategy
-from ..search.base import SearchResult, is_timing_key
+from ..search.base import SearchResult, is_timing_key, nearness
 from ..workload import DType, Phase, Workload
 
 
@@ -138,8 +138,7 @@ class Plan:
                     reasons.extend(near.violations)
                     relax = slo_relaxation(near, cm.workload)
                     if relax:
-                        reasons.append(f"{relax} would make the closest candidate "
-                                       f"feasible")
+                        reasons.append(f"{relax} {RELAXATION_TAIL}")
                 elif near.strategy.batch != canonical_batch(cm, result.closest[0]):
                     # A window of batches between the searcher's grid points meets every
                     # limit (nearest_batch): the search stepped over a plan.
@@ -349,6 +348,22 @@ def first_true(lo: int, hi: int, ok: Callable[[np.ndarray], np.ndarray],
     return hi
 
 
+def _at_batches(cm: CostModel, s: Strategy, batches: list[int]
+                ) -> tuple[CostModel, np.ndarray] | None:
+    """``cm`` with ``batches`` among its batch candidates, and ``s``'s action vector at each
+    of them (``[len(batches), ACTION_LEN]``, for one ``evaluate_many``); ``None`` where ``s``
+    is not in the space."""
+    trial = copy.copy(cm)
+    trial.space = cm.space.with_batches(batches)
+    try:
+        base = trial.space.encode(s)
+    except ValueError:
+        return None
+    rows = np.repeat(base[None, :], len(batches), axis=0)
+    rows[:, BATCH_HEAD] = np.searchsorted(np.asarray(trial.space.batch_values), batches)
+    return trial, rows
+
+
 def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
     """``best`` at the smallest batch (a multiple of its DP degree) that is feasible with the
     same tokens/s per device, found by rounds of probes over the batch: above the batch a step's
@@ -369,19 +384,13 @@ def smallest_equal_batch(cm: CostModel, best: Estimate) -> Estimate:
         return best
     # Each probe priced without the breakdown (evaluate_many's numbers are evaluate's), the
     # breakdown only for the batch found.
-    batches = np.arange(1, top, dtype=np.int64) * step
-    trial = copy.copy(cm)
-    trial.space = cm.space.with_batches(batches.tolist())
-    try:
-        base = trial.space.encode(s)
-    except ValueError:
+    at = _at_batches(cm, s, list(range(step, top * step, step)))
+    if at is None:
         return best
-    index = np.searchsorted(np.asarray(trial.space.batch_values), batches)
+    trial, rows = at
 
     def ok(ks: np.ndarray) -> np.ndarray:
-        act = np.repeat(base[None, :], len(ks), axis=0)
-        act[:, BATCH_HEAD] = index[ks - 1]
-        e = trial.evaluate_many(act)
+        e = trial.evaluate_many(rows[ks - 1])
         # equal to rounding: the plateau's throughput differs by an ulp from batch to batch
         return e.feasible & (e.tokens_per_s_per_device >= target * (1.0 - EQUAL_BATCH_REL_TOL))
 
@@ -398,14 +407,10 @@ NEAREST_LAYOUTS_EXHAUSTIVE = 6561
 
 
 def _nearness(cm: CostModel, acts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per action row, ``(broken limits, overshoot)`` as the searchers rank rejected
-    strategies (:class:`~learn_to_shard.search.base.BudgetedEvaluator`): violation bits set,
-    and :func:`~learn_to_shard.search.base.overshoot` (infinite past a structural rule)."""
-    from ..search.base import overshoot
-
-    est = cm.evaluate_many(acts)
-    far = overshoot(cm, est, np.arange(len(acts)))
-    return np.array([bin(int(b)).count("1") for b in est.violation_bits]), far
+    """Per action row, ``(broken limits, overshoot)``
+    (:func:`~learn_to_shard.search.base.nearness`, as the searchers rank rejected
+    strategies)."""
+    return nearness(cm, cm.evaluate_many(acts), np.arange(len(acts)))
 
 
 def nearest_layout(cm: CostModel, e: Estimate) -> Estimate:
@@ -481,29 +486,26 @@ def nearest_batch(cm: CostModel, e: Estimate) -> Estimate:
     hint from it) can be several times that of a batch between. The batch found can be
     feasible where a budgeted searcher's grid stepped over a window of batches that meet both
     SLOs (the caller says so)."""
-    from ..search.base import overshoot
-
     s = e.strategy
     step = max(1, s.dp)
     top = max(cm.space.batch_values)
     batches = sorted({b for b in range(step, min(top, NEAREST_BATCH_DENSE_UPTO) + 1, step)}
                      | {b for b in cm.space.batch_values if b % step == 0} | {s.batch})
-    trial = copy.copy(cm)
-    trial.space = cm.space.with_batches(batches)
-    try:
-        base = trial.space.encode(s)
-    except ValueError:
+    at = _at_batches(cm, s, batches)
+    if at is None:
         return e
-    acts = np.repeat(base[None, :], len(batches), axis=0)
-    acts[:, BATCH_HEAD] = np.searchsorted(np.asarray(trial.space.batch_values), batches)
-    est = trial.evaluate_many(acts)
-    far = overshoot(trial, est, np.arange(len(batches)))
-    nbits = np.array([bin(int(b)).count("1") for b in est.violation_bits])
+    trial, rows = at
+    nbits, far = _nearness(trial, rows)
     order = np.lexsort((far, nbits))           # fewest broken limits, then least overshoot
     k, here = int(order[0]), batches.index(s.batch)
     if not np.isfinite(far[k]) or (nbits[k], far[k]) >= (nbits[here], far[here]):
         return e
     return trial.evaluate(dataclasses.replace(s, batch=int(batches[k])))
+
+
+#: How an infeasible answer's SLO hint ends (``"a TPOT SLO of 44.4 ms" + this``); ``l2s size``
+#: finds it in a row's reasons to add what a fleet's queue adds.
+RELAXATION_TAIL = "would make the closest candidate feasible"
 
 
 def slo_relaxation(e: Estimate, wl: Workload) -> str:
@@ -536,7 +538,7 @@ def class_limits_note(cm: CostModel, engine: str | None) -> str:
     cannot = unsupported_degrees(engine, arch) if engine in ENGINES else ()
     if not cm.model.is_moe:
         cannot = tuple(c for c in cannot if c != "attention_dp")
-    if not (cm.model.is_moe and cm.model.has_dense_ffn) or "attention_dp" in cannot:
+    if not (cm.model.is_moe and cm.model.has_dense_ffn):
         cannot = tuple(c for c in cannot if c != "attention_dp_dense")
     if cm.cluster.num_devices < 2:
         cannot = ()

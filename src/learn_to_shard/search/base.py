@@ -215,6 +215,15 @@ def overshoot(cm: CostModel, est: BatchEstimate, rows: np.ndarray) -> np.ndarray
     return np.where(np.isnan(worst) | structural, np.inf, worst)
 
 
+def nearness(cm: CostModel, est: BatchEstimate, rows: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """How near each row of ``est`` (at ``rows``) came to feasible, as rejected strategies
+    are ranked (fewest first, then least): the number of rules and limits it breaks (its
+    violation bits set) and :func:`overshoot`; two ``[len(rows)]`` arrays."""
+    bits = np.asarray(est.violation_bits[rows]).astype(np.int64)
+    return np.array([bin(int(b)).count("1") for b in bits]), overshoot(cm, est, rows)
+
+
 class BudgetedEvaluator:
     """Wraps a cost model: counts evaluations, enforces the budget, tracks the best.
 
@@ -311,8 +320,7 @@ class BudgetedEvaluator:
                 r = float(np.nan_to_num(est.tokens_per_s_per_device[j]))
                 if b not in self._rej or r > self._rej[b][1]:
                     self._rej[b] = (a[j].copy(), r, int(b))
-            nbits = np.array([bin(int(b)).count("1") for b in bits[infeas]])
-            over = overshoot(self.cost_model, est, infeas)
+            nbits, over = nearness(self.cost_model, est, infeas)
             # Fewest broken rules, then the least overshoot of its limits, then the least peak
             # memory (np.lexsort: last key first; a weighted sum such as nbits·1e30 + bytes
             # loses the bytes to float rounding).

@@ -183,6 +183,12 @@ class Fleet:
     falls_behind: bool = False
     searched_ttft_slo_s: float | None = None
 
+    @property
+    def meets_slos(self) -> bool:
+        """The fleet serves its rate within the SLOs: its prefill queue within the TTFT SLO
+        and, where simulated, a replica keeping up (what ``l2s size`` answers with)."""
+        return self.queue_slo_met and not self.falls_behind
+
 
 def with_replicas(fleet: Fleet, replicas: int) -> Fleet:
     """``fleet`` at ``replicas`` replicas (the count the serving simulation finds keeps up):
