@@ -444,3 +444,21 @@ def test_first_true_finds_what_bisection_finds():
 
             assert first_true(lo, hi, ok) == t, (lo, hi, t)
             assert len(calls) <= 4 and max(calls, default=0) <= 32
+
+
+def test_a_closest_candidate_made_feasible_by_its_layout_says_so():
+    """Megatron's layouts are its own: Llama-3.1-8B prefilling 8192 tokens on 8 H100s within
+    30 ms is out of its reach (47 ms at TP8), while the sequence split at the same degrees
+    takes 28.3 ms. The nearest layout meets every limit; the answer says a layout the
+    searcher did not reach does, and points at --method exact, which finds it (it said no
+    rule was broken once absent operators are ∅, which is not why)."""
+    base = ["plan", "-m", "llama-3.1-8b", "-c", "h100-sxm:8", "--phase", "prefill", "--isl",
+            "8192", "--ttft-slo", "30ms"]
+    r = CliRunner().invoke(app, [*base, "--method", "megatron"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "meets every limit: a per-operator layout megatron did not reach; plan with " \
+        "--method exact" in text, text
+    assert "absent operators are ∅" not in text
+    ok = CliRunner().invoke(app, [*base, "--method", "exact", "--json", "-q", "--no-timing"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["feasible"]

@@ -130,22 +130,27 @@ class Plan:
         if best is None:
             if result.closest is not None:
                 # Inactive heads as every other printed strategy has them (absent operators ∅).
-                near = cm.evaluate(canonical(result.closest[0], active))
-                if near.violations:
-                    near = nearest_batch(cm, nearest_layout(cm, near))
+                kept = cm.evaluate(canonical(result.closest[0], active))
+                near = nearest_batch(cm, nearest_layout(cm, kept)) if kept.violations \
+                    else kept
                 if near.violations:
                     reasons.append(f"closest candidate {near.strategy.short()}:")
                     reasons.extend(near.violations)
                     relax = slo_relaxation(near, cm.workload)
                     if relax:
                         reasons.append(f"{relax} {RELAXATION_TAIL}")
-                elif near.strategy.batch != canonical_batch(cm, result.closest[0]):
-                    # A window of batches between the searcher's grid points meets every
-                    # limit (nearest_batch): the search stepped over a plan.
+                elif kept.violations:
+                    # Its nearest layout or batch meets every limit (a window of batches
+                    # between the searcher's grid points, a layout it did not reach): the
+                    # search stepped over a plan.
+                    how = "; ".join(what for what, moved in (
+                        (f"a per-operator layout {method} did not reach",
+                         near.strategy.dims != kept.strategy.dims),
+                        (f"a batch between those {method} searched",
+                         near.strategy.batch != kept.strategy.batch)) if moved)
                     reasons.append(f"closest candidate {near.strategy.short()} meets every "
-                                   f"limit: a batch between those {method} searched; plan "
-                                   f"with --method exact, which searches every batch, for "
-                                   f"the best such plan")
+                                   f"limit: {how}; plan with --method exact, which searches "
+                                   f"every layout and batch, for the best such plan")
                 else:
                     # Broken only at the encoding the searcher kept (a rule of a head that
                     # the canonical form sets aside): the rule counts below say which.
@@ -461,11 +466,6 @@ def nearest_layout(cm: CostModel, e: Estimate) -> Estimate:
     if not np.isfinite(fb[1]) or (nb[1], fb[1]) >= (nb[0], fb[0]):
         return e
     return cm.evaluate(cm.space.decode(best))
-
-
-def canonical_batch(cm: CostModel, action: np.ndarray) -> int:
-    """The batch an action vector of ``cm``'s space encodes."""
-    return int(cm.space.batch_values[int(np.asarray(action)[BATCH_HEAD])])
 
 
 #: Batches :func:`nearest_batch` tries one by one (every multiple of the plan's DP degree up
