@@ -517,6 +517,19 @@ def test_validate_serving_summary_only_leaves_out_the_rows(tmp_path, monkeypatch
     assert "row-one" in full.stdout and "no such model" in full.stdout
 
 
+def test_engine_line_names_the_serial_frontend_time_and_its_rate_cap():
+    """The engine line's front-end clause gives the latency in TTFT and the serial time per
+    request with the request rate it caps an instance at; neither when both are 0."""
+    from learn_to_shard.report.render import _frontend_clause
+
+    assert _frontend_clause({"frontend_latency_s": 0.02, "frontend_serial_s": 0.005}) == (
+        ", front-end 20 ms per request in TTFT + 5 ms per request taken in one at a time "
+        "(at most 200 requests/s per instance)")
+    assert _frontend_clause({"frontend_latency_s": 0.0, "frontend_serial_s": 0.0}) == ""
+    assert _frontend_clause({"frontend_latency_s": 0.06}) == \
+        ", front-end 60 ms per request in TTFT"
+
+
 def test_plan_names_the_engines_frontend_time_in_ttft():
     """With --engine the plan's engine line names the front-end time per request its TTFT
     carries (the profile's fitted ``frontend_latency_s``) and the JSON records it; without

@@ -920,6 +920,74 @@ def test_frontend_latency_by_hand():
         simulate(TOY, req_open, frontend_latency_s=-1e-3, **kw)
 
 
+def test_frontend_intake_by_hand():
+    """A front-end that takes in one request at a time (``frontend_serial_s``) finishes the
+    i-th of requests sent together at (i + 1) · serial, one sent after it was idle at its send
+    plus serial, and one sent while it works when the work before it is done."""
+    from learn_to_shard.serving.simulate import frontend_intake
+
+    np.testing.assert_allclose(frontend_intake(np.zeros(3), 0.01), [0.01, 0.02, 0.03])
+    np.testing.assert_allclose(frontend_intake(np.array([0.0, 0.005, 1.0, 1.0]), 0.01),
+                               [0.01, 0.02, 1.01, 1.02])
+    np.testing.assert_allclose(frontend_intake(np.array([0.0]), 0.01, free_s=0.5), [0.51])
+    np.testing.assert_allclose(frontend_intake(np.array([0.0, 2.0]), 0.0), [0.0, 2.0])
+
+
+def test_frontend_serial_time_spreads_a_burst_and_caps_the_request_rate():
+    """With a serial front-end time, a burst of N requests reaches the engine one per serial
+    time: on an engine far faster than that, the k-th request's TTFT is about k · serial
+    (on top of its prefill), the run lasts about N · serial, and a lone client's TTFT grows by
+    exactly the serial time (no queue); a negative value is refused."""
+    serial = 0.010
+    n = 200
+    req = fixed_requests(n, isl=10, osl=2)
+    kw = dict(max_num_seqs=n, max_num_batched_tokens=100_000, kv_capacity_tokens=1_000_000)
+    fast = simulate(TOY, req, concurrency=n, **kw)
+    slow = simulate(TOY, req, concurrency=n, frontend_serial_s=serial, **kw)
+    assert fast.busy_s < 0.1 < n * serial
+    assert slow.busy_s == pytest.approx(n * serial, rel=0.1)
+    # every request waits for the ones before it in the front-end
+    assert np.all(slow.ttft_s >= (np.arange(n) + 1) * serial - 1e-9)
+    assert np.median(slow.ttft_s) == pytest.approx(n * serial / 2, rel=0.15)
+    assert slow.summary()["requests_per_s"] <= 1.0 / serial * (1 + 1e-9)
+    one = fixed_requests(3, isl=100, osl=4)
+    kw1 = dict(max_num_seqs=8, max_num_batched_tokens=1000, kv_capacity_tokens=10_000,
+               concurrency=1)
+    a = simulate(TOY, one, **kw1)
+    b = simulate(TOY, one, frontend_serial_s=serial, frontend_latency_s=0.02, **kw1)
+    np.testing.assert_allclose(b.ttft_s, a.ttft_s + serial + 0.02, rtol=1e-12)
+    np.testing.assert_allclose(b.tpot_s, a.tpot_s, rtol=1e-12)
+    # Open loop: sends 1 s apart never queue; sends together do.
+    spaced = Requests(isl=np.array([10, 10]), osl=np.array([2, 2]),
+                      arrival_s=np.array([1.0, 0.0]))
+    together = Requests(isl=np.array([10, 10]), osl=np.array([2, 2]),
+                        arrival_s=np.array([0.0, 0.0]))
+    kw.pop("max_num_seqs")
+    c = simulate(TOY, spaced, max_num_seqs=2, frontend_serial_s=serial, **kw)
+    d = simulate(TOY, spaced, max_num_seqs=2, **kw)
+    np.testing.assert_allclose(c.ttft_s, d.ttft_s + serial, rtol=1e-9)
+    e = simulate(TOY, together, max_num_seqs=2, frontend_serial_s=serial, **kw)
+    assert sorted(e.ttft_s)[1] >= 2 * serial
+    with pytest.raises(ConfigError, match="frontend_serial_s"):
+        simulate(TOY, spaced, max_num_seqs=2, frontend_serial_s=-1e-3, **kw)
+
+
+def test_frontend_serial_time_lengthens_the_analytical_ttft_like_the_latency():
+    """The cost model's serve-phase TTFT carries the serial front-end time as it carries the
+    front-end latency (one request's time in the front-end, ``frontend_time_s``)."""
+    import dataclasses
+
+    wl = make_workload("serve", isl=1000, osl=200, ttft_slo_s=0.5)
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1", wl)
+    s = search_plan(cm, method="megatron").best.strategy
+    cfg = dataclasses.replace(cm.config, frontend_serial_s=0.007, frontend_latency_s=0.01)
+    assert cfg.frontend_time_s == pytest.approx(0.017)
+    b = make_cost_model("llama-3.1-8b", "h100-sxm:1", wl, config=cfg).evaluate(s)
+    a = cm.evaluate(s)
+    assert b.ttft_s == pytest.approx(a.ttft_s + 0.017, rel=1e-9)
+    assert b.tpot_s == a.tpot_s and b.output_tokens_per_s == a.output_tokens_per_s
+
+
 def test_frontend_latency_lengthens_the_analytical_ttft_only():
     """The cost model's serve-phase TTFT carries the front-end's time per request as the
     simulation does; its TPOT and throughput do not (the front-end takes no GPU time)."""

@@ -33,7 +33,7 @@ from learn_to_shard.serving.steptime import priced
 from learn_to_shard.workload import Phase
 
 STEP_FIELDS = {"host_step_overhead_s", "host_seq_overhead_s", "eager_layer_overhead_s",
-               "frontend_latency_s"}
+               "frontend_latency_s", "frontend_serial_s"}
 
 
 def _calibration(engine: str) -> list[dict[str, str]]:
@@ -42,7 +42,7 @@ def _calibration(engine: str) -> list[dict[str, str]]:
 
 def test_serving_fits_record_their_rows_and_the_profiles_load_them():
     """Every serving fit in the factors file names exactly its engine's calibration rows of
-    the serving table, sets the four engine-overhead fields to values on the declared grid,
+    the serving table, sets the five engine-overhead fields to values on the declared grid,
     and is what the engine profile carries."""
     fits = {n: f for n, f in load_fitted_factors().fits.items()
             if f.table == "serving_measurements.csv"}

@@ -151,7 +151,8 @@ BLOCK_FP8_MOE_KERNELS = ("trtllm-gen", "deepgemm")
 _NON_NEGATIVE = ("kernel_overhead_s", "moe_block_overhead_s",
                  "block_fp8_local_expert_overhead_s", "runtime_reserved_bytes",
                  "host_step_overhead_s", "host_seq_overhead_s", "host_prefill_overhead_s",
-                 "eager_layer_overhead_s", "frontend_latency_s", "scale_up_latency_s",
+                 "eager_layer_overhead_s", "frontend_latency_s", "frontend_serial_s",
+                 "scale_up_latency_s",
                  "scale_out_latency_s", "gemm_shape_half",
                  "expert_shape_half", "mla_module_overhead_s")
 #: Fields that must be >= 1 (counts, multipliers of an expected maximum).
@@ -279,6 +280,16 @@ class CostModelConfig:
             aic-core/src/aiconfigurator_core/sdk/backends/vllm_backend.py
             ``_prefill_dispatch_overhead_ms``). 0 by default; engine profiles set it (fitted
             on TTFT at low load, :mod:`learn_to_shard.fidelity.fit`).
+        frontend_serial_s: the front-end's CPU time per request in its one process (chat
+            template, tokenisation), seconds, taken one request at a time: in the simulation
+            a request waits for the requests sent before it
+            (:func:`learn_to_shard.serving.simulate.frontend_intake`), so a burst of ``N``
+            reaches the engine over ``N ×`` this and an instance takes in at most its inverse
+            in requests per second (vLLM runs one API server process per instance unless
+            ``--api-server-count`` says more, because that process limits the request rate:
+            vllm-project/vllm#17546; SGLang one tokenizer manager); the analytical model adds
+            it to TTFT beside ``frontend_latency_s`` (:attr:`frontend_time_s`). 0 by default;
+            engine profiles set it (fitted on TTFT, :mod:`learn_to_shard.fidelity.fit`).
         kv_cache_free_fraction: the KV pool may use this fraction of the memory that weights
             and workspace leave inside ``memory_utilization × HBM``. 1.0 is vLLM's accounting
             (``gpu_memory_utilization`` of the whole device); TensorRT-LLM uses
@@ -568,6 +579,7 @@ class CostModelConfig:
     host_prefill_overhead_s: float = 0.0
     eager_layer_overhead_s: float = 0.0
     frontend_latency_s: float = 0.0
+    frontend_serial_s: float = 0.0
     kv_cache_free_fraction: float = 1.0
     window_kv_capped: bool = True
     attention_flops_efficiency: float | None = None
@@ -698,6 +710,13 @@ class CostModelConfig:
             return bool(self.prefill_first)
         return self.engine in PREFILL_FIRST_ENGINES
 
+    @property
+    def frontend_time_s(self) -> float:
+        """Seconds one request spends in the serving front-end when no other waits there:
+        ``frontend_latency_s + frontend_serial_s`` (what the analytical model adds to TTFT;
+        the simulation also queues the serial part)."""
+        return self.frontend_latency_s + self.frontend_serial_s
+
     @classmethod
     def for_engine(cls, engine: str | None, **overrides: Any) -> CostModelConfig:
         """The default factors with an engine profile (and then ``overrides``) applied.
@@ -723,9 +742,10 @@ class CostModelConfig:
 
 #: The engine overheads an engine profile reads from its fit (:func:`_engine_fit`): per step,
 #: per sequence in a step, per layer of a step with prompt tokens, and per request in the
-#: front-end.
+#: front-end (its latency, and its serial CPU time).
 ENGINE_STEP_FIELDS: tuple[str, ...] = ("host_step_overhead_s", "host_seq_overhead_s",
-                                       "eager_layer_overhead_s", "frontend_latency_s")
+                                       "eager_layer_overhead_s", "frontend_latency_s",
+                                       "frontend_serial_s")
 
 
 def _engine_fit(fit: str) -> dict[str, float]:

@@ -491,7 +491,7 @@ class CostModel(OperatorTerms):
         lat = aggregate.latency(wl, sum_t, max_t, m_mb, batch, ph["share"],
                                 self.replica_fraction(tp * dp * pp, batch), t2,
                                 ph["chunk_steps"],
-                                self.config.frontend_latency_s,
+                                self.config.frontend_time_s,
                                 self.closed_loop_queue(tp * dp * pp, batch),
                                 self.clients_per_device)
         tpot, ttft = lat.tpot_s, lat.ttft_s

@@ -66,6 +66,18 @@ def _host_terms(cfg: dict[str, object], phase: Phase) -> str:
     return f", host time {' + '.join(parts)}" if parts else ""
 
 
+def _frontend_clause(cfg: dict[str, object]) -> str:
+    """The engine line's front-end clause of a serve plan (empty when the profile has none):
+    ``frontend_latency_s`` per request in TTFT and ``frontend_serial_s`` per request taken in
+    one at a time, with the request rate that caps one instance at (its inverse)."""
+    latency = float(cast(float, cfg.get("frontend_latency_s") or 0.0))
+    serial = float(cast(float, cfg.get("frontend_serial_s") or 0.0))
+    parts = ([f"{to_ms(latency):g} ms per request in TTFT"] if latency else []) + (
+        [f"{to_ms(serial):g} ms per request taken in one at a time (at most {1.0 / serial:,.0f} "
+         f"requests/s per instance)"] if serial else [])
+    return f", front-end {' + '.join(parts)}" if parts else ""
+
+
 def _tbo_clause(plan: Plan) -> str:
     """The engine line's two-batch-overlap clause. The engines run it only with expert
     parallelism, SGLang only with an all-to-all backend too
@@ -111,10 +123,7 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
                      if cfg.get("moe_a2a_kernel") else "")
                   + (_tbo_clause(plan) if cfg.get("two_batch_overlap") else "")
                   + _host_terms(cfg, plan.workload.phase)
-                  + (f", front-end {to_ms(cast(float, cfg['frontend_latency_s'])):g} ms per "
-                     f"request in TTFT"
-                     if cfg.get("frontend_latency_s") and plan.workload.phase is Phase.SERVE
-                     else "")
+                  + (_frontend_clause(cfg) if plan.workload.phase is Phase.SERVE else "")
                   + (f", experts: {plan.moe_routing}" if plan.moe_routing else ""),
                   highlight=False)
     s = plan.search
@@ -227,7 +236,8 @@ def estimate_summary(plan: Plan, e: Estimate) -> list[tuple[str, str]]:
     slots_bound = e.output_tokens_per_s * min(
         e.instances, wl.concurrency / max(s.batch, 1) if wl.concurrency else e.instances) \
         / max(used + e.idle_devices, 1)
-    frontend = float(str(plan.cost_model.get("frontend_latency_s", 0.0) or 0.0))
+    frontend = sum(float(str(plan.cost_model.get(k, 0.0) or 0.0))
+                   for k in ("frontend_latency_s", "frontend_serial_s"))
     clients = (f"; {wl.concurrency} client{'s' if wl.concurrency != 1 else ''} each "
                f"{_ms(frontend)} in the front-end per request bound it (the batch slots "
                f"alone: {slots_bound:,.1f} per device)"

@@ -568,6 +568,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                    recv_interval=c.scheduler_recv_interval,
                    kv_admission=admission, dp_ranks=s.dp,
                    frontend_latency_s=c.frontend_latency_s,
+                   frontend_serial_s=c.frontend_serial_s,
                    microbatches=max(1, min(s.pp, s.batch)))
     summ = res.summary()
     inst_tps = summ["output_tokens_per_s"]
@@ -600,7 +601,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         # waiting per running request, each for q slot lifetimes, osl / (tokens/s per
         # running request), less the front-end time it spends outside the engine.
         a_ttft += max((conc / seqs - 1.0) * float(a_osl) * occ / a_tps
-                      - c.frontend_latency_s, 0.0)
+                      - c.frontend_time_s, 0.0)
     analytic = {"plan_batch": s.batch, "plan_tpot_s": est.tpot_s, "plan_ttft_s": est.ttft_s,
                 "plan_output_tokens_per_s_per_instance": est.output_tokens_per_s,
                 "at_running": occ, "tpot_s": a_tpot, "ttft_s": a_ttft,

@@ -46,7 +46,12 @@ With ``frontend_latency_s`` each request reaches the engine that long after the 
 it (the serving front-end's time, :attr:`~learn_to_shard.cost.config.CostModelConfig.
 frontend_latency_s`): it waits in no queue and takes no step, but counts in its TTFT and
 end-to-end latency, and a closed-loop client's next request reaches the engine that long
-after the previous one finished.
+after the previous one finished. With ``frontend_serial_s`` the front-end also takes in the
+requests one at a time, that long each (its CPU time per request in one process: the chat
+template and tokenisation): a request reaches the engine ``frontend_serial_s`` after the
+front-end took up it, and it takes up the next only then, so a burst of ``N`` requests reaches
+the engine over ``N × frontend_serial_s`` and one instance takes in at most
+``1 / frontend_serial_s`` requests per second (:func:`frontend_intake`).
 
 Metrics follow the engines' benchmark scripts (``vllm/benchmarks/serve.py``): TTFT = first
 token − arrival; TPOT = (finish − first token) / (osl − 1) per request with ``osl > 1``;
@@ -317,6 +322,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
              prefill_first: bool = False, overlap_schedule: bool = False,
              decode_steps_per_schedule: int = 1, kv_admission: str = "reserve",
              dp_ranks: int = 1, frontend_latency_s: float = 0.0,
+             frontend_serial_s: float = 0.0,
              recv_interval: int = 1, microbatches: int = 1) -> SimResult:
     """Simulate one engine instance serving ``requests`` (see the module docstring).
 
@@ -354,6 +360,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             10-token bursts"). 1: the scheduler runs before every step.
         frontend_latency_s: seconds from a client's sending a request to the engine's seeing
             it (see the module doc); TTFT and end-to-end latency are measured from the send.
+        frontend_serial_s: seconds of the front-end's one process per request, taken one
+            request at a time in the order sent (:func:`frontend_intake`), before
+            ``frontend_latency_s``; 0: no intake queue.
         recv_interval: the scheduler polls for new requests only after this many consecutive
             decode-only steps (SGLang ``--scheduler-recv-interval``); after a step that
             prefills, and when idle, it polls at once. A request is admissible from the first
@@ -419,9 +428,10 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     if recv_interval > 1 and decode_steps_per_schedule > 1:
         raise ConfigError("simulation: recv_interval > 1 (SGLang) and "
                           "decode_steps_per_schedule > 1 (vLLM V0) do not combine")
-    if not (math.isfinite(frontend_latency_s) and frontend_latency_s >= 0.0):
-        raise ConfigError(f"simulation: frontend_latency_s must be finite and >= 0, got "
-                          f"{frontend_latency_s!r}")
+    for name, value in (("frontend_latency_s", frontend_latency_s),
+                        ("frontend_serial_s", frontend_serial_s)):
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ConfigError(f"simulation: {name} must be finite and >= 0, got {value!r}")
     if kv_admission not in KV_ADMISSIONS:
         raise ConfigError(f"simulation: kv_admission {kv_admission!r}: must be one of "
                           f"{', '.join(KV_ADMISSIONS)}")
@@ -448,14 +458,23 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     if closed:
         if concurrency is None or concurrency < 1:
             raise ConfigError("--concurrency: a closed-loop simulation needs >= 1 client")
+        sent = np.full(n, np.inf)
         arrival = np.full(n, np.inf)
-        arrival[: min(concurrency, n)] = frontend_latency_s
         next_issue = min(concurrency, n)
+        sent[:next_issue] = 0.0
+        arrival[:next_issue] = frontend_intake(sent[:next_issue], frontend_serial_s) \
+            + frontend_latency_s
+        intake_free = float(arrival[next_issue - 1] - frontend_latency_s)
     else:
-        arrival = np.asarray(requests.arrival_s, dtype=float) + frontend_latency_s
+        sent = np.asarray(requests.arrival_s, dtype=float)
+        by_send = np.argsort(sent, kind="stable")
+        arrival = np.empty(n)
+        arrival[by_send] = frontend_intake(sent[by_send], frontend_serial_s) \
+            + frontend_latency_s
         next_issue = n
-    # ``arrival``: when the engine sees each request; the client sent it frontend_latency_s
-    # earlier, and the metrics count from the send.
+        intake_free = -np.inf
+    # ``arrival``: when the engine sees each request; the client sent it (``sent``) the
+    # front-end's time earlier, and the metrics count from the send.
     # Requests in first-come-first-served order (arrival; a closed loop's issue order), so a
     # request's index is its queue position. The queue is FCFS with its head blocking, so the
     # requests ever admitted are an index prefix [0, frontier) and the ones below ``lo`` are
@@ -465,6 +484,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     # index order at non-decreasing times; those not yet issued are at infinity).
     order = np.argsort(arrival, kind="stable") if not closed else np.arange(n)
     isl, osl, need, arrival = isl[order], osl[order], need[order], arrival[order]
+    sent = sent[order]
     admitted = np.zeros(n, dtype=bool)
     done = np.zeros(n, dtype=bool)
     prompt_done = np.zeros(n, dtype=np.int64)
@@ -481,7 +501,6 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
     itl_wts: list[np.ndarray] = []
     kv_free = int(kv_capacity_tokens)
     t = float(np.min(arrival))
-    t0 = t
     steps = 0
     running_time = 0.0
     admissions = 0
@@ -705,18 +724,42 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             held[fin] = 0
             if closed:
                 k = min(len(fin), n - next_issue)
-                arrival[next_issue:next_issue + k] = t + frontend_latency_s
-                next_issue += k
+                if k:
+                    taken = frontend_intake(np.full(k, t), frontend_serial_s, intake_free)
+                    intake_free = float(taken[-1])
+                    sent[next_issue:next_issue + k] = t
+                    arrival[next_issue:next_issue + k] = taken + frontend_latency_s
+                    next_issue += k
     back = np.empty(n, dtype=np.int64)             # to the caller's order
     back[order] = np.arange(n)
-    sent = (arrival - frontend_latency_s)[back]
+    busy = float(np.nanmax(finish) - np.min(sent))
+    sent = sent[back]
     first, finish = first[back], finish[back]
     isl, osl = isl[back], osl[back]
-    busy = float(np.nanmax(finish) - (t0 - frontend_latency_s))
     return SimResult(arrival_s=sent, first_token_s=first, finish_s=finish, isl=isl,
                      osl=osl, steps=steps, busy_s=busy,
                      mean_running=running_time / busy if busy > 0 else 0.0,
                      preemptions=preemptions, **_pooled(itl_vals, itl_wts))
+
+
+def frontend_intake(sent_s: np.ndarray, serial_s: float, free_s: float = -np.inf
+                    ) -> np.ndarray:
+    """When a front-end that takes in one request at a time, ``serial_s`` each, first come
+    first served, is done with requests sent at ``sent_s`` (non-decreasing, seconds): done_i =
+    max(sent_i, done_{i-1}) + serial_s, with done_{-1} = ``free_s`` (when it is done with the
+    requests before these), i.e. ``(i + 1) · serial_s + max(free_s, max_{j <= i}(sent_j −
+    j · serial_s))``. With ``serial_s = 0`` the sends themselves (no queue).
+
+    The model of the serving front-ends: vLLM's OpenAI-compatible API server and SGLang's
+    tokenizer manager are one process each per instance that applies the chat template and
+    tokenises every request (vLLM added ``--api-server-count`` to run several because one
+    API server process limits an instance's request rate: vllm-project/vllm#17546)."""
+    sent_s = np.asarray(sent_s, dtype=float)
+    if serial_s <= 0.0 or not len(sent_s):
+        return sent_s.copy()
+    j = np.arange(len(sent_s))
+    start = np.maximum(np.maximum.accumulate(sent_s - j * serial_s), free_s)
+    return start + (j + 1) * serial_s
 
 
 def no_future_oom(free_tokens: int, tokens_left: np.ndarray, tokens_held: np.ndarray) -> bool:
