@@ -728,6 +728,24 @@ def test_exact_equals_brute_force_when_clients_bound_the_throughput(data):
     check_exact_equals_brute_force(bound)
 
 
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_exact_equals_brute_force_when_the_frontend_caps_the_request_rate(data):
+    """A front-end that takes in one request at a time caps an instance at ``osl / serial``
+    tokens/s (``aggregate.latency``): a constant per instance, so the solver's cell bounds
+    still hold; exact equals brute force with it binding or not, with or without a closed
+    loop."""
+    import dataclasses
+
+    cm = data.draw(problems(max_rows=20_000, phase=Phase.SERVE))
+    c = data.draw(st.sampled_from([None, 1, 7, 64]))
+    serial = data.draw(st.sampled_from([1e-6, 1e-3, 1e-1, 10.0]))
+    bound = CostModel(cm.model, cm.cluster, dataclasses.replace(cm.workload, concurrency=c),
+                      dataclasses.replace(cm.config, frontend_serial_s=serial), cm.space)
+    check_exact_equals_brute_force(bound)
+
+
 def test_concurrency_rule_caps_the_batch_per_replica():
     """16 clients on 8 GPUs: a TP2 layout has 4 replicas, so at most 4 requests each."""
     cm = make_cost_model("llama-3.1-8b", "h100-sxm:8",

@@ -972,6 +972,26 @@ def test_frontend_serial_time_spreads_a_burst_and_caps_the_request_rate():
         simulate(TOY, spaced, max_num_seqs=2, frontend_serial_s=-1e-3, **kw)
 
 
+def test_a_rate_above_the_frontends_intake_is_overloaded():
+    """150 requests/s against a front-end that takes in one per 10 ms (100/s): the plan's
+    throughput is capped at 100 requests' tokens per second, and the simulated load says it is
+    overloaded at utilisation 1.5, however fast the engine."""
+    import dataclasses
+
+    from learn_to_shard.cost.model import CostModel
+    from learn_to_shard.serving import simulate_estimate
+
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:1",
+                         make_workload("serve", isl=128, osl=16))
+    cm = CostModel(cm.model, cm.cluster, cm.workload,
+                   dataclasses.replace(cm.config, frontend_serial_s=0.01), cm.space)
+    est = search_plan(cm, method="megatron").best
+    assert est.output_tokens_per_s == pytest.approx(100 * 16, rel=1e-9)
+    r = simulate_estimate(cm, est, ServingLoad(request_rate_per_s=150.0, num_prompts=1500))
+    assert r["capacity_requests_per_s"] == pytest.approx(100.0)
+    assert r["overloaded"] and r["utilization"] == pytest.approx(1.5)
+
+
 def test_frontend_serial_time_lengthens_the_analytical_ttft_like_the_latency():
     """The cost model's serve-phase TTFT carries the serial front-end time as it carries the
     front-end latency (one request's time in the front-end, ``frontend_time_s``)."""
@@ -986,6 +1006,14 @@ def test_frontend_serial_time_lengthens_the_analytical_ttft_like_the_latency():
     a = cm.evaluate(s)
     assert b.ttft_s == pytest.approx(a.ttft_s + 0.017, rel=1e-9)
     assert b.tpot_s == a.tpot_s and b.output_tokens_per_s == a.output_tokens_per_s
+    # ... and caps an instance at osl / serial tokens/s where that binds (one request per
+    # 0.5 s of 200 tokens: 400 tokens/s), its TPOT and TTFT unchanged by the cap.
+    capped = make_cost_model("llama-3.1-8b", "h100-sxm:1", wl, config=dataclasses.replace(
+        cm.config, frontend_serial_s=0.5)).evaluate(s)
+    assert a.output_tokens_per_s > 400.0
+    assert capped.output_tokens_per_s == pytest.approx(400.0, rel=1e-9)
+    assert capped.tokens_per_s_per_device == pytest.approx(400.0, rel=1e-9)
+    assert capped.tpot_s == a.tpot_s
 
 
 def test_frontend_latency_lengthens_the_analytical_ttft_only():

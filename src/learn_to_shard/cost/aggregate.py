@@ -81,7 +81,8 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
             chunk_steps: np.ndarray | None = None,
             frontend_latency_s: float = 0.0,
             queued: np.ndarray | float = 0.0,
-            clients_per_device: float = 0.0) -> Latency:
+            clients_per_device: float = 0.0,
+            frontend_serial_s: float = 0.0) -> Latency:
     """Pipeline latencies and throughput (module docstring).
 
     Args:
@@ -111,6 +112,12 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
             the server: Lazowska et al., *Quantitative System Performance*, 1984, ch. 5; the
             slots' bound ``replica_frac · batch · share / TPOT`` is the other). With
             ``f = 0`` the slots' bound is always the lower one.
+        frontend_serial_s: serve: the front-end's serial time per request
+            (:attr:`~learn_to_shard.cost.config.CostModelConfig.frontend_serial_s`): an
+            instance takes in at most ``1 / frontend_serial_s`` requests per second, so its
+            tokens/s is at most ``osl / frontend_serial_s`` (and per device that times
+            ``replica_frac``); 0: no such bound. It adds to TTFT through
+            ``frontend_latency_s``, which callers pass as the front-end's whole time.
 
     Returns:
         The :class:`Latency`.
@@ -136,6 +143,11 @@ def latency(workload: Workload, sum_t: np.ndarray, max_t: np.ndarray, m_mb: np.n
             ttft = chunk_steps * ttft_pass_s + frontend_latency_s + wait
         else:
             ttft = np.full(np.broadcast_shapes(np.shape(sum_t), np.shape(batch)), np.nan)
+        if workload.phase is Phase.SERVE and frontend_serial_s > 0:
+            cap = float(workload.osl) / frontend_serial_s
+            tps_dev = np.minimum(inst * replica_frac if tps_dev is None else tps_dev,
+                                 cap * replica_frac)
+            inst = np.minimum(inst, cap)
     return Latency(tpot_s=tpot, ttft_s=ttft, instance_tokens_per_s=inst,
                    tokens_per_s_per_device=inst * replica_frac if tps_dev is None else tps_dev,
                    ttft_queue_s=wait)

@@ -493,7 +493,7 @@ class CostModel(OperatorTerms):
                                 ph["chunk_steps"],
                                 self.config.frontend_time_s,
                                 self.closed_loop_queue(tp * dp * pp, batch),
-                                self.clients_per_device)
+                                self.clients_per_device, self.config.frontend_serial_s)
         tpot, ttft = lat.tpot_s, lat.ttft_s
         instance_tps, tps_dev = lat.instance_tokens_per_s, lat.tokens_per_s_per_device
 

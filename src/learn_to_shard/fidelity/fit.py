@@ -389,7 +389,9 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
             continue
         late = ("eager_layer_overhead_s", "frontend_latency_s", "frontend_serial_s")
         eager_grid = {k: v for k, v in spec.grid.items() if k == late[0]}
-        front_grid = {k: v for k, v in spec.grid.items() if k in late[1:]}
+        # serial first: the grid search keeps the first of equal combinations, so a tie
+        # keeps the serial time (a queue and a rate cap) at 0 rather than the latency
+        front_grid = {k: spec.grid[k] for k in reversed(late[1:]) if k in spec.grid}
         step_grid = {k: v for k, v in spec.grid.items() if k not in late}
         names = tuple(spec.grid)
         gives_ttft = any("ttft_ms" in res.measured for res in predicted)

@@ -1167,7 +1167,7 @@ def evaluate_z(cm: CostModel, st: Structure, lay: ZLayout, pp_idx: int, co: Coar
         s2, _ = stage_times(z[..., lay.tx2], z[..., lay.lm2], emb_t2, co.host2, co.p2p2)
     lat = aggregate.latency(wl, sum_t, max_t, co.m_mb, co.batch, co.share, co.replica_frac,
                             s2, co.chunk_steps, cm.config.frontend_time_s, co.queued,
-                            cm.clients_per_device)
+                            cm.clients_per_device, cm.config.frontend_serial_s)
     peak = peak_z(st, lay, pp_idx, co, z, ws, kv_free(cm))
     feas = np.ones(np.shape(peak), dtype=bool)
     for broken in aggregate.limits_broken(wl, cm.usable_bytes, peak, lat.tpot_s,

@@ -634,6 +634,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         tps_at = priced(cm, s, Phase.SERVE, max(1, round(mean_isl)), (fits,),
                         osl=max(1, round(mean_osl)))[2]
         capacity = float(tps_at[0]) / mean_osl
+    if c.frontend_serial_s > 0:
+        # the front-end takes in one request per serial time, whatever the engine could run
+        capacity = min(capacity, 1.0 / c.frontend_serial_s)
     if load.trace is not None:
         # A trace's bursts queue without overloading it: only a mean rate above what the
         # replica completes at the plan's batch grows the queue through the whole trace.

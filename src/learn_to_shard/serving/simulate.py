@@ -462,9 +462,9 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         arrival = np.full(n, np.inf)
         next_issue = min(concurrency, n)
         sent[:next_issue] = 0.0
-        arrival[:next_issue] = frontend_intake(sent[:next_issue], frontend_serial_s) \
-            + frontend_latency_s
-        intake_free = float(arrival[next_issue - 1] - frontend_latency_s)
+        taken = frontend_intake(sent[:next_issue], frontend_serial_s)
+        arrival[:next_issue] = taken + frontend_latency_s
+        intake_free = float(taken[-1])
     else:
         sent = np.asarray(requests.arrival_s, dtype=float)
         by_send = np.argsort(sent, kind="stable")
