@@ -66,7 +66,8 @@ def test_serving_fits_record_their_rows_and_the_profiles_load_them():
 
 def test_readme_states_the_shipped_overheads():
     """The README's serving paragraph gives each engine's fitted overheads (per step, per
-    sequence, per layer of a prompt step, front-end per request) as the factors file has them
+    sequence, per layer of a prompt step, front-end latency and serial time per request) as
+    the factors file has them
     (it once still gave values from before a refit), and no fit sits on the top edge of its
     grid."""
     from pathlib import Path
@@ -80,9 +81,11 @@ def test_readme_states_the_shipped_overheads():
         per_layer = f"{eager_ms:g} ms" if eager_ms else "0"
         front_ms = v["frontend_latency_s"] * 1e3
         front = f"{front_ms:g} ms" if front_ms else "0"
+        serial_ms = v["frontend_serial_s"] * 1e3
+        serial = f"{serial_ms:g} ms" if serial_ms else "0"
         assert (f"{title} {v['host_step_overhead_s'] * 1e3:g} ms + "
                 f"{v['host_seq_overhead_s'] * 1e6:g} µs per sequence, {per_layer} per "
-                f"layer, {front} front-end") in text
+                f"layer, {front} front-end + {serial} serial per request") in text
         for field, x in v.items():
             assert x < max(specs[name].grid[field])
 
