@@ -33,7 +33,7 @@ from learn_to_shard.serving.steptime import priced
 from learn_to_shard.workload import Phase
 
 STEP_FIELDS = {"host_step_overhead_s", "host_seq_overhead_s", "eager_layer_overhead_s",
-               "frontend_latency_s", "frontend_serial_s"}
+               "frontend_latency_s"}
 
 
 def _calibration(engine: str) -> list[dict[str, str]]:
@@ -42,7 +42,7 @@ def _calibration(engine: str) -> list[dict[str, str]]:
 
 def test_serving_fits_record_their_rows_and_the_profiles_load_them():
     """Every serving fit in the factors file names exactly its engine's calibration rows of
-    the serving table, sets the five engine-overhead fields to values on the declared grid,
+    the serving table, sets the four engine-overhead fields to values on the declared grid,
     and is what the engine profile carries."""
     fits = {n: f for n, f in load_fitted_factors().fits.items()
             if f.table == "serving_measurements.csv"}
@@ -66,8 +66,7 @@ def test_serving_fits_record_their_rows_and_the_profiles_load_them():
 
 def test_readme_states_the_shipped_overheads():
     """The README's serving paragraph gives each engine's fitted overheads (per step, per
-    sequence, per layer of a prompt step, front-end latency and serial time per request) as
-    the factors file has them
+    sequence, per layer of a prompt step, front-end per request) as the factors file has them
     (it once still gave values from before a refit), and no fit sits on the top edge of its
     grid."""
     from pathlib import Path
@@ -81,11 +80,9 @@ def test_readme_states_the_shipped_overheads():
         per_layer = f"{eager_ms:g} ms" if eager_ms else "0"
         front_ms = v["frontend_latency_s"] * 1e3
         front = f"{front_ms:g} ms" if front_ms else "0"
-        serial_ms = v["frontend_serial_s"] * 1e3
-        serial = f"{serial_ms:g} ms" if serial_ms else "0"
         assert (f"{title} {v['host_step_overhead_s'] * 1e3:g} ms + "
                 f"{v['host_seq_overhead_s'] * 1e6:g} µs per sequence, {per_layer} per "
-                f"layer, {front} front-end + {serial} serial per request") in text
+                f"layer, {front} front-end") in text
         for field, x in v.items():
             assert x < max(specs[name].grid[field])
 

@@ -288,8 +288,11 @@ class CostModelConfig:
             in requests per second (vLLM runs one API server process per instance unless
             ``--api-server-count`` says more, because that process limits the request rate:
             vllm-project/vllm#17546; SGLang one tokenizer manager); the analytical model adds
-            it to TTFT beside ``frontend_latency_s`` (:attr:`frontend_time_s`). 0 by default;
-            engine profiles set it (fitted on TTFT, :mod:`learn_to_shard.fidelity.fit`).
+            it to TTFT beside ``frontend_latency_s`` (:attr:`frontend_time_s`) and caps an
+            instance's tokens/s at ``osl`` over it. 0 by default and in every engine profile:
+            not fitted, since no calibration row queues in the front-end
+            (:func:`learn_to_shard.fidelity.fit.calibrate_serving`); set it where a front-end
+            was measured.
         kv_cache_free_fraction: the KV pool may use this fraction of the memory that weights
             and workspace leave inside ``memory_utilization × HBM``. 1.0 is vLLM's accounting
             (``gpu_memory_utilization`` of the whole device); TensorRT-LLM uses
@@ -742,10 +745,9 @@ class CostModelConfig:
 
 #: The engine overheads an engine profile reads from its fit (:func:`_engine_fit`): per step,
 #: per sequence in a step, per layer of a step with prompt tokens, and per request in the
-#: front-end (its latency, and its serial CPU time).
+#: front-end.
 ENGINE_STEP_FIELDS: tuple[str, ...] = ("host_step_overhead_s", "host_seq_overhead_s",
-                                       "eager_layer_overhead_s", "frontend_latency_s",
-                                       "frontend_serial_s")
+                                       "eager_layer_overhead_s", "frontend_latency_s")
 
 
 def _engine_fit(fit: str) -> dict[str, float]:

@@ -274,19 +274,10 @@ _EAGER_GRID: tuple[float, ...] = (0.0, 1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, 8e-4,
 _FRONTEND_GRID: tuple[float, ...] = (0.0, 5e-3, 1e-2, 1.5e-2, 2e-2, 2.5e-2, 3e-2, 3.5e-2, 4e-2,
                                      4.5e-2, 5e-2, 6e-2, 7e-2, 8e-2, 1e-1)
 
-#: The front-end's serial CPU time per request (``frontend_serial_s``): 0–30 ms. Applying a
-#: chat template and tokenising a few hundred tokens takes ~1–10 ms of Python per request, and
-#: one vLLM API server process limits an instance to some tens to hundreds of requests per
-#: second (vllm-project/vllm#17546, which added ``--api-server-count`` for that); 30 ms (33
-#: requests/s) leaves room above; 0 is on the grid, so a fit can say "none".
-_SERIAL_GRID: tuple[float, ...] = (0.0, 1e-3, 2e-3, 3e-3, 5e-3, 7.5e-3, 1e-2, 1.5e-2, 2e-2,
-                                   3e-2)
-
 #: The serving fits: per engine profile, fitted on that engine's ``split = calibration`` rows
 #: of ``data/serving_measurements.csv`` (the table's declared subset, ``data/README.md``).
 _SERVING_GRID: dict[str, tuple[float, ...]] = {
-    **_STEP_GRID, "eager_layer_overhead_s": _EAGER_GRID, "frontend_latency_s": _FRONTEND_GRID,
-    "frontend_serial_s": _SERIAL_GRID}
+    **_STEP_GRID, "eager_layer_overhead_s": _EAGER_GRID, "frontend_latency_s": _FRONTEND_GRID}
 SERVING_CALIBRATIONS: tuple[CalibrationSpec, ...] = (
     CalibrationSpec("vllm", "vllm", _SERVING_GRID),
     CalibrationSpec("sglang", "sglang", _SERVING_GRID),
@@ -304,8 +295,8 @@ STEP_METRICS: tuple[str, ...] = ("tpot_ms", "output_tok_s")
 #: The metrics ``eager_layer_overhead_s`` is fitted on: all three (a prompt step's launches
 #: lengthen TTFT, and the decodes that share or wait for that step).
 SERVING_METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "output_tok_s")
-#: The metric ``frontend_latency_s`` and ``frontend_serial_s`` are fitted on: TTFT, the only
-#: one they lengthen beside a closed loop's throughput.
+#: The metric ``frontend_latency_s`` is fitted on: TTFT, the only one it lengthens beside a
+#: closed loop's throughput.
 FRONTEND_METRICS: tuple[str, ...] = ("ttft_ms",)
 
 
@@ -349,24 +340,27 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
     calibration rows (``split = calibration``) of its engine only.
 
     Each fit runs three searches in turn, the other fields at their current values (first the
-    engine profile's, with ``eager_layer_overhead_s``, ``frontend_latency_s`` and
-    ``frontend_serial_s`` at 0):
+    engine profile's, with ``eager_layer_overhead_s`` and ``frontend_latency_s`` at 0):
 
     1. every combination of the step and sequence grids (:func:`grid_search`) for the least
        :func:`serving_loss` over the step-time metrics (:data:`STEP_METRICS`);
     2. ``eager_layer_overhead_s`` over its grid (:data:`_EAGER_GRID`) for the least loss over
        all three metrics (:data:`SERVING_METRICS`; over the step-time ones where the rows
        give no TTFT);
-    3. every combination of ``frontend_latency_s`` and ``frontend_serial_s`` over their grids
-       (:data:`_FRONTEND_GRID`, :data:`_SERIAL_GRID`) for the least loss over TTFT
-       (:data:`FRONTEND_METRICS`; kept at 0 where the rows give no TTFT).
+    3. ``frontend_latency_s`` over its grid (:data:`_FRONTEND_GRID`) for the least loss over
+       TTFT (:data:`FRONTEND_METRICS`; kept at 0 where the rows give no TTFT).
 
-    It stops when a round leaves the per-layer and front-end fields where the step fields
-    were fitted; after three rounds without that, the step fields are refitted at the last
-    values, so the values returned are always step-optimal at their eager and front-end
-    values. A spec whose grid has none of those fields runs the step search alone. A spec
-    whose calibration rows are all unpredictable is left out: nothing can be fitted, and the
-    profile keeps no fitted overhead.
+    The front-end's serial time (``frontend_serial_s``) is not fitted: only TTFT under a
+    queue in the front-end tells it apart from ``frontend_latency_s``, and no calibration row
+    has one (searched with the latency on the rows at 4–8 requests/s it took 20 ms only
+    because the two summed fall between the latency grid's points; ``docs/validation.md``).
+
+    It stops when a round leaves ``eager_layer_overhead_s`` and ``frontend_latency_s`` where
+    the step fields were fitted; after three rounds without that, the step fields are
+    refitted at the last values, so the values returned are always step-optimal at their
+    eager and front-end values. A spec whose grid has neither of those two fields runs the
+    step search alone. A spec whose calibration rows are all unpredictable is left out:
+    nothing can be fitted, and the profile keeps no fitted overhead.
 
     Args:
         rows: the serving table's rows (default: the shipped table).
@@ -387,11 +381,9 @@ def calibrate_serving(rows: Sequence[Mapping[str, str]] | None = None,
         predicted = [predict_row(dict(r)) for r in cal]
         if all(res.reason is not None for res in predicted):
             continue
-        late = ("eager_layer_overhead_s", "frontend_latency_s", "frontend_serial_s")
+        late = ("eager_layer_overhead_s", "frontend_latency_s")
         eager_grid = {k: v for k, v in spec.grid.items() if k == late[0]}
-        # serial first: the grid search keeps the first of equal combinations, so a tie
-        # keeps the serial time (a queue and a rate cap) at 0 rather than the latency
-        front_grid = {k: spec.grid[k] for k in reversed(late[1:]) if k in spec.grid}
+        front_grid = {k: v for k, v in spec.grid.items() if k == late[1]}
         step_grid = {k: v for k, v in spec.grid.items() if k not in late}
         names = tuple(spec.grid)
         gives_ttft = any("ttft_ms" in res.measured for res in predicted)
