@@ -460,11 +460,20 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             raise ConfigError("--concurrency: a closed-loop simulation needs >= 1 client")
         sent = np.full(n, np.inf)
         arrival = np.full(n, np.inf)
-        next_issue = min(concurrency, n)
-        sent[:next_issue] = 0.0
-        taken = frontend_intake(sent[:next_issue], frontend_serial_s)
-        arrival[:next_issue] = taken + frontend_latency_s
-        intake_free = float(taken[-1])
+        next_issue, intake_free = 0, -np.inf
+
+        def issue(k: int, at_s: float) -> None:
+            """Clients send the next ``k`` requests at ``at_s``; the front-end takes them in
+            after the ones before (:func:`frontend_intake`) and the engine sees each
+            ``frontend_latency_s`` later."""
+            nonlocal next_issue, intake_free
+            taken = frontend_intake(np.full(k, at_s), frontend_serial_s, intake_free)
+            intake_free = float(taken[-1])
+            sent[next_issue:next_issue + k] = at_s
+            arrival[next_issue:next_issue + k] = taken + frontend_latency_s
+            next_issue += k
+
+        issue(min(concurrency, n), 0.0)
     else:
         sent = np.asarray(requests.arrival_s, dtype=float)
         by_send = np.argsort(sent, kind="stable")
@@ -472,7 +481,6 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
         arrival[by_send] = frontend_intake(sent[by_send], frontend_serial_s) \
             + frontend_latency_s
         next_issue = n
-        intake_free = -np.inf
     # ``arrival``: when the engine sees each request; the client sent it (``sent``) the
     # front-end's time earlier, and the metrics count from the send.
     # Requests in first-come-first-served order (arrival; a closed loop's issue order), so a
@@ -725,11 +733,7 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
             if closed:
                 k = min(len(fin), n - next_issue)
                 if k:
-                    taken = frontend_intake(np.full(k, t), frontend_serial_s, intake_free)
-                    intake_free = float(taken[-1])
-                    sent[next_issue:next_issue + k] = t
-                    arrival[next_issue:next_issue + k] = taken + frontend_latency_s
-                    next_issue += k
+                    issue(k, t)
     back = np.empty(n, dtype=np.int64)             # to the caller's order
     back[order] = np.arange(n)
     busy = float(np.nanmax(finish) - np.min(sent))
