@@ -49,7 +49,7 @@ end-to-end latency, and a closed-loop client's next request reaches the engine t
 after the previous one finished. With ``frontend_serial_s`` the front-end also takes in the
 requests one at a time, that long each (its CPU time per request in one process: the chat
 template and tokenisation): a request reaches the engine ``frontend_serial_s`` after the
-front-end took up it, and it takes up the next only then, so a burst of ``N`` requests reaches
+front-end took it up, and it takes up the next only then, so a burst of ``N`` requests reaches
 the engine over ``N × frontend_serial_s`` and one instance takes in at most
 ``1 / frontend_serial_s`` requests per second (:func:`frontend_intake`).
 
