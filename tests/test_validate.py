@@ -403,35 +403,85 @@ def test_moe_reference_table_holds_every_shape_and_the_ep_over_expert_tp_gap():
     assert len(skew) > 100 and statistics.median(skew) > 1.5
 
 
-def test_validate_table_with_no_predictable_row_is_bad_input(tmp_path):
-    """A user's --table whose rows all name a device l2s does not have predicts nothing: one
-    line naming the table, the first row and why, exit 2 (not an empty summary, exit 0)."""
+def _first_shipped_row() -> tuple[list[str], dict[str, str]]:
+    """The shipped table's header and first row (a Llama-3.1-70B throughput row)."""
     import csv
 
     from learn_to_shard.fidelity.measurements import default_table_path
 
     with open(default_table_path(), newline="") as f:
         reader = csv.DictReader(f)
-        fields = list(reader.fieldnames or [])
-        row = next(reader)
-    table = tmp_path / "mine.csv"
+        return list(reader.fieldnames or []), next(reader)
 
-    def validate_with(hardware: str):
-        with open(table, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerow({**row, "hardware": hardware})
-        return CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
-                                        "--plot", str(tmp_path / "p.png"), "--report",
-                                        str(tmp_path / "r.json")])
 
-    r = validate_with("v100")
+def _validate_rows(tmp_path, rows: list[dict[str, str]], name: str = "mine.csv"):
+    """``l2s validate --table`` on a table of ``rows`` written to ``tmp_path / name``."""
+    import csv
+
+    fields, _ = _first_shipped_row()
+    table = tmp_path / name
+    table.parent.mkdir(parents=True, exist_ok=True)
+    with open(table, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return table, CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
+                                           "--plot", str(tmp_path / "p.png"), "--report",
+                                           str(tmp_path / "r.json")])
+
+
+def test_validate_table_with_no_predictable_row_is_bad_input(tmp_path):
+    """A user's --table whose rows all name what l2s knows but none can be predicted (a
+    precision it does not model) predicts nothing: one line naming the table, the first row
+    and why, exit 2 (not an empty summary, exit 0)."""
+    _, row = _first_shipped_row()
+    table, r = _validate_rows(tmp_path, [{**row, "weight_dtype": "int4"}])
     assert r.exit_code == 2, r.output
     assert f"--table {table}: none of its 1 rows can be predicted" in r.output
-    assert "unknown device preset 'v100'" in r.output
+    assert "precision 'int4' is not expressible" in r.output
     # A row the model calls infeasible is still predicted: the table is validated.
-    r = validate_with("l40s")
+    _, r = _validate_rows(tmp_path, [{**row, "hardware": "l40s"}])
     assert r.exit_code == 0, r.output
+
+
+def test_validate_table_row_naming_nothing_is_bad_input(tmp_path):
+    """One row of a user's --table with a typo in its model or hardware (beside rows that
+    predict) is bad input: one line naming the table, the row, the column and the close
+    name, exit 2, not a "not predicted" row in a summary that exits 0; a missing config
+    file likewise."""
+    _, row = _first_shipped_row()
+    good = {**row, "id": "good"}
+    for column, typo, said in (("model", "llama-3.1-7b", "did you mean llama-3.1-70b?"),
+                               ("hardware", "h100-sxn", "unknown device preset 'h100-sxn'"),
+                               ("model", "cfg/missing.json", "config file not found")):
+        table, r = _validate_rows(tmp_path, [good, {**row, "id": "typo", column: typo}])
+        assert r.exit_code == 2, r.output
+        err = r.stderr.strip()
+        assert err.startswith("error:") and "\n" not in err, err
+        assert f"{table}: row typo, column '{column}'" in err and said in err, err
+
+
+def test_validate_table_paths_are_relative_to_the_table(tmp_path, monkeypatch):
+    """A model (or device) path in a user's table is read beside the table, wherever l2s
+    runs from, so a table and its configs travel together; the same model by name predicts
+    the same value."""
+    from learn_to_shard.fidelity.measurements import data_dir
+
+    _, row = _first_shipped_row()
+    cfg = tmp_path / "tables" / "cfg" / "my70b.json"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text((data_dir() / "models" / f"{row['model']}.json").read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    _, by_path = _validate_rows(tmp_path, [{**row, "model": "cfg/my70b.json"}],
+                                "tables/rel.csv")
+    assert by_path.exit_code == 0, by_path.output
+    path_report = json.loads((tmp_path / "r.json").read_text())
+    _, by_name = _validate_rows(tmp_path, [row])
+    assert by_name.exit_code == 0, by_name.output
+    name_report = json.loads((tmp_path / "r.json").read_text())
+    assert path_report["rows"][0]["predicted"] == name_report["rows"][0]["predicted"] > 0
 
 
 def test_the_pinned_accuracy_is_what_validate_measures_now(report):

@@ -9,6 +9,7 @@ kinds: ``output_tokens_per_s`` (throughput), ``prefill_s`` / ``ttft_s`` (TTFT),
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass
 from importlib import resources
@@ -123,6 +124,10 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
         path: CSV file (UTF-8, a leading byte-order mark allowed); default the shipped
             ``data/measurements.csv``.
 
+    Returns:
+        The rows in file order; a ``model`` or ``hardware`` cell that is a relative path to
+        a file beside the table reads as that file's path (:func:`_beside`).
+
     Raises:
         ConfigError: unreadable file, missing columns, or a bad value (names row and column).
     """
@@ -222,6 +227,19 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             source=(row.get("source") or "").strip(), notes=(row.get("notes") or "").strip()))
     if not rows:
         raise ConfigError(f"{p}: no measurement rows under the header")
-    return rows
+    return [dataclasses.replace(r, model=_beside(p, r.model), hardware=_beside(p, r.hardware))
+            for r in rows]
+
+
+def _beside(table: Path, name: str) -> str:
+    """A ``model`` or ``hardware`` cell that is a relative file path (it holds ``/`` or ``\\``
+    or ends in ``.json``) and names a file or folder beside ``table`` -> that path, so a table
+    and its configs travel together; anything else unchanged (a shipped name, an absolute
+    path, or a relative one that exists only from the working directory)."""
+    looks_like_path = name.endswith(".json") or "/" in name or "\\" in name
+    if not looks_like_path or Path(name).is_absolute():
+        return name
+    there = table.parent / name
+    return str(there) if there.exists() else name
 
 

@@ -15,21 +15,25 @@ by the same :class:`~learn_to_shard.cost.model.CostModel` the planner uses:
   the README);
 * ``link_bytes_per_s`` — the achievable bus bandwidth the model assumes on that link.
 
-Rows whose model or metric the product cannot express are reported as such, with the reason.
+Rows whose model or metric the product cannot express are reported as such, with the reason;
+a model or hardware cell that names nothing (a typo, a missing file) is bad input
+(:func:`check_names`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..cost.comm import ALL_TO_ALL, collective_time_s
 from ..cost.config import ENGINE_PROFILES, CostModelConfig
 from ..cost.model import CostModel, Estimate
-from ..errors import ConfigError, PlannerError
+from ..errors import ConfigError, PlannerError, UnsupportedModelError
 from ..hardware.presets import load_device, load_device_file
 from ..hardware.spec import ClusterSpec, DeviceSpec
 from ..model.hf_config import load_model, shipped_model_names
@@ -40,7 +44,7 @@ from ..workload import DType, Phase, Workload
 from .measurements import COLLECTIVES, Measurement, data_dir
 
 __all__ = ["RowResult", "predict_row", "row_config", "resolve_model", "resolve_device",
-           "bench_tokens"]
+           "check_names", "bench_tokens"]
 
 
 def _dtype(text: str, where: str) -> DType:
@@ -71,6 +75,32 @@ def resolve_device(name: str) -> DeviceSpec:
     if name.endswith(".json"):
         return load_device_file(name)
     return load_device(name)
+
+
+def check_names(rows: Iterable[Measurement], table: str | Path) -> None:
+    """Check that every row's ``model`` and ``hardware`` name something
+    (:func:`resolve_model`, :func:`resolve_device`): a model or device the product knows, or a
+    readable config / device file. A model it knows but cannot model (a recurrent-state
+    hybrid, :class:`~learn_to_shard.errors.UnsupportedModelError`) passes: that row is
+    reported "not expressible" with the reason, as the shipped table's BLOOM rows are.
+
+    Raises:
+        ConfigError: the first row whose model or hardware names nothing (an unknown name, a
+            missing or malformed file), naming ``table``, the row's id, the column and what
+            would be valid (the loader's message: the close shipped name, the list).
+    """
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        for column, name in (("model", r.model), ("hardware", r.hardware)):
+            if (column, name) in seen:
+                continue
+            seen.add((column, name))
+            try:
+                resolve_model(name) if column == "model" else resolve_device(name)
+            except UnsupportedModelError:
+                continue
+            except ConfigError as exc:
+                raise ConfigError(f"{table}: row {r.id}, column '{column}': {exc}") from None
 
 
 # ------------------------------------------------------------------------------ prediction

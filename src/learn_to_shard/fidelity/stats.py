@@ -17,7 +17,7 @@ from typing import Any
 from ..cost.config import CostModelConfig
 from .kernels import OperatorStats, silicon_report
 from .measurements import KIND_LABEL, KINDS, Measurement, default_table_path, load_table
-from .predict import RowResult, predict_row
+from .predict import RowResult, check_names, predict_row
 
 __all__ = ["KindStats", "SweepCheck", "ValidationReport", "validate", "TIE_TOLERANCE"]
 
@@ -151,9 +151,16 @@ def validate(rows: Iterable[Measurement] | None = None, config: CostModelConfig 
         table: CSV path when ``rows`` is None (default the shipped table).
         silicon: also compare the per-operator formulas with the kernel tables in
             ``data/silicon`` (:func:`silicon_report`).
+
+    Raises:
+        ConfigError: ``table`` is given and cannot be read, or one of its rows names a model
+            or hardware that names nothing (:func:`~.predict.check_names`); the shipped
+            table (``table`` None) is not checked here: its tests check it.
     """
     cfg = config or CostModelConfig()
     rs = list(rows) if rows is not None else load_table(table)
+    if table is not None:
+        check_names(rs, table)
     results = [predict_row(r, cfg) for r in rs]
     return ValidationReport(table=str(table or default_table_path()), results=results,
                             stats=_stats(results), sweeps=_sweeps(results),
