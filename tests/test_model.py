@@ -265,6 +265,20 @@ def test_qwen3_moe_sparse_step_and_mlp_only_layers(tmp_path: Path) -> None:
     assert spec.dense_intermediate_size == 6144
 
 
+def test_qwen3_moe_without_intermediate_size(tmp_path: Path) -> None:
+    """A Qwen3-MoE config whose layers are all MoE needs no ``intermediate_size`` (no layer
+    reads it): it loads as the same model; with a dense layer it is required, named."""
+    data = _shipped_json("qwen3-30b-a3b")
+    del data["intermediate_size"]
+    spec = load_model(str(_write(tmp_path, data)))
+    shipped = load_model("qwen3-30b-a3b")
+    assert spec.layers == shipped.layers and spec.moe == shipped.moe
+    assert spec.attention == shipped.attention and spec.dense_intermediate_size == 0
+    data["mlp_only_layers"] = [0]
+    with pytest.raises(ConfigError, match="missing required field 'intermediate_size'"):
+        load_model(str(_write(tmp_path, data)))
+
+
 def test_mixtral_sliding_window_int(tmp_path: Path) -> None:
     data = _shipped_json("mixtral-8x7b")
     data["sliding_window"] = 4096

@@ -1222,11 +1222,13 @@ def _weight_block_size(f: _Fields) -> tuple[int, int] | None:
 
 
 def _dense(f: _Fields, data: dict[str, Any], *, qk_norm: bool, qkv_bias: bool | None = None,
-           window_all: bool = False) -> dict[str, Any]:
+           window_all: bool = False, ffn_optional: bool = False) -> dict[str, Any]:
     """Llama / Mistral / Qwen2 / Qwen3 (one builder: they differ only in the flags).
     Windows: ``layer_types`` if present; else with ``window_all`` (Mistral, HF MistralAttention)
     ``sliding_window`` on every layer; else Qwen's ``use_sliding_window`` rule (HF
-    Qwen2Config / Qwen3Config: layer i slides iff i >= ``max_window_layers``)."""
+    Qwen2Config / Qwen3Config: layer i slides iff i >= ``max_window_layers``).
+    ``ffn_optional``: ``intermediate_size`` may be absent (``dense_intermediate_size`` 0 then),
+    for a caller whose layers may all be MoE and which requires it where one is dense."""
     common = _common(f, data)
     num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     window = f.opt_integer("sliding_window")
@@ -1242,7 +1244,8 @@ def _dense(f: _Fields, data: dict[str, Any], *, qk_norm: bool, qkv_bias: bool | 
     return common | {
         "attention": _gqa_attention(f, common["hidden_size"], qk_norm=qk_norm,
                                     qkv_bias=qkv_bias),
-        "dense_intermediate_size": f.integer("intermediate_size"),
+        "dense_intermediate_size": (f.opt_integer("intermediate_size") or 0) if ffn_optional
+        else f.integer("intermediate_size"),
         "gated_mlp": True,
         "mlp_bias": f.flag("mlp_bias", False),
         "moe": None,
@@ -1274,8 +1277,12 @@ def _qwen_moe(f: _Fields, data: dict[str, Any], *, qwen2: bool = False) -> dict[
 
     ``qwen2`` (HF Qwen2MoeAttention / Qwen2MoeSparseMoeBlock): q/k/v biases and no q/k norm;
     each MoE layer adds one shared expert of width ``shared_expert_intermediate_size`` whose
-    output is scaled by ``sigmoid(shared_expert_gate(x))`` (an H x 1 linear)."""
-    spec = _dense(f, data, qk_norm=not qwen2, qkv_bias=True if qwen2 else None)
+    output is scaled by ``sigmoid(shared_expert_gate(x))`` (an H x 1 linear).
+    ``intermediate_size`` is required only where a layer is dense: a config whose layers
+    are all MoE may leave it out (no layer reads it; HF's config class would fill in its
+    default)."""
+    spec = _dense(f, data, qk_norm=not qwen2, qkv_bias=True if qwen2 else None,
+                  ffn_optional=True)
     num_layers = len(spec["layers"])
     num_experts = f.integer("num_experts")
     top_k = f.integer("num_experts_per_tok")
@@ -1293,7 +1300,7 @@ def _qwen_moe(f: _Fields, data: dict[str, Any], *, qwen2: bool = False) -> dict[
     has_dense = not all(layer.is_moe for layer in layers)
     shared = f.integer("shared_expert_intermediate_size", 0, minimum=0) if qwen2 else 0
     return spec | {
-        "dense_intermediate_size": spec["dense_intermediate_size"] if has_dense else 0,
+        "dense_intermediate_size": f.integer("intermediate_size") if has_dense else 0,
         "moe": MoESpec(num_experts, top_k, f.integer("moe_intermediate_size"),
                        num_shared_experts=1 if shared else 0, shared_intermediate_size=shared,
                        shared_expert_gate=shared > 0),
