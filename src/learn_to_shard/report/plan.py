@@ -445,23 +445,25 @@ def nearest_layout(cm: CostModel, e: Estimate) -> Estimate:
     else:
         heads = [NUM_COARSE + int(i) for i in np.flatnonzero(active)]
         groups = [([h], tuple((c,) for c in range(int(cm.space.nvec[h])))) for h in heads]
-    sizes = [len(opts) for _, opts in groups]
-    best = base.copy()
-    if math.prod(sizes) <= NEAREST_LAYOUTS_EXHAUSTIVE:
-        acts = np.repeat(base[None, :], math.prod(sizes), axis=0)
-        for r, pick in enumerate(itertools.product(*(opts for _, opts in groups))):
-            for (cols, _), choice in zip(groups, pick, strict=True):
+    def nearest(start: np.ndarray, picks: list[list[tuple[list[int], tuple[int, ...]]]]
+                ) -> np.ndarray:
+        """The row nearest to feasible of ``start`` with each pick's columns set."""
+        acts = np.repeat(start[None, :], len(picks), axis=0)
+        for r, pick in enumerate(picks):
+            for cols, choice in pick:
                 acts[r, cols] = choice
         nbits, far = _nearness(cm, acts)
-        best = acts[np.lexsort((far, nbits))[0]]
+        return acts[np.lexsort((far, nbits))[0]]
+
+    best = base.copy()
+    if math.prod(len(opts) for _, opts in groups) <= NEAREST_LAYOUTS_EXHAUSTIVE:
+        cols_of = [cols for cols, _ in groups]
+        best = nearest(base, [list(zip(cols_of, pick, strict=True)) for pick in
+                              itertools.product(*(opts for _, opts in groups))])
     else:
         for _ in range(2):
             for cols, opts in groups:
-                acts = np.repeat(best[None, :], len(opts), axis=0)
-                for r, choice in enumerate(opts):
-                    acts[r, cols] = choice
-                nbits, far = _nearness(cm, acts)
-                best = acts[np.lexsort((far, nbits))[0]]
+                best = nearest(best, [[(cols, choice)] for choice in opts])
     nb, fb = _nearness(cm, np.stack([base, best]))
     if not np.isfinite(fb[1]) or (nb[1], fb[1]) >= (nb[0], fb[0]):
         return e
