@@ -292,6 +292,13 @@ class EngineProfile:
         out += [v.choices for v in self.variants if v.block == block and v.choices not in out]
         return tuple(out)
 
+    def replicates_dense_under_adp(self, is_moe: bool, has_dense_ffn: bool) -> bool:
+        """Whether a model's dense MLP layers must run replicated wherever attention-DP and
+        attention TP are both above 1 (:attr:`adp_dense_replicated`, for a MoE model,
+        ``is_moe``, with dense layers, ``has_dense_ffn``): the one condition the search's
+        ``engine_dense_adp`` rule and the export's note on a plan outside it read."""
+        return self.adp_dense_replicated and is_moe and has_dense_ffn
+
 
 _VLLM = "vllm-project/vllm v0.33.0 (wheel vllm-0.33.0, commit 4ba787ec9)"
 _SGL = "sgl-project/sglang v0.5.23 (wheel sglang-0.5.23)"

@@ -427,7 +427,7 @@ class StrategySpace:
                 cols = [OP_NAMES.index(o) for o in ops]
                 ok &= self.block_ok(block, dims[:, cols])
             flag("engine_layout", ~ok)
-            if self.engine.adp_dense_replicated and m.is_moe and m.has_dense_ffn:
+            if self.engine.replicates_dense_under_adp(m.is_moe, m.has_dense_ffn):
                 cols = [OP_NAMES.index(o) for o in BLOCKS["dense"]]
                 split = (dims[:, cols] != REPLICATED).any(axis=1)
                 flag("engine_dense_adp", split & (tp > 1) & (dp > 1))

@@ -320,8 +320,8 @@ def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
         if not present.get(block, True) or group == 1:     # a group of one splits nothing
             continue
         got = tuple(s.dims[OP_NAMES.index(o)] for o in ops)
-        adp_dense = block == "dense" and prof.adp_dense_replicated and s.dp > 1 \
-            and model is not None and model.is_moe
+        adp_dense = block == "dense" and s.dp > 1 and model is not None \
+            and prof.replicates_dense_under_adp(model.is_moe, model.has_dense_ffn)
         if got in prof.allowed(block) and not (adp_dense and got != (2, 2)):
             continue
         if adp_dense:
