@@ -17,7 +17,7 @@ from learn_to_shard.cost import CostModel, CostModelConfig
 from learn_to_shard.cost.config import ENGINE_PROFILES
 from learn_to_shard.errors import ConfigError
 from learn_to_shard.fidelity.fit import CALIBRATIONS, calibrate
-from learn_to_shard.fidelity.measurements import METRIC_KIND, load_table
+from learn_to_shard.fidelity.measurements import METRIC_KIND, data_dir, load_table
 from learn_to_shard.fidelity.predict import predict_row, row_config
 from learn_to_shard.fidelity.stats import validate
 from learn_to_shard.hardware import parse_cluster
@@ -465,8 +465,6 @@ def test_validate_table_paths_are_relative_to_the_table(tmp_path, monkeypatch):
     """A model (or device) path in a user's table is read beside the table, wherever l2s
     runs from, so a table and its configs travel together; the same model by name predicts
     the same value."""
-    from learn_to_shard.fidelity.measurements import data_dir
-
     _, row = _first_shipped_row()
     cfg = tmp_path / "tables" / "cfg" / "my70b.json"
     cfg.parent.mkdir(parents=True)
@@ -482,6 +480,35 @@ def test_validate_table_paths_are_relative_to_the_table(tmp_path, monkeypatch):
     assert by_name.exit_code == 0, by_name.output
     name_report = json.loads((tmp_path / "r.json").read_text())
     assert path_report["rows"][0]["predicted"] == name_report["rows"][0]["predicted"] > 0
+    # A model folder beside the table, named bare, reads the same way from elsewhere.
+    folder = tmp_path / "tables" / "m1"
+    folder.mkdir()
+    (folder / "config.json").write_text(cfg.read_text())
+    _, by_folder = _validate_rows(tmp_path, [{**row, "model": "m1"}], "tables/folder.csv")
+    assert by_folder.exit_code == 0, by_folder.output
+    folder_report = json.loads((tmp_path / "r.json").read_text())
+    assert folder_report["rows"][0]["predicted"] == name_report["rows"][0]["predicted"]
+
+
+def test_validate_outputs_never_overwrite_a_config_the_table_reads(tmp_path):
+    """``--report`` or ``--plot`` onto a model file a row of the table reads is refused
+    before anything is written (as ``plan -o`` onto its ``--model``), and the file is kept."""
+    _, row = _first_shipped_row()
+    cfg = tmp_path / "cfg" / "x.json"
+    cfg.parent.mkdir()
+    text = (data_dir() / "models" / f"{row['model']}.json").read_text()
+    cfg.write_text(text)
+    _, _ = _validate_rows(tmp_path, [{**row, "model": "cfg/x.json"}])
+    table = tmp_path / "mine.csv"
+    for flag in ("--report", "--plot"):
+        r = CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
+                                     "--plot", str(tmp_path / "p.png"),
+                                     "--report", str(tmp_path / "r.json"), flag, str(cfg)])
+        assert r.exit_code == 2, r.output
+        err = r.stderr.strip()
+        assert err.startswith("error:") and "\n" not in err, err
+        assert f"{flag}: {cfg} is the --table row {row['id']}'s model input" in err, err
+        assert cfg.read_text() == text
 
 
 def test_the_pinned_accuracy_is_what_validate_measures_now(report):

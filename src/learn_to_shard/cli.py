@@ -1163,8 +1163,14 @@ def validate_cmd(
     from .report.validate import render_validation, save_json, save_plot
 
     try:
-        # The table read: --table, or the shipped one (no output may overwrite either).
-        inputs = ((table if table is not None else default_table_path(), "--table"),)
+        measurements = load_table(table)
+        # The files read: --table, or the shipped one, and the model and device files its
+        # rows name (no output may overwrite any of them).
+        inputs: tuple[tuple[Path | None, str], ...] = (
+            (table if table is not None else default_table_path(), "--table"),
+            *((_model_file(r.model), f"--table row {r.id}'s model") for r in measurements),
+            *((_cluster_file(r.hardware), f"--table row {r.id}'s hardware")
+              for r in measurements))
         _check_output(plot, "--plot", plot=True, inputs=inputs)
         _check_output(report, "--report", inputs=inputs)
         _check_distinct(((plot, "--plot"), (report, "--report")))
@@ -1177,7 +1183,6 @@ def validate_cmd(
                 if other is not None and write_factors.resolve() == other.resolve():
                     raise PlannerError(f"--write-factors: {write_factors} is also {flag}; "
                                        f"give another file")
-        measurements = load_table(table)
         if fit:
             calibration_rows(measurements)       # nothing to fit is bad input, before any work
         result = validate(measurements, table=table)

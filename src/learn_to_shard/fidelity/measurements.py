@@ -232,14 +232,20 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
 
 
 def _beside(table: Path, name: str) -> str:
-    """A ``model`` or ``hardware`` cell that is a relative file path (it holds ``/`` or ``\\``
-    or ends in ``.json``) and names a file or folder beside ``table`` -> that path, so a table
-    and its configs travel together; anything else unchanged (a shipped name, an absolute
-    path, or a relative one that exists only from the working directory)."""
-    looks_like_path = name.endswith(".json") or "/" in name or "\\" in name
-    if not looks_like_path or Path(name).is_absolute():
+    """A ``model`` or ``hardware`` cell that names a file or folder beside ``table`` -> that
+    path, so a table and its configs travel together: a relative path (it holds ``/`` or
+    ``\\`` or ends in ``.json``) that exists there, or a bare name of a folder there that
+    holds a ``config.json`` (a model folder, which shadows a shipped model of that name as
+    a local folder does for ``--model``). Anything else is unchanged: a shipped name, an
+    absolute path, or a relative one that exists only from the working directory."""
+    if not name or Path(name).is_absolute():
         return name
     there = table.parent / name
-    return str(there) if there.exists() else name
+    looks_like_path = name.endswith(".json") or "/" in name or "\\" in name
+    try:
+        beside = there.exists() if looks_like_path else (there / "config.json").is_file()
+    except (OSError, ValueError):        # a name too long or with a NUL byte for a path
+        return name
+    return str(there) if beside else name
 
 
