@@ -279,6 +279,39 @@ def test_qwen3_moe_without_intermediate_size(tmp_path: Path) -> None:
         load_model(str(_write(tmp_path, data)))
 
 
+@pytest.mark.parametrize("name, key", [
+    ("deepseek-v3", "n_shared_experts"), ("deepseek-v3", "first_k_dense_replace"),
+    ("glm-4.5-air", "n_shared_experts"), ("glm-4.5-air", "first_k_dense_replace"),
+    ("kimi-k2", "n_routed_experts"), ("qwen2-57b-a14b", "shared_expert_intermediate_size")])
+def test_moe_shape_fields_whose_class_defaults_differ_are_required(
+        tmp_path: Path, name: str, key: str) -> None:
+    """A DeepSeek-V3-style, GLM-4.5 or Qwen2-MoE config that leaves out a field whose default
+    the engines' config classes set to a shape (transformers' DeepseekV3Config: 1 shared
+    expert, 3 dense layers first; Qwen2MoeConfig: a 5,632-wide shared expert), where l2s
+    would otherwise plan another model (no shared expert, every layer MoE), is refused,
+    naming the field; null states "none" and loads."""
+    data = _shipped_json(name)
+    del data[key]
+    with pytest.raises(ConfigError, match=f"missing required field '{key}' "):
+        load_model(str(_write(tmp_path, data)))
+    if key != "n_routed_experts":
+        spec = load_model(str(_write(tmp_path, data | {key: None})))
+        shared = spec.moe is not None and spec.moe.num_shared_experts
+        first = sum(1 for layer in spec.layers[:5] if not layer.is_moe)
+        assert (shared == 0) if "shared" in key else (first == 0)
+
+
+def test_deepseek_v2_keeps_its_class_defaults(tmp_path: Path) -> None:
+    """``deepseek_v2`` configs keep DeepseekV2Config's defaults (no shared expert, no dense
+    layers first) where those fields are left out."""
+    data = _shipped_json("deepseek-v2-lite")
+    for key in ("n_shared_experts", "first_k_dense_replace"):
+        data.pop(key)
+    spec = load_model(str(_write(tmp_path, data)))
+    assert spec.moe is not None and spec.moe.num_shared_experts == 0
+    assert all(layer.is_moe for layer in spec.layers)
+
+
 def test_mixtral_sliding_window_int(tmp_path: Path) -> None:
     data = _shipped_json("mixtral-8x7b")
     data["sliding_window"] = 4096

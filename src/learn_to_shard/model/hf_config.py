@@ -1298,6 +1298,10 @@ def _qwen_moe(f: _Fields, data: dict[str, Any], *, qwen2: bool = False) -> dict[
         for i, layer in enumerate(spec["layers"])
     )
     has_dense = not all(layer.is_moe for layer in layers)
+    if qwen2:
+        # Qwen2MoeConfig defaults it to 5632 (transformers@008e574391258935f3ecc3035c882e73b
+        # bcac419): a config that leaves it out is not taken as having no shared expert.
+        _stated(f, ("shared_expert_intermediate_size",), "qwen2_moe")
     shared = f.integer("shared_expert_intermediate_size", 0, minimum=0) if qwen2 else 0
     return spec | {
         "dense_intermediate_size": f.integer("intermediate_size") if has_dense else 0,
@@ -1308,18 +1312,42 @@ def _qwen_moe(f: _Fields, data: dict[str, Any], *, qwen2: bool = False) -> dict[
     }
 
 
-def _deepseek_moe(f: _Fields, num_layers: int,
-                  topk_method_default: str) -> tuple[list[bool], MoESpec | None]:
+#: The MoE fields a DeepSeek-V3-style config (every model type the DeepSeek MoE layout reads
+#: but ``deepseek_v2``) must state: the classes the engines may read it with default them
+#: differently (huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419
+#: ``DeepseekV3Config``: 256 routed experts, 1 shared, the first 3 layers dense;
+#: ``Glm4MoeConfig``: 128, 1, 1; DeepSeek's remote ``configuration_deepseek.py``, which
+#: ``trust_remote_code`` loads, and ``DeepseekV2Config``: none, none, 0), so l2s takes none
+#: of them. ``deepseek_v2`` keeps its class's defaults (no experts, no shared expert, no
+#: dense layers first). A field given as null counts as stated (none, 0).
+DEEPSEEK_STATED_MOE_FIELDS: tuple[str, ...] = ("n_routed_experts", "n_shared_experts",
+                                               "first_k_dense_replace")
+
+
+def _stated(f: _Fields, keys: tuple[str, ...], model_type: str) -> None:
+    """Refuse a config that leaves out one of ``keys`` (null counts as given).
+
+    Raises:
+        ConfigError: naming the first missing field and why it is not defaulted.
+    """
+    for key in keys:
+        if key not in f.data:
+            raise f.error(key, f"an integer >= 0, or null for none: a {model_type} config "
+                               f"states it, as the engines' config classes default it "
+                               f"differently; l2s does not guess")
+
+
+def _deepseek_moe(f: _Fields, num_layers: int, topk_method_default: str,
+                  model_type: str = "deepseek_v2") -> tuple[list[bool], MoESpec | None]:
     """The DeepSeek-V3 MoE layout (HF DeepseekV3DecoderLayer, also HF Glm4MoeDecoderLayer):
     layer i is MoE iff ``n_routed_experts`` is set, ``i >= first_k_dense_replace`` and
     ``i % moe_layer_freq == 0``; ``n_shared_experts`` shared experts of the routed width; the
-    router carries ``e_score_correction_bias`` under ``topk_method`` ``noaux_tc``."""
+    router carries ``e_score_correction_bias`` under ``topk_method`` ``noaux_tc``. A
+    ``model_type`` other than ``deepseek_v2`` must state :data:`DEEPSEEK_STATED_MOE_FIELDS`.
+
+    Raises:
+        ConfigError: a stated field missing, or MoE fields without ``n_routed_experts``."""
     num_experts = f.opt_integer("n_routed_experts")
-    first_dense = f.integer("first_k_dense_replace", 0, minimum=0)
-    freq = f.integer("moe_layer_freq", 1)
-    is_moe = [
-        num_experts is not None and i >= first_dense and i % freq == 0 for i in range(num_layers)
-    ]
     if num_experts is None:
         routed = [k for k in ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
                               "num_experts") if f.has(k)]
@@ -1327,6 +1355,14 @@ def _deepseek_moe(f: _Fields, num_layers: int,
             # MoE fields without the expert count: a dense model would be planned silently
             raise f.error("n_routed_experts", f"the routed-expert count; {', '.join(routed)} "
                           f"{'is' if len(routed) == 1 else 'are'} given without it")
+    if model_type != "deepseek_v2":
+        _stated(f, DEEPSEEK_STATED_MOE_FIELDS, model_type)
+    first_dense = f.integer("first_k_dense_replace", 0, minimum=0)
+    freq = f.integer("moe_layer_freq", 1)
+    is_moe = [
+        num_experts is not None and i >= first_dense and i % freq == 0 for i in range(num_layers)
+    ]
+    if num_experts is None:
         return is_moe, None
     top_k = f.integer("num_experts_per_tok")
     _moe_check(f, num_experts, top_k, "num_experts_per_tok")
@@ -1384,7 +1420,8 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         sparse_topk=topk,
         indexer_key_bytes=key_bytes,
     )
-    is_moe, moe = _deepseek_moe(f, num_layers, "greedy")
+    is_moe, moe = _deepseek_moe(f, num_layers, "greedy",
+                                str(f.data.get("model_type") or "deepseek_v3"))
     return common | {
         "attention": attention,
         "dense_intermediate_size": 0 if all(is_moe) else f.integer("intermediate_size"),
@@ -1623,7 +1660,7 @@ def _glm4_moe(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
     num_layers = f.integer("num_hidden_layers", maximum=MAX_LAYERS)
     attention = _gqa_attention(f, common["hidden_size"], qk_norm=f.flag("use_qk_norm", False),
                                qkv_bias=f.flag("attention_bias", False))
-    is_moe, moe = _deepseek_moe(f, num_layers, "noaux_tc")
+    is_moe, moe = _deepseek_moe(f, num_layers, "noaux_tc", "glm4_moe")
     return common | {
         "attention": dataclasses.replace(attention, o_bias=False),
         "dense_intermediate_size": 0 if all(is_moe) else f.integer("intermediate_size"),
