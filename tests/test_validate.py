@@ -432,13 +432,13 @@ def _validate_rows(tmp_path, rows: list[dict[str, str]], name: str = "mine.csv")
 
 def test_validate_table_with_no_predictable_row_is_bad_input(tmp_path):
     """A user's --table whose rows all name what l2s knows but none can be predicted (a
-    precision it does not model) predicts nothing: one line naming the table, the first row
-    and why, exit 2 (not an empty summary, exit 0)."""
+    model whose architecture it does not model) predicts nothing: one line naming the table,
+    the first row and why, exit 2 (not an empty summary, exit 0)."""
     _, row = _first_shipped_row()
-    table, r = _validate_rows(tmp_path, [{**row, "weight_dtype": "int4"}])
+    table, r = _validate_rows(tmp_path, [{**row, "model": "bloom-176b"}])
     assert r.exit_code == 2, r.output
     assert f"--table {table}: none of its 1 rows can be predicted" in r.output
-    assert "precision 'int4' is not expressible" in r.output
+    assert "bloom" in r.output
     # A row the model calls infeasible is still predicted: the table is validated.
     _, r = _validate_rows(tmp_path, [{**row, "hardware": "l40s"}])
     assert r.exit_code == 0, r.output
@@ -447,18 +447,43 @@ def test_validate_table_with_no_predictable_row_is_bad_input(tmp_path):
 def test_validate_table_row_naming_nothing_is_bad_input(tmp_path):
     """One row of a user's --table with a typo in its model or hardware (beside rows that
     predict) is bad input: one line naming the table, the row, the column and the close
-    name, exit 2, not a "not predicted" row in a summary that exits 0; a missing config
-    file likewise."""
+    name (the validation configs' names among them), exit 2, not a "not predicted" row in a
+    summary that exits 0; a missing config file or a folder for a device file likewise. A
+    name close to none (``v100``: a device l2s does not have) is a not-expressible row."""
     _, row = _first_shipped_row()
     good = {**row, "id": "good"}
     for column, typo, said in (("model", "llama-3.1-7b", "did you mean llama-3.1-70b?"),
-                               ("hardware", "h100-sxn", "unknown device preset 'h100-sxn'"),
+                               ("model", "llama-2-70bb", "did you mean llama-2-70b?"),
+                               ("hardware", "h100-sxn", "did you mean h100-sxm?"),
+                               ("hardware", "cfg/", "device file 'cfg'"),
                                ("model", "cfg/missing.json", "config file not found")):
         table, r = _validate_rows(tmp_path, [good, {**row, "id": "typo", column: typo}])
         assert r.exit_code == 2, r.output
         err = r.stderr.strip()
         assert err.startswith("error:") and "\n" not in err, err
         assert f"{table}: row typo, column '{column}'" in err and said in err, err
+    _, r = _validate_rows(tmp_path, [good, {**row, "id": "v100", "hardware": "v100"}])
+    assert r.exit_code == 0 and "1/2 rows predicted" in r.output, r.output
+
+
+@pytest.mark.parametrize("column, typo, said", [
+    ("weight_dtype", "bf61", "column 'weight_dtype' 'bf61' is not one of bf16"),
+    ("kv_dtype", "fp9", "column 'kv_dtype' 'fp9' is not one of bf16"),
+    ("calibration", "2", "column 'calibration' '2' is not 1 or 0"),
+    ("engine", "vlm", "column 'engine' 'vlm' names no engine profile; did you mean vllm?")])
+def test_validate_table_typo_in_a_value_column_is_bad_input(tmp_path, column, typo, said):
+    """A value outside a column's documented vocabulary in one row of a user's table is one
+    line naming the file, line and column, exit 2: not a row dropped as "not expressible",
+    silently held out, or priced with another engine's defaults. An engine name far from
+    every profile (``deepep-ll``) is still priced with the defaults."""
+    _, row = _first_shipped_row()
+    _, r = _validate_rows(tmp_path, [{**row, "id": "good"}, {**row, "id": "typo", column: typo}])
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error:") and "\n" not in err and "line 3" in err, err
+    assert said in err, err
+    _, r = _validate_rows(tmp_path, [{**row, "engine": "deepep-ll"}])
+    assert r.exit_code == 0, r.output
 
 
 def test_validate_table_paths_are_relative_to_the_table(tmp_path, monkeypatch):

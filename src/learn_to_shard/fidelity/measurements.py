@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..cost.comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER
+from ..cost.config import ENGINE_PROFILES
 from ..errors import ConfigError
 
-__all__ = ["COLUMNS", "METRIC_KIND", "KINDS", "KIND_LABEL", "COLLECTIVES", "Measurement",
+__all__ = ["COLUMNS", "METRIC_KIND", "KINDS", "KIND_LABEL", "COLLECTIVES", "PRECISIONS",
+           "CALIBRATION_FLAGS", "Measurement",
            "load_table", "default_table_path", "data_dir"]
 
 #: Columns of the measurement CSV, in order (see data/README.md).
@@ -29,6 +33,12 @@ COLUMNS: tuple[str, ...] = (
     "collective", "message_bytes", "sweep", "calibration", "source", "notes",
 )
 _REQUIRED = ("id", "model", "hardware", "metric", "value")
+
+#: Values of the ``weight_dtype`` and ``kv_dtype`` columns (fp16 is priced as bf16, which has
+#: its rate and size on every shipped device; data/README.md).
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "bfloat16", "float16", "fp8")
+#: Values of the ``calibration`` column (lower-cased; empty = held out).
+CALIBRATION_FLAGS: tuple[str, ...] = ("", "0", "1", "true", "false", "yes", "no")
 
 #: metric -> kind (the four kinds the summary reports).
 METRIC_KIND: dict[str, str] = {
@@ -210,8 +220,24 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
         elif message_bytes is None or message_bytes < 0:
             raise ConfigError(f"{where}: column 'message_bytes' must be a non-negative "
                               f"number, got {mb!r}")
+        for col in ("weight_dtype", "kv_dtype"):
+            text = (row.get(col) or "").strip().lower()
+            if text and text not in PRECISIONS:
+                raise ConfigError(f"{where}: column '{col}' {text!r} is not one of "
+                                  f"{', '.join(PRECISIONS)} (or empty)")
+        flag = (row.get("calibration") or "").strip().lower()
+        if flag not in CALIBRATION_FLAGS:
+            raise ConfigError(f"{where}: column 'calibration' {flag!r} is not 1 or 0 (or "
+                              f"true/false, yes/no, empty for 0)")
+        engine = (row.get("engine") or "").strip()
+        near = difflib.get_close_matches(engine, ENGINE_PROFILES, n=1, cutoff=0.8)
+        if engine and engine not in ENGINE_PROFILES and near:
+            raise ConfigError(f"{where}: column 'engine' {engine!r} names no engine profile; "
+                              f"did you mean {near[0]}? (profiles: "
+                              f"{', '.join(ENGINE_PROFILES)}; a name far from all of them, "
+                              f"e.g. deepep-ll, is priced with the defaults)")
         rows.append(Measurement(
-            id=rid, engine=(row.get("engine") or "").strip(), model=row["model"].strip(),
+            id=rid, engine=engine, model=row["model"].strip(),
             hardware=row["hardware"].strip(),
             devices=devices,
             weight_dtype=(row.get("weight_dtype") or "bf16").strip().lower(),
@@ -223,7 +249,7 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             metric=metric, value=value, collective=coll,
             message_bytes=message_bytes,
             sweep=(row.get("sweep") or "").strip(),
-            calibration=(row.get("calibration") or "0").strip() in ("1", "true", "yes"),
+            calibration=flag in ("1", "true", "yes"),
             source=(row.get("source") or "").strip(), notes=(row.get("notes") or "").strip()))
     if not rows:
         raise ConfigError(f"{p}: no measurement rows under the header")
@@ -246,6 +272,9 @@ def _beside(table: Path, name: str) -> str:
         beside = there.exists() if looks_like_path else (there / "config.json").is_file()
     except (OSError, ValueError):        # a name too long or with a NUL byte for a path
         return name
-    return str(there) if beside else name
+    if not beside:
+        return name
+    # a trailing separator says a folder was meant (Path drops it)
+    return str(there) + (os.sep if name.endswith(("/", "\\")) else "")
 
 

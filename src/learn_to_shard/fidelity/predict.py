@@ -23,6 +23,7 @@ a model or hardware cell that names nothing (a typo, a missing file) is bad inpu
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from ..cost.comm import ALL_TO_ALL, collective_time_s
 from ..cost.config import ENGINE_PROFILES, CostModelConfig
 from ..cost.model import CostModel, Estimate
 from ..errors import ConfigError, PlannerError, UnsupportedModelError
-from ..hardware.presets import load_device, load_device_file
+from ..hardware.presets import ALIASES, device_names, load_device, load_device_file
 from ..hardware.spec import ClusterSpec, DeviceSpec
 from ..model.hf_config import load_model, shipped_model_names
 from ..model.spec import ModelSpec
@@ -44,7 +45,7 @@ from ..workload import DType, Phase, Workload
 from .measurements import COLLECTIVES, Measurement, data_dir
 
 __all__ = ["RowResult", "predict_row", "row_config", "resolve_model", "resolve_device",
-           "check_names", "bench_tokens"]
+           "check_names", "known_names", "bench_tokens"]
 
 
 def _dtype(text: str, where: str) -> DType:
@@ -68,26 +69,44 @@ def resolve_model(name: str) -> ModelSpec:
 
 
 def resolve_device(name: str) -> DeviceSpec:
-    """A device preset, a device file under data/validation/devices, or a device JSON path."""
+    """A device preset, a device file under data/validation/devices, or a device JSON path
+    (a name that ends in ``.json`` or holds a path separator)."""
     extra = data_dir() / "validation" / "devices" / f"{name}.json"
     if extra.is_file():
         return load_device_file(str(extra))
-    if name.endswith(".json"):
+    if name.endswith(".json") or "/" in name or "\\" in name:
         return load_device_file(name)
     return load_device(name)
 
 
+def known_names(column: str) -> list[str]:
+    """The names a table's ``model`` (``column`` ``"model"``) or ``hardware`` cell may give
+    without a path: shipped models and the configs under ``data/validation/models``, or
+    device presets, their aliases and the files under ``data/validation/devices``; sorted."""
+    if column == "model":
+        names = set(shipped_model_names())
+        folder = data_dir() / "validation" / "models"
+    else:
+        names = set(device_names()) | set(ALIASES)
+        folder = data_dir() / "validation" / "devices"
+    names |= {e.name.removesuffix(".json") for e in folder.iterdir() if e.name.endswith(".json")}
+    return sorted(names)
+
+
 def check_names(rows: Iterable[Measurement], table: str | Path) -> None:
-    """Check that every row's ``model`` and ``hardware`` name something
-    (:func:`resolve_model`, :func:`resolve_device`): a model or device the product knows, or a
-    readable config / device file. A model it knows but cannot model (a recurrent-state
-    hybrid, :class:`~learn_to_shard.errors.UnsupportedModelError`) passes: that row is
-    reported "not expressible" with the reason, as the shipped table's BLOOM rows are.
+    """Refuse a row whose ``model`` or ``hardware`` cell looks like a mistake.
+
+    A cell that :func:`resolve_model` / :func:`resolve_device` cannot read is a mistake
+    when it is a path (it holds ``/`` or ``\\`` or ends in ``.json``: a missing or malformed
+    file) or a name close to one l2s knows (:func:`known_names`; ``difflib`` ratio >= 0.8,
+    the loader's rule for ``--model``): a typo. A name close to none (the shipped table's
+    ``bloom-176b``, a device such as ``v100``) is a model or device l2s does not have, and the
+    row is listed "not expressible" with the reason, as is a model it reads but cannot
+    model (:class:`~learn_to_shard.errors.UnsupportedModelError`).
 
     Raises:
-        ConfigError: the first row whose model or hardware names nothing (an unknown name, a
-            missing or malformed file), naming ``table``, the row's id, the column and what
-            would be valid (the loader's message: the close shipped name, the list).
+        ConfigError: the first such row, naming ``table``, the row's id, the column and the
+            close name or the loader's reason.
     """
     seen: set[tuple[str, str]] = set()
     for r in rows:
@@ -100,7 +119,17 @@ def check_names(rows: Iterable[Measurement], table: str | Path) -> None:
             except UnsupportedModelError:
                 continue
             except ConfigError as exc:
-                raise ConfigError(f"{table}: row {r.id}, column '{column}': {exc}") from None
+                where = f"{table}: row {r.id}, column '{column}'"
+                if name.endswith(".json") or "/" in name or "\\" in name:
+                    raise ConfigError(f"{where}: {exc}") from None
+                near = difflib.get_close_matches(name.lower(), known_names(column), n=1,
+                                                 cutoff=0.8)
+                if near and near[0] != name.lower():
+                    raise ConfigError(
+                        f"{where}: {name!r} names no {column} l2s has; did you mean "
+                        f"{near[0]}? (l2s {'models' if column == 'model' else 'devices'} "
+                        f"lists them; a name close to none is listed as not expressible)"
+                    ) from None
 
 
 # ------------------------------------------------------------------------------ prediction

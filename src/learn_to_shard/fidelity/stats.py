@@ -153,14 +153,12 @@ def validate(rows: Iterable[Measurement] | None = None, config: CostModelConfig 
             ``data/silicon`` (:func:`silicon_report`).
 
     Raises:
-        ConfigError: ``table`` is given and cannot be read, or one of its rows names a model
-            or hardware that names nothing (:func:`~.predict.check_names`); the shipped
-            table (``table`` None) is not checked here: its tests check it.
+        ConfigError: the table cannot be read, or a row's model or hardware cell looks like
+            a mistake (a missing file, a typo of a known name: :func:`~.predict.check_names`).
     """
     cfg = config or CostModelConfig()
     rs = list(rows) if rows is not None else load_table(table)
-    if table is not None:
-        check_names(rs, table)
+    check_names(rs, table if table is not None else default_table_path())
     results = [predict_row(r, cfg) for r in rs]
     return ValidationReport(table=str(table or default_table_path()), results=results,
                             stats=_stats(results), sweeps=_sweeps(results),
