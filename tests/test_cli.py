@@ -1374,6 +1374,18 @@ def test_piped_tables_follow_columns():
     assert widths["abc"] == widths[None]
 
 
+def test_conflicting_load_flags_are_named_before_the_trace_is_read(tmp_path):
+    """Two load flags at once is the error, whatever the trace file holds (or whether it
+    exists): not the trace's read error, which would send the user to fix the wrong flag."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase", "serve",
+            "--isl", "100", "--osl", "10"]
+    for flags in (["--concurrency", "8", "--trace", str(tmp_path / "missing.csv")],
+                  ["--request-rate", "2", "--trace", str(tmp_path / "missing.csv")],
+                  ["--concurrency", "8", "--request-rate", "2"]):
+        _one_line_error(runner.invoke(app, [*base, *flags]),
+                        "--concurrency, --request-rate, --trace: give exactly one")
+
+
 def test_a_forgotten_phase_serve_is_named_not_planned_as_decode(tmp_path):
     """``--isl`` without ``--phase serve`` planned decode at a context of --isl, exit 0 (a
     newcomer's mistake, silently answered); it is refused naming --context and --phase
@@ -1381,7 +1393,7 @@ def test_a_forgotten_phase_serve_is_named_not_planned_as_decode(tmp_path):
     base = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8"]
     r = CliRunner().invoke(app, [*base, "--isl", "1024", "--tpot-slo", "50ms"])
     assert r.exit_code == 2 and "Traceback" not in r.output
-    assert "--isl is a prompt length (prefill/serve); the decode phase (the default --phase) " \
+    assert "--isl is a prompt length (prefill/serve); the decode phase " \
         "takes --context" in " ".join(r.output.split())
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,isl,osl\n0,100,10\n")

@@ -213,18 +213,18 @@ def _workload(phase: str, isl: int | None, osl: int | None, context: int | None,
               loads: tuple[str, ...] = ()):
     """Parse the SLO strings and build the workload (raises ConfigError on bad input).
 
-    On the command line ``--isl`` is a prompt length: with ``--phase decode`` (the default)
-    it is refused, naming ``--context`` and ``--phase serve``, where the Python API reads it
-    as the decode context. ``loads``: the load flags given (``--request-rate``, ``--trace``),
-    refused first outside the serve phase, so a forgotten ``--phase serve`` is what the
-    error names."""
+    On the command line ``--isl`` is a prompt length: with ``--phase decode`` (``plan``'s and
+    ``compare``'s default, not ``pareto``'s) it is refused, naming ``--context`` and
+    ``--phase serve``, where the Python API reads it as the decode context. ``loads``: the
+    load flags given (``--request-rate``, ``--trace``), refused first outside the serve
+    phase, so a forgotten ``--phase serve`` is what the error names."""
     ph = phase.strip().lower()
     if ph != Phase.SERVE.value and loads:
         raise ConfigError(f"{'/'.join(loads)}: a simulated load needs --phase serve")
     if ph == Phase.DECODE.value and isl is not None and context is None:
-        raise ConfigError("--isl is a prompt length (prefill/serve); the decode phase (the "
-                          "default --phase) takes --context: give --context N, or --phase "
-                          "serve with --isl and --osl")
+        raise ConfigError("--isl is a prompt length (prefill/serve); the decode phase "
+                          "takes --context: give --context N, or --phase serve with --isl "
+                          "and --osl")
     return make_workload(phase, isl=isl, osl=osl, context=context, dtype=dtype,
                          kv_dtype=kv_dtype, concurrency=concurrency,
                          ttft_slo_s=parse_duration_s(ttft_slo, field="--ttft-slo")
@@ -626,6 +626,9 @@ def plan_cmd(
         _check_export(export)
         engine = _export_engine(export, engine)
         spec = load_model(model)
+        if sum(x is not None for x in (concurrency, request_rate, trace)) > 1:
+            # before the trace is read: the flags conflict whatever it holds
+            raise ConfigError("--concurrency, --request-rate, --trace: give exactly one")
         trace_req = load_trace(trace) if trace is not None else None
         if trace_req is not None:
             # Before the workload: the trace's longest request names the trace, not the
