@@ -504,6 +504,9 @@ def test_validate_table_paths_are_relative_to_the_table(tmp_path, monkeypatch):
     _, by_name = _validate_rows(tmp_path, [row])
     assert by_name.exit_code == 0, by_name.output
     name_report = json.loads((tmp_path / "r.json").read_text())
+    # A user's table without TP sweeps has no sweep count, and no comparison of the
+    # shipped kernel tables (which are not the table's) in the output or the report.
+    assert "TP sweeps" not in by_name.output and name_report["operators"] == []
     assert path_report["rows"][0]["predicted"] == name_report["rows"][0]["predicted"] > 0
     # A model folder beside the table, named bare, reads the same way from elsewhere.
     folder = tmp_path / "tables" / "m1"

@@ -69,7 +69,8 @@ class ValidationReport:
         return None
 
     def summary_line(self) -> str:
-        """One line: held-out median |error| per kind and the sweep-order count."""
+        """One line: held-out median |error| per kind, the sweep-order count (where the table
+        has TP sweeps) and the rows predicted."""
         parts = []
         for k in KINDS:
             s = self.stat(k, "held-out")
@@ -77,8 +78,10 @@ class ValidationReport:
                 parts.append(f"{KIND_LABEL[k]} {100 * s.median_abs:.1f}% (n={s.n})")
         ok = sum(1 for s in self.sweeps if s.in_order)
         n_expr = sum(1 for r in self.results if r.predicted is not None)
-        return (f"held-out median |error|: {', '.join(parts)}; TP sweeps in measured order: "
-                f"{ok}/{len(self.sweeps)}; {n_expr}/{len(self.results)} rows predicted")
+        sweeps = f"; TP sweeps in measured order: {ok}/{len(self.sweeps)}" \
+            if self.sweeps else ""
+        return (f"held-out median |error|: {', '.join(parts)}{sweeps}; "
+                f"{n_expr}/{len(self.results)} rows predicted")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready document (SI units)."""
