@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,8 +296,7 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     * a HuggingFace cache snapshot (``--model org/name``): the repository id
       (``ModelSpec.repo_id``; the engines resolve it through the same cache);
     * a local file or folder: the folder holding ``config.json`` (the engines load a local
-      checkpoint from its folder; the weights must be there too), ``./name`` for a folder
-      named without a path separator.
+      checkpoint from its folder; the weights must be there too).
 
     Without ``model``, the shipped name's HF id, else ``name`` itself.
     """
@@ -307,10 +305,7 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     if model.repo_id is not None:
         return model.repo_id
     src = Path(model.source)          # the file read: its folder is what engines load
-    folder = str(src.parent if src.suffix == ".json" or src.is_file() else src)
-    # A bare relative folder name reads as a HuggingFace repository id to an engine that
-    # does not find it in its working directory: "./name" is a path wherever it runs.
-    return folder if os.sep in folder or "/" in folder else f".{os.sep}{folder}"
+    return str(src.parent if src.suffix == ".json" or src.is_file() else src)
 
 
 def _blocks_off(s: Strategy, engine: str, model: ModelSpec | None) -> list[str]:
