@@ -280,16 +280,17 @@ def test_qwen3_moe_without_intermediate_size(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name, key", [
+    ("deepseek-v2-lite", "n_shared_experts"), ("deepseek-v2-lite", "first_k_dense_replace"),
     ("deepseek-v3", "n_shared_experts"), ("deepseek-v3", "first_k_dense_replace"),
     ("glm-4.5-air", "n_shared_experts"), ("glm-4.5-air", "first_k_dense_replace"),
     ("kimi-k2", "n_routed_experts"), ("qwen2-57b-a14b", "shared_expert_intermediate_size")])
 def test_moe_shape_fields_whose_class_defaults_differ_are_required(
         tmp_path: Path, name: str, key: str) -> None:
-    """A DeepSeek-V3-style, GLM-4.5 or Qwen2-MoE config that leaves out a field whose default
-    the engines' config classes set to a shape (transformers' DeepseekV3Config: 1 shared
-    expert, 3 dense layers first; Qwen2MoeConfig: a 5,632-wide shared expert), where l2s
-    would otherwise plan another model (no shared expert, every layer MoE), is refused,
-    naming the field; null states "none" and loads."""
+    """A DeepSeek-style, GLM-4.5 or Qwen2-MoE config that leaves out a field whose default
+    the engines' config classes set to a shape (transformers' DeepseekV2Config: 2 shared
+    experts; DeepseekV3Config: 1 shared expert, 3 dense layers first; Qwen2MoeConfig: a
+    5,632-wide shared expert; DeepSeek's remote code: none), where l2s would otherwise plan
+    another model, is refused, naming the field; null states "none" and loads."""
     data = _shipped_json(name)
     del data[key]
     with pytest.raises(ConfigError, match=f"missing required field '{key}' "):
@@ -301,15 +302,22 @@ def test_moe_shape_fields_whose_class_defaults_differ_are_required(
         assert (shared == 0) if "shared" in key else (first == 0)
 
 
-def test_deepseek_v2_keeps_its_class_defaults(tmp_path: Path) -> None:
-    """``deepseek_v2`` configs keep DeepseekV2Config's defaults (no shared expert, no dense
-    layers first) where those fields are left out."""
+def test_a_dense_deepseek_style_config_needs_no_moe_fields(tmp_path: Path) -> None:
+    """With ``n_routed_experts`` null (a dense model) the shared-expert count and the dense
+    layers first are moot: left out, or given as 0, the config loads dense; left out
+    altogether, ``n_routed_experts`` is named with what it takes."""
     data = _shipped_json("deepseek-v2-lite")
-    for key in ("n_shared_experts", "first_k_dense_replace"):
-        data.pop(key)
+    for key in ("n_shared_experts", "first_k_dense_replace", "num_experts_per_tok",
+                "moe_intermediate_size"):
+        data.pop(key, None)
+    data["n_routed_experts"] = None
     spec = load_model(str(_write(tmp_path, data)))
-    assert spec.moe is not None and spec.moe.num_shared_experts == 0
-    assert all(layer.is_moe for layer in spec.layers)
+    assert spec.moe is None and not any(layer.is_moe for layer in spec.layers)
+    assert load_model(str(_write(tmp_path, data | {"n_shared_experts": 0}))).moe is None
+    del data["n_routed_experts"]
+    with pytest.raises(ConfigError, match="missing required field 'n_routed_experts' "
+                                          r"\(an integer >= 1, or null for a dense model"):
+        load_model(str(_write(tmp_path, data)))
 
 
 def test_mixtral_sliding_window_int(tmp_path: Path) -> None:

@@ -1301,7 +1301,9 @@ def _qwen_moe(f: _Fields, data: dict[str, Any], *, qwen2: bool = False) -> dict[
     if qwen2:
         # Qwen2MoeConfig defaults it to 5632 (transformers@008e574391258935f3ecc3035c882e73b
         # bcac419): a config that leaves it out is not taken as having no shared expert.
-        _stated(f, ("shared_expert_intermediate_size",), "qwen2_moe")
+        _stated(f, {"shared_expert_intermediate_size": "an integer >= 0, or null for none"},
+                "qwen2_moe", "transformers' Qwen2MoeConfig would take a 5,632-wide shared "
+                "expert")
     shared = f.integer("shared_expert_intermediate_size", 0, minimum=0) if qwen2 else 0
     return spec | {
         "dense_intermediate_size": f.integer("intermediate_size") if has_dense else 0,
@@ -1312,58 +1314,62 @@ def _qwen_moe(f: _Fields, data: dict[str, Any], *, qwen2: bool = False) -> dict[
     }
 
 
-#: The MoE fields a DeepSeek-V3-style config (every model type the DeepSeek MoE layout reads
-#: but ``deepseek_v2``) must state: the classes the engines may read it with default them
-#: differently (huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419
-#: ``DeepseekV3Config``: 256 routed experts, 1 shared, the first 3 layers dense;
-#: ``Glm4MoeConfig``: 128, 1, 1; DeepSeek's remote ``configuration_deepseek.py``, which
-#: ``trust_remote_code`` loads, and ``DeepseekV2Config``: none, none, 0), so l2s takes none
-#: of them. ``deepseek_v2`` keeps its class's defaults (no experts, no shared expert, no
-#: dense layers first). A field given as null counts as stated (none, 0).
-DEEPSEEK_STATED_MOE_FIELDS: tuple[str, ...] = ("n_routed_experts", "n_shared_experts",
-                                               "first_k_dense_replace")
+#: The MoE fields a config of the DeepSeek MoE layout (``deepseek_v2``, ``deepseek_v3``,
+#: ``deepseek_v32``, ``glm_moe_dsa``, ``kimi_k2``, ``glm4_moe``) must state, with what each
+#: takes: the classes the engines may read it with default them to other shapes
+#: (huggingface/transformers@008e574391258935f3ecc3035c882e73bbcac419: ``DeepseekV2Config``
+#: 64 routed experts, 2 shared, no dense layers first; ``DeepseekV3Config`` 256, 1, 3;
+#: ``Glm4MoeConfig`` 128, 1, 1; DeepSeek's remote ``configuration_deepseek.py``, which
+#: ``trust_remote_code`` loads instead: none, none, 0), so l2s takes none of them. Null
+#: counts as stated (a dense model, no shared expert, no dense layers first); with
+#: ``n_routed_experts`` null the other two are not read.
+DEEPSEEK_STATED_MOE_FIELDS: dict[str, str] = {
+    "n_routed_experts": "an integer >= 1, or null for a dense model",
+    "n_shared_experts": "an integer >= 0, or null for none",
+    "first_k_dense_replace": "an integer >= 0, or null for none",
+}
 
 
-def _stated(f: _Fields, keys: tuple[str, ...], model_type: str) -> None:
-    """Refuse a config that leaves out one of ``keys`` (null counts as given).
+def _stated(f: _Fields, fields: dict[str, str], model_type: str, why: str) -> None:
+    """Refuse a config that leaves out one of ``fields`` (field -> what it takes; null
+    counts as given), saying ``why`` it is not defaulted.
 
     Raises:
-        ConfigError: naming the first missing field and why it is not defaulted.
+        ConfigError: naming the first missing field, what it takes and ``why``.
     """
-    for key in keys:
+    for key, takes in fields.items():
         if key not in f.data:
-            raise f.error(key, f"an integer >= 0, or null for none: a {model_type} config "
-                               f"states it, as the engines' config classes default it "
-                               f"differently; l2s does not guess")
+            raise f.error(key, f"{takes}: a {model_type} config states it, as {why}; l2s "
+                               f"does not guess")
 
 
 def _deepseek_moe(f: _Fields, num_layers: int, topk_method_default: str,
-                  model_type: str = "deepseek_v2") -> tuple[list[bool], MoESpec | None]:
+                  model_type: str) -> tuple[list[bool], MoESpec | None]:
     """The DeepSeek-V3 MoE layout (HF DeepseekV3DecoderLayer, also HF Glm4MoeDecoderLayer):
     layer i is MoE iff ``n_routed_experts`` is set, ``i >= first_k_dense_replace`` and
     ``i % moe_layer_freq == 0``; ``n_shared_experts`` shared experts of the routed width; the
-    router carries ``e_score_correction_bias`` under ``topk_method`` ``noaux_tc``. A
-    ``model_type`` other than ``deepseek_v2`` must state :data:`DEEPSEEK_STATED_MOE_FIELDS`.
+    router carries ``e_score_correction_bias`` under ``topk_method`` ``noaux_tc``. The config
+    must state :data:`DEEPSEEK_STATED_MOE_FIELDS` (``model_type`` names it in the message).
 
     Raises:
         ConfigError: a stated field missing, or MoE fields without ``n_routed_experts``."""
     num_experts = f.opt_integer("n_routed_experts")
     if num_experts is None:
         routed = [k for k in ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
-                              "num_experts") if f.has(k)]
+                              "num_experts") if f.data.get(k)]
         if routed:
             # MoE fields without the expert count: a dense model would be planned silently
             raise f.error("n_routed_experts", f"the routed-expert count; {', '.join(routed)} "
                           f"{'is' if len(routed) == 1 else 'are'} given without it")
-    if model_type != "deepseek_v2":
-        _stated(f, DEEPSEEK_STATED_MOE_FIELDS, model_type)
+    why = "the engines' config classes default it to other shapes"
+    if num_experts is None:     # a dense model: the shared experts and dense layers are moot
+        _stated(f, {"n_routed_experts": DEEPSEEK_STATED_MOE_FIELDS["n_routed_experts"]},
+                model_type, why)
+        return [False] * num_layers, None
+    _stated(f, DEEPSEEK_STATED_MOE_FIELDS, model_type, why)
     first_dense = f.integer("first_k_dense_replace", 0, minimum=0)
     freq = f.integer("moe_layer_freq", 1)
-    is_moe = [
-        num_experts is not None and i >= first_dense and i % freq == 0 for i in range(num_layers)
-    ]
-    if num_experts is None:
-        return is_moe, None
+    is_moe = [i >= first_dense and i % freq == 0 for i in range(num_layers)]
     top_k = f.integer("num_experts_per_tok")
     _moe_check(f, num_experts, top_k, "num_experts_per_tok")
     width = f.integer("moe_intermediate_size")
@@ -1421,7 +1427,7 @@ def _deepseek(f: _Fields, data: dict[str, Any]) -> dict[str, Any]:
         indexer_key_bytes=key_bytes,
     )
     is_moe, moe = _deepseek_moe(f, num_layers, "greedy",
-                                str(f.data.get("model_type") or "deepseek_v3"))
+                                str(f.data.get("model_type") or "DeepSeek"))
     return common | {
         "attention": attention,
         "dense_intermediate_size": 0 if all(is_moe) else f.integer("intermediate_size"),
