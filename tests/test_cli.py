@@ -1384,6 +1384,10 @@ def test_conflicting_load_flags_are_named_before_the_trace_is_read(tmp_path):
                   ["--concurrency", "8", "--request-rate", "2"]):
         _one_line_error(runner.invoke(app, [*base, *flags]),
                         "--concurrency, --request-rate, --trace: give exactly one")
+    # outside the serve phase the phase they need is named first (one round of fixes)
+    decode = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--context", "1000"]
+    _one_line_error(runner.invoke(app, [*decode, "--concurrency", "8", "--request-rate", "5"]),
+                    "a simulated load needs --phase serve")
 
 
 def test_a_forgotten_phase_serve_is_named_not_planned_as_decode(tmp_path):

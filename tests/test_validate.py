@@ -486,6 +486,34 @@ def test_validate_table_typo_in_a_value_column_is_bad_input(tmp_path, column, ty
     assert r.exit_code == 0, r.output
 
 
+def test_validate_table_names_in_any_case_and_empty_cells(tmp_path):
+    """Model, device and engine names read in any case, as on the command line (a validation
+    config's name too: ``Llama-2-70B``, ``H800``; ``VLLM`` is the vllm profile, not the
+    defaults); an empty model or hardware cell is one line naming the file, line and column."""
+    import csv
+
+    from learn_to_shard.fidelity.measurements import default_table_path
+
+    with open(default_table_path(), newline="") as f:
+        shipped = {r["id"]: r for r in csv.DictReader(f)}
+    l2 = next(r for r in shipped.values() if r["model"] == "llama-2-70b")
+    h800 = next(r for r in shipped.values() if r["hardware"] == "h800")
+    _, row = _first_shipped_row()
+    rows = [{**l2, "model": "Llama-2-70B"}, {**h800, "hardware": "H800"},
+            {**row, "engine": "TRTLLM-TensorRT"}]
+    _, r = _validate_rows(tmp_path, rows)
+    assert r.exit_code == 0 and "3/3 rows predicted" in r.output, r.output
+    got = {x["id"]: x["predicted"] for x in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    _, r = _validate_rows(tmp_path, [l2, h800, row])
+    want = {x["id"]: x["predicted"] for x in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    assert got == want
+    for column in ("model", "hardware"):
+        _, r = _validate_rows(tmp_path, [row, {**row, "id": "blank", column: " "}])
+        err = r.stderr.strip()
+        assert r.exit_code == 2 and err.startswith("error:") and "\n" not in err, r.output
+        assert f"line 3: empty '{column}'" in err, err
+
+
 def test_validate_table_paths_are_relative_to_the_table(tmp_path, monkeypatch):
     """A model (or device) path in a user's table is read beside the table, wherever l2s
     runs from, so a table and its configs travel together; the same model by name predicts
@@ -508,6 +536,8 @@ def test_validate_table_paths_are_relative_to_the_table(tmp_path, monkeypatch):
     # shipped kernel tables (which are not the table's) in the output or the report.
     assert "TP sweeps" not in by_name.output and name_report["operators"] == []
     assert path_report["rows"][0]["predicted"] == name_report["rows"][0]["predicted"] > 0
+    # the row reads as written (the table travels with its report), not as resolved
+    assert path_report["rows"][0]["model"] == "cfg/my70b.json"
     # A model folder beside the table, named bare, reads the same way from elsewhere.
     folder = tmp_path / "tables" / "m1"
     folder.mkdir()

@@ -626,8 +626,12 @@ def plan_cmd(
         _check_export(export)
         engine = _export_engine(export, engine)
         spec = load_model(model)
-        if sum(x is not None for x in (concurrency, request_rate, trace)) > 1:
-            # before the trace is read: the flags conflict whatever it holds
+        loads = tuple(f for f, on in (("--concurrency", concurrency is not None),
+                                      ("--request-rate", request_rate is not None),
+                                      ("--trace", trace is not None)) if on)
+        if len(loads) > 1 and phase.strip().lower() == Phase.SERVE.value:
+            # before the trace is read: the flags conflict whatever it holds (outside the
+            # serve phase _workload names the phase they need first)
             raise ConfigError("--concurrency, --request-rate, --trace: give exactly one")
         trace_req = load_trace(trace) if trace is not None else None
         if trace_req is not None:
@@ -645,9 +649,7 @@ def plan_cmd(
                 osl, from_trace = mean_osl, [*from_trace, f"--osl {mean_osl}"]
         wl = _workload(phase, isl, osl, context, ttft_slo, tpot_slo,
                        *checkpoint_dtypes(spec, dtype, kv_dtype, engine), concurrency=concurrency,
-                       loads=tuple(f for f, on in (("--concurrency", concurrency is not None),
-                                                   ("--request-rate", request_rate is not None),
-                                                   ("--trace", trace is not None)) if on))
+                       loads=loads)
         wl = with_images(wl, spec, images_per_request, image_tokens)
         if trace is not None and wl.images_per_request:
             raise ConfigError("--images-per-request with --trace: the trace's isl column is "
@@ -1163,6 +1165,7 @@ def validate_cmd(
     from .fidelity.fit import calibrate, calibration_rows
     from .fidelity.fit import write_factors as save_factors
     from .fidelity.measurements import default_table_path, load_table
+    from .fidelity.predict import row_files
     from .fidelity.stats import validate
     from .report.validate import render_validation, save_json, save_plot
 
@@ -1170,11 +1173,11 @@ def validate_cmd(
         measurements = load_table(table)
         # The files read: --table, or the shipped one, and the model and device files its
         # rows name (no output may overwrite any of them).
+        files = [(r.id, row_files(r)) for r in measurements]
         inputs: tuple[tuple[Path | None, str], ...] = (
             (table if table is not None else default_table_path(), "--table"),
-            *((_model_file(r.model), f"--table row {r.id}'s model") for r in measurements),
-            *((_cluster_file(r.hardware), f"--table row {r.id}'s hardware")
-              for r in measurements))
+            *((m, f"--table row {rid}'s model") for rid, (m, _) in files),
+            *((d, f"--table row {rid}'s hardware") for rid, (_, d) in files))
         _check_output(plot, "--plot", plot=True, inputs=inputs)
         _check_output(report, "--report", inputs=inputs)
         _check_distinct(((plot, "--plot"), (report, "--report")))

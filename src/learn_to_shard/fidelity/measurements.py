@@ -9,7 +9,6 @@ kinds: ``output_tokens_per_s`` (throughput), ``prefill_s`` / ``ttft_s`` (TTFT),
 from __future__ import annotations
 
 import csv
-import dataclasses
 import difflib
 import math
 import os
@@ -23,7 +22,7 @@ from ..cost.config import ENGINE_PROFILES
 from ..errors import ConfigError
 
 __all__ = ["COLUMNS", "METRIC_KIND", "KINDS", "KIND_LABEL", "COLLECTIVES", "PRECISIONS",
-           "CALIBRATION_FLAGS", "Measurement",
+           "CALIBRATION_FLAGS", "Measurement", "beside",
            "load_table", "default_table_path", "data_dir"]
 
 #: Columns of the measurement CSV, in order (see data/README.md).
@@ -96,6 +95,18 @@ class Measurement:
     calibration: bool
     source: str
     notes: str
+    folder: str = ""           # the table's folder: relative config paths are read there
+
+    @property
+    def model_ref(self) -> str:
+        """What the ``model`` cell reads: a relative path beside the table resolved there
+        (:func:`beside`), else the cell as written."""
+        return beside(self.folder, self.model)
+
+    @property
+    def hardware_ref(self) -> str:
+        """What the ``hardware`` cell reads (as :attr:`model_ref`)."""
+        return beside(self.folder, self.hardware)
 
     @property
     def kind(self) -> str:
@@ -135,8 +146,8 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             ``data/measurements.csv``.
 
     Returns:
-        The rows in file order; a ``model`` or ``hardware`` cell that is a relative path to
-        a file beside the table reads as that file's path (:func:`_beside`).
+        The rows in file order, each with the table's folder, where a ``model`` or
+        ``hardware`` cell that is a relative path is read (:attr:`Measurement.model_ref`).
 
     Raises:
         ConfigError: unreadable file, missing columns, or a bad value (names row and column).
@@ -220,19 +231,25 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
         elif message_bytes is None or message_bytes < 0:
             raise ConfigError(f"{where}: column 'message_bytes' must be a non-negative "
                               f"number, got {mb!r}")
+        for col in ("model", "hardware"):
+            if not (row.get(col) or "").strip():
+                raise ConfigError(f"{where}: empty '{col}' (a model name or config path, a "
+                                  f"device preset or device file: data/README.md)")
         for col in ("weight_dtype", "kv_dtype"):
-            text = (row.get(col) or "").strip().lower()
-            if text and text not in PRECISIONS:
+            text = (row.get(col) or "").strip()
+            if text and text.lower() not in PRECISIONS:
                 raise ConfigError(f"{where}: column '{col}' {text!r} is not one of "
                                   f"{', '.join(PRECISIONS)} (or empty)")
-        flag = (row.get("calibration") or "").strip().lower()
+        said = (row.get("calibration") or "").strip()
+        flag = said.lower()
         if flag not in CALIBRATION_FLAGS:
-            raise ConfigError(f"{where}: column 'calibration' {flag!r} is not 1 or 0 (or "
+            raise ConfigError(f"{where}: column 'calibration' {said!r} is not 1 or 0 (or "
                               f"true/false, yes/no, empty for 0)")
-        engine = (row.get("engine") or "").strip()
+        said = (row.get("engine") or "").strip()
+        engine = said.lower()          # profile names are lower case; any case names them
         near = difflib.get_close_matches(engine, ENGINE_PROFILES, n=1, cutoff=0.8)
         if engine and engine not in ENGINE_PROFILES and near:
-            raise ConfigError(f"{where}: column 'engine' {engine!r} names no engine profile; "
+            raise ConfigError(f"{where}: column 'engine' {said!r} names no engine profile; "
                               f"did you mean {near[0]}? (profiles: "
                               f"{', '.join(ENGINE_PROFILES)}; a name far from all of them, "
                               f"e.g. deepep-ll, is priced with the defaults)")
@@ -250,23 +267,24 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
             message_bytes=message_bytes,
             sweep=(row.get("sweep") or "").strip(),
             calibration=flag in ("1", "true", "yes"),
-            source=(row.get("source") or "").strip(), notes=(row.get("notes") or "").strip()))
+            source=(row.get("source") or "").strip(), notes=(row.get("notes") or "").strip(),
+            folder=str(p.parent)))
     if not rows:
         raise ConfigError(f"{p}: no measurement rows under the header")
-    return [dataclasses.replace(r, model=_beside(p, r.model), hardware=_beside(p, r.hardware))
-            for r in rows]
+    return rows
 
 
-def _beside(table: Path, name: str) -> str:
-    """A ``model`` or ``hardware`` cell that names a file or folder beside ``table`` -> that
-    path, so a table and its configs travel together: a relative path (it holds ``/`` or
-    ``\\`` or ends in ``.json``) that exists there, or a bare name of a folder there that
-    holds a ``config.json`` (a model folder, which shadows a shipped model of that name as
-    a local folder does for ``--model``). Anything else is unchanged: a shipped name, an
-    absolute path, or a relative one that exists only from the working directory."""
-    if not name or Path(name).is_absolute():
+def beside(folder: str, name: str) -> str:
+    """A ``model`` or ``hardware`` cell that names a file or folder in ``folder`` (the
+    table's; ``""``: none) -> that path, so a table and its configs travel together: a
+    relative path (it holds ``/`` or ``\\`` or ends in ``.json``) that exists there, or a
+    bare name of a folder there that holds a ``config.json`` (a model folder, which shadows
+    a shipped model of that name as a local folder does for ``--model``). Anything else is
+    unchanged: a shipped name, an absolute path, or a relative one that exists only from the
+    working directory."""
+    if not folder or not name or Path(name).is_absolute():
         return name
-    there = table.parent / name
+    there = Path(folder) / name
     looks_like_path = name.endswith(".json") or "/" in name or "\\" in name
     try:
         beside = there.exists() if looks_like_path else (there / "config.json").is_file()

@@ -45,7 +45,7 @@ from ..workload import DType, Phase, Workload
 from .measurements import COLLECTIVES, Measurement, data_dir
 
 __all__ = ["RowResult", "predict_row", "row_config", "resolve_model", "resolve_device",
-           "check_names", "known_names", "bench_tokens"]
+           "check_names", "known_names", "row_files", "bench_tokens"]
 
 
 def _dtype(text: str, where: str) -> DType:
@@ -58,10 +58,11 @@ def _dtype(text: str, where: str) -> DType:
 
 
 def resolve_model(name: str) -> ModelSpec:
-    """A shipped model, a config under data/validation/models, or a config.json path."""
+    """A shipped model, a config under data/validation/models (either in any case, as
+    ``--model`` takes shipped names), or a config.json path."""
     if name in shipped_model_names():
         return load_model(name)
-    extra = data_dir() / "validation" / "models" / f"{name}.json"
+    extra = data_dir() / "validation" / "models" / f"{name.lower()}.json"
     if extra.is_file():
         spec = load_model(str(extra))
         return dataclasses.replace(spec, name=name)
@@ -71,12 +72,32 @@ def resolve_model(name: str) -> ModelSpec:
 def resolve_device(name: str) -> DeviceSpec:
     """A device preset, a device file under data/validation/devices, or a device JSON path
     (a name that ends in ``.json`` or holds a path separator)."""
-    extra = data_dir() / "validation" / "devices" / f"{name}.json"
+    extra = data_dir() / "validation" / "devices" / f"{name.strip().lower()}.json"
     if extra.is_file():
         return load_device_file(str(extra))
     if name.endswith(".json") or "/" in name or "\\" in name:
         return load_device_file(name)
     return load_device(name)
+
+
+def row_files(r: Measurement) -> tuple[Path | None, Path | None]:
+    """The local model config and device file a row reads, as :func:`resolve_model` and
+    :func:`resolve_device` find them (``None`` for a shipped or validation name, a preset, or
+    a path that names no file): what an output of ``l2s validate`` may not overwrite."""
+    def file_of(path: Path) -> Path | None:
+        try:
+            return path / "config.json" if path.is_dir() else path if path.is_file() else None
+        except (OSError, ValueError):
+            return None
+
+    model, device = r.model_ref, r.hardware_ref
+    own = data_dir() / "validation"
+    model_file = None if model in shipped_model_names() \
+        or (own / "models" / f"{model.lower()}.json").is_file() else file_of(Path(model))
+    device_file = None if (own / "devices" / f"{device.strip().lower()}.json").is_file() \
+        or not (device.endswith(".json") or "/" in device or "\\" in device) \
+        else file_of(Path(device))
+    return model_file, device_file
 
 
 def known_names(column: str) -> list[str]:
@@ -110,7 +131,7 @@ def check_names(rows: Iterable[Measurement], table: str | Path) -> None:
     """
     seen: set[tuple[str, str]] = set()
     for r in rows:
-        for column, name in (("model", r.model), ("hardware", r.hardware)):
+        for column, name in (("model", r.model_ref), ("hardware", r.hardware_ref)):
             if (column, name) in seen:
                 continue
             seen.add((column, name))
@@ -121,10 +142,11 @@ def check_names(rows: Iterable[Measurement], table: str | Path) -> None:
             except ConfigError as exc:
                 where = f"{table}: row {r.id}, column '{column}'"
                 if name.endswith(".json") or "/" in name or "\\" in name:
-                    raise ConfigError(f"{where}: {exc}") from None
+                    # the loader words it for the --model flag; here the cell is the input
+                    raise ConfigError(f"{where}: {str(exc).removeprefix('--model ')}") from None
                 near = difflib.get_close_matches(name.lower(), known_names(column), n=1,
                                                  cutoff=0.8)
-                if near and near[0] != name.lower():
+                if near:
                     raise ConfigError(
                         f"{where}: {name!r} names no {column} l2s has; did you mean "
                         f"{near[0]}? (l2s {'models' if column == 'model' else 'devices'} "
@@ -306,8 +328,8 @@ def predict_row(r: Measurement, config: CostModelConfig | None = None, *,
     cfg = row_config(r, config) if apply_profile else (config or CostModelConfig())
     where = f"row {r.id}"
     try:
-        m = resolve_model(r.model)
-        dev = resolve_device(r.hardware)
+        m = resolve_model(r.model_ref)
+        dev = resolve_device(r.hardware_ref)
         cfg = cfg.for_device(dev)
         cluster = ClusterSpec(dev, max(r.devices, r.tp * r.pp * r.dp, r.ep),
                               name=f"{dev.name}:{r.devices}")

@@ -80,7 +80,8 @@ class ValidationReport:
         n_expr = sum(1 for r in self.results if r.predicted is not None)
         sweeps = f"; TP sweeps in measured order: {ok}/{len(self.sweeps)}" \
             if self.sweeps else ""
-        return (f"held-out median |error|: {', '.join(parts)}{sweeps}; "
+        errors = ", ".join(parts) or "no held-out row predicted"
+        return (f"held-out median |error|: {errors}{sweeps}; "
                 f"{n_expr}/{len(self.results)} rows predicted")
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,7 +162,8 @@ def validate(rows: Iterable[Measurement] | None = None, config: CostModelConfig 
     """
     cfg = config or CostModelConfig()
     rs = list(rows) if rows is not None else load_table(table)
-    check_names(rs, table if table is not None else default_table_path())
+    check_names(rs, table if table is not None else "the rows given" if rows is not None
+                else default_table_path())
     results = [predict_row(r, cfg) for r in rs]
     return ValidationReport(table=str(table or default_table_path()), results=results,
                             stats=_stats(results), sweeps=_sweeps(results),
