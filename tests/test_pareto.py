@@ -82,15 +82,20 @@ def test_cli_pareto_prints_the_commands_of_the_engine_its_profile_describes(tmp_
 
 def test_cli_pareto_with_nothing_that_fits_says_why(tmp_path):
     """Llama-3.1-405B on two RTX 4090s: no candidate fits, so the frontier is empty, exit 1,
-    and the last line names the closest candidate's broken limits (memory)."""
+    and the last line names the closest candidate's broken limits (memory); the JSON
+    (``no_fit``) and the report say the same, where the report's table would be empty."""
     r = CliRunner().invoke(app, ["pareto", "--model", "llama-3.1-405b", "--cluster",
                                  "rtx-4090:2", "--isl", "1024", "--osl", "256", "--out",
-                                 str(tmp_path / "p")])
+                                 str(tmp_path / "p"), "--report", str(tmp_path / "rep")])
     assert r.exit_code == 1, r.output
     flat = " ".join(r.output.split())
     assert "no strategy fits: none of the " in flat
     assert "candidates; an exact search's closest candidate" in flat
     assert "memory: stage 0 weights alone exceed" in r.output
+    why = json.loads((tmp_path / "p" / "pareto.json").read_text())["no_fit"]
+    assert why.startswith("no strategy fits") and why in flat
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert why in md and "| strategy |" not in md
 
 
 def test_cli_pareto_prints_no_launch_command_where_no_engine_runs(tmp_path):
@@ -148,6 +153,9 @@ def test_cli_pareto_launch_lines_hold_what_each_row_needs_to_start(tmp_path):
         assert row["script"].count("extra_llm_api_options.yaml <<'EOF'") == 1
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Launch scripts" in md and md.count("```sh") == len(rows)
+    # the report's table has the terminal's columns, TPOT and servers among them
+    assert "| strategy | tokens/s/user | tokens/s/device | TPOT | meets TPOT SLO | servers |" \
+        in md and all(f"{row['tpot_s'] * 1e3:.3g} ms" in md for row in rows)
     # without --engine the vLLM commands: a row vLLM cannot express is marked
     r = CliRunner().invoke(app, ["pareto", "--model", "deepseek-v3", "--cluster", "h200:16",
                                  "--isl", "2000", "--osl", "500", "--tpot-slo", "50ms",

@@ -1534,16 +1534,25 @@ def pareto_cmd(
     title = (f"{cm.model.name} on {cm.cluster.name}, {wl.phase.value} {lengths}, "
              f"{wl.weight_dtype.value}" + (f", engine {engine}" if engine else ""))
     plot = plot_pareto(res, out / "pareto.png", title)
+    no_fit = None
+    if not rows:                     # why: the exact search's closest candidate and counts
+        try:
+            why = exact_optimum(cm, engine=engine).reasons
+        except (PlannerError, InternalError, SearchInterrupted, KeyboardInterrupt):
+            why = []
+        no_fit = (f"no strategy fits: none of the {res.candidates:,} candidates"
+                  + (f"; an exact search's {join_reasons(why)}" if why else ""))
     data = {"model": cm.model.name, "cluster": cm.cluster.name, "engine": engine,
             "workload": {"phase": wl.phase.value, "isl": wl.isl, "osl": wl.osl,
                          "tpot_slo_s": wl.tpot_slo_s, "ttft_slo_s": wl.ttft_slo_s},
             "candidates": res.candidates, "feasible": len(res.points_user_tps),
-            "frontier": rows}
+            "frontier": rows, "no_fit": no_fit}
     _write(out / "pareto.json", json.dumps(data, indent=2), "--out")
     if report is not None:
         from .report.html import pareto_sections
 
-        _write_report(report, f"l2s pareto: {title}", pareto_sections(title, rows, plot))
+        _write_report(report, f"l2s pareto: {title}",
+                      pareto_sections(title, rows, plot, no_fit=no_fit))
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
@@ -1573,14 +1582,8 @@ def pareto_cmd(
                       + f", and --engine {launch_engine} prices them as {launch_engine} runs "
                       f"them (lower tokens/s, higher TPOT)", markup=False, highlight=False)
     err.print(f"plot: {plot}  json: {out / 'pareto.json'}", highlight=False)
-    if not rows:                     # why: the exact search's closest candidate and counts
-        try:
-            why = exact_optimum(cm, engine=engine).reasons
-        except (PlannerError, InternalError, SearchInterrupted, KeyboardInterrupt):
-            why = []
-        err.print(f"no strategy fits: none of the {res.candidates:,} candidates"
-                  + (f"; an exact search's {join_reasons(why)}" if why else ""),
-                  markup=False, highlight=False)
+    if no_fit is not None:
+        err.print(no_fit, markup=False, highlight=False)
     raise typer.Exit(code=0 if rows else 1)
 
 

@@ -321,20 +321,25 @@ def at_engine_costs(row: dict, sep: str = "; ") -> str:
         f"{sep}{v.split(': ', 1)[-1]}" for v in broken)
 
 
-def pareto_sections(title: str, rows: list[dict], plot: Path) -> list[Section]:
-    """Sections of a ``pareto`` report: the plot, the frontier table (each row's server
-    command, marked where the engine cannot express all of the layout) and each row's whole
-    launch script (``script``: TensorRT-LLM's YAML, the other nodes' lines and the notes
-    included)."""
+def pareto_sections(title: str, rows: list[dict], plot: Path,
+                    no_fit: str | None = None) -> list[Section]:
+    """Sections of a ``pareto`` report: the plot, the frontier table (as the terminal's:
+    tokens/s per user and per device, TPOT, whether it meets the SLO, servers, each row's
+    server command, marked where the engine cannot express all of the layout), or ``no_fit``
+    (why no strategy fits) where the frontier is empty, and each row's whole launch script
+    (``script``: TensorRT-LLM's YAML, the other nodes' lines and the notes included)."""
     table = [[str(r["strategy"]), f"{r['tokens_per_s_per_user']:.1f}",
-              f"{r['tokens_per_s_per_device']:,.1f}", "yes" if r["meets_tpot_slo"] else "no",
+              f"{r['tokens_per_s_per_device']:,.1f}", _ms(float(r["tpot_s"])),
+              "yes" if r["meets_tpot_slo"] else "no",
+              "—" if r.get("servers") is None else str(r["servers"]),
               "—" if r["export"] is None else str(r["export"])
               + (" (NOT EXPRESSIBLE: see its script)" if r.get("not_expressible") else "")]
              for r in rows]
-    out = [Section(f"Pareto frontier: {title}", figures=[image_figure(
-        "pareto", plot, "tokens/s per device against tokens/s per user")],
-        tables=[(["strategy", "tokens/s/user", "tokens/s/device", "meets TPOT SLO",
-                  "launch"], table)])]
+    out = [Section(f"Pareto frontier: {title}", paragraphs=[no_fit] if no_fit else [],
+                   figures=[image_figure("pareto", plot,
+                                         "tokens/s per device against tokens/s per user")],
+                   tables=[(["strategy", "tokens/s/user", "tokens/s/device", "TPOT",
+                             "meets TPOT SLO", "servers", "launch"], table)] if rows else [])]
     scripts = [f"# {r['strategy']}\n{r['script']}" for r in rows if r.get("script")]
     if scripts:
         out.append(Section("Launch scripts", code=scripts))
