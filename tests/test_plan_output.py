@@ -462,3 +462,21 @@ def test_a_closest_candidate_made_feasible_by_its_layout_says_so():
     assert "absent operators are ∅" not in text
     ok = CliRunner().invoke(app, [*base, "--method", "exact", "--json", "-q", "--no-timing"])
     assert ok.exit_code == 0 and json.loads(ok.stdout)["feasible"]
+
+
+def test_an_open_loop_below_capacity_says_its_tokens_per_s_are_the_offered_load():
+    """Under --request-rate a replica that keeps up serves what it is offered: the plan says
+    so, with the offered tokens/s and the replica's full-load capacity, so the simulated
+    column (here well below the plan's throughput) is not read as the replica's speed."""
+    from typer.testing import CliRunner
+
+    from learn_to_shard.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "--request-rate", "5", "--engine", "vllm", "-q"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "under the open loop each replica serves what it is offered, 5 requests/s × 256 " \
+        "output tokens = 1,280 tokens/s" in flat
+    assert "a replica serves at full load (the plan's throughput per instance)" in flat

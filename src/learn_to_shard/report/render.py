@@ -539,7 +539,8 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
     TTFT :data:`BURST_TTFT_RATIO` times the steady state's or more, an SLO the best plan misses
     under the load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
     simulated, preemptions, an alternative the simulation has serving more than the best by
-    :data:`SIM_AHEAD` or more, unless the load is an open loop the best keeps up with).
+    :data:`SIM_AHEAD` or more, unless the load is an open loop the best keeps up with; for
+    such a loop, that its tokens/s is the offered load's, not the replica's capacity).
     ``best_only``: the load notes of the best plan (``sims[0]``)
     alone; the SLO warning and the alternatives' note still read every row."""
     out: list[tuple[str, str]] = []
@@ -644,6 +645,20 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                                f"the steady state needs {need:,} prompts, more than "
                                f"--num-prompts takes ({MAX_LOAD_REQUESTS:,}): the plan's "
                                f"TTFT is the steady loop's")))
+    offered = first.get("offered_requests_per_s")
+    if offered and not first.get("overloaded") and first.get("capacity_requests_per_s") \
+            and first.get("lengths", {}).get("dataset") != "trace":
+        # An open loop below capacity: the engine serves what it is offered, so its
+        # simulated tokens/s measures the offered rate (less the run's ramp and drain, and
+        # as sampled), not what the replica could serve.
+        mean_osl = float(first.get("lengths", {}).get("mean_osl") or 0.0)
+        out.append(("note", f"{first['strategy']}: under the open loop each replica serves "
+                    f"what it is offered, {offered:.4g} requests/s × {mean_osl:,.0f} output "
+                    f"tokens = {offered * mean_osl:,.0f} tokens/s, less the run's ramp-up "
+                    f"and drain and as the Poisson arrivals fall (--seed moves it by a few "
+                    f"percent): its simulated tokens/s is that, not the "
+                    f"{first['capacity_requests_per_s'] * mean_osl:,.0f} a replica serves "
+                    f"at full load (the plan's throughput per instance)"))
     sched = first.get("scheduler", {})
     if "kv_admission" in sched:
         pre = [f"{sim['strategy']}: {sim['scheduler']['preemptions']}" for sim in sims
