@@ -16,8 +16,8 @@ by the same :class:`~learn_to_shard.cost.model.CostModel` the planner uses:
 * ``link_bytes_per_s`` — the achievable bus bandwidth the model assumes on that link.
 
 Rows whose model or metric the product cannot express are reported as such, with the reason;
-a model or hardware cell that names nothing (a typo, a missing file) is bad input
-(:func:`check_names`).
+a model or hardware cell that looks like a mistake (a typo of a known name, a path that cannot
+be read) is bad input (:func:`check_names`).
 """
 
 from __future__ import annotations
