@@ -1196,3 +1196,19 @@ def test_fleets_of_equal_devices_rank_the_one_with_headroom_first():
     # fewer devices still come first, whatever their load
     small = dataclasses.replace(busy, devices=1, utilization=0.99)
     assert sorted([roomy, small], key=rank_key)[0] is small
+
+
+def test_a_sweeps_prefill_fleet_says_size_also_searches_tighter_ttft_budgets(tmp_path):
+    """A grid's prefill workload with a rate and a TTFT SLO is sized on the grid's SLO alone,
+    where ``l2s size`` also searches at 1/2 and 1/4 of it and can need fewer devices: the
+    sweep's summary says so (a serve workload's does not)."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("models: [llama-3.1-8b]\nclusters: [h100-sxm:1]\nsearchers: [megatron]\n"
+                    "workloads: [{phase: prefill, isl: 2048, ttft_slo: 1s, rate_rps: 20},\n"
+                    "            {phase: serve, isl: 512, osl: 128, rate_rps: 2}]\n")
+    r = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "o"),
+                                 "--no-plots"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert text.count("l2s size also searches at 1/2 and 1/4 of the SLO") == 1, text
+    assert "the prefill fleet is sized on plans searched at the grid's TTFT SLO" in text

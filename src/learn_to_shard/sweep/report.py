@@ -144,6 +144,21 @@ def cheapest(rows: Sequence[Row], prices: Mapping[str, float],
     return sorted(found.values(), key=lambda c: (c.model, c.workload))
 
 
+def prefill_rate_fleets(rows: Sequence[Row], items: Sequence[Cheapest]
+                        ) -> list[tuple[str, str]]:
+    """The ``(model, workload)`` answers of :func:`cheapest` that size a prefill fleet for a
+    ``rate_rps`` under a TTFT SLO: sized on the grid's own SLO, where ``l2s size`` also
+    searches tighter TTFT budgets (``cli.PREFILL_TTFT_BUDGETS``), so its answer can be
+    smaller."""
+    out = []
+    for c in items:
+        if any(str(r.get("model")) == c.model and str(r.get("workload")) == c.workload
+               and r.get("phase") == "prefill" and r.get("rate_rps") is not None
+               and r.get("ttft_slo_s") is not None for r in rows):
+            out.append((c.model, c.workload))
+    return out
+
+
 def unbounded_wait(rows: Sequence[Row], items: Sequence[Cheapest]) -> list[tuple[str, str]]:
     """The ``(model, workload)`` answers of :func:`cheapest` that rank clusters of a closed
     loop (``concurrency``) without a TTFT SLO and whose answer keeps clients waiting for a
@@ -274,6 +289,12 @@ def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Cons
                           f"limits, however long its clients wait for a batch slot (their "
                           f"wait is in its TTFT); set ttft_slo in the grid to bound it",
                           markup=False, highlight=False)
+        for model, workload in prefill_rate_fleets(rows, items):
+            console.print(f"note: {model} ({workload}): the prefill fleet is sized on plans "
+                          f"searched at the grid's TTFT SLO, whose queue must fit in what the "
+                          f"pass leaves of it; l2s size also searches at 1/2 and 1/4 of the "
+                          f"SLO (a shorter pass leaves the queue more) and can need fewer "
+                          f"devices", markup=False, highlight=False)
     answered = {(c.model, c.workload) for c in items}
     said: set[tuple[str, str]] = set()
     for model, workload, why in oversized:       # a rate no fleet of the grid serves
