@@ -41,6 +41,10 @@ def test_an_infeasible_comparison_says_why_and_counts_a_single_run_once(tmp_path
     # The same reasons in compare.json and in the --report.
     data = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert data["infeasible_reasons"][0].startswith("closest candidate tp")
+    # the JSON lists the seed-independent method's one run once, as the table counts it
+    meg, rnd = data["methods"]["megatron"], data["methods"]["random"]
+    assert meg["seed_independent"] and len(meg["runs"]) == 1
+    assert not rnd["seed_independent"] and len(rnd["runs"]) == 2
     r2 = CliRunner().invoke(app, ["compare", "-m", "llama-3.1-8b", "-c", "h100-sxm:2",
                                   "--phase", "serve", "--isl", "512", "--osl", "128",
                                   "--tpot-slo", "1ms", "--methods", "megatron", "--budget",

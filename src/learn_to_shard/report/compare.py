@@ -405,6 +405,9 @@ def run_comparison(cm: CostModel, methods: Sequence[str], budget: int, seeds: Se
         optimum, note = (None, "not computed") if optimum_time_limit_s == 0 \
             else exact_optimum(cm, optimum_time_limit_s, summaries)
         opt_wall = None if optimum_time_limit_s == 0 else time.perf_counter() - t_opt
+        ran = [x for x in summaries if x.method == "exact"]
+        if ran and note == "from the exact run":
+            opt_wall = ran[0].wall_s          # the run's time, not the time to read its result
     except KeyboardInterrupt:
         partial = summaries_of_done()
         add_ratios(partial, None)
@@ -558,7 +561,9 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None,
     (with ``cm``) the cost-model factors the runs were priced with.
 
     Curves are sampled at :data:`CURVE_POINTS` evenly spaced evaluation counts (``curve_at``).
-    With ``cm``, each run's best strategy is also given in the short readable form.
+    With ``cm``, each run's best strategy is also given in the short readable form. A
+    seed-independent method (``seed_independent``: Megatron's rule, ``exact``) lists its one
+    run once, and ``runs_with_feasible`` counts runs, not seeds.
     ``interrupted`` and ``missing_runs`` (``[method, seed]`` pairs) tell a partial comparison.
 
     Every wall-clock value (total, optimum, per method and per run, and the searchers'
@@ -577,7 +582,10 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None,
         curves = _padded_curves(s, cmp.budget)
         runs = []
         run_clock = []
-        for r, c in zip(s.runs, curves, strict=True):
+        # A seed-independent method ran once; its summary repeats that run per seed (for the
+        # means), the JSON lists it once.
+        once = _ran_once(s)
+        for r, c in zip(s.runs[:1] if once else s.runs, curves, strict=False):
             runs.append({
                 "seed": r.seed, "best_tokens_per_s_per_device": r.best_objective,
                 "best_action": None if r.best_action is None else r.best_action.tolist(),
@@ -590,8 +598,8 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None,
         methods[s.method] = {
             "mean_tokens_per_s_per_device": s.mean, "best_tokens_per_s_per_device": s.best,
             "ratios": s.ratios, "evaluations_mean": s.evaluations,
-            "runs_with_feasible": s.found,
-            "seed_independent": len(s.runs) > 1 and all(r is s.runs[0] for r in s.runs),
+            "runs_with_feasible": int(s.runs[0].best_action is not None) if once else s.found,
+            "seed_independent": is_seed_independent(s.method),
             "runs": runs}
         clock[s.method] = {"wall_s_mean": s.wall_s, "runs": run_clock}
     out: dict[str, object] = {
