@@ -532,6 +532,8 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
     (["--workers", "-1"], "--workers: must be >= 0 (0: the CPU count)"),
     (["--phase", "decode"], "--phase decode has no request rate"),
     (["--price", "nope=2"], "--price: 'nope'"),
+    (["--devices", "h100-sxm,,h200"], "--devices: an empty item in 'h100-sxm,,h200'"),
+    (["--price", "h100-sxm=2,"], "--price: an empty item in 'h100-sxm=2,'"),
 ])
 def test_cli_size_bad_options_name_their_flag(tmp_path, extra, says):
     r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-8b", "--rate", "5", "--isl",

@@ -1826,9 +1826,17 @@ def size_counts(max_devices: int) -> list[int]:
 
 
 def _csv_list(text: str, flag: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
+    """A comma-separated flag value -> its items, stripped.
+
+    Raises:
+        PlannerError: an empty list, or an empty item (``a,,b``, a trailing comma: an item
+            deleted or a comma typed for another, not to be dropped silently)."""
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
         raise PlannerError(f"{flag}: empty list")
+    if not all(items):
+        raise PlannerError(f"{flag}: an empty item in {text!r}; give the items separated by "
+                           f"single commas")
     return items
 
 
