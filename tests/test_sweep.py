@@ -256,6 +256,8 @@ def test_an_infeasible_rows_slo_hint_names_no_flag():
      "rate_rps and concurrency: give one load"),
     ({"workloads": [{"phase": "decode", "context": 8, "rate_rps": 2}]},
      "rate_rps: phase decode has no request rate"),
+    ({"workloads": [{"phase": "decode", "isl": 1024}]},
+     "isl: a prompt length (prefill/serve); phase decode takes context"),
     ({"prices_per_device_hour": {"h100-sxm": float("inf")}}, "prices_per_device_hour"),
     ({"prices_per_device_hour": {"nope": 3.0}}, "prices_per_device_hour"),
     ({"foo": 1}, "foo: not a valid key here; valid: models, clusters"),
@@ -968,18 +970,18 @@ def test_a_grid_error_names_the_other_errors_not_the_union_branches(tmp_path):
 
     path = tmp_path / "g.yaml"
     path.write_text("models: [llama-3.1-8b]\nclusters: [{device: h100-sxm, counts: [0, 4]}]\n"
-                    "workloads: [{phase: decode, isl: 1024}]\n")
+                    "workloads: [{phase: decode, context: 1024}]\n")
     with pytest.raises(ConfigError) as e:
         load_grid(path)
     assert str(e.value).endswith("clusters[0].counts[0]: Input should be greater than 0")
     path.write_text("models: [llama-3.1-8b]\nclusters: [{device: h100-sxm, counts: [0, -4]}]\n"
-                    "workloads: [{phase: decode, isl: 1024}]\n")
+                    "workloads: [{phase: decode, context: 1024}]\n")
     with pytest.raises(ConfigError) as e:
         load_grid(path)
     assert "(also clusters[0].counts[1]: Input should be greater than 0)" in str(e.value)
     # An entry that no branch of the union takes is one error, not one per branch.
     path.write_text("models: [llama-3.1-8b]\nclusters: [{device: h100-sxm, counts: [4], "
-                    "bogus: 1}, 5]\nworkloads: [{phase: decode, isl: 1024}]\n")
+                    "bogus: 1}, 5]\nworkloads: [{phase: decode, context: 1024}]\n")
     with pytest.raises(ConfigError) as e:
         load_grid(path)
     assert str(e.value).endswith("clusters[0].bogus: not a valid key here; valid: device, "

@@ -140,6 +140,10 @@ class WorkloadSpec(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadSpec:
         """The same checks as ``l2s plan`` (phase vs isl/osl/context/SLOs)."""
+        if self.phase == "decode" and self.isl is not None and self.context is None:
+            # as l2s plan refuses --isl with --phase decode (the API reads it as the context)
+            raise ValueError("isl: a prompt length (prefill/serve); phase decode takes "
+                             "context: give context N, or phase serve with isl and osl")
         try:
             self.workload()
         except ConfigError as exc:
@@ -192,7 +196,7 @@ class WorkloadSpec(_Strict):
         if self.name:
             return self.name
         if self.phase == "decode":
-            head = f"decode-{self.context or self.isl}"
+            head = f"decode-{self.context}"
         else:
             head = f"{self.phase}-{self.isl}" + (f"/{self.osl}" if self.osl else "")
         extra = [f"{what}={v:g}s" if v >= 1 else f"{what}={to_ms(v):g}ms"
