@@ -22,7 +22,7 @@ from ..cost.config import ENGINE_PROFILES
 from ..errors import ConfigError
 
 __all__ = ["COLUMNS", "METRIC_KIND", "KINDS", "KIND_LABEL", "COLLECTIVES", "PRECISIONS",
-           "CALIBRATION_FLAGS", "Measurement", "beside",
+           "CALIBRATION_FLAGS", "Measurement", "beside", "looks_like_path",
            "load_table", "default_table_path", "data_dir"]
 
 #: Columns of the measurement CSV, in order (see data/README.md).
@@ -274,6 +274,12 @@ def load_table(path: str | Path | None = None) -> list[Measurement]:
     return rows
 
 
+def looks_like_path(cell: str) -> bool:
+    """Whether a ``model`` or ``hardware`` cell is a file path rather than a name: it ends
+    in ``.json`` or holds a path separator (``/`` or ``\\``)."""
+    return cell.endswith(".json") or "/" in cell or "\\" in cell
+
+
 def beside(folder: str, name: str) -> str:
     """A ``model`` or ``hardware`` cell that names a file or folder in ``folder`` (the
     table's; ``""``: none) -> that path, so a table and its configs travel together: a
@@ -285,9 +291,9 @@ def beside(folder: str, name: str) -> str:
     if not folder or not name or Path(name).is_absolute():
         return name
     there = Path(folder) / name
-    looks_like_path = name.endswith(".json") or "/" in name or "\\" in name
     try:
-        beside = there.exists() if looks_like_path else (there / "config.json").is_file()
+        beside = there.exists() if looks_like_path(name) \
+            else (there / "config.json").is_file()
     except (OSError, ValueError):        # a name too long or with a NUL byte for a path
         return name
     if not beside:

@@ -42,7 +42,7 @@ from ..model.spec import ModelSpec
 from ..parallel.space import StrategySpace
 from ..parallel.strategy import Strategy
 from ..workload import DType, Phase, Workload
-from .measurements import COLLECTIVES, Measurement, data_dir
+from .measurements import COLLECTIVES, Measurement, data_dir, looks_like_path
 
 __all__ = ["RowResult", "predict_row", "row_config", "resolve_model", "resolve_device",
            "check_names", "known_names", "row_files", "bench_tokens"]
@@ -57,13 +57,20 @@ def _dtype(text: str, where: str) -> DType:
     raise ConfigError(f"{where}: precision {text!r} is not expressible (fp16, bf16, fp8)")
 
 
+def _validation_file(kind: str, key: str) -> Path | None:
+    """``data/validation/<kind>/<key>.json`` (``kind``: ``models`` or ``devices``) where it
+    exists: the configs the shipped measurement table names beside the shipped ones."""
+    path = Path(str(data_dir() / "validation" / kind / f"{key}.json"))
+    return path if path.is_file() else None
+
+
 def resolve_model(name: str) -> ModelSpec:
     """A shipped model, a config under data/validation/models (either in any case, as
     ``--model`` takes shipped names), or a config.json path."""
     if name in shipped_model_names():
         return load_model(name)
-    extra = data_dir() / "validation" / "models" / f"{name.lower()}.json"
-    if extra.is_file():
+    extra = _validation_file("models", name.lower())
+    if extra is not None:
         spec = load_model(str(extra))
         return dataclasses.replace(spec, name=name)
     return load_model(name)
@@ -71,11 +78,11 @@ def resolve_model(name: str) -> ModelSpec:
 
 def resolve_device(name: str) -> DeviceSpec:
     """A device preset, a device file under data/validation/devices, or a device JSON path
-    (a name that ends in ``.json`` or holds a path separator)."""
-    extra = data_dir() / "validation" / "devices" / f"{name.strip().lower()}.json"
-    if extra.is_file():
+    (:func:`~.measurements.looks_like_path`)."""
+    extra = _validation_file("devices", name.strip().lower())
+    if extra is not None:
         return load_device_file(str(extra))
-    if name.endswith(".json") or "/" in name or "\\" in name:
+    if looks_like_path(name):
         return load_device_file(name)
     return load_device(name)
 
@@ -91,12 +98,10 @@ def row_files(r: Measurement) -> tuple[Path | None, Path | None]:
             return None
 
     model, device = r.model_ref, r.hardware_ref
-    own = data_dir() / "validation"
     model_file = None if model in shipped_model_names() \
-        or (own / "models" / f"{model.lower()}.json").is_file() else file_of(Path(model))
-    device_file = None if (own / "devices" / f"{device.strip().lower()}.json").is_file() \
-        or not (device.endswith(".json") or "/" in device or "\\" in device) \
-        else file_of(Path(device))
+        or _validation_file("models", model.lower()) else file_of(Path(model))
+    device_file = None if _validation_file("devices", device.strip().lower()) \
+        or not looks_like_path(device) else file_of(Path(device))
     return model_file, device_file
 
 
@@ -141,7 +146,7 @@ def check_names(rows: Iterable[Measurement], table: str | Path) -> None:
                 continue
             except ConfigError as exc:
                 where = f"{table}: row {r.id}, column '{column}'"
-                if name.endswith(".json") or "/" in name or "\\" in name:
+                if looks_like_path(name):
                     # the loader words it for the --model flag; here the cell is the input
                     raise ConfigError(f"{where}: {str(exc).removeprefix('--model ')}") from None
                 near = difflib.get_close_matches(name.lower(), known_names(column), n=1,
