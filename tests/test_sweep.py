@@ -1070,8 +1070,8 @@ def test_cli_size_prefill_looser_slo_never_needs_more_devices(tmp_path):
     """A prefill fleet's TTFT is the plan's pass plus its queue: sizing only the plan with the
     most throughput at the whole SLO answered 16 H100s at 300 ms and 12 at 500 ms where 6
     do (b1, a 94 ms pass), and 8 at 150 ms. Each cluster size is also searched at tighter
-    budgets (cli.PREFILL_TTFT_BUDGETS) and sized against the SLO asked."""
-    from learn_to_shard.cli import PREFILL_TTFT_BUDGETS
+    budgets (sweep.sizing.PREFILL_TTFT_BUDGETS) and sized against the SLO asked."""
+    from learn_to_shard.sweep.sizing import PREFILL_TTFT_BUDGETS
 
     assert PREFILL_TTFT_BUDGETS[0] == 1.0 and min(PREFILL_TTFT_BUDGETS) < 1.0
 

@@ -1904,7 +1904,13 @@ def size_cmd(
 
     from .sweep import grid_from_data, run_sweep
     from .sweep.report import fleet_table, node_sizes
-    from .sweep.sizing import fleet_options, option_key, rank_key, with_replicas
+    from .sweep.sizing import (
+        PREFILL_TTFT_BUDGETS,
+        fleet_options,
+        option_key,
+        rank_key,
+        with_replicas,
+    )
 
     try:
         _check_output(out, "--out", directory=True)
@@ -2115,11 +2121,6 @@ def size_cmd(
     raise typer.Exit(code=0 if fleets else 1)
 
 
-#: The TTFT budgets, as fractions of ``--ttft-slo``, at which ``l2s size --phase prefill``
-#: searches each cluster size: the whole SLO (most throughput per replica) and tighter ones
-#: (a shorter pass, more room for the queue of :func:`~learn_to_shard.sweep.sizing.
-#: prefill_replicas`); the fleet with the fewest devices over them is the answer.
-PREFILL_TTFT_BUDGETS = (1.0, 0.5, 0.25)
 
 #: Replicas beyond the steady-state count that ``l2s size`` simulates before it gives up.
 SIZE_EXTRA_REPLICAS = 3

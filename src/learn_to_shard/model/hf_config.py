@@ -1354,15 +1354,14 @@ def _deepseek_moe(f: _Fields, num_layers: int, topk_method_default: str,
     Raises:
         ConfigError: a stated field missing, or MoE fields without ``n_routed_experts``."""
     num_experts = f.opt_integer("n_routed_experts")
-    if num_experts is None:
+    why = "the engines' config classes default it to other shapes"
+    if num_experts is None:     # a dense model: the shared experts and dense layers are moot
         routed = [k for k in ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
                               "num_experts") if f.data.get(k)]
         if routed:
             # MoE fields without the expert count: a dense model would be planned silently
             raise f.error("n_routed_experts", f"the routed-expert count; {', '.join(routed)} "
                           f"{'is' if len(routed) == 1 else 'are'} given without it")
-    why = "the engines' config classes default it to other shapes"
-    if num_experts is None:     # a dense model: the shared experts and dense layers are moot
         _stated(f, {"n_routed_experts": DEEPSEEK_STATED_MOE_FIELDS["n_routed_experts"]},
                 model_type, why)
         return [False] * num_layers, None

@@ -584,8 +584,8 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None,
         run_clock = []
         # A seed-independent method ran once; its summary repeats that run per seed (for the
         # means), the JSON lists it once.
-        once = _ran_once(s)
-        for r, c in zip(s.runs[:1] if once else s.runs, curves, strict=False):
+        shown = s.runs[:1] if _ran_once(s) else s.runs
+        for r, c in zip(shown, curves, strict=False):
             runs.append({
                 "seed": r.seed, "best_tokens_per_s_per_device": r.best_objective,
                 "best_action": None if r.best_action is None else r.best_action.tolist(),
@@ -598,7 +598,7 @@ def comparison_to_dict(cmp: Comparison, cm: CostModel | None = None,
         methods[s.method] = {
             "mean_tokens_per_s_per_device": s.mean, "best_tokens_per_s_per_device": s.best,
             "ratios": s.ratios, "evaluations_mean": s.evaluations,
-            "runs_with_feasible": int(s.runs[0].best_action is not None) if once else s.found,
+            "runs_with_feasible": sum(r.best_action is not None for r in shown),
             "seed_independent": is_seed_independent(s.method),
             "runs": runs}
         clock[s.method] = {"wall_s_mean": s.wall_s, "runs": run_clock}

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
-from .sizing import Fleet, size_fleets
+from .sizing import PREFILL_TTFT_BUDGETS, Fleet, size_fleets
 
 Row = Mapping[str, object]
 
@@ -148,7 +148,7 @@ def prefill_rate_fleets(rows: Sequence[Row], items: Sequence[Cheapest]
                         ) -> list[tuple[str, str]]:
     """The ``(model, workload)`` answers of :func:`cheapest` that size a prefill fleet for a
     ``rate_rps`` under a TTFT SLO: sized on the grid's own SLO, where ``l2s size`` also
-    searches tighter TTFT budgets (``cli.PREFILL_TTFT_BUDGETS``), so its answer can be
+    searches tighter TTFT budgets (:data:`~.sizing.PREFILL_TTFT_BUDGETS`), so its answer can be
     smaller."""
     out = []
     for c in items:
@@ -289,10 +289,11 @@ def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Cons
                           f"limits, however long its clients wait for a batch slot (their "
                           f"wait is in its TTFT); set ttft_slo in the grid to bound it",
                           markup=False, highlight=False)
+        tighter = " and ".join(f"1/{1 / k:g}" for k in PREFILL_TTFT_BUDGETS[1:])
         for model, workload in prefill_rate_fleets(rows, items):
             console.print(f"note: {model} ({workload}): the prefill fleet is sized on plans "
                           f"searched at the grid's TTFT SLO, whose queue must fit in what the "
-                          f"pass leaves of it; l2s size also searches at 1/2 and 1/4 of the "
+                          f"pass leaves of it; l2s size also searches at {tighter} of the "
                           f"SLO (a shorter pass leaves the queue more) and can need fewer "
                           f"devices", markup=False, highlight=False)
     answered = {(c.model, c.workload) for c in items}

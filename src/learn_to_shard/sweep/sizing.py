@@ -78,6 +78,11 @@ PREFILL_MAX_UTILIZATION = 0.9
 #: How many times the steady-state replica count :func:`prefill_replicas` tries before it
 #: gives up on the TTFT SLO (and sizes at :data:`PREFILL_MAX_UTILIZATION` alone).
 PREFILL_MAX_REPLICA_FACTOR = 4
+#: The TTFT budgets, as fractions of ``--ttft-slo``, at which ``l2s size --phase prefill``
+#: searches each cluster size: the whole SLO (most throughput per replica) and tighter ones
+#: (a shorter pass, more room for the queue of :func:`prefill_replicas`); the fleet with the
+#: fewest devices over them is the answer. A sweep searches its grid's SLO alone.
+PREFILL_TTFT_BUDGETS = (1.0, 0.5, 0.25)
 
 
 def prefill_wait_s(rate_rps: float, replicas: int, replica_requests_per_s: float) -> float:
