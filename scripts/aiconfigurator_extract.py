@@ -44,11 +44,17 @@ MOE_DIST = ("balanced", "power_law_1.2")
 #: block-scaled FP8 rows with balanced routing on the Hopper systems, what
 #: ``fidelity.kernels.fit_fp8_block_scale(engine=...)`` fits on, and on B200, where both
 #: engines run FlashInfer's TensorRT-LLM-gen block-scaled MoE (the tables' ``kernel_source``)
-#: and ``fidelity.kernels.fit_fp8_block_mma`` fits on (the tables stay small).
+#: and ``fidelity.kernels.fit_fp8_block_mma`` fits on (the tables stay small); and their BF16
+#: rows with balanced routing and experts tensor-parallel (EP 1), which check the 16-bit expert
+#: pricing against the engines' own kernels (``tests/test_moe_kernels.py``; on A100 only
+#: SGLang's table has balanced rows).
 MOE_ENGINES = ("vllm", "sglang")
 MOE_ENGINE_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
 MOE_ENGINE_DTYPES = ("fp8_block",)
 MOE_ENGINE_DIST = ("balanced",)
+MOE_ENGINE_BF16_SYSTEMS = ("a100_sxm", "h100_sxm", "h200_sxm")
+MOE_ENGINE_BF16_EP = (1,)
+MOE_ENGINE_BF16_TOKENS = (1, 1024, 8192)
 A2A_TOKENS = (1, 16, 128, 1024, 4096, 16384)
 #: DeepSeek-V3 MLA module tables: heads per rank, batch, prompt / KV length.
 MLA_HEADS = (128, 64, 32, 16, 8)
@@ -102,12 +108,13 @@ def _versions(folder: Path, file: str) -> list[Path]:
 
 def _moe_rows(pd, base: Path, system: str, preset: str, rows: list[tuple],
               framework: str = "trtllm", dtypes: tuple[str, ...] | None = None,
-              dists: tuple[str, ...] = MOE_DIST) -> None:
+              dists: tuple[str, ...] = MOE_DIST, eps: tuple[int, ...] = MOE_EP,
+              tokens: tuple[int, ...] = MOE_TOKENS) -> None:
     """Fused MoE layer latencies (``moe/<framework>/*/moe_perf.parquet``): per shape of
     :data:`MOE_SHAPES`, the newest version that measured it; every dtype measured, tokens
     :data:`MOE_TOKENS`, expert TP/EP degrees with ``tp · ep <= 64``, balanced and power-law
-    routing (or only ``dtypes`` / ``dists``). Latency is for the whole routed-expert block of
-    one layer on one measured rank,
+    routing (or only ``dtypes`` / ``dists`` / expert-parallel degrees ``eps`` / ``tokens``).
+    Latency is for the whole routed-expert block of one layer on one measured rank,
     milliseconds in the source; a shape measured with several kernels (vLLM's tables hold
     Triton and FlashInfer-CUTLASS rows) keeps the median."""
     done: set[tuple[int, int, int, int]] = set()
@@ -118,8 +125,8 @@ def _moe_rows(pd, base: Path, system: str, preset: str, rows: list[tuple],
                 continue
             h, i, k, e = shape
             sel = df[(df.hidden_size == h) & (df.inter_size == i) & (df.topk == k)
-                     & (df.num_experts == e) & df.num_tokens.isin(MOE_TOKENS)
-                     & df.moe_tp_size.isin(MOE_TP) & df.moe_ep_size.isin(MOE_EP)
+                     & (df.num_experts == e) & df.num_tokens.isin(tokens)
+                     & df.moe_tp_size.isin(MOE_TP) & df.moe_ep_size.isin(eps)
                      & (df.moe_tp_size * df.moe_ep_size <= 64)
                      & df.distribution.isin(dists)
                      & (df.moe_dtype.isin(dtypes) if dtypes else True)]
@@ -213,10 +220,14 @@ def main() -> None:
     for system, preset in SYSTEMS.items():
         base = data / system
         _moe_rows(pd, base, system, preset, moe)
-        if system in MOE_ENGINE_SYSTEMS:
-            for framework in MOE_ENGINES:
+        for framework in MOE_ENGINES:
+            if system in MOE_ENGINE_SYSTEMS:
                 _moe_rows(pd, base, system, preset, moe_engines, framework,
                           MOE_ENGINE_DTYPES, MOE_ENGINE_DIST)
+            if system in MOE_ENGINE_BF16_SYSTEMS:
+                _moe_rows(pd, base, system, preset, moe_engines, framework,
+                          ("bfloat16",), MOE_ENGINE_DIST, MOE_ENGINE_BF16_EP,
+                          MOE_ENGINE_BF16_TOKENS)
         _a2a_rows(pd, base, system, preset, a2a)
         _mla_rows(pd, base, system, preset, mla)
         d = _newest(base / "gemm" / "trtllm", "gemm_perf.parquet")

@@ -24,6 +24,7 @@ from learn_to_shard.fidelity.kernels import (
     FP8_BLOCK_MMA_FIT_DEVICES,
     MOE_CALIBRATION_MODELS,
     _block_scaled_rows,
+    _engine_moe_rows,
     fit_block_fp8_expert_overhead,
     fit_fp8_block_mma,
     fit_fp8_block_scale,
@@ -276,6 +277,47 @@ def test_engine_block_scale_is_the_fit_on_its_own_kernels(engine, cal, held):
     shipped = CostModelConfig.for_engine(engine).fp8_block_scale_efficiency
     assert values["fp8_block_scale_efficiency"] == pytest.approx(shipped)
     assert c == pytest.approx(cal, abs=0.005) and h == pytest.approx(held, abs=0.005)
+
+
+def _ratio(kernels, keep) -> float:
+    """Geometric median of ``predicted / measured`` over the kernels ``keep`` selects."""
+    return math.exp(statistics.median(math.log(k.predicted_s / k.measured_s)
+                                      for k in kernels if keep(k)))
+
+
+@pytest.mark.parametrize("preset", ["h100-sxm", "h200"])
+def test_16_bit_expert_blocks_of_vllm_and_sglang_against_their_own_kernels(preset):
+    """The 16-bit routed-expert block priced with each engine's profile against that engine's
+    own measured fused-MoE kernels (``moe_engines.csv`` ``bfloat16`` rows: balanced routing,
+    experts tensor-parallel): from 1,024 tokens, where the expert GEMMs make the block's
+    time, the model is a median 0.83–0.92x of the measured time on Hopper for both engines,
+    and at one token within 20%, so neither engine's 16-bit MoE kernels call for a rate of
+    their own (``docs/validation.md``)."""
+    for engine in ("vllm", "sglang"):
+        rows = _engine_moe_rows(None, (preset,), engine, "bfloat16")
+        assert rows["moe.csv"] and {r["dtype"] for r in rows["moe.csv"]} == {"bfloat16"}
+        assert {r["moe_ep"] for r in rows["moe.csv"]} == {"1"}
+        kernels = moe_kernels(CostModelConfig.for_engine(engine), rows)
+        big = _ratio(kernels, lambda k: k.tokens >= 1024)
+        one = _ratio(kernels, lambda k: k.tokens == 1)
+        assert 0.8 <= big <= 0.95, (engine, big)
+        assert 0.8 <= one <= 1.2, (engine, one)
+
+
+def test_sglang_16_bit_expert_block_on_a100_runs_below_the_model(monkeypatch):
+    """SGLang 0.5.10's Triton fused MoE on A100 (``moe_engines.csv``, the only balanced A100
+    table of an engine) takes about 1.6x the simulated time from 1,024 tokens (experts
+    tensor-parallel), where Hopper's rows take 1.1–1.2x: a gap the model does not price
+    (``docs/validation.md``). A100 is
+    outside ``moe_kernels``' devices (TensorRT-LLM's A100 rows measure power-law routing
+    only), so the check widens them."""
+    monkeypatch.setattr("learn_to_shard.fidelity.kernels._KERNEL_DEVICES",
+                        ("h100-sxm", "h200", "b200", "a100-80gb"))
+    rows = _engine_moe_rows(None, ("a100-80gb",), "sglang", "bfloat16")
+    assert rows["moe.csv"]
+    assert not _engine_moe_rows(None, ("a100-80gb",), "vllm", "bfloat16")["moe.csv"]
+    kernels = moe_kernels(CostModelConfig.for_engine("sglang"), rows)
+    assert 0.55 <= _ratio(kernels, lambda k: k.tokens >= 1024) <= 0.72
 
 
 @pytest.mark.parametrize("engine, cal, held", [("vllm", 0.142, 0.159),

@@ -771,9 +771,18 @@ def fit_fp8_block_mma(config: CostModelConfig | None = None,
 
 def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | None = None,
                        engine: str = "trtllm") -> dict[str, list[dict[str, str]]]:
-    """The ``fp8_block`` rows of ``engine``'s MoE kernels (``moe.csv`` for ``trtllm``, its
-    rows of ``moe_engines.csv`` otherwise; on ``devices``, None: every device) as a table set
-    for :func:`moe_kernels`: only those rows are priced (it groups them on their own).
+    """The ``fp8_block`` rows of ``engine``'s MoE kernels (:func:`_engine_moe_rows`).
+
+    Raises:
+        ConfigError: an engine with no measured MoE kernels here."""
+    return _engine_moe_rows(folder, devices, engine, "fp8_block")
+
+
+def _engine_moe_rows(folder: str | Path | None, devices: tuple[str, ...] | None,
+                     engine: str, dtype: str) -> dict[str, list[dict[str, str]]]:
+    """The ``dtype`` rows of ``engine``'s MoE kernels (``moe.csv`` for ``trtllm``, its rows of
+    ``moe_engines.csv`` otherwise; on ``devices``, None: every device) as a table set for
+    :func:`moe_kernels`: only those rows are priced (it groups them on their own).
 
     Raises:
         ConfigError: an engine with no measured MoE kernels here."""
@@ -783,7 +792,7 @@ def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | Non
     tables = silicon_tables(Path(folder) if folder is not None else silicon_dir())
     rows = tables.get("moe.csv", []) if engine == "trtllm" else [
         r for r in tables.get("moe_engines.csv", []) if r["source"].startswith(f"{engine}-")]
-    return {"moe.csv": [r for r in rows if r["dtype"] == "fp8_block"
+    return {"moe.csv": [r for r in rows if r["dtype"] == dtype
                         and (devices is None or r["preset"] in devices)]}
 
 
