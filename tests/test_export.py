@@ -1773,7 +1773,10 @@ def test_vllm_deepep_exports_keep_cuda_graphs_where_the_plan_priced_them():
     text = doc["export"]["text"]
     assert "--all2all-backend deepep_low_latency" in text
     assert not any("CUDA graphs" in u for u in doc["export"]["not_expressible"])
-    doc = json.loads(CliRunner().invoke(app, [*base, "-c", "b200:8", "--phase", "serve",
+    # A serve plan's steps are of both kinds: vLLM runs one mode per server, so the plan
+    # asks for one (the auto mode is refused, tests/test_moe_a2a.py).
+    serve = [a if a != "deepep" else "deepep-normal" for a in base]
+    doc = json.loads(CliRunner().invoke(app, [*serve, "-c", "b200:8", "--phase", "serve",
                                               "--isl", "2048", "--osl", "512"]).stdout)
     if "--all2all-backend deepep_high_throughput" in doc["export"]["text"] \
             and "--data-parallel-size 1 " not in doc["export"]["text"]:
@@ -1791,7 +1794,7 @@ def test_export_warnings_reach_the_terminal_and_the_json():
     as planned: each NOT EXPRESSIBLE line is also a warning on stderr, and the JSON carries
     them (with the notes, warnings and environment) as lists, not only inside the text."""
     args = ["plan", "-m", "mixtral-8x22b", "-c", "h100-sxm:16", "--phase", "serve", "--isl",
-            "1024", "--osl", "256", "--export", "vllm", "--moe-a2a", "deepep"]
+            "1024", "--osl", "256", "--export", "vllm", "--moe-a2a", "deepep-normal"]
     r = CliRunner().invoke(app, [*args, "-q"])
     assert r.exit_code == 0, r.output
     said = [ln for ln in r.stderr.splitlines() if "cannot express" in ln]

@@ -107,14 +107,16 @@ def test_plan_says_when_the_asked_all_to_all_goes_unused(tmp_path):
 
     base = ["plan", "--model", "qwen3-30b-a3b", "--cluster", "h200:8", "--phase", "serve",
             "--isl", "1024", "--osl", "1024", "--tpot-slo", "50ms", "--moe-a2a", "deepep"]
-    r = CliRunner().invoke(app, [*base, "--engine", "vllm", "--json"])
+    # vLLM runs one DeepEP mode per server (test below): its serve plans name one.
+    vllm = [*base[:-1], "deepep-normal", "--engine", "vllm"]
+    r = CliRunner().invoke(app, [*vllm, "--json"])
     assert r.exit_code == 0, r.output
     # vLLM's DeepEP plans lose to EP 1 on one H200 node (the priced kernels at EP 8)
     doc = json.loads(r.stdout)
     assert doc["best"]["strategy"]["ep"] == 1
     assert len(doc["notes"]) == 1 and doc["notes"][0].startswith(
-        "MoE all-to-all deepep auto was asked for, but the best plan has EP 1")
-    r = CliRunner().invoke(app, [*base, "--engine", "vllm", "--report", str(tmp_path)])
+        "MoE all-to-all deepep normal was asked for, but the best plan has EP 1")
+    r = CliRunner().invoke(app, [*vllm, "--report", str(tmp_path)])
     assert "was asked for, but the best plan has EP 1" in " ".join(r.output.split())
     assert "was asked for, but the best plan has EP 1" in (tmp_path / "report.md").read_text()
     r = CliRunner().invoke(app, [*base, "--engine", "sglang"])
@@ -123,7 +125,32 @@ def test_plan_says_when_the_asked_all_to_all_goes_unused(tmp_path):
     doc = json.loads(CliRunner().invoke(app, [*base, "--engine", "sglang", "--json"]).stdout)
     assert doc["notes"] == []
     # one GPU: no plan had expert parallelism, nothing ranked lower
-    one = [a if a != "h200:8" else "h200:1" for a in base]
-    r = CliRunner().invoke(app, [*one, "--engine", "vllm"])
+    one = [a if a != "h200:8" else "h200:1" for a in vllm]
+    r = CliRunner().invoke(app, one)
     assert r.exit_code == 0, r.output
     assert "best plan has EP 1" not in " ".join(r.output.split())
+
+
+def test_vllm_refuses_deepep_auto_mode_in_the_serve_phase():
+    """DeepEP's auto mode prices the normal kernels for steps that prefill and the
+    low-latency ones for pure decode steps, which SGLang runs (``--deepep-mode auto``) and
+    vLLM does not: a vLLM server runs one ``--all2all-backend``. A serve plan for vLLM under
+    ``--moe-a2a deepep`` is refused (exit 2) with the two modes it can price; a decode plan,
+    every step of which decodes, keeps it (the low-latency kernels, exported as such), and
+    ``--export vllm`` implies the engine."""
+    base = ["plan", "-m", "deepseek-v3", "-c", "h100-sxm:16", "-q"]
+    serve = [*base, "--phase", "serve", "--isl", "1024", "--osl", "1024", "--moe-a2a",
+             "deepep"]
+    for engine in (["--engine", "vllm"], ["--export", "vllm"]):
+        r = CliRunner().invoke(app, [*serve, *engine])
+        assert r.exit_code == 2, r.output
+        said = " ".join(r.output.split())
+        assert "--moe-a2a deepep with --engine vllm: vLLM runs one DeepEP mode per server" \
+            in said and "--moe-a2a deepep-normal" in said and "deepep-ll" in said
+        assert "Traceback" not in r.output
+    r = CliRunner().invoke(app, [*serve, "--engine", "sglang"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, [*base, "--phase", "decode", "--context", "2048", "--moe-a2a",
+                                 "deepep", "--export", "vllm"])
+    assert r.exit_code == 0, r.output
+    assert "--all2all-backend deepep_low_latency" in r.stdout

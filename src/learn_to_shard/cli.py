@@ -571,7 +571,8 @@ def plan_cmd(
     images_per_request: ImagesOpt = None, image_tokens: ImageTokensOpt = None,
     moe_a2a: str | None = typer.Option(None, "--moe-a2a", help="Expert all-to-all kernels "
                                        "of a MoE server: deepep (normal kernels for prefill, "
-                                       "low-latency for decode), deepep-normal, deepep-ll; "
+                                       "low-latency for decode; SGLang's auto mode, not "
+                                       "vLLM's in the serve phase), deepep-normal, deepep-ll; "
                                        "default: the engine's own all-to-all."),
     two_batch_overlap: bool = typer.Option(False, "--two-batch-overlap", metavar="",
                                            help="Overlap MoE "
@@ -658,7 +659,7 @@ def plan_cmd(
                              range_ratio, seed, dataset)
         cfg = _moe_options(_engine_config(wl, engine, gpu_memory_utilization,
                                           max_num_batched_tokens),
-                           spec, engine, moe_a2a, two_batch_overlap)
+                           spec, engine, moe_a2a, two_batch_overlap, wl.phase)
         cfg = _moe_routing(cfg, spec, moe_routing)
         if gemm_overlap and not sequence_parallel:
             raise ConfigError("--gemm-overlap: overlaps the all-gathers / reduce-scatters of "
@@ -926,13 +927,19 @@ MOE_A2A_FLAGS = {"deepep": "deepep_auto", "deepep-normal": "deepep_normal",
 
 
 def _moe_options(cfg: CostModelConfig, model: ModelSpec, engine: str | None,
-                 moe_a2a: str | None, two_batch_overlap: bool) -> CostModelConfig:
+                 moe_a2a: str | None, two_batch_overlap: bool,
+                 phase: Phase = Phase.SERVE) -> CostModelConfig:
     """``cfg`` with the MoE communication options of ``--moe-a2a`` / ``--two-batch-overlap``.
 
     Raises:
         PlannerError: an unknown ``--moe-a2a``, either option on a dense model, or on
             TensorRT-LLM (its DeepEP / overlap settings are not among the flags this planner
-            checks exports against).
+            checks exports against); ``deepep`` (normal kernels for steps that prefill,
+            low-latency ones for pure decode steps) with ``--engine vllm`` in the serve phase,
+            whose steps are of both kinds: a vLLM server runs one DeepEP mode
+            (``--all2all-backend deepep_high_throughput`` or ``deepep_low_latency``, vLLM
+            0.33.0 ``ParallelConfig.all2all_backend``), so the plan would price a launch no
+            flag gives.
     """
     if moe_a2a is None and not two_batch_overlap:
         return cfg
@@ -944,6 +951,12 @@ def _moe_options(cfg: CostModelConfig, model: ModelSpec, engine: str | None,
     if engine in ("trtllm", "trtllm-tensorrt"):
         raise PlannerError(f"{flag} with --engine {engine}: not expressible in TensorRT-LLM's "
                            f"launch settings; use --engine sglang or vllm")
+    if engine == "vllm" and moe_a2a == "deepep" and phase is Phase.SERVE:
+        raise PlannerError("--moe-a2a deepep with --engine vllm: vLLM runs one DeepEP mode per "
+                           "server, so serve-phase steps cannot switch between the normal and "
+                           "the low-latency kernels; use --moe-a2a deepep-normal "
+                           "(--all2all-backend deepep_high_throughput) or deepep-ll "
+                           "(deepep_low_latency)")
     return dataclasses.replace(cfg, moe_a2a_kernel=MOE_A2A_FLAGS.get(moe_a2a or "", None),
                                two_batch_overlap=two_batch_overlap)
 
