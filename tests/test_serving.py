@@ -1367,6 +1367,34 @@ def test_a_trace_arriving_at_once_is_flagged(tmp_path):
     assert "the trace's bursts queue" in r.stdout and "arrive at one instant" in r.stdout
 
 
+def test_a_few_close_requests_of_a_trace_are_a_burst_not_an_overload(tmp_path):
+    """Two requests 1 ms apart give a "mean rate" of 1,000 requests/s over their span, but a
+    finite trace of them queues once and drains: no overload, no replicas asked for, and the
+    SLOs judged on what the replay measured (a trace is judged overloaded only with its mean
+    rate above capacity and its queue growing through at least 8 requests)."""
+    f = tmp_path / "two.csv"
+    f.write_text("arrival_s,isl,osl\n0,100,10\n0.001,100,10\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--tpot-slo", "30ms", "--ttft-slo", "1s",
+                                 "--trace", str(f), "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads(r.stdout)["simulation"][0]
+    assert sim["offered_requests_per_s"] > sim["capacity_requests_per_s"]
+    assert sim["overloaded"] is False and sim["queue_grows"] is None
+    assert "overloaded" not in r.stderr and "needs at least" not in r.stderr
+
+
+def test_trace_arrival_times_take_no_digit_separators(tmp_path):
+    """``1_0`` is not an arrival time (Python's float() reads it as 10), as ``1_000`` is not a
+    prompt length: one error line naming the row."""
+    f = tmp_path / "us.csv"
+    f.write_text("arrival_s,isl,osl\n1_0,10,10\n0,10,10\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--trace", str(f)])
+    assert r.exit_code == 2, r.output
+    assert "row 2: arrival time '1_0' is neither seconds nor an ISO date-time" in r.output
+
+
 def test_a_trace_apart_from_the_planned_lengths_is_priced_at_its_own(tmp_path):
     """A trace replayed beside --isl/--osl far from its own lengths (120k-token prompts
     against --isl 1024) is judged at the trace's lengths: a replica that completes ~0.1
@@ -1383,8 +1411,8 @@ def test_a_trace_apart_from_the_planned_lengths_is_priced_at_its_own(tmp_path):
     sim = json.loads(r.stdout)["simulation"][0]
     assert sim["lengths"]["apart_from_planned"] and sim["overloaded"]
     assert sim["capacity_requests_per_s"] < sim["offered_requests_per_s"]
-    # A trace has no queue-growth test of its own (its bursts queue without overloading it).
-    assert sim["queue_grows"] is None
+    # Its mean rate above the capacity, and the queue grows through the replay.
+    assert sim["queue_grows"] is True
     # The ratios beside the steady state take it at the lengths the simulation ran, not at
     # the planned 1024 / 256 (whose TPOT is a fraction of a 120k-token context's).
     a = sim["analytic"]

@@ -252,6 +252,8 @@ def test_an_infeasible_rows_slo_hint_names_no_flag():
     ({"workloads": [{"isl": True, "osl": 8}]}, "workloads[0].isl"),
     ({"workloads": [{"isl": "512", "osl": 8}]}, "workloads[0].isl"),
     ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": float("inf")}]}, "workloads[0].rate_rps"),
+    ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": True}]}, "workloads[0].rate_rps"),
+    ({"prices_per_device_hour": {"h100-sxm": True}}, "prices_per_device_hour"),
     ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": 100, "concurrency": 4}]},
      "rate_rps and concurrency: give one load"),
     ({"workloads": [{"phase": "decode", "context": 8, "rate_rps": 2}]},
@@ -589,6 +591,26 @@ def test_node_size_is_the_device_kinds_not_the_cluster_searched():
            "tokens_per_s_per_device": 100.0, "cluster": "h100-sxm:2", "searcher": "sa"}
     [f] = size_fleets([row], rate_rps=40.0, node_sizes=node_sizes([row]))
     assert (f.devices, f.nodes) == (4, 1)
+
+
+def test_replicas_are_not_split_over_the_nodes_they_share():
+    """A node holds whole replicas only: 5 replicas of a 3-device plan take 3 nodes of 8 (two
+    per node), not ``ceil(15 / 8) = 2``; a replica larger than a node takes whole nodes of
+    its own; the count follows a fleet grown by the simulation."""
+    from learn_to_shard.sweep.sizing import fleet_nodes, with_replicas
+
+    assert fleet_nodes(5, 3, 8) == 3
+    assert fleet_nodes(2, 4, 8) == 1 and fleet_nodes(3, 4, 8) == 2
+    assert fleet_nodes(1, 12, 8) == 2 and fleet_nodes(2, 12, 8) == 4
+    assert fleet_nodes(2, 16, 8) == 4 and fleet_nodes(9, 1, 8) == 2
+    with pytest.raises(ValueError):
+        fleet_nodes(0, 3, 8)
+    row = {"feasible": True, "instance_requests_per_s": 12.0, "instance_devices": 3,
+           "model": "m", "workload": "w", "device": "h100-sxm", "strategy": "tp3",
+           "tokens_per_s_per_device": 100.0, "cluster": "h100-sxm:3", "searcher": "sa"}
+    f = fleet_for(row, 60.0, node_size=8, price_per_device_hour=None)
+    assert (f.replicas, f.devices, f.nodes) == (5, 15, 3)
+    assert with_replicas(f, 6).nodes == 3 and with_replicas(f, 7).nodes == 4
 
 
 def test_workloads_that_differ_get_distinct_labels_and_one_label_twice_is_refused():

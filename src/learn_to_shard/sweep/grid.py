@@ -80,9 +80,21 @@ def _durations(data: object) -> object:
 #: A count written as an integer (not ``true`` or ``"512"``, which YAML would otherwise let
 #: through as 1 and 512).
 Count = Annotated[int, Field(gt=0, strict=True)]
+def _not_a_boolean(value: Any) -> Any:
+    """``value`` unless it is a YAML/JSON boolean, which pydantic's lax float would read as
+    1.0 or 0.0.
+
+    Raises:
+        ValueError: ``true`` or ``false``."""
+    if isinstance(value, bool):
+        raise ValueError("a number is required, not true/false")
+    return value
+
+
 #: A positive finite number (``.inf`` and ``.nan`` refused: rates, SLOs, prices). Not strict:
-#: PyYAML reads ``1.0e12`` (an exponent without a sign) as a string, which this parses.
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: PyYAML reads ``1.0e12`` (an exponent without a sign) as a string, which this parses; a
+#: boolean is refused (``rate_rps: true`` is not 1 request/s).
+Positive = Annotated[float, BeforeValidator(_not_a_boolean), Field(gt=0, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):

@@ -32,7 +32,8 @@ Assumptions (steady state, as the cost model's serve phase):
   a request's own prefill); replicas are added until that TTFT meets the workload's TTFT SLO
   and ``ρ`` is at most :data:`PREFILL_MAX_UTILIZATION`, up to
   :data:`PREFILL_MAX_REPLICA_FACTOR` times the steady-state count;
-* replicas of a plan smaller than a node share nodes (``nodes = ceil(devices / node size)``).
+* replicas of a plan smaller than a node share nodes, as many whole replicas as a node holds
+  (:func:`fleet_nodes`); a replica larger than a node takes whole nodes of its own.
 
 The candidate plans are those of the sweep's rows (one best plan per cluster size searched),
 so the answer is the best over the searched sizes, not a proof that no smaller fleet exists.
@@ -139,7 +140,7 @@ class Fleet:
         strategy: the replicated plan (``Strategy.short()``); instance_devices: its ``D``.
         instance_requests_per_s: ``r`` of one replica; replicas: ``k = ceil(R / r)`` (a
             prefill fleet's with its queue, :func:`prefill_replicas`).
-        devices: ``k × D``; nodes: ``ceil(devices / node_size)``.
+        devices: ``k × D``; nodes: :func:`fleet_nodes`.
         price_per_device_hour: the kind's price, or ``None``; cost_per_hour: ``devices ×
             price`` or ``None``.
         tokens_per_s_per_device, tpot_s, ttft_s: the plan's estimate.
@@ -195,6 +196,25 @@ class Fleet:
         return self.queue_slo_met and not self.falls_behind
 
 
+def fleet_nodes(replicas: int, instance_devices: int, node_size: int) -> int:
+    """Nodes that ``replicas`` replicas of ``instance_devices`` devices occupy on nodes of
+    ``node_size`` devices: a replica is never split over nodes it shares, so a node holds
+    ``floor(node_size / instance_devices)`` whole replicas (5 replicas of 3 devices need 3
+    nodes of 8, not ``ceil(15 / 8) = 2``), and a replica larger than a node spans
+    ``ceil(instance_devices / node_size)`` nodes of its own, as its plan was priced on
+    (its first node full, the rest on the next).
+
+    Raises:
+        ValueError: a count below 1.
+    """
+    if replicas < 1 or instance_devices < 1 or node_size < 1:
+        raise ValueError(f"replicas, instance devices and node size must be positive, got "
+                         f"{replicas}, {instance_devices}, {node_size}")
+    if instance_devices > node_size:
+        return replicas * math.ceil(instance_devices / node_size)
+    return math.ceil(replicas / (node_size // instance_devices))
+
+
 def with_replicas(fleet: Fleet, replicas: int) -> Fleet:
     """``fleet`` at ``replicas`` replicas (the count the serving simulation finds keeps up):
     its devices, nodes, cost per hour and load follow, and ``steady_replicas`` keeps the
@@ -210,7 +230,7 @@ def with_replicas(fleet: Fleet, replicas: int) -> Fleet:
     devices = replicas * fleet.instance_devices
     return dataclasses.replace(
         fleet, replicas=replicas, devices=devices,
-        nodes=math.ceil(devices / fleet.node_size),
+        nodes=fleet_nodes(replicas, fleet.instance_devices, fleet.node_size),
         cost_per_hour=None if fleet.price_per_device_hour is None
         else devices * fleet.price_per_device_hour,
         utilization=fleet.rate_rps / (replicas * fleet.instance_requests_per_s),
@@ -272,7 +292,7 @@ def fleet_for(row: Mapping[str, object], rate_rps: float, node_size: int,
     return Fleet(model=str(row["model"]), workload=str(row["workload"]),
                  device=str(row["device"]), node_size=node_size, rate_rps=rate_rps,
                  strategy=str(row["strategy"]), instance_devices=d, instance_requests_per_s=r,
-                 replicas=k, devices=devices, nodes=math.ceil(devices / node_size),
+                 replicas=k, devices=devices, nodes=fleet_nodes(k, d, node_size),
                  price_per_device_hour=price_per_device_hour,
                  cost_per_hour=None if price_per_device_hour is None
                  else devices * price_per_device_hour,
