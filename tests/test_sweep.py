@@ -1127,6 +1127,21 @@ def test_cli_size_prefill_looser_slo_never_needs_more_devices(tmp_path):
     assert r.exit_code == 1 and "workloads[" not in r.output, r.output
 
 
+def test_cli_size_prefill_finds_a_plan_whose_pass_is_just_over_half_the_slo(tmp_path):
+    """50 requests/s of 4,096-token prompts under a 50 ms TTFT SLO: two TP4 replicas (a
+    25.1 ms pass, just over half the SLO, with a 21 ms queue) serve it on 8 H100s. Searched
+    at the whole SLO and at 1/2 and 1/4 of it, the plan was never a candidate (25.1 > 25 ms)
+    and the answer was 12; the budgets between them find it."""
+    r = CliRunner().invoke(app, [
+        "size", "--model", "llama-3.1-8b", "--rate", "50", "--phase", "prefill", "--isl",
+        "4096", "--ttft-slo", "50ms", "--devices", "h100-sxm", "--max-devices", "4",
+        "--workers", "1", "--out", str(tmp_path / "o"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "fewest devices: 8 × h100-sxm (2 replicas of tp4" in text, text
+    assert "with TTFT ≤ 37.5 ms (a shorter pass" in text
+
+
 def _one_client_one_token_row(cluster: str, isl: int) -> dict[str, object]:
     """The sweep row of Llama-3.1-8B under vLLM on ``cluster``: one client (a closed loop)
     asking ``isl``-token prompts for one output token, exact search."""
@@ -1226,7 +1241,7 @@ def test_fleets_of_equal_devices_rank_the_one_with_headroom_first():
 
 def test_a_sweeps_prefill_fleet_says_size_also_searches_tighter_ttft_budgets(tmp_path):
     """A grid's prefill workload with a rate and a TTFT SLO is sized on the grid's SLO alone,
-    where ``l2s size`` also searches at 1/2 and 1/4 of it and can need fewer devices: the
+    where ``l2s size`` also searches at tighter budgets and can need fewer devices: the
     sweep's summary says so (a serve workload's does not)."""
     grid = tmp_path / "g.yaml"
     grid.write_text("models: [llama-3.1-8b]\nclusters: [h100-sxm:1]\nsearchers: [megatron]\n"
@@ -1236,5 +1251,6 @@ def test_a_sweeps_prefill_fleet_says_size_also_searches_tighter_ttft_budgets(tmp
                                  "--no-plots"])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert text.count("l2s size also searches at 1/2 and 1/4 of the SLO") == 1, text
+    assert text.count("l2s size also searches at 0.75, 0.5, 0.35 and 0.25 of the SLO") == 1, \
+        text
     assert "the prefill fleet is sized on plans searched at the grid's TTFT SLO" in text

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from ..errors import PlannerError
 from ..hardware.presets import parse_cluster
-from .sizing import PREFILL_TTFT_BUDGETS, Fleet, size_fleets
+from .sizing import Fleet, budget_fractions_text, size_fleets
 
 Row = Mapping[str, object]
 
@@ -289,7 +289,7 @@ def render_sweep(rows: Sequence[Row], prices: Mapping[str, float], console: Cons
                           f"limits, however long its clients wait for a batch slot (their "
                           f"wait is in its TTFT); set ttft_slo in the grid to bound it",
                           markup=False, highlight=False)
-        tighter = " and ".join(f"1/{1 / k:g}" for k in PREFILL_TTFT_BUDGETS[1:])
+        tighter = budget_fractions_text()
         for model, workload in prefill_rate_fleets(rows, items):
             console.print(f"note: {model} ({workload}): the prefill fleet is sized on plans "
                           f"searched at the grid's TTFT SLO, whose queue must fit in what the "

@@ -82,8 +82,19 @@ PREFILL_MAX_REPLICA_FACTOR = 4
 #: The TTFT budgets, as fractions of ``--ttft-slo``, at which ``l2s size --phase prefill``
 #: searches each cluster size: the whole SLO (most throughput per replica) and tighter ones
 #: (a shorter pass, more room for the queue of :func:`prefill_replicas`); the fleet with the
-#: fewest devices over them is the answer. A sweep searches its grid's SLO alone.
-PREFILL_TTFT_BUDGETS = (1.0, 0.5, 0.25)
+#: fewest devices over them is the answer. Each search keeps its budget's highest-throughput
+#: plan only, so budgets apart by a factor of 2 miss a plan whose pass falls just over one of
+#: them (a 25.1 ms pass under a 50 ms SLO: searched at 50 and 25 ms, its 12-device answer
+#: where that plan needs 8); steps of about 1.4 leave less between them. A sweep searches its
+#: grid's SLO alone.
+PREFILL_TTFT_BUDGETS = (1.0, 0.75, 0.5, 0.35, 0.25)
+
+
+def budget_fractions_text(fractions: tuple[float, ...] = PREFILL_TTFT_BUDGETS[1:]) -> str:
+    """``"0.75, 0.5, 0.35 and 0.25"``: the tighter budgets of :data:`PREFILL_TTFT_BUDGETS`
+    as a list for a sentence."""
+    words = [f"{k:g}" for k in fractions]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def prefill_wait_s(rate_rps: float, replicas: int, replica_requests_per_s: float) -> float:
