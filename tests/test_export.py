@@ -1826,6 +1826,27 @@ def test_sglang_memory_note_when_its_own_estimate_exceeds_the_device():
     assert "holds back more than the device's" in r.stdout
 
 
+def test_sglang_memory_note_when_its_own_estimate_cannot_hold_the_weights():
+    """SGLang's own --mem-fraction-static for DeepSeek-V3's decode plan on 8 H200s (0.16:
+    the activations of the server's --chunked-prefill-size over 8 attention-DP ranks) leaves
+    about 22 GiB, less than the plan's 87 GiB of weights per device: the note says the flag
+    is needed, not to plan again at 0.16 (no plan holds the weights there); a launch whose
+    estimate holds them keeps that advice."""
+    r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "h200:8", "--phase",
+                                 "decode", "--context", "4096", "--export", "sglang", "-q"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "is set because SGLang" in text and "less than the plan's" in text, text
+    assert "GiB of weights per device, so left to choose it would not start" in text
+    assert "plan with --gpu-memory-utilization" not in text
+    r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "h200:8", "--phase",
+                                 "serve", "--isl", "4096", "--osl", "1024", "--export",
+                                 "sglang", "-q"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "plan with --gpu-memory-utilization" in text and "less than the plan's" not in text
+
+
 def test_multi_server_commands_use_the_engines_own_flags():
     """Every line that starts a server (several per node, with --port; a multi-node vLLM
     server's --headless nodes) uses only the engine's option strings (the snapshot of

@@ -346,6 +346,22 @@ def test_the_nearest_batch_breaks_the_fewest_limits_and_says_when_it_meets_them_
     assert json.loads(ok.stdout)["feasible"], ok.output
 
 
+def test_a_ttft_that_is_mostly_clients_waiting_names_that_wait_beside_the_looser_slo():
+    """5,000 closed-loop clients on 8 H100s under a 2 s TTFT SLO: the closest candidate's
+    TTFT is almost all clients waiting for a batch slot (about 338 s), so the hint says so
+    and that more devices or fewer clients shorten it, not only the SLO that would pass; a
+    TTFT that is its own prefill (the prefill test below) has no such clause."""
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8",
+                                 "--phase", "serve", "--isl", "1024", "--osl", "256",
+                                 "--tpot-slo", "50ms", "--ttft-slo", "2s", "--concurrency",
+                                 "5000"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "would make the closest candidate feasible; " in text
+    assert "ms of its TTFT is closed-loop clients waiting for a batch slot: more devices or " \
+           "fewer clients shorten it" in text, text
+
+
 def test_the_closest_prefill_candidate_takes_its_fastest_layout():
     """Llama-3.1-8B prefilling 8192 tokens on 8 H100s within 5 ms: nothing meets it. The
     searcher's nearest candidate, TP8 in Megatron's layout, takes 47 ms; its nearest layout
@@ -358,6 +374,7 @@ def test_the_closest_prefill_candidate_takes_its_fastest_layout():
     assert r.exit_code == 1, r.output
     assert "ttft_slo: TTFT 28.3 ms > SLO 5.0 ms" in text, text
     assert "a TTFT SLO of 28.4 ms would make the closest candidate feasible" in text
+    assert "waiting for a batch slot" not in text
     ok = CliRunner().invoke(app, [*base, "--ttft-slo", "28.4ms", "--json", "-q",
                                   "--no-timing"])
     assert ok.exit_code == 0 and json.loads(ok.stdout)["best"]["ttft_s"] <= 0.0284

@@ -1269,13 +1269,17 @@ def _render_serving_check(con: Console, rows: bool = True) -> dict[str, object]:
     values, or why it was not predicted)."""
     import dataclasses
 
-    from .fidelity.serving import predict_table, summarize
+    from .fidelity.serving import load_rows, predict_table, summarize
 
-    results = predict_table()
+    with _progress(False) as prog:
+        # Each row simulated twice: with the engines' fitted step overheads and without.
+        task = prog.add_task("serving table: simulating each row", total=2 * len(load_rows()))
+        results = predict_table(on_row=lambda: prog.advance(task))
+        without = predict_table(overrides=dict.fromkeys(ENGINE_STEP_FIELDS, 0.0),
+                                on_row=lambda: prog.advance(task))
     if rows:
         _render_serving_rows(con, results)
     _render_serving_sources(con, results)
-    without = predict_table(overrides=dict.fromkeys(ENGINE_STEP_FIELDS, 0.0))
     summaries = {f"{split}{label}": summarize(res, split)
                  for label, res in (("", results), (" without engine step overheads", without))
                  for split in ("held-out", "calibration")}

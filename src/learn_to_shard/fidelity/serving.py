@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -475,11 +475,17 @@ def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def predict_table(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
-                  ) -> list[ServingRowResult]:
+def predict_table(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
+                  on_row: Callable[[], None] | None = None) -> list[ServingRowResult]:
     """Predict every row of the serving table (default: the shipped one), each with its
-    engine profile and then ``overrides`` (:func:`predict_row`)."""
-    return [predict_row(r, overrides) for r in load_rows(path)]
+    engine profile and then ``overrides`` (:func:`predict_row`); ``on_row`` is called after
+    each row (a progress bar's advance)."""
+    out = []
+    for r in load_rows(path):
+        out.append(predict_row(r, overrides))
+        if on_row is not None:
+            on_row()
+    return out
 
 
 def _relative_errors(rows: list[ServingRowResult], metric: str) -> np.ndarray:

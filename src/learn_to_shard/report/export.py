@@ -1041,6 +1041,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
                              f"the plan's {mem_util:g}; the plan's batch still fits in memory "
                              f"there, in a KV pool of {refit.kv_capacity_tokens:,} tokens "
                              f"(the plan shows {e.kv_capacity_tokens:,} at {mem_util:g})")
+            elif mem_util > auto and auto * device.hbm_bytes <= e.memory.weight_bytes:
+                notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
+                             f"is set because SGLang {get_engine('sglang').version}'s own "
+                             f"estimate for this launch ({auto:g}: activations of a "
+                             f"--chunked-prefill-size {tokens * dp} step and CUDA graphs) "
+                             f"would leave {auto * device.hbm_bytes / 2**30:.1f} GiB, less "
+                             f"than the plan's {e.memory.weight_bytes / 2**30:.1f} GiB of "
+                             f"weights per device, so left to choose it would not start; the "
+                             f"plan sized the workspace of {tokens} tokens per rank itself")
             elif mem_util > auto:
                 notes.append(f"--mem-fraction-static {mem_util:g} (the plan's memory budget) "
                              f"is above the {auto:g} SGLang {get_engine('sglang').version} "

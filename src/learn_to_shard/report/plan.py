@@ -138,7 +138,7 @@ class Plan:
                     reasons.extend(near.violations)
                     relax = slo_relaxation(near, cm.workload)
                     if relax:
-                        reasons.append(f"{relax} {RELAXATION_TAIL}")
+                        reasons.append(f"{relax} {RELAXATION_TAIL}" + queue_clause(near))
                 elif kept.violations:
                     # Its nearest layout or batch meets every limit (a window of batches
                     # between the searcher's grid points, a layout it did not reach): the
@@ -524,6 +524,17 @@ def slo_relaxation(e: Estimate, wl: Workload) -> str:
             up = f"{math.ceil(got * 1e4) / 10:.1f}".removesuffix(".0")
             flags.append(f"a {name.upper()} SLO of {up} ms")
     return " and ".join(flags)
+
+
+def queue_clause(e: Estimate) -> str:
+    """``"; 338,073 ms of its TTFT is closed-loop clients waiting for a batch slot: more
+    devices or fewer clients shorten it"`` where that wait is most of ``e``'s TTFT and a TTFT
+    SLO breaks it (a looser SLO is then not the useful change), else ``""``."""
+    if not any(v.startswith("ttft_slo") for v in e.violations) or not e.ttft_s > 0 \
+            or not e.ttft_queue_s > 0.5 * e.ttft_s:
+        return ""
+    return (f"; {1e3 * e.ttft_queue_s:,.0f} ms of its TTFT is closed-loop clients waiting for "
+            f"a batch slot: more devices or fewer clients shorten it")
 
 
 def class_limits_note(cm: CostModel, engine: str | None) -> str:
