@@ -1143,55 +1143,22 @@ def test_the_engine_line_says_where_two_batch_overlap_is_not_priced():
     assert "two-batch overlap," in flat and "not priced" not in flat
 
 
-def test_the_engine_line_names_the_step_budget_where_it_applies():
-    """The KV sizing policy shapes only serve steps and the token budget serve steps and a
-    prefill pass's chunks: a decode plan prices steady decoding at its context, so its
-    engine line names neither; a prefill plan's names the budget alone."""
+def test_the_engine_line_names_the_step_budget_and_kv_policy_only_for_serve():
+    """The token budget and the KV sizing policy shape only serve steps: a decode plan prices
+    steady decoding at its context and a prefill plan whole prompts, so their engine lines
+    do not name a budget they do not apply."""
     base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--engine", "vllm",
             "-q"]
-
-    def engine_line(extra: list[str]) -> str:
-        r = CliRunner().invoke(app, [*base, *extra])
+    for phase in (["--phase", "decode", "--context", "4096"],
+                  ["--phase", "prefill", "--isl", "4096"]):
+        r = CliRunner().invoke(app, [*base, *phase])
         assert r.exit_code == 0, r.output
-        return " ".join(next(ln for ln in r.output.splitlines()
+        line = " ".join(next(ln for ln in r.output.splitlines()
                              if ln.startswith("engine vllm")).split())
-
-    line = engine_line(["--phase", "decode", "--context", "4096"])
-    assert "batched tokens" not in line and "KV sized" not in line, line
-    line = engine_line(["--phase", "prefill", "--isl", "4096"])
-    assert "max 8192 batched tokens per step (a pass over it runs in chunks)" in line, line
-    assert "KV sized" not in line
-    line = engine_line(["--phase", "serve", "--isl", "1024", "--osl", "128"])
-    assert "max 8192 batched tokens, KV sized at mean occupancy (paged)" in line
-
-
-def test_prefill_plans_take_the_step_budget_as_sweeps_do(tmp_path):
-    """A prompt over the step budget runs in several chunks, each a step with the engine's
-    per-step costs (SGLang's launch time per layer of a prompt step): ``plan --phase
-    prefill --max-num-batched-tokens`` prices it, as a sweep's engine setting does, and gives
-    the sweep's answer for the same cell; decode plans refuse the flag."""
-    from learn_to_shard.sweep import grid_from_data, run_sweep
-
-    args = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2", "--phase",
-            "prefill", "--isl", "4096", "--ttft-slo", "200ms", "--engine", "sglang",
-            "--method", "exact", "-q", "--json", "--no-timing"]
-    full = json.loads(CliRunner().invoke(app, args).stdout)["best"]
-    r = CliRunner().invoke(app, [*args, "--max-num-batched-tokens", "2048"])
-    assert r.exit_code == 0, r.output
-    chunked = json.loads(r.stdout)["best"]
-    # Two 2,048-token chunks per prompt: a launch time per layer more, so the best plan
-    # prefills one prompt per pass (two no longer fit the 200 ms SLO).
-    assert chunked["tokens_per_s_per_device"] < full["tokens_per_s_per_device"]
-    assert (full["strategy"]["batch"], chunked["strategy"]["batch"]) == (2, 1)
-    grid = grid_from_data({"models": ["llama-3.1-8b"], "clusters": ["h100-sxm:2"],
-                           "workloads": [{"phase": "prefill", "isl": 4096,
-                                          "ttft_slo": "200ms"}],
-                           "engines": [{"name": "sglang", "max_num_batched_tokens": 2048}],
-                           "searchers": ["exact"]}, "grid.yaml")
-    [row] = run_sweep(grid, tmp_path / "out").rows
-    assert row["tokens_per_s_per_device"] == pytest.approx(
-        chunked["tokens_per_s_per_device"], rel=1e-9)
-    assert str(row["strategy"]).split(" [")[0] == "tp1 ep1 pp1 dp1 b1"
+        assert "batched tokens" not in line and "KV sized" not in line, line
+    r = CliRunner().invoke(app, [*base, "--phase", "serve", "--isl", "1024", "--osl", "128"])
+    assert "max 8192 batched tokens, KV sized at mean occupancy (paged)" in \
+        " ".join(r.output.split())
 
 
 def _idle_throughput(args: list[str], devices: str) -> tuple[float, float, float, str]:

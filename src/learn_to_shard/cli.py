@@ -196,8 +196,7 @@ MoeRoutingOpt = Annotated[str | None, typer.Option(
     "it puts there), power-law:ALPHA (another exponent > 0), or uniform (random routing "
     "alone, e.g. an engine balancing experts with EPLB).")]
 BatchedTokensOpt = Annotated[int | None, typer.Option(
-    "--max-num-batched-tokens", help="Tokens per engine step, serve and prefill phases "
-    "(vLLM's flag, SGLang's --chunked-prefill-size; "
+    "--max-num-batched-tokens", help="Tokens per engine step, serve phase (vLLM's flag; "
     "default: the engine's for the device, e.g. vLLM 8192 on H100, 2048 on A100; 8192 without "
     "--engine): bounds the step, the prefill chunk and the activation workspace. Refused "
     "with --phase decode, whose plans reserve the workspace of a step of the default "
@@ -266,16 +265,12 @@ def _serving_load(wl: Workload, concurrency: int | None, request_rate: float | N
 
 def _engine_config(wl: Workload, engine: str | None, gpu_memory_utilization: float | None,
                    max_num_batched_tokens: int | None) -> CostModelConfig:
-    """The cost-model factors of the engine flags (``api.cost_config``). The step budget
-    bounds a serve step and a prefill's chunks (a prompt over the budget takes several steps,
-    each with the engine's per-step costs); a decode plan reserves the workspace of a step of
-    the engine's default budget, as engines do, so there it is refused rather than silently
-    ignored."""
-    if max_num_batched_tokens is not None and wl.phase is Phase.DECODE:
-        raise PlannerError("--max-num-batched-tokens has no effect with --phase decode (its "
-                           "steps decode one token per sequence; the workspace is the "
-                           "default budget's step, as engines reserve it); use --phase serve "
-                           "or prefill")
+    """The cost-model factors of the engine flags (``api.cost_config``); the step budget only
+    exists in the serve phase (decode and prefill steps are not mixed), so it is refused
+    elsewhere rather than silently ignored."""
+    if max_num_batched_tokens is not None and wl.phase is not Phase.SERVE:
+        raise PlannerError(f"--max-num-batched-tokens has no effect with --phase "
+                           f"{wl.phase.value} (no mixed prefill/decode step); use --phase serve")
     return cost_config(engine, gpu_memory_utilization, max_num_batched_tokens)
 
 

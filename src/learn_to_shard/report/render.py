@@ -113,16 +113,12 @@ def render_plan(plan: Plan, console: Console | None = None) -> None:
         cfg = plan.cost_model
         con.print(f"engine {plan.engine or 'defaults'}: memory utilisation "
                   f"{cfg['memory_utilization']:g}, KV fraction {cfg['kv_cache_free_fraction']:g}"
-                  # The step budget shapes serve steps and a prefill pass's chunks (each
-                  # chunk a step with the engine's per-step costs); the KV policy only serve
-                  # steps: a decode plan prices steady decoding at its context.
+                  # The step budget and the KV policy shape only serve steps: a decode plan
+                  # prices steady decoding at its context, a prefill plan whole prompts.
                   + (f", max {cfg['max_num_batched_tokens']} batched tokens, KV sized "
                      + ("per whole request" if cfg["kv_reserve_full_request"]
                         else "at mean occupancy (paged)")
-                     if plan.workload.phase is Phase.SERVE else
-                     f", max {cfg['max_num_batched_tokens']} batched tokens per step (a pass "
-                     f"over it runs in chunks)" if plan.workload.phase is Phase.PREFILL
-                     else "")
+                     if plan.workload.phase is Phase.SERVE else "")
                   + (f", MoE all-to-all {str(cfg.get('moe_a2a_kernel')).replace('_', ' ')}"
                      if cfg.get("moe_a2a_kernel") else "")
                   + (_tbo_clause(plan) if cfg.get("two_batch_overlap") else "")
