@@ -253,6 +253,13 @@ def test_an_infeasible_rows_slo_hint_names_no_flag():
     ({"workloads": [{"isl": "512", "osl": 8}]}, "workloads[0].isl"),
     ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": float("inf")}]}, "workloads[0].rate_rps"),
     ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": True}]}, "workloads[0].rate_rps"),
+    ({"workloads": [{"isl": 8, "osl": 8}, {"phase": "prefill", "isl": 8}],
+      "engines": ["vllm", {"name": "sglang", "max_num_batched_tokens": 2048}]},
+     "engines[1].max_num_batched_tokens: applies to serve workloads only, and workloads[1] "
+     "is prefill"),
+    ({"workloads": [{"phase": "decode", "context": 8}],
+      "engines": [{"name": "vllm", "max_num_batched_tokens": 64}]},
+     "engines[0].max_num_batched_tokens: applies to serve workloads only"),
     ({"prices_per_device_hour": {"h100-sxm": True}}, "prices_per_device_hour"),
     ({"workloads": [{"isl": 8, "osl": 8, "rate_rps": 100, "concurrency": 4}]},
      "rate_rps and concurrency: give one load"),

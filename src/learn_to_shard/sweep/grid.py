@@ -342,6 +342,24 @@ class SweepGrid(_Strict):
         return workloads
 
     @model_validator(mode="after")
+    def _step_budget_for_serve_only(self) -> SweepGrid:
+        """An engine's ``max_num_batched_tokens`` with a workload outside the serve phase is
+        refused, as ``l2s plan --max-num-batched-tokens`` refuses it there (a prefill plan
+        runs its prompts in one pass, which its export sets the budget to; a decode plan
+        reserves the default budget's workspace): a sweep row would otherwise price a setting
+        ``plan`` cannot reproduce."""
+        for i, eng in enumerate(self.engines):
+            if eng.max_num_batched_tokens is None:
+                continue
+            for j, wl in enumerate(self.workloads):
+                if wl.phase != "serve":
+                    raise ValueError(f"engines[{i}].max_num_batched_tokens: applies to serve "
+                                     f"workloads only, and workloads[{j}] is {wl.phase} (no "
+                                     f"mixed prefill/decode step); give the budget in a grid "
+                                     f"of serve workloads")
+        return self
+
+    @model_validator(mode="after")
     def _images_fit_the_models(self) -> SweepGrid:
         """A workload with images, under each model that loads here (a config path is
         checked when its cell runs): the images the model can take, as ``l2s plan`` checks
