@@ -514,9 +514,8 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         from the workload's ``isl``/``osl``, priced at the trace's mean lengths with the
         sequences the KV pool holds at them: ``lengths.apart_from_planned``), or,
         for a rate, the last quarter of arrivals waits for its first token more
-        than twice as long as the first quarter, plus 1 s (``queue_grows``, judged on runs of
-        at least 8 requests; ``None`` for a shorter trace); a trace is overloaded only where
-        both hold (its bursts queue without overloading it); ``utilization``: the offered rate
+        than twice as long as the first quarter, plus 1 s (``queue_grows``; ``None`` for a
+        trace, whose bursts queue without overloading it); ``utilization``: the offered rate
         over that capacity, ``None`` without a rate). For a trace whose lengths are apart
         from the workload's, ``analytic`` and the ratios take the steady state at the mean
         lengths of the requests simulated.
@@ -625,17 +624,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         # The trace's mean rate at this replica: its requests over the span they arrive in.
         offered = (len(req.isl) - 1) / span if span > 0 else None
     overloaded = False
-    queue_grows: bool | None = False
-    if offered is not None and len(res.arrival_s) >= 8:
-        # The last quarter of arrivals waiting for its first token more than twice as long as
-        # the first quarter, plus 1 s: a queue that grows through the run.
-        order = np.argsort(res.arrival_s, kind="stable")
-        wait = (res.first_token_s - res.arrival_s)[order]
-        q = len(wait) // 4
-        early, late = float(wait[:q].mean()), float(wait[-q:].mean())
-        queue_grows = late > 2.0 * early + 1.0
-    elif load.trace is not None:
-        queue_grows = None
+    queue_grows: bool | None = None if load.trace is not None else False
     capacity = est.output_tokens_per_s / mean_osl
     # A trace replayed beside other --isl/--osl (the lengths the search ranked at): the
     # replica's capacity at the trace's own mean lengths, with the sequences its KV pool
@@ -651,14 +640,18 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         capacity = min(capacity, 1.0 / c.frontend_serial_s)
     if load.trace is not None:
         # A trace's bursts queue without overloading it: only a mean rate above what the
-        # replica completes at the plan's batch, with the queue growing through the replay,
-        # is an overload (a trace is finite: a few requests close together are a burst,
-        # whatever rate their span gives; under 8 requests nothing is judged).
-        overloaded = offered is not None and offered >= capacity and bool(queue_grows)
+        # replica completes at the plan's batch grows the queue through the whole trace.
+        overloaded = offered is not None and offered >= capacity
     elif offered is not None:
         # Above the steady state's capacity the queue grows without bound, whether or not a
         # run of this length shows it (it ramps up and drains, so a short run may not).
-        overloaded = bool(queue_grows) or offered >= capacity
+        if len(res.arrival_s) >= 8:
+            order = np.argsort(res.arrival_s, kind="stable")
+            wait = (res.first_token_s - res.arrival_s)[order]
+            q = len(wait) // 4
+            early, late = float(wait[:q].mean()), float(wait[-q:].mean())
+            queue_grows = late > 2.0 * early + 1.0
+        overloaded = queue_grows or offered >= capacity
     utilization = offered / capacity if offered is not None and capacity > 0 else None
     if ranks_apart > 1:
         share += f" (each of the instance's {ranks_apart} DP ranks schedules its own)"
