@@ -150,6 +150,13 @@ def test_vllm_refuses_deepep_auto_mode_in_the_serve_phase():
         assert "Traceback" not in r.output
     r = CliRunner().invoke(app, [*serve, "--engine", "sglang"])
     assert r.exit_code == 0, r.output
+    # The API refuses the same launch (config.moe_a2a_kernel deepep_auto under vllm).
+    from learn_to_shard import api
+
+    cfg = dataclasses.replace(api.cost_config("vllm"), moe_a2a_kernel="deepep_auto")
+    with pytest.raises(ConfigError, match="vLLM runs one DeepEP mode per server"):
+        api.make_cost_model("deepseek-v3", "h100-sxm:16",
+                            api.make_workload("serve", isl=1024, osl=1024), cfg, engine="vllm")
     r = CliRunner().invoke(app, [*base, "--phase", "decode", "--context", "2048", "--moe-a2a",
                                  "deepep", "--export", "vllm"])
     assert r.exit_code == 0, r.output

@@ -301,6 +301,20 @@ def cost_config(engine: str | None = None, gpu_memory_utilization: float | None 
         raise ConfigError(f"--engine: {exc}") from None
 
 
+def moe_a2a_refusal(engine: str | None, kernel: str | None, phase: Phase) -> str | None:
+    """Why ``engine`` cannot launch the expert all-to-all ``kernel``
+    (``CostModelConfig.moe_a2a_kernel``) in ``phase``, or ``None``: DeepEP's auto mode
+    (``deepep_auto``: normal kernels for steps that prefill, low-latency ones for pure decode
+    steps) is SGLang's ``--deepep-mode auto``; a vLLM server runs one
+    ``--all2all-backend`` (``deepep_high_throughput`` or ``deepep_low_latency``, vLLM 0.33.0
+    ``ParallelConfig.all2all_backend``), so its serve steps, of both kinds, cannot switch."""
+    if engine == "vllm" and kernel == "deepep_auto" and phase is Phase.SERVE:
+        return ("vLLM runs one DeepEP mode per server, so serve-phase steps cannot switch "
+                "between the normal and the low-latency kernels; use --moe-a2a deepep-normal "
+                "(--all2all-backend deepep_high_throughput) or deepep-ll (deepep_low_latency)")
+    return None
+
+
 def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload: Workload,
                     config: CostModelConfig | None = None,
                     engine: str | None = None, context_parallel: bool = True) -> CostModel:
@@ -338,6 +352,10 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
         # an unknown (or mis-cased) name would restrict nothing, silently
         raise ConfigError(f"engine: {engine!r} is not an engine profile; one of "
                           f"{', '.join(sorted(set(ENGINES) | set(ENGINE_PROFILES)))}, or None")
+    refusal = moe_a2a_refusal(engine, config.moe_a2a_kernel if config is not None else None,
+                              workload.phase)
+    if refusal is not None:
+        raise ConfigError(f"config.moe_a2a_kernel deepep_auto with engine vllm: {refusal}")
     model, cluster = _model_and_cluster(model, cluster)
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)

@@ -51,6 +51,7 @@ from .api import (
     expected_evaluations,
     make_cost_model,
     make_workload,
+    moe_a2a_refusal,
     search_collectives,
     search_plan,
     simulate_plan,
@@ -951,12 +952,9 @@ def _moe_options(cfg: CostModelConfig, model: ModelSpec, engine: str | None,
     if engine in ("trtllm", "trtllm-tensorrt"):
         raise PlannerError(f"{flag} with --engine {engine}: not expressible in TensorRT-LLM's "
                            f"launch settings; use --engine sglang or vllm")
-    if engine == "vllm" and moe_a2a == "deepep" and phase is Phase.SERVE:
-        raise PlannerError("--moe-a2a deepep with --engine vllm: vLLM runs one DeepEP mode per "
-                           "server, so serve-phase steps cannot switch between the normal and "
-                           "the low-latency kernels; use --moe-a2a deepep-normal "
-                           "(--all2all-backend deepep_high_throughput) or deepep-ll "
-                           "(deepep_low_latency)")
+    refusal = moe_a2a_refusal(engine, MOE_A2A_FLAGS.get(moe_a2a or ""), phase)
+    if refusal is not None:
+        raise PlannerError(f"--moe-a2a {moe_a2a} with --engine {engine}: {refusal}")
     return dataclasses.replace(cfg, moe_a2a_kernel=MOE_A2A_FLAGS.get(moe_a2a or "", None),
                                two_batch_overlap=two_batch_overlap)
 
