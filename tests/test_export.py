@@ -1829,7 +1829,7 @@ def test_sglang_memory_note_when_its_own_estimate_exceeds_the_device():
 def test_sglang_memory_note_when_its_own_estimate_cannot_hold_the_weights():
     """SGLang's own --mem-fraction-static for DeepSeek-V3's decode plan on 8 H200s (0.16:
     the activations of the server's --chunked-prefill-size over 8 attention-DP ranks) leaves
-    about 22 GiB, less than the plan's 87 GiB of weights per device: the note says the flag
+    about 22 GiB, less than the plan's 94 GiB of weights per device: the note says the flag
     is needed, not to plan again at 0.16 (no plan holds the weights there); a launch whose
     estimate holds them keeps that advice."""
     r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v3", "-c", "h200:8", "--phase",

@@ -82,12 +82,15 @@ def _durations(data: object) -> object:
 Count = Annotated[int, Field(gt=0, strict=True)]
 def _not_a_boolean(value: Any) -> Any:
     """``value`` unless it is a YAML/JSON boolean, which pydantic's lax float would read as
-    1.0 or 0.0.
+    1.0 or 0.0, or a string with a digit separator (``"1_0"``, which Python's float() reads
+    as 10).
 
     Raises:
-        ValueError: ``true`` or ``false``."""
+        ValueError: ``true`` or ``false``, or such a string."""
     if isinstance(value, bool):
         raise ValueError("a number is required, not true/false")
+    if isinstance(value, str) and "_" in value:
+        raise ValueError(f"{value!r} is not a number (no digit separators)")
     return value
 
 
@@ -234,7 +237,8 @@ class EngineSpec(_Strict):
 
     _lower = _lower_names("name")
     name: str | None = None
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    gpu_memory_utilization: Annotated[float, BeforeValidator(_not_a_boolean),
+                                      Field(gt=0, le=1, allow_inf_nan=False)] | None = None
     max_num_batched_tokens: Count | None = None
 
     @model_validator(mode="after")
