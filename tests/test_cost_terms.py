@@ -187,14 +187,19 @@ def test_a_pipeline_round_runs_at_its_heaviest_micro_batch(prefill_first):
                 np.testing.assert_array_equal(getattr(mix, f), getattr(one, f))
 
 
-def test_eager_launches_of_a_long_prefill_count_per_budget_step():
-    """A prefill of more tokens than the step budget runs in budget-sized steps, each launched
-    outside the CUDA graphs: 4 prompts of 4,096 tokens at the 8,192 budget are two."""
+def test_eager_launches_of_a_prefill_pass_count_once_whatever_the_budget():
+    """A prefill plan runs its pass in one step (its exports raise the engine's token budget
+    to the pass, and its workspace is the pass's), launched once outside the CUDA graphs:
+    4 prompts of 4,096 tokens pay one launch per layer at the 8,192 budget as at a budget
+    that holds them, where they once paid two."""
     eager = 5e-4
-    cfg = dataclasses.replace(CFG, eager_layer_overhead_s=eager)
-    a = _serve(4, CFG, Phase.PREFILL, isl=4096)
-    b = _serve(4, cfg, Phase.PREFILL, isl=4096)
-    assert b.ttft_s - a.ttft_s == pytest.approx(2 * eager * tiny_dense().num_layers, rel=1e-9)
+    for budget in (8192, 16384):
+        base = dataclasses.replace(CFG, max_num_batched_tokens=budget)
+        cfg = dataclasses.replace(base, eager_layer_overhead_s=eager)
+        a = _serve(4, base, Phase.PREFILL, isl=4096)
+        b = _serve(4, cfg, Phase.PREFILL, isl=4096)
+        assert b.ttft_s - a.ttft_s == pytest.approx(eager * tiny_dense().num_layers,
+                                                    rel=1e-9), budget
 
 
 def test_golden_prefill_operators_are_compute_bound_and_priced_by_flops():

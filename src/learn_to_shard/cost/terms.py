@@ -119,8 +119,9 @@ def prompt_step_share(dec: np.ndarray | float, pf: np.ndarray | float,
     Returns:
         A rank's share ``r = max(min(1, pf_seqs), pf / (budget − dec))`` where ``pf > 0`` —
         a serve step completing ``b/osl < 1`` prompts is a prompt step that often, a chunked
-        prompt fills the budget the decodes leave, a prefill of ``pf`` tokens takes
-        ``pf / budget`` budget-sized steps (``r > 1``, kept) — and, with attention-DP,
+        prompt fills the budget the decodes leave, a serve step's ``pf`` prompt tokens above
+        the budget take ``pf / budget`` budget-sized steps (``r > 1``, kept; a prefill plan's
+        pass is one step, :meth:`OperatorTerms.host_time_s`) — and, with attention-DP,
         ``min(1, dp · r)`` of the serve steps: the ranks replay a CUDA graph only when none of
         them has prompt tokens (SGLang's DP attention agrees on one forward mode across its
         ranks). 0 where ``pf = 0`` (a decode step).
@@ -603,7 +604,9 @@ class OperatorTerms:
         ``dec`` decode sequences, ``pf`` prompt tokens and ``pf_seqs`` prompts completing per
         step and DP rank, ``pp`` pipeline stages, ``dp`` attention-DP ranks (``[n]`` each;
         ``layers / pp`` is the stages' mean layer count); ``prompt_steps`` is
-        :func:`prompt_step_share` at the engine's token budget."""
+        :func:`prompt_step_share` at the engine's token budget, and 1 for a prefill plan's
+        pass, which runs in one step (its exports raise the budget to the pass, and its
+        workspace is the pass's: ``workspace_bytes``)."""
         c = self.config
         if not (c.host_step_overhead_s or c.host_seq_overhead_s or c.host_prefill_overhead_s
                 or c.eager_layer_overhead_s):
@@ -611,7 +614,9 @@ class OperatorTerms:
         out = (c.host_step_overhead_s + c.host_seq_overhead_s * (dec + pf_seqs)
                + c.host_prefill_overhead_s * pf_seqs)
         if c.eager_layer_overhead_s:
-            steps = prompt_step_share(dec, pf, pf_seqs, dp, c.token_budget)
+            steps = np.where(np.asarray(pf) > 0, 1.0, 0.0) \
+                if self.workload.phase is Phase.PREFILL \
+                else prompt_step_share(dec, pf, pf_seqs, dp, c.token_budget)
             layers = self.model.num_layers / np.asarray(pp, dtype=float)
             out = out + c.eager_layer_overhead_s * layers * steps
         return out
