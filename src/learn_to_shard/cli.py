@@ -1510,7 +1510,11 @@ def pareto_cmd(
     """Frontier of output tokens/s per device against tokens/s per user (1/TPOT) over every
     degree combination on the batch grid (every batch up to 16, then 2^k and 1.5·2^k), with the
     TPOT SLO line; PNG, table and JSON. Without --engine the numbers are the unrestricted
-    model's (no engine's host time): add --engine to price the launch commands' engine."""
+    model's (no engine's host time): add --engine to price the launch commands' engine.
+
+    Exit 0: a frontier (it spans TPOT, so --tpot-slo marks its points, "meets TPOT SLO",
+    rather than removing them); 1: no strategy fits memory and --ttft-slo (a filter), the
+    reasons on stderr; 2: bad input."""
     from .report.pareto import frontier_rows, pareto, plot_pareto
 
     try:
