@@ -352,10 +352,10 @@ def make_cost_model(model: str | ModelSpec, cluster: str | ClusterSpec, workload
         # an unknown (or mis-cased) name would restrict nothing, silently
         raise ConfigError(f"engine: {engine!r} is not an engine profile; one of "
                           f"{', '.join(sorted(set(ENGINES) | set(ENGINE_PROFILES)))}, or None")
-    refusal = moe_a2a_refusal(engine, config.moe_a2a_kernel if config is not None else None,
-                              workload.phase)
+    kernel = config.moe_a2a_kernel if config is not None else None
+    refusal = moe_a2a_refusal(engine, kernel, workload.phase)
     if refusal is not None:
-        raise ConfigError(f"config.moe_a2a_kernel deepep_auto with engine vllm: {refusal}")
+        raise ConfigError(f"config.moe_a2a_kernel {kernel} with engine {engine}: {refusal}")
     model, cluster = _model_and_cluster(model, cluster)
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else parse_cluster(cluster)

@@ -928,8 +928,7 @@ MOE_A2A_FLAGS = {"deepep": "deepep_auto", "deepep-normal": "deepep_normal",
 
 
 def _moe_options(cfg: CostModelConfig, model: ModelSpec, engine: str | None,
-                 moe_a2a: str | None, two_batch_overlap: bool,
-                 phase: Phase = Phase.SERVE) -> CostModelConfig:
+                 moe_a2a: str | None, two_batch_overlap: bool, phase: Phase) -> CostModelConfig:
     """``cfg`` with the MoE communication options of ``--moe-a2a`` / ``--two-batch-overlap``.
 
     Raises:
@@ -1266,10 +1265,11 @@ def _render_serving_check(con: Console, rows: bool = True) -> dict[str, object]:
 
     with _progress(False) as prog:
         # Each row simulated twice: with the engines' fitted step overheads and without.
-        task = prog.add_task("serving table: simulating each row", total=2 * len(load_rows()))
-        results = predict_table(on_row=lambda: prog.advance(task))
+        table = load_rows()
+        task = prog.add_task("serving table: simulating each row", total=2 * len(table))
+        results = predict_table(on_row=lambda: prog.advance(task), rows=table)
         without = predict_table(overrides=dict.fromkeys(ENGINE_STEP_FIELDS, 0.0),
-                                on_row=lambda: prog.advance(task))
+                                on_row=lambda: prog.advance(task), rows=table)
     if rows:
         _render_serving_rows(con, results)
     _render_serving_sources(con, results)

@@ -476,12 +476,13 @@ def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
 
 
 def predict_table(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
-                  on_row: Callable[[], None] | None = None) -> list[ServingRowResult]:
-    """Predict every row of the serving table (default: the shipped one), each with its
-    engine profile and then ``overrides`` (:func:`predict_row`); ``on_row`` is called after
-    each row (a progress bar's advance)."""
+                  on_row: Callable[[], None] | None = None,
+                  rows: list[dict[str, str]] | None = None) -> list[ServingRowResult]:
+    """Predict every row of the serving table (default: the shipped one; ``rows``: its rows
+    already read, :func:`load_rows`), each with its engine profile and then ``overrides``
+    (:func:`predict_row`); ``on_row`` is called after each row (a progress bar's advance)."""
     out = []
-    for r in load_rows(path):
+    for r in load_rows(path) if rows is None else rows:
         out.append(predict_row(r, overrides))
         if on_row is not None:
             on_row()

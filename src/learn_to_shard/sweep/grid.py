@@ -80,6 +80,8 @@ def _durations(data: object) -> object:
 #: A count written as an integer (not ``true`` or ``"512"``, which YAML would otherwise let
 #: through as 1 and 512).
 Count = Annotated[int, Field(gt=0, strict=True)]
+
+
 def _not_a_boolean(value: Any) -> Any:
     """``value`` unless it is a YAML/JSON boolean, which pydantic's lax float would read as
     1.0 or 0.0, or a string with a digit separator (``"1_0"``, which Python's float() reads
