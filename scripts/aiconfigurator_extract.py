@@ -46,14 +46,18 @@ MOE_DIST = ("balanced", "power_law_1.2")
 #: engines run FlashInfer's TensorRT-LLM-gen block-scaled MoE (the tables' ``kernel_source``)
 #: and ``fidelity.kernels.fit_fp8_block_mma`` fits on (the tables stay small); and their BF16
 #: rows with balanced routing and experts tensor-parallel (EP 1), which check the 16-bit expert
-#: pricing against the engines' own kernels (``tests/test_moe_kernels.py``; on A100 only
-#: SGLang's table has balanced rows).
+#: pricing against the engines' own kernels and fit their Ampere rate
+#: (``fidelity.kernels.fit_moe_sm80_efficiency``; ``tests/test_moe_kernels.py``). On A100
+#: only SGLang's table has balanced rows: vLLM's (0.14.0) measures power-law routing alone,
+#: so its ``power_law_1.2`` rows are taken there (:data:`MOE_ENGINE_BF16_DIST`).
 MOE_ENGINES = ("vllm", "sglang")
 MOE_ENGINE_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm")
 MOE_ENGINE_DTYPES = ("fp8_block",)
 MOE_ENGINE_DIST = ("balanced",)
 MOE_ENGINE_BF16_SYSTEMS = ("a100_sxm", "h100_sxm", "h200_sxm")
 MOE_ENGINE_BF16_EP = (1,)
+#: Routing of the 16-bit rows per (system, engine) where not :data:`MOE_ENGINE_DIST`.
+MOE_ENGINE_BF16_DIST = {("a100_sxm", "vllm"): ("power_law_1.2",)}
 MOE_ENGINE_BF16_TOKENS = (1, 1024, 8192)
 A2A_TOKENS = (1, 16, 128, 1024, 4096, 16384)
 #: DeepSeek-V3 MLA module tables: heads per rank, batch, prompt / KV length.
@@ -226,8 +230,9 @@ def main() -> None:
                           MOE_ENGINE_DTYPES, MOE_ENGINE_DIST)
             if system in MOE_ENGINE_BF16_SYSTEMS:
                 _moe_rows(pd, base, system, preset, moe_engines, framework,
-                          ("bfloat16",), MOE_ENGINE_DIST, MOE_ENGINE_BF16_EP,
-                          MOE_ENGINE_BF16_TOKENS)
+                          ("bfloat16",), MOE_ENGINE_BF16_DIST.get((system, framework),
+                                                                  MOE_ENGINE_DIST),
+                          MOE_ENGINE_BF16_EP, MOE_ENGINE_BF16_TOKENS)
         _a2a_rows(pd, base, system, preset, a2a)
         _mla_rows(pd, base, system, preset, mla)
         d = _newest(base / "gemm" / "trtllm", "gemm_perf.parquet")
