@@ -32,7 +32,7 @@ import numpy as np
 from ..engines import runs_two_batch_overlap
 from ..engines.collectives import ENGINE_VENDORS
 from ..errors import UnsupportedModelError
-from ..hardware.fabric import scale_up_fabric
+from ..hardware.fabric import compute_capability, scale_up_fabric
 from ..hardware.spec import ClusterSpec, DeviceSpec
 from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.mesh import Mesh
@@ -192,6 +192,19 @@ def runs_trtllm_gen_moe(model: ModelSpec, device: DeviceSpec, weight_dtype: DTyp
             and kernel == "trtllm-gen" and moe_a2a_kernel is None and not two_batch_overlap)
 
 
+def runs_sm80_16bit_experts(model: ModelSpec, device: DeviceSpec, weight_dtype: DType) -> bool:
+    """Whether ``model``'s routed experts run as 16-bit GEMMs on an Ampere datacenter chip
+    (CUDA compute capability 8.0, :func:`~learn_to_shard.hardware.fabric.compute_capability`:
+    A100), where ``CostModelConfig.moe_sm80_efficiency`` scales their rate: a MoE model
+    served with 16-bit weights whose checkpoint does not pack them below 8 bits
+    (``ModelSpec.quant``; an FP8 checkpoint served in 16 bits counts). FP8 or 4-bit experts
+    on that chip run weight-only dequantising kernels (no FP8 or FP4 math on Ampere), which
+    the fitted rows (16-bit blocks) do not measure."""
+    return (model.is_moe and not (model.quant is not None and model.quant.packed)
+            and weight_dtype is DType.BF16
+            and compute_capability(device) == "8.0")
+
+
 @dataclass(frozen=True)
 class StepMix:
     """The two serve steps whose weighted sum prices the mean step
@@ -343,6 +356,10 @@ class OperatorTerms:
             # Fitted on those kernels' measured MoE blocks (fidelity.kernels.fit_fp8_block_mma):
             # the routed-expert GEMMs only; dense and shared-expert GEMMs keep the FP8 rate.
             self._expert_flops *= c.fp8_block_mma_efficiency
+        if runs_sm80_16bit_experts(model, dev, workload.weight_dtype):
+            # The engine's fused MoE on Ampere (CostModelConfig.moe_sm80_efficiency, fitted
+            # on its measured A100 blocks by fidelity.kernels.fit_moe_sm80_efficiency).
+            self._expert_flops *= c.moe_sm80_efficiency
         self._attn_flops = dev.peak_bf16_flops_per_s * (
             c.attention_flops_efficiency if c.attention_flops_efficiency is not None
             else c.flops_efficiency)

@@ -566,7 +566,8 @@ def moe_kernels(config: CostModelConfig | None = None,
     ``shapes`` and ``dtypes`` (default :data:`MOE_SHAPES` and the FP8 / BF16 dtypes) name the
     rows priced and the workload dtype of each table dtype; ``devices`` replaces the preset
     of a row's device (a preset key's :class:`DeviceSpec`, e.g. with another
-    ``w4a16_expert_flops_efficiency``).
+    ``w4a16_expert_flops_efficiency``) and admits the rows of a preset it names beyond
+    H100 / H200 / B200 (A100: :func:`fit_moe_sm80_efficiency`).
     """
     cfg = replace(config or CostModelConfig.for_engine("trtllm"),
                   moe_balanced_routing=distribution == "balanced")
@@ -578,7 +579,8 @@ def moe_kernels(config: CostModelConfig | None = None,
         shape = (int(r["hidden"]), int(r["inter"]), int(r["topk"]), int(r["experts"]))
         if (r["distribution"] != distribution or shape not in shapes
                 or r["dtype"] not in dtypes
-                or r["preset"] not in _KERNEL_DEVICES):
+                or r["preset"] not in _KERNEL_DEVICES
+                and (devices is None or r["preset"] not in devices)):
             continue
         key = (shapes[shape], r["preset"], r["dtype"], int(r["moe_tp"]), int(r["moe_ep"]))
         groups.setdefault(key, []).append(r)
@@ -767,6 +769,73 @@ def fit_fp8_block_mma(config: CostModelConfig | None = None,
     return _fit_on_split(lambda cfg: moe_kernels(cfg, block),
                          config or CostModelConfig.for_engine(engine),
                          grid or FP8_BLOCK_MMA_FIT_GRID)
+
+
+#: Grid of :func:`fit_moe_sm80_efficiency`.
+MOE_SM80_FIT_GRID: dict[str, tuple[float, ...]] = {
+    "moe_sm80_efficiency": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85,
+                            0.9, 0.95, 1.0),
+}
+#: The Ampere chip whose engines' 16-bit MoE blocks fit ``moe_sm80_efficiency``.
+MOE_SM80_FIT_DEVICE = "a100-80gb"
+#: Routing of each engine's 16-bit A100 rows in ``moe_engines.csv``: SGLang 0.5.10 measured
+#: balanced routing, vLLM 0.14.0 power-law routing only (``scripts/aiconfigurator_extract.py``
+#: takes its ``power_law_1.2`` rows, priced with the profile's ``moe_routing_alpha``).
+MOE_SM80_DISTRIBUTION: dict[str, str] = {"sglang": "balanced", "vllm": "power_law_1.2"}
+
+
+def moe_sm80_rows(engine: str, folder: str | Path | None = None
+                  ) -> dict[str, list[dict[str, str]]]:
+    """``engine``'s 16-bit routed-expert blocks on :data:`MOE_SM80_FIT_DEVICE` with at least
+    :data:`FP8_BLOCK_MMA_FIT_MIN_TOKENS` tokens (experts tensor-parallel, EP 1, as the table
+    holds them: where the expert GEMMs are compute-bound and make the block's time), as a
+    table set for :func:`moe_kernels`.
+
+    Raises:
+        ConfigError: an engine without 16-bit A100 rows of its own fused MoE here."""
+    if engine not in MOE_SM80_DISTRIBUTION:
+        raise ConfigError(f"engine {engine!r}: no measured 16-bit MoE kernels of its own on "
+                          f"{MOE_SM80_FIT_DEVICE} (known: {', '.join(MOE_SM80_DISTRIBUTION)})")
+    rows = _engine_moe_rows(folder, (MOE_SM80_FIT_DEVICE,), engine, "bfloat16")
+    return {"moe.csv": [r for r in rows["moe.csv"]
+                        if int(r["tokens"]) >= FP8_BLOCK_MMA_FIT_MIN_TOKENS
+                        and r["distribution"] == MOE_SM80_DISTRIBUTION[engine]]}
+
+
+def moe_sm80_kernels(config: CostModelConfig | None = None, engine: str = "sglang",
+                     folder: str | Path | None = None) -> list[MoEKernel]:
+    """:func:`moe_sm80_rows` of ``engine`` priced by :func:`moe_kernels` with ``config``
+    (default: ``engine``'s profile) and the routing they were measured with.
+
+    Raises:
+        ConfigError: as :func:`moe_sm80_rows`."""
+    rows = moe_sm80_rows(engine, folder)
+    return moe_kernels(config or CostModelConfig.for_engine(engine), rows,
+                       distribution=MOE_SM80_DISTRIBUTION[engine],
+                       devices={MOE_SM80_FIT_DEVICE: load_device(MOE_SM80_FIT_DEVICE)})
+
+
+def fit_moe_sm80_efficiency(config: CostModelConfig | None = None,
+                            folder: str | Path | None = None,
+                            grid: dict[str, tuple[float, ...]] | None = None,
+                            engine: str = "sglang") -> tuple[dict[str, float], float, float]:
+    """Fit ``moe_sm80_efficiency`` (grid default :data:`MOE_SM80_FIT_GRID`) on ``engine``'s
+    own 16-bit fused-MoE blocks on A100 (:func:`moe_sm80_rows`: ``moe_engines.csv``, SGLang
+    0.5.10's Triton kernel with balanced routing, vLLM 0.14.0's ``vllm_fused_moe`` with
+    power-law routing; aiconfigurator-core 0.12.0), from ``config`` (default: ``engine``'s
+    profile): coordinate descent of the median ``|ln(predicted / measured)|`` over the
+    calibration shapes :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's held out (~5 s).
+
+    Returns:
+        (fitted values, calibration loss, held-out loss at those values).
+
+    Raises:
+        ConfigError: an engine without 16-bit A100 rows of its own here.
+    """
+    cfg = config or CostModelConfig.for_engine(engine)
+    moe_sm80_rows(engine, folder)                      # the engine check, before any work
+    return _fit_on_split(lambda c: moe_sm80_kernels(c, engine, folder), cfg,
+                         grid or MOE_SM80_FIT_GRID)
 
 
 def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | None = None,
