@@ -424,3 +424,60 @@ def test_a_closed_loop_of_few_rounds_says_its_ttft_is_the_first_rounds():
     full = CliRunner().invoke(app, base)
     assert full.exit_code in (0, 4), full.output
     assert "mostly its first round" not in " ".join(full.output.split())
+
+
+def test_a_simulated_alternative_that_meets_the_slo_becomes_the_plan():
+    """Llama-70B on 8 H100 at 128 clients, TTFT SLO 1.3 s: the search's best (TP4 × 2
+    replicas, batch 64) misses it in the closed-loop simulation, TP8 at batch 128 meets it
+    on the mean with its queue bounded. That alternative is the plan: a note says which it
+    replaced and why, the JSON records the swap, the simulation rows lead with it, --export
+    launches it, and the command exits 0 (no SLO missed by the plan)."""
+    args = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "1024", "--osl", "1024", "--ttft-slo", "1300ms", "--concurrency", "128",
+            "--engine", "vllm"]
+    j = CliRunner().invoke(app, [*args, "--json"])
+    assert j.exit_code == 0, j.output
+    data = json.loads(j.stdout)
+    chosen = data["search"]["chosen_under_load"]
+    assert chosen["strategy"].startswith("tp8 ep1 pp1 dp1 b128")
+    assert chosen["over"].startswith("tp4 ep1 pp1 dp1 b64")
+    assert chosen["missed"][0].startswith("TTFT SLO 1300 ms: simulated mean")
+    assert data["best"]["strategy"]["tp"] == 8 and data["best"]["strategy"]["batch"] == 128
+    sims = data["simulation"]
+    assert sims[0]["strategy"] == chosen["strategy"] and sims[0]["chosen_under_load"]
+    assert sims[0]["slo"]["met"] and not sims[1]["slo"]["met"]
+    assert sims[1]["strategy"] == chosen["over"]
+    assert any(n.startswith("chosen under this load: tp8") for n in data["notes"])
+    r = CliRunner().invoke(app, [*args, "--export", "vllm", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "# note (simulated load): chosen under this load: tp8" in r.stdout
+    assert "--tensor-parallel-size 8 --max-num-seqs 128" in r.stdout
+    t = CliRunner().invoke(app, args)
+    assert "note: chosen under this load: tp8" in t.stdout
+    assert "serving more than the best plan" not in t.stdout    # the faster one misses it
+
+
+def test_no_swap_where_the_best_meets_the_slo_or_no_alternative_does():
+    """``prefer_slo_under_load`` leaves the plan as searched where the best plan meets the
+    SLOs under the load, and where it misses them but no alternative meets them (exit 4)."""
+    from learn_to_shard.api import plan as make_plan
+    from learn_to_shard.api import prefer_slo_under_load
+
+    p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
+                  ttft_slo_s=2.0, engine="vllm")
+    assert p.best is not None and p.alternatives
+    met = [{"strategy": "a", "slo": {"met": True, "missed": []}},
+           {"strategy": "b", "slo": {"met": True, "missed": []}}]
+    assert prefer_slo_under_load(p, met) == (p, met)
+    none = [{"strategy": p.best.strategy.short(), "slo": {"met": False, "missed": ["x"]}},
+            {"strategy": p.alternatives[0].strategy.short(),
+             "slo": {"met": False, "missed": ["y"]}}]
+    assert prefer_slo_under_load(p, none) == (p, none)
+    # An alternative that meets them but whose queue grows is passed over as well.
+    grows = [none[0], {**none[1], "slo": {"met": True, "missed": []}, "overloaded": True}]
+    assert prefer_slo_under_load(p, grows) == (p, grows)
+    swap = [none[0], {**none[1], "slo": {"met": True, "missed": []}}]
+    q, s = prefer_slo_under_load(p, swap)
+    assert q.best is p.alternatives[0] and q.alternatives[0] is p.best
+    assert s[0]["strategy"] == none[1]["strategy"] and s[1] is none[0]
+    assert p.search.get("chosen_under_load") is None          # the plan given is unchanged

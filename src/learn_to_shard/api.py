@@ -786,6 +786,45 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
     return out
 
 
+def prefer_slo_under_load(plan: Plan, sims: list[dict[str, object]]
+                          ) -> tuple[Plan, list[dict[str, object]]]:
+    """The plan to recommend under the simulated load: ``plan`` as searched, unless the
+    simulation (``sims``, :func:`simulate_plan`'s rows, best first) has its best strategy
+    missing an SLO on the simulated mean while an alternative meets them with its queue
+    bounded (:func:`~learn_to_shard.report.render.simulated_alternatives_meeting_slo`). Then
+    the first such alternative in the search's order becomes ``best``, the searched best
+    becomes the first alternative, the simulation rows follow that order, and
+    ``search["chosen_under_load"]`` records the swap: ``{"strategy", "over", "missed"}``
+    (the strategy chosen, the searched best, the SLO lines it misses); the chosen row of
+    ``sims`` carries ``"chosen_under_load": True``. The search ranks
+    strategies on steady-state means, where both meet the SLOs; the load given decides
+    between them, and ``--export`` then launches the one that meets them.
+
+    Returns:
+        ``(plan, sims)``, unchanged where no swap is made (no SLO missed, or none met by an
+        alternative); ``plan`` itself is not modified.
+    """
+    from .report.render import simulated_alternatives_meeting_slo
+
+    slo = sims[0].get("slo") if sims else None
+    ok = simulated_alternatives_meeting_slo(sims) if isinstance(slo, dict) \
+        and slo.get("missed") else []
+    searched = plan.best
+    chosen = next((e for e in plan.alternatives if ok and e.feasible
+                   and e.strategy.short() == ok[0]), None)
+    if searched is None or chosen is None or not isinstance(slo, dict):
+        return plan, sims
+    swapped = dataclasses.replace(
+        plan, best=chosen, alternatives=[searched] + [e for e in plan.alternatives
+                                                      if e is not chosen],
+        search={**plan.search, "chosen_under_load": {
+            "strategy": chosen.strategy.short(), "over": searched.strategy.short(),
+            "missed": list(cast("list[str]", slo["missed"]))}})
+    first = next(sim for sim in sims if sim["strategy"] == ok[0])
+    return swapped, [{**first, "chosen_under_load": True}] + [sim for sim in sims
+                                                               if sim is not first]
+
+
 def slo_under_load(workload: Workload, sim: dict[str, object]) -> dict[str, object]:
     """The workload's latency SLOs checked against one simulation (``simulate_estimate``).
 

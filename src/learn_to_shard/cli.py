@@ -52,6 +52,7 @@ from .api import (
     make_cost_model,
     make_workload,
     moe_a2a_refusal,
+    prefer_slo_under_load,
     search_collectives,
     search_plan,
     simulate_plan,
@@ -612,7 +613,9 @@ def plan_cmd(
     Exit 0: a plan; 1: no feasible plan (the reasons are printed); 2: bad input (one error
     line); 3: an internal error (a bug); 4: a plan, but under the load given (--concurrency,
     --request-rate, --trace) the simulation has it missing an SLO with no simulated
-    alternative meeting them. Ctrl-C during the search prints the best plan found so far,
+    alternative meeting them. Under such a load with SLOs, a simulated alternative that
+    meets them where the searched best misses them is the plan (a line says so, and
+    --export launches it). Ctrl-C during the search prints the best plan found so far,
     marked interrupted, and exits 130."""
     sims: list[dict[str, object]] = []
     try:
@@ -723,6 +726,9 @@ def plan_cmd(
                 # export writes it (an engine's default cap could run another batch).
                 with _status(quiet, f"simulating the load ({load.describe()})"):
                     sims = simulate_plan(cm, result, load, export_caps=True)
+                # Under the load given, a simulated alternative that meets the SLOs where the
+                # searched best misses them is the plan (and what --export launches).
+                result, sims = prefer_slo_under_load(result, sims)
             stage = ""
         except KeyboardInterrupt:
             sims = []
@@ -773,7 +779,9 @@ def plan_cmd(
         # the terminal's notes; the report's Launch section holds the same text).
         load_warnings = [t for kind, t in simulation_notes(sims, best_only=True)
                          if kind == "warning"]
-        launch = "".join(f"# warning (simulated load): {t}\n" for t in load_warnings) + launch
+        chosen = result.chosen_under_load_note()
+        launch = (f"# note (simulated load): {chosen}\n" if chosen else "") + "".join(
+            f"# warning (simulated load): {t}\n" for t in load_warnings) + launch
     if report is not None:
         from .report.html import plan_sections
 

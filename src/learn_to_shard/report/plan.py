@@ -195,9 +195,11 @@ class Plan:
         kernels asked for (``--moe-a2a``) go unused because the best plan has EP 1 (no
         tokens cross ranks; every plan with expert parallelism priced the exchange and
         ranked lower); the degrees the engine cannot run for the model's class
-        (:attr:`class_limits`). Empty where there is nothing to say (also where the cluster
-        has one device, so no plan had expert parallelism)."""
-        out = [note for note in (self._admission_note(), self.class_limits) if note]
+        (:attr:`class_limits`); first, that the plan was chosen under the load given
+        (:meth:`chosen_under_load_note`). Empty where there is nothing to say (also where the
+        cluster has one device, so no plan had expert parallelism)."""
+        out = [note for note in (self.chosen_under_load_note(), self._admission_note(),
+                                 self.class_limits) if note]
         a2a = (self.cost_model or {}).get("moe_a2a_kernel")
         e = self.best
         if not (a2a and self.moe_routing and e is not None and e.strategy.ep == 1
@@ -207,6 +209,18 @@ class Plan:
                       f"best plan has EP 1, which sends no tokens between ranks: its experts "
                       f"are tensor-parallel, and every plan with expert parallelism priced "
                       f"that exchange and ranked lower"]
+
+    def chosen_under_load_note(self) -> str:
+        """The swap ``api.prefer_slo_under_load`` made (``search["chosen_under_load"]``):
+        which strategy the plan is, the searched best it replaced and the SLO that one misses
+        under the load; ``""`` where none was made."""
+        chosen = self.search.get("chosen_under_load")
+        if not isinstance(chosen, dict):
+            return ""
+        return (f"chosen under this load: {chosen['strategy']} meets the SLOs in the "
+                f"simulation (mean, queue bounded), where the search's best {chosen['over']} "
+                f"misses them ({'; '.join(chosen['missed'])}); the search ranks strategies on "
+                f"steady-state means, where both meet them")
 
     def _admission_note(self) -> str | None:
         """That the engine's default cap on running requests (vLLM ``--max-num-seqs``, SGLang

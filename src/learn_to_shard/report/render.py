@@ -507,6 +507,12 @@ def _replicas_text(counts: tuple[int, int, float] | None, sim: dict) -> str:
 SIM_AHEAD = 1.02
 
 
+def _swapped(sims: list[dict]) -> bool:
+    """Whether the simulation rows carry a plan chosen under the load ahead of the searched
+    best (``api.prefer_slo_under_load`` marks that row ``chosen_under_load``)."""
+    return bool(sims and sims[0].get("chosen_under_load"))
+
+
 def simulated_alternatives_meeting_slo(sims: list[dict]) -> list[str]:
     """The simulated alternatives (``sims[1:]``, ``api.simulate_plan``'s rows) that meet the
     SLOs on the simulated mean and whose queue does not grow through the run (an overloaded
@@ -539,7 +545,8 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
     TTFT :data:`BURST_TTFT_RATIO` times the steady state's or more, an SLO the best plan misses
     under the load) or ``note`` (clients waiting beyond the running batch, the KV admission rule
     simulated, preemptions, an alternative the simulation has serving more than the best by
-    :data:`SIM_AHEAD` or more, unless the load is an open loop the best keeps up with; for
+    :data:`SIM_AHEAD` or more while keeping the SLOs given, unless the load is an open loop
+    the best keeps up with; for
     such a loop, that its tokens/s is the offered load's, not the replica's capacity).
     ``best_only``: the load notes of the best plan (``sims[0]``)
     alone; the SLO warning and the alternatives' note still read every row."""
@@ -675,16 +682,20 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
     # An open loop the best plan keeps up with: every plan that keeps up serves the offered
     # load, and their simulated tokens/s differ by how each run drains, not by capacity.
     keeps_up = bool(first.get("offered_requests_per_s")) and not first.get("overloaded")
+    # Only an alternative that keeps the SLOs under the load (every one without SLOs) is
+    # worth naming as serving more.
     ahead = [] if keeps_up else [
         sim for sim in sims[1:] if float(sim.get("tokens_per_s_per_device") or 0.0)
-        > SIM_AHEAD * float(first.get("tokens_per_s_per_device") or 0.0)]
+        > SIM_AHEAD * float(first.get("tokens_per_s_per_device") or 0.0)
+        and (not isinstance(sim.get("slo"), dict) or sim["slo"].get("met"))]
     if ahead:
         top = max(ahead, key=lambda sim: float(sim["tokens_per_s_per_device"]))
         out.append(("note", f"under this load the simulation has {top['strategy']} serving "
                     f"more than the best plan: {top['tokens_per_s_per_device']:,.1f} against "
                     f"{first['tokens_per_s_per_device']:,.1f} tokens/s per device (the search "
                     f"ranks strategies on the steady state; the simulation's rows are in the "
-                    f"order it ranked them)"))
+                    f"order it ranked them"
+                    + (", the plan first" if len(sims) > 1 and _swapped(sims) else "") + ")"))
     slo = first.get("slo")
     if isinstance(slo, dict) and slo.get("missed"):
         ok = simulated_alternatives_meeting_slo(sims)
