@@ -315,45 +315,44 @@ def test_16_bit_expert_blocks_of_vllm_and_sglang_against_their_own_kernels(prese
         assert 0.8 <= one <= 1.2, (engine, one)
 
 
-@pytest.mark.parametrize("engine, dist, before, after", [
-    ("vllm", "power_law_1.2", (0.387, 0.510), (0.284, 0.341)),
-    ("sglang", "balanced", (0.417, 0.546), (0.282, 0.340))])
-def test_16_bit_expert_blocks_on_a100_against_each_engines_own_kernels(engine, dist, before,
-                                                                       after):
+@pytest.mark.parametrize("engine, dist", [("vllm", "power_law_1.2"),
+                                          ("sglang", "balanced")])
+def test_16_bit_expert_blocks_on_a100_against_each_engines_own_kernels(engine, dist):
     """Each engine's own 16-bit fused MoE on A100 (``moe_engines.csv``: vLLM 0.14.0 measured
     power-law routing only, SGLang 0.5.10 balanced routing) from 1,024 tokens, experts
     tensor-parallel: at the 16-bit rate the model prices them at about 0.65x of measured
     (Hopper's rows of the same engines 0.83–0.92x, above); the profile's fitted
-    ``moe_sm80_efficiency`` brings the median |ln error| down on the calibration shapes
-    and on Qwen3-235B-A22B's, held out (the values ``CostModelConfig`` documents)."""
+    ``moe_sm80_efficiency`` brings them closer, the median block still fast (0.74–0.75x)."""
     rows = moe_sm80_rows(engine)["moe.csv"]
     assert rows and {r["distribution"] for r in rows} == {dist}
     assert {r["moe_ep"] for r in rows} == {"1"} and min(int(r["tokens"]) for r in rows) >= 1024
     shipped = CostModelConfig.for_engine(engine)
-    assert shipped.moe_sm80_efficiency < 1.0
+    assert shipped.moe_sm80_efficiency == 0.65
     at_16_bit = moe_sm80_kernels(dataclasses.replace(shipped, moe_sm80_efficiency=1.0), engine)
     fitted = moe_sm80_kernels(shipped, engine)
     assert 0.6 <= _ratio(at_16_bit, lambda k: True) <= 0.7
-    assert _ratio(at_16_bit, lambda k: True) < _ratio(fitted, lambda k: True) <= 1.0
-
-    def loss(kernels, split):
-        return statistics.median(abs(math.log(k.predicted_s / k.measured_s))
-                                 for k in kernels if k.split == split)
-    assert (loss(at_16_bit, "calibration"), loss(at_16_bit, "held-out")) == pytest.approx(
-        before, abs=0.005)
-    assert (loss(fitted, "calibration"), loss(fitted, "held-out")) == pytest.approx(
-        after, abs=0.005)
+    assert 0.7 <= _ratio(fitted, lambda k: True) <= 0.8
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_shipped_moe_sm80_efficiency_is_the_fit_on_the_engines_own_kernels(engine):
-    """Re-running ``fit_moe_sm80_efficiency(engine=...)`` gives the profile's value (~5 s)."""
-    values, _, _ = fit_moe_sm80_efficiency(
-        dataclasses.replace(CostModelConfig.for_engine(engine), moe_sm80_efficiency=1.0),
-        engine=engine)
-    assert values["moe_sm80_efficiency"] == pytest.approx(
-        CostModelConfig.for_engine(engine).moe_sm80_efficiency)
+def test_ampere_rate_is_the_joint_fit_and_its_documented_losses():
+    """``fit_moe_sm80_efficiency`` on both engines' A100 blocks together (~10 s) gives the
+    profiles' 0.65 and the losses ``CostModelConfig`` documents (median |ln error|: at 1.0
+    0.412 / held out 0.510, at 0.65 0.302 / 0.302)."""
+    values, cal, held = fit_moe_sm80_efficiency()
+    assert values == {"moe_sm80_efficiency": 0.65}
+    for engine in ("vllm", "sglang"):
+        assert CostModelConfig.for_engine(engine).moe_sm80_efficiency == 0.65
+    assert (cal, held) == pytest.approx((0.302, 0.302), abs=0.005)
+    _, cal1, held1 = fit_moe_sm80_efficiency(grid={"moe_sm80_efficiency": (1.0,)})
+    assert (cal1, held1) == pytest.approx((0.412, 0.510), abs=0.005)
+
+
+def test_ampere_fit_without_its_rows_is_a_config_error(tmp_path):
+    """A folder without the engines' 16-bit A100 rows: one ConfigError naming what is
+    missing, not a statistics error from an empty median."""
+    with pytest.raises(ConfigError, match="no 16-bit a100-80gb MoE rows"):
+        fit_moe_sm80_efficiency(folder=tmp_path)
 
 
 def test_tensorrt_llm_16_bit_blocks_on_a100_need_no_ampere_rate():
@@ -371,16 +370,18 @@ def test_tensorrt_llm_16_bit_blocks_on_a100_need_no_ampere_rate():
 
 
 def test_ampere_rate_applies_to_16_bit_experts_on_a100_only():
-    """``runs_sm80_16bit_experts``: 16-bit experts (an FP8 checkpoint served in 16 bits
-    included) of a MoE model on A100; not on Hopper, not FP8 weights (weight-only kernels on
-    Ampere), not 4-bit experts (gpt-oss MXFP4), not a dense model. Where it applies only the
-    routed-expert GEMMs slow down."""
+    """``runs_sm80_16bit_experts``: experts with 16-bit math of a MoE model on A100 — 16-bit
+    weights (an FP8 checkpoint served in 16 bits included) and FP8 weights, which A100
+    dequantises in the kernel; not on Hopper, not 4-bit experts (gpt-oss MXFP4, the device's
+    W4A16 fraction), not a dense model. Where it applies only the routed-expert GEMMs slow
+    down."""
     a100, h100 = load_device("a100-80gb"), load_device("h100-sxm")
     qwen, dsv3 = load_model("qwen3-235b-a22b"), load_model("deepseek-v3")
     assert runs_sm80_16bit_experts(qwen, a100, DType.BF16)
     assert runs_sm80_16bit_experts(dsv3, a100, DType.BF16)
     assert not runs_sm80_16bit_experts(qwen, h100, DType.BF16)
-    assert not runs_sm80_16bit_experts(qwen, a100, DType.FP8)
+    assert runs_sm80_16bit_experts(qwen, a100, DType.FP8)
+    assert not runs_sm80_16bit_experts(qwen, h100, DType.FP8)
     assert not runs_sm80_16bit_experts(load_model("gpt-oss-20b"), a100, DType.BF16)
     assert not runs_sm80_16bit_experts(load_model("llama-3.1-8b"), a100, DType.BF16)
 

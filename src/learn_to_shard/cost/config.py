@@ -550,22 +550,28 @@ class CostModelConfig:
             dispatch, which two-batch overlap runs over, takes grouped DeepGEMM expert GEMMs,
             priced as ``deepgemm``: at EP = the group they are wide, and TensorRT-LLM's
             measured DeepGEMM blocks at EP8 run at or above that price).
-        moe_sm80_efficiency: fraction of the 16-bit GEMM rate that the routed-expert GEMMs of
-            16-bit experts reach in the engine's fused MoE on compute capability 8.0 (A100;
-            :func:`~learn_to_shard.cost.terms.runs_sm80_16bit_experts`); dense, attention and
-            shared-expert GEMMs keep the rate. 1.0 (TensorRT-LLM 1.0.0's A100 blocks, power-law
-            routing, are priced at a median 0.97x of measured without it, aiconfigurator-core
-            0.12.0 ``moe.csv``). The ``vllm`` and ``sglang`` profiles fit it on their own
-            measured Triton fused-MoE blocks on A100 from 1,024 tokens, experts
-            tensor-parallel (``fidelity.kernels.fit_moe_sm80_efficiency``,
+        moe_sm80_efficiency: fraction of the 16-bit GEMM rate that the routed-expert GEMMs
+            reach in the engine's fused MoE on compute capability 8.0 (A100) where their math
+            is 16-bit: 16-bit weights, or FP8 weights, which a chip without FP8 math
+            dequantises in the kernel
+            (:func:`~learn_to_shard.cost.terms.runs_sm80_16bit_experts`); dense, attention
+            and shared-expert GEMMs keep the rate. 1.0: TensorRT-LLM 1.0.0's own A100 blocks
+            (power-law routing, aiconfigurator-core 0.12.0 ``moe.csv``) are priced at a
+            median 0.97x of measured without it (0.91x with experts tensor-parallel). The
+            ``vllm`` and ``sglang`` profiles take 0.65, *fitted on measured kernels*: both
+            engines' own Triton fused-MoE blocks on A100 from 1,024 tokens, experts
+            tensor-parallel, fitted together (``fidelity.kernels.fit_moe_sm80_efficiency``,
             ``data/silicon/moe_engines.csv``: vLLM 0.14.0 with power-law routing, SGLang
-            0.5.10 with balanced routing), where without it both are priced at a median
-            0.66x / 0.64x of measured (Hopper's rows of the same kernels 0.87x / 0.84x):
-            vLLM 0.65 (median |ln error| at 1.0 → 0.65: 0.387 → 0.284, held out, Qwen3-235B-
-            A22B's shape, 0.510 → 0.341), SGLang 0.7 (0.417 → 0.282, held out 0.546 → 0.340).
-            After it the single rows span 0.52–1.29x of measured: DeepSeek-V3's wide blocks
-            at 8,192 tokens stay under-priced (0.37x → 0.52–0.56x on one rank), Mixtral's
-            eight wide experts over-priced (1.2–1.3x at 8,192 tokens split over 2–8 ranks).
+            0.5.10 with balanced routing; the two engines' blocks of the same shape and
+            routing measure alike in the source tables), which the 16-bit rate prices at a
+            median 0.66x / 0.64x of measured (the same engines' Hopper rows 0.87–0.92x /
+            0.83–0.84x): median |ln error| at 1.0 → 0.65: 0.412 → 0.302, held out
+            (Qwen3-235B-A22B's shape) 0.510 → 0.302. After it the median block is still
+            priced at 0.74x of measured and single rows span 0.55–1.39x: DeepSeek-V3's wide
+            blocks at 8,192 tokens stay under-priced (0.37x → 0.55–0.66x), Mixtral's eight
+            wide experts go over (1.24–1.39x at 8,192 tokens over 2–8 ranks).
+            FP8 weights on A100 (vLLM's Marlin W8A16 MoE) are not in the tables and are
+            priced at the same rate.
         mla_module_overhead_s: fixed time of one MLA attention module per step beyond the
             three fused operators the model prices for it (``qkv_proj``, ``attention``,
             ``o_proj``): the LoRA norms, RoPE, the absorbed ``k_b`` / ``v_b`` batched GEMMs,
@@ -833,9 +839,9 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         # measured MoE kernels (fidelity.kernels.fit_fp8_block_scale(engine="vllm"),
         # data/silicon/moe_engines.csv, vLLM 0.24.0 on H100/H200).
         "fp8_block_scale_efficiency": 0.4,
-        # Its 16-bit fused MoE on A100 (vllm_fused_moe, Triton): fitted on its own measured
-        # A100 blocks (fidelity.kernels.fit_moe_sm80_efficiency(engine="vllm"),
-        # data/silicon/moe_engines.csv, vLLM 0.14.0, power-law routing).
+        # Its 16-bit fused MoE on A100 (vllm_fused_moe, Triton): fitted on its own and
+        # SGLang's measured A100 blocks (fidelity.kernels.fit_moe_sm80_efficiency,
+        # data/silicon/moe_engines.csv: vLLM 0.14.0, SGLang 0.5.10).
         "moe_sm80_efficiency": 0.65,
         "engine": "vllm",
         **_engine_fit("vllm"),
@@ -851,10 +857,10 @@ ENGINE_PROFILES: dict[str, dict[str, Any]] = {
         # (fidelity.kernels.fit_fp8_block_scale(engine="sglang"),
         # data/silicon/moe_engines.csv, SGLang 0.5.14 on H100/H200).
         "fp8_block_scale_efficiency": 0.3,
-        # Its 16-bit fused MoE on A100 (Triton): fitted on its own measured A100 blocks
-        # (fidelity.kernels.fit_moe_sm80_efficiency(engine="sglang"),
-        # data/silicon/moe_engines.csv, SGLang 0.5.10, balanced routing).
-        "moe_sm80_efficiency": 0.7,
+        # Its 16-bit fused MoE on A100 (Triton): fitted on its own and vLLM's measured A100
+        # blocks (fidelity.kernels.fit_moe_sm80_efficiency, data/silicon/moe_engines.csv:
+        # SGLang 0.5.10, vLLM 0.14.0).
+        "moe_sm80_efficiency": 0.65,
         "engine": "sglang",
         **_engine_fit("sglang"),
     },

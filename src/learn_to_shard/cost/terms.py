@@ -193,15 +193,19 @@ def runs_trtllm_gen_moe(model: ModelSpec, device: DeviceSpec, weight_dtype: DTyp
 
 
 def runs_sm80_16bit_experts(model: ModelSpec, device: DeviceSpec, weight_dtype: DType) -> bool:
-    """Whether ``model``'s routed experts run as 16-bit GEMMs on an Ampere datacenter chip
+    """Whether ``model``'s routed experts run 16-bit GEMM math on an Ampere datacenter chip
     (CUDA compute capability 8.0, :func:`~learn_to_shard.hardware.fabric.compute_capability`:
-    A100), where ``CostModelConfig.moe_sm80_efficiency`` scales their rate: a MoE model
-    served with 16-bit weights whose checkpoint does not pack them below 8 bits
-    (``ModelSpec.quant``; an FP8 checkpoint served in 16 bits counts). FP8 or 4-bit experts
-    on that chip run weight-only dequantising kernels (no FP8 or FP4 math on Ampere), which
-    the fitted rows (16-bit blocks) do not measure."""
-    return (model.is_moe and not (model.quant is not None and model.quant.packed)
-            and weight_dtype is DType.BF16
+    A100), where ``CostModelConfig.moe_sm80_efficiency`` scales their rate: a MoE model whose
+    checkpoint does not pack its weights below 8 bits (``ModelSpec.quant``), served with
+    16-bit weights or with FP8 weights, which a chip without FP8 math dequantises to 16 bits
+    in the kernel (vLLM's Marlin W8A16 MoE). The fitted rows measure 16-bit weights; FP8
+    weights there are priced at the same rate, not faster than the 16-bit math they run.
+    Experts packed below 8 bits keep the device's own W4A16 fraction
+    (``DeviceSpec.w4a16_expert_flops_efficiency``), and W8A8 INT8 checkpoints their INT8
+    kernels."""
+    q = model.quant
+    return (model.is_moe and not (q is not None and (q.packed or q.int8_activations))
+            and weight_dtype in (DType.BF16, DType.FP8)
             and compute_capability(device) == "8.0")
 
 

@@ -820,24 +820,39 @@ def moe_sm80_kernels(config: CostModelConfig | None = None, engine: str = "sglan
 def fit_moe_sm80_efficiency(config: CostModelConfig | None = None,
                             folder: str | Path | None = None,
                             grid: dict[str, tuple[float, ...]] | None = None,
-                            engine: str = "sglang") -> tuple[dict[str, float], float, float]:
-    """Fit ``moe_sm80_efficiency`` (grid default :data:`MOE_SM80_FIT_GRID`) on ``engine``'s
-    own 16-bit fused-MoE blocks on A100 (:func:`moe_sm80_rows`: ``moe_engines.csv``, SGLang
-    0.5.10's Triton kernel with balanced routing, vLLM 0.14.0's ``vllm_fused_moe`` with
-    power-law routing; aiconfigurator-core 0.12.0), from ``config`` (default: ``engine``'s
-    profile): coordinate descent of the median ``|ln(predicted / measured)|`` over the
-    calibration shapes :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's held out (~5 s).
+                            engines: tuple[str, ...] = tuple(MOE_SM80_DISTRIBUTION)
+                            ) -> tuple[dict[str, float], float, float]:
+    """Fit ``moe_sm80_efficiency`` (grid default :data:`MOE_SM80_FIT_GRID`) on ``engines``'
+    own 16-bit fused-MoE blocks on A100 together (:func:`moe_sm80_rows`:
+    ``moe_engines.csv``, SGLang 0.5.10's Triton kernel with balanced routing, vLLM 0.14.0's
+    ``vllm_fused_moe`` with power-law routing; aiconfigurator-core 0.12.0; the two engines'
+    A100 blocks of the same shape and routing measure alike, a median ratio of 1.00 in the
+    source tables), each row priced with its engine's profile at the trial value, from
+    ``config``'s value (default: 1.0, the 16-bit rate): coordinate descent of the median
+    ``|ln(predicted / measured)|`` over the calibration shapes
+    :data:`MOE_CALIBRATION_MODELS`, Qwen3-235B-A22B's held out (~10 s).
 
     Returns:
         (fitted values, calibration loss, held-out loss at those values).
 
     Raises:
-        ConfigError: an engine without 16-bit A100 rows of its own here.
+        ConfigError: an engine without 16-bit A100 rows of its own here, or no such rows in
+            ``folder``.
     """
-    cfg = config or CostModelConfig.for_engine(engine)
-    moe_sm80_rows(engine, folder)                      # the engine check, before any work
-    return _fit_on_split(lambda c: moe_sm80_kernels(c, engine, folder), cfg,
-                         grid or MOE_SM80_FIT_GRID)
+    for engine in engines:
+        if not moe_sm80_rows(engine, folder)["moe.csv"]:
+            raise ConfigError(f"engine {engine!r}: no 16-bit {MOE_SM80_FIT_DEVICE} MoE rows of "
+                              f"{MOE_SM80_DISTRIBUTION[engine]} routing from "
+                              f"{FP8_BLOCK_MMA_FIT_MIN_TOKENS:,} tokens in "
+                              f"{Path(folder) if folder is not None else silicon_dir()}")
+
+    def price(cfg: CostModelConfig) -> list[MoEKernel]:
+        return [k for engine in engines for k in moe_sm80_kernels(
+            replace(CostModelConfig.for_engine(engine),
+                    moe_sm80_efficiency=cfg.moe_sm80_efficiency), engine, folder)]
+
+    start = config or CostModelConfig(moe_sm80_efficiency=1.0)
+    return _fit_on_split(price, start, grid or MOE_SM80_FIT_GRID)
 
 
 def _block_scaled_rows(folder: str | Path | None, devices: tuple[str, ...] | None = None,
