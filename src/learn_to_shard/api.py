@@ -840,8 +840,8 @@ def slo_under_load(workload: Workload, sim: dict[str, object]) -> dict[str, obje
         is exceeded, ``p90_missed`` one per SLO whose mean holds and whose p90 does not. An
         overloaded open loop at a request rate (``sim["overloaded"]``: its queue grows
         through the run) misses a TTFT SLO whatever this run's mean, which only says how long
-        the run was; a trace is judged on its replay, which is its whole load (two requests
-        1 ms apart are "overloaded" at 1,000 requests/s and served in milliseconds).
+        the run was; a trace is judged on its replay, which is its whole load (an
+        overloaded trace's queue ends with the trace, and its replay measures it).
     """
     s = cast("dict[str, float]", sim["simulated"])
     met, p90_met = True, True

@@ -510,13 +510,16 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         arrivals, ``None`` when all arrive at once; ``overloaded``: the offered rate reaches
         ``capacity_requests_per_s`` (a queue at full load does not settle), the requests/s the
         replica completes at the plan's batch, the analytical tokens/s over the mean output
-        length (for a trace whose mean lengths are more than :data:`TRACE_LENGTHS_APART` away
+        length; a trace also needs more requests than the replica runs at once, its batch
+        within the sequences its KV pool holds at the trace's mean lengths (for a trace whose
+        mean lengths are more than :data:`TRACE_LENGTHS_APART` away
         from the workload's ``isl``/``osl``, priced at the trace's mean lengths with the
         sequences the KV pool holds at them: ``lengths.apart_from_planned``), or,
         for a rate, the last quarter of arrivals waits for its first token more
         than twice as long as the first quarter, plus 1 s (``queue_grows``; ``None`` for a
         trace, whose bursts queue without overloading it); ``utilization``: the offered rate
-        over that capacity, ``None`` without a rate). For a trace whose lengths are apart
+        over that capacity, ``None`` without a rate or for a trace the replica takes in
+        whole). For a trace whose lengths are apart
         from the workload's, ``analytic`` and the ratios take the steady state at the mean
         lengths of the requests simulated.
 
@@ -623,7 +626,7 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         span = float(req.arrival_s.max() - req.arrival_s.min())
         # The trace's mean rate at this replica: its requests over the span they arrive in.
         offered = (len(req.isl) - 1) / span if span > 0 else None
-    overloaded = False
+    overloaded = whole = False
     queue_grows: bool | None = None if load.trace is not None else False
     capacity = est.output_tokens_per_s / mean_osl
     # A trace replayed beside other --isl/--osl (the lengths the search ranked at): the
@@ -640,8 +643,14 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         capacity = min(capacity, 1.0 / c.frontend_serial_s)
     if load.trace is not None:
         # A trace's bursts queue without overloading it: only a mean rate above what the
-        # replica completes at the plan's batch grows the queue through the whole trace.
-        overloaded = offered is not None and offered >= capacity
+        # replica completes at the plan's batch grows the queue through the whole trace, and
+        # only a trace of more requests than the replica runs at once (its batch, within
+        # what its KV pool holds at the trace's mean lengths): one it takes in whole never
+        # queues beyond the batch, however short its span (two requests 1 ms apart).
+        held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
+        at_once = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
+        whole = len(req.isl) <= at_once
+        overloaded = offered is not None and offered >= capacity and not whole
     elif offered is not None:
         # Above the steady state's capacity the queue grows without bound, whether or not a
         # run of this length shows it (it ramps up and drains, so a short run may not).
@@ -652,7 +661,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
             early, late = float(wait[:q].mean()), float(wait[-q:].mean())
             queue_grows = late > 2.0 * early + 1.0
         overloaded = queue_grows or offered >= capacity
-    utilization = offered / capacity if offered is not None and capacity > 0 else None
+    # A trace the replica takes in whole has no sustained rate to load it with.
+    utilization = offered / capacity if offered is not None and capacity > 0 \
+        and not (load.trace is not None and whole) else None
     if ranks_apart > 1:
         share += f" (each of the instance's {ranks_apart} DP ranks schedules its own)"
     return {"load": load.describe(),
