@@ -453,8 +453,26 @@ def test_a_simulated_alternative_that_meets_the_slo_becomes_the_plan():
     assert "# note (simulated load): chosen under this load: tp8" in r.stdout
     assert "--tensor-parallel-size 8 --max-num-seqs 128" in r.stdout
     t = CliRunner().invoke(app, args)
+    assert t.exit_code == 0, t.output
     assert "note: chosen under this load: tp8" in t.stdout
+    assert "│ degrees       │ TP=8  PP=1  DP=1  batch=128" in t.stdout
     assert "serving more than the best plan" not in t.stdout    # the faster one misses it
+    # Without --engine (256 clients: TP8 at batch 256 misses, TP4 at 128 meets) the engine
+    # table sets each engine beside the plan shown, not the one it replaced.
+    free = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "1024", "--osl", "1024", "--ttft-slo", "1300ms", "--concurrency", "256",
+            "--json"]
+    e = CliRunner().invoke(app, free)
+    assert e.exit_code == 0, e.output
+    doc = json.loads(e.stdout)
+    assert doc["search"]["chosen_under_load"]["strategy"].startswith("tp4 ep1 pp1 dp1 b128")
+    best = doc["best"]["tokens_per_s_per_device"]
+    rows = [row for row in doc["engine_optima"] if row["strategy"]]
+    assert rows
+    for row in rows:
+        assert row["ratio_to_unrestricted"] == pytest.approx(
+            row["tokens_per_s_per_device"] / best, rel=1e-3)
+        assert "o_proj=Shard(1)" not in " ".join(row["unrestricted_not_expressible"])
 
 
 def test_no_swap_where_the_best_meets_the_slo_or_no_alternative_does():
@@ -481,3 +499,65 @@ def test_no_swap_where_the_best_meets_the_slo_or_no_alternative_does():
     assert q.best is p.alternatives[0] and q.alternatives[0] is p.best
     assert s[0]["strategy"] == none[1]["strategy"] and s[1] is none[0]
     assert p.search.get("chosen_under_load") is None          # the plan given is unchanged
+
+
+def _swap_rows(plan, tps: tuple[float, float, float], met: tuple[bool, bool, bool],
+               dataset: str = "random", overloaded: bool = False) -> list[dict]:
+    """Simulation rows for ``plan``'s best and first two alternatives (tokens/s, SLO met)."""
+    names = [plan.best.strategy.short()] + [a.strategy.short() for a in plan.alternatives[:2]]
+    return [{"strategy": n, "tokens_per_s_per_device": t, "overloaded": overloaded and i > 0,
+             "lengths": {"dataset": dataset},
+             "slo": {"met": m, "missed": [] if m else [f"TTFT SLO 1 ms: {n}"]}}
+            for i, (n, t, m) in enumerate(zip(names, tps, met, strict=True))]
+
+
+def test_the_swap_picks_the_alternative_serving_most_and_records_it():
+    """Of two alternatives meeting the SLOs the one serving more under the load is chosen
+    (not the first in the search's order), so no note names one serving more than the plan;
+    ``search.chosen_under_load`` names both plans and the missed SLO, and the chosen row is
+    marked. Within 2% (``SIM_AHEAD``) the search's order decides."""
+    from learn_to_shard.api import plan as make_plan
+    from learn_to_shard.api import prefer_slo_under_load
+    from learn_to_shard.report.render import simulation_notes
+
+    p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
+                  ttft_slo_s=2.0, engine="vllm")
+    assert len(p.alternatives) >= 2
+    rows = _swap_rows(p, (400.0, 380.0, 450.0), (False, True, True))
+    q, s = prefer_slo_under_load(p, rows)
+    assert q.best is p.alternatives[1] and s[0]["strategy"] == rows[2]["strategy"]
+    assert s[0]["chosen_under_load"] is True and "chosen_under_load" not in s[1]
+    assert q.search["chosen_under_load"] == {"strategy": rows[2]["strategy"],
+                                             "over": rows[0]["strategy"],
+                                             "missed": rows[0]["slo"]["missed"]}
+    assert not any("serving more than the best plan" in t for _, t in simulation_notes(s))
+    q, _ = prefer_slo_under_load(p, _swap_rows(p, (400.0, 445.0, 450.0), (False, True, True)))
+    assert q.best is p.alternatives[0]
+
+
+def test_a_trace_alternative_is_judged_on_its_replay_for_the_swap():
+    """Under a trace (its whole load, judged on its replay) an alternative whose mean rate is
+    at its capacity but whose replay meets the SLOs can replace the best; under a request
+    rate such an overloaded alternative cannot (its queue grows without bound)."""
+    from learn_to_shard.api import plan as make_plan
+    from learn_to_shard.api import prefer_slo_under_load
+
+    p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
+                  ttft_slo_s=2.0, engine="vllm")
+    trace = _swap_rows(p, (400.0, 380.0, 300.0), (False, True, False), "trace", True)
+    assert prefer_slo_under_load(p, trace)[0].best is p.alternatives[0]
+    rate = _swap_rows(p, (400.0, 380.0, 300.0), (False, True, False), "random", True)
+    assert prefer_slo_under_load(p, rate) == (p, rate)
+
+
+def test_no_swap_when_the_first_row_is_not_the_plans_best():
+    """``simulate_plan`` skips a strategy whose KV pool cannot hold the longest request, so
+    its first row can be an alternative: then there is no simulated best to replace."""
+    from learn_to_shard.api import plan as make_plan
+    from learn_to_shard.api import prefer_slo_under_load
+
+    p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
+                  ttft_slo_s=2.0, engine="vllm")
+    rows = _swap_rows(p, (400.0, 380.0, 450.0), (False, True, True))[1:]
+    rows[0] = {**rows[0], "slo": {"met": False, "missed": ["x"]}}
+    assert prefer_slo_under_load(p, rows) == (p, rows)

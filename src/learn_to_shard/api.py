@@ -792,8 +792,12 @@ def prefer_slo_under_load(plan: Plan, sims: list[dict[str, object]]
     simulation (``sims``, :func:`simulate_plan`'s rows, best first) has its best strategy
     missing an SLO on the simulated mean while an alternative meets them with its queue
     bounded (:func:`~learn_to_shard.report.render.simulated_alternatives_meeting_slo`). Then
-    the first such alternative in the search's order becomes ``best``, the searched best
-    becomes the first alternative, the simulation rows follow that order, and
+    of those alternatives the one that serves the most under the load becomes ``best`` (the
+    first in the search's order of those within
+    :data:`~learn_to_shard.report.render.SIM_AHEAD` of the most simulated tokens/s per
+    device, so no alternative the plan's notes would name as serving more is passed over),
+    the searched best becomes the first alternative, the simulation rows follow that order,
+    and
     ``search["chosen_under_load"]`` records the swap: ``{"strategy", "over", "missed"}``
     (the strategy chosen, the searched best, the SLO lines it misses); the chosen row of
     ``sims`` carries ``"chosen_under_load": True``. The search ranks
@@ -804,12 +808,20 @@ def prefer_slo_under_load(plan: Plan, sims: list[dict[str, object]]
         ``(plan, sims)``, unchanged where no swap is made (no SLO missed, or none met by an
         alternative); ``plan`` itself is not modified.
     """
-    from .report.render import simulated_alternatives_meeting_slo
+    from .report.render import SIM_AHEAD, simulated_alternatives_meeting_slo
 
-    slo = sims[0].get("slo") if sims else None
+    searched = plan.best
+    # The first row is the plan's best unless its KV pool could not hold the load's longest
+    # request (simulate_plan skips it): then there is no simulated best to replace.
+    slo = sims[0].get("slo") if sims and searched is not None \
+        and sims[0]["strategy"] == searched.strategy.short() else None
     ok = simulated_alternatives_meeting_slo(sims) if isinstance(slo, dict) \
         and slo.get("missed") else []
-    searched = plan.best
+    if ok:
+        tps = {sim["strategy"]: float(cast(float, sim.get("tokens_per_s_per_device") or 0.0))
+               for sim in sims}
+        top = max(tps[name] for name in ok)
+        ok = [next(name for name in ok if tps[name] * SIM_AHEAD >= top)]
     chosen = next((e for e in plan.alternatives if ok and e.feasible
                    and e.strategy.short() == ok[0]), None)
     if searched is None or chosen is None or not isinstance(slo, dict):

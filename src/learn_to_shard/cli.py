@@ -729,6 +729,11 @@ def plan_cmd(
                 # Under the load given, a simulated alternative that meets the SLOs where the
                 # searched best misses them is the plan (and what --export launches).
                 result, sims = prefer_slo_under_load(result, sims)
+                if optima and result.search.get("chosen_under_load"):
+                    # the engine table sets each engine beside the plan shown
+                    with _status(quiet, "pricing each engine's best strategy"):
+                        optima = _engine_optima(cm, result, engine, gpu_memory_utilization,
+                                                max_num_batched_tokens, kv_dtype)
             stage = ""
         except KeyboardInterrupt:
             sims = []

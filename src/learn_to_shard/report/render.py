@@ -516,10 +516,12 @@ def _swapped(sims: list[dict]) -> bool:
 def simulated_alternatives_meeting_slo(sims: list[dict]) -> list[str]:
     """The simulated alternatives (``sims[1:]``, ``api.simulate_plan``'s rows) that meet the
     SLOs on the simulated mean and whose queue does not grow through the run (an overloaded
-    one keeps no SLO for long), by strategy string, in the simulation's order."""
+    open loop keeps no SLO for long; a trace, its whole load, is judged on its replay), by
+    strategy string, in the simulation's order."""
     return [sim["strategy"] for sim in sims[1:]
             if isinstance(sim.get("slo"), dict) and sim["slo"].get("met")
-            and not sim.get("overloaded")]
+            and not (sim.get("overloaded")
+                     and (sim.get("lengths") or {}).get("dataset") != "trace")]
 
 
 def misses_slo_under_load(sims: list[dict]) -> bool:
