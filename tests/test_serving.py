@@ -1613,3 +1613,15 @@ def test_the_heaviest_micro_batch_takes_prompts_as_independent_draws():
     assert heaviest_micro_batch(chunks, req, 1, 1e9) == 1000.0
     assert heaviest_micro_batch(chunks, req, 4, 10.0) == 500.0       # at least the largest
     assert heaviest_micro_batch(chunks, req, 4, 1e9) <= 1000.0
+
+
+def test_a_trace_in_epoch_milliseconds_is_refused_with_the_likely_cause(tmp_path):
+    """Unix times in milliseconds lie beyond the arrival-time range: one error line that
+    says so and names the likely cause."""
+    f = tmp_path / "ms.csv"
+    f.write_text("arrival_s,isl,osl\n1733600000000,100,10\n1733600000500,100,10\n",
+                 encoding="utf-8")
+    r = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1",
+                                 "--phase", "serve", "--trace", str(f)])
+    assert r.exit_code == 2, r.output
+    assert "(milliseconds since the epoch? give seconds)" in r.output

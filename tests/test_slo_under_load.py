@@ -476,26 +476,26 @@ def test_a_simulated_alternative_that_meets_the_slo_becomes_the_plan():
 
 
 def test_no_swap_where_the_best_meets_the_slo_or_no_alternative_does():
-    """``prefer_slo_under_load`` leaves the plan as searched where the best plan meets the
+    """``prefer_under_load`` leaves the plan as searched where the best plan meets the
     SLOs under the load, and where it misses them but no alternative meets them (exit 4)."""
     from learn_to_shard.api import plan as make_plan
-    from learn_to_shard.api import prefer_slo_under_load
+    from learn_to_shard.api import prefer_under_load
 
     p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
                   ttft_slo_s=2.0, engine="vllm")
     assert p.best is not None and p.alternatives
     met = [{"strategy": "a", "slo": {"met": True, "missed": []}},
            {"strategy": "b", "slo": {"met": True, "missed": []}}]
-    assert prefer_slo_under_load(p, met) == (p, met)
+    assert prefer_under_load(p, met) == (p, met)
     none = [{"strategy": p.best.strategy.short(), "slo": {"met": False, "missed": ["x"]}},
             {"strategy": p.alternatives[0].strategy.short(),
              "slo": {"met": False, "missed": ["y"]}}]
-    assert prefer_slo_under_load(p, none) == (p, none)
+    assert prefer_under_load(p, none) == (p, none)
     # An alternative that meets them but whose queue grows is passed over as well.
     grows = [none[0], {**none[1], "slo": {"met": True, "missed": []}, "overloaded": True}]
-    assert prefer_slo_under_load(p, grows) == (p, grows)
+    assert prefer_under_load(p, grows) == (p, grows)
     swap = [none[0], {**none[1], "slo": {"met": True, "missed": []}}]
-    q, s = prefer_slo_under_load(p, swap)
+    q, s = prefer_under_load(p, swap)
     assert q.best is p.alternatives[0] and q.alternatives[0] is p.best
     assert s[0]["strategy"] == none[1]["strategy"] and s[1] is none[0]
     assert p.search.get("chosen_under_load") is None          # the plan given is unchanged
@@ -517,21 +517,22 @@ def test_the_swap_picks_the_alternative_serving_most_and_records_it():
     ``search.chosen_under_load`` names both plans and the missed SLO, and the chosen row is
     marked. Within 2% (``SIM_AHEAD``) the search's order decides."""
     from learn_to_shard.api import plan as make_plan
-    from learn_to_shard.api import prefer_slo_under_load
+    from learn_to_shard.api import prefer_under_load
     from learn_to_shard.report.render import simulation_notes
 
     p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
                   ttft_slo_s=2.0, engine="vllm")
     assert len(p.alternatives) >= 2
     rows = _swap_rows(p, (400.0, 380.0, 450.0), (False, True, True))
-    q, s = prefer_slo_under_load(p, rows)
+    q, s = prefer_under_load(p, rows)
     assert q.best is p.alternatives[1] and s[0]["strategy"] == rows[2]["strategy"]
     assert s[0]["chosen_under_load"] is True and "chosen_under_load" not in s[1]
-    assert q.search["chosen_under_load"] == {"strategy": rows[2]["strategy"],
-                                             "over": rows[0]["strategy"],
-                                             "missed": rows[0]["slo"]["missed"]}
+    assert q.search["chosen_under_load"] == {
+        "strategy": rows[2]["strategy"], "over": rows[0]["strategy"],
+        "missed": rows[0]["slo"]["missed"],
+        "tokens_per_s_per_device": {"chosen": 450.0, "over": 400.0}}
     assert not any("serving more than the best plan" in t for _, t in simulation_notes(s))
-    q, _ = prefer_slo_under_load(p, _swap_rows(p, (400.0, 445.0, 450.0), (False, True, True)))
+    q, _ = prefer_under_load(p, _swap_rows(p, (400.0, 445.0, 450.0), (False, True, True)))
     assert q.best is p.alternatives[0]
 
 
@@ -540,24 +541,67 @@ def test_a_trace_alternative_is_judged_on_its_replay_for_the_swap():
     at its capacity but whose replay meets the SLOs can replace the best; under a request
     rate such an overloaded alternative cannot (its queue grows without bound)."""
     from learn_to_shard.api import plan as make_plan
-    from learn_to_shard.api import prefer_slo_under_load
+    from learn_to_shard.api import prefer_under_load
 
     p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
                   ttft_slo_s=2.0, engine="vllm")
     trace = _swap_rows(p, (400.0, 380.0, 300.0), (False, True, False), "trace", True)
-    assert prefer_slo_under_load(p, trace)[0].best is p.alternatives[0]
+    assert prefer_under_load(p, trace)[0].best is p.alternatives[0]
     rate = _swap_rows(p, (400.0, 380.0, 300.0), (False, True, False), "random", True)
-    assert prefer_slo_under_load(p, rate) == (p, rate)
+    assert prefer_under_load(p, rate) == (p, rate)
 
 
 def test_no_swap_when_the_first_row_is_not_the_plans_best():
     """``simulate_plan`` skips a strategy whose KV pool cannot hold the longest request, so
     its first row can be an alternative: then there is no simulated best to replace."""
     from learn_to_shard.api import plan as make_plan
-    from learn_to_shard.api import prefer_slo_under_load
+    from learn_to_shard.api import prefer_under_load
 
     p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
                   ttft_slo_s=2.0, engine="vllm")
     rows = _swap_rows(p, (400.0, 380.0, 450.0), (False, True, True))[1:]
     rows[0] = {**rows[0], "slo": {"met": False, "missed": ["x"]}}
-    assert prefer_slo_under_load(p, rows) == (p, rows)
+    assert prefer_under_load(p, rows) == (p, rows)
+
+
+def test_an_alternative_serving_more_within_the_slos_becomes_the_plan():
+    """Where the searched best meets the SLOs (or none is given) and an alternative within
+    them serves more than 2% more under the load, the alternative is the plan and the note
+    gives both figures; within 2% nothing changes, nor under an open loop the best keeps up
+    with (both serve what is offered), nor for an alternative that misses the SLOs."""
+    from learn_to_shard.api import plan as make_plan
+    from learn_to_shard.api import prefer_under_load
+
+    p = make_plan("llama-3.1-8b", "h100-sxm:2", phase="serve", isl=512, osl=128,
+                  engine="vllm")
+    rows = _swap_rows(p, (400.0, 380.0, 450.0), (True, True, True))
+    q, s = prefer_under_load(p, rows)
+    assert q.best is p.alternatives[1] and s[0]["strategy"] == rows[2]["strategy"]
+    chosen = q.search["chosen_under_load"]
+    assert chosen["missed"] == [] and chosen["tokens_per_s_per_device"] == {
+        "chosen": 450.0, "over": 400.0}
+    assert q.notes[0].startswith(f"chosen under this load: {rows[2]['strategy']} serves "
+                                 f"450.0 tokens/s per device in the simulation, the search's "
+                                 f"best {rows[0]['strategy']} 400.0; ")
+    close = _swap_rows(p, (400.0, 380.0, 407.0), (True, True, True))
+    assert prefer_under_load(p, close) == (p, close)
+    missing = _swap_rows(p, (400.0, 380.0, 450.0), (True, True, False))
+    assert prefer_under_load(p, missing) == (p, missing)
+    kept_up = [{**r, "offered_requests_per_s": 2.0} for r in rows]
+    assert prefer_under_load(p, kept_up) == (p, kept_up)
+
+
+def test_the_plans_json_says_whether_its_slos_hold_under_the_load():
+    """``slos_met_under_load`` in the JSON says what exit 4 says: False where the simulated
+    plan misses an SLO on the mean with no alternative meeting them, True where the plan
+    meets them (``feasible`` is the steady state's, True in both)."""
+    base = ["plan", "--model", "llama-3.1-70b", "--cluster", "h100-sxm:8", "--phase", "serve",
+            "--isl", "2000", "--osl", "500", "--tpot-slo", "60ms", "--concurrency", "128",
+            "--num-prompts", "300", "--engine", "vllm", "--json"]
+    miss = CliRunner().invoke(app, [*base, "--ttft-slo", "300ms"])
+    assert miss.exit_code == 4
+    doc = json.loads(miss.stdout)
+    assert doc["feasible"] is True and doc["slos_met_under_load"] is False
+    met = CliRunner().invoke(app, [*base, "--ttft-slo", "60s"])
+    assert met.exit_code == 0
+    assert json.loads(met.stdout)["slos_met_under_load"] is True

@@ -786,55 +786,67 @@ def simulate_plan(cm: CostModel, plan: Plan, load: ServingLoad, top: int = 3,
     return out
 
 
-def prefer_slo_under_load(plan: Plan, sims: list[dict[str, object]]
-                          ) -> tuple[Plan, list[dict[str, object]]]:
-    """The plan to recommend under the simulated load: ``plan`` as searched, unless the
-    simulation (``sims``, :func:`simulate_plan`'s rows, best first) has its best strategy
-    missing an SLO on the simulated mean while an alternative meets them with its queue
-    bounded (:func:`~learn_to_shard.report.render.simulated_alternatives_meeting_slo`). Then
-    of those alternatives the one that serves the most under the load becomes ``best`` (the
-    first in the search's order of those within
-    :data:`~learn_to_shard.report.render.SIM_AHEAD` of the most simulated tokens/s per
-    device, so no alternative the plan's notes would name as serving more is passed over),
-    the searched best becomes the first alternative, the simulation rows follow that order,
-    and
-    ``search["chosen_under_load"]`` records the swap: ``{"strategy", "over", "missed"}``
-    (the strategy chosen, the searched best, the SLO lines it misses); the chosen row of
-    ``sims`` carries ``"chosen_under_load": True``. The search ranks
-    strategies on steady-state means, where both meet the SLOs; the load given decides
-    between them, and ``--export`` then launches the one that meets them.
+def prefer_under_load(plan: Plan, sims: list[dict[str, object]]
+                      ) -> tuple[Plan, list[dict[str, object]]]:
+    """The plan to recommend under the simulated load (``sims``, :func:`simulate_plan`'s
+    rows, best first). The search ranks strategies on the steady state; the load given
+    decides between the strategies simulated. Of the alternatives that meet the SLOs on the
+    simulated mean with their queue bounded
+    (:func:`~learn_to_shard.report.render.simulated_alternatives_meeting_slo`; every one
+    where no SLO is given), the one serving the most simulated tokens/s per device (the
+    first in the search's order within :data:`~learn_to_shard.report.render.SIM_AHEAD` of
+    the most, so none the plan's notes would name as serving more is passed over) replaces
+    the searched best where that best misses an SLO on the simulated mean, or where it meets
+    them and the alternative serves more than ``SIM_AHEAD`` times its tokens/s, unless the
+    load is an open loop the best keeps up with (both then serve what is offered, and their
+    tokens/s differ by how each run drains). After a swap the searched best is the first
+    alternative, the simulation rows follow that order, the chosen row carries
+    ``"chosen_under_load": True``, and ``search["chosen_under_load"]`` records
+    ``{"strategy", "over", "missed", "tokens_per_s_per_device"}``: the strategy chosen, the
+    searched best, the SLO lines that one misses (empty where it meets them) and both
+    strategies' simulated tokens/s per device (``{"chosen", "over"}``). ``--export`` then
+    launches the plan chosen.
 
     Returns:
-        ``(plan, sims)``, unchanged where no swap is made (no SLO missed, or none met by an
-        alternative); ``plan`` itself is not modified.
+        ``(plan, sims)``, unchanged where no swap is made; ``plan`` itself is not modified.
     """
     from .report.render import SIM_AHEAD, simulated_alternatives_meeting_slo
 
     searched = plan.best
     # The first row is the plan's best unless its KV pool could not hold the load's longest
     # request (simulate_plan skips it): then there is no simulated best to replace.
-    slo = sims[0].get("slo") if sims and searched is not None \
-        and sims[0]["strategy"] == searched.strategy.short() else None
-    ok = simulated_alternatives_meeting_slo(sims) if isinstance(slo, dict) \
-        and slo.get("missed") else []
-    if ok:
-        tps = {sim["strategy"]: float(cast(float, sim.get("tokens_per_s_per_device") or 0.0))
-               for sim in sims}
-        top = max(tps[name] for name in ok)
-        ok = [next(name for name in ok if tps[name] * SIM_AHEAD >= top)]
-    chosen = next((e for e in plan.alternatives if ok and e.feasible
-                   and e.strategy.short() == ok[0]), None)
-    if searched is None or chosen is None or not isinstance(slo, dict):
+    if not sims or searched is None or sims[0]["strategy"] != searched.strategy.short():
+        return plan, sims
+    first = sims[0]
+    slo = first.get("slo")
+    if not isinstance(slo, dict):
+        return plan, sims
+    missed = list(cast("list[str]", slo.get("missed") or []))
+    ok = simulated_alternatives_meeting_slo(sims)
+    tps = {str(sim["strategy"]): float(cast(float, sim.get("tokens_per_s_per_device") or 0.0))
+           for sim in sims}
+    if not ok:
+        return plan, sims
+    top = max(tps[name] for name in ok)
+    pick = next(name for name in ok if tps[name] * SIM_AHEAD >= top)
+    keeps_up = bool(first.get("offered_requests_per_s")) and not first.get("overloaded")
+    ahead = tps[pick] > SIM_AHEAD * tps[str(first["strategy"])] and not keeps_up
+    if not (missed or ahead):
+        return plan, sims
+    chosen = next((e for e in plan.alternatives if e.feasible
+                   and e.strategy.short() == pick), None)
+    if chosen is None:
         return plan, sims
     swapped = dataclasses.replace(
         plan, best=chosen, alternatives=[searched] + [e for e in plan.alternatives
                                                       if e is not chosen],
         search={**plan.search, "chosen_under_load": {
-            "strategy": chosen.strategy.short(), "over": searched.strategy.short(),
-            "missed": list(cast("list[str]", slo["missed"]))}})
-    first = next(sim for sim in sims if sim["strategy"] == ok[0])
-    return swapped, [{**first, "chosen_under_load": True}] + [sim for sim in sims
-                                                               if sim is not first]
+            "strategy": pick, "over": searched.strategy.short(), "missed": missed,
+            "tokens_per_s_per_device": {"chosen": tps[pick],
+                                        "over": tps[str(first["strategy"])]}}})
+    row = next(sim for sim in sims if sim["strategy"] == pick)
+    return swapped, [{**row, "chosen_under_load": True}] + [sim for sim in sims
+                                                             if sim is not row]
 
 
 def slo_under_load(workload: Workload, sim: dict[str, object]) -> dict[str, object]:

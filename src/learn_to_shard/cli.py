@@ -52,7 +52,7 @@ from .api import (
     make_cost_model,
     make_workload,
     moe_a2a_refusal,
-    prefer_slo_under_load,
+    prefer_under_load,
     search_collectives,
     search_plan,
     simulate_plan,
@@ -728,7 +728,7 @@ def plan_cmd(
                     sims = simulate_plan(cm, result, load, export_caps=True)
                 # Under the load given, a simulated alternative that meets the SLOs where the
                 # searched best misses them is the plan (and what --export launches).
-                result, sims = prefer_slo_under_load(result, sims)
+                result, sims = prefer_under_load(result, sims)
                 if optima and result.search.get("chosen_under_load"):
                     # the engine table sets each engine beside the plan shown
                     with _status(quiet, "pricing each engine's best strategy"):
@@ -766,15 +766,19 @@ def plan_cmd(
         data["engine_optima"] = [row for row, _ in optima]
         if left_out:
             data["engine_optima_left_out"] = left_out
+    from .report.render import misses_slo_under_load
+
+    exit_code = EXIT_SLO_UNDER_LOAD if misses_slo_under_load(sims) else 0
     if load is not None and not late_interrupt:
         data["simulation"] = [_json_sim(sim) for sim in sims]
+        if sims:
+            # What exit 4 says, for a script that reads the JSON: the plan meets the SLOs
+            # given on the simulated mean under the load (True without SLOs).
+            data["slos_met_under_load"] = exit_code != EXIT_SLO_UNDER_LOAD
     if late_interrupt:
         data["interrupted_during"] = late_interrupt
     if last is not None:
         data["timing"] = last
-    from .report.render import misses_slo_under_load
-
-    exit_code = EXIT_SLO_UNDER_LOAD if misses_slo_under_load(sims) else 0
     load_warnings: list[str] = []
     if launch is not None and sims and result.best is not None \
             and sims[0]["strategy"] == result.best.strategy.short():

@@ -211,16 +211,25 @@ class Plan:
                       f"that exchange and ranked lower"]
 
     def chosen_under_load_note(self) -> str:
-        """The swap ``api.prefer_slo_under_load`` made (``search["chosen_under_load"]``):
-        which strategy the plan is, the searched best it replaced and the SLO that one misses
-        under the load; ``""`` where none was made."""
+        """The swap ``api.prefer_under_load`` made (``search["chosen_under_load"]``): which
+        strategy the plan is, the searched best it replaced, and the SLO that one misses under
+        the load or both strategies' simulated tokens/s per device; ``""`` where none was
+        made."""
         chosen = self.search.get("chosen_under_load")
         if not isinstance(chosen, dict):
             return ""
-        return (f"chosen under this load: {chosen['strategy']} meets the SLOs in the "
-                f"simulation (mean, queue bounded), where the search's best {chosen['over']} "
-                f"misses them ({'; '.join(chosen['missed'])}); the search ranks strategies on "
-                f"steady-state means, where both meet them")
+        if chosen.get("missed"):
+            return (f"chosen under this load: {chosen['strategy']} meets the SLOs in the "
+                    f"simulation (mean, queue bounded), where the search's best "
+                    f"{chosen['over']} misses them ({'; '.join(chosen['missed'])}); the search "
+                    f"ranks strategies on steady-state means, where both meet them")
+        tps = chosen.get("tokens_per_s_per_device") or {}
+        slos = self.workload.ttft_slo_s is not None or self.workload.tpot_slo_s is not None
+        return (f"chosen under this load: {chosen['strategy']} serves "
+                f"{float(tps.get('chosen', 0.0)):,.1f} tokens/s per device in the simulation, "
+                f"the search's best {chosen['over']} {float(tps.get('over', 0.0)):,.1f}"
+                f"{' (both within the SLOs)' if slos else ''}; the search ranks strategies on "
+                f"the steady state, the simulation runs the load given")
 
     def _admission_note(self) -> str | None:
         """That the engine's default cap on running requests (vLLM ``--max-num-seqs``, SGLang

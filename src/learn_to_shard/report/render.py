@@ -509,7 +509,7 @@ SIM_AHEAD = 1.02
 
 def _swapped(sims: list[dict]) -> bool:
     """Whether the simulation rows carry a plan chosen under the load ahead of the searched
-    best (``api.prefer_slo_under_load`` marks that row ``chosen_under_load``)."""
+    best (``api.prefer_under_load`` marks that row ``chosen_under_load``)."""
     return bool(sims and sims[0].get("chosen_under_load"))
 
 

@@ -329,9 +329,12 @@ def load_trace(path: str | Path) -> Requests:
     if not np.isfinite(a).all():
         raise ConfigError(f"--trace: {p}: arrival times must be finite")
     if float(np.abs(a).max()) > MAX_ARRIVAL_S or float(a.max() - a.min()) > MAX_ARRIVAL_S:
+        # Unix time in milliseconds (~1.7e12 today) is the usual cause: say so.
+        ms = " (milliseconds since the epoch? give seconds)" \
+            if 1e11 < float(np.abs(a).max()) < 1e14 else ""
         raise ConfigError(f"--trace: {p}: arrival times must lie within {MAX_ARRIVAL_S:.0e} s "
                           f"of 0 and of each other (seconds or ISO date-times), got "
-                          f"{float(a.min())!r} .. {float(a.max())!r}")
+                          f"{float(a.min())!r} .. {float(a.max())!r}{ms}")
     order = np.argsort(a, kind="stable")
     return Requests(isl=np.asarray(isl, dtype=np.int64)[order],
                     osl=np.asarray(osl, dtype=np.int64)[order], arrival_s=(a - a.min())[order])
