@@ -795,11 +795,12 @@ def prefer_under_load(plan: Plan, sims: list[dict[str, object]]
     (:func:`~learn_to_shard.report.render.simulated_alternatives_meeting_slo`; every one
     where no SLO is given), the one serving the most simulated tokens/s per device (the
     first in the search's order within :data:`~learn_to_shard.report.render.SIM_AHEAD` of
-    the most, so none the plan's notes would name as serving more is passed over) replaces
-    the searched best where that best misses an SLO on the simulated mean, or where it meets
-    them and the alternative serves more than ``SIM_AHEAD`` times its tokens/s, unless the
-    load is an open loop the best keeps up with (both then serve what is offered, and their
-    tokens/s differ by how each run drains). After a swap the searched best is the first
+    the most) replaces the searched best where that best misses an SLO on the simulated
+    mean, or where it meets them and the alternative serves
+    :data:`~learn_to_shard.report.render.SWAP_AHEAD` times its tokens/s or more (smaller
+    gaps are within what the run's settings move), unless the load is an open loop the best
+    keeps up with (both then serve what is offered, and their tokens/s differ by how each
+    run drains). After a swap the searched best is the first
     alternative, the simulation rows follow that order, the chosen row carries
     ``"chosen_under_load": True``, and ``search["chosen_under_load"]`` records
     ``{"strategy", "over", "missed", "tokens_per_s_per_device"}``: the strategy chosen, the
@@ -810,7 +811,7 @@ def prefer_under_load(plan: Plan, sims: list[dict[str, object]]
     Returns:
         ``(plan, sims)``, unchanged where no swap is made; ``plan`` itself is not modified.
     """
-    from .report.render import SIM_AHEAD, simulated_alternatives_meeting_slo
+    from .report.render import SIM_AHEAD, SWAP_AHEAD, simulated_alternatives_meeting_slo
 
     searched = plan.best
     # The first row is the plan's best unless its KV pool could not hold the load's longest
@@ -830,7 +831,7 @@ def prefer_under_load(plan: Plan, sims: list[dict[str, object]]
     top = max(tps[name] for name in ok)
     pick = next(name for name in ok if tps[name] * SIM_AHEAD >= top)
     keeps_up = bool(first.get("offered_requests_per_s")) and not first.get("overloaded")
-    ahead = tps[pick] > SIM_AHEAD * tps[str(first["strategy"])] and not keeps_up
+    ahead = tps[pick] >= SWAP_AHEAD * tps[str(first["strategy"])] and not keeps_up
     if not (missed or ahead):
         return plan, sims
     chosen = next((e for e in plan.alternatives if e.feasible
