@@ -26,7 +26,7 @@ from .report.export import checkpoint_refusal
 from .report.plan import Plan
 from .search import get_searcher, searcher_names
 from .search.base import ProgressFn, SearchInterrupted, SearchResult, interruptible
-from .serving import ServingLoad
+from .serving import ServingLoad, grows_without_bound, keeps_up_with_open_loop
 from .units import to_ms
 from .workload import DType, Phase, Workload
 
@@ -822,16 +822,16 @@ def prefer_under_load(plan: Plan, sims: list[dict[str, object]]
     slo = first.get("slo")
     if not isinstance(slo, dict):
         return plan, sims
-    missed = list(cast("list[str]", slo.get("missed") or []))
     ok = simulated_alternatives_meeting_slo(sims)
-    tps = {str(sim["strategy"]): float(cast(float, sim.get("tokens_per_s_per_device") or 0.0))
-           for sim in sims}
     if not ok:
         return plan, sims
+    missed = list(cast("list[str]", slo.get("missed") or []))
+    tps = {str(sim["strategy"]): float(cast(float, sim.get("tokens_per_s_per_device") or 0.0))
+           for sim in sims}
     top = max(tps[name] for name in ok)
     pick = next(name for name in ok if tps[name] * SIM_AHEAD >= top)
-    keeps_up = bool(first.get("offered_requests_per_s")) and not first.get("overloaded")
-    ahead = tps[pick] >= SWAP_AHEAD * tps[str(first["strategy"])] and not keeps_up
+    ahead = tps[pick] >= SWAP_AHEAD * tps[str(first["strategy"])] \
+        and not keeps_up_with_open_loop(first)
     if not (missed or ahead):
         return plan, sims
     chosen = next((e for e in plan.alternatives if e.feasible
@@ -891,9 +891,7 @@ def slo_under_load(workload: Workload, sim: dict[str, object]) -> dict[str, obje
             met = False
             missed.append(f"{name.upper()} SLO {to_ms(slo):g} ms: simulated mean "
                           f"{above(mean, slo)} ms, p99 {to_ms(p99):.1f} ms")
-        elif name == "ttft" and sim.get("overloaded") \
-                and cast("dict[str, object]", sim.get("lengths") or {}).get("dataset") \
-                != "trace":
+        elif name == "ttft" and grows_without_bound(sim):
             # A queue that grows through the run: the mean is the run's length, not a level
             # the TTFT settles at, so a longer run (more --num-prompts) exceeds any SLO. A
             # trace's replay is its whole load: its TTFT is what the trace gets.

@@ -727,10 +727,11 @@ def plan_cmd(
                 # export writes it (an engine's default cap could run another batch).
                 with _status(quiet, f"simulating the load ({load.describe()})"):
                     sims = simulate_plan(cm, result, load, export_caps=True)
-                # Under the load given, a simulated alternative that meets the SLOs where the
-                # searched best misses them is the plan (and what --export launches).
-                # (The engine table stays a steady-state comparison: each engine beside the
-                # search's unrestricted optimum, which a swap names.)
+                # Under the load given, a simulated alternative that keeps the SLOs the
+                # searched best misses, or serves SWAP_AHEAD more within them, is the plan
+                # (and what --export launches). The engine table stays a steady-state
+                # comparison: each engine beside the search's unrestricted optimum, which a
+                # swap names.
                 result, sims = prefer_under_load(result, sims)
             stage = ""
         except KeyboardInterrupt:
@@ -762,10 +763,9 @@ def plan_cmd(
     last = data.pop("timing", None)        # "timing" stays the last key
     if optima:
         data["engine_optima"] = [row for row, _ in optima]
-        chosen = result.search.get("chosen_under_load")
-        if isinstance(chosen, dict):
+        if result.replaced_under_load is not None:
             # the steady-state optimum the engines are set beside, which the plan replaced
-            data["engine_optima_beside"] = chosen["over"]
+            data["engine_optima_beside"] = result.replaced_under_load
         if left_out:
             data["engine_optima_left_out"] = left_out
     from .report.render import misses_slo_under_load
@@ -872,8 +872,7 @@ def plan_cmd(
             con.print(f"INTERRUPTED (Ctrl-C) after {result.search['evaluations']} "
                       f"evaluations: the best plan found so far", markup=False, highlight=False)
         render_plan(result, con)
-        swap = result.search.get("chosen_under_load")
-        _render_optima(optima, con, swap["over"] if isinstance(swap, dict) else None)
+        _render_optima(optima, con, result.replaced_under_load)
         for gone in left_out:
             con.print(f"{gone['engine']}: left out of the table: {gone['reason']}",
                       markup=False, highlight=False)

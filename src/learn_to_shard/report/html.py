@@ -229,9 +229,9 @@ def plan_sections(plan: Plan, is_moe: bool, optima: list[dict] | None = None,
             "there shows how much of the gap is the profile rather than the layouts the "
             "engine cannot launch.",
             *([f"The plan above was chosen under the load in place of the search's "
-               f"unrestricted steady-state optimum, {swap['over']}; this table sets the "
-               f"engines beside that optimum."]
-              if isinstance(swap := plan.search.get("chosen_under_load"), dict) else []),
+               f"unrestricted steady-state optimum, {plan.replaced_under_load}; this table "
+               f"sets the engines beside that optimum."]
+              if plan.replaced_under_load is not None else []),
             *([note] if (note := not_upper_bound_note(optima)) else []),
             *[f"{r['engine']}: {r['architecture_note']}" for r in optima
               if r.get("architecture_note")]],

@@ -210,6 +210,13 @@ class Plan:
                       f"are tensor-parallel, and every plan with expert parallelism priced "
                       f"that exchange and ranked lower"]
 
+    @property
+    def replaced_under_load(self) -> str | None:
+        """The searched best's strategy where ``api.prefer_under_load`` chose another plan
+        under the load (``search["chosen_under_load"]["over"]``), else ``None``."""
+        chosen = self.search.get("chosen_under_load")
+        return str(chosen["over"]) if isinstance(chosen, dict) else None
+
     def chosen_under_load_note(self) -> str:
         """The swap ``api.prefer_under_load`` made (``search["chosen_under_load"]``): which
         strategy the plan is, the searched best it replaced, and the SLO that one misses under

@@ -14,6 +14,7 @@ from rich.text import Text
 from ..cost.model import Estimate
 from ..engines import runs_two_batch_overlap
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES, Op
+from ..serving.load import grows_without_bound, keeps_up_with_open_loop
 from ..units import format_ms, to_gib, to_ms
 from ..workload import Phase
 from .plan import (
@@ -528,8 +529,7 @@ def simulated_alternatives_meeting_slo(sims: list[dict]) -> list[str]:
     strategy string, in the simulation's order."""
     return [sim["strategy"] for sim in sims[1:]
             if isinstance(sim.get("slo"), dict) and sim["slo"].get("met")
-            and not (sim.get("overloaded")
-                     and (sim.get("lengths") or {}).get("dataset") != "trace")]
+            and not grows_without_bound(sim)]
 
 
 def misses_slo_under_load(sims: list[dict]) -> bool:
@@ -691,7 +691,7 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
                        "recomputed when readmitted" if pre else "")))
     # An open loop the best plan keeps up with: every plan that keeps up serves the offered
     # load, and their simulated tokens/s differ by how each run drains, not by capacity.
-    keeps_up = bool(first.get("offered_requests_per_s")) and not first.get("overloaded")
+    keeps_up = keeps_up_with_open_loop(first)
     # Only an alternative that keeps the SLOs under the load (every one without SLOs) is
     # worth naming as serving more.
     ahead = [] if keeps_up else [

@@ -11,6 +11,8 @@ from __future__ import annotations
 from .load import (
     ServingLoad,
     engine_max_num_seqs,
+    grows_without_bound,
+    keeps_up_with_open_loop,
     load_trace,
     simulate_estimate,
     trace_mean_lengths,
@@ -19,6 +21,6 @@ from .simulate import PERCENTILES, Requests, SimResult, fixed_requests, poisson_
 from .steptime import StepTimeModel, fit_step_model
 
 __all__ = ["PERCENTILES", "Requests", "ServingLoad", "SimResult", "StepTimeModel",
-           "engine_max_num_seqs",
+           "engine_max_num_seqs", "grows_without_bound", "keeps_up_with_open_loop",
            "fit_step_model", "fixed_requests", "load_trace", "poisson_arrivals", "simulate",
            "simulate_estimate", "trace_mean_lengths"]

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -470,6 +471,22 @@ def engine_max_num_seqs(cm: CostModel, dp: int, kv_capacity_tokens: int, pp: int
     return per_rank * max(1, dp) * (max(1, pp) if c.engine == "trtllm" else 1)
 
 
+def grows_without_bound(sim: Mapping[str, object]) -> bool:
+    """Whether a simulated load (:func:`simulate_estimate`'s dict) leaves a queue that grows
+    without bound: an overloaded open loop at a request rate. An overloaded trace's queue
+    ends with the trace, which its replay measures, so it is judged on that replay."""
+    lengths = sim.get("lengths")
+    return bool(sim.get("overloaded")) and not (
+        isinstance(lengths, Mapping) and lengths.get("dataset") == "trace")
+
+
+def keeps_up_with_open_loop(sim: Mapping[str, object]) -> bool:
+    """Whether a simulated load is an open loop (a request rate or a trace) the strategy
+    keeps up with: it then serves what is offered, and its tokens/s differs from another's
+    that keeps up by how each run drains, not by capacity."""
+    return bool(sim.get("offered_requests_per_s")) and not sim.get("overloaded")
+
+
 def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                       max_num_seqs: int | None = None) -> dict[str, object]:
     """Simulate the plan ``est`` of ``cm`` under ``load`` and set it beside the analytical
@@ -632,13 +649,15 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     overloaded = whole = False
     queue_grows: bool | None = None if load.trace is not None else False
     capacity = est.output_tokens_per_s / mean_osl
+    # Requests the replica runs at once at the load's mean lengths: its batch, within the
+    # sequences its KV pool holds at them.
+    held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
+    at_once = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
     # A trace replayed beside other --isl/--osl (the lengths the search ranked at): the
     # replica's capacity at the trace's own mean lengths, with the sequences its KV pool
     # holds at them, not the plan's steady state at lengths the trace does not send.
     if lengths_apart:
-        held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
-        fits = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
-        tps_at = priced(cm, s, Phase.SERVE, max(1, round(mean_isl)), (fits,),
+        tps_at = priced(cm, s, Phase.SERVE, max(1, round(mean_isl)), (at_once,),
                         osl=max(1, round(mean_osl)))[2]
         capacity = float(tps_at[0]) / mean_osl
     if c.frontend_serial_s > 0:
@@ -650,8 +669,6 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         # only a trace of more requests than the replica runs at once (its batch, within
         # what its KV pool holds at the trace's mean lengths): one it takes in whole never
         # queues beyond the batch, however short its span (two requests 1 ms apart).
-        held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
-        at_once = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
         whole = len(req.isl) <= at_once
         overloaded = offered is not None and offered >= capacity and not whole
     elif offered is not None:
