@@ -303,6 +303,10 @@ def test_export_names_the_model_the_engine_must_load(tmp_path, monkeypatch):
     shutil.copy(src, folder / "config.json")
     assert model_id_of("x", load_model(str(folder))) == str(folder)
     assert model_id_of("x", load_model(str(folder / "config.json"))) == str(folder)
+    # A shipped Llama 3.1 launches under the hub's current id (SOURCES.md names the id the
+    # config was copied from, before Meta's rename; the engines would follow a redirect).
+    assert model_id_of("llama-3.1-70b") == "meta-llama/Llama-3.1-70B"
+    assert model_id_of("x", load_model("llama-3.1-405b")) == "meta-llama/Llama-3.1-405B"
     assert model_id_of("x", load_model("qwen3-235b-a22b-nvfp4")) == \
         "nvidia/Qwen3-235B-A22B-NVFP4"
     snap = tmp_path / "hub" / "models--acme--Llama-Lab-13B" / "snapshots" / "abc123"
@@ -803,9 +807,9 @@ def test_exports_that_span_nodes_or_overlap_batches_launch_as_printed():
                      "--osl", "200", "--export", "trtllm")
     assert any(ln.startswith("srun -N 2 -n 16 --ntasks-per-node=8 --distribution=block,Pack "
                              "--mpi=pmix trtllm-llmapi-launch trtllm-serve "
-                             "/path/to/Meta-Llama-3.1-405B ")
+                             "/path/to/Llama-3.1-405B ")
                for ln in t.splitlines())     # Slurm mode loads a local folder, not a hub id
-    assert "give that folder for /path/to/Meta-Llama-3.1-405B" in t
+    assert "give that folder for /path/to/Llama-3.1-405B" in t
     # 12 ranks on nodes of 8 run 8 + 4, as the plan places its stages (a TP group inside a
     # node), not Slurm's even 6 + 6, whose second TP group would straddle the nodes: Pack
     # fills a node before the next, --ntasks-per-node caps it.
@@ -1275,7 +1279,7 @@ def test_export_with_json_puts_the_launch_in_the_document():
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["export"]["engine"] == "vllm"
-    assert "vllm serve meta-llama/Meta-Llama-3.1-8B " in doc["export"]["text"]
+    assert "vllm serve meta-llama/Llama-3.1-8B " in doc["export"]["text"]
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))

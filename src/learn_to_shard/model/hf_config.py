@@ -417,15 +417,28 @@ def shipped_repo_ids() -> dict[str, str]:
     return out
 
 
+def hub_repo_id(repo_id: str) -> str:
+    """``repo_id`` under the name the hub serves it by today: Meta's Llama 3.1 repositories
+    were renamed without the ``Meta-`` prefix (``meta-llama/Meta-Llama-3.1-8B`` is now
+    ``meta-llama/Llama-3.1-8B``; the hub redirects the old id to the new,
+    huggingface.co/meta-llama/Meta-Llama-3.1-8B); every other id is returned unchanged.
+
+    Args:
+        repo_id: a HuggingFace repository id ``org/name``.
+
+    Returns:
+        The id with its case kept, e.g. ``"meta-llama/Llama-3.1-70B"``.
+    """
+    org, sep, name = repo_id.partition("/")
+    if org.lower() == "meta-llama" and name.lower().startswith("meta-llama-3.1-"):
+        name = name[len("Meta-"):]
+    return f"{org}{sep}{name}"
+
+
 def _hub_name(repo_id: str) -> str:
-    """``repo_id`` as the hub resolves it, for comparing ids: case-folded, and Meta's
-    Llama 3.1 repositories under their current names (``meta-llama/Meta-Llama-3.1-8B`` was
-    renamed ``meta-llama/Llama-3.1-8B``; the hub redirects the old id to the new,
-    huggingface.co/meta-llama/Meta-Llama-3.1-8B)."""
-    org, _, name = repo_id.lower().partition("/")
-    if org == "meta-llama" and name.startswith("meta-llama-3.1-"):
-        name = name.removeprefix("meta-")
-    return f"{org}/{name}"
+    """``repo_id`` as the hub resolves it, for comparing ids: :func:`hub_repo_id`,
+    case-folded."""
+    return hub_repo_id(repo_id).lower()
 
 
 def shipped_model_names() -> list[str]:

@@ -67,7 +67,7 @@ from ..errors import ConfigError, PlannerError
 from ..hardware.fabric import compute_capability as device_compute_capability
 from ..hardware.presets import parse_cluster
 from ..hardware.spec import DeviceSpec
-from ..model.hf_config import shipped_repo_ids
+from ..model.hf_config import hub_repo_id, shipped_repo_ids
 from ..model.spec import AttentionKind, ModelSpec
 from ..parallel.mesh import Mesh
 from ..parallel.ops import CHOICE_NAMES, OP_NAMES
@@ -292,7 +292,8 @@ def checkpoint_refusal(engine: str, device: DeviceSpec, model: ModelSpec | None
 def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     """The model argument an engine's launcher needs to load ``model``.
 
-    * a shipped config: its HF repository id (``data/models/SOURCES.md``);
+    * a shipped config: the HF repository id it was copied from (``data/models/SOURCES.md``),
+      under the hub's current name (:func:`~learn_to_shard.model.hf_config.hub_repo_id`);
     * a HuggingFace cache snapshot (``--model org/name``): the repository id
       (``ModelSpec.repo_id``; the engines resolve it through the same cache);
     * a local file or folder: the folder holding ``config.json`` (the engines load a local
@@ -301,7 +302,8 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     Without ``model``, the shipped name's HF id, else ``name`` itself.
     """
     if model is None or model.source_kind == "shipped" or not model.source:
-        return shipped_repo_ids().get(model.name if model is not None else name, name)
+        key = model.name if model is not None else name
+        return hub_repo_id(shipped_repo_ids()[key]) if key in shipped_repo_ids() else name
     if model.repo_id is not None:
         return model.repo_id
     src = Path(model.source)          # the file read: its folder is what engines load
