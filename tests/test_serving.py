@@ -1388,6 +1388,17 @@ def test_a_trace_is_judged_against_its_slos_on_its_own_replay(tmp_path):
     assert "overloaded" not in r.stdout and "replicas of it" not in r.stdout
 
 
+def test_a_trace_arrival_time_that_is_not_finite_names_its_row(tmp_path):
+    """``nan`` or ``inf`` as an arrival time is one error naming the row and the value, as a
+    prompt length that is not a whole number is."""
+    for bad in ("nan", "inf", "-Infinity"):
+        f = tmp_path / "t.csv"
+        f.write_text(f"arrival_s,isl,osl\n0,10,2\n{bad},10,2\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match=f"row 3: arrival_s '{bad}' is not a finite "
+                                              f"number of seconds"):
+            load_trace(f)
+
+
 def test_trace_arrival_times_take_no_digit_separators(tmp_path):
     """``1_0`` is not an arrival time (Python's float() reads it as 10), as ``1_000`` is not a
     prompt length: one error line naming the row."""

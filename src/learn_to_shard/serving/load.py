@@ -328,7 +328,9 @@ def load_trace(path: str | Path) -> Requests:
             out.append(v)
     a = np.asarray(arr, dtype=float)
     if not np.isfinite(a).all():
-        raise ConfigError(f"--trace: {p}: arrival times must be finite")
+        bad = int(np.flatnonzero(~np.isfinite(a))[0])
+        raise ConfigError(f"--trace: {p}: row {bad + 2}: {ca} {rows[bad][ca]!r} is not a "
+                          f"finite number of seconds")
     if float(np.abs(a).max()) > MAX_ARRIVAL_S or float(a.max() - a.min()) > MAX_ARRIVAL_S:
         # Unix time in milliseconds (~1.7e12 today) is the usual cause: say so.
         ms = " (milliseconds since the epoch? give seconds)" \
