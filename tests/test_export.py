@@ -790,6 +790,18 @@ def _export_text(*args: str) -> str:
     return r.stdout
 
 
+def test_a_server_on_a_partly_filled_last_node_says_so(tmp_path):
+    """16 GPUs on nodes of 3: a server over all of them spans 6 nodes, five full and one
+    holding a single GPU (not "6 nodes of 3 devices", which would be 18)."""
+    f = tmp_path / "c.json"
+    f.write_text('{"device": "h100-sxm", "num_devices": 16, '
+                 '"overrides": {"scale_up_domain": 3}}', encoding="utf-8")
+    t = _export_text("--model", "llama-3.1-70b", "--cluster", str(f), "--isl", "1024",
+                     "--osl", "256", "--tpot-slo", "50ms", "--export", "vllm")
+    assert "16 GPU(s) each over 6 nodes" in t
+    assert "# note: each server spans 6 nodes, 5 of 3 devices and one of 1\n" in t
+
+
 def test_exports_that_span_nodes_or_overlap_batches_launch_as_printed():
     """What each engine needs before it starts (the pinned releases' own checks):
     * vLLM refuses a replica wider than a node unless its executor is Ray;

@@ -772,7 +772,12 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             device.devices_per_host is not None else 0
         inside = bool(domain) and all(k * gpus // domain == ((k + 1) * gpus - 1) // domain
                                       for k in range(servers))
-        notes.append(f"each server spans {nodes} nodes of {devices_per_node} devices"
+        # a server whose GPUs do not fill its last node (16 GPUs on nodes of 3) says so
+        last = gpus - (nodes - 1) * node_size
+        on = f"{nodes} nodes of {devices_per_node} devices" \
+            if vllm_dp_nodes or last == devices_per_node else \
+            f"{nodes} nodes, {nodes - 1} of {devices_per_node} devices and one of {last}"
+        notes.append(f"each server spans {on}"
                      + (f" (hosts of one NVLink domain of {domain}: its collectives stay on "
                         f"NVLink, as priced)" if inside else ""))
     if s.pp > 1:
