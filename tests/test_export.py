@@ -1623,6 +1623,24 @@ def test_the_export_says_its_length_limit_refuses_longer_requests():
     assert held > 1280
 
 
+def test_prefill_and_decode_exports_say_what_their_length_limit_is_made_of():
+    """A decode plan's limit is its context and one token, a prefill plan's its isl and one
+    output token (it has no osl): each export says so, though the KV pool holds no more."""
+    base = ["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:2", "-q"]
+    r = CliRunner().invoke(app, [*base, "--phase", "decode", "--context", "1000",
+                                 "--export", "vllm"])
+    assert r.exit_code == 0, r.output
+    assert "--max-model-len 1001 " in r.stdout
+    assert "the length limit (--max-model-len) is the plan's context + one token, 1,001 " \
+        "tokens: the server refuses a longer request" in " ".join(r.stdout.split())
+    r = CliRunner().invoke(app, [*base, "--phase", "prefill", "--isl", "1000",
+                                 "--export", "trtllm"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "the length limit (--max_seq_len) is the plan's isl + one output token, 1,001 " \
+        "tokens" in text and "isl + osl" not in text
+
+
 def test_a_decode_plans_trtllm_server_takes_prompts_of_its_context():
     """A decode plan at a 32k context on TensorRT-LLM: its server admits 32k sequences, and
     with chunked prefill off the PyTorch backend refuses any prompt above ``max_num_tokens``

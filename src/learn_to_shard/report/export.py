@@ -1389,16 +1389,23 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
     if unexpressed and plan.engine != engine:
         notes.append(f"the plan was searched for engine {plan.engine or 'none'}; rerun with "
                      f"--engine {engine} for the best strategy {prof.title} launches as is")
-    if wl.phase is not Phase.DECODE and held_per_seq > max_len:
+    if held_per_seq > max_len or wl.phase is not Phase.SERVE:
+        # a prefill or decode plan's limit follows from one length of the phase's: said
+        # always; a serve plan's where its KV pool would hold longer requests
         flag = {"vllm": "--max-model-len", "sglang": "--context-length",
                 "trtllm": "--max_seq_len"}[engine]
-        notes.append(f"the length limit ({flag}) is the plan's "
-                     + ("longest request" if max_model_len else "isl + osl")
+        # what the limit is made of: a prefill plan has no osl (a request carries one output
+        # token) and a decode plan's isl is its context
+        made_of = "longest request" if max_model_len else {
+            Phase.SERVE: "isl + osl", Phase.PREFILL: "isl + one output token",
+            Phase.DECODE: "context + one token"}[wl.phase]
+        notes.append(f"the length limit ({flag}) is the plan's {made_of}"
                      + (" plus SGLang's prompt margin" if engine == "sglang" else "")
                      + f", {max_len:,} tokens: the server refuses a longer request (prompt + "
-                     f"max_tokens); its KV pool holds {held_per_seq:,} tokens per sequence at "
-                     f"the plan's batch, so a larger limit serves longer requests, fewer of "
-                     f"them at once")
+                     f"max_tokens)"
+                     + (f"; its KV pool holds {held_per_seq:,} tokens per sequence at the "
+                        f"plan's batch, so a larger limit serves longer requests, fewer of "
+                        f"them at once" if held_per_seq > max_len else ""))
     return Export(engine=engine, version=prof.version, launcher=launcher,
                   model_id=model_path or model_id_of(plan.model, model), args=args,
                   yaml_config=yaml_cfg,
