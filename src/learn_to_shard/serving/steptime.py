@@ -6,7 +6,7 @@ contents change every iteration: some sequences decode one token each at their o
 some prompts contribute a chunk of prefill tokens. :class:`StepTimeModel` turns one strategy's
 cost-model prices into a function of that content:
 
-``t_step = T_tokens(n_decode + n_prefill) + a_kv · kv_tokens_read + a_pf · prefill_pairs
+``t_step = T_tokens(n_decode + n_prefill) + max(a_kv · kv_tokens_read, a_pf · prefill_pairs)
 + H_seq(n_seqs) + h_prompt · n_prompts + h_eager · [n_prefill > 0] / min(pp, n_seqs)
 + a_rank · (busiest rank's prompt tokens − n_prefill / dp)``
 
@@ -45,9 +45,15 @@ cost-model prices into a function of that content:
 * ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
   cost model's decode step time over context at the grid's batches.
 * ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
-  least-squares slope of the cost model's serve-phase step time (which mixes the decode of
-  ``b`` requests with ``b·isl/osl`` prompt tokens), minus ``T_tokens`` and decode attention,
-  over the prompt tokens' ``isl/2`` earlier tokens each, at a few batches and prompt lengths.
+  least-squares slope of the cost model's attention time of a prefill pass (one prompt per
+  attention-DP rank, ``Estimate.op_time_s["attention"]``, less that of a one-token prompt)
+  over its ``dp · isl²/2`` pairs, at prompt lengths around the workload's. Prompt-only
+  passes, not the serve step: there the decodes' KV read bounds the one attention roofline
+  and hides the prompts' compute, which a lone long prompt pays in full (the simulated
+  prefill of one prompt is then the cost model's prefill of it, to within the LM head the
+  token grid prices for every token).
+* Decode and prompt attention share one kernel's roofline in a step, ``max`` of the two
+  terms, as the cost model prices a serve step's attention.
 
 The fit is re-checked against the cost model's own serve-phase step of the mean content
 (:func:`fit_step_model` returns the relative difference), so the simulation and the analytical
@@ -93,6 +99,9 @@ class StepTimeModel:
         rank_budget: tokens per step and rank (``max_num_batched_tokens``).
         dp_ranks: attention-DP ranks of the instance (the token grid spreads a step's tokens
             over them).
+        lm_head_s: ``[G]`` the LM head's part of ``token_time_s`` (its GEMM over
+            ``token_grid`` rows, as the cost model prices it), or ``None``: the token time
+            prices an LM-head row for every token of the step.
     """
 
     token_grid: np.ndarray
@@ -107,6 +116,7 @@ class StepTimeModel:
     rank_prompt_s: float = 0.0
     rank_budget: int = 1
     dp_ranks: int = 1
+    lm_head_s: np.ndarray | None = None
 
     def pass_tokens(self, n_decode: np.ndarray | float, prompt_tokens: np.ndarray | float,
                     n_seqs: np.ndarray | float) -> np.ndarray:
@@ -144,7 +154,8 @@ class StepTimeModel:
                     n_prompts: np.ndarray | float = 0.0,
                     eager_steps: np.ndarray | float = 0.0,
                     rank_excess: np.ndarray | float = 0.0,
-                    pass_tokens: np.ndarray | float = 0.0) -> np.ndarray:
+                    pass_tokens: np.ndarray | float = 0.0,
+                    lm_rows: np.ndarray | float | None = None) -> np.ndarray:
         """Step time, seconds (element-wise over arrays of equal shape).
 
         Args:
@@ -165,11 +176,22 @@ class StepTimeModel:
                 (:meth:`pass_tokens`): the token time is at least the grid there, so a
                 prompt chunk passes through every stage (0: the tokens spread evenly over
                 the micro-batches, as the cost model's steady state spreads them).
+            lm_rows: rows the LM head computes (the sequences sampled: decodes and prompts
+                completing); ``None``: one per token, as the token grid prices them. The
+                engines compute logits for a sequence's last position only, so a prompt chunk
+                of thousands of tokens runs the LM head over one row, or none before its
+                last chunk (vLLM ``logits_indices``); with :attr:`lm_head_s` the LM head is
+                priced at ``lm_rows``.
 
         Beyond the grid's largest count the token time and the sequences' host time are
         extrapolated linearly from the last two grid points.
         """
         tok = _interp(np.asarray(n_tokens, dtype=float), self.token_grid, self.token_time_s)
+        if self.lm_head_s is not None and lm_rows is not None:
+            rows = np.asarray(lm_rows, dtype=float)
+            tok = tok - _interp(np.asarray(n_tokens, dtype=float), self.token_grid,
+                                self.lm_head_s) \
+                + np.where(rows > 0, _interp(rows, self.token_grid, self.lm_head_s), 0.0)
         eager = np.asarray(eager_steps, dtype=float) * self.eager_step_s
         passes = np.minimum(self.stages, np.maximum(np.asarray(n_seqs, dtype=float), 1.0))
         tok = tok + eager / passes
@@ -178,8 +200,12 @@ class StepTimeModel:
             # The heaviest micro-batch launches its layers on every stage in turn.
             tok = np.maximum(tok, np.where(heavy > 0, _interp(heavy, self.token_grid,
                                                               self.token_time_s) + eager, 0.0))
-        out = tok + self.kv_read_s * np.asarray(kv_tokens_read, dtype=float) \
-            + self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
+        # One attention kernel's roofline over the step's decodes (memory: their KV read) and
+        # prompt chunks (compute: their pairs), as the cost model prices a serve step's
+        # attention (OperatorTerms: one roofline over decode and prompt tokens together).
+        t_kv = self.kv_read_s * np.asarray(kv_tokens_read, dtype=float)
+        t_pf = self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
+        out = tok + np.maximum(t_kv, t_pf)
         if self.seq_host_s is not None:
             seqs = np.asarray(n_seqs, dtype=float)
             out = out + np.where(seqs > 0, _interp(seqs, self.token_grid, self.seq_host_s), 0.0)
@@ -233,6 +259,35 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
     est = sub.evaluate_many(a)
     frac = sub.replica_fraction(np.full(len(batches), s.devices))
     return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device / frac
+
+
+def _op_time_s(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
+               op: str, config: CostModelConfig) -> np.ndarray:
+    """The cost model's time of operator ``op`` summed over the layers of one pass
+    (``Estimate.op_time_s[op]``, 0 where the model has none) of strategy ``s`` in ``phase``
+    at prompt length or context ``isl`` and each of ``batches``, seconds, ``[len(batches)]``."""
+    wl = Workload(phase, isl=isl, osl=0, weight_dtype=cm.workload.weight_dtype,
+                  kv_dtype=cm.workload.kv_dtype)
+    space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
+                                pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
+                                batch_values=tuple(batches))
+    sub = CostModel(cm.model, cm.cluster, wl, config=config, space=space)
+    out = np.zeros(len(batches))
+    for k in range(len(batches)):
+        a = np.zeros(len(space.nvec), dtype=np.int64)
+        a[BATCH_HEAD] = k
+        a[NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
+        out[k] = float(sub.evaluate(a).op_time_s.get(op, 0.0))
+    return out
+
+
+def _prefill_attention_s(cm: CostModel, s: Strategy, isl: int,
+                         config: CostModelConfig) -> float:
+    """The cost model's attention time, summed over the layers, of a prefill pass of one
+    ``isl``-token prompt per attention-DP rank (``s.dp`` prompts) under strategy ``s``,
+    seconds (``Estimate.op_time_s["attention"]``)."""
+    return float(_op_time_s(cm, s, Phase.PREFILL, isl, (max(1, s.dp),), "attention",
+                            config)[0])
 
 
 def step_token_budget(cm: CostModel, s: Strategy) -> int:
@@ -291,10 +346,6 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     model = StepTimeModel(np.asarray(grid, dtype=float), np.asarray(t_tok, dtype=float),
                           kv_read_s, 0.0, None if seq_host is None
                           else np.asarray(seq_host, dtype=float), 0.0)
-    # Prefill attention: the cost model's own serve steps (decode of ``b`` requests plus
-    # ``b·isl/osl`` prompt tokens, each attending to ``isl/2`` earlier ones on average, and
-    # ``b/osl`` prompts completing) at a few batches and prompt lengths, minus their token,
-    # decode-attention and host time.
     limit = cm.model.max_position_embeddings or 2**62
     osl = max(1, wl.osl)
     isls = sorted({i for i in (wl.isl // 4, wl.isl // 2, wl.isl, 2 * wl.isl)
@@ -306,8 +357,18 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
                                      host_prefill_overhead_s=c.host_prefill_overhead_s)
     unbalanced = not c.attention_dp_balanced and s.dp > 1 and cm.model.moe is not None
     rank_cfg = dataclasses.replace(noprompt_cfg, attention_dp_balanced=False)
-    pairs_l, extra_l, prompts_l, phost_l, excess_l, rank_l = [], [], [], [], [], []
-    for i in isls:
+    # Prefill attention: the cost model's attention time of prompt-only passes (one prompt
+    # per attention-DP rank) over their causal pairs, less a one-token prompt's (the
+    # kernel's fixed time per pass, which the token time holds).
+    a0 = _prefill_attention_s(cm, s, 1, noprompt_cfg)
+    pairs = np.array([s.dp * i * i / 2.0 for i in isls])
+    extra = np.array([_prefill_attention_s(cm, s, i, noprompt_cfg) - a0 for i in isls])
+    pf_pairs_s = max(float(np.dot(pairs, extra) / np.dot(pairs, pairs)), 0.0)
+    # The host time per prompt and the busiest attention-DP rank's excess: the cost model's
+    # serve steps (decode of ``b`` requests plus ``b·isl/osl`` prompt tokens and ``b/osl``
+    # prompts completing) with the term minus without it, at a few batches and lengths.
+    prompts_l, phost_l, excess_l, rank_l = [], [], [], []
+    for i in isls if c.host_prefill_overhead_s or unbalanced else ():
         bs = tuple(b for b in (s.dp * 4, s.dp * 16, s.dp * 64) if b * (1 + i / osl) <= budget)
         if not bs:
             continue
@@ -315,9 +376,6 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         b_arr = np.asarray(bs, dtype=float)
         pf_arr = b_arr * i / osl
         done = b_arr / osl
-        base = model.step_time_s(b_arr + pf_arr, b_arr * (i + osl / 2), 0.0, b_arr + done)
-        pairs_l.append(pf_arr * i / 2)
-        extra_l.append(t_serve - base)
         if c.host_prefill_overhead_s:
             prompts_l.append(done)
             phost_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl, config=prompt_cfg)[0]
@@ -327,10 +385,6 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
                                          c.token_budget))
             rank_l.append(priced(cm, s, Phase.SERVE, i, bs, osl=osl, config=rank_cfg)[0]
                           - t_serve)
-    pf_pairs_s = 0.0
-    if pairs_l:
-        pairs, extra = np.concatenate(pairs_l), np.concatenate(extra_l)
-        pf_pairs_s = max(float(np.dot(pairs, extra) / np.dot(pairs, pairs)), 0.0)
     prompt_host_s = 0.0
     if prompts_l:
         pr, ph = np.concatenate(prompts_l), np.concatenate(phost_l)
@@ -340,7 +394,13 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         ex, dr = np.concatenate(excess_l), np.concatenate(rank_l)
         if float(np.dot(ex, ex)) > 0.0:
             rank_prompt_s = max(float(np.dot(ex, dr) / np.dot(ex, ex)), 0.0)
+    # The LM head's part of the token time, so a step prices it at the rows it samples
+    # (one stage: with stages, the LM head is one stage's, which the pipelined token time
+    # does not separate).
+    lm_head = _op_time_s(cm, s, Phase.DECODE, 1, tuple(grid), "lm_head", tok_cfg) \
+        if s.pp == 1 else None
     model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s,
+                                lm_head_s=lm_head,
                                 eager_step_s=c.eager_layer_overhead_s * cm.model.num_layers,
                                 stages=s.pp, ranks=s.dp if unbalanced else 1,
                                 rank_prompt_s=rank_prompt_s,
@@ -361,6 +421,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     excess = _rank_excess(n_dec / s.dp, n_pf / s.dp, wl.isl, s.dp, c.token_budget) \
         if unbalanced else 0.0
     fit = float(model.step_time_s(n_dec + n_pf, n_dec * wl.decode_context,
-                                  n_pf * wl.isl / 2, n_dec + n_done, n_done, eager, excess))
+                                  n_pf * wl.isl / 2, n_dec + n_done, n_done, eager, excess,
+                                  lm_rows=n_dec + n_done))
     rel = abs(fit - t_model) / t_model if t_model > 0 else float("nan")
     return model, rel
