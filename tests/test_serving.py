@@ -1377,6 +1377,33 @@ def test_one_token_outputs_have_no_simulated_tpot_in_the_json():
     assert s["mean_ttft_s"] > 0
 
 
+def test_a_replicas_share_of_a_trace_is_judged_at_its_own_lengths(tmp_path):
+    """Round-robin over two replicas deals every 16,000-token prompt to one and every
+    1,000-token output to the other, though the trace's means are the planned 8,050 / 505.
+    The replica simulated (the busiest) is priced at its share's lengths: 10 requests/s of
+    16,000-token prompts overload one H100, as replaying that share alone as a trace says
+    (it was judged at the planned lengths' capacity over its 10-token outputs, 57 requests/s:
+    utilization 0.18, "not overloaded")."""
+    f = tmp_path / "alt.csv"
+    f.write_text("arrival_s,isl,osl\n" + "".join(
+        f"{i * 0.05:.2f},{'16000,10' if i % 2 == 0 else '100,1000'}\n" for i in range(400)),
+        encoding="utf-8")
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:2", make_workload("serve", isl=8050,
+                                                                       osl=505))
+    est = cm.evaluate(Strategy(tp=1, ep=1, pp=1, dp=1, batch=48, dims=(0,) * 12))
+    assert est.feasible and est.instances == 2
+    sim = simulate_estimate(cm, est, ServingLoad(trace=load_trace(f)))
+    assert sim["lengths"]["apart_from_planned"] is False     # the whole trace's means
+    share = f.with_name("share.csv")
+    share.write_text("arrival_s,isl,osl\n" + "".join(
+        f"{i * 0.1:.2f},16000,10\n" for i in range(200)), encoding="utf-8")
+    alone = simulate_estimate(cm, dataclasses.replace(est, instances=1),
+                              ServingLoad(trace=load_trace(share)))
+    assert sim["overloaded"] and alone["overloaded"]
+    assert sim["utilization"] == pytest.approx(alone["utilization"], rel=0.05)
+    assert sim["utilization"] > 2.0
+
+
 def test_a_trace_arriving_at_once_is_flagged(tmp_path):
     """3,000 requests at one instant: no mean rate, so no overload, but they queue behind each
     other for minutes; the plan warns."""

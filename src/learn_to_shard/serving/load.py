@@ -611,7 +611,13 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     lengths_apart = load.trace is not None and (
         abs(trace_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
         or abs(trace_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
-    a_isl, a_osl = (max(1, round(mean_isl)), max(1, round(mean_osl))) if lengths_apart \
+    # The simulated replica's share of a trace is priced at its own means where they are
+    # apart from the planned lengths: round-robin can deal one replica the long prompts
+    # and another the long outputs of a trace whose means are the planned ones.
+    share_apart = load.trace is not None and (
+        abs(mean_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
+        or abs(mean_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
+    a_isl, a_osl = (max(1, round(mean_isl)), max(1, round(mean_osl))) if share_apart \
         else (wl.isl, wl.osl)
     a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, a_isl, (occ,),
                                                              osl=a_osl))
@@ -655,10 +661,11 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     # sequences its KV pool holds at them.
     held = mean_isl + (mean_osl if c.kv_reserve_full_request else mean_osl / 2.0)
     at_once = max(1, min(seqs, int(est.kv_capacity_tokens // max(held, 1.0))))
-    # A trace replayed beside other --isl/--osl (the lengths the search ranked at): the
-    # replica's capacity at the trace's own mean lengths, with the sequences its KV pool
-    # holds at them, not the plan's steady state at lengths the trace does not send.
-    if lengths_apart:
+    # A trace replayed beside other --isl/--osl (the lengths the search ranked at), or whose
+    # share at this replica is: the replica's capacity at its share's mean lengths, with the
+    # sequences its KV pool holds at them, not the plan's steady state at lengths the
+    # replica is not sent.
+    if share_apart:
         tps_at = priced(cm, s, Phase.SERVE, max(1, round(mean_isl)), (at_once,),
                         osl=max(1, round(mean_osl)))[2]
         capacity = float(tps_at[0]) / mean_osl
