@@ -427,7 +427,8 @@ def test_unusable_output_name_is_one_line():
 
 def test_malformed_command_lines_are_one_line_exit_2():
     """Through the real entry point (``l2s``): an unknown option, a value for a flag, an
-    unparsable number and a missing option are one ``error:`` line naming it, exit 2."""
+    unparsable number, a missing option and an option given twice are one ``error:`` line
+    naming it, exit 2."""
     import subprocess
     import sys
 
@@ -436,7 +437,15 @@ def test_malformed_command_lines_are_one_line_exit_2():
              (["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:8", "--budget", "1e12"],
               "--budget"),
              (["plan", "--bogus"], "--bogus"),
-             (["plan", "--cluster", "h100-sxm:8"], "--model")]
+             (["plan", "--cluster", "h100-sxm:8"], "--model"),
+             # click keeps a repeated option's last value without a word: refused
+             (["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--phase",
+               "serve", "--isl", "100", "--osl", "100", "-q", "--isl=5"],
+              "--isl given 2 times (--isl 100, --isl 5); give it once (see l2s plan --help)"),
+             (["plan", "-m", "llama-3.1-8b", "--model", "llama-3.1-70b", "--cluster",
+               "h100-sxm:8"], "-m given 2 times (-m llama-3.1-8b, --model llama-3.1-70b)"),
+             (["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--timing",
+               "--no-timing"], "--timing given 2 times (--timing, --no-timing)")]
     for args, needle in cases:
         r = subprocess.run([sys.executable, "-c", "from learn_to_shard.cli import main; main()",
                             *args], capture_output=True, text=True, timeout=120)

@@ -268,8 +268,10 @@ def _export_at_degrees(free, engine, st):
 
 
 def _cli(*args):
-    return CliRunner().invoke(app, ["plan", "--phase", "serve", "--isl", "1024", "--osl", "256",
-                                    *args])
+    """``l2s plan --phase serve`` at 1024/256 unless ``args`` give their own lengths."""
+    lengths = [x for flag, value in (("--isl", "1024"), ("--osl", "256"))
+               if flag not in args for x in (flag, value)]
+    return CliRunner().invoke(app, ["plan", "--phase", "serve", *lengths, *args])
 
 
 def test_export_searches_what_the_exported_engine_launches():

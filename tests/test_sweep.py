@@ -550,8 +550,9 @@ def test_cli_size_checks_its_answer_with_the_serving_simulation(tmp_path):
     (["--price", "h100-sxm=2,"], "--price: an empty item in 'h100-sxm=2,'"),
 ])
 def test_cli_size_bad_options_name_their_flag(tmp_path, extra, says):
+    devices = [] if "--devices" in extra else ["--devices", "h100-sxm"]
     r = CliRunner().invoke(app, ["size", "--model", "llama-3.1-8b", "--rate", "5", "--isl",
-                                 "512", "--osl", "128", "--devices", "h100-sxm", "-q",
+                                 "512", "--osl", "128", *devices, "-q",
                                  "--out", str(tmp_path / "s"), *extra])
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output
 

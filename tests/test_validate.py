@@ -559,9 +559,10 @@ def test_validate_outputs_never_overwrite_a_config_the_table_reads(tmp_path):
     _, _ = _validate_rows(tmp_path, [{**row, "model": "cfg/x.json"}])
     table = tmp_path / "mine.csv"
     for flag in ("--report", "--plot"):
+        other = {"--report": ["--plot", str(tmp_path / "p.png")],
+                 "--plot": ["--report", str(tmp_path / "r.json")]}[flag]
         r = CliRunner().invoke(app, ["validate", "--table", str(table), "--summary-only",
-                                     "--plot", str(tmp_path / "p.png"),
-                                     "--report", str(tmp_path / "r.json"), flag, str(cfg)])
+                                     *other, flag, str(cfg)])
         assert r.exit_code == 2, r.output
         err = r.stderr.strip()
         assert err.startswith("error:") and "\n" not in err, err

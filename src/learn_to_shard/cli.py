@@ -22,7 +22,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 from rich.console import Console
@@ -34,6 +34,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from typer.core import TyperGroup
 
 from .api import (
     DEFAULT_BUDGET,
@@ -83,7 +84,66 @@ if TYPE_CHECKING:
     from .report.export import Export
     from .sweep.sizing import Fleet
 
+def _usage_error() -> type[Exception]:
+    """click's ``UsageError`` as typer raises it (its own vendored click in recent releases,
+    the click package in older ones), found through the public ``typer.BadParameter``."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class _OnceGroup(TyperGroup):
+    """The command group whose subcommands refuse an option given more than once
+    (``--isl 100 … --isl 5``): click keeps the last value without a word, so a repeated
+    flag would silently plan something else than the line reads. Options that collect a
+    list (``multiple``) and counters may repeat."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """click's resolution, then the repeated-option check on the subcommand's own
+        arguments.
+
+        Raises:
+            click.UsageError: an option of the subcommand given twice or more (its flag
+                names, or a flag and its ``--no-`` form), naming it and what each gave.
+        """
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None:       # the error's context is the subcommand's (its --help)
+            _refuse_repeated_options(cmd, rest, type(ctx)(cmd, parent=ctx, info_name=name))
+        return name, cmd, rest
+
+
+def _refuse_repeated_options(cmd: Any, args: list[str], ctx: Any) -> None:
+    """Raise click's ``UsageError`` where ``args`` (a subcommand's, before parsing) give one
+    of ``cmd``'s single-valued options twice or more; ``--`` ends the options."""
+    by_flag: dict[str, Any] = {}
+    for p in cmd.params:
+        if p.param_type_name == "option" and not p.multiple and not p.count:
+            for flag in (*p.opts, *p.secondary_opts):
+                by_flag[flag] = p
+    given: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            break
+        flag, eq, value = token.partition("=")
+        opt = by_flag.get(flag) if token.startswith("-") else None
+        if opt is not None:
+            if opt.is_flag:
+                shown = flag
+            elif eq:
+                shown = f"{flag} {value}"
+            else:
+                shown = f"{flag} {args[i + 1]}" if i + 1 < len(args) else flag
+                i += 1                                 # the option's value
+            given.setdefault(str(opt.name), []).append(shown)
+        i += 1
+    for said in given.values():
+        if len(said) > 1:
+            raise _usage_error()(f"{said[0].split()[0]} given {len(said)} times "
+                                 f"({', '.join(said)}); give it once", ctx)
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  cls=_OnceGroup,
                   help="Plan distributed LLM inference: parallelism degrees and per-operator "
                        "sharding (Learning to Shard, arXiv 2509.00217).")
 err = Console(stderr=True, soft_wrap=True, markup=False)
