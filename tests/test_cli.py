@@ -445,7 +445,12 @@ def test_malformed_command_lines_are_one_line_exit_2():
              (["plan", "-m", "llama-3.1-8b", "--model", "llama-3.1-70b", "--cluster",
                "h100-sxm:8"], "-m given 2 times (-m llama-3.1-8b, --model llama-3.1-70b)"),
              (["plan", "--model", "llama-3.1-8b", "--cluster", "h100-sxm:1", "--timing",
-               "--no-timing"], "--timing given 2 times (--timing, --no-timing)")]
+               "--no-timing"], "--timing given 2 times (--timing, --no-timing)"),
+             # click's short spellings: a value attached, flags bundled
+             (["plan", "-mllama-3.1-8b", "-m", "llama-3.1-70b", "-c", "h100-sxm:8"],
+              "-m given 2 times (-m llama-3.1-8b, -m llama-3.1-70b)"),
+             (["plan", "-m", "llama-3.1-8b", "-c", "h100-sxm:1", "-qo", "a.json", "-o",
+               "b.json"], "-o given 2 times (-o a.json, -o b.json)")]
     for args, needle in cases:
         r = subprocess.run([sys.executable, "-c", "from learn_to_shard.cli import main; main()",
                             *args], capture_output=True, text=True, timeout=120)

@@ -1394,6 +1394,9 @@ def test_a_replicas_share_of_a_trace_is_judged_at_its_own_lengths(tmp_path):
     assert est.feasible and est.instances == 2
     sim = simulate_estimate(cm, est, ServingLoad(trace=load_trace(f)))
     assert sim["lengths"]["apart_from_planned"] is False     # the whole trace's means
+    assert sim["lengths"]["replica_apart_from_planned"] is True
+    assert (sim["lengths"]["replica_mean_isl"], sim["lengths"]["replica_mean_osl"]) == \
+        (16000, 10)
     share = f.with_name("share.csv")
     share.write_text("arrival_s,isl,osl\n" + "".join(
         f"{i * 0.1:.2f},16000,10\n" for i in range(200)), encoding="utf-8")

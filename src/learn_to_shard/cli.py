@@ -112,29 +112,55 @@ class _OnceGroup(TyperGroup):
 
 def _refuse_repeated_options(cmd: Any, args: list[str], ctx: Any) -> None:
     """Raise click's ``UsageError`` where ``args`` (a subcommand's, before parsing) give one
-    of ``cmd``'s single-valued options twice or more; ``--`` ends the options."""
+    of ``cmd``'s single-valued options twice or more, in any of click's spellings
+    (``--isl 5``, ``--isl=5``, ``-m x``, ``-mx``, bundled flags ``-qo file``); ``--`` ends
+    the options, and a line asking for ``--help`` is left to it."""
     by_flag: dict[str, Any] = {}
     for p in cmd.params:
         if p.param_type_name == "option" and not p.multiple and not p.count:
             for flag in (*p.opts, *p.secondary_opts):
                 by_flag[flag] = p
     given: dict[str, list[str]] = {}
+
+    def note(opt: Any, shown: str) -> None:
+        given.setdefault(str(opt.name), []).append(shown)
+
     i = 0
     while i < len(args):
         token = args[i]
         if token == "--":
             break
-        flag, eq, value = token.partition("=")
-        opt = by_flag.get(flag) if token.startswith("-") else None
-        if opt is not None:
-            if opt.is_flag:
-                shown = flag
-            elif eq:
-                shown = f"{flag} {value}"
-            else:
-                shown = f"{flag} {args[i + 1]}" if i + 1 < len(args) else flag
-                i += 1                                 # the option's value
-            given.setdefault(str(opt.name), []).append(shown)
+        if token in ("--help", "-h"):
+            return
+        if token.startswith("--"):
+            flag, eq, value = token.partition("=")
+            opt = by_flag.get(flag)
+            if opt is not None:
+                if opt.is_flag:
+                    note(opt, flag)
+                elif eq:
+                    note(opt, f"{flag} {value}")
+                else:
+                    note(opt, f"{flag} {args[i + 1]}" if i + 1 < len(args) else flag)
+                    i += 1                                 # the option's value
+        elif token.startswith("-") and len(token) > 1:
+            # click's short options: a value attached (-mx) or the next argument, and flags
+            # bundled (-qj), the last of a bundle taking a value
+            for k in range(1, len(token)):
+                flag = "-" + token[k]
+                opt = by_flag.get(flag)
+                if opt is None:
+                    break
+                if opt.is_flag:
+                    note(opt, flag)
+                    continue
+                rest = token[k + 1:]
+                if rest:
+                    note(opt, f"{flag} {rest}")
+                else:
+                    note(opt, f"{flag} {args[i + 1]}" if i + 1 < len(args) else flag)
+                    i += 1
+                break
         i += 1
     for said in given.values():
         if len(said) > 1:

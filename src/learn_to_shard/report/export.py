@@ -772,11 +772,15 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
             device.devices_per_host is not None else 0
         inside = bool(domain) and all(k * gpus // domain == ((k + 1) * gpus - 1) // domain
                                       for k in range(servers))
-        # a server whose GPUs do not fill its last node (16 GPUs on nodes of 3) says so
+        # a server whose GPUs do not fill whole nodes (16 GPUs on nodes of 3) says so: one
+        # server fills all but its last node; several, laid one after another, share nodes
         last = gpus - (nodes - 1) * node_size
         on = f"{nodes} nodes of {devices_per_node} devices" \
             if vllm_dp_nodes or last == devices_per_node else \
-            f"{nodes} nodes, {nodes - 1} of {devices_per_node} devices and one of {last}"
+            f"{nodes} nodes, {nodes - 1} of {devices_per_node} devices and one of {last}" \
+            if servers == 1 else \
+            f"{nodes} nodes of {devices_per_node} devices, its {gpus} GPUs laid after the " \
+            f"servers before it, so servers share nodes"
         notes.append(f"each server spans {on}"
                      + (f" (hosts of one NVLink domain of {domain}: its collectives stay on "
                         f"NVLink, as priced)" if inside else ""))

@@ -563,14 +563,25 @@ def simulation_notes(sims: list[dict], best_only: bool = False) -> list[tuple[st
     out: list[tuple[str, str]] = []
     first = sims[0]
     lengths = first.get("lengths", {})
+    # The ÷ steady ratios are over the steady state at the simulated replica's share's mean
+    # lengths where those are apart from the planned ones, else at the planned ones.
+    at = (f"the simulated replica's share's mean lengths, {lengths['replica_mean_isl']:,.0f} "
+          f"/ {lengths['replica_mean_osl']:,.0f}"
+          if lengths.get("replica_apart_from_planned") else "the planned lengths")
     if lengths.get("apart_from_planned"):
         out.append(("warning", f"the trace's mean prompt ({lengths['mean_isl']:,.0f} tokens) "
                     f"and output ({lengths['mean_osl']:,.0f}) are not the --isl "
                     f"{lengths['planned_isl']} / --osl {lengths['planned_osl']} the search "
                     f"ranked strategies at: the plan and its steady-state numbers are for those "
                     f"lengths, and the simulation replays the trace's (its ÷ steady "
-                    f"ratios are over the steady state at the trace's mean lengths); plan "
+                    f"ratios are over the steady state at {at}); plan "
                     f"with --trace alone to rank at the trace's lengths"))
+    elif lengths.get("replica_apart_from_planned"):
+        out.append(("note", f"round-robin deals the simulated replica a share of the trace "
+                    f"whose mean prompt ({lengths['replica_mean_isl']:,.0f} tokens) and output "
+                    f"({lengths['replica_mean_osl']:,.0f}) are not the trace's "
+                    f"({lengths['mean_isl']:,.0f} / {lengths['mean_osl']:,.0f}): its capacity "
+                    f"and ÷ steady ratios are at its share's lengths"))
     for sim in sims[:1] if best_only else sims:
         if sim.get("overloaded"):
             offered = sim["offered_requests_per_s"]

@@ -533,17 +533,20 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
         ``capacity_requests_per_s`` (a queue at full load does not settle), the requests/s the
         replica completes at the plan's batch, the analytical tokens/s over the mean output
         length; a trace also needs more requests than the replica runs at once, its batch
-        within the sequences its KV pool holds at the trace's mean lengths (for a trace whose
-        mean lengths are more than :data:`TRACE_LENGTHS_APART` away
-        from the workload's ``isl``/``osl``, priced at the trace's mean lengths with the
-        sequences the KV pool holds at them: ``lengths.apart_from_planned``), or,
+        within the sequences its KV pool holds at the simulated replica's mean lengths (for
+        a replica whose share of the trace has mean lengths more than
+        :data:`TRACE_LENGTHS_APART` away from the workload's ``isl``/``osl``, priced at its
+        share's mean lengths with the sequences the KV pool holds at them:
+        ``lengths.replica_apart_from_planned``, with ``replica_mean_isl`` /
+        ``replica_mean_osl``; ``apart_from_planned`` and ``mean_isl`` / ``mean_osl`` are the
+        whole trace's), or,
         for a rate, the last quarter of arrivals waits for its first token more
         than twice as long as the first quarter, plus 1 s (``queue_grows``; ``None`` for a
         trace, whose bursts queue without overloading it); ``utilization``: the offered rate
         over that capacity, ``None`` without a rate or for a trace the replica takes in
-        whole). For a trace whose lengths are apart
-        from the workload's, ``analytic`` and the ratios take the steady state at the mean
-        lengths of the requests simulated.
+        whole). Where the simulated replica's share of a trace is apart from the workload's
+        lengths, ``analytic`` and the ratios take the steady state at that share's mean
+        lengths.
 
     Raises:
         ConfigError: the workload is not the serve phase, a request is longer than the model's
@@ -703,7 +706,9 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
                         "range_ratio": load.range_ratio, "up_to_nominal": load.up_to_nominal,
                         "mean_isl": trace_isl, "mean_osl": trace_osl,
                         "planned_isl": wl.isl, "planned_osl": wl.osl,
-                        "apart_from_planned": lengths_apart},
+                        "apart_from_planned": lengths_apart,
+                        "replica_mean_isl": mean_isl, "replica_mean_osl": mean_osl,
+                        "replica_apart_from_planned": share_apart},
             "replicas": replicas, "replica_share": share, "clients_queued": queue,
             "dp_ranks_as_replicas": ranks_apart,
             "requests_simulated": len(req.isl),

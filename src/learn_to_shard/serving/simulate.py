@@ -699,7 +699,8 @@ def simulate(step: StepTimeModel, requests: Requests, *, max_num_seqs: int,
                     (max_num_batched_tokens - n_dec) / (dp_ranks * microbatches)),
                     n_dec + n_done))
             dt = float(step.step_time_s(n_dec + n_pf, ctx_sum, pairs, n_dec + n_done, n_done,
-                                        1.0, excess, heavy, lm_rows=n_dec + n_done))
+                                        1.0, excess, heavy, lm_rows=n_dec + n_done,
+                                        chunks=int((chunk > 0).sum())))
             running_time += n_running * dt
             step_start = t
             t += dt

@@ -155,7 +155,8 @@ class StepTimeModel:
                     eager_steps: np.ndarray | float = 0.0,
                     rank_excess: np.ndarray | float = 0.0,
                     pass_tokens: np.ndarray | float = 0.0,
-                    lm_rows: np.ndarray | float | None = None) -> np.ndarray:
+                    lm_rows: np.ndarray | float | None = None,
+                    chunks: np.ndarray | float = 0.0) -> np.ndarray:
         """Step time, seconds (element-wise over arrays of equal shape).
 
         Args:
@@ -182,6 +183,9 @@ class StepTimeModel:
                 of thousands of tokens runs the LM head over one row, or none before its
                 last chunk (vLLM ``logits_indices``); with :attr:`lm_head_s` the LM head is
                 priced at ``lm_rows``.
+            chunks: prompts with a chunk in the step (each rides one pipeline micro-batch):
+                with ``n_seqs`` they set the micro-batches that share the step's prompt
+                pairs, ``min(stages, max(n_seqs, chunks, 1))``.
 
         Beyond the grid's largest count the token time and the sequences' host time are
         extrapolated linearly from the last two grid points.
@@ -203,8 +207,13 @@ class StepTimeModel:
         # One attention kernel's roofline over the step's decodes (memory: their KV read) and
         # prompt chunks (compute: their pairs), as the cost model prices a serve step's
         # attention (OperatorTerms: one roofline over decode and prompt tokens together).
+        # The pair price is of one pass through every layer: with pipeline stages the
+        # step's micro-batches share it, min(stages, sequences or chunks) in flight, as the
+        # cost model spreads a step's prompt tokens over them (a lone prompt is one pass).
         t_kv = self.kv_read_s * np.asarray(kv_tokens_read, dtype=float)
-        t_pf = self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float)
+        carriers = np.maximum(np.asarray(n_seqs, dtype=float), np.asarray(chunks, dtype=float))
+        t_pf = self.prefill_pair_s * np.asarray(prefill_pairs, dtype=float) \
+            / np.minimum(self.stages, np.maximum(carriers, 1.0))
         out = tok + np.maximum(t_kv, t_pf)
         if self.seq_host_s is not None:
             seqs = np.asarray(n_seqs, dtype=float)
@@ -290,6 +299,40 @@ def _prefill_attention_s(cm: CostModel, s: Strategy, isl: int,
                             config)[0])
 
 
+#: Prompt lengths at which the price of a prompt-attention pair is read off the cost model
+#: (:func:`_pair_price_s`, the two longest of these, the workload's ``isl`` and ``2·isl``
+#: that the model's positions hold), tokens: long enough that the pairs' FLOPs outweigh the
+#: attention's bytes per token, so a trace of prompts far longer than the planned ones is
+#: priced at the long prompts' rate.
+PAIR_PROBE_TOKENS = (1024, 4096, 16384, 65536)
+
+
+def _pair_price_s(cm: CostModel, s: Strategy, config: CostModelConfig) -> float:
+    """The price of one (prompt token, earlier token) pair of prompt attention under
+    strategy ``s``, seconds per pair of the instance (``dp`` prompts at a time, one per
+    attention-DP rank).
+
+    Read off the cost model's attention time of prompt-only passes ``y(i)`` (less a
+    one-token prompt's: the kernel's fixed time per pass, which the token time holds) at the
+    two longest of :data:`PAIR_PROBE_TOKENS`, the workload's ``isl`` and ``2·isl`` within
+    ``max_position_embeddings``: per prompt token ``y(i)/i = α + β·i/2``, so ``β`` is the
+    slope of ``y/i`` over ``i/2`` between them. ``α`` — the attention's bytes per prompt
+    token, which bound short prompts (the roofline's memory side), and the linear cost of
+    sliding-window layers — drops out, so a long prompt's pairs are not priced at a short
+    prompt's rate. 0 where fewer than two lengths fit or the slope is negative.
+    """
+    wl = cm.workload
+    limit = cm.model.max_position_embeddings or 2**62
+    lengths = sorted({i for i in (*PAIR_PROBE_TOKENS, wl.isl, 2 * wl.isl) if 16 <= i <= limit})
+    if len(lengths) < 2:
+        return 0.0
+    a0 = _prefill_attention_s(cm, s, 1, config)
+    lo, hi = lengths[-2], lengths[-1]
+    per_lo = (_prefill_attention_s(cm, s, lo, config) - a0) / (s.dp * lo)
+    per_hi = (_prefill_attention_s(cm, s, hi, config) - a0) / (s.dp * hi)
+    return max(2.0 * (per_hi - per_lo) / (hi - lo), 0.0)
+
+
 def step_token_budget(cm: CostModel, s: Strategy) -> int:
     """Tokens one simulated step of strategy ``s`` may carry: ``max_num_batched_tokens`` per
     attention-DP rank and per pipeline micro-batch in flight (``min(pp, batch)``, as the
@@ -357,13 +400,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
                                      host_prefill_overhead_s=c.host_prefill_overhead_s)
     unbalanced = not c.attention_dp_balanced and s.dp > 1 and cm.model.moe is not None
     rank_cfg = dataclasses.replace(noprompt_cfg, attention_dp_balanced=False)
-    # Prefill attention: the cost model's attention time of prompt-only passes (one prompt
-    # per attention-DP rank) over their causal pairs, less a one-token prompt's (the
-    # kernel's fixed time per pass, which the token time holds).
-    a0 = _prefill_attention_s(cm, s, 1, noprompt_cfg)
-    pairs = np.array([s.dp * i * i / 2.0 for i in isls])
-    extra = np.array([_prefill_attention_s(cm, s, i, noprompt_cfg) - a0 for i in isls])
-    pf_pairs_s = max(float(np.dot(pairs, extra) / np.dot(pairs, pairs)), 0.0)
+    pf_pairs_s = _pair_price_s(cm, s, noprompt_cfg)
     # The host time per prompt and the busiest attention-DP rank's excess: the cost model's
     # serve steps (decode of ``b`` requests plus ``b·isl/osl`` prompt tokens and ``b/osl``
     # prompts completing) with the term minus without it, at a few batches and lengths.
