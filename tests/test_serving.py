@@ -166,6 +166,40 @@ def test_a_lone_long_prompt_prefills_as_the_cost_model_prices_it(cluster, isl):
     assert prefill <= ttft <= 1.10 * prefill
 
 
+def test_the_pair_price_is_the_long_prompts_whatever_the_planned_isl():
+    """The price of a prompt-attention pair is read off long prompt-only passes, so a plan
+    ranked at 128-token prompts prices a trace's 16,000-token prompt as one planned at
+    8,192 does (the attention's bytes per token, which dominate short prompts and which the
+    token grid prices, would otherwise be booked as pairs: 8.6x at isl 128)."""
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+
+    s = Strategy(tp=1, ep=1, pp=1, dp=1, batch=8, dims=MEGATRON_DIMS)
+    price = [fit_step_model(make_cost_model("llama-3.1-8b", "h100-sxm:1",
+                                            make_workload("serve", isl=isl, osl=16)),
+                            s)[0].prefill_pair_s for isl in (2, 128, 8192)]
+    assert price[2] > 0.0
+    assert price[0] == pytest.approx(price[2], rel=0.02)
+    assert price[1] == pytest.approx(price[2], rel=0.02)
+
+
+def test_pipeline_micro_batches_share_a_steps_prompt_pairs():
+    """With four stages, a serve step's prompt pairs ride the micro-batches in flight, as
+    the cost model spreads a step's prompt tokens: the fitted step is within 20% of the cost
+    model's serve step at long prompts (2.3x when each step paid every pair in full; the
+    rest is the pipelined token grid's, priced from decode steps whose last stage carries
+    an LM-head row per token), and a lone prompt still pays them whole (one pass)."""
+    from learn_to_shard.parallel.ops import MEGATRON_DIMS
+
+    cm = make_cost_model("llama-3.1-8b", "h100-sxm:4", make_workload("serve", isl=32768,
+                                                                       osl=16))
+    s = Strategy(tp=1, ep=1, pp=4, dp=1, batch=16, dims=MEGATRON_DIMS)
+    step, rel = fit_step_model(cm, s)
+    assert rel < 0.2
+    lone = float(step.step_time_s(8192, 0.0, 8192 * 4096, 0.0, chunks=1))
+    spread = float(step.step_time_s(8192, 0.0, 8192 * 4096, 0.0, chunks=4))
+    assert lone - spread == pytest.approx(step.prefill_pair_s * 8192 * 4096 * 0.75, rel=1e-6)
+
+
 def test_directions_under_load(llama_serve):
     """More closed-loop clients: higher TTFT and TPOT, more throughput (until saturation)."""
     cm, plan = llama_serve

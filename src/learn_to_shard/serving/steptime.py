@@ -431,11 +431,10 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
         ex, dr = np.concatenate(excess_l), np.concatenate(rank_l)
         if float(np.dot(ex, ex)) > 0.0:
             rank_prompt_s = max(float(np.dot(ex, dr) / np.dot(ex, ex)), 0.0)
-    # The LM head's part of the token time, so a step prices it at the rows it samples
-    # (one stage: with stages, the LM head is one stage's, which the pipelined token time
-    # does not separate).
-    lm_head = _op_time_s(cm, s, Phase.DECODE, 1, tuple(grid), "lm_head", tok_cfg) \
-        if s.pp == 1 else None
+    # The LM head's part of the token time, so a step prices it at the rows it samples.
+    # With pipeline stages it runs on the last one, which it makes the slowest: a step of
+    # m micro-batches pays it m times a micro-batch's rows, the whole step's rows once.
+    lm_head = _op_time_s(cm, s, Phase.DECODE, 1, tuple(grid), "lm_head", tok_cfg)
     model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s,
                                 lm_head_s=lm_head,
                                 eager_step_s=c.eager_layer_overhead_s * cm.model.num_layers,
