@@ -44,16 +44,17 @@ cost-model prices into a function of that content:
   budget, and at least the mean.
 * ``a_kv``: seconds per key/value token a decode step reads — the least-squares slope of the
   cost model's decode step time over context at the grid's batches.
-* ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention — the
-  least-squares slope of the cost model's attention time of a prefill pass (one prompt per
-  attention-DP rank, ``Estimate.op_time_s["attention"]``, less that of a one-token prompt)
-  over its ``dp · isl²/2`` pairs, at prompt lengths around the workload's. Prompt-only
+* ``a_pf``: seconds per (prompt token, earlier token) pair of causal prefill attention, read
+  off the cost model's attention time of prompt-only passes at long prompts (one prompt per
+  attention-DP rank, ``Estimate.op_time_s["attention"]``; :func:`_pair_price_s`). Prompt-only
   passes, not the serve step: there the decodes' KV read bounds the one attention roofline
-  and hides the prompts' compute, which a lone long prompt pays in full (the simulated
-  prefill of one prompt is then the cost model's prefill of it, to within the LM head the
-  token grid prices for every token).
+  and hides the prompts' compute, which a lone long prompt pays in full, so the simulated
+  prefill of one prompt is the cost model's prefill of it. With pipeline stages the step's
+  micro-batches in flight share the pairs (a lone prompt's chunk is one pass).
 * Decode and prompt attention share one kernel's roofline in a step, ``max`` of the two
   terms, as the cost model prices a serve step's attention.
+* The LM head (its part of ``T_tokens``, ``StepTimeModel.lm_head_s``) is priced at the rows
+  the step samples, decodes and prompts completing, not at every prompt token.
 
 The fit is re-checked against the cost model's own serve-phase step of the mean content
 (:func:`fit_step_model` returns the relative difference), so the simulation and the analytical
