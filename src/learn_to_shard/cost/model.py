@@ -383,6 +383,20 @@ class CostModel(OperatorTerms):
         out = self._run(a, detail=False)
         return out["batch"]
 
+    def lm_head_time_many(self, actions: np.ndarray) -> np.ndarray:
+        """The LM head's time on the last stage for ``[n, A]`` action vectors, seconds,
+        ``[n]``: its input conversion, final-norm statistics, GEMM and logits gather for the
+        step's rows (:meth:`~learn_to_shard.cost.terms.OperatorTerms.lm_head`; of a serve
+        mix, its step a's), as the stage times include it.
+
+        Raises:
+            ValueError: ``actions`` not ``[n, A]``.
+        """
+        a = np.atleast_2d(np.asarray(actions, dtype=np.int64))
+        if a.shape[1] != ACTION_LEN:
+            raise ValueError(f"actions must be [n, {ACTION_LEN}], got {a.shape}")
+        return np.asarray(self._run(a, detail=False)["lm_t"], dtype=np.float64)
+
     def evaluate(self, strategy: Strategy | np.ndarray) -> Estimate:
         """Evaluate one strategy, with a readable breakdown (same numbers as evaluate_many).
 
@@ -561,7 +575,7 @@ class CostModel(OperatorTerms):
             max_context_tokens=max_context.astype(np.int64))
         out = {"batch": batch_est, "stage_mem": stage_mem, "stage_w": stage_w,
                "stage_kv": stage_kv, "ws": np.broadcast_to(ws, (n,)), "stage_t": stage_t,
-               "m": m_mb, "instance_tps": instance_tps,
+               "m": m_mb, "instance_tps": instance_tps, "lm_t": step["lm_t"],
                "ttft_queue": np.broadcast_to(np.asarray(lat.ttft_queue_s, dtype=np.float64),
                                              (n,))}
         if detail:
@@ -836,7 +850,7 @@ class CostModel(OperatorTerms):
         ws = self.workspace_bytes(dec, pf, pf_seqs, tp, etp)
         out = {"stage_t": stage_t, "p2p": p2p, "w_type": w_type, "kv_type_per_seq": kv_type,
                "kv_seqs_rank": kv_seqs_rank, "emb_w": emb_w, "lm_w": lm_w, "ws": ws,
-               "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type}
+               "kv_tok_type": kv_tok_type, "kv_fixed_type": kv_fixed_type, "lm_t": lm_total}
         if detail:
             self._detail(out, dims, tp, dp, ep, etp, cp, g, rows, dec, pf, busy, ctx, walk,
                          link_tp, link_g, link_etp, emb_t,

@@ -291,6 +291,24 @@ def _op_time_s(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tupl
     return out
 
 
+def _lm_head_s(cm: CostModel, s: Strategy, batches: tuple[int, ...],
+               config: CostModelConfig) -> np.ndarray:
+    """The LM head's time in the cost model's decode steps of strategy ``s`` at context 1 and
+    each of ``batches`` sequences per instance, seconds, ``[len(batches)]``
+    (:meth:`~learn_to_shard.cost.model.CostModel.lm_head_time_many`: conversion, norm
+    statistics, GEMM and logits gather, as the token grid's stage times hold them)."""
+    wl = Workload(Phase.DECODE, isl=1, osl=0, weight_dtype=cm.workload.weight_dtype,
+                  kv_dtype=cm.workload.kv_dtype)
+    space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
+                                pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
+                                batch_values=tuple(batches))
+    sub = CostModel(cm.model, cm.cluster, wl, config=config, space=space)
+    a = np.zeros((len(batches), len(space.nvec)), dtype=np.int64)
+    a[:, BATCH_HEAD] = np.arange(len(batches))
+    a[:, NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
+    return sub.lm_head_time_many(a)
+
+
 def _prefill_attention_s(cm: CostModel, s: Strategy, isl: int,
                          config: CostModelConfig) -> float:
     """The cost model's attention time, summed over the layers, of a prefill pass of one
@@ -435,7 +453,7 @@ def fit_step_model(cm: CostModel, s: Strategy, max_tokens: int | None = None
     # The LM head's part of the token time, so a step prices it at the rows it samples.
     # With pipeline stages it runs on the last one, which it makes the slowest: a step of
     # m micro-batches pays it m times a micro-batch's rows, the whole step's rows once.
-    lm_head = _op_time_s(cm, s, Phase.DECODE, 1, tuple(grid), "lm_head", tok_cfg)
+    lm_head = _lm_head_s(cm, s, tuple(grid), tok_cfg)
     model = dataclasses.replace(model, prefill_pair_s=pf_pairs_s, prompt_host_s=prompt_host_s,
                                 lm_head_s=lm_head,
                                 eager_step_s=c.eager_layer_overhead_s * cm.model.num_layers,
