@@ -84,10 +84,11 @@ if TYPE_CHECKING:
     from .report.export import Export
     from .sweep.sizing import Fleet
 
-def _usage_error() -> type[Exception]:
-    """click's ``UsageError`` as typer raises it (its own vendored click in recent releases,
-    the click package in older ones), found through the public ``typer.BadParameter``."""
-    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+def _click_class(name: str) -> type[Exception]:
+    """The click exception class ``name`` (``UsageError``, ``ClickException``) as typer
+    raises it (its own vendored click in recent releases, the click package in older ones),
+    found through the public ``typer.BadParameter``'s bases."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
 
 
 class _OnceGroup(TyperGroup):
@@ -164,7 +165,7 @@ def _refuse_repeated_options(cmd: Any, args: list[str], ctx: Any) -> None:
         i += 1
     for said in given.values():
         if len(said) > 1:
-            raise _usage_error()(f"{said[0].split()[0]} given {len(said)} times "
+            raise _click_class("UsageError")(f"{said[0].split()[0]} given {len(said)} times "
                                  f"({', '.join(said)}); give it once", ctx)
 
 
@@ -2366,11 +2367,7 @@ def main() -> None:
     names the option and points to ``--help``, exit 2, like every other bad input; Ctrl-C
     where no command says what it left done prints ``interrupted`` and exits 130.
     """
-    # The click classes typer raises (its own vendored click in recent releases, the click
-    # package in older ones): found through the public typer.BadParameter's bases.
-    by_name: dict[str, type[Exception]] = {
-        c.__name__: c for c in typer.BadParameter.__mro__ if issubclass(c, Exception)}
-    usage_error, click_exception = by_name["UsageError"], by_name["ClickException"]
+    usage_error, click_exception = _click_class("UsageError"), _click_class("ClickException")
     for stream in (sys.stdout, sys.stderr):
         # A terminal whose encoding cannot hold the plans' symbols (∅, ×, ≤ under an ASCII
         # locale) gets them as escapes rather than a UnicodeEncodeError; files l2s writes

@@ -377,11 +377,7 @@ class CostModel(OperatorTerms):
             A :class:`BatchEstimate` of ``[n]`` arrays. Never raises for an infeasible
             strategy: it is reported through ``feasible`` and ``violation_bits``.
         """
-        a = np.atleast_2d(np.asarray(actions, dtype=np.int64))
-        if a.shape[1] != ACTION_LEN:
-            raise ValueError(f"actions must be [n, {ACTION_LEN}], got {a.shape}")
-        out = self._run(a, detail=False)
-        return out["batch"]
+        return self._run(_action_rows(actions), detail=False)["batch"]
 
     def lm_head_time_many(self, actions: np.ndarray) -> np.ndarray:
         """The LM head's time on the last stage for ``[n, A]`` action vectors, seconds,
@@ -392,10 +388,8 @@ class CostModel(OperatorTerms):
         Raises:
             ValueError: ``actions`` not ``[n, A]``.
         """
-        a = np.atleast_2d(np.asarray(actions, dtype=np.int64))
-        if a.shape[1] != ACTION_LEN:
-            raise ValueError(f"actions must be [n, {ACTION_LEN}], got {a.shape}")
-        return np.asarray(self._run(a, detail=False)["lm_t"], dtype=np.float64)
+        return np.asarray(self._run(_action_rows(actions), detail=False)["lm_t"],
+                          dtype=np.float64)
 
     def evaluate(self, strategy: Strategy | np.ndarray) -> Estimate:
         """Evaluate one strategy, with a readable breakdown (same numbers as evaluate_many).
@@ -900,6 +894,18 @@ class CostModel(OperatorTerms):
                                       int(pp[0]) - 1, float(self.p2p_bytes(rows, tp)[0])))
         op_time["embedding"] = float(emb_t[0])
         op_time["lm_head"] = t_lm
+
+
+def _action_rows(actions: np.ndarray) -> np.ndarray:
+    """``actions`` as ``[n, A]`` int64 action vectors (one vector becomes one row).
+
+    Raises:
+        ValueError: not ``A`` (``ACTION_LEN``) heads per row.
+    """
+    a = np.atleast_2d(np.asarray(actions, dtype=np.int64))
+    if a.shape[1] != ACTION_LEN:
+        raise ValueError(f"actions must be [n, {ACTION_LEN}], got {a.shape}")
+    return a
 
 
 def placement_summary(strategy: Strategy) -> list[tuple[str, str]]:

@@ -302,8 +302,8 @@ def model_id_of(name: str, model: ModelSpec | None = None) -> str:
     Without ``model``, the shipped name's HF id, else ``name`` itself.
     """
     if model is None or model.source_kind == "shipped" or not model.source:
-        key = model.name if model is not None else name
-        return hub_repo_id(shipped_repo_ids()[key]) if key in shipped_repo_ids() else name
+        repo = shipped_repo_ids().get(model.name if model is not None else name)
+        return hub_repo_id(repo) if repo is not None else name
     if model.repo_id is not None:
         return model.repo_id
     src = Path(model.source)          # the file read: its folder is what engines load
@@ -775,12 +775,11 @@ def build_export(plan: Plan, engine: str, *, model: ModelSpec | None = None,
         # a server whose GPUs do not fill whole nodes (16 GPUs on nodes of 3) says so: one
         # server fills all but its last node; several, laid one after another, share nodes
         last = gpus - (nodes - 1) * node_size
-        on = f"{nodes} nodes of {devices_per_node} devices" \
-            if vllm_dp_nodes or last == devices_per_node else \
-            f"{nodes} nodes, {nodes - 1} of {devices_per_node} devices and one of {last}" \
-            if servers == 1 else \
-            f"{nodes} nodes of {devices_per_node} devices, its {gpus} GPUs laid after the " \
-            f"servers before it, so servers share nodes"
+        on = f"{nodes} nodes of {devices_per_node} devices"
+        if not vllm_dp_nodes and last != devices_per_node:
+            on = f"{nodes} nodes, {nodes - 1} of {devices_per_node} devices and one of {last}" \
+                if servers == 1 else (f"{on}, its {gpus} GPUs laid after the servers before "
+                                      f"it, so servers share nodes")
         notes.append(f"each server spans {on}"
                      + (f" (hosts of one NVLink domain of {domain}: its collectives stay on "
                         f"NVLink, as priced)" if inside else ""))

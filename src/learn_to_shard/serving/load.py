@@ -611,15 +611,17 @@ def simulate_estimate(cm: CostModel, est: Estimate, load: ServingLoad,
     # gets its round-robin share, whose means may differ).
     trace_isl = float(np.mean(load.trace.isl)) if load.trace is not None else mean_isl
     trace_osl = float(np.mean(load.trace.osl)) if load.trace is not None else mean_osl
-    lengths_apart = load.trace is not None and (
-        abs(trace_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
-        or abs(trace_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
+    def apart(isl: float, osl: float) -> bool:
+        """A trace's mean lengths more than TRACE_LENGTHS_APART from the planned ones."""
+        return load.trace is not None and (
+            abs(isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
+            or abs(osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
+
+    lengths_apart = apart(trace_isl, trace_osl)
     # The simulated replica's share of a trace is priced at its own means where they are
     # apart from the planned lengths: round-robin can deal one replica the long prompts
     # and another the long outputs of a trace whose means are the planned ones.
-    share_apart = load.trace is not None and (
-        abs(mean_isl / max(wl.isl, 1) - 1.0) > TRACE_LENGTHS_APART
-        or abs(mean_osl / max(wl.osl, 1) - 1.0) > TRACE_LENGTHS_APART)
+    share_apart = apart(mean_isl, mean_osl)
     a_isl, a_osl = (max(1, round(mean_isl)), max(1, round(mean_osl))) if share_apart \
         else (wl.isl, wl.osl)
     a_tpot, a_ttft, a_tps = (float(x[0]) for x in priced(cm, s, Phase.SERVE, a_isl, (occ,),

@@ -239,6 +239,22 @@ def _rank_excess(dec: np.ndarray | float, pf: np.ndarray | float, isl: int, dp: 
     return busiest_rank_prompt_tokens(dec, pf, pf / max(isl, 1), dp, budget) - pf
 
 
+def _sub_model(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
+               osl: int, config: CostModelConfig) -> tuple[CostModel, np.ndarray]:
+    """The problem ``cm`` restricted to strategy ``s``'s degrees at ``phase``/``isl``/``osl``
+    and ``batches``, and the ``[len(batches)]`` action vectors of ``s`` at each batch."""
+    wl = Workload(phase, isl=isl, osl=osl, weight_dtype=cm.workload.weight_dtype,
+                  kv_dtype=cm.workload.kv_dtype)
+    space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
+                                pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
+                                batch_values=tuple(batches))
+    sub = CostModel(cm.model, cm.cluster, wl, config=config, space=space)
+    a = np.zeros((len(batches), len(space.nvec)), dtype=np.int64)
+    a[:, BATCH_HEAD] = np.arange(len(batches))
+    a[:, NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
+    return sub, a
+
+
 def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
            osl: int = 0, config: CostModelConfig | None = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -257,38 +273,10 @@ def priced(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[in
         device over :meth:`~learn_to_shard.cost.model.CostModel.replica_fraction`, so the
         devices a layout leaves idle do not lower it).
     """
-    wl = Workload(phase, isl=isl, osl=osl, weight_dtype=cm.workload.weight_dtype,
-                  kv_dtype=cm.workload.kv_dtype)
-    space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
-                                pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
-                                batch_values=tuple(batches))
-    sub = CostModel(cm.model, cm.cluster, wl, config=config or cm.config, space=space)
-    a = np.zeros((len(batches), len(space.nvec)), dtype=np.int64)
-    a[:, BATCH_HEAD] = np.arange(len(batches))
-    a[:, NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
+    sub, a = _sub_model(cm, s, phase, isl, batches, osl, config or cm.config)
     est = sub.evaluate_many(a)
     frac = sub.replica_fraction(np.full(len(batches), s.devices))
     return est.tpot_s, est.ttft_s, est.tokens_per_s_per_device / frac
-
-
-def _op_time_s(cm: CostModel, s: Strategy, phase: Phase, isl: int, batches: tuple[int, ...],
-               op: str, config: CostModelConfig) -> np.ndarray:
-    """The cost model's time of operator ``op`` summed over the layers of one pass
-    (``Estimate.op_time_s[op]``, 0 where the model has none) of strategy ``s`` in ``phase``
-    at prompt length or context ``isl`` and each of ``batches``, seconds, ``[len(batches)]``."""
-    wl = Workload(phase, isl=isl, osl=0, weight_dtype=cm.workload.weight_dtype,
-                  kv_dtype=cm.workload.kv_dtype)
-    space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
-                                pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
-                                batch_values=tuple(batches))
-    sub = CostModel(cm.model, cm.cluster, wl, config=config, space=space)
-    out = np.zeros(len(batches))
-    for k in range(len(batches)):
-        a = np.zeros(len(space.nvec), dtype=np.int64)
-        a[BATCH_HEAD] = k
-        a[NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
-        out[k] = float(sub.evaluate(a).op_time_s.get(op, 0.0))
-    return out
 
 
 def _lm_head_s(cm: CostModel, s: Strategy, batches: tuple[int, ...],
@@ -297,15 +285,7 @@ def _lm_head_s(cm: CostModel, s: Strategy, batches: tuple[int, ...],
     each of ``batches`` sequences per instance, seconds, ``[len(batches)]``
     (:meth:`~learn_to_shard.cost.model.CostModel.lm_head_time_many`: conversion, norm
     statistics, GEMM and logits gather, as the token grid's stage times hold them)."""
-    wl = Workload(Phase.DECODE, isl=1, osl=0, weight_dtype=cm.workload.weight_dtype,
-                  kv_dtype=cm.workload.kv_dtype)
-    space = dataclasses.replace(cm.space, tp_values=(s.tp,), ep_values=(s.ep,),
-                                pp_values=(s.pp,), dp_values=(s.dp,), cp_values=(s.cp,),
-                                batch_values=tuple(batches))
-    sub = CostModel(cm.model, cm.cluster, wl, config=config, space=space)
-    a = np.zeros((len(batches), len(space.nvec)), dtype=np.int64)
-    a[:, BATCH_HEAD] = np.arange(len(batches))
-    a[:, NUM_COARSE:] = np.asarray(s.dims, dtype=np.int64)
+    sub, a = _sub_model(cm, s, Phase.DECODE, 1, batches, 0, config)
     return sub.lm_head_time_many(a)
 
 
@@ -314,8 +294,8 @@ def _prefill_attention_s(cm: CostModel, s: Strategy, isl: int,
     """The cost model's attention time, summed over the layers, of a prefill pass of one
     ``isl``-token prompt per attention-DP rank (``s.dp`` prompts) under strategy ``s``,
     seconds (``Estimate.op_time_s["attention"]``)."""
-    return float(_op_time_s(cm, s, Phase.PREFILL, isl, (max(1, s.dp),), "attention",
-                            config)[0])
+    sub, a = _sub_model(cm, s, Phase.PREFILL, isl, (max(1, s.dp),), 0, config)
+    return float(sub.evaluate(a[0]).op_time_s.get("attention", 0.0))
 
 
 #: Prompt lengths at which the price of a prompt-attention pair is read off the cost model
